@@ -1,0 +1,271 @@
+"""The Feature Election rule.
+
+For K sites and d features with masks ``M`` (K×d bool), scores ``S`` (K×d) and sample
+counts ``n``:
+
+1. scores are taken as absolute values and min-max normalised per site over all the
+   features that site holds (a site whose scores are all equal contributes zeros);
+2. site weights are ``n_i / Σn`` (``"weighted"``) or ``1/K`` (``"uniform"``);
+3. the vote of feature j is ``V_j = Σ_i w_i · norm_ij`` over every site holding j,
+   whether or not it selected j (weights renormalised over the holders);
+4. features selected by every holder (the intersection) are kept, features selected
+   by none are dropped, the rest are *disputed*;
+5. the ``ceil(fd · |disputed|)`` disputed features with the highest vote are kept,
+   ties broken by the lower feature index.
+
+``normalization="selected"`` reproduces NVIDIA FLARE 2.9's variant instead of step 1:
+min-max over the site's *selected* features only, unselected features count 0, and a
+site whose selected scores are all equal gives them 0.5.
+
+The batch function :func:`elect` and the streaming :class:`~fedtab.election.tally.ElectionTally`
+share one implementation, so they always agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .ballot import Ballot, check_freedom_degree
+
+__all__ = ["ElectionResult", "elect", "elect_ballots", "decide", "AGGREGATIONS", "NORMALIZATIONS"]
+
+AGGREGATIONS = ("weighted", "uniform")
+NORMALIZATIONS = ("all", "selected")
+
+Aggregation = Literal["weighted", "uniform"]
+Normalization = Literal["all", "selected"]
+
+
+def check_aggregation(aggregation: Any) -> str:
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {AGGREGATIONS}")
+    return str(aggregation)
+
+
+def check_normalization(normalization: Any) -> str:
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"unknown normalization {normalization!r}; expected one of {NORMALIZATIONS}")
+    return str(normalization)
+
+
+def n_admitted(freedom_degree: float, n_disputed: int) -> int:
+    """``ceil(fd · n_disputed)``, immune to float noise such as ``0.3 * 10 = 3.0000000000000004``."""
+    return min(n_disputed, math.ceil(round(freedom_degree * n_disputed, 9)))
+
+
+@dataclass(frozen=True)
+class ElectionResult:
+    """Outcome of an election over d features.
+
+    Attributes:
+        feature_names: the d features, in the global order.
+        mask: ``(d,)`` bool, the elected features.
+        votes: ``(d,)`` float, the weighted normalised score ``V`` of each feature.
+        stats: counts ``intersection``, ``union``, ``disputed``, ``kept``, ``sites``.
+        reasons: per feature, why it was kept or dropped (``"consensus"``,
+            ``"won the vote at rank r"``, ``"lost the vote at rank r"``,
+            ``"selected by no site"``, ``"held by no site"``).
+        selected_by / held_by: ``(d,)`` int, how many sites selected / hold the feature.
+        freedom_degree, aggregation, normalization: the settings used.
+    """
+
+    feature_names: tuple[str, ...]
+    mask: np.ndarray
+    votes: np.ndarray
+    stats: dict[str, int]
+    reasons: tuple[str, ...]
+    selected_by: np.ndarray
+    held_by: np.ndarray
+    freedom_degree: float
+    aggregation: str
+    normalization: str
+    rank: np.ndarray = field(repr=False)  # 1-based rank among disputed, 0 elsewhere
+
+    @property
+    def selected_names(self) -> list[str]:
+        """Names of the elected features, in the global order."""
+        return [n for n, keep in zip(self.feature_names, self.mask) if keep]
+
+    def explain(self) -> pd.DataFrame:
+        """One row per feature: held_by, selected_by, vote, disputed rank, kept, reason."""
+        return pd.DataFrame(
+            {
+                "feature": list(self.feature_names),
+                "held_by": self.held_by,
+                "selected_by": self.selected_by,
+                "vote": self.votes,
+                "rank": self.rank,
+                "kept": self.mask,
+                "reason": list(self.reasons),
+            }
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able summary (settings, stats and the elected names)."""
+        return {
+            "freedom_degree": self.freedom_degree,
+            "aggregation": self.aggregation,
+            "normalization": self.normalization,
+            "stats": dict(self.stats),
+            "selected": self.selected_names,
+        }
+
+
+def decide(
+    feature_names: Sequence[str],
+    held_by: np.ndarray,
+    selected_by: np.ndarray,
+    votes: np.ndarray,
+    freedom_degree: float,
+    aggregation: str,
+    normalization: str,
+    n_sites: int,
+) -> ElectionResult:
+    """Steps 4-5 of the rule, from per-feature counts and votes (shared by batch and tally)."""
+    fd = check_freedom_degree(freedom_degree)
+    held = held_by > 0
+    intersection = held & (selected_by == held_by)
+    union = selected_by > 0
+    disputed = union & ~intersection
+    idx = np.flatnonzero(disputed)
+    order = idx[np.lexsort((idx, -votes[idx]))]  # highest vote first, lower index on ties
+    k = n_admitted(fd, idx.size)
+    mask = intersection.copy()
+    mask[order[:k]] = True
+    rank = np.zeros(votes.size, dtype=np.int64)
+    rank[order] = np.arange(1, order.size + 1)
+
+    reasons = np.empty(votes.size, dtype=object)
+    reasons[:] = "selected by no site"
+    reasons[~held] = "held by no site"
+    reasons[intersection] = "consensus"
+    for pos, j in enumerate(order):
+        reasons[j] = f"{'won' if pos < k else 'lost'} the vote at rank {pos + 1}"
+    stats = {
+        "sites": int(n_sites),
+        "features": int(votes.size),
+        "intersection": int(intersection.sum()),
+        "union": int(union.sum()),
+        "disputed": int(idx.size),
+        "kept": int(mask.sum()),
+    }
+    return ElectionResult(
+        feature_names=tuple(feature_names),
+        mask=mask,
+        votes=votes,
+        stats=stats,
+        reasons=tuple(reasons.tolist()),
+        selected_by=selected_by,
+        held_by=held_by,
+        freedom_degree=fd,
+        aggregation=aggregation,
+        normalization=normalization,
+        rank=rank,
+    )
+
+
+def elect(
+    masks: Any,
+    scores: Any,
+    n_samples: Sequence[int],
+    freedom_degree: float,
+    aggregation: Aggregation = "weighted",
+    *,
+    normalization: Normalization = "all",
+    feature_names: Sequence[str] | None = None,
+    site_names: Sequence[str] | None = None,
+) -> ElectionResult:
+    """Run the election on K ballots over the same d features.
+
+    Args:
+        masks: K×d bool (array or K sequences of length d).
+        scores: K×d float.
+        n_samples: K positive integers.
+        freedom_degree: ``fd`` in [0, 1]; 0 gives the intersection, 1 the union.
+        aggregation: ``"weighted"`` (by ``n_samples``) or ``"uniform"``.
+        normalization: ``"all"`` (the rule) or ``"selected"`` (NVIDIA FLARE's variant).
+        feature_names: d names (default ``f0 … f{d-1}``).
+        site_names: K names used in error messages (default ``site-1 …``).
+
+    Raises:
+        ValueError: naming the site: no ballots, ragged or mismatched shapes,
+            non-finite scores, a bad ``n_samples``; also ``fd`` outside [0, 1] or an
+            unknown aggregation/normalization.
+    """
+    from .tally import ElectionTally
+
+    check_freedom_degree(freedom_degree)
+    check_aggregation(aggregation)
+    check_normalization(normalization)
+    mask_rows = _rows(masks, "masks")
+    score_rows = _rows(scores, "scores")
+    counts = list(n_samples) if not np.isscalar(n_samples) else [n_samples]
+    if len(mask_rows) == 0:
+        raise ValueError("no ballots: at least one site must vote")
+    if not (len(mask_rows) == len(score_rows) == len(counts)):
+        raise ValueError(
+            f"got {len(mask_rows)} masks, {len(score_rows)} score rows and {len(counts)} sample counts; "
+            "need one of each per site"
+        )
+    names = list(site_names) if site_names is not None else [f"site-{i + 1}" for i in range(len(mask_rows))]
+    if len(names) != len(mask_rows):
+        raise ValueError(f"{len(names)} site names for {len(mask_rows)} ballots")
+    d = np.asarray(mask_rows[0]).size if np.ndim(mask_rows[0]) == 1 else -1
+    tally = ElectionTally(d if feature_names is None and d >= 0 else None, feature_names=feature_names,
+                          normalization=normalization)
+    for m, s, n, site in zip(mask_rows, score_rows, counts, names):
+        tally.add(m, s, n, site=site)
+    return tally.result(freedom_degree, aggregation)
+
+
+def elect_ballots(
+    ballots: Sequence[Ballot],
+    freedom_degree: float,
+    aggregation: Aggregation = "weighted",
+    *,
+    normalization: Normalization = "all",
+    feature_names: Sequence[str] | None = None,
+) -> ElectionResult:
+    """Elect from :class:`Ballot` objects, aligning them by feature name.
+
+    Ballots over different column sets are allowed: a site abstains on features it
+    does not hold. The global order is ``feature_names`` if given, else the ordered
+    union of the ballots' names (first appearance wins).
+
+    Raises:
+        ValueError: no ballots; a ballot without names while others have them (or
+            whose length differs when none have names); names outside ``feature_names``.
+    """
+    from .tally import ElectionTally
+
+    check_freedom_degree(freedom_degree)
+    check_aggregation(aggregation)
+    if not ballots:
+        raise ValueError("no ballots: at least one site must vote")
+    named = [b.feature_names is not None for b in ballots]
+    if any(named) and not all(named):
+        unnamed = [b.site for b in ballots if b.feature_names is None]
+        raise ValueError(f"sites {unnamed} sent ballots without feature names while others named theirs")
+    if not any(named) and feature_names is None:
+        tally = ElectionTally(ballots[0].n_features, normalization=normalization)
+    else:
+        tally = ElectionTally(feature_names=feature_names, normalization=normalization)
+    for b in ballots:
+        tally.add(b.mask, b.scores, b.n_samples, feature_names=b.feature_names, site=b.site)
+    return tally.result(freedom_degree, aggregation)
+
+
+def _rows(values: Any, what: str) -> list[Any]:
+    if isinstance(values, np.ndarray):
+        if values.ndim != 2:
+            raise ValueError(f"{what} must be 2-D (sites × features), got shape {values.shape}")
+        return list(values)
+    try:
+        return list(values)
+    except TypeError:
+        raise ValueError(f"{what} must be a sequence of per-site arrays") from None

@@ -1,0 +1,354 @@
+"""Local feature selectors: each turns a site's ``(X, y)`` into a mask and scores.
+
+Every selector has ``select(X, y) -> Selection``, where ``X`` is ``(n, d)`` numeric
+(no NaN) and ``y`` is ``(n,)``. ``Selection.mask`` is ``(d,)`` bool and
+``Selection.scores`` is ``(d,)`` float (larger = more important; the election takes
+absolute values). Build one by name with :func:`make_selector`; each site may use a
+different one.
+
+Defaults (documented per class):
+
+* ranking selectors (random forest, mutual information, ANOVA F, chi2) keep the
+  top ``k`` features, ``k = ceil(d / 2)`` unless given, as the peer implementations do;
+* ``lasso`` fits an L1-penalised model on standardised ``X`` (L1-logistic regression
+  for class labels, Lasso for a continuous target) and keeps the non-zero
+  coefficients; ``elastic_net`` likewise with an L1/L2 mix.
+
+``task`` is ``"auto"`` (classification unless ``y`` is float with many distinct
+values), ``"classification"`` or ``"regression"``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
+from sklearn.feature_selection import chi2, f_classif, f_regression, mutual_info_classif, mutual_info_regression
+from sklearn.linear_model import ElasticNet, Lasso, LogisticRegression
+from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+__all__ = [
+    "Selection",
+    "Selector",
+    "LassoSelector",
+    "ElasticNetSelector",
+    "RandomForestSelector",
+    "MutualInfoSelector",
+    "AnovaSelector",
+    "Chi2Selector",
+    "SklearnSelector",
+    "CallableSelector",
+    "SELECTORS",
+    "make_selector",
+    "selector_spec",
+]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A selector's answer: ``mask`` ``(d,)`` bool and ``scores`` ``(d,)`` float."""
+
+    mask: np.ndarray
+    scores: np.ndarray
+
+
+def _is_regression(y: np.ndarray, task: str) -> bool:
+    if task == "regression":
+        return True
+    if task == "classification":
+        return False
+    if task != "auto":
+        raise ValueError(f"task must be 'auto', 'classification' or 'regression', got {task!r}")
+    y = np.asarray(y)
+    return y.dtype.kind == "f" and np.unique(y).size > max(20, int(0.05 * y.size))
+
+
+def _check_xy(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (rows × features), got shape {X.shape}")
+    if y.ndim != 1 or y.shape[0] != X.shape[0]:
+        raise ValueError(f"y must be 1-D with {X.shape[0]} entries, got shape {y.shape}")
+    if X.shape[0] < 2 or X.shape[1] < 1:
+        raise ValueError(f"need at least 2 rows and 1 feature to select, got {X.shape}")
+    if not np.isfinite(X).all():
+        raise ValueError("X contains NaN or inf; impute missing values before selecting")
+    return X, y
+
+
+def _top_k(scores: np.ndarray, k: int | float | None) -> np.ndarray:
+    d = scores.size
+    if k is None:
+        kk = math.ceil(d / 2)
+    elif isinstance(k, float) and 0 < k < 1:
+        kk = math.ceil(k * d)
+    else:
+        kk = int(k)
+    if not 0 < kk <= d:
+        raise ValueError(f"k must be in 1..{d} (or a fraction in (0, 1)), got {k!r}")
+    order = np.lexsort((np.arange(d), -scores))  # highest first, lower index on ties
+    mask = np.zeros(d, dtype=bool)
+    mask[order[:kk]] = True
+    return mask
+
+
+class Selector:
+    """Base class: subclasses implement :meth:`select`."""
+
+    name = "selector"
+
+    def select(self, X: Any, y: Any) -> Selection:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def get_params(self) -> dict[str, Any]:
+        """Constructor arguments, as given (JSON-able for the built-in selectors)."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+
+class LassoSelector(Selector):
+    """L1-penalised linear model on standardised X; keeps the non-zero coefficients.
+
+    Args:
+        C: inverse L1 strength of the logistic regression (classification).
+        alpha: L1 strength of :class:`sklearn.linear_model.Lasso` (regression).
+        task: ``"auto"``, ``"classification"`` or ``"regression"``.
+        tol: coefficients with ``|coef| <= tol`` count as zero.
+        seed: random state of the solver.
+
+    Scores are ``|coef|`` (for multiclass, the L2 norm over classes).
+    """
+
+    name = "lasso"
+
+    def __init__(self, C: float = 0.1, alpha: float = 0.01, task: str = "auto", tol: float = 1e-10, seed: int = 0):
+        self.C = C
+        self.alpha = alpha
+        self.task = task
+        self.tol = tol
+        self.seed = seed
+
+    def _model(self, regression: bool) -> Any:
+        if regression:
+            return Lasso(alpha=self.alpha, max_iter=5000, random_state=self.seed)
+        return LogisticRegression(l1_ratio=1.0, solver="saga", C=self.C, max_iter=2000, random_state=self.seed, tol=1e-3)
+
+    def select(self, X: Any, y: Any) -> Selection:
+        X, y = _check_xy(X, y)
+        Z = StandardScaler().fit_transform(X)
+        regression = _is_regression(y, self.task)
+        coef = np.atleast_2d(self._model(regression).fit(Z, y).coef_)
+        scores = np.linalg.norm(coef, axis=0)
+        return Selection(scores > self.tol, scores)
+
+
+class ElasticNetSelector(LassoSelector):
+    """Elastic net (L1 + L2) on standardised X; keeps the non-zero coefficients.
+
+    Args:
+        l1_ratio: share of the L1 penalty (1 = lasso).
+        C, alpha, task, tol, seed: as :class:`LassoSelector`.
+    """
+
+    name = "elastic_net"
+
+    def __init__(self, C: float = 0.1, alpha: float = 0.01, l1_ratio: float = 0.5, task: str = "auto",
+                 tol: float = 1e-10, seed: int = 0):
+        super().__init__(C=C, alpha=alpha, task=task, tol=tol, seed=seed)
+        self.l1_ratio = l1_ratio
+
+    def _model(self, regression: bool) -> Any:
+        if regression:
+            return ElasticNet(alpha=self.alpha, l1_ratio=self.l1_ratio, max_iter=5000, random_state=self.seed)
+        return LogisticRegression(l1_ratio=self.l1_ratio, solver="saga", C=self.C, max_iter=2000,
+                                  random_state=self.seed, tol=1e-3)
+
+
+class _RankingSelector(Selector):
+    def __init__(self, k: int | float | None = None, task: str = "auto", seed: int = 0):
+        self.k = k
+        self.task = task
+        self.seed = seed
+
+    def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def select(self, X: Any, y: Any) -> Selection:
+        X, y = _check_xy(X, y)
+        scores = np.nan_to_num(np.asarray(self._scores(X, y, _is_regression(y, self.task)), dtype=np.float64))
+        return Selection(_top_k(scores, self.k), scores)
+
+
+class RandomForestSelector(_RankingSelector):
+    """Impurity importance of a random forest; keeps the top ``k`` (default half).
+
+    Args:
+        k: features to keep (int, or a fraction in (0, 1); default ``ceil(d/2)``).
+        n_estimators: trees in the forest.
+        task, seed: as :class:`LassoSelector`.
+    """
+
+    name = "random_forest"
+
+    def __init__(self, k: int | float | None = None, n_estimators: int = 100, task: str = "auto", seed: int = 0):
+        super().__init__(k=k, task=task, seed=seed)
+        self.n_estimators = n_estimators
+
+    def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
+        cls = RandomForestRegressor if regression else RandomForestClassifier
+        return cls(n_estimators=self.n_estimators, random_state=self.seed, n_jobs=-1).fit(X, y).feature_importances_
+
+
+class MutualInfoSelector(_RankingSelector):
+    """Mutual information with the target (k-NN estimator); keeps the top ``k`` (default half)."""
+
+    name = "mutual_info"
+
+    def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
+        fn = mutual_info_regression if regression else mutual_info_classif
+        return fn(X, y, random_state=self.seed)
+
+
+class AnovaSelector(_RankingSelector):
+    """ANOVA F statistic (classification) or univariate regression F; keeps the top ``k``."""
+
+    name = "anova"
+
+    def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (f_regression if regression else f_classif)(X, y)[0]
+
+
+class Chi2Selector(_RankingSelector):
+    """Chi-squared statistic on min-max scaled (non-negative) X; classification only."""
+
+    name = "chi2"
+
+    def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
+        if regression:
+            raise ValueError("chi2 needs class labels, the target looks continuous")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return chi2(MinMaxScaler().fit_transform(X), y)[0]
+
+
+class SklearnSelector(Selector):
+    """Wrap any scikit-learn selector (``SelectKBest``, ``SelectFromModel``, ``RFE`` ...).
+
+    The mask is ``get_support()``; scores come from the first of ``scores_``,
+    ``feature_importances_``, ``coef_`` (norm over classes), ``ranking_`` (inverted),
+    looked up on the selector and then on its fitted ``estimator_``; failing those,
+    the mask itself (1.0 / 0.0).
+    """
+
+    name = "sklearn"
+
+    def __init__(self, estimator: Any):
+        if not hasattr(estimator, "fit") or not hasattr(estimator, "get_support"):
+            raise ValueError("SklearnSelector needs an estimator with fit() and get_support()")
+        self.estimator = estimator
+
+    def select(self, X: Any, y: Any) -> Selection:
+        from sklearn.base import clone
+
+        X, y = _check_xy(X, y)
+        est = clone(self.estimator).fit(X, y)
+        mask = np.asarray(est.get_support(), dtype=bool)
+        scores = _scores_of(est, X.shape[1])
+        if scores is None:
+            scores = mask.astype(np.float64)
+        return Selection(mask, np.nan_to_num(scores))
+
+
+def _scores_of(est: Any, d: int) -> np.ndarray | None:
+    for obj in (est, getattr(est, "estimator_", None)):
+        if obj is None:
+            continue
+        for attr in ("scores_", "feature_importances_", "coef_"):
+            val = getattr(obj, attr, None)
+            if val is not None:
+                arr = np.atleast_2d(np.asarray(val, dtype=np.float64))
+                if arr.shape[-1] == d:
+                    return np.linalg.norm(arr, axis=0) if attr == "coef_" else arr.ravel()
+        ranking = getattr(obj, "ranking_", None)
+        if ranking is not None and len(ranking) == d:
+            r = np.asarray(ranking, dtype=np.float64)
+            return r.max() + 1 - r
+    return None
+
+
+class CallableSelector(Selector):
+    """Wrap ``fn(X, y) -> (mask, scores)``."""
+
+    name = "callable"
+
+    def __init__(self, fn: Callable[[np.ndarray, np.ndarray], tuple[Any, Any]]):
+        if not callable(fn):
+            raise ValueError("CallableSelector needs a callable")
+        self.fn = fn
+
+    def select(self, X: Any, y: Any) -> Selection:
+        X, y = _check_xy(X, y)
+        out = self.fn(X, y)
+        try:
+            mask, scores = out
+        except (TypeError, ValueError):
+            raise ValueError("a selector callable must return (mask, scores)") from None
+        mask, scores = np.asarray(mask), np.asarray(scores, dtype=np.float64)
+        if mask.shape != (X.shape[1],) or scores.shape != (X.shape[1],):
+            raise ValueError(f"selector callable returned shapes {mask.shape} and {scores.shape}, expected ({X.shape[1]},)")
+        return Selection(mask.astype(bool), scores)
+
+
+#: name -> selector class. Later issues register more (markov_blanket, ...).
+SELECTORS: dict[str, type[Selector]] = {
+    cls.name: cls
+    for cls in (LassoSelector, ElasticNetSelector, RandomForestSelector, MutualInfoSelector, AnovaSelector, Chi2Selector)
+}
+
+
+def make_selector(spec: Any) -> Selector:
+    """Build a selector from a name (``"lasso"``), a ``{"name": ..., "params": {...}}`` dict,
+    a :class:`Selector`, a scikit-learn selector, or a callable ``(X, y) -> (mask, scores)``.
+
+    Raises:
+        ValueError: unknown name or bad parameters (the message lists the known names).
+    """
+    if isinstance(spec, Selector):
+        return spec
+    params: Mapping[str, Any] = {}
+    if isinstance(spec, Mapping):
+        params = spec.get("params", {}) or {}
+        spec = spec.get("name")
+    if isinstance(spec, str):
+        cls = SELECTORS.get(spec.replace("-", "_").lower())
+        if cls is None:
+            raise ValueError(f"unknown selector {spec!r}; known: {sorted(SELECTORS)}")
+        try:
+            return cls(**params)
+        except TypeError as exc:
+            raise ValueError(f"bad parameters for selector {spec!r}: {exc}") from None
+    if hasattr(spec, "get_support") and hasattr(spec, "fit"):
+        return SklearnSelector(spec)
+    if callable(spec):
+        return CallableSelector(spec)
+    raise ValueError(f"cannot build a selector from {spec!r}")
+
+
+def selector_spec(selector: Any) -> dict[str, Any]:
+    """JSON-able ``{"name", "params"}`` of a built-in selector (what travels to a site).
+
+    Raises:
+        ValueError: the selector is not a registered built-in one (a custom selector
+            object cannot be sent; give it to the :class:`~fedtab.federation.site.Site`).
+    """
+    sel = make_selector(selector)
+    if SELECTORS.get(sel.name) is not type(sel):
+        raise ValueError(f"selector {sel!r} is not a registered built-in and cannot be sent over the wire")
+    return {"name": sel.name, "params": sel.get_params()}

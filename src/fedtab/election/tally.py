@@ -1,0 +1,194 @@
+"""Streaming election: O(d) memory however many sites vote."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .ballot import Ballot
+from .rule import ElectionResult, check_aggregation, check_normalization, decide
+
+__all__ = ["ElectionTally", "normalise_scores"]
+
+
+def normalise_scores(mask: np.ndarray, scores: np.ndarray, normalization: str = "all") -> np.ndarray:
+    """Per-site min-max normalisation of ``|scores|`` (see :mod:`fedtab.election.rule`).
+
+    ``"all"``: over every entry, constant scores give zeros. ``"selected"``: over the
+    selected entries only, unselected = 0, constant selected scores give 0.5 (FLARE).
+    """
+    s = np.abs(scores)
+    if normalization == "all":
+        lo, hi = s.min(initial=np.inf), s.max(initial=-np.inf)
+        if not hi > lo:
+            return np.zeros_like(s)
+        out = s - lo
+        out *= 1.0 / (hi - lo)
+        return out
+    out = np.zeros_like(s)
+    if not mask.any():
+        return out
+    sel = s[mask]
+    lo, hi = sel.min(), sel.max()
+    out[mask] = (sel - lo) / (hi - lo) if hi > lo else 0.5
+    return out
+
+
+class ElectionTally:
+    """Accumulates ballots one at a time and elects from running sums.
+
+    Holds six length-d arrays (holders, selectors, two weight sums, two vote sums),
+    never the ballots, so a server with 1,000 sites uses the memory of one.
+
+    Args:
+        n_features: d, when every ballot covers the same d features in the same order.
+        feature_names: the global feature order. Ballots then carry names and may cover
+            any subset (the site abstains on the rest). If neither argument is given,
+            the schema grows as named ballots arrive (ordered union).
+        normalization: ``"all"`` or ``"selected"`` (see :mod:`fedtab.election.rule`).
+
+    Raises:
+        ValueError: bad arguments; from :meth:`add`, any invalid ballot (naming the site).
+    """
+
+    def __init__(
+        self,
+        n_features: int | None = None,
+        *,
+        feature_names: Sequence[str] | None = None,
+        normalization: str = "all",
+    ) -> None:
+        self.normalization = check_normalization(normalization)
+        if feature_names is not None:
+            names = [str(x) for x in feature_names]
+            if len(set(names)) != len(names):
+                raise ValueError("feature_names contains duplicates")
+            if n_features is not None and n_features != len(names):
+                raise ValueError(f"n_features={n_features} but {len(names)} feature names given")
+            self._names: list[str] | None = names
+            self._fixed = True
+            d = len(names)
+        elif n_features is not None:
+            if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 0:
+                raise ValueError(f"n_features must be a non-negative integer, got {n_features!r}")
+            self._names = None
+            self._fixed = True
+            d = int(n_features)
+        else:
+            self._names = []
+            self._fixed = False
+            d = 0
+        self._index = {n: i for i, n in enumerate(self._names)} if self._names is not None else None
+        self._alloc(d)
+        self.n_sites = 0
+        self.total_samples = 0
+
+    def _alloc(self, d: int) -> None:
+        self.held_by = np.zeros(d, dtype=np.int64)
+        self.selected_by = np.zeros(d, dtype=np.int64)
+        self._weight_n = np.zeros(d)  # Σ n_i over holders
+        self._vote_n = np.zeros(d)  # Σ n_i · norm_ij
+        self._vote_1 = np.zeros(d)  # Σ norm_ij
+
+    def _grow(self, new: list[str]) -> None:
+        assert self._names is not None and self._index is not None
+        for n in new:
+            self._index[n] = len(self._names)
+            self._names.append(n)
+        extra = len(new)
+        for attr in ("held_by", "selected_by", "_weight_n", "_vote_n", "_vote_1"):
+            arr = getattr(self, attr)
+            setattr(self, attr, np.concatenate([arr, np.zeros(extra, dtype=arr.dtype)]))
+
+    @property
+    def n_features(self) -> int:
+        return int(self.held_by.size)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return list(self._names) if self._names is not None else [f"f{i}" for i in range(self.n_features)]
+
+    def add(
+        self,
+        mask: Any,
+        scores: Any,
+        n_samples: Any,
+        *,
+        feature_names: Sequence[str] | None = None,
+        site: str | None = None,
+    ) -> None:
+        """Count one site's ballot. Validates it first; an invalid ballot changes nothing."""
+        site = site if site is not None else f"site-{self.n_sites + 1}"
+        b = Ballot.build(mask, scores, n_samples, feature_names, site)
+        self.add_ballot(b)
+
+    def add_ballot(self, b: Ballot) -> None:
+        """Count a validated :class:`Ballot`."""
+        label = f"site {b.site!r}"
+        if b.feature_names is None:
+            if not self._fixed:
+                raise ValueError(f"{label}: ballot has no feature names but the election is over named features")
+            if b.n_features != self.n_features:
+                raise ValueError(f"{label}: ballot covers {b.n_features} features, the election {self.n_features}")
+            cols = None
+        else:
+            if self._names is None:
+                if b.n_features != self.n_features:
+                    raise ValueError(f"{label}: ballot covers {b.n_features} features, the election {self.n_features}")
+                cols = None  # positional election: names are informational
+            else:
+                assert self._index is not None
+                unknown = [n for n in b.feature_names if n not in self._index]
+                if unknown:
+                    if self._fixed:
+                        raise ValueError(f"{label}: features {unknown[:5]} are not in the election's schema")
+                    self._grow(unknown)
+                cols = np.fromiter((self._index[n] for n in b.feature_names), dtype=np.int64, count=b.n_features)
+                if cols.size == self.n_features and np.array_equal(cols, np.arange(cols.size)):
+                    cols = None
+        norm = normalise_scores(b.mask, b.scores, self.normalization)
+        n = b.n_samples
+        if cols is None:
+            self.held_by += 1
+            self.selected_by += b.mask
+            self._weight_n += n
+            self._vote_1 += norm
+            norm *= n
+            self._vote_n += norm
+        else:
+            self.held_by[cols] += 1
+            self.selected_by[cols] += b.mask
+            self._weight_n[cols] += n
+            self._vote_1[cols] += norm
+            self._vote_n[cols] += n * norm
+        self.n_sites += 1
+        self.total_samples += n
+
+    def votes(self, aggregation: str = "weighted") -> np.ndarray:
+        """``(d,)`` vote per feature (0 where no site holds it)."""
+        check_aggregation(aggregation)
+        num, den = (self._vote_n, self._weight_n) if aggregation == "weighted" else (self._vote_1, self.held_by)
+        out = np.zeros(self.n_features)
+        np.divide(num, den, out=out, where=den > 0)
+        return out
+
+    def result(self, freedom_degree: float, aggregation: str = "weighted") -> ElectionResult:
+        """Elect with the ballots counted so far.
+
+        Raises:
+            ValueError: no ballot counted yet, ``fd`` outside [0, 1], unknown aggregation.
+        """
+        check_aggregation(aggregation)
+        if self.n_sites == 0:
+            raise ValueError("no ballots: at least one site must vote")
+        return decide(
+            self.feature_names,
+            self.held_by.copy(),
+            self.selected_by.copy(),
+            self.votes(aggregation),
+            freedom_degree,
+            aggregation,
+            self.normalization,
+            self.n_sites,
+        )

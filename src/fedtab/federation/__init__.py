@@ -1,0 +1,35 @@
+"""Sites, messages and the server-side workflows (engine-independent).
+
+Importing this package registers every site-side handler.
+"""
+
+from . import election_flow, training_flow
+from .election_flow import ElectionOutcome, broadcast_mask, elect_from_ballots, gather_ballots, run_election
+from .messages import Message, MessageError
+from .protocol import Federation, FederationError, collect
+from .site import HANDLERS, Site, handler
+from .training_flow import TrainingOutcome, run_training
+
+try:  # registered when the imputation capability is present
+    from . import impute_flow  # noqa: F401
+except ImportError as _exc:  # pragma: no cover - only while impute is absent or torch is missing
+    if "impute_flow" not in str(_exc) and "torch" not in str(_exc):
+        raise
+
+__all__ = [
+    "ElectionOutcome",
+    "Federation",
+    "FederationError",
+    "HANDLERS",
+    "Message",
+    "MessageError",
+    "Site",
+    "TrainingOutcome",
+    "broadcast_mask",
+    "collect",
+    "elect_from_ballots",
+    "gather_ballots",
+    "handler",
+    "run_election",
+    "run_training",
+]

@@ -1,0 +1,158 @@
+"""The election workflow: sites vote, the server elects, sites learn the mask.
+
+Site side (handlers): ``"ballot"`` runs the site's selector on its training rows and
+replies with mask, scores, feature names and sample count; ``"set_mask"`` stores
+the elected feature names in ``site.state["features"]``.
+
+Server side: :func:`gather_ballots` asks every site and validates each ballot on
+arrival (a bad ballot raises, naming the site), :func:`run_election` elects and
+tells the sites.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+import numpy as np
+
+from ..election.ballot import Ballot
+from ..election.rule import ElectionResult, check_aggregation, check_normalization
+from ..election.selectors import make_selector, selector_spec
+from ..election.tally import ElectionTally
+from .local_data import fill_with_column_means, numeric_matrix
+from .messages import Message
+from .protocol import Federation, collect
+from .site import Site, handler
+
+__all__ = ["ElectionOutcome", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
+
+
+@handler("ballot")
+def _ballot(site: Site, request: Message) -> Message:
+    spec = request.meta.get("selector")
+    selector = make_selector(spec if spec is not None else site.selector)
+    columns = request.meta.get("features")
+    if columns is not None:
+        columns = [c for c in columns if c in site.feature_names]
+    frame, y = site.xy("train", columns)
+    X = fill_with_column_means(numeric_matrix(frame, site.name))
+    sel = selector.select(X, y)
+    return Message(
+        "ballot",
+        {"mask": np.asarray(sel.mask, dtype=bool), "scores": np.asarray(sel.scores, dtype=np.float64)},
+        {"feature_names": list(frame.columns.astype(str)), "n_samples": int(len(y)), "selector": selector.name},
+    )
+
+
+@handler("set_mask")
+def _set_mask(site: Site, request: Message) -> Message:
+    features = request.meta.get("features")
+    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        raise ValueError("set_mask needs a list of feature names")
+    site.state["features"] = list(features)
+    held = [f for f in features if f in site.feature_names]
+    return Message("set_mask", meta={"kept": len(features), "held": len(held)})
+
+
+def _selector_request(selector: Any) -> dict[str, Any]:
+    if selector is None:
+        return {}
+    return {"selector": selector_spec(selector)}
+
+
+def gather_ballots(
+    federation: Federation,
+    selector: Any = None,
+    *,
+    selectors: Mapping[str, Any] | None = None,
+    on_error: Literal["raise", "skip"] = "raise",
+) -> list[Ballot]:
+    """Ask every site for a ballot and validate each on arrival.
+
+    Args:
+        selector: a built-in selector (name/spec) every site should use; ``None`` lets
+            each site use its own (``Site.selector``).
+        selectors: per-site overrides ``{site: selector}``.
+        on_error: ``"raise"`` (default) or ``"skip"`` sites whose reply is an error
+            or an invalid ballot.
+
+    Raises:
+        FederationError: a site failed (with ``on_error="raise"``), naming it.
+        ValueError: a ballot is invalid (shape, finiteness, sample count), naming the site.
+    """
+    requests = {}
+    for name in federation.sites:
+        spec = (selectors or {}).get(name, selector)
+        requests[name] = Message("ballot", meta=_selector_request(spec))
+    replies = collect(federation.ask(requests), "ballot", on_error)
+    ballots = []
+    for name, reply in replies.items():
+        try:
+            ballots.append(
+                Ballot.build(
+                    reply.arrays.get("mask"),
+                    reply.arrays.get("scores"),
+                    reply.meta.get("n_samples"),
+                    reply.meta.get("feature_names"),
+                    site=name,
+                )
+            )
+        except ValueError:
+            if on_error == "raise":
+                raise
+    if not ballots:
+        raise ValueError("no valid ballots")
+    return ballots
+
+
+def elect_from_ballots(
+    ballots: list[Ballot],
+    freedom_degree: float,
+    aggregation: str = "weighted",
+    normalization: str = "all",
+) -> ElectionResult:
+    """Count ``ballots`` in an :class:`ElectionTally` (aligned by name) and elect."""
+    check_aggregation(aggregation)
+    tally = ElectionTally(normalization=check_normalization(normalization))
+    for b in ballots:
+        if b.feature_names is None:
+            raise ValueError(f"site {b.site!r}: ballot has no feature names")
+        tally.add_ballot(b)
+    return tally.result(freedom_degree, aggregation)
+
+
+def broadcast_mask(federation: Federation, features: list[str]) -> None:
+    """Tell every site the elected feature names (stored in ``site.state["features"]``)."""
+    collect(federation.broadcast(Message("set_mask", meta={"features": list(features)})), "set_mask")
+
+
+@dataclass
+class ElectionOutcome:
+    """What :func:`run_election` returns: the ballots and the election result."""
+
+    ballots: list[Ballot]
+    result: ElectionResult
+
+    def site_summary(self) -> list[dict[str, Any]]:
+        """Per site: name, selected count, sample count."""
+        return [{"name": b.site, "n_samples": b.n_samples, "selected": b.n_selected} for b in self.ballots]
+
+
+def run_election(
+    federation: Federation,
+    freedom_degree: float = 0.5,
+    *,
+    selector: Any = None,
+    selectors: Mapping[str, Any] | None = None,
+    aggregation: str = "weighted",
+    normalization: str = "all",
+    ballots: list[Ballot] | None = None,
+    on_error: Literal["raise", "skip"] = "raise",
+) -> ElectionOutcome:
+    """Gather ballots (unless given), elect, and send the mask to every site."""
+    if ballots is None:
+        ballots = gather_ballots(federation, selector, selectors=selectors, on_error=on_error)
+    result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization)
+    broadcast_mask(federation, result.selected_names)
+    return ElectionOutcome(ballots, result)

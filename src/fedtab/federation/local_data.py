@@ -1,0 +1,32 @@
+"""Site-side helpers that turn a local table slice into model-ready arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["numeric_matrix", "fill_with_column_means"]
+
+
+def numeric_matrix(frame: pd.DataFrame, site: str) -> np.ndarray:
+    """``(n, d)`` float64 copy of ``frame``; NaN kept.
+
+    Raises:
+        ValueError: naming the site and the columns that are not numeric.
+    """
+    bad = [str(c) for c in frame.columns if not (pd.api.types.is_numeric_dtype(frame[c]) or pd.api.types.is_bool_dtype(frame[c]))]
+    if bad:
+        raise ValueError(f"site {site!r}: non-numeric columns {bad[:5]}{' …' if len(bad) > 5 else ''}; encode them first")
+    return frame.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def fill_with_column_means(X: np.ndarray) -> np.ndarray:
+    """Replace NaN by the column's mean over its observed rows (0 for an all-NaN column)."""
+    if not np.isnan(X).any():
+        return X
+    X = X.copy()
+    with np.errstate(invalid="ignore"):
+        means = np.nanmean(np.where(np.isnan(X).all(axis=0), 0.0, X), axis=0) if X.size else np.zeros(X.shape[1])
+    rows, cols = np.nonzero(np.isnan(X))
+    X[rows, cols] = np.nan_to_num(means)[cols]
+    return X

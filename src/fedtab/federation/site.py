@@ -1,0 +1,158 @@
+"""A site: one organisation's local table and the handlers that answer requests.
+
+A :class:`Site` never sends rows. It answers a request :class:`Message` by looking up
+the handler registered for the request's ``kind`` (see :func:`handler`) and calling
+it with itself and the request. Handlers are thin: they call the pure algorithm
+functions in ``fedtab.election`` / ``fedtab.learn`` / ``fedtab.impute`` on the local
+data and pack the result into a reply. State that must survive between requests
+(the elected mask, the agreed class list, ...) lives in :attr:`Site.state`.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from .messages import Message
+
+__all__ = ["Site", "handler", "HANDLERS"]
+
+log = logging.getLogger("fedtab.site")
+
+Handler = Callable[["Site", Message], Message]
+
+#: kind -> handler; filled by the workflow modules when ``fedtab.federation`` is imported.
+HANDLERS: dict[str, Handler] = {}
+
+
+def handler(kind: str) -> Callable[[Handler], Handler]:
+    """Register ``fn(site, request) -> reply`` as the site-side handler for ``kind``."""
+
+    def register(fn: Handler) -> Handler:
+        if kind in HANDLERS and HANDLERS[kind] is not fn:
+            raise ValueError(f"a handler for {kind!r} is already registered")
+        HANDLERS[kind] = fn
+        return fn
+
+    return register
+
+
+class Site:
+    """One participant's local data plus its per-site state.
+
+    Args:
+        name: the site's name, used in every error message about it.
+        table: the local table; columns are identified by name. NaN = missing cell.
+        target: name of the label column (``None`` for unsupervised work such as imputation).
+        test_size: fraction of rows held out as the site's test split (stratified by the
+            target when possible). ``0`` keeps every row for training.
+        seed: seed of the train/test split.
+        selector: the feature selector this site trusts: a name from
+            ``fedtab.election.selectors.SELECTORS`` or a selector object. A request may
+            override it.
+
+    Raises:
+        ValueError: empty table, missing target column, duplicate column names,
+            ``test_size`` outside ``[0, 1)``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        table: pd.DataFrame,
+        target: str | None = None,
+        *,
+        test_size: float = 0.2,
+        seed: int = 0,
+        selector: Any = "lasso",
+    ) -> None:
+        if not isinstance(table, pd.DataFrame):
+            raise ValueError(f"site {name!r}: table must be a pandas DataFrame, got {type(table).__name__}")
+        if len(table) == 0:
+            raise ValueError(f"site {name!r}: the table has no rows")
+        if table.columns.duplicated().any():
+            dups = sorted(set(table.columns[table.columns.duplicated()].astype(str)))
+            raise ValueError(f"site {name!r}: duplicate column names {dups}")
+        if target is not None and target not in table.columns:
+            raise ValueError(f"site {name!r}: target column {target!r} is not in the table")
+        if not 0 <= test_size < 1:
+            raise ValueError(f"site {name!r}: test_size must be in [0, 1), got {test_size}")
+        self.name = str(name)
+        self.table = table.reset_index(drop=True)
+        self.target = target
+        self.test_size = float(test_size)
+        self.seed = int(seed)
+        self.selector = selector
+        self.state: dict[str, Any] = {}
+        self._split = self._make_split()
+
+    # ----- data views ---------------------------------------------------------------
+    @property
+    def feature_names(self) -> list[str]:
+        """The site's feature columns (everything but the target), in table order."""
+        return [str(c) for c in self.table.columns if c != self.target]
+
+    def _make_split(self) -> tuple[np.ndarray, np.ndarray]:
+        n = len(self.table)
+        idx = np.arange(n)
+        if self.test_size == 0 or n < 2:
+            return idx, idx[:0]
+        rng = np.random.default_rng(self.seed)
+        if self.target is not None:
+            y = self.table[self.target].to_numpy()
+            train, test = [], []
+            for cls in pd.unique(y):
+                members = rng.permutation(idx[y == cls])
+                k = int(round(len(members) * self.test_size))
+                if len(members) >= 2:
+                    k = min(max(k, 1), len(members) - 1)
+                else:
+                    k = 0
+                test.append(members[:k])
+                train.append(members[k:])
+            tr, te = np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+        else:
+            perm = rng.permutation(idx)
+            k = int(round(n * self.test_size))
+            te, tr = np.sort(perm[:k]), np.sort(perm[k:])
+        return tr, te
+
+    def rows(self, part: str) -> pd.DataFrame:
+        """``part`` = ``"train"``, ``"test"`` or ``"all"``: that slice of the table."""
+        if part == "all":
+            return self.table
+        if part == "train":
+            return self.table.iloc[self._split[0]]
+        if part == "test":
+            return self.table.iloc[self._split[1]]
+        raise ValueError(f"unknown part {part!r}; expected 'train', 'test' or 'all'")
+
+    def xy(self, part: str = "train", columns: list[str] | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+        """Features (optionally only ``columns``) and target of one part of the table."""
+        if self.target is None:
+            raise ValueError(f"site {self.name!r} has no target column")
+        rows = self.rows(part)
+        cols = self.feature_names if columns is None else columns
+        missing = [c for c in cols if c not in rows.columns]
+        if missing:
+            raise ValueError(f"site {self.name!r}: columns {missing[:5]} are not in its table")
+        return rows[cols], rows[self.target].to_numpy()
+
+    # ----- protocol -----------------------------------------------------------------
+    def handle(self, request: Message) -> Message:
+        """Answer one request. Never raises: a failure becomes an error reply."""
+        fn = HANDLERS.get(request.kind)
+        if fn is None:
+            return Message.error(f"site {self.name!r} has no handler for {request.kind!r}")
+        try:
+            return fn(self, request)
+        except Exception as exc:  # noqa: BLE001 - reported to the server, not swallowed
+            log.debug("site %s failed on %s:\n%s", self.name, request.kind, traceback.format_exc())
+            return Message.error(f"{type(exc).__name__}: {exc}")
+
+    def __repr__(self) -> str:
+        return f"Site({self.name!r}, rows={len(self.table)}, features={len(self.feature_names)}, target={self.target!r})"

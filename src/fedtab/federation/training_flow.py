@@ -1,0 +1,287 @@
+"""The training workflow: FedAvg (or a model's exact aggregation) on the elected columns.
+
+Steps, each a request built on the server, a site handler, and a validated reduction:
+
+1. ``"describe"`` — each site reports its class labels and, per feature, the count,
+   sum and sum of squares of its observed training values. The server agrees the
+   class list (sorted union) and the exact global mean/std. No rows move.
+2. ``"setup"`` — sites store features, classes, mean/std and the model spec.
+3. ``"fit"`` × rounds — sites train from the global parameters for ``local_epochs``
+   and reply with parameters and their training row count; the server aggregates.
+4. ``"evaluate"`` — sites reply with the confusion matrix on their test split; the
+   server scores each site and the pooled sum (weighted F1, macro F1, accuracy).
+
+Features a site does not hold, and missing cells, are filled with the global mean
+(0 after standardisation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import numpy as np
+
+from ..learn.metrics import confusion, scores_from_confusion
+from ..learn.models import FederatedModel, Params, make_model
+from .local_data import numeric_matrix
+from .messages import Message
+from .protocol import Federation, FederationError, collect
+from .site import Site, handler
+
+__all__ = ["TrainingOutcome", "run_training", "site_matrix", "label_key"]
+
+_PARAM = "param:"
+
+
+def label_key(value: Any) -> str:
+    """The string under which a class label is agreed across sites (``1`` and ``1.0`` agree)."""
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _sort_labels(labels: set[str]) -> list[str]:
+    try:
+        return sorted(labels, key=float)
+    except ValueError:
+        return sorted(labels)
+
+
+def _features(site: Site, request: Message) -> list[str]:
+    feats = request.meta.get("features", site.state.get("features"))
+    if feats is None:
+        return site.feature_names
+    if not isinstance(feats, list):
+        raise ValueError("features must be a list of names")
+    return feats
+
+
+def site_matrix(site: Site, features: list[str], part: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, y_raw)`` over ``features`` (absent columns all-NaN), raw labels."""
+    rows = site.rows(part)
+    present = [f for f in features if f in rows.columns]
+    X = np.full((len(rows), len(features)), np.nan)
+    if present:
+        idx = [features.index(f) for f in present]
+        X[:, idx] = numeric_matrix(rows[present], site.name)
+    y = rows[site.target].to_numpy() if site.target is not None else np.zeros(len(rows))
+    return X, y
+
+
+def _prepared(site: Site, part: str) -> tuple[np.ndarray, np.ndarray]:
+    setup = site.state.get("train_setup")
+    if setup is None:
+        raise ValueError("training is not set up on this site (no 'setup' request received)")
+    X, y_raw = site_matrix(site, setup["features"], part)
+    Z = (X - setup["mean"]) / setup["std"]
+    Z[np.isnan(Z)] = 0.0
+    index = {c: i for i, c in enumerate(setup["classes"])}
+    keys = [label_key(v) for v in y_raw]
+    unknown = sorted(set(keys) - set(index))
+    if unknown:
+        raise ValueError(f"labels {unknown[:5]} are not in the agreed class list")
+    return Z, np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
+
+
+def _params_from(msg: Message) -> Params:
+    return {k[len(_PARAM):]: v for k, v in msg.arrays.items() if k.startswith(_PARAM)}
+
+
+def _params_to(params: Params) -> dict[str, np.ndarray]:
+    return {_PARAM + k: np.asarray(v) for k, v in params.items()}
+
+
+@handler("describe")
+def _describe(site: Site, request: Message) -> Message:
+    feats = _features(site, request)
+    X, y = site_matrix(site, feats, "train")
+    obs = ~np.isnan(X)
+    Xz = np.where(obs, X, 0.0)
+    labels = sorted({label_key(v) for v in y})
+    return Message(
+        "describe",
+        {"count": obs.sum(axis=0).astype(np.int64), "sum": Xz.sum(axis=0), "sumsq": (Xz * Xz).sum(axis=0)},
+        {"classes": labels, "n_train": int(len(y)), "n_test": int(len(site.rows("test"))), "features": feats},
+    )
+
+
+@handler("setup")
+def _setup(site: Site, request: Message) -> Message:
+    site.state["train_setup"] = {
+        "features": list(request.meta["features"]),
+        "classes": list(request.meta["classes"]),
+        "mean": np.asarray(request.arrays["mean"], dtype=np.float64),
+        "std": np.asarray(request.arrays["std"], dtype=np.float64),
+        "model": request.meta["model"],
+    }
+    return Message("setup", meta={"ok": True})
+
+
+@handler("fit")
+def _fit(site: Site, request: Message) -> Message:
+    X, y = _prepared(site, "train")
+    model = make_model(site.state["train_setup"]["model"])
+    params = model.local_update(_params_from(request), X, y, epochs=int(request.meta.get("epochs", 1)),
+                                seed=int(request.meta.get("seed", 0)))
+    return Message("fit", _params_to(params), {"n_samples": int(len(y))})
+
+
+@handler("evaluate")
+def _evaluate(site: Site, request: Message) -> Message:
+    part = request.meta.get("part", "test")
+    X, y = _prepared(site, part)
+    setup = site.state["train_setup"]
+    model = make_model(setup["model"])
+    pred = model.predict(_params_from(request), X) if len(y) else np.zeros(0, dtype=np.int64)
+    return Message("evaluate", {"confusion": confusion(y, pred, len(setup["classes"]))}, {"n": int(len(y))})
+
+
+@dataclass
+class TrainingOutcome:
+    """Result of :func:`run_training`.
+
+    Attributes:
+        params: final global parameters.
+        features / classes: the columns and agreed class labels the model uses.
+        mean / std: the global standardisation the sites applied.
+        pooled: weighted_f1, macro_f1, accuracy over all sites' test rows.
+        per_site: the same per site.
+        history: per evaluated round, ``{"round", **pooled metrics}``.
+        n_params: trainable parameters; bytes_down / bytes_up: traffic of the fit rounds.
+    """
+
+    model: str
+    params: Params
+    features: list[str]
+    classes: list[str]
+    mean: np.ndarray
+    std: np.ndarray
+    pooled: dict[str, float]
+    per_site: dict[str, dict[str, float]]
+    history: list[dict[str, float]] = field(default_factory=list)
+    n_params: int = 0
+    bytes_down: int = 0
+    bytes_up: int = 0
+
+
+def _evaluate_all(federation: Federation, params: Params, part: str = "test") -> tuple[dict, dict]:
+    replies = collect(federation.broadcast(Message("evaluate", _params_to(params), {"part": part})), "evaluate")
+    per_site, total = {}, None
+    for name, reply in replies.items():
+        cm = np.asarray(reply.arrays.get("confusion"))
+        if total is not None and cm.shape != total.shape:
+            raise FederationError(f"site {name!r}: confusion matrix shape {cm.shape}, expected {total.shape}")
+        if cm.ndim != 2 or cm.shape[0] != cm.shape[1] or (cm < 0).any():
+            raise FederationError(f"site {name!r}: invalid confusion matrix of shape {cm.shape}")
+        per_site[name] = scores_from_confusion(cm)
+        total = cm if total is None else total + cm
+    return scores_from_confusion(total), per_site
+
+
+def run_training(
+    federation: Federation,
+    features: list[str] | None = None,
+    *,
+    model: Any = "logistic",
+    rounds: int = 10,
+    local_epochs: int = 5,
+    seed: int = 0,
+    eval_every: int = 0,
+    on_round: Callable[[int, dict[str, float] | None], None] | None = None,
+    on_error: Literal["raise", "skip"] = "raise",
+) -> TrainingOutcome:
+    """Train ``model`` by federated rounds on ``features`` (default: each site's elected mask).
+
+    Args:
+        features: column names to train on; ``None`` uses the mask the sites were told
+            by the election (``site.state["features"]``), or all their columns.
+        model: a name from :data:`fedtab.learn.MODELS`, a ``{"name", "params"}`` dict
+            or a :class:`~fedtab.learn.FederatedModel`.
+        rounds: federated rounds; local_epochs: local passes per round.
+        eval_every: also evaluate on the test splits every that many rounds (0 = only
+            at the end) to fill ``history``.
+        on_round: progress callback ``(round, metrics or None)``.
+
+    Raises:
+        FederationError: a site failed or replied inconsistently (naming it).
+        ValueError: bad arguments, or sites that disagree on the feature list.
+    """
+    if rounds < 1 or local_epochs < 1:
+        raise ValueError("rounds and local_epochs must be at least 1")
+    fm: FederatedModel = make_model(model)
+    spec = {"name": fm.name, "params": fm.get_params()}
+    meta = {"features": list(features)} if features is not None else {}
+    described = collect(federation.broadcast(Message("describe", meta=meta)), "describe", on_error)
+    feats: list[str] | None = None
+    count = total = sumsq = None
+    classes: set[str] = set()
+    for name, reply in described.items():
+        f = reply.meta.get("features")
+        if feats is None:
+            feats = f
+        elif f != feats:
+            raise FederationError(f"site {name!r} trains on different features than the others")
+        c, s, q = (np.asarray(reply.arrays[k], dtype=np.float64) for k in ("count", "sum", "sumsq"))
+        if c.shape != (len(f),) or s.shape != c.shape or q.shape != c.shape or not np.isfinite(s).all():
+            raise FederationError(f"site {name!r}: invalid feature moments")
+        count, total, sumsq = (c, s, q) if count is None else (count + c, total + s, sumsq + q)
+        classes |= set(reply.meta.get("classes", []))
+    assert feats is not None and count is not None
+    if len(classes) < 2:
+        raise ValueError(f"training needs at least 2 classes across the sites, found {sorted(classes)}")
+    class_list = _sort_labels(classes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / np.maximum(count, 1), 0.0)
+        var = np.where(count > 0, sumsq / np.maximum(count, 1) - mean**2, 0.0)
+    std = np.sqrt(np.maximum(var, 0.0))
+    std[~(std > 1e-12)] = 1.0
+    setup = Message("setup", {"mean": mean, "std": std}, {"features": feats, "classes": class_list, "model": spec})
+    collect(federation.broadcast(setup), "setup", on_error)
+
+    params = fm.init(len(feats), len(class_list), seed)
+    history: list[dict[str, float]] = []
+    bd0, bu0 = federation.traffic.total("fit")
+    for r in range(1, rounds + 1):
+        req = Message("fit", _params_to(params), {"epochs": int(local_epochs), "round": r, "seed": seed + r})
+        replies = collect(federation.broadcast(req), "fit", on_error)
+        updates = []
+        for name, reply in replies.items():
+            p = _params_from(reply)
+            n = reply.meta.get("n_samples")
+            bad = set(p) != set(params) or any(p[k].shape != params[k].shape or not np.isfinite(p[k]).all() for k in p)
+            if bad or not isinstance(n, int) or n <= 0:
+                msg = f"site {name!r}: invalid model update (names, shapes, finiteness or n_samples)"
+                if on_error == "raise":
+                    raise FederationError(msg)
+                continue
+            updates.append((p, n))
+        if not updates:
+            raise FederationError(f"round {r}: no valid update")
+        params = fm.aggregate(updates)
+        metrics = None
+        if eval_every and (r % eval_every == 0 or r == rounds):
+            metrics, _ = _evaluate_all(federation, params)
+            history.append({"round": r, **metrics})
+        if on_round:
+            on_round(r, metrics)
+    bd1, bu1 = federation.traffic.total("fit")
+    pooled, per_site = _evaluate_all(federation, params)
+    return TrainingOutcome(
+        model=fm.name,
+        params=params,
+        features=list(feats),
+        classes=class_list,
+        mean=mean,
+        std=std,
+        pooled=pooled,
+        per_site=per_site,
+        history=history,
+        n_params=fm.n_params(len(feats), len(class_list)),
+        bytes_down=bd1 - bd0,
+        bytes_up=bu1 - bu0,
+    )

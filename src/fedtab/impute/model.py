@@ -1,0 +1,155 @@
+"""GNN imputer over the global feature graph (PyTorch + PyTorch Geometric).
+
+Each table row is one graph whose nodes are the global columns. Node input:
+``embedding(feature id) + MLP([z-value or 0, observed flag, available flag])``.
+Several residual signed message-passing layers follow, then a head predicts every
+node's z-scored value. Messages flow into *every* node, including missing and
+structurally unavailable ones: that is how an unavailable column learns from the
+columns the site does have. ``block_unavailable=True`` reproduces the reference
+behaviour (unavailable nodes are zeroed, so they neither send nor receive) and is
+kept only as an ablation.
+
+Tensors are node-major: hidden states are ``(F, B, d)`` so one sparse ``(F, F)``
+adjacency multiplies a whole batch at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
+
+from .graph import FeatureGraph
+
+__all__ = ["GNNConfig", "SignedGraphConv", "GNNImputer", "graph_tensors", "state_to_numpy", "numpy_to_state"]
+
+
+@dataclass
+class GNNConfig:
+    """Architecture of :class:`GNNImputer` (JSON-able; sent to the sites)."""
+
+    n_features: int
+    hidden_dim: int = 64
+    n_layers: int = 3
+    dropout: float = 0.0
+    block_unavailable: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class SignedGraphConv(MessagePassing):
+    """``agg_i = sum_j s_ij * w_ij / sum_j w_ij * W x_j`` over the incoming edges of i.
+
+    Node dimension is 0: ``x`` is ``(F, B, d)``. With a sparse ``(F, F)`` adjacency
+    (``adj[i, j] = s_ij w_ij / deg_i``) the fused :meth:`message_and_aggregate` is a
+    single sparse matmul; with an ``edge_index`` the generic gather/scatter path runs.
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(aggr="add", node_dim=0)
+        self.lin = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x: Tensor, adj: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        return self.propagate(adj, x=self.lin(x), edge_weight=edge_weight)
+
+    def message(self, x_j: Tensor, edge_weight: Tensor) -> Tensor:  # x_j: (E, B, d)
+        return x_j * edge_weight.view(-1, 1, 1)
+
+    def message_and_aggregate(self, adj_t: Tensor, x: Tensor) -> Tensor:
+        f, b, d = x.shape
+        return torch.sparse.mm(adj_t, x.reshape(f, b * d)).view(f, b, d)
+
+
+def graph_tensors(graph: FeatureGraph) -> tuple[Tensor, Tensor]:
+    """Sparse normalised signed adjacency ``(F, F)`` and the matching edge weights.
+
+    ``adj[i, j] = sign_ij * |r_ij| / sum_j |r_ij|`` for every edge ``j -> i``.
+    """
+    f = graph.n_nodes
+    src, tgt = graph.edge_index
+    deg = np.bincount(tgt, weights=graph.weight, minlength=f)
+    w = (graph.sign * graph.weight / np.maximum(deg[tgt], 1e-12)).astype(np.float32)
+    idx = torch.as_tensor(np.stack([tgt, src]), dtype=torch.long)
+    adj = torch.sparse_coo_tensor(idx, torch.as_tensor(w), (f, f)).coalesce()
+    return adj, torch.as_tensor(w)
+
+
+class _Layer(nn.Module):
+    def __init__(self, d: int, dropout: float) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.conv = SignedGraphConv(d)
+        self.self_lin = nn.Linear(d, d)
+        self.ff = nn.Sequential(nn.GELU(), nn.Dropout(dropout), nn.Linear(d, d))
+
+    def forward(self, h: Tensor, adj: Tensor) -> Tensor:
+        z = self.norm(h)
+        return h + self.ff(self.self_lin(z) + self.conv(z, adj))
+
+
+class GNNImputer(nn.Module):
+    """Predicts every node's z-scored value from a partially observed row.
+
+    ``forward(values, observed, available, adj)``:
+        values: (B, F) float, z-scored; anything at unobserved positions is ignored.
+        observed: (B, F) bool, the value is known and given to the model.
+        available: (B, F) or (F,) bool, the column exists at the row's site.
+        adj: the sparse adjacency from :func:`graph_tensors`.
+    Returns (B, F) predictions in z-space.
+    """
+
+    def __init__(self, config: GNNConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.hidden_dim
+        self.embed = nn.Embedding(config.n_features, d)
+        self.inp = nn.Sequential(nn.Linear(3, d), nn.GELU(), nn.Linear(d, d))
+        self.layers = nn.ModuleList(_Layer(d, config.dropout) for _ in range(config.n_layers))
+        self.out_norm = nn.LayerNorm(d)
+        self.head = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, 1))
+        nn.init.normal_(self.embed.weight, std=0.1)
+
+    def forward(self, values: Tensor, observed: Tensor, available: Tensor, adj: Tensor) -> Tensor:
+        b, f = values.shape
+        if available.dim() == 1:
+            available = available.expand(b, f)
+        obs = observed & available
+        v = torch.where(obs, values, torch.zeros_like(values))
+        feats = torch.stack([v, obs.float(), available.float()], dim=-1).transpose(0, 1)  # (F, B, 3)
+        emb = self.embed.weight.unsqueeze(1)  # (F, 1, d)
+        h = emb + self.inp(feats)
+        gate = available.T.unsqueeze(-1).float() if self.config.block_unavailable else None
+        if gate is not None:
+            h = h * gate
+        for layer in self.layers:
+            h = layer(h, adj)
+            if gate is not None:
+                h = h * gate
+        out = self.head(torch.cat([self.out_norm(h), emb.expand_as(h)], dim=-1)).squeeze(-1)  # (F, B)
+        return out.T
+
+
+def state_to_numpy(model: nn.Module) -> dict[str, np.ndarray]:
+    """Model parameters and buffers as float32 numpy arrays (what travels in a Message)."""
+    return {k: v.detach().cpu().numpy().astype(np.float32, copy=True) for k, v in model.state_dict().items()}
+
+
+def numpy_to_state(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
+    """Load :func:`state_to_numpy` output; raises ``ValueError`` on missing keys or shapes."""
+    own = model.state_dict()
+    missing = set(own) - set(arrays)
+    if missing:
+        raise ValueError(f"weights are missing {sorted(missing)[:5]}")
+    new = {}
+    for k, ref in own.items():
+        a = np.asarray(arrays[k])
+        if a.shape != tuple(ref.shape):
+            raise ValueError(f"weight {k!r} has shape {a.shape}, expected {tuple(ref.shape)}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"weight {k!r} is not finite")
+        new[k] = torch.as_tensor(a, dtype=ref.dtype)
+    model.load_state_dict(new)

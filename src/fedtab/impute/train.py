@@ -1,0 +1,157 @@
+"""Local self-supervised training of the GNN imputer, prediction, and FedAvg.
+
+Training at a site (``local_train``): for each batch of rows, hide a random fraction
+of the entries that are observed in available columns and minimise the MSE of their
+prediction. A share of the hidden entries is presented to the model as *structurally
+unavailable* (available flag 0) rather than as missing cells, so the model also
+learns to predict a column it is not given at all from the columns it shares with
+other sites: that is the signal structural imputation needs.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .model import GNNImputer
+
+__all__ = ["hide_entries", "local_train", "predict", "fedavg", "masked_sq_errors", "set_threads"]
+
+
+def set_threads(n: int | None = None) -> None:
+    """Use ``n`` intra-op threads (default: ``min(2, cpu count)``; tuned for a 2-core box)."""
+    import os
+
+    torch.set_num_threads(max(1, n or min(2, os.cpu_count() or 1)))
+
+
+def hide_entries(
+    observed: np.ndarray, fraction: float, structural_share: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pick entries to hide for self-supervision.
+
+    Args:
+        observed: (B, F) bool, entries with a known value in an available column.
+        fraction: probability that such an entry is hidden, in ``[0, 1]``.
+        structural_share: of the hidden entries, the share flagged unavailable.
+        rng: random generator.
+
+    Returns:
+        ``(hidden, as_unavailable)``: two (B, F) bool arrays, ``as_unavailable`` ⊆ ``hidden``.
+    """
+    hidden = observed & (rng.random(observed.shape) < fraction)
+    as_unavail = hidden & (rng.random(observed.shape) < structural_share)
+    return hidden, as_unavail
+
+
+def local_train(
+    model: GNNImputer,
+    optimizer: torch.optim.Optimizer,
+    values: np.ndarray,
+    available: np.ndarray,
+    adj: Tensor,
+    *,
+    epochs: int = 1,
+    batch_size: int = 64,
+    mask_fraction: float = 0.3,
+    structural_share: float = 0.5,
+    rng: np.random.Generator,
+    max_steps: int | None = None,
+) -> tuple[float, int]:
+    """Train ``model`` in place on one site's rows.
+
+    Args:
+        values: (n, F) z-scored values over the global schema, NaN = missing or
+            unavailable.
+        available: (F,) bool, the columns this site has.
+        adj: sparse adjacency from :func:`fedtab.impute.model.graph_tensors`.
+        epochs, batch_size, mask_fraction, structural_share: see module docstring.
+        max_steps: optional cap on optimiser steps (keeps rounds short on big sites).
+
+    Returns:
+        ``(mean loss over steps, number of steps)``; loss is MSE in z-space.
+    """
+    n, f = values.shape
+    obs_all = ~np.isnan(values) & available[None, :]
+    vals = np.nan_to_num(values).astype(np.float32)
+    model.train()
+    losses: list[float] = []
+    avail_t = torch.as_tensor(available)
+    for _ in range(epochs):
+        order = rng.permutation(n)
+        for start in range(0, n, batch_size):
+            if max_steps is not None and len(losses) >= max_steps:
+                break
+            idx = order[start : start + batch_size]
+            obs = obs_all[idx]
+            hidden, as_unavail = hide_entries(obs, mask_fraction, structural_share, rng)
+            if not hidden.any():
+                continue
+            x = torch.as_tensor(vals[idx])
+            inp_obs = torch.as_tensor(obs & ~hidden)
+            inp_avail = avail_t.expand(len(idx), f) & ~torch.as_tensor(as_unavail)
+            pred = model(x, inp_obs, inp_avail, adj)
+            h = torch.as_tensor(hidden)
+            loss = ((pred - x)[h] ** 2).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+    return (float(np.mean(losses)) if losses else float("nan")), len(losses)
+
+
+@torch.no_grad()
+def predict(
+    model: GNNImputer, values: np.ndarray, available: np.ndarray, adj: Tensor, batch_size: int = 512
+) -> np.ndarray:
+    """(n, F) z-space predictions for every cell; input NaN = not given to the model.
+
+    ``available`` is (F,) or (n, F) bool.
+    """
+    model.eval()
+    n, f = values.shape
+    avail = np.broadcast_to(np.asarray(available, dtype=bool), (n, f))
+    obs = ~np.isnan(values) & avail
+    vals = np.nan_to_num(values).astype(np.float32)
+    out = np.empty((n, f), dtype=np.float64)
+    for start in range(0, n, batch_size):
+        sl = slice(start, start + batch_size)
+        p = model(torch.as_tensor(vals[sl]), torch.as_tensor(obs[sl]), torch.as_tensor(np.ascontiguousarray(avail[sl])), adj)
+        out[sl] = p.numpy()
+    return out
+
+
+def masked_sq_errors(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column sum of squared errors and counts over ``mask`` (all (n, F))."""
+    d = np.where(mask, pred - np.nan_to_num(truth), 0.0)
+    return (d * d).sum(0), mask.sum(0).astype(np.float64)
+
+
+def fedavg(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float]) -> dict[str, np.ndarray]:
+    """Average parameter dicts weighted by ``sizes`` (e.g. training rows).
+
+    Raises:
+        ValueError: empty input, non-positive total size, or mismatched keys/shapes.
+    """
+    if not weights:
+        raise ValueError("nothing to average")
+    sizes = np.asarray(sizes, dtype=np.float64)
+    if sizes.shape != (len(weights),) or np.any(sizes < 0) or sizes.sum() <= 0:
+        raise ValueError(f"bad FedAvg sizes {sizes.tolist()}")
+    keys = set(weights[0])
+    for w in weights[1:]:
+        if set(w) != keys:
+            raise ValueError("sites sent different parameter names")
+    out = {}
+    for k in weights[0]:
+        shapes = {np.shape(w[k]) for w in weights}
+        if len(shapes) != 1:
+            raise ValueError(f"parameter {k!r} has different shapes across sites: {shapes}")
+        out[k] = (sum(s * np.asarray(w[k], dtype=np.float64) for s, w in zip(sizes, weights)) / sizes.sum()).astype(
+            np.float32
+        )
+    return out

@@ -1,0 +1,184 @@
+"""Models trained by FedAvg: parameters are dicts of numpy arrays.
+
+A :class:`FederatedModel` is stateless: the server holds the global parameters,
+each site calls :meth:`FederatedModel.local_update` on its own rows, and the server
+combines the updates with :meth:`FederatedModel.aggregate` (sample-weighted mean by
+default; models with an exact aggregation override it). Inputs to a model are
+already standardised with the federation's global mean/std and have no NaN;
+labels are class indices ``0..C-1`` of the class list agreed by all sites.
+
+Register new models in :data:`MODELS`; the training workflow builds them by name.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Sequence
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import log_softmax, softmax
+
+__all__ = ["Params", "FederatedModel", "LogisticRegressionModel", "MODELS", "make_model", "fedavg"]
+
+Params = dict[str, np.ndarray]
+
+
+def fedavg(updates: Sequence[tuple[Params, int]]) -> Params:
+    """Sample-weighted mean of parameter dicts: ``Σ n_i p_i / Σ n_i`` per array.
+
+    Raises:
+        ValueError: no updates, non-positive weights, or parameter names/shapes that differ.
+    """
+    if not updates:
+        raise ValueError("fedavg needs at least one update")
+    keys = set(updates[0][0])
+    total = 0.0
+    acc: Params = {k: np.zeros_like(v, dtype=np.float64) for k, v in updates[0][0].items()}
+    for params, n in updates:
+        if n <= 0:
+            raise ValueError(f"update weight must be positive, got {n}")
+        if set(params) != keys:
+            raise ValueError(f"parameter names differ: {sorted(params)} vs {sorted(keys)}")
+        for k, v in params.items():
+            if v.shape != acc[k].shape:
+                raise ValueError(f"parameter {k!r} has shape {v.shape}, expected {acc[k].shape}")
+            acc[k] += n * np.asarray(v, dtype=np.float64)
+        total += n
+    return {k: v / total for k, v in acc.items()}
+
+
+class FederatedModel(ABC):
+    """Interface of a model trained across sites. Constructor args are hyper-parameters."""
+
+    name = "model"
+
+    @abstractmethod
+    def init(self, n_features: int, n_classes: int, seed: int = 0) -> Params:
+        """Initial global parameters for ``n_features`` inputs and ``n_classes`` classes."""
+
+    @abstractmethod
+    def local_update(self, params: Params, X: np.ndarray, y: np.ndarray, *, epochs: int, seed: int = 0) -> Params:
+        """Train from ``params`` on ``X`` ``(n, d)`` float, ``y`` ``(n,)`` class indices; return new params."""
+
+    @abstractmethod
+    def predict(self, params: Params, X: np.ndarray) -> np.ndarray:
+        """``(n,)`` predicted class indices."""
+
+    def aggregate(self, updates: Sequence[tuple[Params, int]]) -> Params:
+        """Combine ``(params, n_samples)`` from the sites (FedAvg by default)."""
+        return fedavg(updates)
+
+    def n_params(self, n_features: int, n_classes: int) -> int:
+        """Number of trainable parameters (what crosses the wire each round)."""
+        return int(sum(v.size for v in self.init(n_features, n_classes).values()))
+
+    def get_params(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+class LogisticRegressionModel(FederatedModel):
+    """(Multinomial) logistic regression with L2 penalty, trained by FedAvg.
+
+    Binary problems use one weight vector (``coef`` ``(1, d)``, ``intercept`` ``(1,)``);
+    C > 2 classes use softmax (``(C, d)``, ``(C,)``). A local update runs ``epochs``
+    L-BFGS iterations (each one full pass over the site's rows) on the mean log-loss
+    ``+ l2/2·||coef||²  + mu/2·||θ − θ_global||²`` (``mu`` > 0 gives FedProx).
+
+    Args:
+        l2: L2 strength on the coefficients (per sample, like ``1/(C·n)`` in scikit-learn).
+        mu: FedProx proximal strength (0 = plain FedAvg).
+    """
+
+    name = "logistic"
+
+    def __init__(self, l2: float = 1e-3, mu: float = 0.0):
+        if l2 < 0 or mu < 0:
+            raise ValueError("l2 and mu must be non-negative")
+        self.l2 = l2
+        self.mu = mu
+
+    def init(self, n_features: int, n_classes: int, seed: int = 0) -> Params:
+        if n_classes < 2:
+            raise ValueError(f"logistic regression needs at least 2 classes, got {n_classes}")
+        k = 1 if n_classes == 2 else n_classes
+        return {"coef": np.zeros((k, n_features)), "intercept": np.zeros(k)}
+
+    def _logits(self, params: Params, X: np.ndarray) -> np.ndarray:
+        return X @ params["coef"].T + params["intercept"]
+
+    def local_update(self, params: Params, X: np.ndarray, y: np.ndarray, *, epochs: int, seed: int = 0) -> Params:
+        coef0, b0 = params["coef"], params["intercept"]
+        k, d = coef0.shape
+        theta0 = np.concatenate([coef0.ravel(), b0])
+        y = np.asarray(y, dtype=np.int64)
+        n = max(len(y), 1)
+        if k == 1:
+            t = y.astype(np.float64)
+        else:
+            onehot = np.zeros((len(y), k))
+            onehot[np.arange(len(y)), y] = 1.0
+
+        def loss_grad(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            W = theta[: k * d].reshape(k, d)
+            b = theta[k * d :]
+            z = X @ W.T + b
+            if k == 1:
+                z = z[:, 0]
+                loss = np.logaddexp(0, z).sum() - (t * z).sum()
+                r = (1 / (1 + np.exp(-z)) - t)[:, None]
+            else:
+                lsm = log_softmax(z, axis=1)
+                loss = -(onehot * lsm).sum()
+                r = np.exp(lsm) - onehot
+            gW = r.T @ X / n + self.l2 * W
+            gb = r.sum(axis=0) / n
+            loss = loss / n + 0.5 * self.l2 * (W * W).sum()
+            g = np.concatenate([gW.ravel(), gb])
+            if self.mu:
+                diff = theta - theta0
+                loss += 0.5 * self.mu * diff @ diff
+                g += self.mu * diff
+            return float(loss), g
+
+        res = minimize(loss_grad, theta0, jac=True, method="L-BFGS-B", options={"maxiter": max(int(epochs), 1)})
+        theta = res.x
+        return {"coef": theta[: k * d].reshape(k, d), "intercept": theta[k * d :].copy()}
+
+    def predict_proba(self, params: Params, X: np.ndarray) -> np.ndarray:
+        z = self._logits(params, X)
+        if z.shape[1] == 1:
+            p1 = 1 / (1 + np.exp(-z[:, 0]))
+            return np.column_stack([1 - p1, p1])
+        return softmax(z, axis=1)
+
+    def predict(self, params: Params, X: np.ndarray) -> np.ndarray:
+        z = self._logits(params, X)
+        if z.shape[1] == 1:
+            return (z[:, 0] > 0).astype(np.int64)
+        return np.argmax(z, axis=1)
+
+
+#: name -> model class; later issues add ``gnb``, ``sgd``, ``mlp``.
+MODELS: dict[str, type[FederatedModel]] = {LogisticRegressionModel.name: LogisticRegressionModel}
+
+
+def make_model(spec: Any) -> FederatedModel:
+    """A model from a name, ``{"name": ..., "params": {...}}``, or a :class:`FederatedModel`.
+
+    Raises:
+        ValueError: unknown name (listing the known ones) or bad parameters.
+    """
+    if isinstance(spec, FederatedModel):
+        return spec
+    params: dict[str, Any] = {}
+    if isinstance(spec, dict):
+        params = dict(spec.get("params") or {})
+        spec = spec.get("name")
+    cls = MODELS.get(str(spec))
+    if cls is None:
+        raise ValueError(f"unknown model {spec!r}; known: {sorted(MODELS)}")
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise ValueError(f"bad parameters for model {spec!r}: {exc}") from None
