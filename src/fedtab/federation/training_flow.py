@@ -13,6 +13,12 @@ Steps, each a request built on the server, a site handler, and a validated reduc
 
 Features a site does not hold, and missing cells, are filled with the global mean
 (0 after standardisation).
+
+Row parts: ``"train"``/``"test"`` are the site's own split; ``"fit"``/``"validation"``
+split the training rows further (set up by the tuning workflow's ``"split_validation"``
+step, stored in ``site.state["fit_validation"]``) so that choices such as the freedom
+degree never look at the test rows. Models with exact aggregation (``model.exact``,
+e.g. GaussianNB) receive no parameters, reply with statistics, and run one round.
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ from .messages import Message
 from .protocol import Federation, FederationError, collect
 from .site import Site, handler
 
-__all__ = ["TrainingOutcome", "run_training", "site_matrix", "label_key"]
+__all__ = ["TrainingOutcome", "run_training", "site_matrix", "label_key", "part_rows", "PARTS"]
+
+#: row parts a request may name.
+PARTS = ("train", "test", "fit", "validation", "all")
 
 _PARAM = "param:"
 
@@ -61,9 +70,26 @@ def _features(site: Site, request: Message) -> list[str]:
     return feats
 
 
+def part_rows(site: Site, part: str):
+    """The rows of ``part`` (see :data:`PARTS`); ``fit``/``validation`` need a prior split.
+
+    Raises:
+        ValueError: unknown part, or ``fit``/``validation`` before ``"split_validation"``.
+    """
+    if part in ("fit", "validation"):
+        split = site.state.get("fit_validation")
+        if split is None:
+            raise ValueError(f"part {part!r} needs a fit/validation split first ('split_validation' request)")
+        train = site.rows("train")
+        return train.iloc[split[0] if part == "fit" else split[1]]
+    if part not in PARTS:
+        raise ValueError(f"unknown part {part!r}; expected one of {PARTS}")
+    return site.rows(part)
+
+
 def site_matrix(site: Site, features: list[str], part: str) -> tuple[np.ndarray, np.ndarray]:
     """``(X, y_raw)`` over ``features`` (absent columns all-NaN), raw labels."""
-    rows = site.rows(part)
+    rows = part_rows(site, part)
     present = [f for f in features if f in rows.columns]
     X = np.full((len(rows), len(features)), np.nan)
     if present:
@@ -99,14 +125,15 @@ def _params_to(params: Params) -> dict[str, np.ndarray]:
 @handler("describe")
 def _describe(site: Site, request: Message) -> Message:
     feats = _features(site, request)
-    X, y = site_matrix(site, feats, "train")
+    part = str(request.meta.get("part", "train"))
+    X, y = site_matrix(site, feats, part)
     obs = ~np.isnan(X)
     Xz = np.where(obs, X, 0.0)
     labels = sorted({label_key(v) for v in y})
     return Message(
         "describe",
         {"count": obs.sum(axis=0).astype(np.int64), "sum": Xz.sum(axis=0), "sumsq": (Xz * Xz).sum(axis=0)},
-        {"classes": labels, "n_train": int(len(y)), "n_test": int(len(site.rows("test"))), "features": feats},
+        {"classes": labels, "n_train": int(len(y)), "n_test": int(len(part_rows(site, "test"))), "features": feats},
     )
 
 
@@ -118,15 +145,20 @@ def _setup(site: Site, request: Message) -> Message:
         "mean": np.asarray(request.arrays["mean"], dtype=np.float64),
         "std": np.asarray(request.arrays["std"], dtype=np.float64),
         "model": request.meta["model"],
+        "part": str(request.meta.get("part", "train")),
     }
     return Message("setup", meta={"ok": True})
 
 
 @handler("fit")
 def _fit(site: Site, request: Message) -> Message:
-    X, y = _prepared(site, "train")
+    setup = site.state.get("train_setup") or {}
+    X, y = _prepared(site, setup.get("part", "train"))
     model = make_model(site.state["train_setup"]["model"])
-    params = model.local_update(_params_from(request), X, y, epochs=int(request.meta.get("epochs", 1)),
+    params = _params_from(request)
+    if model.exact and not params:
+        params = model.init(X.shape[1], len(site.state["train_setup"]["classes"]))
+    params = model.local_update(params, X, y, epochs=int(request.meta.get("epochs", 1)),
                                 seed=int(request.meta.get("seed", 0)))
     return Message("fit", _params_to(params), {"n_samples": int(len(y))})
 
@@ -153,6 +185,10 @@ class TrainingOutcome:
         per_site: the same per site.
         history: per evaluated round, ``{"round", **pooled metrics}``.
         n_params: trainable parameters; bytes_down / bytes_up: traffic of the fit rounds.
+        traffic: per round and site ``{"round", "site", "bytes_down", "bytes_up",
+            "params_down", "params_up"}`` (bytes measured on the wire when the engine
+            logs traffic, params counted from the messages).
+        rounds: rounds actually run (1 for exact-aggregation models).
     """
 
     model: str
@@ -167,6 +203,8 @@ class TrainingOutcome:
     n_params: int = 0
     bytes_down: int = 0
     bytes_up: int = 0
+    traffic: list[dict[str, Any]] = field(default_factory=list)
+    rounds: int = 0
 
 
 def _evaluate_all(federation: Federation, params: Params, part: str = "test") -> tuple[dict, dict]:
@@ -194,6 +232,8 @@ def run_training(
     eval_every: int = 0,
     on_round: Callable[[int, dict[str, float] | None], None] | None = None,
     on_error: Literal["raise", "skip"] = "raise",
+    train_part: str = "train",
+    eval_part: str = "test",
 ) -> TrainingOutcome:
     """Train ``model`` by federated rounds on ``features`` (default: each site's elected mask).
 
@@ -206,6 +246,8 @@ def run_training(
         eval_every: also evaluate on the test splits every that many rounds (0 = only
             at the end) to fill ``history``.
         on_round: progress callback ``(round, metrics or None)``.
+        train_part / eval_part: row parts to train on and to score (``"fit"`` and
+            ``"validation"`` for tuning, after a fit/validation split).
 
     Raises:
         FederationError: a site failed or replied inconsistently (naming it).
@@ -215,7 +257,10 @@ def run_training(
         raise ValueError("rounds and local_epochs must be at least 1")
     fm: FederatedModel = make_model(model)
     spec = {"name": fm.name, "params": fm.get_params()}
-    meta = {"features": list(features)} if features is not None else {}
+    if train_part not in PARTS or eval_part not in PARTS:
+        raise ValueError(f"train_part and eval_part must be in {PARTS}")
+    meta: dict[str, Any] = {"features": list(features)} if features is not None else {}
+    meta["part"] = train_part
     described = collect(federation.broadcast(Message("describe", meta=meta)), "describe", on_error)
     feats: list[str] | None = None
     count = total = sumsq = None
@@ -240,20 +285,34 @@ def run_training(
         var = np.where(count > 0, sumsq / np.maximum(count, 1) - mean**2, 0.0)
     std = np.sqrt(np.maximum(var, 0.0))
     std[~(std > 1e-12)] = 1.0
-    setup = Message("setup", {"mean": mean, "std": std}, {"features": feats, "classes": class_list, "model": spec})
+    setup = Message("setup", {"mean": mean, "std": std}, {"features": feats, "classes": class_list, "model": spec,
+                                                        "part": train_part})
     collect(federation.broadcast(setup), "setup", on_error)
 
     params = fm.init(len(feats), len(class_list), seed)
+    template = fm.update_template(len(feats), len(class_list))
+    n_rounds = 1 if fm.exact else rounds
     history: list[dict[str, float]] = []
+    traffic: list[dict[str, Any]] = []
     bd0, bu0 = federation.traffic.total("fit")
-    for r in range(1, rounds + 1):
-        req = Message("fit", _params_to(params), {"epochs": int(local_epochs), "round": r, "seed": seed + r})
+    for r in range(1, n_rounds + 1):
+        down_params = {} if fm.exact else _params_to(params)
+        req = Message("fit", down_params, {"epochs": int(local_epochs), "round": r, "seed": seed + r})
+        n_log = len(federation.traffic.records)
         replies = collect(federation.broadcast(req), "fit", on_error)
+        measured = {t.site: t for t in federation.traffic.records[n_log:] if t.kind == "fit"}
         updates = []
         for name, reply in replies.items():
             p = _params_from(reply)
             n = reply.meta.get("n_samples")
-            bad = set(p) != set(params) or any(p[k].shape != params[k].shape or not np.isfinite(p[k]).all() for k in p)
+            t = measured.get(name)
+            traffic.append({"round": r, "site": name,
+                            "bytes_down": t.bytes_down if t else Message("fit", down_params).nbytes(),
+                            "bytes_up": t.bytes_up if t else reply.nbytes(),
+                            "params_down": int(sum(v.size for v in down_params.values())),
+                            "params_up": int(sum(np.asarray(v).size for v in p.values()))})
+            bad = set(p) != set(template) or any(tuple(p[k].shape) != template[k] or not np.isfinite(p[k]).all()
+                                                  for k in p)
             if bad or not isinstance(n, int) or n <= 0:
                 msg = f"site {name!r}: invalid model update (names, shapes, finiteness or n_samples)"
                 if on_error == "raise":
@@ -264,13 +323,13 @@ def run_training(
             raise FederationError(f"round {r}: no valid update")
         params = fm.aggregate(updates)
         metrics = None
-        if eval_every and (r % eval_every == 0 or r == rounds):
-            metrics, _ = _evaluate_all(federation, params)
+        if eval_every and (r % eval_every == 0 or r == n_rounds):
+            metrics, _ = _evaluate_all(federation, params, eval_part)
             history.append({"round": r, **metrics})
         if on_round:
             on_round(r, metrics)
     bd1, bu1 = federation.traffic.total("fit")
-    pooled, per_site = _evaluate_all(federation, params)
+    pooled, per_site = _evaluate_all(federation, params, eval_part)
     return TrainingOutcome(
         model=fm.name,
         params=params,
@@ -284,4 +343,6 @@ def run_training(
         n_params=fm.n_params(len(feats), len(class_list)),
         bytes_down=bd1 - bd0,
         bytes_up=bu1 - bu0,
+        traffic=traffic,
+        rounds=n_rounds,
     )

@@ -74,7 +74,7 @@ def graph_tensors(graph: FeatureGraph) -> tuple[Tensor, Tensor]:
     deg = np.bincount(tgt, weights=graph.weight, minlength=f)
     w = (graph.sign * graph.weight / np.maximum(deg[tgt], 1e-12)).astype(np.float32)
     idx = torch.as_tensor(np.stack([tgt, src]), dtype=torch.long)
-    adj = torch.sparse_coo_tensor(idx, torch.as_tensor(w), (f, f)).coalesce()
+    adj = torch.sparse_coo_tensor(idx, torch.as_tensor(w), (f, f), check_invariants=False).coalesce()
     return adj, torch.as_tensor(w)
 
 

@@ -35,14 +35,17 @@ def hide_entries(
 
     Args:
         observed: (B, F) bool, entries with a known value in an available column.
-        fraction: probability that such an entry is hidden, in ``[0, 1]``.
+        fraction: mean probability that such an entry is hidden, in ``(0, 1]``; each
+            row draws its own rate uniformly from ``[0, min(2 * fraction, 0.95)]`` so the
+            model sees both light and heavy masking.
         structural_share: of the hidden entries, the share flagged unavailable.
         rng: random generator.
 
     Returns:
         ``(hidden, as_unavailable)``: two (B, F) bool arrays, ``as_unavailable`` ⊆ ``hidden``.
     """
-    hidden = observed & (rng.random(observed.shape) < fraction)
+    rate = rng.uniform(0.0, min(2.0 * fraction, 0.95), size=(observed.shape[0], 1))
+    hidden = observed & (rng.random(observed.shape) < rate)
     as_unavail = hidden & (rng.random(observed.shape) < structural_share)
     return hidden, as_unavail
 

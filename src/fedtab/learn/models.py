@@ -52,6 +52,9 @@ class FederatedModel(ABC):
     """Interface of a model trained across sites. Constructor args are hyper-parameters."""
 
     name = "model"
+    #: ``True`` for models whose aggregation is exact (sites send sufficient statistics,
+    #: one round gives the pooled fit); the training workflow then runs a single round.
+    exact = False
 
     @abstractmethod
     def init(self, n_features: int, n_classes: int, seed: int = 0) -> Params:
@@ -64,6 +67,13 @@ class FederatedModel(ABC):
     @abstractmethod
     def predict(self, params: Params, X: np.ndarray) -> np.ndarray:
         """``(n,)`` predicted class indices."""
+
+    def update_template(self, n_features: int, n_classes: int) -> dict[str, tuple[int, ...]]:
+        """Names and shapes of what a site's :meth:`local_update` returns (used to validate replies).
+
+        Defaults to the shapes of :meth:`init`; exact-aggregation models override it.
+        """
+        return {k: tuple(v.shape) for k, v in self.init(n_features, n_classes).items()}
 
     def aggregate(self, updates: Sequence[tuple[Params, int]]) -> Params:
         """Combine ``(params, n_samples)`` from the sites (FedAvg by default)."""
@@ -159,7 +169,7 @@ class LogisticRegressionModel(FederatedModel):
         return np.argmax(z, axis=1)
 
 
-#: name -> model class; later issues add ``gnb``, ``sgd``, ``mlp``.
+#: name -> model class (``gnb``, ``sgd`` and ``mlp`` are registered by ``fedtab.learn``).
 MODELS: dict[str, type[FederatedModel]] = {LogisticRegressionModel.name: LogisticRegressionModel}
 
 

@@ -1,0 +1,468 @@
+"""FedHF-Impute as a federated workflow: site handlers + the server-side driver.
+
+Protocol (every step: request built on the server, pure handler on the site,
+reply validated by :func:`collect` and the checks below before it is reduced):
+
+1. ``impute_schema``  -> each site: its column names, row counts, per-column observed
+   count and sum over its training rows. Server: global schema + pooled means.
+2. ``impute_stats``   (shift = pooled means) -> each site: :class:`SiteStats`.
+   Server: exact pooled Pearson correlations, global mean/std, feature graph.
+3. ``impute_setup``   (graph, mean/std, model + training config) -> each site
+   z-scores its table over the global schema and builds the model. Ack.
+4. ``impute_fit`` x rounds (global weights) -> each site scores the received model on
+   its validation cells, trains locally, returns weights. Server: FedAvg by rows,
+   keeps the weights with the best validation RMSE.
+5. ``impute_eval``   (final weights) -> per-column validation errors.
+
+No reply ever carries rows: only counts, sums, weights and error sums.
+Nothing here imports an engine; :func:`run_imputation` only uses
+:class:`~fedtab.federation.protocol.Federation`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..impute.graph import FeatureGraph, build_feature_graph
+from ..impute.stats import STAT_ARRAYS, PooledStats, SiteStats, pool_stats, site_stats
+from .messages import Message
+from .protocol import Federation, FederationError, collect
+from .site import Site, handler
+
+__all__ = ["ImputeConfig", "ImputationResult", "run_imputation", "validate_site_table", "site_rng"]
+
+log = logging.getLogger("fedtab.impute")
+
+
+@dataclass
+class ImputeConfig:
+    """Everything the workflow needs; JSON-able so it can be sent to sites.
+
+    Graph: ``k_neighbors`` per node, edges need ``|r| >= min_abs_corr``.
+    Model: ``hidden_dim``, ``n_layers``, ``dropout``, ``block_unavailable`` (ablation).
+    Training: ``rounds`` of FedAvg, ``local_epochs`` per round, Adam ``lr`` and
+    ``weight_decay``, ``batch_size``, ``mask_fraction`` of observed entries hidden per
+    batch, ``structural_share`` of those flagged unavailable, ``max_steps_per_round``
+    (cap on local optimiser steps, ``None`` = no cap).
+    Validation: ``validation_mask_fraction`` of observed cells hidden in each site's
+    validation rows (the rows come from ``Site.test_size``); ``keep_best`` returns the
+    round with the lowest validation RMSE instead of the last one.
+    """
+
+    k_neighbors: int = 10
+    min_abs_corr: float = 0.05
+    hidden_dim: int = 32
+    n_layers: int = 3
+    dropout: float = 0.0
+    block_unavailable: bool = False
+    rounds: int = 20
+    local_epochs: int = 1
+    lr: float = 3e-3
+    weight_decay: float = 1e-5
+    batch_size: int = 64
+    mask_fraction: float = 0.4
+    structural_share: float = 0.5
+    max_steps_per_round: int | None = None
+    validation_mask_fraction: float = 0.2
+    keep_best: bool = True
+    seed: int = 0
+    n_threads: int | None = None
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` for out-of-range settings."""
+        checks = {
+            "k_neighbors": self.k_neighbors >= 1,
+            "min_abs_corr": 0 <= self.min_abs_corr < 1,
+            "hidden_dim": self.hidden_dim >= 1,
+            "n_layers": self.n_layers >= 0,
+            "dropout": 0 <= self.dropout < 1,
+            "rounds": self.rounds >= 0,
+            "local_epochs": self.local_epochs >= 1,
+            "lr": self.lr > 0,
+            "weight_decay": self.weight_decay >= 0,
+            "batch_size": self.batch_size >= 1,
+            "mask_fraction": 0 < self.mask_fraction <= 1,
+            "structural_share": 0 <= self.structural_share <= 1,
+            "validation_mask_fraction": 0 < self.validation_mask_fraction <= 1,
+        }
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"invalid imputation settings: {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)}")
+
+
+@dataclass
+class ImputationResult:
+    """What the server learned. Arrays are over the global schema ``columns`` (F).
+
+    Attributes:
+        columns: global schema. mean, std: (F,) pooled (std 1 for constant columns).
+        pooled: the pooled statistics (correlations, co-observed counts).
+        graph: the feature graph sent to the sites.
+        model_config: kwargs of :class:`~fedtab.impute.model.GNNConfig`.
+        weights: final model parameters (numpy, float32).
+        site_columns: site -> its columns. site_rows: site -> training rows.
+        history: per round ``{"round", "train_loss", "val_rmse"}`` (val of the model
+            the sites received at the start of that round).
+        validation: ``{"overall", "per_site", "per_column"}`` z-space RMSE of the returned
+            model on the validation cells (empty dicts / None if no site has validation rows).
+        unobserved_pairs: column pairs no site observes together.
+        best_round: round whose model is returned. seconds: wall time. bytes: (down, up).
+    """
+
+    columns: list[str]
+    mean: np.ndarray
+    std: np.ndarray
+    pooled: PooledStats
+    graph: FeatureGraph
+    model_config: dict
+    weights: dict[str, np.ndarray]
+    site_columns: dict[str, list[str]]
+    site_rows: dict[str, int]
+    history: list[dict] = field(default_factory=list)
+    validation: dict = field(default_factory=dict)
+    unobserved_pairs: int = 0
+    best_round: int = 0
+    seconds: float = 0.0
+    bytes: tuple[int, int] = (0, 0)
+
+
+# ----------------------------------------------------------------------------- site side
+def site_rng(seed: int, name: str, salt: str) -> np.random.Generator:
+    """A generator that differs per site and purpose but is reproducible."""
+    return np.random.default_rng([int(seed), zlib.crc32(name.encode()), zlib.crc32(salt.encode())])
+
+
+def validate_site_table(table: pd.DataFrame, name: str) -> None:
+    """Raise ``ValueError`` naming the site if its table cannot be imputed.
+
+    Rules: at least one row and one column, unique column names, every column
+    numeric (bool counts as numeric), no infinite values, no column without a
+    single observed value.
+    """
+    if not isinstance(table, pd.DataFrame):
+        raise ValueError(f"site {name!r}: expected a pandas DataFrame, got {type(table).__name__}")
+    if table.shape[0] == 0 or table.shape[1] == 0:
+        raise ValueError(f"site {name!r}: the table is empty ({table.shape[0]} rows, {table.shape[1]} columns)")
+    cols = [str(c) for c in table.columns]
+    if len(set(cols)) != len(cols):
+        raise ValueError(f"site {name!r}: duplicate column names")
+    bad = [c for c in table.columns if not (pd.api.types.is_numeric_dtype(table[c]) or pd.api.types.is_bool_dtype(table[c]))]
+    if bad:
+        raise ValueError(f"site {name!r}: non-numeric columns {[str(c) for c in bad[:8]]} (encode them as numbers first)")
+    values = table.to_numpy(dtype=np.float64, na_value=np.nan)
+    if np.isinf(values).any():
+        raise ValueError(f"site {name!r}: the table contains infinite values")
+    empty = [str(c) for c, n in zip(table.columns, (~np.isnan(values)).sum(0)) if n == 0]
+    if empty:
+        raise ValueError(f"site {name!r}: columns with no observed value {empty[:8]}")
+
+
+def _values(site: Site, part: str) -> np.ndarray:
+    return site.rows(part).to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+@handler("impute_schema")
+def _schema(site: Site, request: Message) -> Message:
+    validate_site_table(site.table, site.name)
+    train = _values(site, "train")
+    if len(train) == 0:
+        raise ValueError(f"site {site.name!r}: no training rows")
+    obs = ~np.isnan(train)
+    empty = [c for c, n in zip(site.feature_names, obs.sum(0)) if n == 0]
+    if empty:
+        raise ValueError(f"site {site.name!r}: columns with no observed training value {empty[:8]}")
+    return Message(
+        "impute_schema",
+        {"count": obs.sum(0).astype(np.float64), "sum": np.where(obs, train, 0.0).sum(0)},
+        {"columns": [str(c) for c in site.table.columns], "n_train": len(train), "n_valid": len(site.rows("test"))},
+    )
+
+
+@handler("impute_stats")
+def _stats(site: Site, request: Message) -> Message:
+    glob = list(request.meta["columns"])
+    pos = {c: i for i, c in enumerate(glob)}
+    cols = [str(c) for c in site.table.columns]
+    shift = np.asarray(request.arrays["shift"], dtype=np.float64)[[pos[c] for c in cols]]
+    s = site_stats(_values(site, "train"), cols, shift)
+    return Message("impute_stats", {k: getattr(s, k) for k in STAT_ARRAYS + ("shift",)}, {"columns": cols})
+
+
+def _global_values(site: Site, part: str, columns: list[str], mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """(n, F) z-scored values over the global schema; NaN = missing or unavailable."""
+    rows = site.rows(part)
+    out = np.full((len(rows), len(columns)), np.nan)
+    pos = {c: i for i, c in enumerate(columns)}
+    idx = [pos[str(c)] for c in rows.columns]
+    out[:, idx] = rows.to_numpy(dtype=np.float64, na_value=np.nan)
+    return (out - mean) / std
+
+
+@handler("impute_setup")
+def _setup(site: Site, request: Message) -> Message:
+    import torch
+
+    from ..impute.model import GNNConfig, GNNImputer, graph_tensors
+    from ..impute.train import set_threads
+
+    meta, arr = request.meta, request.arrays
+    cfg = ImputeConfig(**meta["config"])
+    set_threads(cfg.n_threads)
+    columns = list(meta["columns"])
+    mean, std = np.asarray(arr["mean"], np.float64), np.asarray(arr["std"], np.float64)
+    graph = FeatureGraph(columns, np.asarray(arr["edge_index"], np.int64), np.asarray(arr["weight"], np.float64),
+                         np.asarray(arr["sign"], np.float64))
+    graph.validate()
+    available = np.isin(columns, [str(c) for c in site.table.columns])
+    train = _global_values(site, "train", columns, mean, std)
+    valid = _global_values(site, "test", columns, mean, std)
+    vobs = ~np.isnan(valid)
+    vmask = vobs & (site_rng(cfg.seed, site.name, "valid").random(valid.shape) < cfg.validation_mask_fraction)
+    model = GNNImputer(GNNConfig(**meta["model"]))
+    adj, _ = graph_tensors(graph)
+    site.state["impute"] = {
+        "config": cfg, "columns": columns, "available": available, "train": train, "valid": valid,
+        "valid_mask": vmask, "model": model, "adj": adj,
+        "optimizer": torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay),
+        "rng": site_rng(cfg.seed, site.name, "train"),
+    }
+    return Message("impute_setup", meta={"n_train": int(len(train)), "n_valid": int(len(valid))})
+
+
+def _state(site: Site) -> dict:
+    st = site.state.get("impute")
+    if st is None:
+        raise RuntimeError(f"site {site.name!r} received an imputation step before impute_setup")
+    return st
+
+
+def _validation_errors(st: dict) -> tuple[np.ndarray, np.ndarray]:
+    from ..impute.train import masked_sq_errors, predict
+
+    valid, vmask = st["valid"], st["valid_mask"]
+    f = len(st["columns"])
+    if not vmask.any():
+        return np.zeros(f), np.zeros(f)
+    given = np.where(vmask, np.nan, valid)
+    pred = predict(st["model"], given, st["available"], st["adj"])
+    return masked_sq_errors(pred, valid, vmask)
+
+
+def _weights(request: Message) -> dict[str, np.ndarray]:
+    return {k[2:]: v for k, v in request.arrays.items() if k.startswith("w/")}
+
+
+@handler("impute_fit")
+def _fit(site: Site, request: Message) -> Message:
+    from ..impute.model import numpy_to_state, state_to_numpy
+    from ..impute.train import local_train
+
+    st = _state(site)
+    cfg: ImputeConfig = st["config"]
+    numpy_to_state(st["model"], _weights(request))
+    sse, cnt = _validation_errors(st)
+    loss, steps = local_train(
+        st["model"], st["optimizer"], st["train"], st["available"], st["adj"],
+        epochs=cfg.local_epochs, batch_size=cfg.batch_size, mask_fraction=cfg.mask_fraction,
+        structural_share=cfg.structural_share, rng=st["rng"], max_steps=cfg.max_steps_per_round,
+    )
+    arrays = {f"w/{k}": v for k, v in state_to_numpy(st["model"]).items()}
+    arrays.update(val_sse=sse, val_count=cnt)
+    return Message("impute_fit", arrays, {"n_train": int(len(st["train"])), "loss": loss if np.isfinite(loss) else None,
+                                         "steps": steps})
+
+
+@handler("impute_eval")
+def _eval(site: Site, request: Message) -> Message:
+    from ..impute.model import numpy_to_state
+
+    st = _state(site)
+    numpy_to_state(st["model"], _weights(request))
+    sse, cnt = _validation_errors(st)
+    return Message("impute_eval", {"val_sse": sse, "val_count": cnt})
+
+
+# --------------------------------------------------------------------------- server side
+def _check(site: str, msg: Message, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    a = msg.arrays.get(name)
+    if a is None:
+        raise FederationError(f"site {site!r}: reply lacks array {name!r}")
+    if a.shape != shape:
+        raise FederationError(f"site {site!r}: array {name!r} has shape {a.shape}, expected {shape}")
+    if a.dtype.kind not in "biuf" or not np.all(np.isfinite(a)):
+        raise FederationError(f"site {site!r}: array {name!r} is not finite numeric data")
+    return a
+
+
+def _error_totals(replies: Mapping[str, Message], f: int) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], float | None]:
+    per_site = {}
+    for s, r in replies.items():
+        sse, cnt = _check(s, r, "val_sse", (f,)), _check(s, r, "val_count", (f,))
+        if np.any(sse < 0) or np.any(cnt < 0):
+            raise FederationError(f"site {s!r}: negative validation errors")
+        per_site[s] = (sse, cnt)
+    tot_sse = sum(v[0].sum() for v in per_site.values())
+    tot_cnt = sum(v[1].sum() for v in per_site.values())
+    return per_site, (float(np.sqrt(tot_sse / tot_cnt)) if tot_cnt > 0 else None)
+
+
+def _weight_arrays(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {f"w/{k}": v for k, v in weights.items()}
+
+
+def run_imputation(
+    federation: Federation,
+    config: ImputeConfig | None = None,
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+) -> ImputationResult:
+    """Run FedHF-Impute over ``federation`` and return the learned imputer state.
+
+    Args:
+        federation: any engine's :class:`Federation`; every site must have the
+            ``impute_*`` handlers (importing this module registers them).
+        config: settings (defaults: :class:`ImputeConfig`).
+        progress: optional ``fn(round, rounds, info)`` called after each round.
+
+    Raises:
+        FederationError: a site failed (the message names it), a reply was malformed,
+            or the sites share no column (with more than one site).
+        ValueError: invalid ``config``.
+    """
+    import torch
+
+    from ..impute.model import GNNConfig, GNNImputer, state_to_numpy
+    from ..impute.train import fedavg, set_threads
+
+    cfg = config or ImputeConfig()
+    cfg.validate()
+    set_threads(cfg.n_threads)
+    t0 = time.perf_counter()
+    down0, up0 = federation.traffic.total()
+
+    # 1. schema + counts
+    replies = collect(federation.broadcast(Message("impute_schema")), "impute_schema")
+    site_columns: dict[str, list[str]] = {}
+    columns: dict[str, None] = {}
+    for s, r in replies.items():
+        cols = r.meta.get("columns")
+        if not isinstance(cols, list) or not cols or len(set(cols)) != len(cols):
+            raise FederationError(f"site {s!r}: bad column list in its schema reply")
+        site_columns[s] = [str(c) for c in cols]
+        for c in cols:
+            columns.setdefault(str(c), None)
+    glob = list(columns)
+    f = len(glob)
+    pos = {c: i for i, c in enumerate(glob)}
+    holders = np.zeros(f, dtype=int)
+    cnt, sm = np.zeros(f), np.zeros(f)
+    for s, r in replies.items():
+        idx = [pos[c] for c in site_columns[s]]
+        n = len(idx)
+        c_, s_ = _check(s, r, "count", (n,)), _check(s, r, "sum", (n,))
+        holders[idx] += 1
+        cnt[idx] += c_
+        sm[idx] += s_
+    if len(replies) > 1 and holders.max() < 2:
+        raise FederationError(
+            "no column is shared by two or more sites: the sites' schemas are disjoint, so nothing links them "
+            f"(site columns: { {s: c[:5] for s, c in site_columns.items()} })"
+        )
+    if np.any(cnt == 0):
+        raise FederationError(f"columns without any observed value: {[glob[i] for i in np.flatnonzero(cnt == 0)][:8]}")
+    shift = sm / cnt
+
+    # 2. sufficient statistics -> pooled correlations -> graph
+    replies = collect(federation.broadcast(Message("impute_stats", {"shift": shift}, {"columns": glob})), "impute_stats")
+    stats = []
+    for s, r in replies.items():
+        if r.meta.get("columns") != site_columns[s]:
+            raise FederationError(f"site {s!r}: statistics are over different columns than its schema")
+        n = len(site_columns[s])
+        arrays = {k: _check(s, r, k, (n,) if k in ("count", "sum", "sumsq", "shift") else (n, n))
+                  for k in STAT_ARRAYS + ("shift",)}
+        st = SiteStats(columns=site_columns[s], **{k: np.asarray(v, np.float64) for k, v in arrays.items()})
+        try:
+            st.validate()
+        except ValueError as exc:
+            raise FederationError(f"site {s!r}: invalid statistics: {exc}") from None
+        stats.append(st)
+    try:
+        pooled = pool_stats(stats, glob)
+    except ValueError as exc:
+        raise FederationError(f"pooling statistics failed: {exc}") from None
+    mean = pooled.mean
+    std = np.where(np.isfinite(pooled.std) & (pooled.std > 1e-12), pooled.std, 1.0)
+    graph = build_feature_graph(pooled.corr, glob, k=cfg.k_neighbors, min_abs_corr=cfg.min_abs_corr)
+    unobserved = pooled.unobserved_pairs()
+    log.info("feature graph: %d nodes, %d edges; %d column pairs never observed together", f, graph.n_edges, unobserved)
+
+    # 3. setup
+    mcfg = GNNConfig(n_features=f, hidden_dim=cfg.hidden_dim, n_layers=cfg.n_layers, dropout=cfg.dropout,
+                     block_unavailable=cfg.block_unavailable)
+    setup = Message(
+        "impute_setup",
+        {"edge_index": graph.edge_index, "weight": graph.weight, "sign": graph.sign, "mean": mean, "std": std},
+        {"columns": glob, "config": asdict(cfg), "model": mcfg.to_dict()},
+    )
+    replies = collect(federation.broadcast(setup), "impute_setup")
+    site_rows = {}
+    for s, r in replies.items():
+        n = r.meta.get("n_train")
+        if not isinstance(n, int) or n <= 0:
+            raise FederationError(f"site {s!r}: reported {n!r} training rows")
+        site_rows[s] = n
+
+    # 4. FedAvg rounds
+    torch.manual_seed(cfg.seed)
+    weights = state_to_numpy(GNNImputer(mcfg))
+    shapes = {k: v.shape for k, v in weights.items()}
+    history: list[dict] = []
+    best = (np.inf, 0, weights)
+    for rnd in range(1, cfg.rounds + 1):
+        replies = collect(federation.broadcast(Message("impute_fit", _weight_arrays(weights), {"round": rnd})),
+                          "impute_fit")
+        new, sizes, losses = [], [], []
+        for s, r in replies.items():
+            new.append({k: _check(s, r, f"w/{k}", shp) for k, shp in shapes.items()})
+            sizes.append(site_rows[s])
+            loss = r.meta.get("loss")
+            if loss is not None:
+                losses.append((float(loss), site_rows[s]))
+        _, val = _error_totals(replies, f)
+        if val is not None and val < best[0]:
+            best = (val, rnd - 1, weights)
+        weights = fedavg(new, sizes)
+        train_loss = sum(l * n for l, n in losses) / sum(n for _, n in losses) if losses else None
+        history.append({"round": rnd, "train_loss": train_loss, "val_rmse": val})
+        if progress is not None:
+            progress(rnd, cfg.rounds, history[-1])
+
+    # 5. final evaluation
+    replies = collect(federation.broadcast(Message("impute_eval", _weight_arrays(weights))), "impute_eval")
+    per_site, val = _error_totals(replies, f)
+    best_round = cfg.rounds
+    if cfg.keep_best and val is not None and best[0] < val:
+        best_round, weights = best[1], best[2]
+        replies = collect(federation.broadcast(Message("impute_eval", _weight_arrays(weights))), "impute_eval")
+        per_site, val = _error_totals(replies, f)
+    col_sse = sum(v[0] for v in per_site.values())
+    col_cnt = sum(v[1] for v in per_site.values())
+    validation = {
+        "overall": val,
+        "per_site": {s: (float(np.sqrt(v[0].sum() / v[1].sum())) if v[1].sum() > 0 else None) for s, v in per_site.items()},
+        "per_column": {glob[i]: (float(np.sqrt(col_sse[i] / col_cnt[i])) if col_cnt[i] > 0 else None) for i in range(f)},
+    }
+    down1, up1 = federation.traffic.total()
+    return ImputationResult(
+        columns=glob, mean=mean, std=std, pooled=pooled, graph=graph, model_config=mcfg.to_dict(), weights=weights,
+        site_columns=site_columns, site_rows=site_rows, history=history, validation=validation,
+        unobserved_pairs=unobserved, best_round=best_round, seconds=time.perf_counter() - t0,
+        bytes=(down1 - down0, up1 - up0),
+    )

@@ -1,0 +1,92 @@
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import f1_score
+
+from fedtab import LocalFederation, Site, run_election, run_training
+from fedtab.data import classification_table, split_rows
+from fedtab.federation import FederationError, Message, gather_ballots
+
+
+def make_fed(n=900, seed=0):
+    table = classification_table(n, 30, 5, 3, 0, seed=seed, class_sep=1.5)
+    parts = split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=seed)
+    sites = [Site(f"s{i}", p, "target", selector=s) for i, (p, s) in enumerate(zip(parts, ["lasso", "anova", "mutual_info"]))]
+    return LocalFederation(sites), table
+
+
+def test_election_workflow_tells_sites_the_mask():
+    fed, _ = make_fed()
+    out = run_election(fed, 0.5)
+    assert out.result.stats["kept"] == len(out.result.selected_names) > 0
+    for name in fed.sites:
+        assert fed.site(name).state["features"] == out.result.selected_names
+    assert [b.n_samples for b in out.ballots] == [len(fed.site(s).rows("train")) for s in fed.sites]
+    down, up = fed.traffic.total("ballot")
+    assert down > 0 and up > 0
+
+
+def test_fedavg_training_matches_centralised_quality():
+    fed, table = make_fed()
+    feats = [c for c in table.columns if c != "target"]
+    out = run_training(fed, feats, rounds=20, local_epochs=5)
+    Xtr = pd.concat([fed.site(s).rows("train") for s in fed.sites])
+    Xte = pd.concat([fed.site(s).rows("test") for s in fed.sites])
+    central = LogisticRegression(max_iter=1000).fit(Xtr[feats], Xtr["target"])
+    f1_central = f1_score(Xte["target"], central.predict(Xte[feats]), average="weighted")
+    assert out.pooled["weighted_f1"] > f1_central - 0.03
+    assert out.n_params == len(feats) + 1
+    assert set(out.per_site) == set(fed.sites)
+    assert out.bytes_down > 0 and out.bytes_up > 0
+
+
+def test_training_on_elected_columns_uses_fewer_parameters():
+    fed, table = make_fed()
+    res = run_election(fed, 0.0).result
+    out = run_training(fed, rounds=3)
+    assert out.features == res.selected_names
+    assert out.n_params == len(res.selected_names) + 1 < table.shape[1]
+
+
+def test_string_labels_and_multiclass():
+    table = classification_table(600, 10, 4, 0, 0, n_classes=3, seed=2, class_sep=2.0)
+    table["target"] = table["target"].map({0: "low", 1: "mid", 2: "high"})
+    parts = split_rows(table, [0.5, 0.5], stratify="target")
+    fed = LocalFederation([Site("a", parts[0], "target"), Site("b", parts[1], "target")])
+    out = run_training(fed, [c for c in table.columns if c != "target"], rounds=10)
+    assert out.classes == ["high", "low", "mid"]
+    assert out.pooled["accuracy"] > 0.6
+
+
+def test_site_errors_are_reported_with_the_site_name():
+    fed, table = make_fed()
+    bad = table.head(50).copy()
+    bad["f00"] = "text"
+    fed2 = LocalFederation([fed.site("s0"), Site("broken", bad, "target")])
+    with pytest.raises(FederationError, match="site 'broken'.*non-numeric"):
+        gather_ballots(fed2)
+    ballots = gather_ballots(fed2, on_error="skip")
+    assert [b.site for b in ballots] == ["s0"]
+
+
+def test_unknown_request_kind_is_an_error_reply():
+    fed, _ = make_fed()
+    reply = fed.ask({"s0": Message("no-such-step")})["s0"]
+    assert reply.is_error and "no handler" in reply.meta["error"]
+
+
+def test_site_validates_its_table():
+    with pytest.raises(ValueError, match="site 'x': target column 'y'"):
+        Site("x", pd.DataFrame({"a": [1, 2]}), "y")
+    with pytest.raises(ValueError, match="no rows"):
+        Site("x", pd.DataFrame({"a": []}))
+
+
+def test_stratified_split_keeps_every_class_in_train():
+    fed, _ = make_fed()
+    for s in fed.sites:
+        site = fed.site(s)
+        tr, te = site.rows("train"), site.rows("test")
+        assert set(tr["target"]) == {0, 1} and len(te) > 0
+        assert not set(tr.index) & set(te.index)
