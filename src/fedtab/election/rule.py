@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, Sequence
 
 import numpy as np
@@ -53,6 +54,29 @@ def check_normalization(normalization: Any) -> str:
     return str(normalization)
 
 
+class PositionalNames(Sequence[str]):
+    """``f0 … f{d-1}``, generated on access (positional elections over many features)."""
+
+    def __init__(self, n: int) -> None:
+        self._n = int(n)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [f"f{j}" for j in range(*i.indices(self._n))]
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return f"f{i % self._n}"
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"PositionalNames({self._n})"
+
+
 def n_admitted(freedom_degree: float, n_disputed: int) -> int:
     """``ceil(fd · n_disputed)``, immune to float noise such as ``0.3 * 10 = 3.0000000000000004``."""
     return min(n_disputed, math.ceil(round(freedom_degree * n_disputed, 9)))
@@ -74,17 +98,28 @@ class ElectionResult:
         freedom_degree, aggregation, normalization: the settings used.
     """
 
-    feature_names: tuple[str, ...]
+    feature_names: Sequence[str]
     mask: np.ndarray
     votes: np.ndarray
     stats: dict[str, int]
-    reasons: tuple[str, ...]
     selected_by: np.ndarray
     held_by: np.ndarray
     freedom_degree: float
     aggregation: str
     normalization: str
     rank: np.ndarray = field(repr=False)  # 1-based rank among disputed, 0 elsewhere
+
+    @cached_property
+    def reasons(self) -> tuple[str, ...]:
+        """Per feature, why it was kept or dropped (built on first access)."""
+        out = np.empty(self.votes.size, dtype=object)
+        out[:] = "selected by no site"
+        out[self.held_by == 0] = "held by no site"
+        consensus = (self.held_by > 0) & (self.selected_by == self.held_by)
+        out[consensus] = "consensus"
+        for j in np.flatnonzero(self.rank):
+            out[j] = f"{'won' if self.mask[j] else 'lost'} the vote at rank {self.rank[j]}"
+        return tuple(out.tolist())
 
     @property
     def selected_names(self) -> list[str]:
@@ -140,12 +175,6 @@ def decide(
     rank = np.zeros(votes.size, dtype=np.int64)
     rank[order] = np.arange(1, order.size + 1)
 
-    reasons = np.empty(votes.size, dtype=object)
-    reasons[:] = "selected by no site"
-    reasons[~held] = "held by no site"
-    reasons[intersection] = "consensus"
-    for pos, j in enumerate(order):
-        reasons[j] = f"{'won' if pos < k else 'lost'} the vote at rank {pos + 1}"
     stats = {
         "sites": int(n_sites),
         "features": int(votes.size),
@@ -155,11 +184,10 @@ def decide(
         "kept": int(mask.sum()),
     }
     return ElectionResult(
-        feature_names=tuple(feature_names),
+        feature_names=feature_names if isinstance(feature_names, PositionalNames) else tuple(feature_names),
         mask=mask,
         votes=votes,
         stats=stats,
-        reasons=tuple(reasons.tolist()),
         selected_by=selected_by,
         held_by=held_by,
         freedom_degree=fd,

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .ballot import Ballot
-from .rule import ElectionResult, check_aggregation, check_normalization, decide
+from .rule import ElectionResult, PositionalNames, check_aggregation, check_normalization, decide
 
 __all__ = ["ElectionTally", "normalise_scores"]
 
@@ -107,7 +107,7 @@ class ElectionTally:
 
     @property
     def feature_names(self) -> list[str]:
-        return list(self._names) if self._names is not None else [f"f{i}" for i in range(self.n_features)]
+        return list(self._names) if self._names is not None else PositionalNames(self.n_features)
 
     def add(
         self,
