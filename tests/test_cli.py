@@ -85,3 +85,31 @@ def test_elect_with_sites_missing_the_target(site_files, tmp_path):
     pd.read_csv(site_files[0]).rename(columns={"target": "label"}).to_csv(other, index=False)
     res = runner.invoke(app, ["elect", str(site_files[0]), str(other), "--target", "target"])
     assert res.exit_code == 2 and "other.csv" in res.output and "common target" in res.output
+
+
+def test_elect_tunes_and_one_hot_encodes_categorical_columns(site_files, tmp_path):
+    import pandas as pd
+
+    files = []
+    for i, p in enumerate(site_files[:2]):
+        frame = pd.read_csv(p)
+        frame["colour"] = [("red", "green", "blue")[(j + i) % 3] for j in range(len(frame))]
+        q = tmp_path / f"cat{i}.csv"
+        frame.to_csv(q, index=False)
+        files.append(q)
+    out = tmp_path / "tuned"
+    res = runner.invoke(app, ["elect", *map(str, files), "--target", "target", "--tune", "grid", "--model", "gnb",
+                              "--rounds", "2", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["categorical_columns"] == ["colour"]
+    assert doc["stats"]["features"] == 20 + 3  # colour became three agreed one-hot columns
+    assert doc["tuning"]["freedom_degree"] == doc["freedom_degree"]
+    assert doc["training"]["model"] == "gnb"
+
+
+def test_elect_rejects_unknown_tuner_and_model(site_files):
+    res = runner.invoke(app, ["elect", str(site_files[0]), "--target", "target", "--tune", "magic"])
+    assert res.exit_code == 2 and "--tune" in res.output
+    res = runner.invoke(app, ["elect", str(site_files[0]), "--target", "target", "--model", "xgboost"])
+    assert res.exit_code == 2 and "unknown model" in res.output

@@ -11,9 +11,19 @@ from .federation import Message, Site, run_election, run_training
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # FederatedImputer needs torch (an optional extra): imported on first use only.
+    if name == "FederatedImputer":
+        from .imputer import FederatedImputer
+
+        return FederatedImputer
+    raise AttributeError(f"module 'fedtab' has no attribute {name!r}")
+
 __all__ = [
     "ElectionResult",
     "ElectionTally",
+    "FederatedImputer",
     "LocalFederation",
     "Message",
     "Site",

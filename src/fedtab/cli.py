@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Optional
 
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -23,7 +24,7 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int = 2) -> None:
     """Print ``message`` as an error and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}")
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False)
     raise typer.Exit(code)
 
 
@@ -86,8 +87,14 @@ def elect(
                                                   help="Share of disputed features admitted by vote (0 = intersection, 1 = union).")] = 0.5,
     aggregation: Annotated[str, typer.Option(help="Site weights: 'weighted' (by rows) or 'uniform'.")] = "weighted",
     normalization: Annotated[str, typer.Option(help="'all' (fedtab) or 'selected' (NVIDIA FLARE's variant).")] = "all",
-    train: Annotated[bool, typer.Option(help="Train a FedAvg logistic regression on all and on the elected columns.")] = True,
+    tune: Annotated[str, typer.Option(help="Choose fd on validation rows: 'none' (use --freedom-degree), 'grid' "
+                                      "(smallest mask within --tolerance of the best) or 'hill-climb' (the peers' search).")] = "none",
+    model: Annotated[str, typer.Option(help="Model trained by the federation: logistic, sgd, gnb (exact) or mlp.")] = "logistic",
+    tolerance: Annotated[float, typer.Option(min=0.0, help="Grid tuning: F1 slack within which the smallest mask wins.")] = 0.01,
+    validation_size: Annotated[float, typer.Option(min=0.05, max=0.9, help="Tuning: share of each site's training rows used for validation.")] = 0.25,
+    train: Annotated[bool, typer.Option(help="Train the model on all and on the elected columns (always on with --tune).")] = True,
     rounds: Annotated[int, typer.Option(min=1, help="FedAvg rounds when training.")] = 10,
+    local_epochs: Annotated[int, typer.Option(min=1, help="Local epochs per FedAvg round.")] = 5,
     test_size: Annotated[float, typer.Option(min=0.0, max=0.9, help="Share of each site's rows held out for testing.")] = 0.2,
     seed: Annotated[int, typer.Option(help="Seed of the train/test splits and selectors.")] = 0,
     out: Annotated[Path, typer.Option(help="Output directory: result.json and elected_columns.txt.")] = Path("fedtab-elect"),
@@ -98,10 +105,15 @@ def elect(
     from .election.selectors import make_selector
     from .engines.local import LocalFederation
     from .federation import FederationError, Site, run_election, run_training
+    from .federation.encoding_flow import federated_one_hot
+    from .learn.models import make_model
 
     try:
         check_aggregation(aggregation)
         check_normalization(normalization)
+        make_model(model)
+        if tune not in ("none", "grid", "hill-climb"):
+            fail(f"--tune must be 'none', 'grid' or 'hill-climb', got {tune!r}")
         sel_names = selector or ["lasso"]
         if len(sel_names) not in (1, len(tables)):
             fail(f"give one --selector for all sites or one per site ({len(tables)}), got {len(sel_names)}")
@@ -123,21 +135,35 @@ def elect(
         sites = [Site(n, f, target, test_size=test_size, seed=seed, selector=s)
                  for n, f, s in zip(names, frames, sel_names)]
         fed = LocalFederation(sites)
+        categorical = sorted({str(c) for f in frames for c in f.columns
+                              if c != target and not (pd.api.types.is_numeric_dtype(f[c]) or pd.api.types.is_bool_dtype(f[c]))})
+        if categorical:
+            with console.status(f"agreeing categories of {len(categorical)} columns (sites send category sets, no rows)"):
+                federated_one_hot(fed, categorical)
+        if tune != "none":
+            from .federation.tuning_flow import tune_and_train
+
+            with console.status(f"tuning the freedom degree ({tune}) on validation rows"):
+                report = tune_and_train(fed, model=model, tune_method=tune, rounds=rounds, local_epochs=local_epochs,
+                                        tolerance=tolerance, validation_size=validation_size, seed=seed)
+            freedom_degree = float(report["freedom_degree"])
         with console.status("sites are voting"):
             outcome = run_election(fed, freedom_degree, aggregation=aggregation, normalization=normalization)
         result = outcome.result
         doc = {"sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), sel_names, tables)],
-               **result.to_dict()}
-        if train:
+               "categorical_columns": categorical, **result.to_dict()}
+        if tune != "none":
+            doc["tuning"] = report["tuning"]
+        if train or tune != "none":
             with console.status("training on all columns (FedAvg)"):
                 all_cols = list(dict.fromkeys(c for s in sites for c in s.feature_names))
-                full = run_training(fed, all_cols, rounds=rounds, seed=seed)
+                full = run_training(fed, all_cols, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
             trained = None
             if result.selected_names:
                 with console.status("training on the elected columns (FedAvg)"):
-                    trained = run_training(fed, rounds=rounds, seed=seed)
+                    trained = run_training(fed, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
             doc["training"] = {
-                "model": "logistic",
+                "model": model,
                 "rounds": rounds,
                 "all_features": {"f1": full.pooled["weighted_f1"], "n_params": full.n_params},
                 "elected": None if trained is None else {"f1": trained.pooled["weighted_f1"], "n_params": trained.n_params,
@@ -156,9 +182,11 @@ def elect(
     st = result.stats
     console.print(f"intersection {st['intersection']}, union {st['union']}, disputed {st['disputed']} → "
                   f"[bold]{st['kept']}[/] of {st['features']} columns elected")
-    if train:
+    if "tuning" in doc:
+        console.print(f"tuned freedom degree ({tune}): {freedom_degree:g}")
+    if "training" in doc:
         t = doc["training"]
-        line = f"FedAvg logistic regression, weighted F1: all columns {t['all_features']['f1']:.3f} ({t['all_features']['n_params']} params)"
+        line = f"{model} trained by the federation, weighted F1: all columns {t['all_features']['f1']:.3f} ({t['all_features']['n_params']} params)"
         if t["elected"]:
             line += f", elected {t['elected']['f1']:.3f} ({t['elected']['n_params']} params)"
         console.print(line)
@@ -170,7 +198,7 @@ def elect(
 
 def _register_optional_commands() -> None:
     try:
-        from .impute.cli import impute_command
+        from .impute_cli import impute_command
     except ImportError:
         return
     app.command("impute")(impute_command)

@@ -352,3 +352,7 @@ def selector_spec(selector: Any) -> dict[str, Any]:
     if SELECTORS.get(sel.name) is not type(sel):
         raise ValueError(f"selector {sel!r} is not a registered built-in and cannot be sent over the wire")
     return {"name": sel.name, "params": sel.get_params()}
+
+
+# Selectors living in their own modules register themselves in SELECTORS on import.
+from . import lasso_cv, markov_blanket, sequential_attention  # noqa: E402,F401

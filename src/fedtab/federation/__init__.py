@@ -9,6 +9,8 @@ from .messages import Message, MessageError
 from .protocol import Federation, FederationError, collect
 from .site import HANDLERS, Site, handler
 from .training_flow import TrainingOutcome, run_training
+from .tuning_flow import TuneOutcome, tune_flow  # noqa: F401  (registers the tuning handlers)
+from .encoding_flow import federated_one_hot  # noqa: F401  (registers the one-hot handlers)
 
 try:  # registered when the imputation capability is present
     from . import impute_flow  # noqa: F401

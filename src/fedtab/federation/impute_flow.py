@@ -63,7 +63,7 @@ class ImputeConfig:
     dropout: float = 0.0
     block_unavailable: bool = False
     rounds: int = 20
-    local_epochs: int = 1
+    local_epochs: int = 2
     lr: float = 3e-3
     weight_decay: float = 1e-5
     batch_size: int = 64
@@ -226,11 +226,11 @@ def _setup(site: Site, request: Message) -> Message:
     vobs = ~np.isnan(valid)
     vmask = vobs & (site_rng(cfg.seed, site.name, "valid").random(valid.shape) < cfg.validation_mask_fraction)
     model = GNNImputer(GNNConfig(**meta["model"]))
-    adj, _ = graph_tensors(graph)
+    adj = graph_tensors(graph)
     site.state["impute"] = {
         "config": cfg, "columns": columns, "available": available, "train": train, "valid": valid,
         "valid_mask": vmask, "model": model, "adj": adj,
-        "optimizer": torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay),
+        "optimizer": torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True),
         "rng": site_rng(cfg.seed, site.name, "train"),
     }
     return Message("impute_setup", meta={"n_train": int(len(train)), "n_valid": int(len(valid))})

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 import numpy as np
+import pandas as pd
 
 from ..learn.metrics import confusion, scores_from_confusion
 from ..learn.models import FederatedModel, Params, make_model
@@ -93,8 +94,13 @@ def site_matrix(site: Site, features: list[str], part: str) -> tuple[np.ndarray,
     present = [f for f in features if f in rows.columns]
     X = np.full((len(rows), len(features)), np.nan)
     if present:
-        idx = [features.index(f) for f in present]
-        X[:, idx] = numeric_matrix(rows[present], site.name)
+        pos = {f: i for i, f in enumerate(features)}  # not features.index: O(d²) on wide tables
+        idx = [pos[f] for f in present]
+        block = rows[present]
+        if all(pd.api.types.is_numeric_dtype(t) or pd.api.types.is_bool_dtype(t) for t in block.dtypes):
+            X[:, idx] = block.to_numpy(dtype=np.float64, na_value=np.nan)  # fast path for wide tables
+        else:
+            X[:, idx] = numeric_matrix(block, site.name)  # names the offending columns
     y = rows[site.target].to_numpy() if site.target is not None else np.zeros(len(rows))
     return X, y
 
@@ -103,6 +109,13 @@ def _prepared(site: Site, part: str) -> tuple[np.ndarray, np.ndarray]:
     setup = site.state.get("train_setup")
     if setup is None:
         raise ValueError("training is not set up on this site (no 'setup' request received)")
+    cache = setup.setdefault("_cache", {})  # a new 'setup' request starts a new cache
+    if part not in cache:
+        cache[part] = _standardised(site, setup, part)
+    return cache[part]
+
+
+def _standardised(site: Site, setup: dict[str, Any], part: str) -> tuple[np.ndarray, np.ndarray]:
     X, y_raw = site_matrix(site, setup["features"], part)
     Z = (X - setup["mean"]) / setup["std"]
     Z[np.isnan(Z)] = 0.0

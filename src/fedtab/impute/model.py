@@ -42,19 +42,34 @@ class GNNConfig:
 
 
 class SignedGraphConv(MessagePassing):
-    """``agg_i = sum_j s_ij * w_ij / sum_j w_ij * W x_j`` over the incoming edges of i.
+    """Gated, signed, weighted mean of neighbour messages.
 
-    Node dimension is 0: ``x`` is ``(F, B, d)``. With a sparse ``(F, F)`` adjacency
-    (``adj[i, j] = s_ij w_ij / deg_i``) the fused :meth:`message_and_aggregate` is a
-    single sparse matmul; with an ``edge_index`` the generic gather/scatter path runs.
+    ``agg_i = sum_j s_ij w_ij g_j W x_j / sum_j w_ij g_j`` over the incoming edges of i,
+    where ``w_ij = |r_ij|``, ``s_ij`` its sign and ``g_j = sigmoid(a . x_j)`` a learned
+    gate that lets a node ignore uninformative senders (e.g. neighbours that are
+    themselves missing). The gate depends only on the sender, so the whole layer is two
+    sparse ``(F, F)`` products (:meth:`message_and_aggregate`).
+
+    Node dimension is 0: ``x`` is ``(F, B, d)``; ``adj`` is the signed adjacency from
+    :func:`graph_tensors` (``adj[i, j] = s_ij w_ij``), ``adj_abs`` its absolute value.
+    Passing an ``edge_index`` (2, E) plus ``edge_weight`` (E,) instead runs the generic
+    gather/scatter path (same result, for checking).
     """
 
     def __init__(self, dim: int) -> None:
         super().__init__(aggr="add", node_dim=0)
         self.lin = nn.Linear(dim, dim, bias=False)
+        self.gate = nn.Linear(dim, 1)
 
-    def forward(self, x: Tensor, adj: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        return self.propagate(adj, x=self.lin(x), edge_weight=edge_weight)
+    def forward(self, x: Tensor, adj: Tensor, adj_abs: Tensor | None = None, edge_weight: Tensor | None = None) -> Tensor:
+        g = torch.sigmoid(self.gate(x))  # (F, B, 1)
+        if adj_abs is None:  # edge_index path
+            num = self.propagate(adj, x=self.lin(x) * g, edge_weight=edge_weight)
+            den = self.propagate(adj, x=g, edge_weight=edge_weight.abs())
+        else:
+            num = self.propagate(adj, x=self.lin(x) * g, edge_weight=None)
+            den = self.propagate(adj_abs, x=g, edge_weight=None)
+        return num / (den + 1e-3)
 
     def message(self, x_j: Tensor, edge_weight: Tensor) -> Tensor:  # x_j: (E, B, d)
         return x_j * edge_weight.view(-1, 1, 1)
@@ -65,17 +80,15 @@ class SignedGraphConv(MessagePassing):
 
 
 def graph_tensors(graph: FeatureGraph) -> tuple[Tensor, Tensor]:
-    """Sparse normalised signed adjacency ``(F, F)`` and the matching edge weights.
-
-    ``adj[i, j] = sign_ij * |r_ij| / sum_j |r_ij|`` for every edge ``j -> i``.
-    """
+    """Sparse ``(F, F)`` adjacencies: signed ``adj[i, j] = sign_ij |r_ij|`` and ``|adj|``,
+    for every edge ``j -> i``."""
     f = graph.n_nodes
     src, tgt = graph.edge_index
-    deg = np.bincount(tgt, weights=graph.weight, minlength=f)
-    w = (graph.sign * graph.weight / np.maximum(deg[tgt], 1e-12)).astype(np.float32)
     idx = torch.as_tensor(np.stack([tgt, src]), dtype=torch.long)
-    adj = torch.sparse_coo_tensor(idx, torch.as_tensor(w), (f, f), check_invariants=False).coalesce()
-    return adj, torch.as_tensor(w)
+    w = torch.as_tensor((graph.sign * graph.weight).astype(np.float32))
+    adj = torch.sparse_coo_tensor(idx, w, (f, f), check_invariants=False).coalesce()
+    adj_abs = torch.sparse_coo_tensor(idx, w.abs(), (f, f), check_invariants=False).coalesce()
+    return adj, adj_abs
 
 
 class _Layer(nn.Module):
@@ -86,9 +99,9 @@ class _Layer(nn.Module):
         self.self_lin = nn.Linear(d, d)
         self.ff = nn.Sequential(nn.GELU(), nn.Dropout(dropout), nn.Linear(d, d))
 
-    def forward(self, h: Tensor, adj: Tensor) -> Tensor:
+    def forward(self, h: Tensor, adj: tuple[Tensor, Tensor]) -> Tensor:
         z = self.norm(h)
-        return h + self.ff(self.self_lin(z) + self.conv(z, adj))
+        return h + self.ff(self.self_lin(z) + self.conv(z, *adj))
 
 
 class GNNImputer(nn.Module):
@@ -98,7 +111,7 @@ class GNNImputer(nn.Module):
         values: (B, F) float, z-scored; anything at unobserved positions is ignored.
         observed: (B, F) bool, the value is known and given to the model.
         available: (B, F) or (F,) bool, the column exists at the row's site.
-        adj: the sparse adjacency from :func:`graph_tensors`.
+        adj: the pair of sparse adjacencies from :func:`graph_tensors`.
     Returns (B, F) predictions in z-space.
     """
 
@@ -113,7 +126,7 @@ class GNNImputer(nn.Module):
         self.head = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, 1))
         nn.init.normal_(self.embed.weight, std=0.1)
 
-    def forward(self, values: Tensor, observed: Tensor, available: Tensor, adj: Tensor) -> Tensor:
+    def forward(self, values: Tensor, observed: Tensor, available: Tensor, adj: tuple[Tensor, Tensor]) -> Tensor:
         b, f = values.shape
         if available.dim() == 1:
             available = available.expand(b, f)

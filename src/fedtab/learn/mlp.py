@@ -7,11 +7,13 @@ works without it. Parameters travel as float32 numpy arrays named like the
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
 
 from .models import FederatedModel, Params
+from .torch_threads import torch_threads
 
 __all__ = ["MLPModel"]
 
@@ -34,12 +36,14 @@ class MLPModel(FederatedModel):
         batch_size: rows per step.
         max_steps: cap on optimiser steps per local update (``None`` = all epochs).
         mu: FedProx proximal strength.
+        n_threads: PyTorch threads while training/predicting (1 is fastest for small nets).
     """
 
     name = "mlp"
 
-    def __init__(self, hidden: Sequence[int] = (64,), lr: float = 1e-3, weight_decay: float = 1e-4,
-                 batch_size: int = 64, max_steps: int | None = None, mu: float = 0.0):
+    def __init__(self, hidden: Sequence[int] = (64,), lr: float = 1e-2, weight_decay: float = 1e-4,
+                 batch_size: int = 64, max_steps: int | None = None, mu: float = 0.0,
+                 n_threads: int | None = 1):
         hidden = [int(h) for h in hidden]
         if any(h < 1 for h in hidden) or lr <= 0 or weight_decay < 0 or batch_size < 1 or mu < 0:
             raise ValueError("invalid MLP hyper-parameters")
@@ -49,6 +53,7 @@ class MLPModel(FederatedModel):
         self.batch_size = batch_size
         self.max_steps = max_steps
         self.mu = mu
+        self.n_threads = n_threads
 
     def _net(self, n_features: int, n_classes: int) -> Any:
         nn = _torch().nn
@@ -64,7 +69,9 @@ class MLPModel(FederatedModel):
         torch = _torch()
         first = params["0.weight"]
         last = params[f"{2 * len(self.hidden)}.weight"]
-        net = self._net(first.shape[1], last.shape[0])
+        with torch.random.fork_rng(), warnings.catch_warnings():  # do not consume the caller's RNG
+            warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+            net = self._net(first.shape[1], last.shape[0])
         net.load_state_dict({k: torch.as_tensor(np.asarray(v, dtype=np.float32)) for k, v in params.items()})
         return net
 
@@ -76,7 +83,8 @@ class MLPModel(FederatedModel):
         if n_classes < 2:
             raise ValueError(f"an MLP classifier needs at least 2 classes, got {n_classes}")
         torch = _torch()
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Initializing zero-element tensors")  # 0 features
             torch.manual_seed(seed)
             return self._dump(self._net(n_features, n_classes))
 
@@ -85,6 +93,10 @@ class MLPModel(FederatedModel):
         return int(sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:])))
 
     def local_update(self, params: Params, X: np.ndarray, y: np.ndarray, *, epochs: int, seed: int = 0) -> Params:
+        with torch_threads(self.n_threads):
+            return self._local_update(params, X, y, epochs=epochs, seed=seed)
+
+    def _local_update(self, params: Params, X: np.ndarray, y: np.ndarray, *, epochs: int, seed: int) -> Params:
         torch = _torch()
         net = self._load(params)
         if len(y) == 0:
@@ -115,7 +127,7 @@ class MLPModel(FederatedModel):
     def predict_proba(self, params: Params, X: np.ndarray) -> np.ndarray:
         torch = _torch()
         net = self._load(params).eval()
-        with torch.no_grad():
+        with torch.no_grad(), torch_threads(self.n_threads):
             return torch.softmax(net(torch.as_tensor(np.asarray(X, dtype=np.float32))), dim=1).numpy()
 
     def predict(self, params: Params, X: np.ndarray) -> np.ndarray:

@@ -25,13 +25,18 @@ class SGDClassifierModel(LogisticRegressionModel):
         alpha: L2 penalty on the coefficients (as ``SGDClassifier.alpha``).
         batch_size: rows per step.
         mu: FedProx proximal strength (0 = plain FedAvg).
+        l1: L1 penalty on the coefficients, applied by a proximal (soft-threshold) step
+            after each gradient step, so coefficients become exactly zero
+            (federated L1-logistic regression).
     """
 
     name = "sgd"
 
-    def __init__(self, lr: float = 0.05, alpha: float = 1e-4, batch_size: int = 32, mu: float = 0.0):
-        if lr <= 0 or alpha < 0 or batch_size < 1 or mu < 0:
-            raise ValueError("need lr > 0, alpha >= 0, batch_size >= 1, mu >= 0")
+    def __init__(self, lr: float = 0.05, alpha: float = 1e-4, batch_size: int = 32, mu: float = 0.0,
+                 l1: float = 0.0):
+        if lr <= 0 or alpha < 0 or batch_size < 1 or mu < 0 or l1 < 0:
+            raise ValueError("need lr > 0, alpha >= 0, batch_size >= 1, mu >= 0, l1 >= 0")
+        self.l1 = l1
         self.lr = lr
         self.alpha = alpha
         self.batch_size = batch_size
@@ -72,4 +77,6 @@ class SGDClassifierModel(LogisticRegressionModel):
                     gb += self.mu * (b - b0)
                 W -= lr * gW
                 b -= lr * gb
+                if self.l1:
+                    W = np.sign(W) * np.maximum(np.abs(W) - lr * self.l1, 0.0)
         return {"coef": W, "intercept": b}

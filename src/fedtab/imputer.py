@@ -48,7 +48,7 @@ class FederatedImputer(BaseEstimator):
         n_layers: int = 3,
         dropout: float = 0.0,
         rounds: int = 20,
-        local_epochs: int = 1,
+        local_epochs: int = 2,
         lr: float = 3e-3,
         weight_decay: float = 1e-5,
         batch_size: int = 64,
@@ -84,7 +84,7 @@ class FederatedImputer(BaseEstimator):
 
     # ------------------------------------------------------------------------------
     def _config(self):
-        from ..federation.impute_flow import ImputeConfig
+        from .federation.impute_flow import ImputeConfig
 
         names = {f.name for f in fields(ImputeConfig)}
         return ImputeConfig(**{k: v for k, v in self.get_params().items() if k in names})
@@ -116,10 +116,10 @@ class FederatedImputer(BaseEstimator):
             fedtab.federation.protocol.FederationError: the sites share no column, or a
                 site failed during the run.
         """
-        from ..engines.local import LocalFederation
-        from ..federation.impute_flow import run_imputation, validate_site_table
-        from ..federation.site import Site
-        from .model import GNNImputer, GNNConfig, graph_tensors, numpy_to_state
+        from .engines.local import LocalFederation
+        from .federation.impute_flow import run_imputation, validate_site_table
+        from .federation.site import Site
+        from .impute.model import GNNImputer, GNNConfig, graph_tensors, numpy_to_state
 
         named = self._named_tables(tables)
         if not named:
@@ -148,7 +148,7 @@ class FederatedImputer(BaseEstimator):
         self.model_ = GNNImputer(GNNConfig(**result.model_config))
         numpy_to_state(self.model_, result.weights)
         self.model_.eval()
-        self._adj = graph_tensors(result.graph)[0]
+        self._adj = graph_tensors(result.graph)
         return self
 
     def _check_fitted(self) -> None:
@@ -158,7 +158,7 @@ class FederatedImputer(BaseEstimator):
     def predict_z(self, table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """Model output for ``table``: ``(pred, given)``, both (n, F) in z-space over
         ``columns_``; ``given`` holds the z-scored input (NaN where not given)."""
-        from .train import predict
+        from .impute.train import predict
 
         self._check_fitted()
         if not isinstance(table, pd.DataFrame):

@@ -1,0 +1,297 @@
+"""Side by side with NVIDIA FLARE's feature election, on the FLARE example's own data.
+
+    python -m benchmarks.vs_nvflare            # full run, writes benchmarks/results/vs_nvflare.{json,md}
+    python -m benchmarks.vs_nvflare --quick    # small data, 2 rounds, results in a temp dir
+
+Data as in NVFlare's ``examples/advanced/feature_election`` (``prepare_data.py``):
+``make_classification`` with 3,000 rows, 100 features (20 informative, 30 redundant,
+10 repeated, 2 clusters per class, ``flip_y=0.01``, seed 42), split into 3 sites by
+successive stratified splits (seeds 42, 43), each site's rows split 80/20 into train and
+validation (stratified, seed 42 + site index). Lasso selection, freedom degree 0.5,
+5 FedAvg rounds.
+
+Runs, in one process, one after another:
+
+(a) ``nvflare-feature-election``: FLARE's ``FeatureElectionController`` and
+    ``FeatureElectionExecutor`` (files instead of in-memory data) in FLARE's simulator,
+    threads = 3;
+(b) ``fedtab-local``: fedtab in-process; (c) ``fedtab-nvflare``: fedtab on FLARE's
+    simulator (threads = 3, ``task_request_interval`` 0.2 s as ``build_job`` sets it);
+    (d) ``fedtab-flower``: fedtab on a Flower loopback deployment (SuperLink + 3
+    SuperNodes; time includes starting them).
+
+For a like-for-like view the Markdown also reports (a) with a 0.2 s task request
+interval and (c) with FLARE's default 2 s (``--skip same-interval`` leaves them out).
+
+All fedtab runs use FLARE's local selector (``Lasso(alpha=0.01)`` regression on
+standardised training rows, ``|coef| > 1e-6``) on the same training rows and
+``normalization="selected"`` (FLARE's election variant), so the masks must be equal.
+``f1`` is the pooled weighted F1 of the final global model on the sites' validation
+rows; for (a) it is computed here from the global weights FLARE's controller ends with
+(FLARE's job does not report it), each site standardising with its own training-row
+scaler as FLARE's executor does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.datasets import make_classification
+from sklearn.metrics import f1_score
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+N_SITES = 3
+TARGET = "target"
+
+
+# ----------------------------------------------------------------------------- data
+def example_data(n_per_site: int, seed: int = 42) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
+    """``{site: (train, val)}`` as NVFlare's feature-election example prepares them."""
+    X, y = make_classification(n_samples=n_per_site * N_SITES, n_features=100, n_informative=20, n_redundant=30,
+                               n_repeated=10, n_clusters_per_class=2, flip_y=0.01, random_state=seed)
+    frame = pd.DataFrame(X, columns=[f"feature_{i:03d}" for i in range(X.shape[1])])
+    frame[TARGET] = y
+    parts, rest = [], frame
+    for i in range(N_SITES - 1):  # successive stratified splits, the last site keeps the rest
+        share = (len(rest) // (N_SITES - i)) / len(rest)
+        keep, take = train_test_split(np.arange(len(rest)), test_size=share, random_state=seed + i,
+                                      stratify=rest[TARGET].to_numpy())
+        parts.append(rest.iloc[take])
+        rest = rest.iloc[keep].reset_index(drop=True)
+    parts.append(rest)
+    out = {}
+    for i, part in enumerate(parts):
+        tr, va = train_test_split(np.arange(len(part)), test_size=0.2, random_state=seed + i,
+                                  stratify=part[TARGET].to_numpy())
+        out[f"site-{i + 1}"] = (part.iloc[tr].reset_index(drop=True), part.iloc[va].reset_index(drop=True))
+    return out
+
+
+def write_data(data: dict[str, tuple[pd.DataFrame, pd.DataFrame]], folder: Path) -> list[dict[str, Any]]:
+    """CSV files per site; returns fedtab site configs (FLARE's lasso as the site's selector)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    configs = []
+    for site, (train, val) in data.items():
+        train.to_csv(folder / f"{site}_train.csv", index=False)
+        val.to_csv(folder / f"{site}_val.csv", index=False)
+        configs.append({"name": site, "data-path": str(folder / f"{site}_train.csv"),
+                        "test-path": str(folder / f"{site}_val.csv"), "target": TARGET, "selector": "nvflare-lasso"})
+    return configs
+
+
+# ----------------------------------------------------------------------------- runs
+def run_nvflare_example(data_dir: Path, workspace: Path, rounds: int, fd: float,
+                        task_request_interval: float | None = None) -> dict[str, Any]:
+    """(a): FLARE's own controller/executor in its simulator, threads = 3 (FLARE's default
+    2 s task request interval unless ``task_request_interval`` is given)."""
+    from nvflare.job_config.api import FedJob
+
+    from benchmarks.nvflare_reference import FileDataExecutor, RecordingController
+
+    job = FedJob(name="feature_election", min_clients=N_SITES)
+    if task_request_interval is not None:
+        job.to_server({"server": {"task_request_interval": task_request_interval}})
+    job.to_server(RecordingController(freedom_degree=fd, aggregation_mode="weighted", min_clients=N_SITES,
+                                      num_rounds=rounds, task_name="feature_election"))
+    job.to_clients(FileDataExecutor(data_dir=str(data_dir), fs_method="lasso", task_name="feature_election"))
+    t0 = time.perf_counter()
+    rc = job.simulator_run(str(workspace), n_clients=N_SITES, threads=N_SITES, log_config="concise")
+    seconds = time.perf_counter() - t0
+    if rc not in (0, None):
+        raise RuntimeError(f"FLARE's feature election job failed (simulator returned {rc}); see {workspace}")
+    run_dir = workspace / "server" / "simulate_job"
+    mask = np.asarray(json.loads((run_dir / "feature_election_results.json").read_text())["global_mask"], dtype=bool)
+    weights = json.loads((run_dir / "global_weights.json").read_text())
+    return {"seconds": seconds, "mask": mask, "weights": weights}
+
+
+def f1_of_flare_model(data: dict[str, tuple[pd.DataFrame, pd.DataFrame]], mask: np.ndarray,
+                      weights: dict[str, Any]) -> float | None:
+    """Pooled weighted F1 of FLARE's final global logistic model on the validation rows."""
+    if not weights:
+        return None
+    coef = np.atleast_2d(np.asarray(weights["weight_0"], dtype=np.float64))
+    intercept = np.asarray(weights["weight_1"], dtype=np.float64)
+    y_true, y_pred = [], []
+    for train, val in data.values():
+        names = [c for c in train.columns if c != TARGET]
+        scaler = StandardScaler().fit(train[names].to_numpy()[:, mask])
+        z = scaler.transform(val[names].to_numpy()[:, mask]) @ coef.T + intercept
+        y_pred.append((z[:, 0] > 0).astype(int) if coef.shape[0] == 1 else z.argmax(axis=1))
+        y_true.append(val[TARGET].to_numpy())
+    return float(f1_score(np.concatenate(y_true), np.concatenate(y_pred), average="weighted"))
+
+
+def pipeline_config(rounds: int, fd: float) -> dict[str, Any]:
+    return {"steps": "election,training", "freedom-degree": fd, "normalization": "selected", "rounds": rounds,
+            "local-epochs": 5}
+
+
+def run_fedtab_local(configs: list[dict[str, Any]], cfg: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    from fedtab.engines import LocalFederation
+    from fedtab.engines.pipeline import run_pipeline
+    from fedtab.engines.site_config import build_site
+
+    t0 = time.perf_counter()
+    result = run_pipeline(LocalFederation([build_site(c) for c in configs]), cfg)
+    return time.perf_counter() - t0, result
+
+
+def run_fedtab_nvflare(configs: list[dict[str, Any]], cfg: dict[str, Any], workspace: Path,
+                      task_request_interval: float | None = 0.2) -> tuple[float, dict]:
+    from fedtab.engines.nvflare import run_simulator
+
+    t0 = time.perf_counter()
+    result = run_simulator(configs, cfg, workspace, threads=N_SITES, task_request_interval=task_request_interval)
+    return time.perf_counter() - t0, result
+
+
+def run_fedtab_flower(configs: list[dict[str, Any]], cfg: dict[str, Any], workdir: Path) -> tuple[float, dict]:
+    from fedtab.engines.flower_deploy import LoopbackDeployment
+
+    dep = LoopbackDeployment(configs, workdir, start_timeout=120)
+    t0 = time.perf_counter()
+    try:
+        dep.start()
+        started = time.perf_counter() - t0
+        result = dep.run(cfg, timeout=900)
+        seconds = time.perf_counter() - t0
+    finally:
+        dep.stop()
+    result["deployment_start_seconds"] = started
+    return seconds, result
+
+
+# ----------------------------------------------------------------------------- report
+def _row(name: str, seconds: float, kept: int, equal: bool, f1: float | None) -> dict[str, Any]:
+    return {"name": name, "seconds": round(seconds, 3), "kept": int(kept), "mask_equals_nvflare": bool(equal),
+            "f1": None if f1 is None else round(float(f1), 4)}
+
+
+def write_markdown(path: Path, runs: list[dict[str, Any]], notes: dict[str, Any]) -> None:
+    base = next(r["seconds"] for r in runs if r["name"] == "nvflare-feature-election")
+    lines = [
+        "# fedtab vs NVIDIA FLARE feature election (side by side)",
+        "",
+        f"Command: `{notes['command']}`  ",
+        f"Data: NVFlare example's make_classification ({notes['rows']} rows, 100 features: 20 informative, "
+        "30 redundant, 10 repeated), 3 sites, Lasso (FLARE's: alpha 0.01 on standardised X), "
+        f"freedom degree {notes['fd']}, {notes['rounds']} FedAvg rounds; fedtab with `normalization=\"selected\"`.  ",
+        f"Machine: {os.cpu_count()} cores; load average at start {notes['load_start']}, at end {notes['load_end']} "
+        "(the machine was shared with other jobs, so absolute times are noisy).",
+        "",
+        "| run | seconds | × vs (a) | kept | mask = FLARE's | F1 (weighted, validation rows) |",
+        "|---|---:|---:|---:|:---:|---:|",
+    ]
+    for r in runs:
+        ratio = base / r["seconds"] if r["seconds"] > 0 else float("inf")
+        f1 = "—" if r["f1"] is None else f"{r['f1']:.4f}"
+        lines.append(f"| {r['name']} | {r['seconds']:.2f} | {ratio:.2f}× | {r['kept']} | "
+                     f"{'yes' if r['mask_equals_nvflare'] else 'NO'} | {f1} |")
+    if notes.get("extra"):
+        lines += ["", "Same FLARE setting on both sides (not in the JSON):", "",
+                  "| run | seconds | × vs (a) | kept | mask = FLARE's |", "|---|---:|---:|---:|:---:|"]
+        for name, sec, kept, equal in notes["extra"]:
+            lines.append(f"| {name} | {sec:.2f} | {base / sec:.2f}× | {kept} | {'yes' if equal else 'NO'} |")
+    lines += [
+        "",
+        "× vs (a) = seconds of (a) / seconds of the run (above 1 = faster than FLARE's job).",
+        "- fedtab's FLARE job (c) sets FLARE's `server.task_request_interval` to 0.2 s (`build_job` default); FLARE's "
+        "example job (a) keeps FLARE's default of 2 s, which a client waits after every task. The second table "
+        "swaps the setting so both jobs can be compared at either interval.",
+        "",
+        "- (a) is FLARE's own `FeatureElectionController` + `FeatureElectionExecutor` in `simulator_run(threads=3)`; "
+        "its F1 is computed by this benchmark from the controller's final global weights (each site standardising "
+        "with its own training scaler, as FLARE's executor does) — FLARE's job does not report it.",
+        "- (c) and (a) both include starting FLARE's simulated server and clients.",
+    ]
+    if "flower_start" in notes:
+        lines.append(
+            f"- (d) includes starting the SuperLink and 3 SuperNodes ({notes['flower_start']:.1f} s) and the "
+            f"`flwr run` until the run finished; the ServerApp itself took {notes['flower_serverapp']:.1f} s. "
+            "A SuperNode starts a new ClientApp process for every message and polls its SuperLink every 3 s when "
+            "idle, so each workflow step costs seconds on Flower.")
+    lines += [
+        f"- Masks: fedtab's elected features equal FLARE's global mask: "
+        f"{all(r['mask_equals_nvflare'] for r in runs)} (FLARE kept {notes['flare_kept']}).",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="600 rows, 2 rounds, results to a temporary folder")
+    parser.add_argument("--out", type=Path, default=None, help="folder for vs_nvflare.json/.md")
+    parser.add_argument("--skip", default="",
+                        help="comma list of runs to skip: local,nvflare,same-interval,flower")
+    args = parser.parse_args(argv)
+    n_per_site, rounds, fd = (200, 2, 0.5) if args.quick else (1000, 5, 0.5)
+    out_dir = args.out or (Path(tempfile.mkdtemp(prefix="vs_nvflare_")) if args.quick else RESULTS)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    load_start = os.getloadavg()[0]
+
+    work = Path(tempfile.mkdtemp(prefix="fedtab_vs_nvflare_"))
+    try:
+        data = example_data(n_per_site)
+        configs = write_data(data, work / "data")
+        cfg = pipeline_config(rounds, fd)
+        names = [c for c in next(iter(data.values()))[0].columns if c != TARGET]
+
+        flare = run_nvflare_example(work / "data", work / "flare_example", rounds, fd)
+        flare_selected = [n for n, m in zip(names, flare["mask"]) if m]
+        runs = [_row("nvflare-feature-election", flare["seconds"], int(flare["mask"].sum()), True,
+                     f1_of_flare_model(data, flare["mask"], flare["weights"]))]
+        notes: dict[str, Any] = {"flare_kept": int(flare["mask"].sum())}
+
+        def add(name: str, seconds: float, result: dict[str, Any]) -> None:
+            selected = result["election"]["selected"]
+            runs.append(_row(name, seconds, len(selected), selected == flare_selected,
+                             result["training"]["weighted_f1"]))
+
+        if "local" not in skip:
+            add("fedtab-local", *run_fedtab_local(configs, cfg))
+        if "nvflare" not in skip:
+            add("fedtab-nvflare", *run_fedtab_nvflare(configs, cfg, work / "fedtab_flare"))
+        if "same-interval" not in skip:  # md only: both FLARE jobs with each other's interval
+            extra = []
+            a2 = run_nvflare_example(work / "data", work / "flare_example_fast", rounds, fd, task_request_interval=0.2)
+            extra.append(("nvflare-feature-election, task_request_interval 0.2 s", a2["seconds"],
+                          int(a2["mask"].sum()), True))
+            sec, res = run_fedtab_nvflare(configs, cfg, work / "fedtab_flare_default", task_request_interval=None)
+            extra.append(("fedtab-nvflare, FLARE's default task_request_interval (2 s)", sec,
+                          len(res["election"]["selected"]), res["election"]["selected"] == flare_selected))
+            notes["extra"] = extra
+        if "flower" not in skip:
+            seconds, result = run_fedtab_flower(configs, cfg, work / "fedtab_flower")
+            notes["flower_start"] = result["deployment_start_seconds"]
+            notes["flower_serverapp"] = result["seconds_total"]
+            add("fedtab-flower", seconds, result)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    (out_dir / "vs_nvflare.json").write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+    notes.update(command="python -m benchmarks.vs_nvflare" + (" --quick" if args.quick else ""),
+                 rows=n_per_site * N_SITES, fd=fd, rounds=rounds, load_start=f"{load_start:.1f}",
+                 load_end=f"{os.getloadavg()[0]:.1f}")
+    write_markdown(out_dir / "vs_nvflare.md", runs, notes)
+    print((out_dir / "vs_nvflare.md").read_text())
+    return 0 if all(r["mask_equals_nvflare"] for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

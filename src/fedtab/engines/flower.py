@@ -1,0 +1,413 @@
+"""Flower 1.42 engine: a ServerApp that drives fedtab workflows, a ClientApp per site.
+
+Needs the ``flower`` extra (``pip install fedtab[flower]``); ``import fedtab`` does not
+import this module.
+
+* :data:`client_app` answers ``query.fedtab`` messages. It builds the site from the
+  SuperNode's ``--node-config`` (keys of :mod:`fedtab.engines.site_config`: ``name``,
+  ``data-path``, ``target``, ``test-path``, ``selector``...), hands the request to
+  :meth:`Site.handle` and replies. Per-site state survives between messages: the live
+  site is cached in the process and its state is also stored in Flower's
+  ``Context.state`` (arrays + JSON, see :mod:`fedtab.engines.site_state`), because a
+  SuperNode starts a fresh ClientApp process for every message.
+* :data:`server_app` wraps the Grid in :class:`FlowerFederation` and runs
+  :func:`fedtab.engines.pipeline.run_pipeline` with the run config; with a
+  ``result-path`` in the run config it writes the JSON summary there.
+  :func:`make_server_app` builds one around any ``workflow(federation, run_config)``.
+* Payloads are a Flower ``RecordDict`` of an ``ArrayRecord`` (each array saved by
+  numpy without pickle) and a ``ConfigRecord`` (the kind and the JSON metadata).
+* :class:`InProcessGrid` runs the real ServerApp and ClientApp in one process (tests,
+  notebooks) without a SuperLink.
+
+The app directory for ``flwr run`` is ``fedtab/engines/flower_app`` (:func:`app_dir`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message as FlwrMessage, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common.logger import log as flwr_log
+from flwr.serverapp import Grid, ServerApp
+
+from ..federation.messages import Message, MessageError
+from ..federation.protocol import Federation, FederationError, Traffic
+from .pipeline import run_pipeline
+from .site_config import build_site
+from .site_state import SiteCache, decode_state, encode_state
+
+__all__ = [
+    "FlowerFederation",
+    "InProcessGrid",
+    "MESSAGE_TYPE",
+    "app_dir",
+    "client_app",
+    "from_records",
+    "make_server_app",
+    "run_in_process",
+    "server_app",
+    "to_records",
+]
+
+log = logging.getLogger("fedtab.engines.flower")
+
+#: Flower message type of every fedtab request (category ``query``, action ``fedtab``).
+MESSAGE_TYPE = "query.fedtab"
+_HELLO = "__hello__"
+_ARRAYS, _HEADER = "fedtab.arrays", "fedtab.header"
+_STATE_ARRAYS, _STATE_HEADER = "fedtab.state.arrays", "fedtab.state.header"
+
+_SITES = SiteCache()
+
+
+# ----------------------------------------------------------------------------- payloads
+def to_records(msg: Message, arrays_key: str = _ARRAYS, header_key: str = _HEADER) -> RecordDict:
+    """A fedtab message as a Flower ``RecordDict`` (ArrayRecord + ConfigRecord, no pickle)."""
+    arrays = ArrayRecord({name: Array(np.ascontiguousarray(a)) for name, a in msg.arrays.items()})
+    header = ConfigRecord({"kind": msg.kind, "meta": json.dumps(msg.meta)})
+    return RecordDict({arrays_key: arrays, header_key: header})
+
+
+def from_records(content: RecordDict, arrays_key: str = _ARRAYS, header_key: str = _HEADER) -> Message:
+    """Inverse of :func:`to_records`; validates like :meth:`Message.from_bytes`.
+
+    Raises:
+        MessageError: records missing or malformed, forbidden dtype, bad JSON.
+    """
+    try:
+        header = content[header_key]
+        arrays = content[arrays_key]
+    except KeyError as exc:
+        raise MessageError(f"Flower message lacks the fedtab record {exc}") from None
+    if not isinstance(header, ConfigRecord) or not isinstance(arrays, ArrayRecord):
+        raise MessageError("fedtab records have the wrong Flower record types")
+    try:
+        kind, meta = str(header["kind"]), json.loads(str(header["meta"]))
+    except (KeyError, ValueError) as exc:
+        raise MessageError(f"fedtab header is malformed: {exc}") from None
+    if not isinstance(meta, dict):
+        raise MessageError("fedtab meta must be a JSON object")
+    out = {}
+    for name, arr in arrays.items():
+        try:
+            out[name] = arr.numpy()  # np.load(allow_pickle=False)
+        except (TypeError, ValueError) as exc:
+            raise MessageError(f"array {name!r} cannot be decoded: {exc}") from None
+    return Message(kind, out, meta)
+
+
+# ----------------------------------------------------------------------------- client side
+def _site_for(context: Context):
+    key = (context.run_id, context.node_id)
+    site, fresh = _SITES.get(key, lambda: build_site(dict(context.node_config)))
+    if fresh and _STATE_HEADER in context.state:
+        site.state = decode_state(from_records(context.state, _STATE_ARRAYS, _STATE_HEADER))
+    return site
+
+
+def _store_state(site, context: Context) -> None:
+    snapshot, skipped = encode_state(site.state)
+    if skipped:
+        log.debug("site %s: state %s kept in this process only", site.name, skipped)
+    records = to_records(snapshot, _STATE_ARRAYS, _STATE_HEADER)
+    context.state[_STATE_ARRAYS] = records[_STATE_ARRAYS]
+    context.state[_STATE_HEADER] = records[_STATE_HEADER]
+
+
+def handle_message(message: FlwrMessage, context: Context) -> FlwrMessage:
+    """The ClientApp's body: decode, let the site answer, persist its state, reply.
+
+    Never raises for a bad request or a failing handler: the reply is a fedtab error
+    message, so the server can name the site.
+    """
+    try:
+        request = from_records(message.content)
+        site = _site_for(context)
+        if request.kind == _HELLO:
+            reply = Message(_HELLO, meta={"site": site.name, "n_rows": int(len(site.table))})
+        else:
+            reply = site.handle(request)
+            _store_state(site, context)
+    except Exception as exc:  # noqa: BLE001 - reported to the server
+        name = context.node_config.get("name", context.node_id)
+        reply = Message.error(f"site {name!r}: {type(exc).__name__}: {exc}")
+    return FlwrMessage(to_records(reply), reply_to=message)
+
+
+client_app = ClientApp()
+client_app.query("fedtab")(handle_message)
+
+
+def forget_sites() -> None:
+    """Drop the live sites of this process (as if every ClientApp process were new)."""
+    _SITES.clear()
+
+
+# ----------------------------------------------------------------------------- server side
+class FlowerFederation(Federation):
+    """The sites behind a Flower ``Grid``, addressed by their ``name`` node-config value.
+
+    On construction it waits until ``min_sites`` nodes are online (at most
+    ``wait_seconds``) and asks each for its site name; a node that fails to answer is
+    asked again until the deadline. Once ``min_sites`` sites are named, nodes that
+    still fail (a stale registration of a SuperNode that reconnected) are ignored.
+
+    Args:
+        grid: the ServerApp's grid.
+        min_sites: nodes to wait for (default: whatever is connected, at least one).
+        timeout: seconds to wait for the replies of one :meth:`ask`; a site that did
+            not answer in time gets an error reply.
+        wait_seconds: how long to wait for ``min_sites`` nodes to connect.
+        poll_interval: seconds between two pulls of pending replies.
+
+    Raises:
+        FederationError: fewer than ``min_sites`` nodes named their site in time (the
+            message gives each node's error), a node's ClientApp failed to build its
+            site, or two nodes claim the same site name.
+    """
+
+    def __init__(self, grid: Grid, *, min_sites: int = 1, timeout: float = 600.0, wait_seconds: float = 120.0,
+                 poll_interval: float = 0.05) -> None:
+        super().__init__()
+        self.grid = grid
+        self.poll_interval = poll_interval
+        self.timeout = float(timeout)
+        self._round = 0
+        deadline = time.monotonic() + wait_seconds
+        self._node_of: dict[str, int] = {}
+        problems: dict[int, str] = {}
+        while True:
+            nodes = self._online_nodes()
+            todo = [n for n in nodes if n not in self._node_of.values()]
+            if len(nodes) >= max(1, min_sites) and todo:
+                named = len(self._node_of)
+                replies = self._send({node: Message(_HELLO) for node in todo},
+                                     enough=lambda got: named + sum(not m.has_error() for m in got) >= min_sites)
+                for node in todo:
+                    reply = replies[node]
+                    name = reply.meta.get("site") if not reply.is_error else None
+                    if reply.is_error and "flower_code" not in reply.meta:
+                        # the ClientApp ran and failed (bad data path, bad config): never drop a site silently
+                        raise FederationError(f"Flower node {node} could not start its site: {reply.meta.get('error')}")
+                    if not isinstance(name, str):
+                        problems[node] = str(reply.meta.get("error", "no site name"))
+                    elif name in self._node_of:
+                        raise FederationError(f"Flower nodes {self._node_of[name]} and {node} both claim site {name!r}")
+                    else:
+                        self._node_of[name] = node
+                        problems.pop(node, None)
+            if len(self._node_of) >= max(1, min_sites):
+                if problems:  # e.g. a stale registration of a SuperNode that reconnected
+                    flwr_log(logging.WARNING, "ignoring Flower nodes that did not name a site: %s", problems)
+                break
+            if time.monotonic() > deadline:
+                detail = "; ".join(f"node {n}: {e}" for n, e in problems.items()) or f"{len(nodes)} online"
+                raise FederationError(f"{len(self._node_of)} Flower site(s) joined, {min_sites} needed ({detail})")
+            time.sleep(0.5)
+        self._node_of = dict(sorted(self._node_of.items()))
+
+    def _online_nodes(self) -> list[int]:
+        # A SuperNode is listed once registered but only receives messages once online.
+        return sorted(n.node_id for n in self.grid.get_nodes() if getattr(n, "status", "") in ("", "online"))
+
+    @property
+    def sites(self) -> list[str]:
+        return list(self._node_of)
+
+    def node_id(self, site: str) -> int:
+        """The Flower node id serving ``site``."""
+        return self._node_of[site]
+
+    def _send(self, requests: Mapping[int, Message], enough: Callable[[list[FlwrMessage]], bool] | None = None,
+              ) -> dict[int, Message]:
+        self._round += 1
+        out, sent = {}, {}
+        for node, req in requests.items():
+            sent[node] = FlwrMessage(to_records(req), dst_node_id=node, message_type=MESSAGE_TYPE,
+                                     group_id=str(self._round))
+        replies = self._exchange(list(sent.values()), enough)
+        node_of_id = {m.metadata.message_id: node for node, m in sent.items()}
+        for r in replies:
+            node = node_of_id.get(r.metadata.reply_to_message_id)
+            if node is None:
+                continue
+            if r.has_error():
+                text = f"Flower error {r.error.code}: {r.error.reason}"
+                out[node] = Message(Message.error(text).kind, meta={"error": text, "flower_code": int(r.error.code)})
+                continue
+            try:
+                out[node] = from_records(r.content)
+            except MessageError as exc:
+                out[node] = Message.error(f"undecodable reply: {exc}")
+        for node in requests:
+            out.setdefault(node, Message.error(f"no reply within {self.timeout:g} s"))
+        return out
+
+    def _exchange(self, messages: list[FlwrMessage], enough: Callable[[list[FlwrMessage]], bool] | None = None,
+                  ) -> list[FlwrMessage]:
+        # Grid.send_and_receive sleeps 3 s between pulls on a deployment; poll faster.
+        pending = set(self.grid.push_messages(messages))
+        deadline = time.monotonic() + self.timeout
+        out: list[FlwrMessage] = []
+        while pending and time.monotonic() < deadline:
+            got = list(self.grid.pull_messages(list(pending)))
+            out.extend(got)
+            pending.difference_update(r.metadata.reply_to_message_id for r in got)
+            if pending and enough is not None and enough(out):
+                break
+            if pending:
+                time.sleep(self.poll_interval)
+        return out
+
+    def ask(self, requests: Mapping[str, Message]) -> dict[str, Message]:
+        replies: dict[str, Message] = {}
+        by_node = {}
+        for name, req in requests.items():
+            if name in self._node_of:
+                by_node[self._node_of[name]] = (name, req)
+            else:
+                replies[name] = Message.error(f"no site called {name!r} in this federation")
+        t0 = time.perf_counter()
+        answers = self._send({node: req for node, (_, req) in by_node.items()}) if by_node else {}
+        flwr_log(logging.INFO, "fedtab %s: %d site(s) answered in %.2f s",
+                 next(iter(requests.values())).kind if requests else "-", len(answers), time.perf_counter() - t0)
+        for node, (name, req) in by_node.items():
+            reply = answers[node]
+            self.traffic.records.append(Traffic(name, req.kind, req.nbytes(), reply.nbytes()))
+            replies[name] = reply
+        return {name: replies[name] for name in requests}
+
+
+Workflow = Callable[[Federation, Mapping[str, Any]], dict[str, Any]]
+
+
+def make_server_app(workflow: Workflow = run_pipeline) -> ServerApp:
+    """A ServerApp running ``workflow(federation, run_config)`` on a :class:`FlowerFederation`.
+
+    Run-config keys read here: ``min-sites`` (nodes to wait for), ``timeout`` (seconds
+    per request round), ``result-path`` (write the workflow's JSON summary there);
+    the rest goes to ``workflow`` (see :mod:`fedtab.engines.pipeline`).
+    """
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        cfg = dict(context.run_config)
+        t0 = time.perf_counter()
+        fed = FlowerFederation(grid, min_sites=int(cfg.get("min-sites", 1)), timeout=float(cfg.get("timeout", 600)))
+        result = dict(workflow(fed, cfg))
+        result["engine"] = "flower"
+        result["seconds_total"] = time.perf_counter() - t0
+        down, up = fed.traffic.total()
+        result["bytes"] = {"down": down, "up": up}
+        path = str(cfg.get("result-path", "") or "")
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(json.dumps(result, indent=2))
+        context.state["fedtab.result"] = ConfigRecord({"json": json.dumps(result)})
+
+    return app
+
+
+server_app = make_server_app()
+
+
+def app_dir() -> Path:
+    """The Flower app directory (``pyproject.toml`` with ``[tool.flwr.app]``) for ``flwr run``."""
+    return Path(__file__).with_name("flower_app")
+
+
+# ----------------------------------------------------------------------------- in process
+class InProcessGrid(Grid):
+    """A ``Grid`` whose nodes are ClientApps called in this process (no SuperLink).
+
+    Each node has its own ``Context`` (node config, state kept between messages, as a
+    SuperNode keeps it). With ``fresh_processes=True`` the live-site cache is cleared
+    before every message, so per-site state must survive through ``Context.state``
+    exactly as in a deployment where every message starts a new ClientApp process.
+    """
+
+    def __init__(self, app: ClientApp, node_configs: Sequence[Mapping[str, Any]], *, run_id: int | None = None,
+                 run_config: Mapping[str, Any] | None = None, fresh_processes: bool = False) -> None:
+        from flwr.supercore.run import Run
+
+        self.app = app
+        self.fresh_processes = fresh_processes
+        # a fresh run id per grid, so live sites cached for another run are never reused
+        self._run = Run.create_empty(run_id if run_id is not None else uuid.uuid4().int >> 65)
+        self._contexts = {
+            1000 + i: Context(run_id=self._run.run_id, node_id=1000 + i, node_config=dict(cfg), state=RecordDict(),
+                              run_config=dict(run_config or {}))
+            for i, cfg in enumerate(node_configs)
+        }
+        self._replies: dict[str, FlwrMessage] = {}
+
+    def set_run(self, run) -> None:  # noqa: ANN001 - flwr's Run
+        self._run = run
+
+    @property
+    def run(self):  # noqa: ANN201
+        return self._run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+                       ttl: float | None = None) -> FlwrMessage:
+        return FlwrMessage(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self._contexts)
+
+    def push_messages(self, messages: Iterable[FlwrMessage]) -> Iterable[str]:
+        ids = []
+        for msg in messages:
+            mid = uuid.uuid4().hex
+            msg.metadata.__dict__["_message_id"] = mid
+            msg.metadata.__dict__["_run_id"] = self._run.run_id
+            ctx = self._contexts.get(msg.metadata.dst_node_id)
+            if ctx is None:
+                continue
+            if self.fresh_processes:
+                forget_sites()
+            try:
+                reply = self.app(msg, ctx)
+            except Exception as exc:  # noqa: BLE001 - what a SuperNode does with a crashing ClientApp
+                reply = FlwrMessage(Error(code=0, reason=f"{type(exc).__name__}: {exc}"), reply_to=msg)
+            self._replies[mid] = reply
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[FlwrMessage]:
+        return [self._replies.pop(m) for m in list(message_ids) if m in self._replies]
+
+    def send_and_receive(self, messages: Iterable[FlwrMessage], *, timeout: float | None = None) -> Iterable[FlwrMessage]:
+        return self.pull_messages(self.push_messages(messages))
+
+
+def run_in_process(node_configs: Sequence[Mapping[str, Any]], run_config: Mapping[str, Any] | None = None, *,
+                   app: ServerApp | None = None, fresh_processes: bool = True) -> dict[str, Any]:
+    """Run ``app`` (default :data:`server_app`) against :data:`client_app` nodes in this process.
+
+    Returns the JSON summary the ServerApp produced.
+    """
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    cfg = {"min-sites": len(node_configs), **dict(run_config or {})}
+    grid = InProcessGrid(client_app, node_configs, run_config=cfg, fresh_processes=fresh_processes)
+    ctx = Context(run_id=grid.run.run_id, node_id=SUPERLINK_NODE_ID, node_config={}, state=RecordDict(),
+                  run_config=cfg)
+    # Flower stamps new messages with the identity of the running task, which its
+    # ServerApp process sets at start-up; do the same for the duration of the call.
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, grid.run.run_id, SUPERLINK_NODE_ID
+    try:
+        (app or server_app)(grid, ctx)
+    finally:
+        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+    return json.loads(str(ctx.state["fedtab.result"]["json"]))

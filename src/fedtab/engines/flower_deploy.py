@@ -1,0 +1,286 @@
+"""A real Flower deployment on loopback: one SuperLink, one SuperNode per site, ``flwr run``.
+
+For tests, benchmarks and trying a consortium setup on one machine. Every process is
+started in its own session (``setsid``) and its whole process group is killed on
+exit, because SuperLink and SuperNode spawn SuperExec / ServerApp / ClientApp
+children. Only 127.0.0.1 is used and every wait is bounded.
+
+Pitfalls handled here: ``flwr run`` exits 0 even when the run fails, so the run is
+polled with ``flwr ls --run-id ID --format json`` until it finishes and its status
+is checked; connection settings live in ``$FLWR_HOME/config.toml`` (a throwaway
+``FLWR_HOME``), never in a pyproject that ``flwr run`` could rewrite; telemetry,
+update checks and runtime dependency installation are switched off.
+
+Example::
+
+    with LoopbackDeployment(node_configs, workdir) as dep:
+        result = dep.run(run_config={"freedom-degree": 0.5})
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+__all__ = ["DeploymentError", "LoopbackDeployment", "free_port"]
+
+_ENV = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    # SuperExec looks for new ClientApp/ServerApp tasks once a second by default.
+    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1",
+}
+
+
+class DeploymentError(RuntimeError):
+    """The deployment did not start, or the run did not complete (logs are named)."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(str(v))
+
+
+def _descendants(roots: Sequence[int]) -> set[int]:
+    """Every live process below ``roots`` (by parent pid, read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out: set[int] = set()
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def _wait_port(port: int, deadline: float, proc: subprocess.Popen, log: Path) -> None:
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DeploymentError(f"process exited with {proc.returncode}; see {log}")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.settimeout(0.5)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise DeploymentError(f"nothing listens on 127.0.0.1:{port}; see {log}")
+
+
+class LoopbackDeployment:
+    """SuperLink + one SuperNode per node config, all on 127.0.0.1.
+
+    Args:
+        node_configs: one ``--node-config`` mapping per SuperNode (site name, data path...).
+        workdir: directory for ``FLWR_HOME``, logs and results (created).
+        app: the Flower app directory (default :func:`fedtab.engines.flower.app_dir`).
+        bin_dir: where ``flower-superlink``, ``flower-supernode`` and ``flwr`` live
+            (default: next to this Python interpreter).
+        start_timeout: seconds to wait for the SuperLink and the SuperNodes.
+    """
+
+    def __init__(self, node_configs: Sequence[Mapping[str, Any]], workdir: str | Path, *, app: str | Path | None = None,
+                 bin_dir: str | Path | None = None, start_timeout: float = 60.0) -> None:
+        self.node_configs = [dict(c) for c in node_configs]
+        self.workdir = Path(workdir)
+        self.app = Path(app) if app is not None else None
+        self.bin_dir = Path(bin_dir) if bin_dir is not None else Path(sys.executable).parent
+        self.start_timeout = start_timeout
+        self.home = self.workdir / "flwr_home"
+        self.port = 0
+        self._procs: list[subprocess.Popen] = []
+        self._logs: list[Any] = []
+
+    # -- processes -----------------------------------------------------------------------
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(_ENV)
+        env["FLWR_HOME"] = str(self.home)
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
+        self._logs.append(log)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir,
+                                start_new_session=True)  # setsid: own process group, killed as a whole
+        self._procs.append(proc)
+        return proc
+
+    def start(self) -> "LoopbackDeployment":
+        """Start the SuperLink and the SuperNodes and write ``$FLWR_HOME/config.toml``."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True)
+        for stale in self.workdir.glob("superlink.db*"):  # nodes of an earlier deployment would linger
+            stale.unlink()
+        self.port = free_port()
+        (self.home / "config.toml").write_text(
+            '[superlink]\ndefault = "fedtab"\n\n'
+            f'[superlink.fedtab]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n'
+        )
+        deadline = time.monotonic() + self.start_timeout
+        link = self._spawn("superlink", [str(self.bin_dir / "flower-superlink"), "--insecure", "--database", str(self.workdir / "superlink.db"),
+                                         "--host", "127.0.0.1", "--port", str(self.port)])
+        _wait_port(self.port, deadline, link, self.workdir / "superlink.log")
+        for i, cfg in enumerate(self.node_configs):
+            node_cfg = " ".join(f"{k}={_toml_value(v)}" for k, v in cfg.items())
+            node_port = free_port()
+            node = self._spawn(f"supernode{i}", [str(self.bin_dir / "flower-supernode"), "--insecure",
+                                                 "--superlink", f"127.0.0.1:{self.port}",
+                                                 "--host", "127.0.0.1", "--port", str(node_port),
+                                                 "--node-config", node_cfg])
+            _wait_port(node_port, deadline, node, self.workdir / f"supernode{i}.log")
+        return self
+
+    def stop(self) -> None:
+        """Kill every process this deployment started, with their descendants (TERM, then KILL).
+
+        SuperExec starts some children in sessions of their own, so besides each
+        process group the descendants found in ``/proc`` are signalled by pid too.
+        """
+        tree = _descendants([p.pid for p in self._procs])
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in self._procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in self._procs:  # children that outlived their leader, or a stuck leader
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        for pid in tree | _descendants(list(tree)) | self._stragglers():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._procs.clear()
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
+
+    def _stragglers(self) -> set[int]:
+        """Processes that inherited this deployment's ``FLWR_HOME`` (so were started by it)."""
+        marker = f"FLWR_HOME={self.home}".encode()
+        found = set()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                env = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker in env:
+                found.add(int(entry.name))
+        return found
+
+    def __enter__(self) -> "LoopbackDeployment":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- runs ------------------------------------------------------------------------------
+    def _flwr(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.bin_dir / "flwr"), *args], capture_output=True, text=True, env=self.env,
+                              cwd=self.workdir, timeout=timeout, start_new_session=True)
+
+    def run_log(self, run_id: int) -> str:
+        """The run's log as ``flwr log --show`` prints it (empty if unavailable)."""
+        try:
+            proc = self._flwr(["log", str(run_id), "fedtab", "--show"], timeout=60)
+        except subprocess.TimeoutExpired:
+            return ""
+        text = proc.stdout + proc.stderr
+        (self.workdir / f"run-{run_id}.log").write_text(text)
+        return text
+
+    def run(self, run_config: Mapping[str, Any] | None = None, *, timeout: float = 300.0,
+            poll: float = 0.5) -> dict[str, Any]:
+        """``flwr run`` the app, wait until the run finishes, return its JSON summary.
+
+        The ServerApp writes its summary to ``result-path`` (set here to a file in
+        ``workdir``); ``min-sites`` defaults to the number of SuperNodes.
+
+        Raises:
+            DeploymentError: ``flwr run`` failed, the run ended in another state than
+                ``finished:completed`` or did not finish within ``timeout`` seconds.
+        """
+        from .flower import app_dir
+
+        result_path = self.workdir / f"result-{time.time_ns()}.json"
+        cfg = {"min-sites": len(self.node_configs), **dict(run_config or {}), "result-path": str(result_path)}
+        override = " ".join(f"{k}={_toml_value(v)}" for k, v in cfg.items())
+        app = str(self.app or app_dir())
+        deadline = time.monotonic() + timeout
+        proc = self._flwr(["run", app, "fedtab", "--run-config", override, "--format", "json"], timeout=timeout)
+        try:
+            run_id = int(json.loads(proc.stdout)["run-id"])
+        except (ValueError, KeyError, TypeError):
+            raise DeploymentError(f"flwr run failed (exit {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}") from None
+        status = ""
+        while time.monotonic() < deadline:
+            ls = self._flwr(["ls", "--run-id", str(run_id), "--format", "json"], timeout=60)
+            try:
+                runs = json.loads(ls.stdout).get("runs", [])
+                status = str(runs[0].get("status", "")) if runs else ""
+            except (ValueError, AttributeError):
+                status = ""
+            if status.startswith("finished"):
+                break
+            time.sleep(poll)
+        if status != "finished:completed":
+            what = f"ended as {status!r}" if status else f"did not finish within {timeout:g} s"
+            tail = self.run_log(run_id)[-3000:]
+            raise DeploymentError(f"Flower run {run_id} {what}; logs in {self.workdir}; ServerApp log tail:\n{tail}")
+        if not result_path.is_file():
+            raise DeploymentError(f"Flower run {run_id} completed but wrote no result to {result_path}")
+        out = json.loads(result_path.read_text())
+        out["run_id"] = run_id
+        return out

@@ -1,0 +1,334 @@
+"""NVIDIA FLARE 2.9 engine: a Controller that drives fedtab workflows, an Executor per site.
+
+Needs the ``nvflare`` extra (``pip install fedtab[nvflare]``); ``import fedtab`` does not
+import this module.
+
+* :class:`FedtabController` runs :func:`fedtab.engines.pipeline.run_pipeline` (or any
+  workflow given by its import path) on a :class:`FlareFederation`, whose
+  :meth:`~FlareFederation.ask` sends each request as a FLARE task to the named clients
+  and waits for all of them. It writes the JSON summary to ``fedtab_result.json`` in
+  the server's run directory and, if given, to ``result_path``.
+* :class:`FedtabExecutor` builds the client's :class:`~fedtab.federation.site.Site` from
+  its job arguments (keys of :mod:`fedtab.engines.site_config`; the site name is the
+  FLARE client name) and answers with :meth:`Site.handle`. Per-site state survives
+  between tasks even when FLARE rebuilds the executor: the live site is kept per
+  process and job, and its state is also written to the client's run directory after
+  every task (arrays + JSON, see :mod:`fedtab.engines.site_state`).
+* Payloads are :meth:`Message.to_bytes` in the task's Shareable (``bytes`` travel
+  natively in FLARE's serialiser) — never pickle.
+* :func:`build_job` returns a ``FedJob`` for N sites; :func:`run_simulator` runs it with
+  ``simulator_run(..., threads=N)``, checks the return code (the simulator does not
+  raise on failure) and returns the summary.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from nvflare.apis.executor import Executor
+from nvflare.apis.fl_constant import ReturnCode
+from nvflare.apis.fl_context import FLContext
+from nvflare.apis.impl.controller import Controller, Task
+from nvflare.apis.shareable import Shareable, make_reply
+from nvflare.apis.signal import Signal
+
+from ..federation.messages import Message, MessageError
+from ..federation.protocol import Federation, FederationError, Traffic
+from .pipeline import run_pipeline
+from .site_config import build_site
+from .site_state import SiteCache, decode_state, encode_state
+
+__all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "FlareFederation", "SimulatorError", "build_job", "run_simulator"]
+
+TASK_NAME = "fedtab"
+_PAYLOAD = "fedtab"
+_RESULT_FILE = "fedtab_result.json"
+_STATE_FILE = "fedtab_site_state.bin"
+
+_SITES = SiteCache()
+
+
+class SimulatorError(RuntimeError):
+    """The FLARE simulator returned a non-zero code or the job wrote no result."""
+
+
+# ----------------------------------------------------------------------------- server side
+class FlareFederation(Federation):
+    """The FLARE clients of a running job, seen through a controller.
+
+    Args:
+        controller: the running :class:`~nvflare.apis.impl.controller.Controller`.
+        fl_ctx, abort_signal: the controller's ``control_flow`` arguments.
+        sites: client names taking part (default: every client of the job).
+        timeout: seconds one :meth:`ask` may take; sites that did not answer by then get
+            an error reply.
+    """
+
+    def __init__(self, controller: Controller, fl_ctx: FLContext, abort_signal: Signal,
+                 sites: Sequence[str] | None = None, *, timeout: float = 600.0, poll: float = 0.02) -> None:
+        super().__init__()
+        self.controller, self.fl_ctx, self.abort_signal = controller, fl_ctx, abort_signal
+        if sites is None:
+            sites = [c.name for c in fl_ctx.get_engine().get_clients()]
+        self._sites = sorted(str(s) for s in sites)
+        if not self._sites:
+            raise FederationError("the FLARE job has no clients")
+        self.timeout, self.poll = float(timeout), float(poll)
+
+    @property
+    def sites(self) -> list[str]:
+        return list(self._sites)
+
+    def ask(self, requests: Mapping[str, Message]) -> dict[str, Message]:
+        replies: dict[str, Message] = {}
+        groups: dict[int, tuple[Message, list[str]]] = {}
+        for name, req in requests.items():
+            if name not in self._sites:
+                replies[name] = Message.error(f"no site called {name!r} in this federation")
+                continue
+            groups.setdefault(id(req), (req, []))[1].append(name)  # a broadcast is one task
+        tasks = []
+        for req, names in groups.values():
+            data = Shareable()
+            data[_PAYLOAD] = req.to_bytes()
+            task = Task(name=TASK_NAME, data=data, timeout=int(self.timeout))
+            self.controller.broadcast(task, self.fl_ctx, targets=names, min_responses=len(names),
+                                      wait_time_after_min_received=0)
+            tasks.append((task, req, names))
+        deadline = time.monotonic() + self.timeout + 5
+        while any(t.completion_status is None for t, _, _ in tasks):
+            if self.abort_signal.triggered:
+                raise FederationError("the FLARE job was aborted")
+            if time.monotonic() > deadline:
+                break
+            time.sleep(self.poll)
+        for task, req, names in tasks:
+            got = {}
+            for ct in task.client_tasks:
+                if ct.result is None:
+                    continue
+                rc = ct.result.get_return_code()
+                if rc != ReturnCode.OK or _PAYLOAD not in ct.result:
+                    got[ct.client.name] = Message.error(f"FLARE return code {rc}")
+                    continue
+                try:
+                    got[ct.client.name] = Message.from_bytes(ct.result[_PAYLOAD])
+                except (MessageError, TypeError) as exc:
+                    got[ct.client.name] = Message.error(f"undecodable reply: {exc}")
+            for name in names:
+                reply = got.get(name) or Message.error(f"no reply (task {task.completion_status})")
+                self.traffic.records.append(Traffic(name, req.kind, req.nbytes(), reply.nbytes()))
+                replies[name] = reply
+        return {name: replies[name] for name in requests}
+
+
+def _load_workflow(path: str) -> Callable[[Federation, Mapping[str, Any]], dict[str, Any]]:
+    if not path:
+        return run_pipeline
+    module, _, attr = path.partition(":")
+    fn = getattr(importlib.import_module(module), attr)
+    if not callable(fn):
+        raise ValueError(f"workflow {path!r} is not callable")
+    return fn
+
+
+class FedtabController(Controller):
+    """Runs a fedtab workflow on the job's clients.
+
+    Args:
+        config: the workflow settings (see :mod:`fedtab.engines.pipeline`), a dict.
+        workflow: ``"module:function"`` of a ``fn(federation, config) -> dict`` (default:
+            :func:`~fedtab.engines.pipeline.run_pipeline`).
+        min_sites: clients that must be connected before the workflow starts.
+        timeout: seconds per request round.
+        result_path: also write the JSON summary there.
+    """
+
+    def __init__(self, config: Any = None, workflow: str = "", min_sites: int = 1, timeout: float = 600.0,
+                 result_path: str = "") -> None:
+        super().__init__(task_check_period=0.05)
+        self.config = config if config is not None else {}
+        self.workflow = workflow
+        self.min_sites = min_sites
+        self.timeout = timeout
+        self.result_path = result_path
+        self.result: dict[str, Any] | None = None
+
+    def start_controller(self, fl_ctx: FLContext) -> None:
+        pass
+
+    def stop_controller(self, fl_ctx: FLContext) -> None:
+        pass
+
+    def process_result_of_unknown_task(self, client, task_name, client_task_id, result, fl_ctx) -> None:  # noqa: ANN001
+        self.log_warning(fl_ctx, f"result of unknown task {task_name!r} from {client.name}")
+
+    def control_flow(self, abort_signal: Signal, fl_ctx: FLContext) -> None:
+        cfg = json.loads(self.config) if isinstance(self.config, str) else dict(self.config)
+        engine = fl_ctx.get_engine()
+        deadline = time.monotonic() + 120
+        while len(engine.get_clients()) < self.min_sites and time.monotonic() < deadline:
+            time.sleep(0.2)
+        t0 = time.perf_counter()
+        fed = FlareFederation(self, fl_ctx, abort_signal, timeout=self.timeout)
+        if len(fed.sites) < self.min_sites:
+            raise FederationError(f"{len(fed.sites)} FLARE client(s) connected, {self.min_sites} needed")
+        result = dict(_load_workflow(self.workflow)(fed, cfg))
+        result["engine"] = "nvflare"
+        result["seconds_total"] = time.perf_counter() - t0
+        down, up = fed.traffic.total()
+        result["bytes"] = {"down": down, "up": up}
+        self.result = result
+        text = json.dumps(result, indent=2)
+        run_dir = engine.get_workspace().get_run_dir(fl_ctx.get_job_id())
+        Path(run_dir, _RESULT_FILE).write_text(text)
+        if self.result_path:
+            Path(self.result_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.result_path).write_text(text)
+        self.log_info(fl_ctx, f"fedtab workflow finished in {result['seconds_total']:.2f} s")
+
+
+# ----------------------------------------------------------------------------- client side
+class FedtabExecutor(Executor):
+    """Answers fedtab tasks with the client's :class:`~fedtab.federation.site.Site`.
+
+    Args (the site config; the site's name is the FLARE client name):
+        data_path: the site's CSV/Parquet file. target: label column ("" = none).
+        test_path: optional held-out rows (then no random split).
+        selector: the site's selector (name, ``{"name", "params"}`` dict or alias).
+        test_size, seed: the random split when there is no ``test_path``.
+    """
+
+    def __init__(self, data_path: str, target: str = "", test_path: str = "", selector: Any = "lasso",
+                 test_size: float = 0.2, seed: int = 0) -> None:
+        super().__init__()
+        self.data_path = data_path
+        self.target = target
+        self.test_path = test_path
+        self.selector = selector
+        self.test_size = test_size
+        self.seed = seed
+
+    def _site(self, fl_ctx: FLContext):
+        name = fl_ctx.get_identity_name()
+        job_id = fl_ctx.get_job_id()
+        config = {"name": name, "data_path": self.data_path, "target": self.target, "test_path": self.test_path,
+                  "selector": self.selector, "test_size": self.test_size, "seed": self.seed}
+        site, fresh = _SITES.get((job_id, name), lambda: build_site(config))
+        state_file = self._state_file(fl_ctx)
+        if fresh and state_file.is_file():
+            site.state = decode_state(Message.from_bytes(state_file.read_bytes()))
+        return site, state_file
+
+    @staticmethod
+    def _state_file(fl_ctx: FLContext) -> Path:
+        run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(fl_ctx.get_job_id())
+        return Path(run_dir, _STATE_FILE)
+
+    def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        if task_name != TASK_NAME:
+            return make_reply(ReturnCode.TASK_UNKNOWN)
+        try:
+            request = Message.from_bytes(shareable[_PAYLOAD])
+            site, state_file = self._site(fl_ctx)
+            reply = site.handle(request)
+            snapshot, _ = encode_state(site.state)
+            tmp = state_file.with_suffix(".tmp")
+            tmp.write_bytes(snapshot.to_bytes())
+            os.replace(tmp, state_file)
+        except Exception as exc:  # noqa: BLE001 - reported to the server, naming the site
+            reply = Message.error(f"site {fl_ctx.get_identity_name()!r}: {type(exc).__name__}: {exc}")
+        out = make_reply(ReturnCode.OK)
+        out[_PAYLOAD] = reply.to_bytes()
+        return out
+
+
+# ----------------------------------------------------------------------------- jobs
+def build_job(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None = None, *, name: str = "fedtab",
+              workflow: str = "", timeout: float = 600.0, result_path: str = "",
+              task_request_interval: float | None = 0.2):
+    """A ``FedJob`` running the workflow on one :class:`FedtabExecutor` per site.
+
+    Args:
+        sites: one site config per client (``name`` becomes the FLARE client name; the
+            other keys are :class:`FedtabExecutor` arguments, hyphens allowed).
+        config: the workflow settings (see :mod:`fedtab.engines.pipeline`).
+        task_request_interval: FLARE's ``server.task_request_interval``, the seconds a
+            client waits before asking for its next task (FLARE's default is 2 s, which
+            then dominates a workflow of many short steps); ``None`` keeps FLARE's default.
+
+    Raises:
+        ValueError: a site config without a name, or duplicate names.
+    """
+    from nvflare.job_config.api import FedJob
+
+    names = [str(s.get("name", "")) for s in sites]
+    if not all(names) or len(set(names)) != len(names):
+        raise ValueError(f"every site needs a unique name, got {names}")
+    job = FedJob(name=name, min_clients=len(sites))
+    job.set_app_packages(["fedtab"])  # installed at every site; do not copy its source into the job
+    if task_request_interval is not None:
+        job.to_server({"server": {"task_request_interval": float(task_request_interval)}})
+    # FLARE reads "{...}" strings in job configs as variable references: pass dicts, not JSON text.
+    job.to_server(FedtabController(config=dict(config or {}), workflow=workflow, min_sites=len(sites),
+                                   timeout=timeout, result_path=result_path))
+    allowed = {"data_path", "target", "test_path", "selector", "test_size", "seed"}
+    for site in sites:
+        args = {str(k).replace("-", "_"): v for k, v in site.items() if k != "name"}
+        unknown = set(args) - allowed
+        if unknown:
+            raise ValueError(f"site {site['name']!r}: unknown executor arguments {sorted(unknown)}")
+        if isinstance(args.get("selector"), str) and args["selector"].strip().startswith("{"):
+            args["selector"] = json.loads(args["selector"])
+        job.to(FedtabExecutor(**args), str(site["name"]), tasks=[TASK_NAME])
+    return job
+
+
+def allow_fedtab_components(site_root: str | Path) -> Path:
+    """Add fedtab's components to the ``class_allow_list`` of ``site_root/local/resources.json``.
+
+    FLARE 2.9 only builds job components whose class path is on a site's allow list
+    (NVFLARE's own classes by default). A real site adds ``"fedtab.engines."`` to the
+    ``class_allow_list`` of its ``local/resources.json``; the simulator copies
+    ``<workspace>/local`` into every simulated site, so this writes it there.
+    Existing settings in the file are kept. Returns the file's path.
+    """
+    from nvflare.app_common.default_component_policy import DEFAULT_CLASS_ALLOW_LIST
+
+    path = Path(site_root, "local", "resources.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    resources = json.loads(path.read_text()) if path.is_file() else {}
+    allowed = list(resources.get("class_allow_list", DEFAULT_CLASS_ALLOW_LIST))
+    for prefix in ("fedtab.engines.",):
+        if prefix not in allowed:
+            allowed.append(prefix)
+    resources["class_allow_list"] = allowed
+    path.write_text(json.dumps(resources, indent=2))
+    return path
+
+
+def run_simulator(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None, workspace: str | Path, *,
+                  threads: int | None = None, log_config: str | None = "concise", **job_kwargs: Any) -> dict[str, Any]:
+    """Build the job, run it in FLARE's simulator and return the workflow's summary.
+
+    Raises:
+        SimulatorError: the simulator returned a non-zero code (it does not raise), or
+            the job finished without writing its result.
+    """
+    workspace = Path(workspace)
+    workspace.mkdir(parents=True, exist_ok=True)
+    result_path = workspace / _RESULT_FILE
+    result_path.unlink(missing_ok=True)
+    job = build_job(sites, config, result_path=str(result_path), **job_kwargs)
+    allow_fedtab_components(workspace / "sim")
+    rc = job.simulator_run(str(workspace / "sim"), threads=threads or len(sites), log_config=log_config)
+    if rc not in (0, None):
+        raise SimulatorError(f"FLARE simulator returned {rc}; logs under {workspace / 'sim'}")
+    if not result_path.is_file():
+        raise SimulatorError(f"FLARE job finished without a result; logs under {workspace / 'sim'}")
+    return json.loads(result_path.read_text())

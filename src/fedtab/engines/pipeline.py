@@ -1,0 +1,209 @@
+"""The server-side job an engine runs: fedtab workflows in order, from a flat config.
+
+Flower passes a ServerApp its ``run_config`` (flat TOML values), FLARE passes a
+controller its job arguments; both hand that mapping to :func:`run_pipeline` together
+with their :class:`~fedtab.federation.protocol.Federation`. The workflows themselves
+are the shared ones in ``fedtab.federation``; this module only reads settings and
+gathers a JSON-able summary. It imports no engine.
+
+Config keys (hyphens or underscores)::
+
+    steps             comma list of "election", "tuning", "training", "imputation"
+                      (default "election,training")
+    freedom-degree    election freedom degree (default 0.5)
+    selector          "" = each site's own selector, else a name / JSON spec / alias
+    normalization     "all" (fedtab's rule) or "selected" (FLARE 2.9's)
+    aggregation       "weighted" or "uniform"
+    model, rounds, local-epochs, seed        training settings
+    impute-rounds, impute-local-epochs       imputation settings (others: defaults)
+    impute-config     JSON object with more ImputeConfig fields
+    tuning-config     JSON object of more keyword arguments for
+                      fedtab.federation.tuning_flow.tune_flow (tune_method, grid...)
+
+With "tuning" the freedom degree is tuned on a fit/validation split of each site's
+training rows (model, rounds and local-epochs score the masks); "election" then elects
+on all training rows at the tuned freedom degree.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..federation.election_flow import run_election
+from ..federation.protocol import Federation
+from ..federation.training_flow import run_training
+from .site_config import parse_selector
+
+__all__ = ["PipelineConfig", "run_pipeline", "STEPS"]
+
+STEPS = ("election", "tuning", "training", "imputation")
+
+
+def _json_obj(value: Any, key: str) -> dict[str, Any]:
+    if value in (None, ""):
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    try:
+        obj = json.loads(str(value))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{key} is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{key} must be a JSON object")
+    return obj
+
+
+@dataclass
+class PipelineConfig:
+    """Settings of :func:`run_pipeline` (see the module docstring)."""
+
+    steps: tuple[str, ...] = ("election", "training")
+    freedom_degree: float = 0.5
+    selector: Any = None
+    normalization: str = "all"
+    aggregation: str = "weighted"
+    model: Any = "logistic"
+    rounds: int = 5
+    local_epochs: int = 5
+    seed: int = 0
+    impute_rounds: int = 20
+    impute_local_epochs: int = 1
+    impute_config: dict[str, Any] = field(default_factory=dict)
+    tuning_config: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> "PipelineConfig":
+        """Read a flat mapping; unknown keys are ignored (engines add their own).
+
+        Raises:
+            ValueError: an unknown step, or a value of the wrong type.
+        """
+        c = {str(k).replace("-", "_"): v for k, v in config.items()}
+        steps = c.get("steps", "election,training")
+        if isinstance(steps, str):
+            steps = [s.strip() for s in steps.split(",") if s.strip()]
+        bad = [s for s in steps if s not in STEPS]
+        if bad:
+            raise ValueError(f"unknown pipeline steps {bad}; known: {list(STEPS)}")
+        selector = c.get("selector") or None
+        model = c.get("model", "logistic")
+        if isinstance(model, str) and model.strip().startswith("{"):
+            model = _json_obj(model, "model")
+        try:
+            return cls(
+                steps=tuple(steps),
+                freedom_degree=float(c.get("freedom_degree", 0.5)),
+                selector=parse_selector(selector) if selector is not None else None,
+                normalization=str(c.get("normalization", "all")),
+                aggregation=str(c.get("aggregation", "weighted")),
+                model=model,
+                rounds=int(c.get("rounds", 5)),
+                local_epochs=int(c.get("local_epochs", 5)),
+                seed=int(c.get("seed", 0)),
+                impute_rounds=int(c.get("impute_rounds", 20)),
+                impute_local_epochs=int(c.get("impute_local_epochs", 1)),
+                impute_config=_json_obj(c.get("impute_config"), "impute-config"),
+                tuning_config=_json_obj(c.get("tuning_config"), "tuning-config"),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"invalid pipeline config: {exc}") from None
+
+
+def _tune(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
+    """Tune the freedom degree with :func:`fedtab.federation.tuning_flow.tune_flow`."""
+    try:
+        from ..federation.tuning_flow import tune_flow
+    except ImportError as exc:  # pragma: no cover - only while the tuning workflow is absent
+        raise ValueError(f"the tuning step needs fedtab.federation.tuning_flow: {exc}") from None
+    kwargs = {"model": cfg.model, "rounds": cfg.rounds, "local_epochs": cfg.local_epochs, "seed": cfg.seed,
+              "aggregation": cfg.aggregation, "normalization": cfg.normalization, **cfg.tuning_config}
+    if cfg.selector is not None:
+        kwargs.setdefault("selector", cfg.selector)
+    if isinstance(kwargs.get("grid"), list):
+        kwargs["grid"] = tuple(kwargs["grid"])
+    outcome = tune_flow(federation, **kwargs)
+    return {"freedom_degree": float(outcome.tuning.freedom_degree), "summary": _jsonable(outcome.tuning.to_dict()),
+            "selected": list(outcome.features)}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineConfig) -> dict[str, Any]:
+    """Run the configured steps on ``federation`` and return a JSON-able summary.
+
+    Returns:
+        ``{"sites", "steps", "seconds", "election"?, "tuning"?, "training"?, "imputation"?}``;
+        ``election`` has ``selected`` (names), ``kept``, ``mask`` (over the global feature
+        order) and ``stats``; ``training`` has ``weighted_f1``, ``pooled``, ``per_site``,
+        ``features``, ``classes`` and ``params`` (lists); ``imputation`` has the validation
+        RMSE and the best round.
+
+    Raises:
+        FederationError / ValueError: from the workflows (naming the failing site).
+    """
+    cfg = config if isinstance(config, PipelineConfig) else PipelineConfig.from_mapping(config)
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"sites": list(federation.sites), "steps": list(cfg.steps)}
+    fd = cfg.freedom_degree
+    if "tuning" in cfg.steps:
+        out["tuning"] = _tune(federation, cfg)
+        if out["tuning"]["freedom_degree"] is not None:
+            fd = out["tuning"]["freedom_degree"]
+    features = None
+    if "election" in cfg.steps:
+        el = run_election(federation, fd, selector=cfg.selector, aggregation=cfg.aggregation,
+                          normalization=cfg.normalization)
+        res = el.result
+        features = res.selected_names
+        out["election"] = {
+            "selected": features,
+            "kept": len(features),
+            "feature_names": list(res.feature_names),
+            "mask": [bool(m) for m in res.mask],
+            "freedom_degree": float(fd),
+            "stats": _jsonable(res.stats),
+            "sites": el.site_summary(),
+        }
+    if "training" in cfg.steps:
+        tr = run_training(federation, features, model=cfg.model, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
+                          seed=cfg.seed)
+        out["training"] = {
+            "model": tr.model,
+            "weighted_f1": tr.pooled["weighted_f1"],
+            "pooled": _jsonable(tr.pooled),
+            "per_site": _jsonable(tr.per_site),
+            "features": tr.features,
+            "classes": tr.classes,
+            "params": {k: np.asarray(v).tolist() for k, v in tr.params.items()},
+        }
+    if "imputation" in cfg.steps:
+        from ..federation.impute_flow import ImputeConfig, run_imputation
+
+        icfg = ImputeConfig(**{"rounds": cfg.impute_rounds, "local_epochs": cfg.impute_local_epochs,
+                               "seed": cfg.seed, **cfg.impute_config})
+        im = run_imputation(federation, icfg)
+        out["imputation"] = {
+            "columns": list(im.columns),
+            "validation": _jsonable(getattr(im, "validation", None)),
+            "best_round": _jsonable(getattr(im, "best_round", None)),
+            "history": _jsonable(getattr(im, "history", None)),
+        }
+    out["seconds"] = time.perf_counter() - t0
+    return out

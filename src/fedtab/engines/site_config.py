@@ -1,0 +1,110 @@
+"""Build a :class:`~fedtab.federation.site.Site` from a flat, string-friendly config.
+
+Both distributed engines start a site from configuration rather than from Python
+objects: Flower from a SuperNode's ``--node-config``, NVIDIA FLARE from an executor's
+job arguments. This module turns such a mapping into a ``Site`` so the two engines
+(and the in-process reference) build sites the same way. It imports no engine.
+
+Keys (hyphens and underscores are interchangeable)::
+
+    name        the site's name (required)
+    data-path   CSV/Parquet file with the site's rows (required)
+    target      label column ("" = none, for unsupervised work)
+    test-path   optional file with the site's held-out rows; when given, every row of
+                data-path is a training row and every row of test-path a test row
+                (no random split)
+    test-size   fraction held out when there is no test-path (default 0.2)
+    seed        seed of that split (default 0)
+    selector    a built-in selector name ("lasso"), a JSON spec
+                ('{"name": "lasso", "params": {...}}') or an alias from
+                :data:`SELECTOR_ALIASES` (default "lasso")
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..data.tables import read_table
+from ..federation.site import Site
+
+__all__ = ["FixedSplitSite", "NVFLARE_LASSO", "SELECTOR_ALIASES", "build_site", "parse_selector", "site_config"]
+
+#: FLARE 2.9's ``FeatureElectionExecutor(fs_method="lasso")``: ``Lasso(alpha=0.01)`` regression
+#: on standardised X with the class labels as a continuous target, kept where ``|coef| > 1e-6``.
+NVFLARE_LASSO: dict[str, Any] = {"name": "lasso", "params": {"alpha": 0.01, "task": "regression", "tol": 1e-6}}
+
+#: selector names accepted in a site config besides the built-in selector names.
+SELECTOR_ALIASES: dict[str, dict[str, Any]] = {"nvflare-lasso": NVFLARE_LASSO}
+
+
+class FixedSplitSite(Site):
+    """A site whose train and test rows are given (no random split).
+
+    Args:
+        name, target, selector: as :class:`~fedtab.federation.site.Site`.
+        train: the training rows. test: the held-out rows (same columns; may be empty).
+
+    Raises:
+        ValueError: the two tables have different columns, or as ``Site``.
+    """
+
+    def __init__(self, name: str, train: pd.DataFrame, test: pd.DataFrame, target: str | None = None, *,
+                 selector: Any = "lasso", seed: int = 0) -> None:
+        if list(train.columns) != list(test.columns):
+            raise ValueError(f"site {name!r}: the train and test tables have different columns")
+        self._n_train = len(train)
+        super().__init__(name, pd.concat([train, test], ignore_index=True), target, test_size=0.0, seed=seed,
+                         selector=selector)
+
+    def _make_split(self) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.arange(len(self.table))
+        return idx[: self._n_train], idx[self._n_train :]
+
+
+def site_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Normalise keys (``data-path`` and ``data_path`` both become ``data_path``)."""
+    return {str(k).replace("-", "_"): v for k, v in config.items()}
+
+
+def parse_selector(value: Any) -> Any:
+    """A selector spec from a config value: name, alias, JSON object string, or as given.
+
+    Raises:
+        ValueError: a string that starts with ``{`` but is not valid JSON.
+    """
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text in SELECTOR_ALIASES:
+        return SELECTOR_ALIASES[text]
+    if text.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"selector {text!r} is not valid JSON: {exc}") from None
+    return text
+
+
+def build_site(config: Mapping[str, Any]) -> Site:
+    """The :class:`Site` described by ``config`` (see the module docstring).
+
+    Raises:
+        ValueError: a required key is missing or a value is invalid (naming it).
+        fedtab.data.TableError: a data file cannot be read.
+    """
+    cfg = site_config(config)
+    missing = [k for k in ("name", "data_path") if not cfg.get(k)]
+    if missing:
+        raise ValueError(f"site config misses {', '.join(k.replace('_', '-') for k in missing)}")
+    name = str(cfg["name"])
+    target = cfg.get("target") or None
+    selector = parse_selector(cfg.get("selector") or "lasso")
+    seed = int(cfg.get("seed", 0))
+    table = read_table(str(cfg["data_path"]))
+    if cfg.get("test_path"):
+        return FixedSplitSite(name, table, read_table(str(cfg["test_path"])), target, selector=selector, seed=seed)
+    return Site(name, table, target, test_size=float(cfg.get("test_size", 0.2)), seed=seed, selector=selector)

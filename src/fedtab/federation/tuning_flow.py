@@ -1,0 +1,259 @@
+"""Freedom-degree tuning as a federated workflow (engine-independent).
+
+Steps (each a request built on the server, a pure site handler, a validated reduction):
+
+1. ``"split_validation"`` — every site splits its *training* rows into fit and
+   validation rows (stratified, seeded per site) and keeps the split in
+   ``site.state["fit_validation"]``. The test split is never touched.
+2. ``"ballot_fit"`` — every site runs its selector on its fit rows and sends a ballot.
+3. For each candidate fd the server elects a mask from those ballots (no traffic);
+   each *distinct* mask is scored by :func:`~fedtab.federation.training_flow.run_training`
+   on the fit rows, evaluated on the validation rows. The score is the sample-weighted
+   mean of the sites' validation weighted-F1 (``Σ n_i F1_i / Σ n_i``).
+4. The search (:mod:`fedtab.election.tuning`) picks fd; the mask it elects is sent to the
+   sites with ``"set_mask"`` (unless ``apply=False``), ready for the final
+   ``run_training`` on the train/test split.
+
+Nothing here depends on an engine: only :class:`~fedtab.federation.protocol.Federation`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..election.ballot import Ballot
+from ..election.rule import ElectionResult
+from ..election.selectors import make_selector
+from ..election.tuning import DEFAULT_GRID, TuningResult, tune
+from .election_flow import _selector_request, broadcast_mask, elect_from_ballots
+from .local_data import fill_with_column_means, numeric_matrix
+from .messages import Message
+from .protocol import Federation, FederationError, collect
+from .site import Site, handler
+from .training_flow import part_rows, run_training
+
+__all__ = ["TuneOutcome", "tune_flow", "tune_and_train", "split_validation", "gather_fit_ballots", "validation_scorer"]
+
+
+def _stratified_split(y: np.ndarray, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    idx = np.arange(len(y))
+    fit, val = [], []
+    for cls in pd.unique(y):
+        members = rng.permutation(idx[y == cls])
+        k = int(round(len(members) * fraction))
+        k = min(max(k, 1), len(members) - 1) if len(members) >= 2 else 0
+        val.append(members[:k])
+        fit.append(members[k:])
+    return np.sort(np.concatenate(fit)), np.sort(np.concatenate(val))
+
+
+@handler("split_validation")
+def _split_validation(site: Site, request: Message) -> Message:
+    fraction = float(request.meta.get("validation_size", 0.25))
+    if not 0 < fraction < 1:
+        raise ValueError(f"validation_size must be in (0, 1), got {fraction}")
+    seed = int(request.meta.get("seed", 0))
+    train = site.rows("train")
+    y = train[site.target].to_numpy() if site.target is not None else np.zeros(len(train))
+    rng = np.random.default_rng([seed, zlib.crc32(site.name.encode())])
+    fit, val = _stratified_split(y, fraction, rng)
+    if len(fit) == 0 or len(val) == 0:
+        raise ValueError(f"site {site.name!r}: too few training rows ({len(train)}) for a fit/validation split")
+    site.state["fit_validation"] = (fit, val)
+    return Message("split_validation", meta={"n_fit": int(len(fit)), "n_validation": int(len(val))})
+
+
+@handler("ballot_fit")
+def _ballot_fit(site: Site, request: Message) -> Message:
+    spec = request.meta.get("selector")
+    selector = make_selector(spec if spec is not None else site.selector)
+    rows = part_rows(site, "fit")
+    frame = rows[site.feature_names]
+    y = rows[site.target].to_numpy()
+    X = fill_with_column_means(numeric_matrix(frame, site.name))
+    sel = selector.select(X, y)
+    return Message(
+        "ballot_fit",
+        {"mask": np.asarray(sel.mask, dtype=bool), "scores": np.asarray(sel.scores, dtype=np.float64)},
+        {"feature_names": list(frame.columns.astype(str)), "n_samples": int(len(y)), "selector": selector.name},
+    )
+
+
+def split_validation(federation: Federation, validation_size: float = 0.25, seed: int = 0) -> dict[str, dict[str, int]]:
+    """Ask every site to split its training rows; returns ``{site: {"n_fit", "n_validation"}}``.
+
+    Raises:
+        FederationError: a site could not split (naming it) or replied with bad counts.
+    """
+    replies = collect(federation.broadcast(Message("split_validation", meta={"validation_size": validation_size,
+                                                                               "seed": seed})), "split_validation")
+    out = {}
+    for name, r in replies.items():
+        nf, nv = r.meta.get("n_fit"), r.meta.get("n_validation")
+        if not (isinstance(nf, int) and isinstance(nv, int) and nf > 0 and nv > 0):
+            raise FederationError(f"site {name!r}: invalid fit/validation counts {nf!r}/{nv!r}")
+        out[name] = {"n_fit": nf, "n_validation": nv}
+    return out
+
+
+def gather_fit_ballots(federation: Federation, selector: Any = None, *,
+                       selectors: Mapping[str, Any] | None = None) -> list[Ballot]:
+    """Ballots computed on each site's fit rows (needs :func:`split_validation` first).
+
+    Raises:
+        FederationError: a site failed. ValueError: a ballot is invalid (naming the site).
+    """
+    requests = {n: Message("ballot_fit", meta=_selector_request((selectors or {}).get(n, selector)))
+                for n in federation.sites}
+    replies = collect(federation.ask(requests), "ballot_fit")
+    return [Ballot.build(r.arrays.get("mask"), r.arrays.get("scores"), r.meta.get("n_samples"),
+                         r.meta.get("feature_names"), site=name) for name, r in replies.items()]
+
+
+def validation_scorer(federation: Federation, feature_names: list[str], *, model: Any = "logistic",
+                      rounds: int = 10, local_epochs: int = 5, seed: int = 0) -> Callable[[np.ndarray], float]:
+    """``mask -> Σ n_i F1_i / Σ n_i``: train on the fit rows by FedAvg, score on validation rows.
+
+    An empty mask is scored as a model without features (it predicts from the class prior).
+    """
+
+    def score(mask: np.ndarray) -> float:
+        feats = [f for f, m in zip(feature_names, mask) if m]
+        out = run_training(federation, feats, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed,
+                           train_part="fit", eval_part="validation")
+        n = np.array([m["n"] for m in out.per_site.values()], dtype=np.float64)
+        f1 = np.array([m["weighted_f1"] for m in out.per_site.values()])
+        return float((n * f1).sum() / n.sum()) if n.sum() else 0.0
+
+    return score
+
+
+@dataclass
+class TuneOutcome:
+    """What :func:`tune_flow` returns.
+
+    Attributes:
+        tuning: the search result (choice + whole curve).
+        election: the election at the chosen fd (``.selected_names`` were sent to the sites if applied).
+        ballots: the fit-row ballots (reuse them to tune another model without re-selecting).
+        split: ``{site: {"n_fit", "n_validation"}}``.
+    """
+
+    tuning: TuningResult
+    election: ElectionResult
+    ballots: list[Ballot]
+    split: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def features(self) -> list[str]:
+        return self.election.selected_names
+
+
+def tune_flow(
+    federation: Federation,
+    *,
+    selector: Any = None,
+    selectors: Mapping[str, Any] | None = None,
+    model: Any = "logistic",
+    tune_method: Literal["grid", "hill-climb"] = "grid",
+    validation_size: float = 0.25,
+    rounds: int = 10,
+    local_epochs: int = 5,
+    grid: tuple[float, ...] = DEFAULT_GRID,
+    tolerance: float = 0.01,
+    refine_step: float = 0.025,
+    start: float = 0.5,
+    aggregation: str = "weighted",
+    normalization: str = "all",
+    ballots: list[Ballot] | None = None,
+    seed: int = 0,
+    apply: bool = True,
+) -> TuneOutcome:
+    """Tune the freedom degree on validation rows and (by default) send the chosen mask.
+
+    Args:
+        selector / selectors: as :func:`~fedtab.federation.election_flow.gather_ballots`.
+        model, rounds, local_epochs: the model that scores each mask (trained by FedAvg
+            on fit rows, or exactly for GaussianNB).
+        tune_method: ``"grid"`` (grid + refine + parsimony within ``tolerance``) or
+            ``"hill-climb"`` (the peers' procedure from ``start``).
+        validation_size: share of each site's training rows held out for validation.
+        ballots: fit-row ballots from an earlier call with the same ``validation_size``
+            and ``seed`` (skips the selectors).
+        apply: broadcast the chosen mask to the sites (``"set_mask"``).
+
+    Raises:
+        FederationError: a site failed (naming it). ValueError: invalid settings or ballots.
+    """
+    split = split_validation(federation, validation_size, seed)
+    if ballots is None:
+        ballots = gather_fit_ballots(federation, selector, selectors=selectors)
+    first = elect_from_ballots(ballots, 0.0, aggregation, normalization)
+    names = list(first.feature_names)
+
+    def mask_of(fd: float) -> np.ndarray:
+        return np.asarray(elect_from_ballots(ballots, fd, aggregation, normalization).mask, dtype=bool)
+
+    score_of = validation_scorer(federation, names, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
+    if tune_method == "grid":
+        options: dict[str, Any] = {"grid": grid, "tolerance": tolerance, "refine_step": refine_step}
+    else:
+        options = {"start": start}
+    result = tune(mask_of, score_of, tune_method, **options)
+    election = elect_from_ballots(ballots, result.freedom_degree, aggregation, normalization)
+    if apply:
+        broadcast_mask(federation, election.selected_names)
+    return TuneOutcome(result, election, ballots, split)
+
+
+def tune_and_train(
+    federation: Federation,
+    *,
+    selector: Any = None,
+    selectors: Mapping[str, Any] | None = None,
+    model: Any = "logistic",
+    tune_method: Literal["grid", "hill-climb"] = "grid",
+    rounds: int = 10,
+    local_epochs: int = 5,
+    tolerance: float = 0.01,
+    validation_size: float = 0.25,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Tune fd, then train ``model`` on all columns and on the elected ones; a JSON-able report.
+
+    Meant for ``fedtab elect --tune grid|hill-climb --model NAME``. Returns
+    ``{"tuning": TuningResult.to_dict(), "freedom_degree", "selected", "stats",
+    "training": {"model", "rounds", "all_features": {"f1", "macro_f1", "n_params"},
+    "elected": {...}, "communication": communication_report(...)}}``.
+
+    Raises:
+        FederationError / ValueError: as :func:`tune_flow` and ``run_training``.
+    """
+    from ..learn.accounting import communication_report
+
+    tuned = tune_flow(federation, selector=selector, selectors=selectors, model=model, tune_method=tune_method,
+                      rounds=rounds, local_epochs=local_epochs, tolerance=tolerance,
+                      validation_size=validation_size, seed=seed)
+    all_cols = list(tuned.election.feature_names)
+    full = run_training(federation, all_cols, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
+    fe = run_training(federation, tuned.features, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
+
+    def part(out: Any) -> dict[str, Any]:
+        return {"f1": out.pooled["weighted_f1"], "macro_f1": out.pooled["macro_f1"], "n_params": out.n_params,
+                "bytes_down": out.bytes_down, "bytes_up": out.bytes_up, "rounds": out.rounds}
+
+    return {
+        "tuning": tuned.tuning.to_dict(),
+        "freedom_degree": tuned.tuning.freedom_degree,
+        "selected": tuned.features,
+        "stats": dict(tuned.election.stats),
+        "training": {"model": full.model, "rounds": full.rounds, "all_features": part(full), "elected": part(fe),
+                     "communication": communication_report(model, len(all_cols), len(tuned.features),
+                                                           len(full.classes), rounds=rounds,
+                                                           n_sites=len(federation.sites))},
+    }

@@ -1,0 +1,158 @@
+"""FedHF-Impute end to end: the workflow, the imputer and its errors."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.base import clone
+
+from fedtab.engines.local import LocalFederation
+from fedtab.federation.impute_flow import ImputeConfig, run_imputation
+from fedtab.federation.protocol import FederationError
+from fedtab.federation.site import Site
+from fedtab.imputer import FederatedImputer
+from fedtab.impute.baselines import LowRankGaussian, to_global
+from fedtab.impute.graph import build_feature_graph
+from fedtab.impute.model import GNNConfig, GNNImputer, graph_tensors
+from fedtab.impute.train import fedavg
+
+FAST = dict(rounds=8, local_epochs=2, hidden_dim=16, n_layers=2, seed=0)
+
+
+def correlated_sites(n=800, f=8, seed=0, missing=0.1):
+    """4 sites over a rank-2 table; every site lacks some columns."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 2)) @ rng.normal(size=(2, f))
+    x = (x - x.mean(0)) / x.std(0) + 0.15 * rng.normal(size=(n, f))
+    full = pd.DataFrame(x, columns=[f"x{i}" for i in range(f)])
+    noisy = full.mask(rng.random(full.shape) < missing)
+    schemas = [[0, 1, 2, 3, 4], [2, 3, 4, 5, 6], [4, 5, 6, 7, 0], [6, 7, 0, 1, 2]]
+    parts = np.array_split(np.arange(n), 4)
+    sites = [noisy.iloc[r, s].reset_index(drop=True) for r, s in zip(parts, schemas)]
+    truth = [full.iloc[r].reset_index(drop=True) for r in parts]
+    return sites, truth, list(full.columns)
+
+
+def structural_rmse(imp, sites, truth, cols):
+    se = n = 0
+    for t, tr in zip(sites, truth):
+        out = imp.transform(t)
+        absent = [c for c in cols if c not in t.columns]
+        d = out[absent].to_numpy() - tr[absent].to_numpy()
+        se += (d ** 2).sum()
+        n += d.size
+    return np.sqrt(se / n)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    sites, truth, cols = correlated_sites()
+    imp = FederatedImputer(**FAST).fit(sites)
+    return imp, sites, truth, cols
+
+
+def test_gnn_learns_unavailable_columns_better_than_the_mean(fitted):
+    imp, sites, truth, cols = fitted
+    ours = structural_rmse(imp, sites, truth, cols)
+    absent = [[c for c in cols if c not in t.columns] for t in sites]
+    mean = np.sqrt(np.mean([((tr[a] - tr[a].mean()) ** 2).to_numpy().mean() for a, tr in zip(absent, truth)]))
+    assert 0.9 < mean < 1.1
+    assert ours < 0.7 * mean, (ours, mean)
+
+
+def test_ablation_without_messages_into_unavailable_nodes_cannot_learn_them():
+    sites, truth, cols = correlated_sites()
+    imp = FederatedImputer(block_unavailable=True, **FAST).fit(sites)
+    assert structural_rmse(imp, sites, truth, cols) > 0.85
+
+
+def test_transform_fills_every_gap_and_keeps_observed_values(fitted):
+    imp, sites, _, cols = fitted
+    out = imp.transform(sites[0])
+    assert list(out.columns) == cols and len(out) == len(sites[0])
+    assert not out.isna().any().any()
+    obs = sites[0].notna()
+    assert np.allclose(out[sites[0].columns][obs].fillna(0), sites[0][obs].fillna(0))
+    assert imp.validation_["overall"] is not None and set(imp.validation_["per_site"]) == {f"site{i}" for i in range(4)}
+    assert len(imp.history_) == FAST["rounds"]
+    with pytest.raises(ValueError, match="not seen in fit"):
+        imp.transform(sites[0].assign(new=1.0))
+
+
+def test_sklearn_style_params():
+    imp = FederatedImputer(rounds=3, lr=0.01)
+    assert imp.get_params()["rounds"] == 3 and clone(imp).lr == 0.01
+    assert not hasattr(imp, "model_")
+    with pytest.raises(RuntimeError, match="not fitted"):
+        imp.transform(pd.DataFrame({"a": [1.0]}))
+
+
+def test_workflow_runs_through_the_federation_interface_and_only_sends_aggregates():
+    sites, _, _ = correlated_sites(n=200)
+    fed = LocalFederation([Site(f"s{i}", t, test_size=0.1, seed=0) for i, t in enumerate(sites)])
+    res = run_imputation(fed, ImputeConfig(rounds=2, hidden_dim=8, n_layers=1))
+    kinds = {r.kind for r in fed.traffic.records}
+    assert kinds == {"impute_schema", "impute_stats", "impute_setup", "impute_fit", "impute_eval"}
+    assert res.bytes[1] > 0 and res.graph.n_edges > 0
+    assert set(res.site_columns) == {"s0", "s1", "s2", "s3"}
+
+
+@pytest.mark.parametrize("tables, match", [
+    ([pd.DataFrame({"a": [1.0, 2.0]}), pd.DataFrame({"b": [1.0, 2.0]})], "no column is shared"),
+    ([pd.DataFrame({"a": [1.0, 2.0], "s": ["x", "y"]})], "non-numeric"),
+    ([pd.DataFrame({"a": [1.0, 2.0]}), pd.DataFrame({"a": []}, dtype=float)], "empty"),
+    ([pd.DataFrame({"a": [1.0, 2.0], "b": [np.nan, np.nan]})], "no observed value"),
+    ([pd.DataFrame({"a": [1.0, np.inf]})], "infinite"),
+])
+def test_bad_input_is_a_clear_error(tables, match):
+    with pytest.raises((ValueError, FederationError), match=match):
+        FederatedImputer(rounds=1).fit(tables)
+
+
+def test_a_failing_site_is_named():
+    sites, _, _ = correlated_sites(n=200)
+    bad = Site("broken", pd.DataFrame({"x0": ["a"] * 10}), test_size=0.0)
+    fed = LocalFederation([Site("ok", sites[0], test_size=0.0), bad])
+    with pytest.raises(FederationError, match="broken"):
+        run_imputation(fed, ImputeConfig(rounds=1))
+
+
+def test_messages_flow_into_unavailable_nodes_only_without_the_ablation():
+    torch.manual_seed(0)
+    c = np.array([[1, 0.9, 0.1], [0.9, 1, 0.2], [0.1, 0.2, 1.0]])
+    g = build_feature_graph(c, ["a", "b", "c"], k=2)
+    adj = graph_tensors(g)
+    avail = torch.tensor([True, False, True])  # "b" is unavailable at this site
+    obs = torch.ones(2, 3, dtype=torch.bool)
+    vals = torch.tensor([[-2.0, 0.0, 0.0], [2.0, 0.0, 0.0]])  # only "a" differs between the rows
+    for block, differs in [(False, True), (True, False)]:
+        m = GNNImputer(GNNConfig(3, hidden_dim=8, n_layers=2, block_unavailable=block))
+        out = m(vals, obs, avail, adj)
+        assert bool((out[0, 1] - out[1, 1]).abs() > 1e-6) is differs
+
+
+def test_fedavg_weights_by_rows():
+    a = {"w": np.zeros(3, np.float32)}
+    b = {"w": np.ones(3, np.float32)}
+    assert np.allclose(fedavg([a, b], [1, 3])["w"], 0.75)
+    with pytest.raises(ValueError):
+        fedavg([a, {"v": np.ones(3)}], [1, 1])
+
+
+def test_low_rank_em_recovers_a_rank_two_table():
+    sites, truth, cols = correlated_sites(n=800, missing=0.0)
+    arrays = [to_global(s, cols) for s in sites]
+    m = LowRankGaussian(rank=2, n_iter=30).fit(arrays)
+    pred = m.predict(arrays[0])
+    absent = [cols.index(c) for c in cols if c not in sites[0].columns]
+    rmse = np.sqrt(((pred[:, absent] - truth[0].to_numpy()[:, absent]) ** 2).mean())
+    assert rmse < 0.35
+
+
+def test_sparse_and_edge_index_paths_agree():
+    c = np.corrcoef(np.random.default_rng(0).normal(size=(40, 6)).T)
+    g = build_feature_graph(c, list("abcdef"), k=3)
+    conv = GNNImputer(GNNConfig(6, hidden_dim=4, n_layers=1)).layers[0].conv
+    x = torch.randn(6, 5, 4)
+    ei, w = torch.as_tensor(g.edge_index), torch.as_tensor((g.sign * g.weight).astype(np.float32))
+    assert torch.allclose(conv(x, *graph_tensors(g)), conv(x, ei, edge_weight=w), atol=1e-5)
