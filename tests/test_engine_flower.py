@@ -93,14 +93,9 @@ def test_in_process_tuning_then_election_matches_local_engine(site_configs):
     assert result["training"]["weighted_f1"] == pytest.approx(ref["training"]["weighted_f1"], abs=1e-12)
 
 
-def test_in_process_imputation_matches_local_engine(tmp_path):
+def test_in_process_imputation_matches_local_engine(tmp_path, imputation_site_configs):
     pytest.importorskip("torch")
-    table = classification_table(400, 8, 4, 2, seed=6).drop(columns=["target"])
-    table = table.mask(np.random.default_rng(0).random(table.shape) < 0.1)
-    configs = []
-    for i, part in enumerate(split_rows(table, [0.5, 0.5], seed=0)):
-        part.to_csv(tmp_path / f"imp{i}.csv", index=False)
-        configs.append({"name": f"site-{i + 1}", "data-path": str(tmp_path / f"imp{i}.csv"), "target": ""})
+    configs = imputation_site_configs
     run = {"steps": "imputation", "impute-rounds": 2,
            "impute-config": '{"hidden_dim": 8, "n_layers": 1, "n_threads": 1}'}
     ref = run_pipeline(LocalFederation([build_site(c) for c in configs]), run)

@@ -75,14 +75,9 @@ def test_simulator_failure_is_reported(site_configs, tmp_path):
 
 
 @pytest.mark.slow
-def test_simulator_runs_imputation(tmp_path):
+def test_simulator_runs_imputation(tmp_path, imputation_site_configs):
     pytest.importorskip("torch")
-    table = classification_table(400, 8, 4, 2, seed=6).drop(columns=["target"])
-    table = table.mask(np.random.default_rng(0).random(table.shape) < 0.1)
-    configs = []
-    for i, part in enumerate(split_rows(table, [0.5, 0.5], seed=0)):
-        part.to_csv(tmp_path / f"imp{i}.csv", index=False)
-        configs.append({"name": f"site-{i + 1}", "data-path": str(tmp_path / f"imp{i}.csv"), "target": ""})
+    configs = imputation_site_configs
     run = {"steps": "imputation", "impute-rounds": 2,
            "impute-config": {"hidden_dim": 8, "n_layers": 1, "n_threads": 1}}
     ref = run_pipeline(LocalFederation([build_site(c) for c in configs]), run)

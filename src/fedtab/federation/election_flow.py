@@ -25,24 +25,31 @@ from .messages import Message
 from .protocol import Federation, collect
 from .site import Site, handler
 
-__all__ = ["ElectionOutcome", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
+__all__ = ["ElectionOutcome", "ballot_reply", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
+
+
+def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray) -> Message:
+    """Run the site's selector (or ``spec``) on ``frame``/``y`` and pack the ballot reply.
+
+    Missing cells are filled with the local column mean for selection only.
+    """
+    selector = make_selector(spec if spec is not None else site.selector)
+    X = fill_with_column_means(numeric_matrix(frame, site.name))
+    sel = selector.select(X, y)
+    return Message(
+        kind,
+        {"mask": np.asarray(sel.mask, dtype=bool), "scores": np.asarray(sel.scores, dtype=np.float64)},
+        {"feature_names": list(frame.columns.astype(str)), "n_samples": int(len(y)), "selector": selector.name},
+    )
 
 
 @handler("ballot")
 def _ballot(site: Site, request: Message) -> Message:
-    spec = request.meta.get("selector")
-    selector = make_selector(spec if spec is not None else site.selector)
     columns = request.meta.get("features")
     if columns is not None:
         columns = [c for c in columns if c in site.feature_names]
     frame, y = site.xy("train", columns)
-    X = fill_with_column_means(numeric_matrix(frame, site.name))
-    sel = selector.select(X, y)
-    return Message(
-        "ballot",
-        {"mask": np.asarray(sel.mask, dtype=bool), "scores": np.asarray(sel.scores, dtype=np.float64)},
-        {"feature_names": list(frame.columns.astype(str)), "n_samples": int(len(y)), "selector": selector.name},
-    )
+    return ballot_reply(site, "ballot", request.meta.get("selector"), frame, y)
 
 
 @handler("set_mask")

@@ -28,10 +28,8 @@ import pandas as pd
 
 from ..election.ballot import Ballot
 from ..election.rule import ElectionResult
-from ..election.selectors import make_selector
 from ..election.tuning import DEFAULT_GRID, TuningResult, tune
-from .election_flow import _selector_request, broadcast_mask, elect_from_ballots
-from .local_data import fill_with_column_means, numeric_matrix
+from .election_flow import _selector_request, ballot_reply, broadcast_mask, elect_from_ballots
 from .messages import Message
 from .protocol import Federation, FederationError, collect
 from .site import Site, handler
@@ -70,18 +68,9 @@ def _split_validation(site: Site, request: Message) -> Message:
 
 @handler("ballot_fit")
 def _ballot_fit(site: Site, request: Message) -> Message:
-    spec = request.meta.get("selector")
-    selector = make_selector(spec if spec is not None else site.selector)
     rows = part_rows(site, "fit")
-    frame = rows[site.feature_names]
-    y = rows[site.target].to_numpy()
-    X = fill_with_column_means(numeric_matrix(frame, site.name))
-    sel = selector.select(X, y)
-    return Message(
-        "ballot_fit",
-        {"mask": np.asarray(sel.mask, dtype=bool), "scores": np.asarray(sel.scores, dtype=np.float64)},
-        {"feature_names": list(frame.columns.astype(str)), "n_samples": int(len(y)), "selector": selector.name},
-    )
+    return ballot_reply(site, "ballot_fit", request.meta.get("selector"), rows[site.feature_names],
+                        rows[site.target].to_numpy())
 
 
 def split_validation(federation: Federation, validation_size: float = 0.25, seed: int = 0) -> dict[str, dict[str, int]]:
