@@ -224,6 +224,13 @@ def write_markdown(path: Path, runs: list[dict[str, Any]], notes: dict[str, Any]
             f"`flwr run` until the run finished; the ServerApp itself took {notes['flower_serverapp']:.1f} s. "
             "A SuperNode starts a new ClientApp process for every message and polls its SuperLink every 3 s when "
             "idle, so each workflow step costs seconds on Flower.")
+        ex = notes.get("flower_exchanges") or []
+        if ex:
+            kinds = ", ".join(f"{e['kind']} {e['seconds']:.1f} s" for e in ex)
+            lines.append(
+                f"- (d)'s workflow made {len(ex)} request/reply exchanges with the sites (after one to name them), "
+                f"{sum(e['seconds'] for e in ex) / len(ex):.1f} s each on average: {kinds}. FLARE's job (a) makes 7 "
+                "(election, apply mask, 5 rounds); fedtab's evaluation of the final model is the eighth.")
     lines += [
         f"- Masks: fedtab's elected features equal FLARE's global mask: "
         f"{all(r['mask_equals_nvflare'] for r in runs)} (FLARE kept {notes['flare_kept']}).",
@@ -280,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds, result = run_fedtab_flower(configs, cfg, work / "fedtab_flower")
             notes["flower_start"] = result["deployment_start_seconds"]
             notes["flower_serverapp"] = result["seconds_total"]
+            notes["flower_exchanges"] = result.get("exchanges", [])
             add("fedtab-flower", seconds, result)
     finally:
         shutil.rmtree(work, ignore_errors=True)

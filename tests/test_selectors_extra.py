@@ -46,6 +46,62 @@ def test_markov_blanket_linear_model_and_single_feature_blanket():
         make_selector({"name": "markov_blanket", "params": {"model": "svm"}}).select(X, y)
 
 
+@pytest.mark.parametrize("model", ["forest", "boosting", "linear"])
+@pytest.mark.parametrize("regression", [False, True])
+def test_markov_blanket_fast_rises_equal_full_reprediction(model, regression):
+    # only rows whose permuted value can change the prediction are re-predicted: the rise must
+    # still be exactly that of re-predicting every row (single columns and a joint group)
+    from fedtab.election.markov_blanket import MarkovBlanketSelector
+
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.normal(size=(300, 4)), rng.integers(0, 2, size=(300, 2))]).astype(float)
+    y = X[:, 0] + X[:, 4] + 0.3 * rng.normal(size=300)
+    if not regression:
+        y = (y > np.median(y)).astype(int)
+    sel = MarkovBlanketSelector(model=model, n_repeats=2)
+    fold = sel._fold(sel._fit(X[:200], y[:200], regression), X[200:], y[200:], regression)
+    groups = [np.array([j]) for j in range(6)] + [np.array([1, 4, 5])]
+    fast = sel._rises(fold, groups, regression, np.random.default_rng(1))
+    perm_rng, full = np.random.default_rng(1), np.empty_like(fast)
+    for r in range(2):
+        perm = perm_rng.permutation(100)
+        for g, cols in enumerate(groups):
+            Xp = fold["X"].copy()
+            Xp[:, cols] = fold["X"][perm][:, cols]
+            full[r, g] = np.mean(sel._row_losses(fold["est"], Xp, fold["y"], regression) - fold["base"])
+    np.testing.assert_allclose(fast, full, rtol=1e-9, atol=1e-12)
+    assert (np.abs(full[:, [0, 4]]) > 0).all()
+
+
+@pytest.mark.parametrize("rounds", [1, None])
+def test_markov_blanket_keeps_one_of_a_redundant_pair(rounds):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1000, 12))
+    X[:, 7] = X[:, 3] + 0.01 * rng.normal(size=1000)  # near copy of x3: the pair must not be dropped together
+    y = (X[:, 3] + X[:, 5] + 0.3 * rng.normal(size=1000) > 0).astype(int)
+    sel = make_selector({"name": "markov_blanket", "params": {"max_shrink_rounds": rounds}})
+    out = sel.select(X, y)
+    assert out.mask[5] and (out.mask[3] or out.mask[7])
+    assert out.mask[[0, 1, 2, 4, 6, 8, 9, 10, 11]].sum() <= 1
+    assert sel.n_shrink_tests_ >= 1 and (rounds is None or sel.n_shrink_tests_ <= rounds)
+
+
+def test_markov_blanket_joint_drop_spares_one_of_a_redundant_pair():
+    # weak features 3 and 7 are redundant: either may go, not both (a stub stands in for the tests)
+    from fedtab.election.markov_blanket import MarkovBlanketSelector
+
+    sel = MarkovBlanketSelector()
+
+    def pvalues(folds, groups, regression, rng):
+        p = np.array([0.01 if {3, 7} <= set(g.tolist()) else 0.5 for g in groups])
+        return np.zeros(len(groups)), p
+
+    sel._pvalues = pvalues
+    assert sel._droppable([], [2, 3, 7, 9], False, None) == [2, 3, 9]
+    assert sel._droppable([], [7, 3], False, None) == [7]
+    assert sel._droppable([], [4, 9, 2], False, None) == [4, 9, 2]
+
+
 def test_sequential_attention_trains_its_logits_and_recovers_signal():
     X, y = _informative(0, n=1500, d=40, k=5, class_sep=1.5)
     sel = make_selector({"name": "sequential_attention", "params": {"k": 5, "steps_per_phase": 100}})

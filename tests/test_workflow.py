@@ -90,3 +90,58 @@ def test_stratified_split_keeps_every_class_in_train():
         tr, te = site.rows("train"), site.rows("test")
         assert set(tr["target"]) == {0, 1} and len(te) > 0
         assert not set(tr.index) & set(te.index)
+
+
+def _exchanges(fed, site="s0"):
+    return [r.kind for r in fed.traffic.records if r.site == site]
+
+
+def test_mask_broadcast_can_answer_describe_with_the_same_result_and_one_exchange_less():
+    plain, _ = make_fed()
+    run_election(plain, 0.5)
+    ref = run_training(plain, rounds=3)
+    folded, _ = make_fed()
+    el = run_election(folded, 0.5, describe="train")
+    assert set(el.described) == set(folded.sites)
+    out = run_training(folded, el.result.selected_names, rounds=3, described=el.described)
+    assert out.features == ref.features and out.classes == ref.classes
+    for k in ref.params:
+        np.testing.assert_array_equal(out.params[k], ref.params[k])
+    np.testing.assert_array_equal(out.mean, ref.mean)
+    np.testing.assert_array_equal(out.std, ref.std)
+    assert out.pooled == ref.pooled
+    # the setup travels with the first fit: no "setup" exchange at all
+    assert _exchanges(plain) == ["ballot", "set_mask", "describe"] + ["fit"] * 3 + ["evaluate"]
+    assert _exchanges(folded) == ["ballot", "set_mask"] + ["fit"] * 3 + ["evaluate"]
+
+
+def test_described_replies_for_other_features_are_refused():
+    fed, table = make_fed()
+    el = run_election(fed, 0.5, describe="train")
+    others = [c for c in table.columns if c != "target"]
+    with pytest.raises(FederationError, match="described other features"):
+        run_training(fed, others, rounds=1, described=el.described)
+
+
+def test_a_stand_alone_setup_request_is_still_answered():
+    from fedtab.learn import make_model
+
+    fed, _ = make_fed()
+    feats = ["f00", "f01"]
+    spec = {"name": "logistic", "params": make_model("logistic").get_params()}
+    reply = fed.ask({"s0": Message("setup", {"mean": np.zeros(2), "std": np.ones(2)},
+                                   {"features": feats, "classes": ["0", "1"], "model": spec})})
+    assert not reply["s0"].is_error, reply["s0"].meta
+    params = {f"param:{k}": v for k, v in make_model("logistic").init(2, 2, 0).items()}
+    fit = fed.ask({"s0": Message("fit", params, {"epochs": 1})})["s0"]
+    assert fit.kind == "fit", fit.meta
+    assert fed.site("s0").state["train_setup"]["features"] == feats
+
+
+def test_pipeline_election_and_training_take_rounds_plus_three_exchanges():
+    from fedtab.engines.pipeline import run_pipeline
+
+    fed, _ = make_fed()
+    out = run_pipeline(fed, {"steps": "election,training", "rounds": 4, "local-epochs": 2})
+    assert _exchanges(fed) == ["ballot", "set_mask"] + ["fit"] * 4 + ["evaluate"]
+    assert out["training"]["features"] == out["election"]["selected"]

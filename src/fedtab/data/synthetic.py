@@ -6,7 +6,6 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from sklearn.datasets import make_classification
 
 __all__ = ["classification_table", "split_rows"]
 
@@ -30,6 +29,8 @@ def classification_table(
     With ``shuffle=False`` the signal (informative, redundant, repeated) columns are
     the first ``n_informative + n_redundant + n_repeated``.
     """
+    from sklearn.datasets import make_classification  # lazy: keeps `import fedtab` cheap
+
     X, y = make_classification(
         n_samples=n_samples,
         n_features=n_features,

@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sklearn.linear_model import LassoCV, LogisticRegressionCV
-from sklearn.preprocessing import StandardScaler
 
 from .selectors import SELECTORS, Selection, Selector, _check_xy, _is_regression
 
@@ -37,6 +35,9 @@ class LassoCVSelector(Selector):
         self.seed = seed
 
     def select(self, X: Any, y: Any) -> Selection:
+        from sklearn.linear_model import LassoCV, LogisticRegressionCV  # lazy: keeps `import fedtab` cheap
+        from sklearn.preprocessing import StandardScaler
+
         X, y = _check_xy(X, y)
         Z = StandardScaler().fit_transform(X)
         if _is_regression(y, self.task):

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
-from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
-from sklearn.feature_selection import chi2, f_classif, f_regression, mutual_info_classif, mutual_info_regression
-from sklearn.linear_model import ElasticNet, Lasso, LogisticRegression
-from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+# scikit-learn is imported inside the methods that use it: importing this module (and
+# ``fedtab``) stays cheap, which matters where every message starts a new process
+# (a Flower SuperNode's ClientApp) and most messages never run a selector.
 
 __all__ = [
     "Selection",
@@ -136,11 +136,15 @@ class LassoSelector(Selector):
         self.seed = seed
 
     def _model(self, regression: bool) -> Any:
+        from sklearn.linear_model import Lasso, LogisticRegression
+
         if regression:
             return Lasso(alpha=self.alpha, max_iter=5000, random_state=self.seed)
         return LogisticRegression(l1_ratio=1.0, solver="saga", C=self.C, max_iter=2000, random_state=self.seed, tol=1e-3)
 
     def select(self, X: Any, y: Any) -> Selection:
+        from sklearn.preprocessing import StandardScaler
+
         X, y = _check_xy(X, y)
         Z = StandardScaler().fit_transform(X)
         regression = _is_regression(y, self.task)
@@ -165,6 +169,8 @@ class ElasticNetSelector(LassoSelector):
         self.l1_ratio = l1_ratio
 
     def _model(self, regression: bool) -> Any:
+        from sklearn.linear_model import ElasticNet, LogisticRegression
+
         if regression:
             return ElasticNet(alpha=self.alpha, l1_ratio=self.l1_ratio, max_iter=5000, random_state=self.seed)
         return LogisticRegression(l1_ratio=self.l1_ratio, solver="saga", C=self.C, max_iter=2000,
@@ -202,6 +208,8 @@ class RandomForestSelector(_RankingSelector):
         self.n_estimators = n_estimators
 
     def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
+        from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
+
         cls = RandomForestRegressor if regression else RandomForestClassifier
         return cls(n_estimators=self.n_estimators, random_state=self.seed, n_jobs=-1).fit(X, y).feature_importances_
 
@@ -212,6 +220,8 @@ class MutualInfoSelector(_RankingSelector):
     name = "mutual_info"
 
     def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
+        from sklearn.feature_selection import mutual_info_classif, mutual_info_regression
+
         fn = mutual_info_regression if regression else mutual_info_classif
         return fn(X, y, random_state=self.seed)
 
@@ -222,6 +232,8 @@ class AnovaSelector(_RankingSelector):
     name = "anova"
 
     def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
+        from sklearn.feature_selection import f_classif, f_regression
+
         with np.errstate(divide="ignore", invalid="ignore"):
             return (f_regression if regression else f_classif)(X, y)[0]
 
@@ -234,6 +246,9 @@ class Chi2Selector(_RankingSelector):
     def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
         if regression:
             raise ValueError("chi2 needs class labels, the target looks continuous")
+        from sklearn.feature_selection import chi2
+        from sklearn.preprocessing import MinMaxScaler
+
         with np.errstate(divide="ignore", invalid="ignore"):
             return chi2(MinMaxScaler().fit_transform(X), y)[0]
 

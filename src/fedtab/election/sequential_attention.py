@@ -21,7 +21,6 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
-from sklearn.preprocessing import LabelEncoder, StandardScaler
 
 from .selectors import SELECTORS, Selection, Selector, _check_xy, _is_regression
 
@@ -78,6 +77,7 @@ class SequentialAttentionSelector(Selector):
 
     def _select(self, X: Any, y: Any) -> Selection:
         import torch
+        from sklearn.preprocessing import LabelEncoder, StandardScaler  # lazy: keeps `import fedtab` cheap
 
         X, y = _check_xy(X, y)
         n, d = X.shape

@@ -180,6 +180,8 @@ class FlowerFederation(Federation):
         self.poll_interval = poll_interval
         self.timeout = float(timeout)
         self._round = 0
+        #: one ``{"kind", "seconds"}`` per :meth:`ask` (each a request/reply exchange with the sites)
+        self.exchanges: list[dict[str, Any]] = []
         deadline = time.monotonic() + wait_seconds
         self._node_of: dict[str, int] = {}
         problems: dict[int, str] = {}
@@ -276,8 +278,9 @@ class FlowerFederation(Federation):
                 replies[name] = Message.error(f"no site called {name!r} in this federation")
         t0 = time.perf_counter()
         answers = self._send({node: req for node, (_, req) in by_node.items()}) if by_node else {}
-        flwr_log(logging.INFO, "fedtab %s: %d site(s) answered in %.2f s",
-                 next(iter(requests.values())).kind if requests else "-", len(answers), time.perf_counter() - t0)
+        kind, seconds = next(iter(requests.values())).kind if requests else "-", time.perf_counter() - t0
+        self.exchanges.append({"kind": kind, "seconds": seconds})
+        flwr_log(logging.INFO, "fedtab %s: %d site(s) answered in %.2f s", kind, len(answers), seconds)
         for node, (name, req) in by_node.items():
             reply = answers[node]
             self.traffic.records.append(Traffic(name, req.kind, req.nbytes(), reply.nbytes()))
@@ -293,7 +296,9 @@ def make_server_app(workflow: Workflow = run_pipeline) -> ServerApp:
 
     Run-config keys read here: ``min-sites`` (nodes to wait for), ``timeout`` (seconds
     per request round), ``result-path`` (write the workflow's JSON summary there);
-    the rest goes to ``workflow`` (see :mod:`fedtab.engines.pipeline`).
+    the rest goes to ``workflow`` (see :mod:`fedtab.engines.pipeline`). The summary
+    gains ``engine``, ``seconds_total``, ``bytes`` and ``exchanges`` (per request/reply
+    exchange of the workflow: ``{"kind", "seconds"}``).
     """
     app = ServerApp()
 
@@ -307,6 +312,7 @@ def make_server_app(workflow: Workflow = run_pipeline) -> ServerApp:
         result["seconds_total"] = time.perf_counter() - t0
         down, up = fed.traffic.total()
         result["bytes"] = {"down": down, "up": up}
+        result["exchanges"] = list(fed.exchanges)  # the workflow's, after the site-naming hello
         path = str(cfg.get("result-path", "") or "")
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)

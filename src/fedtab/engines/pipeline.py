@@ -22,7 +22,12 @@ Config keys (hyphens or underscores)::
 
 With "tuning" the freedom degree is tuned on a fit/validation split of each site's
 training rows (model, rounds and local-epochs score the masks); "election" then elects
-on all training rows at the tuned freedom degree.
+on all training rows at the tuned freedom degree (the tuning step then does not send its
+own mask, which the election replaces anyway).
+
+Exchanges (request/reply rounds with every site) of "election,training": ``ballot``,
+``set_mask`` (which also answers training's ``describe``), ``fit`` × rounds (the first
+carries the training setup), ``evaluate`` — ``rounds + 3`` in all (8 for 5 rounds).
 """
 
 from __future__ import annotations
@@ -124,6 +129,8 @@ def _tune(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
               "aggregation": cfg.aggregation, "normalization": cfg.normalization, **cfg.tuning_config}
     if cfg.selector is not None:
         kwargs.setdefault("selector", cfg.selector)
+    if "election" in cfg.steps:  # the election sends its own mask right after
+        kwargs.setdefault("apply", False)
     if isinstance(kwargs.get("grid"), list):
         kwargs["grid"] = tuple(kwargs["grid"])
     outcome = tune_flow(federation, **kwargs)
@@ -167,9 +174,11 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
         if out["tuning"]["freedom_degree"] is not None:
             fd = out["tuning"]["freedom_degree"]
     features = None
+    described = None
     if "election" in cfg.steps:
         el = run_election(federation, fd, selector=cfg.selector, aggregation=cfg.aggregation,
-                          normalization=cfg.normalization)
+                          normalization=cfg.normalization, describe="train" if "training" in cfg.steps else None)
+        described = el.described
         res = el.result
         features = res.selected_names
         out["election"] = {
@@ -183,7 +192,7 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
         }
     if "training" in cfg.steps:
         tr = run_training(federation, features, model=cfg.model, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
-                          seed=cfg.seed)
+                          seed=cfg.seed, described=described)
         out["training"] = {
             "model": tr.model,
             "weighted_f1": tr.pooled["weighted_f1"],

@@ -22,7 +22,7 @@ from ..election.selectors import make_selector, selector_spec
 from ..election.tally import ElectionTally
 from .local_data import fill_with_column_means, numeric_matrix
 from .messages import Message
-from .protocol import Federation, collect
+from .protocol import Federation, FederationError, collect
 from .site import Site, handler
 
 __all__ = ["ElectionOutcome", "ballot_reply", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
@@ -59,7 +59,22 @@ def _set_mask(site: Site, request: Message) -> Message:
         raise ValueError("set_mask needs a list of feature names")
     site.state["features"] = list(features)
     held = [f for f in features if f in site.feature_names]
-    return Message("set_mask", meta={"kept": len(features), "held": len(held)})
+    meta: dict[str, Any] = {"kept": len(features), "held": len(held)}
+    part = request.meta.get("describe")
+    if part is None:
+        return Message("set_mask", meta=meta)
+    from .training_flow import describe_site  # the training workflow's "describe" answer, same exchange
+
+    described = describe_site(site, list(features), str(part))
+    return Message("set_mask", described.arrays, {**meta, "describe": described.meta})
+
+
+def _described_from(reply: Message) -> Message:
+    """The ``"describe"`` reply folded into a ``"set_mask"`` reply (see :func:`broadcast_mask`)."""
+    meta = reply.meta.get("describe")
+    if not isinstance(meta, dict):
+        raise ValueError("the set_mask reply carries no description")
+    return Message("describe", dict(reply.arrays), meta)
 
 
 def _selector_request(selector: Any) -> dict[str, Any]:
@@ -129,9 +144,36 @@ def elect_from_ballots(
     return tally.result(freedom_degree, aggregation)
 
 
-def broadcast_mask(federation: Federation, features: list[str]) -> None:
-    """Tell every site the elected feature names (stored in ``site.state["features"]``)."""
-    collect(federation.broadcast(Message("set_mask", meta={"features": list(features)})), "set_mask")
+def broadcast_mask(federation: Federation, features: list[str], *, describe: str | None = None,
+                   ) -> dict[str, Message] | None:
+    """Tell every site the elected feature names (stored in ``site.state["features"]``).
+
+    Args:
+        describe: a row part (``"train"``...): in the same exchange each site also
+            answers the training workflow's ``"describe"`` step over ``features`` on
+            that part (class labels and per-feature count/sum/sum of squares).
+
+    Returns:
+        ``None`` without ``describe``; with it ``{site: Message("describe", ...)}``, to
+        pass to :func:`~fedtab.federation.training_flow.run_training` as ``described``
+        (one exchange fewer, same result).
+
+    Raises:
+        FederationError: a site failed (naming it).
+    """
+    meta: dict[str, Any] = {"features": list(features)}
+    if describe is not None:
+        meta["describe"] = str(describe)
+    replies = collect(federation.broadcast(Message("set_mask", meta=meta)), "set_mask")
+    if describe is None:
+        return None
+    out = {}
+    for name, reply in replies.items():
+        try:
+            out[name] = _described_from(reply)
+        except ValueError as exc:
+            raise FederationError(f"site {name!r}: {exc}") from None
+    return out
 
 
 @dataclass
@@ -140,6 +182,9 @@ class ElectionOutcome:
 
     ballots: list[Ballot]
     result: ElectionResult
+    #: ``{site: "describe" reply}`` over the elected features when :func:`run_election`
+    #: was called with ``describe=PART`` (else ``None``); pass to ``run_training(described=...)``.
+    described: dict[str, Message] | None = None
 
     def site_summary(self) -> list[dict[str, Any]]:
         """Per site: name, selected count, sample count."""
@@ -156,10 +201,17 @@ def run_election(
     normalization: str = "all",
     ballots: list[Ballot] | None = None,
     on_error: Literal["raise", "skip"] = "raise",
+    describe: str | None = None,
 ) -> ElectionOutcome:
-    """Gather ballots (unless given), elect, and send the mask to every site."""
+    """Gather ballots (unless given), elect, and send the mask to every site.
+
+    Two exchanges (``ballot``, ``set_mask``), one with ``ballots`` given. With
+    ``describe=PART`` (e.g. ``"train"``) the ``set_mask`` exchange also gathers the
+    training workflow's description of the elected features (``.described``), so a
+    following ``run_training(..., described=outcome.described)`` skips its describe step.
+    """
     if ballots is None:
         ballots = gather_ballots(federation, selector, selectors=selectors, on_error=on_error)
     result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization)
-    broadcast_mask(federation, result.selected_names)
-    return ElectionOutcome(ballots, result)
+    described = broadcast_mask(federation, result.selected_names, describe=describe)
+    return ElectionOutcome(ballots, result, described)

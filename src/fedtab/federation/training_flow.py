@@ -5,11 +5,19 @@ Steps, each a request built on the server, a site handler, and a validated reduc
 1. ``"describe"`` — each site reports its class labels and, per feature, the count,
    sum and sum of squares of its observed training values. The server agrees the
    class list (sorted union) and the exact global mean/std. No rows move.
-2. ``"setup"`` — sites store features, classes, mean/std and the model spec.
-3. ``"fit"`` × rounds — sites train from the global parameters for ``local_epochs``
+   Skipped when the caller already holds these replies (``run_training(described=...)``,
+   e.g. from the election's ``"set_mask"`` step, which can answer them in the same
+   exchange — see :func:`~fedtab.federation.election_flow.broadcast_mask`).
+2. ``"fit"`` × rounds — sites train from the global parameters for ``local_epochs``
    and reply with parameters and their training row count; the server aggregates.
-4. ``"evaluate"`` — sites reply with the confusion matrix on their test split; the
+   The first ``"fit"`` request also carries the setup (features, classes, mean/std,
+   model spec, row part; meta ``"setup"`` + arrays ``"setup:mean"``/``"setup:std"``),
+   which the site stores before fitting — there is no separate setup exchange. A
+   stand-alone ``"setup"`` request is still answered (same effect) for older servers.
+3. ``"evaluate"`` — sites reply with the confusion matrix on their test split; the
    server scores each site and the pooled sum (weighted F1, macro F1, accuracy).
+
+So training costs ``rounds + 2`` exchanges (``rounds + 1`` with ``described``).
 
 Features a site does not hold, and missing cells, are filled with the global mean
 (0 after standardisation).
@@ -24,7 +32,7 @@ e.g. GaussianNB) receive no parameters, reply with statistics, and run one round
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
 import pandas as pd
@@ -36,12 +44,13 @@ from .messages import Message
 from .protocol import Federation, FederationError, collect
 from .site import Site, handler
 
-__all__ = ["TrainingOutcome", "run_training", "site_matrix", "label_key", "part_rows", "PARTS"]
+__all__ = ["TrainingOutcome", "run_training", "describe_site", "site_matrix", "label_key", "part_rows", "PARTS"]
 
 #: row parts a request may name.
 PARTS = ("train", "test", "fit", "validation", "all")
 
 _PARAM = "param:"
+_SETUP = "setup:"
 
 
 def label_key(value: Any) -> str:
@@ -135,10 +144,13 @@ def _params_to(params: Params) -> dict[str, np.ndarray]:
     return {_PARAM + k: np.asarray(v) for k, v in params.items()}
 
 
-@handler("describe")
-def _describe(site: Site, request: Message) -> Message:
-    feats = _features(site, request)
-    part = str(request.meta.get("part", "train"))
+def describe_site(site: Site, feats: list[str], part: str = "train") -> Message:
+    """The ``"describe"`` reply of ``site`` over ``feats`` on row part ``part``.
+
+    Arrays ``count``/``sum``/``sumsq`` (per feature, observed cells only; a feature the
+    site lacks has count 0); meta ``classes`` (label keys), ``n_train`` (rows of
+    ``part``), ``n_test`` and ``features``.
+    """
     X, y = site_matrix(site, feats, part)
     obs = ~np.isnan(X)
     Xz = np.where(obs, X, 0.0)
@@ -150,21 +162,35 @@ def _describe(site: Site, request: Message) -> Message:
     )
 
 
+@handler("describe")
+def _describe(site: Site, request: Message) -> Message:
+    return describe_site(site, _features(site, request), str(request.meta.get("part", "train")))
+
+
+def _store_setup(site: Site, meta: Mapping[str, Any], mean: Any, std: Any) -> None:
+    site.state["train_setup"] = {
+        "features": list(meta["features"]),
+        "classes": list(meta["classes"]),
+        "mean": np.asarray(mean, dtype=np.float64),
+        "std": np.asarray(std, dtype=np.float64),
+        "model": meta["model"],
+        "part": str(meta.get("part", "train")),
+    }
+
+
 @handler("setup")
 def _setup(site: Site, request: Message) -> Message:
-    site.state["train_setup"] = {
-        "features": list(request.meta["features"]),
-        "classes": list(request.meta["classes"]),
-        "mean": np.asarray(request.arrays["mean"], dtype=np.float64),
-        "std": np.asarray(request.arrays["std"], dtype=np.float64),
-        "model": request.meta["model"],
-        "part": str(request.meta.get("part", "train")),
-    }
+    _store_setup(site, request.meta, request.arrays["mean"], request.arrays["std"])
     return Message("setup", meta={"ok": True})
 
 
 @handler("fit")
 def _fit(site: Site, request: Message) -> Message:
+    carried = request.meta.get("setup")
+    if carried is not None:  # the first round carries the setup (no separate exchange)
+        if not isinstance(carried, dict):
+            raise ValueError("fit: 'setup' must be a JSON object")
+        _store_setup(site, carried, request.arrays[_SETUP + "mean"], request.arrays[_SETUP + "std"])
     setup = site.state.get("train_setup") or {}
     X, y = _prepared(site, setup.get("part", "train"))
     model = make_model(site.state["train_setup"]["model"])
@@ -197,7 +223,8 @@ class TrainingOutcome:
         pooled: weighted_f1, macro_f1, accuracy over all sites' test rows.
         per_site: the same per site.
         history: per evaluated round, ``{"round", **pooled metrics}``.
-        n_params: trainable parameters; bytes_down / bytes_up: traffic of the fit rounds.
+        n_params: trainable parameters; bytes_down / bytes_up: traffic of the fit rounds
+            (round 1's requests include the setup they carry: features, classes, mean/std).
         traffic: per round and site ``{"round", "site", "bytes_down", "bytes_up",
             "params_down", "params_up"}`` (bytes measured on the wire when the engine
             logs traffic, params counted from the messages).
@@ -247,6 +274,7 @@ def run_training(
     on_error: Literal["raise", "skip"] = "raise",
     train_part: str = "train",
     eval_part: str = "test",
+    described: Mapping[str, Message] | None = None,
 ) -> TrainingOutcome:
     """Train ``model`` by federated rounds on ``features`` (default: each site's elected mask).
 
@@ -261,6 +289,13 @@ def run_training(
         on_round: progress callback ``(round, metrics or None)``.
         train_part / eval_part: row parts to train on and to score (``"fit"`` and
             ``"validation"`` for tuning, after a fit/validation split).
+        described: the sites' ``"describe"`` replies over these features and
+            ``train_part``, already gathered (``ElectionOutcome.described``); skips the
+            describe exchange. Each must list ``features`` (when given) as its features.
+            The result is the same as without it.
+
+    Exchanges: ``describe`` (unless ``described``), ``fit`` × rounds (the first also
+    carries the setup), ``evaluate`` (plus one per ``eval_every`` evaluation).
 
     Raises:
         FederationError: a site failed or replied inconsistently (naming it).
@@ -272,9 +307,17 @@ def run_training(
     spec = {"name": fm.name, "params": fm.get_params()}
     if train_part not in PARTS or eval_part not in PARTS:
         raise ValueError(f"train_part and eval_part must be in {PARTS}")
-    meta: dict[str, Any] = {"features": list(features)} if features is not None else {}
-    meta["part"] = train_part
-    described = collect(federation.broadcast(Message("describe", meta=meta)), "describe", on_error)
+    if described is None:
+        meta: dict[str, Any] = {"features": list(features)} if features is not None else {}
+        meta["part"] = train_part
+        described = collect(federation.broadcast(Message("describe", meta=meta)), "describe", on_error)
+    else:
+        described = collect(described, "describe", on_error)
+        if not described:
+            raise ValueError("described holds no site replies")
+        for name, reply in described.items():
+            if features is not None and reply.meta.get("features") != list(features):
+                raise FederationError(f"site {name!r} described other features than the ones to train on")
     feats: list[str] | None = None
     count = total = sumsq = None
     classes: set[str] = set()
@@ -298,9 +341,8 @@ def run_training(
         var = np.where(count > 0, sumsq / np.maximum(count, 1) - mean**2, 0.0)
     std = np.sqrt(np.maximum(var, 0.0))
     std[~(std > 1e-12)] = 1.0
-    setup = Message("setup", {"mean": mean, "std": std}, {"features": feats, "classes": class_list, "model": spec,
-                                                        "part": train_part})
-    collect(federation.broadcast(setup), "setup", on_error)
+    setup_meta = {"features": feats, "classes": class_list, "model": spec, "part": train_part}
+    setup_arrays = {_SETUP + "mean": mean, _SETUP + "std": std}
 
     params = fm.init(len(feats), len(class_list), seed)
     template = fm.update_template(len(feats), len(class_list))
@@ -310,7 +352,11 @@ def run_training(
     bd0, bu0 = federation.traffic.total("fit")
     for r in range(1, n_rounds + 1):
         down_params = {} if fm.exact else _params_to(params)
-        req = Message("fit", down_params, {"epochs": int(local_epochs), "round": r, "seed": seed + r})
+        fit_meta: dict[str, Any] = {"epochs": int(local_epochs), "round": r, "seed": seed + r}
+        if r == 1:
+            req = Message("fit", {**down_params, **setup_arrays}, {**fit_meta, "setup": setup_meta})
+        else:
+            req = Message("fit", down_params, fit_meta)
         n_log = len(federation.traffic.records)
         replies = collect(federation.broadcast(req), "fit", on_error)
         measured = {t.site: t for t in federation.traffic.records[n_log:] if t.kind == "fit"}
