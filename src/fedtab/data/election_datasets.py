@@ -7,7 +7,8 @@ that must be one-hot encoded — federatedly, see
 the UCI files) are NaN. Every loader checks the file's shape and columns and raises
 :class:`DatasetError` with the path and the problem if the file is missing or altered.
 
-The data directory defaults to ``$FEDTAB_DATA/election`` or the first of
+The data directory defaults to ``$FEDTAB_DATASETS/election`` (``$FEDTAB_DATA`` is an
+alias), ``<project>/../shared/datasets/election``, or the first of
 ``../shared/datasets/election`` found upward from the working directory.
 """
 
@@ -55,15 +56,17 @@ def data_dir(path: str | Path | None = None) -> Path:
     """
     if path is not None:
         p = Path(path)
-    elif os.environ.get("FEDTAB_DATA"):
-        p = Path(os.environ["FEDTAB_DATA"]) / "election"
+    elif os.environ.get("FEDTAB_DATASETS") or os.environ.get("FEDTAB_DATA"):
+        p = Path(os.environ.get("FEDTAB_DATASETS") or os.environ["FEDTAB_DATA"]) / "election"
     else:
         here = Path.cwd().resolve()
-        candidates = [d / "shared" / "datasets" / "election" for d in [here, *here.parents]]
+        project = Path(__file__).resolve().parents[3]
+        candidates = [project.parent / "shared" / "datasets" / "election"]
+        candidates += [d / "shared" / "datasets" / "election" for d in [here, *here.parents]]
         candidates += [d / ".." / "shared" / "datasets" / "election" for d in [here, *here.parents]]
         p = next((c for c in candidates if c.is_dir()), candidates[0])
     if not p.is_dir():
-        raise DatasetError(f"{p}: election dataset directory not found (set FEDTAB_DATA or pass data_dir)")
+        raise DatasetError(f"{p}: election dataset directory not found (set FEDTAB_DATASETS to the datasets folder or pass data_dir)")
     return p
 
 
