@@ -141,19 +141,20 @@ def elect(
             with console.status(f"agreeing categories of {len(categorical)} columns (sites send category sets, no rows)"):
                 federated_one_hot(fed, categorical)
         if tune != "none":
-            from .federation.tuning_flow import tune_and_train
+            from .federation.tuning_flow import tune_flow
 
             with console.status(f"tuning the freedom degree ({tune}) on validation rows"):
-                report = tune_and_train(fed, model=model, tune_method=tune, rounds=rounds, local_epochs=local_epochs,
-                                        tolerance=tolerance, validation_size=validation_size, seed=seed)
-            freedom_degree = float(report["freedom_degree"])
+                tuned = tune_flow(fed, model=model, tune_method=tune, rounds=rounds, local_epochs=local_epochs,
+                                  tolerance=tolerance, validation_size=validation_size, aggregation=aggregation,
+                                  normalization=normalization, seed=seed, apply=False)
+            freedom_degree = float(tuned.tuning.freedom_degree)
         with console.status("sites are voting"):
             outcome = run_election(fed, freedom_degree, aggregation=aggregation, normalization=normalization)
         result = outcome.result
         doc = {"sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), sel_names, tables)],
                "categorical_columns": categorical, **result.to_dict()}
         if tune != "none":
-            doc["tuning"] = report["tuning"]
+            doc["tuning"] = tuned.tuning.to_dict()
         if train or tune != "none":
             with console.status("training on all columns (FedAvg)"):
                 all_cols = list(dict.fromkeys(c for s in sites for c in s.feature_names))

@@ -14,7 +14,9 @@ def numeric_matrix(frame: pd.DataFrame, site: str) -> np.ndarray:
     Raises:
         ValueError: naming the site and the columns that are not numeric.
     """
-    bad = [str(c) for c in frame.columns if not (pd.api.types.is_numeric_dtype(frame[c]) or pd.api.types.is_bool_dtype(frame[c]))]
+    # dtypes, not frame[c]: per-column lookups cost ~0.1 s on a 7,000-column table
+    bad = [str(c) for c, t in zip(frame.columns, frame.dtypes)
+           if not (pd.api.types.is_numeric_dtype(t) or pd.api.types.is_bool_dtype(t))]
     if bad:
         raise ValueError(f"site {site!r}: non-numeric columns {bad[:5]}{' …' if len(bad) > 5 else ''}; encode them first")
     return frame.to_numpy(dtype=np.float64, na_value=np.nan)

@@ -80,7 +80,7 @@ def _features(site: Site, request: Message) -> list[str]:
     return feats
 
 
-def part_rows(site: Site, part: str):
+def part_rows(site: Site, part: str) -> pd.DataFrame:
     """The rows of ``part`` (see :data:`PARTS`); ``fit``/``validation`` need a prior split.
 
     Raises:
@@ -105,11 +105,7 @@ def site_matrix(site: Site, features: list[str], part: str) -> tuple[np.ndarray,
     if present:
         pos = {f: i for i, f in enumerate(features)}  # not features.index: O(d²) on wide tables
         idx = [pos[f] for f in present]
-        block = rows[present]
-        if all(pd.api.types.is_numeric_dtype(t) or pd.api.types.is_bool_dtype(t) for t in block.dtypes):
-            X[:, idx] = block.to_numpy(dtype=np.float64, na_value=np.nan)  # fast path for wide tables
-        else:
-            X[:, idx] = numeric_matrix(block, site.name)  # names the offending columns
+        X[:, idx] = numeric_matrix(rows[present], site.name)
     y = rows[site.target].to_numpy() if site.target is not None else np.zeros(len(rows))
     return X, y
 

@@ -215,7 +215,7 @@ def tune_and_train(
 ) -> dict[str, Any]:
     """Tune fd, then train ``model`` on all columns and on the elected ones; a JSON-able report.
 
-    Meant for ``fedtab elect --tune grid|hill-climb --model NAME``. Returns
+    A one-call report (tuning, then training on all and on the elected columns). Returns
     ``{"tuning": TuningResult.to_dict(), "freedom_degree", "selected", "stats",
     "training": {"model", "rounds", "all_features": {"f1", "macro_f1", "n_params"},
     "elected": {...}, "communication": communication_report(...)}}``.
