@@ -124,7 +124,7 @@ def score(preds, tests, queries, split, cols, trim: float | None = None) -> tupl
 
 
 def method_params(name: str, dataset: str, quick: bool) -> dict:
-    gnn = name in ("fedhf", "fedhf_no_unavail_msgs", "local_gnn")
+    gnn = name in ("fedhf", "fedhf_no_prior", "fedhf_no_unavail_msgs", "local_gnn")
     if quick:
         if gnn:
             return {"rounds": 2}

@@ -24,6 +24,11 @@ def fedhf_no_unavailable_messages(train, columns, queries, seed=0, **params):
     return fedhf(train, columns, queries, seed=seed, block_unavailable=True, **params)
 
 
+def fedhf_no_prior(train, columns, queries, seed=0, **params):
+    """Ablation: the GNN without the linear (factor-model) prior path."""
+    return fedhf(train, columns, queries, seed=seed, use_prior=False, **params)
+
+
 def local_gnn(train, columns, queries, seed=0, **params):
     """Each site trains the GNN alone on its own columns; absent columns get the pooled mean."""
     from fedtab.imputer import FederatedImputer
@@ -41,9 +46,10 @@ def local_gnn(train, columns, queries, seed=0, **params):
 
 
 
-#: every method of the harness: FedHF-Impute, its ablation, the local-only GNN, then the baselines
+#: every method of the harness: FedHF-Impute, its ablations, the local-only GNN, then the baselines
 METHODS = {
     "fedhf": fedhf,
+    "fedhf_no_prior": fedhf_no_prior,
     "fedhf_no_unavail_msgs": fedhf_no_unavailable_messages,
     "local_gnn": local_gnn,
     **BASELINES,

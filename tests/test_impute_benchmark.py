@@ -19,7 +19,7 @@ def test_benchmark_quick_mode(tmp_path):
     assert rows and all(keys <= set(r) for r in rows)
     methods = {r["method"] for r in rows}
     assert {"fedhf", "global_mean", "lowrank_em", "mice_central", "knn_central", "fed_dae", "local_mean",
-            "local_gnn", "fedhf_no_unavail_msgs"} <= methods
+            "local_gnn", "fedhf_no_unavail_msgs", "fedhf_no_prior"} <= methods
     assert {r["mask_fraction"] for r in rows} == {0.6, 0.2}
     # the tiny table is rank 4: the linear reference must beat the mean on both scores
     em = [r for r in rows if r["method"] == "lowrank_em" and r["mask_fraction"] == 0.2][0]

@@ -31,10 +31,13 @@ class FederatedImputer(BaseEstimator):
             (0 = none; then no validation report and no best-round selection).
         validation_mask_fraction, keep_best: validation.
         block_unavailable: ablation (reference behaviour, no messages into unavailable nodes).
+        use_prior, prior_rank, prior_max_rank: the linear (factor-model) prior the GNN
+            corrects; ``use_prior=False`` is the plain GNN (ablation).
         seed, n_threads: reproducibility / CPU threads.
 
     Learned attributes: ``columns_`` (global schema), ``mean_``, ``std_`` ((F,) pooled),
-    ``graph_`` (:class:`~fedtab.impute.graph.FeatureGraph`), ``model_`` (torch module),
+    ``graph_`` (:class:`~fedtab.impute.graph.FeatureGraph`), ``model_`` (torch module, with
+    the linear prior installed when ``use_prior``),
     ``history_`` (per-round curve), ``validation_`` (z-space RMSE per site / column),
     ``site_names_``, ``site_columns_``, ``result_`` (the full
     :class:`~fedtab.federation.impute_flow.ImputationResult`).
@@ -59,6 +62,9 @@ class FederatedImputer(BaseEstimator):
         validation_mask_fraction: float = 0.2,
         keep_best: bool = True,
         block_unavailable: bool = False,
+        use_prior: bool = True,
+        prior_rank: int | None = None,
+        prior_max_rank: int = 20,
         seed: int = 0,
         n_threads: int | None = None,
     ) -> None:
@@ -79,6 +85,9 @@ class FederatedImputer(BaseEstimator):
         self.validation_mask_fraction = validation_mask_fraction
         self.keep_best = keep_best
         self.block_unavailable = block_unavailable
+        self.use_prior = use_prior
+        self.prior_rank = prior_rank
+        self.prior_max_rank = prior_max_rank
         self.seed = seed
         self.n_threads = n_threads
 
@@ -147,6 +156,8 @@ class FederatedImputer(BaseEstimator):
         self.site_columns_ = result.site_columns
         self.model_ = GNNImputer(GNNConfig(**result.model_config))
         numpy_to_state(self.model_, result.weights)
+        if self.model_.config.prior_rank > 0:
+            self.model_.set_prior(result.prior_W, result.prior_psi)
         self.model_.eval()
         self._adj = graph_tensors(result.graph)
         return self

@@ -6,8 +6,10 @@ reply validated by :func:`collect` and the checks below before it is reduced):
 1. ``impute_schema``  -> each site: its column names, row counts, per-column observed
    count and sum over its training rows. Server: global schema + pooled means.
 2. ``impute_stats``   (shift = pooled means) -> each site: :class:`SiteStats`.
-   Server: exact pooled Pearson correlations, global mean/std, feature graph.
-3. ``impute_setup``   (graph, mean/std, model + training config) -> each site
+   Server: exact pooled Pearson correlations, global mean/std, feature graph and
+   the linear prior (a factor model fitted to the known pooled correlations,
+   :func:`~fedtab.impute.prior.fit_factor_prior`; no extra round).
+3. ``impute_setup``   (graph, mean/std, prior W/psi, model + training config) -> each site
    z-scores its table over the global schema and builds the model. Ack.
 4. ``impute_fit`` x rounds (global weights) -> each site scores the received model on
    its validation cells, trains locally, returns weights. Server: FedAvg by rows,
@@ -47,6 +49,9 @@ class ImputeConfig:
 
     Graph: ``k_neighbors`` per node, edges need ``|r| >= min_abs_corr``.
     Model: ``hidden_dim``, ``n_layers``, ``dropout``, ``block_unavailable`` (ablation).
+    Prior: ``use_prior`` (the GNN predicts a factor model's conditional mean plus a
+    learned correction; ``False`` = the plain GNN, kept as an ablation), ``prior_rank``
+    (``None`` = from the correlation spectrum, at most ``prior_max_rank``).
     Training: ``rounds`` of FedAvg, ``local_epochs`` per round, Adam ``lr`` and
     ``weight_decay``, ``batch_size``, ``mask_fraction`` of observed entries hidden per
     batch, ``structural_share`` of those flagged unavailable, ``max_steps_per_round``
@@ -62,6 +67,9 @@ class ImputeConfig:
     n_layers: int = 3
     dropout: float = 0.0
     block_unavailable: bool = False
+    use_prior: bool = True
+    prior_rank: int | None = None
+    prior_max_rank: int = 20
     rounds: int = 20
     local_epochs: int = 2
     lr: float = 3e-3
@@ -82,6 +90,8 @@ class ImputeConfig:
             "min_abs_corr": 0 <= self.min_abs_corr < 1,
             "hidden_dim": self.hidden_dim >= 1,
             "n_layers": self.n_layers >= 0,
+            "prior_rank": self.prior_rank is None or self.prior_rank >= 0,
+            "prior_max_rank": self.prior_max_rank >= 1,
             "dropout": 0 <= self.dropout < 1,
             "rounds": self.rounds >= 0,
             "local_epochs": self.local_epochs >= 1,
@@ -105,6 +115,8 @@ class ImputationResult:
         columns: global schema. mean, std: (F,) pooled (std 1 for constant columns).
         pooled: the pooled statistics (correlations, co-observed counts).
         graph: the feature graph sent to the sites.
+        prior_W, prior_psi: the linear prior's (F, k) loadings and (F,) noise
+            variances (``None`` when ``use_prior`` is off).
         model_config: kwargs of :class:`~fedtab.impute.model.GNNConfig`.
         weights: final model parameters (numpy, float32).
         site_columns: site -> its columns. site_rows: site -> training rows.
@@ -125,6 +137,8 @@ class ImputationResult:
     weights: dict[str, np.ndarray]
     site_columns: dict[str, list[str]]
     site_rows: dict[str, int]
+    prior_W: np.ndarray | None = None
+    prior_psi: np.ndarray | None = None
     history: list[dict] = field(default_factory=list)
     validation: dict = field(default_factory=dict)
     unobserved_pairs: int = 0
@@ -207,33 +221,33 @@ def _global_values(site: Site, part: str, columns: list[str], mean: np.ndarray, 
 
 @handler("impute_setup")
 def _setup(site: Site, request: Message) -> Message:
-    import torch
-
-    from ..impute.model import GNNConfig, GNNImputer, graph_tensors
-    from ..impute.train import set_threads
-
     meta, arr = request.meta, request.arrays
     cfg = ImputeConfig(**meta["config"])
-    set_threads(cfg.n_threads)
     columns = list(meta["columns"])
-    mean, std = np.asarray(arr["mean"], np.float64), np.asarray(arr["std"], np.float64)
     graph = FeatureGraph(columns, np.asarray(arr["edge_index"], np.int64), np.asarray(arr["weight"], np.float64),
                          np.asarray(arr["sign"], np.float64))
     graph.validate()
-    available = np.isin(columns, [str(c) for c in site.table.columns])
-    train = _global_values(site, "train", columns, mean, std)
-    valid = _global_values(site, "test", columns, mean, std)
-    vobs = ~np.isnan(valid)
-    vmask = vobs & (site_rng(cfg.seed, site.name, "valid").random(valid.shape) < cfg.validation_mask_fraction)
-    model = GNNImputer(GNNConfig(**meta["model"]))
-    adj = graph_tensors(graph)
+    model_config = dict(meta["model"])
+    with_prior = int(model_config.get("prior_rank", 0)) > 0
+    if with_prior and ("prior_W" not in arr or "prior_psi" not in arr):
+        raise ValueError("the setup message lacks the prior (prior_W, prior_psi)")
+    # Only arrays, JSON values, fedtab dataclasses and the generator: an engine can store
+    # this next to the site and restore it in a new process (a Flower ClientApp per
+    # message). The torch objects are rebuilt from it by _live().
     site.state["impute"] = {
-        "config": cfg, "columns": columns, "available": available, "train": train, "valid": valid,
-        "valid_mask": vmask, "model": model, "adj": adj,
-        "optimizer": torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True),
+        "config": cfg, "columns": columns, "graph": graph, "model_config": model_config,
+        "mean": np.asarray(arr["mean"], np.float64), "std": np.asarray(arr["std"], np.float64),
+        "prior_W": np.asarray(arr["prior_W"], np.float64) if with_prior else None,
+        "prior_psi": np.asarray(arr["prior_psi"], np.float64) if with_prior else None,
         "rng": site_rng(cfg.seed, site.name, "train"),
+        "optimizer_state": {},
     }
-    return Message("impute_setup", meta={"n_train": int(len(train)), "n_valid": int(len(valid))})
+    site.state.pop(_LIVE, None)
+    live = _live(site)
+    return Message("impute_setup", meta={"n_train": int(len(live["train"])), "n_valid": int(len(live["valid"]))})
+
+
+_LIVE = "impute_live"  # process-local: model, optimiser, adjacency, z-scored tables
 
 
 def _state(site: Site) -> dict:
@@ -243,15 +257,50 @@ def _state(site: Site) -> dict:
     return st
 
 
-def _validation_errors(st: dict) -> tuple[np.ndarray, np.ndarray]:
+def _live(site: Site) -> dict:
+    """The site's torch model, optimiser, graph tensors and z-scored tables, built from
+    ``site.state["impute"]`` the first time this process needs them (after setup, or
+    after the engine restored the state in a new process). Adam's moments come back
+    from the stored ``optimizer_state``, so training continues exactly."""
+    live = site.state.get(_LIVE)
+    if live is not None:
+        return live
+    import torch
+
+    from ..impute.model import GNNConfig, GNNImputer, graph_tensors
+    from ..impute.optim_state import numpy_to_optimizer
+    from ..impute.train import set_threads
+
+    st = _state(site)
+    cfg: ImputeConfig = st["config"]
+    set_threads(cfg.n_threads)
+    columns, mean, std = st["columns"], st["mean"], st["std"]
+    valid = _global_values(site, "test", columns, mean, std)
+    vmask = ~np.isnan(valid) & (site_rng(cfg.seed, site.name, "valid").random(valid.shape) < cfg.validation_mask_fraction)
+    model = GNNImputer(GNNConfig(**st["model_config"]))
+    if model.config.prior_rank > 0:
+        model.set_prior(st["prior_W"], st["prior_psi"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
+    if st["optimizer_state"]:
+        numpy_to_optimizer(optimizer, st["optimizer_state"])
+    live = {
+        "available": np.isin(columns, [str(c) for c in site.table.columns]),
+        "train": _global_values(site, "train", columns, mean, std), "valid": valid, "valid_mask": vmask,
+        "model": model, "adj": graph_tensors(st["graph"]), "optimizer": optimizer,
+    }
+    site.state[_LIVE] = live
+    return live
+
+
+def _validation_errors(st: dict, live: dict) -> tuple[np.ndarray, np.ndarray]:
     from ..impute.train import masked_sq_errors, predict
 
-    valid, vmask = st["valid"], st["valid_mask"]
+    valid, vmask = live["valid"], live["valid_mask"]
     f = len(st["columns"])
     if not vmask.any():
         return np.zeros(f), np.zeros(f)
     given = np.where(vmask, np.nan, valid)
-    pred = predict(st["model"], given, st["available"], st["adj"])
+    pred = predict(live["model"], given, live["available"], live["adj"])
     return masked_sq_errors(pred, valid, vmask)
 
 
@@ -262,30 +311,32 @@ def _weights(request: Message) -> dict[str, np.ndarray]:
 @handler("impute_fit")
 def _fit(site: Site, request: Message) -> Message:
     from ..impute.model import numpy_to_state, state_to_numpy
+    from ..impute.optim_state import optimizer_to_numpy
     from ..impute.train import local_train
 
-    st = _state(site)
+    st, live = _state(site), _live(site)
     cfg: ImputeConfig = st["config"]
-    numpy_to_state(st["model"], _weights(request))
-    sse, cnt = _validation_errors(st)
+    numpy_to_state(live["model"], _weights(request))
+    sse, cnt = _validation_errors(st, live)
     loss, steps = local_train(
-        st["model"], st["optimizer"], st["train"], st["available"], st["adj"],
+        live["model"], live["optimizer"], live["train"], live["available"], live["adj"],
         epochs=cfg.local_epochs, batch_size=cfg.batch_size, mask_fraction=cfg.mask_fraction,
         structural_share=cfg.structural_share, rng=st["rng"], max_steps=cfg.max_steps_per_round,
     )
-    arrays = {f"w/{k}": v for k, v in state_to_numpy(st["model"]).items()}
+    st["optimizer_state"] = optimizer_to_numpy(live["optimizer"])
+    arrays = {f"w/{k}": v for k, v in state_to_numpy(live["model"]).items()}
     arrays.update(val_sse=sse, val_count=cnt)
-    return Message("impute_fit", arrays, {"n_train": int(len(st["train"])), "loss": loss if np.isfinite(loss) else None,
-                                         "steps": steps})
+    return Message("impute_fit", arrays, {"n_train": int(len(live["train"])),
+                                         "loss": loss if np.isfinite(loss) else None, "steps": steps})
 
 
 @handler("impute_eval")
 def _eval(site: Site, request: Message) -> Message:
     from ..impute.model import numpy_to_state
 
-    st = _state(site)
-    numpy_to_state(st["model"], _weights(request))
-    sse, cnt = _validation_errors(st)
+    st, live = _state(site), _live(site)
+    numpy_to_state(live["model"], _weights(request))
+    sse, cnt = _validation_errors(st, live)
     return Message("impute_eval", {"val_sse": sse, "val_count": cnt})
 
 
@@ -402,15 +453,22 @@ def run_imputation(
     graph = build_feature_graph(pooled.corr, glob, k=cfg.k_neighbors, min_abs_corr=cfg.min_abs_corr)
     unobserved = pooled.unobserved_pairs()
     log.info("feature graph: %d nodes, %d edges; %d column pairs never observed together", f, graph.n_edges, unobserved)
+    prior = None
+    if cfg.use_prior and f > 1:
+        from ..impute.prior import fit_factor_prior
+
+        prior = fit_factor_prior(pooled.corr, pooled.pair_count, rank=cfg.prior_rank, max_rank=cfg.prior_max_rank)
+        log.info("linear prior: rank %d", prior.rank)
+        if prior.rank == 0:
+            prior = None
 
     # 3. setup
     mcfg = GNNConfig(n_features=f, hidden_dim=cfg.hidden_dim, n_layers=cfg.n_layers, dropout=cfg.dropout,
-                     block_unavailable=cfg.block_unavailable)
-    setup = Message(
-        "impute_setup",
-        {"edge_index": graph.edge_index, "weight": graph.weight, "sign": graph.sign, "mean": mean, "std": std},
-        {"columns": glob, "config": asdict(cfg), "model": mcfg.to_dict()},
-    )
+                     block_unavailable=cfg.block_unavailable, prior_rank=prior.rank if prior is not None else 0)
+    setup_arrays = {"edge_index": graph.edge_index, "weight": graph.weight, "sign": graph.sign, "mean": mean, "std": std}
+    if prior is not None:
+        setup_arrays.update(prior_W=prior.W, prior_psi=prior.psi)
+    setup = Message("impute_setup", setup_arrays, {"columns": glob, "config": asdict(cfg), "model": mcfg.to_dict()})
     replies = collect(federation.broadcast(setup), "impute_setup")
     site_rows = {}
     for s, r in replies.items():
@@ -462,6 +520,7 @@ def run_imputation(
     down1, up1 = federation.traffic.total()
     return ImputationResult(
         columns=glob, mean=mean, std=std, pooled=pooled, graph=graph, model_config=mcfg.to_dict(), weights=weights,
+        prior_W=None if prior is None else prior.W, prior_psi=None if prior is None else prior.psi,
         site_columns=site_columns, site_rows=site_rows, history=history, validation=validation,
         unobserved_pairs=unobserved, best_round=best_round, seconds=time.perf_counter() - t0,
         bytes=(down1 - down0, up1 - up0),

@@ -7,7 +7,8 @@ Public API::
     full_a = imp.transform(site_a_df)   # global schema, every gap filled
 
 This package holds the pure building blocks (no engine or workflow imports): :mod:`.stats` (sufficient statistics and
-exact pooling), :mod:`.graph` (feature graph), :mod:`.model` (GNN), :mod:`.train`
+exact pooling), :mod:`.graph` (feature graph), :mod:`.prior` (linear factor-model prior
+fitted from pooled correlations), :mod:`.model` (GNN), :mod:`.train`
 (self-supervised local training, FedAvg), :mod:`.baselines`. The federated protocol
 lives in :mod:`fedtab.federation.impute_flow`. Torch is imported lazily, so
 ``import fedtab.impute`` is cheap.

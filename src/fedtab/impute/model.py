@@ -9,6 +9,15 @@ columns the site does have. ``block_unavailable=True`` reproduces the reference
 behaviour (unavailable nodes are zeroed, so they neither send nor receive) and is
 kept only as an ablation.
 
+Linear prior (``prior_rank > 0``): the model holds a factor model ``z = W f + e``
+(:mod:`.prior`, fitted by the server from pooled correlations; non-persistent buffers
+set with :meth:`GNNImputer.set_prior`, so they never travel with the weights). Per row
+it computes every node's Gaussian conditional mean and std given the entries the model
+is given, feeds them (and the given entries' residuals from the prior mean) as extra
+node inputs, and predicts ``prior mean + correction``. The correction head starts at
+zero, so an untrained model *is* the linear model and training learns non-linear
+corrections. With ``block_unavailable`` the prior of unavailable nodes is zeroed too.
+
 Tensors are node-major: hidden states are ``(F, B, d)`` so one sparse ``(F, F)``
 adjacency multiplies a whole batch at once.
 """
@@ -36,6 +45,8 @@ class GNNConfig:
     n_layers: int = 3
     dropout: float = 0.0
     block_unavailable: bool = False
+    prior_rank: int = 0
+    prior_clip: float | None = 5.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -112,19 +123,54 @@ class GNNImputer(nn.Module):
         observed: (B, F) bool, the value is known and given to the model.
         available: (B, F) or (F,) bool, the column exists at the row's site.
         adj: the pair of sparse adjacencies from :func:`graph_tensors`.
-    Returns (B, F) predictions in z-space.
+    Returns (B, F) predictions in z-space. With ``prior_rank > 0`` the prior must be
+    installed first (:meth:`set_prior`); it conditions on ``observed & available``.
     """
 
     def __init__(self, config: GNNConfig) -> None:
         super().__init__()
         self.config = config
         d = config.hidden_dim
+        k = int(config.prior_rank)
         self.embed = nn.Embedding(config.n_features, d)
-        self.inp = nn.Sequential(nn.Linear(3, d), nn.GELU(), nn.Linear(d, d))
+        self.inp = nn.Sequential(nn.Linear(6 if k > 0 else 3, d), nn.GELU(), nn.Linear(d, d))
         self.layers = nn.ModuleList(_Layer(d, config.dropout) for _ in range(config.n_layers))
         self.out_norm = nn.LayerNorm(d)
         self.head = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, 1))
         nn.init.normal_(self.embed.weight, std=0.1)
+        if k > 0:
+            nn.init.zeros_(self.head[-1].weight)
+            nn.init.zeros_(self.head[-1].bias)
+            self.register_buffer("prior_w", torch.zeros(config.n_features, k), persistent=False)
+            self.register_buffer("prior_psi", torch.ones(config.n_features), persistent=False)
+        self.has_prior = False
+
+    def set_prior(self, w: np.ndarray, psi: np.ndarray) -> None:
+        """Install the factor prior: ``w`` (F, prior_rank), ``psi`` (F,) positive.
+
+        Raises:
+            ValueError: the model has no prior path, or shapes / values are bad.
+        """
+        k = int(self.config.prior_rank)
+        if k == 0:
+            raise ValueError("this model was built without a prior (prior_rank=0)")
+        w, psi = np.asarray(w, np.float64), np.asarray(psi, np.float64)
+        if w.shape != (self.config.n_features, k) or psi.shape != (self.config.n_features,):
+            raise ValueError(f"prior has shapes W {w.shape}, psi {psi.shape}; expected "
+                             f"({self.config.n_features}, {k}) and ({self.config.n_features},)")
+        if not (np.all(np.isfinite(w)) and np.all(np.isfinite(psi)) and np.all(psi > 0)):
+            raise ValueError("prior must be finite with positive noise variances")
+        self.prior_w.copy_(torch.as_tensor(w, dtype=torch.float32))
+        self.prior_psi.copy_(torch.as_tensor(psi, dtype=torch.float32))
+        self.has_prior = True
+
+    def prior(self, values: Tensor, given: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, F) conditional mean and std of every node given ``given`` entries."""
+        from .prior import gaussian_conditional
+
+        if not self.has_prior:
+            raise RuntimeError("call set_prior(W, psi) before using a model with prior_rank > 0")
+        return gaussian_conditional(self.prior_w, self.prior_psi, values, given, clip=self.config.prior_clip)
 
     def forward(self, values: Tensor, observed: Tensor, available: Tensor, adj: tuple[Tensor, Tensor]) -> Tensor:
         b, f = values.shape
@@ -132,7 +178,16 @@ class GNNImputer(nn.Module):
             available = available.expand(b, f)
         obs = observed & available
         v = torch.where(obs, values, torch.zeros_like(values))
-        feats = torch.stack([v, obs.float(), available.float()], dim=-1).transpose(0, 1)  # (F, B, 3)
+        cols = [v, obs.float(), available.float()]
+        base = None
+        if self.config.prior_rank > 0:
+            mu, sd = self.prior(v, obs)
+            if self.config.block_unavailable:
+                mu = mu * available
+            base = mu
+            resid = torch.where(obs, v - mu, torch.zeros_like(v)).clamp(-5.0, 5.0)
+            cols += [mu, sd, resid]
+        feats = torch.stack(cols, dim=-1).transpose(0, 1)  # (F, B, 3 or 6)
         emb = self.embed.weight.unsqueeze(1)  # (F, 1, d)
         h = emb + self.inp(feats)
         gate = available.T.unsqueeze(-1).float() if self.config.block_unavailable else None
@@ -142,8 +197,8 @@ class GNNImputer(nn.Module):
             h = layer(h, adj)
             if gate is not None:
                 h = h * gate
-        out = self.head(torch.cat([self.out_norm(h), emb.expand_as(h)], dim=-1)).squeeze(-1)  # (F, B)
-        return out.T
+        out = self.head(torch.cat([self.out_norm(h), emb.expand_as(h)], dim=-1)).squeeze(-1).T  # (B, F)
+        return out if base is None else base + out
 
 
 def state_to_numpy(model: nn.Module) -> dict[str, np.ndarray]:
