@@ -40,6 +40,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -159,19 +160,57 @@ def run_fedtab_nvflare(configs: list[dict[str, Any]], cfg: dict[str, Any], works
     return time.perf_counter() - t0, result
 
 
+class ClientAppWatch:
+    """Samples ``/proc`` every ``interval`` s in a thread and records how long each
+    ``flwr-clientapp`` process lived (start and end to within ``interval``)."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.seen: dict[int, list[float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            now = time.monotonic()
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    cmd = (entry / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"flwr-clientapp" in cmd:
+                    self.seen.setdefault(int(entry.name), [now, now])[1] = now
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "ClientAppWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def lifetimes(self) -> list[float]:
+        return sorted(end - start for start, end in self.seen.values())
+
+
 def run_fedtab_flower(configs: list[dict[str, Any]], cfg: dict[str, Any], workdir: Path) -> tuple[float, dict]:
     from fedtab.engines.flower_deploy import LoopbackDeployment
 
     dep = LoopbackDeployment(configs, workdir, start_timeout=120)
     t0 = time.perf_counter()
-    try:
-        dep.start()
-        started = time.perf_counter() - t0
-        result = dep.run(cfg, timeout=900)
-        seconds = time.perf_counter() - t0
-    finally:
-        dep.stop()
+    with ClientAppWatch() as watch:
+        try:
+            dep.start()
+            started = time.perf_counter() - t0
+            result = dep.run(cfg, timeout=900)
+            seconds = time.perf_counter() - t0
+        finally:
+            dep.stop()
     result["deployment_start_seconds"] = started
+    result["clientapp_seconds"] = watch.lifetimes()
     return seconds, result
 
 
@@ -231,6 +270,20 @@ def write_markdown(path: Path, runs: list[dict[str, Any]], notes: dict[str, Any]
                 f"- (d)'s workflow made {len(ex)} request/reply exchanges with the sites (after one to name them), "
                 f"{sum(e['seconds'] for e in ex) / len(ex):.1f} s each on average: {kinds}. FLARE's job (a) makes 7 "
                 "(election, apply mask, 5 rounds); fedtab's evaluation of the final model is the eighth.")
+            apps = notes.get("flower_clientapps") or []
+            if apps:
+                lines.append(
+                    f"- Each message ran in its own `flwr-clientapp` process: {len(apps)} processes, median lifetime "
+                    f"{float(np.median(apps)):.1f} s (Python start, Flower's own imports — ≈0.8 s on an idle core — "
+                    "FAB install, fedtab import, the site's work; 3 at once on 2 cores).")
+            floor = len(ex) * 3.0 + notes["flower_start"]
+            lines.append(
+                f"- Why (d) cannot reach (a) on Flower 1.42: after replying, a SuperNode asks its SuperLink for the next "
+                "message at once, finds none (the server is still waiting for the other sites) and then sleeps 3 s "
+                "(`time.sleep(3)` hard-coded in `flwr/supernode/start_client_internal.py`), so every exchange costs "
+                f"at least 3 s plus one ClientApp process. {len(ex)} exchanges × 3 s + start-up "
+                f"{notes['flower_start']:.1f} s = {floor:.1f} s before any ClientApp runs"
+                + (f", against {base:.1f} s for (a)." if floor >= base else "."))
     lines += [
         f"- Masks: fedtab's elected features equal FLARE's global mask: "
         f"{all(r['mask_equals_nvflare'] for r in runs)} (FLARE kept {notes['flare_kept']}).",
@@ -288,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             notes["flower_start"] = result["deployment_start_seconds"]
             notes["flower_serverapp"] = result["seconds_total"]
             notes["flower_exchanges"] = result.get("exchanges", [])
+            notes["flower_clientapps"] = result.get("clientapp_seconds", [])
             add("fedtab-flower", seconds, result)
     finally:
         shutil.rmtree(work, ignore_errors=True)

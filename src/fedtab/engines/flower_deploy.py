@@ -54,11 +54,24 @@ def free_port() -> int:
 
 
 def _toml_value(v: Any) -> str:
+    """A value for Flower's ``--run-config`` / ``--node-config`` ``key=value`` strings.
+
+    Flower splits those strings with a regex that ends a quoted value at the next quote
+    of the same kind and never unescapes, so a string (e.g. a JSON object) is written as
+    a TOML literal string ``'...'`` when it has no single quote, else as a basic string
+    when it has no double quote.
+
+    Raises:
+        ValueError: a string with both quote kinds or a line break (Flower cannot parse it).
+    """
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return repr(v)
-    return json.dumps(str(v))
+    text = str(v)
+    if "\n" in text or "\r" in text or ("'" in text and '"' in text):
+        raise ValueError(f"Flower's key=value config cannot carry the string {text!r}")
+    return f"'{text}'" if "'" not in text else json.dumps(text)
 
 
 def _descendants(roots: Sequence[int]) -> set[int]:

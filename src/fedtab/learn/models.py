@@ -16,8 +16,6 @@ from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
 import numpy as np
-from scipy.optimize import minimize
-from scipy.special import log_softmax, softmax
 
 __all__ = ["Params", "FederatedModel", "LogisticRegressionModel", "MODELS", "make_model", "fedavg"]
 
@@ -129,6 +127,9 @@ class LogisticRegressionModel(FederatedModel):
             onehot = np.zeros((len(y), k))
             onehot[np.arange(len(y)), y] = 1.0
 
+        from scipy.optimize import minimize  # lazy: a Flower ClientApp process imports fedtab per message
+        from scipy.special import log_softmax
+
         def loss_grad(theta: np.ndarray) -> tuple[float, np.ndarray]:
             W = theta[: k * d].reshape(k, d)
             b = theta[k * d :]
@@ -160,6 +161,8 @@ class LogisticRegressionModel(FederatedModel):
         if z.shape[1] == 1:
             p1 = 1 / (1 + np.exp(-z[:, 0]))
             return np.column_stack([1 - p1, p1])
+        from scipy.special import softmax
+
         return softmax(z, axis=1)
 
     def predict(self, params: Params, X: np.ndarray) -> np.ndarray:
