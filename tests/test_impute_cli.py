@@ -44,6 +44,17 @@ def test_cli_writes_tables_report_and_plots(tmp_path):
     assert rep["sites"]["site0"]["unavailable_columns"] == ["d", "e"]
     assert rep["feature_graph"]["unobserved_pairs"] == 3  # a-d, a-e, b-e are never held together
     assert (out / "training_curve.png").stat().st_size > 0 and (out / "feature_graph.png").stat().st_size > 0
+    assert rep["linear_prior"]["rank"] >= 1 and set(rep["linear_prior"]["noise_variance"]) == set("abcde")
+
+
+def test_cli_prior_flags(tmp_path):
+    paths = _write_sites(tmp_path)
+    res = runner.invoke(app, [*paths, "--out", str(tmp_path / "plain"), "--no-prior", *FAST])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "plain" / "report.json").read_text())["linear_prior"] is None
+    res = runner.invoke(app, [*paths, "--out", str(tmp_path / "r1"), "--prior-rank", "1", *FAST])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "r1" / "report.json").read_text())["linear_prior"]["rank"] == 1
 
 
 @pytest.mark.parametrize("make, match", [

@@ -5,7 +5,8 @@ missing from a file is structurally unavailable at that site. Writes to ``DIR``:
 
 * ``<site>.imputed.csv`` — the site's rows over the global schema, every gap filled;
 * ``report.json`` — settings, schema, validation RMSE (z-space) per site and per column,
-  the training curve, the feature graph (edges with correlations), traffic bytes;
+  the training curve, the feature graph (edges with correlations), the linear prior's
+  rank and per-column noise variance, traffic bytes;
 * ``training_curve.png`` and ``feature_graph.png``.
 
 Bad input exits with code 2 and a one-line error, never a traceback.
@@ -91,6 +92,11 @@ def impute_command(
     n_layers: Annotated[int, typer.Option(help="Message-passing layers.")] = 3,
     lr: Annotated[float, typer.Option(help="Learning rate (AdamW).")] = 3e-3,
     mask_fraction: Annotated[float, typer.Option(help="Mean share of observed cells hidden per training row.")] = 0.4,
+    prior: Annotated[bool, typer.Option("--prior/--no-prior",
+                                        help="GNN corrects a linear factor model fitted from the pooled "
+                                             "correlations (--no-prior: plain GNN).")] = True,
+    prior_rank: Annotated[Optional[int], typer.Option(min=0, help="Factors of the linear prior (default: "
+                                                                  "from the correlation spectrum, at most 20).")] = None,
     validation_fraction: Annotated[float, typer.Option(help="Share of each site's rows held out for validation.")] = 0.1,
     sep: Annotated[str, typer.Option(help="CSV field separator.")] = ",",
     na_value: Annotated[Optional[list[str]], typer.Option(help="Extra strings read as missing (repeatable).")] = None,
@@ -119,7 +125,8 @@ def impute_command(
         tables = {n: read_site_csv(p, sep=sep, na_values=na_value) for n, p in zip(names, files)}
         imp = FederatedImputer(rounds=rounds, local_epochs=local_epochs, k_neighbors=k_neighbors,
                                min_abs_corr=min_abs_corr, hidden_dim=hidden_dim, n_layers=n_layers, lr=lr,
-                               mask_fraction=mask_fraction, validation_fraction=validation_fraction, seed=seed)
+                               mask_fraction=mask_fraction, validation_fraction=validation_fraction,
+                               use_prior=prior, prior_rank=prior_rank, seed=seed)
         with Progress(TextColumn("[bold]FedAvg"), BarColumn(), TextColumn("{task.completed}/{task.total} rounds"),
                       TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
                       disable=quiet) as bar:
@@ -149,6 +156,10 @@ def impute_command(
                 "nodes": g.columns, "unobserved_pairs": res.unobserved_pairs,
                 "edges": [{"source": g.columns[s], "target": g.columns[t], "r": float(corr[s, t])}
                           for s, t in g.edge_index.T if s < t],
+            },
+            "linear_prior": None if res.prior_W is None else {
+                "rank": int(res.prior_W.shape[1]),
+                "noise_variance": dict(zip(res.columns, map(float, res.prior_psi))),
             },
             "seconds": res.seconds,
             "bytes": {"down": res.bytes[0], "up": res.bytes[1]},
