@@ -230,7 +230,7 @@ def write_markdown(path: Path, runs: list[dict[str, Any]], notes: dict[str, Any]
         "30 redundant, 10 repeated), 3 sites, Lasso (FLARE's: alpha 0.01 on standardised X), "
         f"freedom degree {notes['fd']}, {notes['rounds']} FedAvg rounds; fedtab with `normalization=\"selected\"`.  ",
         f"Machine: {os.cpu_count()} cores; load average at start {notes['load_start']}, at end {notes['load_end']} "
-        "(the machine was shared with other jobs, so absolute times are noisy).",
+        "(this benchmark's own processes included; other jobs on the machine make absolute times noisy).",
         "",
         "| run | seconds | × vs (a) | kept | mask = FLARE's | F1 (weighted, validation rows) |",
         "|---|---:|---:|---:|:---:|---:|",
