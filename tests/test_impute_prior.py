@@ -4,16 +4,17 @@
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
-from fedtab.engines.local import LocalFederation
-from fedtab.federation.impute_flow import ImputeConfig, run_imputation
-from fedtab.federation.site import Site
-from fedtab.imputer import FederatedImputer
-from fedtab.impute.graph import build_feature_graph
-from fedtab.impute.model import GNNConfig, GNNImputer, graph_tensors, state_to_numpy
+torch = pytest.importorskip("torch")
+
+from fedtab.engines.local import LocalFederation  # noqa: E402
+from fedtab.federation.impute_flow import ImputeConfig, run_imputation  # noqa: E402
+from fedtab.federation.site import Site  # noqa: E402
+from fedtab.imputer import FederatedImputer  # noqa: E402
+from fedtab.impute.graph import build_feature_graph  # noqa: E402
+from fedtab.impute.model import GNNConfig, GNNImputer, graph_tensors, state_to_numpy  # noqa: E402
 from fedtab.impute.prior import (FactorPrior, choose_rank, conditional_numpy, fit_factor_prior,
-                                 gaussian_conditional)
+                                 gaussian_conditional)  # noqa: E402
 
 
 def known_factor_corr(f=20, k=3, seed=0, unknown=0.15):
