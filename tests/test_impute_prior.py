@@ -13,8 +13,8 @@ from fedtab.federation.site import Site  # noqa: E402
 from fedtab.imputer import FederatedImputer  # noqa: E402
 from fedtab.impute.graph import build_feature_graph  # noqa: E402
 from fedtab.impute.model import GNNConfig, GNNImputer, graph_tensors, state_to_numpy  # noqa: E402
-from fedtab.impute.prior import (FactorPrior, choose_rank, conditional_numpy, fit_factor_prior,
-                                 gaussian_conditional)  # noqa: E402
+from fedtab.impute.baselines import LowRankGaussian  # noqa: E402
+from fedtab.impute.prior import FactorPrior, choose_rank, fit_factor_prior, gaussian_conditional  # noqa: E402
 
 
 def known_factor_corr(f=20, k=3, seed=0, unknown=0.15):
@@ -73,7 +73,11 @@ def test_conditional_mean_and_std_are_the_closed_form_gaussian():
             expect, var = np.zeros(m.sum()), np.ones(m.sum())
         assert np.allclose(mean[r, m], expect, atol=1e-8), r
         assert np.allclose(std[r, m], np.sqrt(var), atol=1e-8), r
-    ref_mean, ref_std = conditional_numpy(prior, np.where(given, x, np.nan))
+    # the same factor model's numpy E-step (the EM baseline's), for every node, given ones included
+    em = LowRankGaussian(rank=2)
+    em.W_, em.psi_, em.mu_ = w, prior.psi, np.zeros(7)
+    _, ez, minv = em._posterior(np.where(given, x, np.nan))
+    ref_mean, ref_std = ez @ w.T, np.sqrt(np.einsum("fa,rab,fb->rf", w, minv, w) + prior.psi)
     assert np.allclose(mean, ref_mean) and np.allclose(std, ref_std)
     with pytest.raises(ValueError, match="shapes"):
         gaussian_conditional(torch.as_tensor(w), torch.as_tensor(prior.psi), torch.as_tensor(x[:, :3]),

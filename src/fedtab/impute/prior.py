@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FactorPrior", "fit_factor_prior", "choose_rank", "gaussian_conditional", "conditional_numpy"]
+__all__ = ["FactorPrior", "fit_factor_prior", "choose_rank", "gaussian_conditional"]
 
 
 @dataclass
@@ -203,25 +203,6 @@ def fit_factor_prior(corr: np.ndarray, pair_count: np.ndarray | None = None, ran
     prior = FactorPrior(W=load, psi=psi)
     prior.validate()
     return prior
-
-
-def conditional_numpy(prior: FactorPrior, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Reference (numpy, row by row) conditional mean and std of every cell.
-
-    ``values``: (n, F) z-scores, NaN = not given. Returns ``(mean, std)``, both (n, F).
-    """
-    x = np.asarray(values, dtype=np.float64)
-    wp = prior.W / prior.psi[:, None]
-    k = prior.rank
-    mean, std = np.zeros_like(x), np.zeros_like(x)
-    for r in range(len(x)):
-        o = ~np.isnan(x[r])
-        m = np.eye(k) + prior.W[o].T @ wp[o]
-        minv = np.linalg.inv(m)
-        ef = minv @ (wp[o].T @ x[r, o])
-        mean[r] = prior.W @ ef
-        std[r] = np.sqrt(np.einsum("fa,ab,fb->f", prior.W, minv, prior.W) + prior.psi)
-    return mean, std
 
 
 def gaussian_conditional(w, psi, values, given, clip: float | None = 5.0):
