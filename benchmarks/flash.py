@@ -196,10 +196,7 @@ def markdown(rows: list[dict[str, Any]], details: list[dict[str, Any]], seeds: l
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from fedtab.report.plots import plt, save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     labels = [f"{r['model']}/{r['dataset']}/{r['selector'][:6]}" for r in rows]
@@ -215,9 +212,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_xticklabels(labels, rotation=90, fontsize=6)
     axes[0].legend(fontsize=8)
     fig.suptitle("FLASH protocol: F1 and parameter reduction")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:

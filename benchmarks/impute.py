@@ -206,10 +206,7 @@ def summarise(rows: list[dict], meta: dict) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from fedtab.report.plots import plt, save_figure
 
     df = pd.DataFrame(rows)
     dss = list(dict.fromkeys(df.dataset))
@@ -235,9 +232,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_title(f"{ds} (cells with |z| ≤ {TRIM:g})" if trimmed else ds, fontsize=10)
         ax.set_ylabel("z-RMSE")
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

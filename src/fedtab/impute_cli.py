@@ -45,10 +45,7 @@ def read_site_csv(path: Path, sep: str = ",", na_values: Optional[list[str]] = N
 
 
 def _plots(out: Path, history: list[dict], graph, pooled) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .report.plots import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     r = [h["round"] for h in history]
@@ -57,9 +54,7 @@ def _plots(out: Path, history: list[dict], graph, pooled) -> None:
     ax.set_xlabel("round")
     ax.set_ylabel("z-space")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "training_curve.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "training_curve.png")
 
     f = graph.n_nodes
     fig, ax = plt.subplots(figsize=(6, 6))
@@ -76,9 +71,7 @@ def _plots(out: Path, history: list[dict], graph, pooled) -> None:
                  f"{pooled.unobserved_pairs()} pairs never co-observed", fontsize=8)
     ax.set_axis_off()
     ax.set_aspect("equal")
-    fig.tight_layout()
-    fig.savefig(out / "feature_graph.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "feature_graph.png")
 
 
 def impute_command(

@@ -241,10 +241,7 @@ def plot_tuning_curve(results: Sequence[TuningResult] | TuningResult, path: str 
 
     Writes a PNG at ``path`` (matplotlib, Agg backend) and returns the path.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..report.plots import plt, save_figure
 
     if isinstance(results, TuningResult):
         results = [results]
@@ -268,9 +265,4 @@ def plot_tuning_curve(results: Sequence[TuningResult] | TuningResult, path: str 
     ax.legend(lines, labels, fontsize=7, loc="lower right")
     if title:
         ax.set_title(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

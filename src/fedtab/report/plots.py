@@ -10,7 +10,21 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["plot_sweep"]
+__all__ = ["plot_sweep", "plt", "save_figure"]
+
+
+def save_figure(fig: Any, path: str | Path, *, dpi: int = 110) -> Path:
+    """Lay out ``fig``, write it as PNG at ``path`` (parent folders created), close it.
+
+    Returns the written path. Every fedtab and benchmark plot ends here, so figures
+    never stay open in a long process.
+    """
+    out = Path(path)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+    return out
 
 
 def plot_sweep(sweep: Sequence[dict[str, Any]], path: str | Path, *, title: str = "Feature Election sweep") -> Path:
@@ -39,9 +53,4 @@ def plot_sweep(sweep: Sequence[dict[str, Any]], path: str | Path, *, title: str 
         handles.append(line)
         labels.append(line.get_label())
     ax.legend(handles, labels, loc="upper left", fontsize=8)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path, dpi=120)
