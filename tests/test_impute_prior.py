@@ -14,7 +14,7 @@ from fedtab.imputer import FederatedImputer  # noqa: E402
 from fedtab.impute.graph import build_feature_graph  # noqa: E402
 from fedtab.impute.model import GNNConfig, GNNImputer, graph_tensors, state_to_numpy  # noqa: E402
 from fedtab.impute.baselines import LowRankGaussian  # noqa: E402
-from fedtab.impute.prior import FactorPrior, choose_rank, fit_factor_prior, gaussian_conditional  # noqa: E402
+from fedtab.impute.prior import FactorPrior, choose_rank, fit_factor_prior, gaussian_conditional, noise_edge  # noqa: E402
 
 
 def known_factor_corr(f=20, k=3, seed=0, unknown=0.15):
@@ -40,6 +40,28 @@ def test_factor_fit_recovers_a_rank_k_correlation_with_unknown_pairs():
     assert np.allclose(prior.psi, 1 - (w * w).sum(1), atol=1e-3)
     assert choose_rank(observed) == 3
     assert fit_factor_prior(observed).rank == 3  # automatic rank
+
+
+def test_rank_rule_ignores_sampling_noise_when_told_the_row_count():
+    rng = np.random.default_rng(3)
+    n, f = 300, 40
+    w = np.zeros((f, 3))
+    for j in range(3):  # three factors, each behind its own block of columns
+        w[j * 8:(j + 1) * 8, j] = 0.7
+    x = rng.normal(size=(n, 3)) @ w.T + rng.normal(size=(n, f)) * np.sqrt(1 - (w * w).sum(1))
+    corr = np.corrcoef(x, rowvar=False)
+    corr[0, 39] = corr[39, 0] = np.nan  # one pair never observed together
+    counts = np.full((f, f), float(n))
+    assert noise_edge(f, n) == pytest.approx((1 + np.sqrt(f / n)) ** 2)
+    assert noise_edge(f, None) == 1.0 and noise_edge(4, 1e9) == pytest.approx(1.0, abs=1e-3)
+    assert choose_rank(corr, pair_count=counts) == 3
+    assert choose_rank(corr) > 6  # Kaiser alone counts noise eigenvalues (> 1) as factors
+    noise = np.corrcoef(rng.normal(size=(n, f)), rowvar=False)
+    assert choose_rank(noise, pair_count=counts) == 2  # the floor; Kaiser would keep ~15
+    with pytest.raises(ValueError, match="pair_count"):
+        choose_rank(corr, pair_count=np.ones((3, 3)))
+    with pytest.raises(ValueError, match="n_rows"):
+        noise_edge(f, 0)
 
 
 def test_factor_fit_errors():

@@ -12,7 +12,7 @@ entries): minimise ``sum w_ij (r_ij - W_i . W_j)^2`` over the known off-diagonal
 with L-BFGS (communalities kept below ``1 - min_psi``), where the confidence weight
 ``w_ij = n_ij / (n_ij + n0)`` grows with the co-observed rows ``n_ij``, starting from a
 few principal-axis steps. The default rank comes from the correlation spectrum
-(:func:`choose_rank`). On the rank-4 benchmark table its conditional mean scores
+(:func:`choose_rank`: eigenvalues above the sampling-noise edge). On the rank-4 benchmark table its conditional mean scores
 within 0.01 RMSE of the EM fit (:class:`~fedtab.impute.baselines.LowRankGaussian`)
 that needs 50 federated rounds; principal-axis iteration alone converged far too
 slowly on the communalities (psi off by up to 0.3 after 200 steps).
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FactorPrior", "fit_factor_prior", "choose_rank", "gaussian_conditional"]
+__all__ = ["FactorPrior", "fit_factor_prior", "choose_rank", "noise_edge", "gaussian_conditional"]
 
 
 @dataclass
@@ -130,21 +130,43 @@ def _fit(c: np.ndarray, w: np.ndarray, k: int, n_iter: int, min_psi: float, tol:
     return _cap(res.x.reshape(f, k), min_psi)
 
 
-def _kaiser(x: np.ndarray) -> int:
-    return int((np.linalg.eigvalsh(0.5 * (x + x.T)) > 1.0).sum())
+def _count_above(x: np.ndarray, threshold: float) -> int:
+    return int((np.linalg.eigvalsh(0.5 * (x + x.T)) > threshold).sum())
+
+
+def noise_edge(n_features: int, n_rows: float | None) -> float:
+    """Largest eigenvalue a correlation matrix of ``n_features`` *independent* columns
+    reaches from sampling noise alone with ``n_rows`` rows: the Marchenko-Pastur upper
+    edge ``(1 + sqrt(F / n))^2``, never below 1 (Kaiser). ``n_rows=None`` gives 1.
+
+    Raises:
+        ValueError: ``n_rows`` is not positive.
+    """
+    if n_rows is None:
+        return 1.0
+    if not n_rows > 0:
+        raise ValueError(f"n_rows must be positive, got {n_rows}")
+    return max(1.0, (1.0 + np.sqrt(n_features / n_rows)) ** 2)
 
 
 def choose_rank(corr: np.ndarray, max_rank: int = 20, pair_count: np.ndarray | None = None) -> int:
-    """Default rank: the number of eigenvalues above 1 (Kaiser) of the correlation matrix,
-    clipped to ``[min(2, F - 1), min(max_rank, F // 2)]``.
+    """Default rank: the number of eigenvalues of the correlation matrix above what noise
+    alone produces, clipped to ``[min(2, F - 1), min(max_rank, F // 2)]``.
 
-    Unknown pairs are first read as 0; since that alone inflates the count, they are
-    then filled from a factor fit of that rank and the eigenvalues counted again.
-    (Holding out known pairs and picking the rank with the lowest held-out error was
-    tried: on 13-40 columns it was too noisy to beat this rule and far slower.)
+    The noise level is :func:`noise_edge` with ``n`` = the median co-observed count of
+    the known pairs (``pair_count``); without ``pair_count`` it is 1 (the Kaiser rule).
+    Kaiser alone keeps noise factors when correlations are weak and rows few: on
+    PhysioNet (40 columns, ~600 co-observed rows per pair) it chose 16-18 factors, the
+    noise edge (1.58) keeps 7-8, and the imputer's missing-cell error dropped on 8 of 10
+    seeds and its unavailable-column error (|z| <= 10 cells) from 0.937 to 0.923. Unknown pairs are first read as 0; since
+    that alone inflates the count, they are then filled from a factor fit of that rank
+    and the eigenvalues counted again. (Holding out known pairs and picking the rank
+    with the lowest held-out error was tried: on 13-40 columns it was too noisy to beat
+    a spectrum rule and far slower.)
 
     Raises:
-        ValueError: non-square ``corr`` or ``max_rank < 1``.
+        ValueError: non-square ``corr``, ``pair_count`` of another shape or
+            ``max_rank < 1``.
     """
     c = np.asarray(corr, dtype=np.float64)
     if c.ndim != 2 or c.shape[0] != c.shape[1]:
@@ -157,14 +179,22 @@ def choose_rank(corr: np.ndarray, max_rank: int = 20, pair_count: np.ndarray | N
     hi = max(1, min(max_rank, f // 2))
     lo = min(2, f - 1, hi)
     known = np.isfinite(c)
+    n_rows = None
+    if pair_count is not None:
+        n = np.asarray(pair_count, dtype=np.float64)
+        if n.shape != c.shape:
+            raise ValueError(f"pair_count has shape {n.shape}, expected {c.shape}")
+        off = known & ~np.eye(f, dtype=bool) & (n > 0)
+        n_rows = float(np.median(n[off])) if off.any() else None
+    edge = noise_edge(f, n_rows)
     x = np.where(known, c, 0.0)
     np.fill_diagonal(x, 1.0)
-    k = int(np.clip(_kaiser(x), lo, hi))
+    k = int(np.clip(_count_above(x, edge), lo, hi))
     if not known.all():
         cz, w = _prepare(c, pair_count, 20.0)
         load = _fit(cz, w, k, 100, 0.05, 1e-7)
         x = np.where(known, x, load @ load.T)
-        k = int(np.clip(_kaiser(x), lo, hi))
+        k = int(np.clip(_count_above(x, edge), lo, hi))
     return k
 
 
