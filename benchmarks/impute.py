@@ -190,19 +190,20 @@ def summarise(rows: list[dict], meta: dict) -> str:
              "error in a test mask, e.g. PhysioNet's pH = 96, can move every method's mean by an order of "
              "magnitude).", ""]
     for ds, g in df.groupby("dataset", sort=False):
-        seeds = sorted(g.seed.unique())
-        lines += [f"## {ds} ({meta['shapes'].get(ds, '')}, {len(seeds)} seeds)", "",
+        lines += [f"## {ds} ({meta['shapes'].get(ds, '')}, {g.seed.nunique()} seeds)", "",
                   "| method | observed p=0.6 | median | observed p=0.2 | structural | seconds wall (CPU) | published p=0.6 "
                   f"| observed p=0.6, \\|z\\|≤{TRIM:g} | structural, \\|z\\|≤{TRIM:g} |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for m, gm in g.groupby("method", sort=False):
+            at = {p: gm[gm.mask_fraction == p] for p in MASKS}
+
             def ms(p, col):
-                v = gm[gm.mask_fraction == p][col]
+                v = at[p][col]
                 return f"{v.mean():.4f} ± {v.std(ddof=0):.4f}"
             pub = PUBLISHED.get((ds, m))
-            secs = gm[gm.mask_fraction == 0.6]["seconds"]
-            cpu = gm[gm.mask_fraction == 0.6]["cpu_seconds"] if "cpu_seconds" in gm else secs
-            med = gm[gm.mask_fraction == 0.6]["observed_rmse"].median()
+            secs = at[0.6]["seconds"]
+            cpu = at[0.6]["cpu_seconds"] if "cpu_seconds" in gm else secs
+            med = at[0.6]["observed_rmse"].median()
             lines.append(f"| {m} | {ms(0.6, 'observed_rmse')} | {med:.4f} | {ms(0.2, 'observed_rmse')} | "
                          f"{ms(0.6, 'structural_rmse')} | {secs.mean():.1f} ({cpu.mean():.1f}) | {pub if pub is not None else ''} | "
                          f"{ms(0.6, 'observed_rmse_trim')} | {ms(0.6, 'structural_rmse_trim')} |")
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         rows = [r for p in args.merge for r in json.loads(p.read_text())]
         datasets = list(dict.fromkeys(r["dataset"] for r in rows))
-        write(rows, datasets, sorted({r["seed"] for r in rows}), False, args.out)
+        write(rows, datasets, False, args.out)
         return 0
     datasets = args.datasets or (["tiny"] if args.quick else
                                  ["synthetic_rank4", "synthetic_nonlinear", "airquality", "physionet", "secom"])
@@ -277,24 +278,24 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = run(datasets, methods, seeds, args.quick, partial=args.out / "impute.partial.json")
     (args.out / "impute.partial.json").unlink(missing_ok=True)
-    write(rows, datasets, seeds, args.quick, args.out)
+    write(rows, datasets, args.quick, args.out)
     return 0
 
 
-def write(rows: list[dict], datasets: list[str], seeds: list[int], quick: bool, out: Path) -> None:
+def write(rows: list[dict], datasets: list[str], quick: bool, out: Path) -> None:
     """Write impute.json, impute.md and impute.png into ``out``."""
-    shapes = {ds: "x".join(map(str, load(ds).shape)) for ds in datasets}
-    notes = {}
-    for ds in datasets:
-        x = load(ds)
-        _, _, _, cols, split = prepare(x, 0)
-        from fedtab.impute.stats import pool_stats, site_stats
-        from fedtab.impute.baselines import to_global
+    from fedtab.impute.stats import pool_stats, site_stats
+    from fedtab.impute.baselines import to_global
 
+    shapes, notes = {}, {}
+    for ds in datasets:
+        x = load(ds)  # once per dataset: SECOM takes seconds to read
+        shapes[ds] = "x".join(map(str, x.shape))
+        _, _, _, cols, split = prepare(x, 0)
         z = [to_global(x.set_axis(cols, axis=1).iloc[r][c], cols) for r, c in zip(split.rows, split.columns)]
         notes[f"{ds} column pairs no site observes together (seed 0)"] = pool_stats(
             [site_stats(a, cols) for a in z], cols).unobserved_pairs()
-    meta = {"command": "python -m benchmarks.impute" + (" --quick" if quick else ""), "seeds": len(seeds),
+    meta = {"command": "python -m benchmarks.impute" + (" --quick" if quick else ""),
             "shapes": shapes, "notes": notes}
     out.mkdir(parents=True, exist_ok=True)
     (out / "impute.json").write_text(json.dumps(rows, indent=1))

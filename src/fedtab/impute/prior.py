@@ -12,8 +12,8 @@ entries): minimise ``sum w_ij (r_ij - W_i . W_j)^2`` over the known off-diagonal
 with L-BFGS (communalities kept below ``1 - min_psi``), where the confidence weight
 ``w_ij = n_ij / (n_ij + n0)`` grows with the co-observed rows ``n_ij``, starting from a
 few principal-axis steps. The default rank comes from the correlation spectrum
-(:func:`choose_rank`: eigenvalues above the sampling-noise edge). On the rank-4 benchmark table its conditional mean scores
-within 0.01 RMSE of the EM fit (:class:`~fedtab.impute.baselines.LowRankGaussian`)
+(:func:`choose_rank`: eigenvalues above the sampling-noise edge). On the rank-4
+benchmark table its conditional mean scores within 0.01 RMSE of the EM fit (:class:`~fedtab.impute.baselines.LowRankGaussian`)
 that needs 50 federated rounds; principal-axis iteration alone converged far too
 slowly on the communalities (psi off by up to 0.3 after 200 steps).
 
@@ -61,6 +61,13 @@ class FactorPrior:
             raise ValueError("prior noise variances must be positive")
 
 
+def _counts(pair_count: np.ndarray, f: int) -> np.ndarray:
+    n = np.asarray(pair_count, dtype=np.float64)
+    if n.shape != (f, f):
+        raise ValueError(f"pair_count has shape {n.shape}, expected ({f}, {f})")
+    return n
+
+
 def _prepare(corr: np.ndarray, pair_count: np.ndarray | None, n0: float) -> tuple[np.ndarray, np.ndarray]:
     c = np.asarray(corr, dtype=np.float64)
     f = c.shape[0]
@@ -71,9 +78,7 @@ def _prepare(corr: np.ndarray, pair_count: np.ndarray | None, n0: float) -> tupl
     if pair_count is None:
         w = known.astype(np.float64)
     else:
-        n = np.asarray(pair_count, dtype=np.float64)
-        if n.shape != (f, f):
-            raise ValueError(f"pair_count has shape {n.shape}, expected ({f}, {f})")
+        n = _counts(pair_count, f)
         w = np.where(known, n / (n + n0), 0.0)
     w = 0.5 * (w + w.T)
     return np.where(known, c, 0.0), w
@@ -158,9 +163,9 @@ def choose_rank(corr: np.ndarray, max_rank: int = 20, pair_count: np.ndarray | N
     Kaiser alone keeps noise factors when correlations are weak and rows few: on
     PhysioNet (40 columns, ~600 co-observed rows per pair) it chose 16-18 factors, the
     noise edge (1.58) keeps 7-8, and the imputer's missing-cell error dropped on 8 of 10
-    seeds and its unavailable-column error (|z| <= 10 cells) from 0.937 to 0.923. Unknown pairs are first read as 0; since
-    that alone inflates the count, they are then filled from a factor fit of that rank
-    and the eigenvalues counted again. (Holding out known pairs and picking the rank
+    seeds and its unavailable-column error (|z| <= 10 cells) from 0.937 to 0.923.
+    Unknown pairs are first read as 0; since that alone inflates the count, they are
+    then filled from a factor fit of that rank and the eigenvalues counted again. (Holding out known pairs and picking the rank
     with the lowest held-out error was tried: on 13-40 columns it was too noisy to beat
     a spectrum rule and far slower.)
 
@@ -181,9 +186,7 @@ def choose_rank(corr: np.ndarray, max_rank: int = 20, pair_count: np.ndarray | N
     known = np.isfinite(c)
     n_rows = None
     if pair_count is not None:
-        n = np.asarray(pair_count, dtype=np.float64)
-        if n.shape != c.shape:
-            raise ValueError(f"pair_count has shape {n.shape}, expected {c.shape}")
+        n = _counts(pair_count, f)
         off = known & ~np.eye(f, dtype=bool) & (n > 0)
         n_rows = float(np.median(n[off])) if off.any() else None
     edge = noise_edge(f, n_rows)
