@@ -8,7 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fedtab.impute_cli import impute_command
+from fedtab.cli.impute import impute_command
 
 app = typer.Typer()
 app.command()(impute_command)

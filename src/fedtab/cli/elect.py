@@ -1,81 +1,21 @@
-"""The ``fedtab`` command (typer + rich).
-
-Commands: ``demo`` (the seed experiment), ``elect`` (Feature Election on real site
-tables), and ``impute`` when the imputation extra is installed. Errors in the input
-end with a one-line message and exit code 2, never a traceback.
-"""
+"""``fedtab elect``: Feature Election on real site tables (one file per site)."""
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import pandas as pd
 import typer
-from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Federated feature election, imputation and training for tabular data.")
-console = Console()
-err_console = Console(stderr=True)
+from . import console, fail
+
+__all__ = ["elect_command"]
 
 
-def fail(message: str, code: int = 2) -> None:
-    """Print ``message`` as an error and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False)
-    raise typer.Exit(code)
-
-
-@app.callback()
-def _main() -> None:
-    """fedtab: prepare and train on tables that stay at their sites."""
-
-
-@app.command()
-def demo(
-    out: Annotated[Path, typer.Option(help="Directory for result.json and sweep.png.")] = Path("fedtab-demo"),
-    seed: Annotated[int, typer.Option(help="Seed of the synthetic table, the split and the selectors.")] = 0,
-    rows: Annotated[int, typer.Option(min=100, help="Rows of the synthetic table (split 50/30/20).")] = 2000,
-) -> None:
-    """Run the seed experiment: 3 sites, 3 selectors, a sweep over the freedom degree."""
-    from .demo import DemoConfig, run_demo
-    from .report.plots import plot_sweep
-
-    t0 = time.perf_counter()
-    with console.status("starting") as status:
-        result = run_demo(DemoConfig(n_samples=rows, seed=seed), progress=lambda m: status.update(m))
-    seconds = time.perf_counter() - t0
-
-    console.rule("[bold]Feature Election demo[/]: 100 features, 20 signal (12 informative + 8 redundant), 80 noise")
-    sites = Table(title="Each site's own selection")
-    for col in ("site", "selector", "rows (train)", "selected", "of which signal"):
-        sites.add_column(col, justify="right" if col not in ("site", "selector") else "left")
-    for s in result["sites"]:
-        sites.add_row(s["name"], s["selector"], str(s["n_samples"]), str(s["selected"]), str(s["signal_selected"]))
-    console.print(sites)
-    console.print(f"intersection: {result['intersection']} features, union: {result['union']} features")
-
-    sweep = Table(title="Freedom-degree sweep (FedAvg logistic regression, weighted F1 on the sites' test splits)")
-    for col in ("freedom degree", "kept", "signal", "noise", "parameters", "F1"):
-        sweep.add_column(col, justify="right")
-    for r in result["sweep"]:
-        sweep.add_row(f"{r['freedom_degree']:g}", str(r["kept"]), f"{r['signal']}/{result['signal_features']}",
-                      str(r["noise"]), str(r["n_params"]), f"{r['f1']:.3f}")
-    sweep.add_row("all features", str(result["n_features"]), f"{result['signal_features']}/{result['signal_features']}",
-                  str(result["n_features"] - result["signal_features"]), str(result["all_features_params"]),
-                  f"{result['all_features_f1']:.3f}", style="dim")
-    console.print(sweep)
-
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "result.json").write_text(json.dumps(result, indent=2))
-    png = plot_sweep(result["sweep"], out / "sweep.png", title="Feature Election demo: features kept vs freedom degree")
-    console.print(f"wrote {out / 'result.json'} and {png} in {seconds:.1f} s")
-
-
-@app.command()
-def elect(
+def elect_command(
     tables: Annotated[list[Path], typer.Argument(help="One CSV/Parquet file per site (at least one).")],
     target: Annotated[str, typer.Option("--target", "-t", help="Label column, present at every site.")],
     selector: Annotated[
@@ -100,13 +40,13 @@ def elect(
     out: Annotated[Path, typer.Option(help="Output directory: result.json and elected_columns.txt.")] = Path("fedtab-elect"),
 ) -> None:
     """Feature Election on real tables: one file per site, each site votes with its own selector."""
-    from .data.tables import TableError, read_table
-    from .election.rule import check_aggregation, check_normalization
-    from .election.selectors import make_selector
-    from .engines.local import LocalFederation
-    from .federation import FederationError, Site, run_election, run_training
-    from .federation.encoding_flow import federated_one_hot
-    from .learn.models import make_model
+    from ..data.tables import TableError, read_table
+    from ..election.rule import check_aggregation, check_normalization
+    from ..election.selectors import make_selector
+    from ..engines.local import LocalFederation
+    from ..federation import FederationError, Site, run_election, run_training
+    from ..federation.encoding_flow import federated_one_hot
+    from ..learn.models import make_model
 
     try:
         check_aggregation(aggregation)
@@ -141,7 +81,7 @@ def elect(
             with console.status(f"agreeing categories of {len(categorical)} columns (sites send category sets, no rows)"):
                 federated_one_hot(fed, categorical)
         if tune != "none":
-            from .federation.tuning_flow import tune_flow
+            from ..federation.tuning_flow import tune_flow
 
             with console.status(f"tuning the freedom degree ({tune}) on validation rows"):
                 tuned = tune_flow(fed, model=model, tune_method=tune, rounds=rounds, local_epochs=local_epochs,
@@ -195,17 +135,3 @@ def elect(
     (out / "result.json").write_text(json.dumps(doc, indent=2))
     (out / "elected_columns.txt").write_text("\n".join(result.selected_names) + ("\n" if result.selected_names else ""))
     console.print(f"wrote {out / 'result.json'} and {out / 'elected_columns.txt'}")
-
-
-def _register_optional_commands() -> None:
-    try:
-        from .impute_cli import impute_command
-    except ImportError:
-        return
-    app.command("impute")(impute_command)
-
-
-_register_optional_commands()
-
-if __name__ == "__main__":  # pragma: no cover
-    app()

@@ -1,4 +1,4 @@
-"""``fedtab impute a.csv b.csv ... --out DIR``: federated imputation of site CSV files.
+"""``fedtab impute a.csv b.parquet ... --out DIR``: federated imputation of site CSV files.
 
 Each CSV is one site (file stem = site name). Columns are matched by name; a column
 missing from a file is structurally unavailable at that site. Writes to ``DIR``:
@@ -21,6 +21,8 @@ from typing import Annotated, Optional
 import numpy as np
 import pandas as pd
 import typer
+
+from . import err_console, fail
 
 __all__ = ["impute_command", "read_site_csv", "ImputeInputError"]
 
@@ -45,7 +47,7 @@ def read_site_csv(path: Path, sep: str = ",", na_values: Optional[list[str]] = N
 
 
 def _plots(out: Path, history: list[dict], graph, pooled) -> None:
-    from .report.plots import plt, save_figure
+    from ..report.plots import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     r = [h["round"] for h in history]
@@ -97,18 +99,12 @@ def impute_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Impute missing cells and unavailable columns across site CSVs, federatedly."""
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
-
-    def fail(msg: str) -> None:
-        console.print(f"[bold red]error:[/] {msg}", highlight=False)
-        raise typer.Exit(code=2)
-
+    console = err_console
     try:
-        from .federation.protocol import FederationError
-        from .imputer import FederatedImputer
+        from ..federation.protocol import FederationError
+        from ..imputer import FederatedImputer
 
         if not files:
             fail("give at least one CSV file")

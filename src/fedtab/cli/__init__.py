@@ -1,0 +1,64 @@
+"""The ``fedtab`` command (typer + rich): one module per command.
+
+``app`` is the typer application (entry point ``fedtab.cli:app``); :func:`fail` ends a
+command with a one-line error and exit code 2, never a traceback. Commands live in
+``cli/<command>.py`` and are registered here; a command whose optional extra is not
+installed (``impute`` needs torch) is simply absent.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+__all__ = ["app", "fail", "console", "err_console"]
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Federated feature election, imputation and training for tabular data.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print ``message`` as a one-line error on stderr and exit with ``code``."""
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False)
+    raise typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        console.print(f"fedtab {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+                                                    help="Print the fedtab version and exit.")] = None,
+) -> None:
+    """fedtab: prepare and train on tables that stay at their sites."""
+
+
+#: (module, function, command name); a module whose import fails with ImportError (missing extra) is skipped
+_COMMANDS = [
+    ("demo", "demo_command", "demo"),
+    ("elect", "elect_command", "elect"),
+    ("impute", "impute_command", "impute"),
+]
+
+
+def _register_commands() -> None:
+    for module, function, name in _COMMANDS:
+        try:
+            mod = importlib.import_module(f"{__name__}.{module}")
+        except ImportError:
+            continue
+        app.command(name)(getattr(mod, function))
+
+
+_register_commands()
