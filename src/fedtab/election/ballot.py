@@ -94,7 +94,7 @@ class Ballot:
         n = check_n_samples(n_samples, label)
         names: tuple[str, ...] | None = None
         if feature_names is not None:
-            names = tuple(str(x) for x in feature_names)
+            names = tuple(map(str, feature_names))
             if len(names) != m.size:
                 raise ValueError(f"{label}: {len(names)} feature names for {m.size} mask entries")
             if len(set(names)) != len(names):

@@ -80,6 +80,9 @@ class ElectionTally:
             self._fixed = False
             d = 0
         self._index = {n: i for i, n in enumerate(self._names)} if self._names is not None else None
+        # (names, column positions) of the last named ballot: ballots over the same columns
+        # skip the per-name lookups. ``None`` positions = the schema's own order.
+        self._last_cols: tuple[tuple[str, ...], np.ndarray | None] | None = None
         self._alloc(d)
         self.n_sites = 0
         self.total_samples = 0
@@ -93,6 +96,7 @@ class ElectionTally:
 
     def _grow(self, new: list[str]) -> None:
         assert self._names is not None and self._index is not None
+        self._last_cols = None  # cached positions of "all columns" no longer cover the schema
         for n in new:
             self._index[n] = len(self._names)
             self._names.append(n)
@@ -137,6 +141,8 @@ class ElectionTally:
                 if b.n_features != self.n_features:
                     raise ValueError(f"{label}: ballot covers {b.n_features} features, the election {self.n_features}")
                 cols = None  # positional election: names are informational
+            elif self._last_cols is not None and b.feature_names == self._last_cols[0]:
+                cols = self._last_cols[1]  # same columns as the previous ballot (the usual case)
             else:
                 assert self._index is not None
                 unknown = [n for n in b.feature_names if n not in self._index]
@@ -147,6 +153,7 @@ class ElectionTally:
                 cols = np.fromiter((self._index[n] for n in b.feature_names), dtype=np.int64, count=b.n_features)
                 if cols.size == self.n_features and np.array_equal(cols, np.arange(cols.size)):
                     cols = None
+                self._last_cols = (b.feature_names, cols)
         norm = normalise_scores(b.mask, b.scores, self.normalization)
         n = b.n_samples
         if cols is None:

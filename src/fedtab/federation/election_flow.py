@@ -47,7 +47,8 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray) ->
 def _ballot(site: Site, request: Message) -> Message:
     columns = request.meta.get("features")
     if columns is not None:
-        columns = [c for c in columns if c in site.feature_names]
+        held = site.feature_set
+        columns = [c for c in columns if c in held]
     frame, y = site.xy("train", columns)
     return ballot_reply(site, "ballot", request.meta.get("selector"), frame, y)
 
@@ -58,7 +59,8 @@ def _set_mask(site: Site, request: Message) -> Message:
     if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
         raise ValueError("set_mask needs a list of feature names")
     site.state["features"] = list(features)
-    held = [f for f in features if f in site.feature_names]
+    held_set = site.feature_set
+    held = [f for f in features if f in held_set]
     meta: dict[str, Any] = {"kept": len(features), "held": len(held)}
     part = request.meta.get("describe")
     if part is None:

@@ -14,9 +14,10 @@ def numeric_matrix(frame: pd.DataFrame, site: str) -> np.ndarray:
     Raises:
         ValueError: naming the site and the columns that are not numeric.
     """
-    # dtypes, not frame[c]: per-column lookups cost ~0.1 s on a 7,000-column table
-    bad = [str(c) for c, t in zip(frame.columns, frame.dtypes)
-           if not (pd.api.types.is_numeric_dtype(t) or pd.api.types.is_bool_dtype(t))]
+    # One check per distinct dtype, not per column (a 10,000-column table has one or two).
+    dtypes = frame.dtypes
+    bad_types = {t for t in set(dtypes) if not (pd.api.types.is_numeric_dtype(t) or pd.api.types.is_bool_dtype(t))}
+    bad = [str(c) for c, t in zip(frame.columns, dtypes) if t in bad_types] if bad_types else []
     if bad:
         raise ValueError(f"site {site!r}: non-numeric columns {bad[:5]}{' …' if len(bad) > 5 else ''}; encode them first")
     return frame.to_numpy(dtype=np.float64, na_value=np.nan)

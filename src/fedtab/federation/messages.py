@@ -32,8 +32,15 @@ class MessageError(ValueError):
     """A message is malformed (bad header, unknown dtype, truncated buffer...)."""
 
 
+#: element types a meta list may hold without a per-element walk (a list of 10,000 feature
+#: names is checked by one ``set(map(type, ...))`` instead of 10,000 recursive calls).
+_FLAT_TYPES = frozenset({str, int, bool, type(None)})
+
+
 def _check_json(value: Any, path: str) -> None:
     if value is None or isinstance(value, (bool, int, str)):
+        return
+    if type(value) in (list, tuple) and set(map(type, value)) <= _FLAT_TYPES:
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -143,6 +150,8 @@ class Message:
 
 def _to_builtin(value: Any) -> Any:
     """numpy scalars/arrays in meta become Python builtins so they stay JSON-able."""
+    if type(value) in (list, tuple) and set(map(type, value)) <= _FLAT_TYPES:
+        return list(value)  # the common case (names, labels): no per-element recursion
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
