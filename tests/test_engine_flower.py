@@ -1,8 +1,10 @@
 """fedtab on Flower 1.42: the real ServerApp/ClientApp in one process, and a loopback deployment.
 
-The deployment test starts ``flower-superlink --insecure`` and three
-``flower-supernode --insecure`` on 127.0.0.1, ``flwr run``s the app and compares the
-elected mask and the trained model with the in-process engine's.
+The deployment tests start a SuperLink with TLS and SuperNode authentication and one
+authenticated SuperNode per site on 127.0.0.1 (one deployment for the module), ``flwr
+run`` the app and compare the elected mask and the trained model with the in-process
+engine's; a node that claims another site's name, a SuperNode whose key is not
+registered and one that trusts another CA must be kept out.
 """
 
 from __future__ import annotations
@@ -136,17 +138,89 @@ def _run_on_loopback(configs: list[dict], run: dict, workdir: Path, timeout: flo
     return result
 
 
+needs_flower_cli = pytest.mark.skipif(not _flower_binaries(), reason="Flower CLI binaries not installed")
+
+
+@pytest.fixture(scope="module")
+def tls_deployment(site_configs, tmp_path_factory):
+    """TLS + auth deployment of the three sites, plus an intruder: a consortium member's
+    node (key of site-4, registered) that declares itself ``site-2``."""
+    from fedtab.deploy.keys import write_consortium_keys
+    from fedtab.engines.flower_deploy import LoopbackDeployment
+
+    workdir = tmp_path_factory.mktemp("tls_deployment")
+    keys = write_consortium_keys(workdir / "keys", ["site-1", "site-2", "site-3", "site-4"])
+    dep = LoopbackDeployment(site_configs, workdir, start_timeout=90, keys=keys)
+    try:
+        dep.start()
+        dep.node_ids.update(dep.register(["site-4"]))
+        dep.add_supernode({**site_configs[1], "name": "site-2"}, private_key=keys.site_private["site-4"],
+                          name="intruder")
+        yield dep
+    finally:
+        dep.stop()
+        leftovers = dep._stragglers()
+        assert not leftovers, f"processes left running: {leftovers}"
+
+
+def _refused(dep, name: str, timeout: float = 45.0, **node) -> str:
+    """Start SuperNode ``name`` (``node``: its key / root certificates), wait (bounded) for
+    it to give up, return its log. Fails if it is still running: it was let in."""
+    import subprocess
+
+    proc = dep.add_supernode({"name": name, "data-path": "/nonexistent.csv"}, name=name, wait=False, **node)
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"SuperNode {name} still connected after {timeout:g} s: it was not refused")
+    assert code != 0
+    return (dep.workdir / f"{name}.log").read_text()
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(not _flower_binaries(), reason="Flower CLI binaries not installed")
-def test_loopback_deployment_matches_local_engine(site_configs, tmp_path):
+@needs_flower_cli
+def test_auth_refuses_supernode_with_unregistered_key(tls_deployment, tmp_path):
+    from fedtab.deploy.keys import write_site_key
+
+    private, _ = write_site_key("stranger", tmp_path)  # valid P-384 key, never registered
+    log = _refused(tls_deployment, "stranger", private_key=private)
+    assert "Failed to activate SuperNode" in log
+
+
+@pytest.mark.slow
+@needs_flower_cli
+def test_tls_refuses_supernode_of_another_ca(tls_deployment, tmp_path):
+    """TLS is verified against the consortium's CA only: a SuperNode holding a registered
+    key but trusting another CA cannot talk to this SuperLink's certificate, exactly as a
+    genuine SuperNode refuses a SuperLink impostor whose certificate another CA signed.
+    (Flower 1.42 has no client certificates, ``require_client_auth=False``: a SuperNode
+    proves who it is with its registered key, tested above.)"""
+    from fedtab.deploy.keys import write_consortium_keys
+
+    other = write_consortium_keys(tmp_path / "other", ["site-1"])
+    log = _refused(tls_deployment, "other-ca", root_certificates=other.ca_cert,
+                   private_key=tls_deployment.keys.site_private["site-3"])
+    assert "CERTIFICATE_VERIFY_FAILED" in log
+
+
+@pytest.mark.slow
+@needs_flower_cli
+def test_tls_auth_deployment_matches_local_engine_and_binds_sites_to_keys(tls_deployment, site_configs):
+    dep = tls_deployment
     reference = run_pipeline(LocalFederation([build_site(c) for c in site_configs]), DEPLOY_RUN)
-    result = _run_on_loopback(site_configs, DEPLOY_RUN, tmp_path / "deployment", timeout=240)
+    result = dep.run(DEPLOY_RUN, timeout=240)
+    assert result["engine"] == "flower" and result["identity"] == "key"
     assert result["sites"] == ["site-1", "site-2", "site-3"]
     _assert_same(result, reference)
+    # the intruder authenticated with site-4's key but declared site-2: named, left out
+    intruder = str(dep.node_ids["site-4"])
+    assert list(result["excluded_nodes"]) == [intruder]
+    assert "claims site 'site-2'" in result["excluded_nodes"][intruder]
+    assert "'site-4'" in result["excluded_nodes"][intruder]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _flower_binaries(), reason="Flower CLI binaries not installed")
+@needs_flower_cli
 def test_loopback_deployment_runs_imputation(imputation_site_configs, tmp_path):
     """FedHF-Impute on real SuperNodes, where each message runs in a new ClientApp process."""
     pytest.importorskip("torch")
@@ -168,3 +242,55 @@ def test_config_strings_survive_flowers_key_value_parser():
     assert parse_config_args([line]) == cfg
     with pytest.raises(ValueError, match="cannot carry"):
         _toml_value("""both ' and " quotes""")
+
+
+def test_auth_site_identity_comes_from_the_key_not_the_declared_name(site_configs, reference, tmp_path):
+    """In process, with the keys a SuperLink with SuperNode auth would report: a member's
+    node declaring another site's name and a node with an unknown key are named in
+    ``excluded_nodes`` and left out; the three genuine sites run as without them."""
+    import json
+
+    from fedtab.deploy.keys import write_consortium_keys
+
+    keys = write_consortium_keys(tmp_path, ["site-1", "site-2", "site-3", "site-4", "outsider"])
+    pem = {s: _pem(keys.site_public[s]) for s in keys.site_public}
+    member_keys = {s: fp for s, fp in keys.fingerprints().items() if s != "outsider"}
+    # the impostors come first, so they answer the site-naming hello before the genuine site-2
+    nodes = [{**site_configs[1], "name": "site-2"}, {**site_configs[0], "name": "site-1"}, *site_configs]
+    node_keys = [pem["site-4"], pem["outsider"], pem["site-1"], pem["site-2"], pem["site-3"]]
+    result = flower.run_in_process(nodes, {**RUN, "min-sites": 3, "site-keys": json.dumps(member_keys)},
+                                   public_keys=node_keys)
+    assert result["identity"] == "key"
+    assert result["sites"] == ["site-1", "site-2", "site-3"]
+    assert result["excluded_nodes"] == {
+        "1000": "claims site 'site-2' but authenticated with the key of site 'site-4'",
+        "1001": f"its key {keys.fingerprints()['outsider']} belongs to no site of this consortium"}
+    _assert_same(result, reference)
+
+
+def test_auth_swapped_keys_are_excluded_never_renamed(site_configs):
+    """Keys swapped between two sites: both nodes are excluded with the reason (never
+    silently taken for the other site) and the remaining site still runs."""
+    import json
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from fedtab.deploy.keys import fingerprint
+
+    pub = [ec.generate_private_key(ec.SECP384R1()).public_key() for _ in site_configs]
+    pem = [k.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo) for k in pub]
+    swapped = {"site-1": fingerprint(pub[1]), "site-2": fingerprint(pub[0]), "site-3": fingerprint(pub[2])}
+    result = flower.run_in_process(site_configs, {"steps": "election", "min-sites": 1,
+                                                  "site-keys": json.dumps(swapped)}, public_keys=pem)
+    assert result["sites"] == ["site-3"]
+    assert result["excluded_nodes"] == {
+        "1000": "claims site 'site-1' but authenticated with the key of site 'site-2'",
+        "1001": "claims site 'site-2' but authenticated with the key of site 'site-1'"}
+
+
+def _pem(openssh_pub: Path) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_ssh_public_key(openssh_pub.read_bytes())
+    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)

@@ -35,6 +35,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message as FlwrMessage, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.logger import log as flwr_log
+from flwr.proto.node_pb2 import NodeInfo  # pylint: disable=E0611
 from flwr.serverapp import Grid, ServerApp
 
 from ..federation.messages import Message, MessageError
@@ -159,6 +160,14 @@ class FlowerFederation(Federation):
     asked again until the deadline. Once ``min_sites`` sites are named, nodes that
     still fail (a stale registration of a SuperNode that reconnected) are ignored.
 
+    **Identity.** Without ``site_keys`` a node is the site it declares (its node-config
+    ``name``). With ``site_keys`` (``{site: public-key fingerprint}``, see
+    :func:`fedtab.deploy.keys.fingerprint`; needs a SuperLink with
+    ``--enable-supernode-auth``) a node is the site whose key it authenticated with, as
+    the SuperLink reports it in ``NodeInfo.public_key``: a node whose key belongs to no
+    site, or that declares another site's name, is left out and listed in
+    :attr:`excluded` (never asked again, never blocking the others).
+
     Args:
         grid: the ServerApp's grid.
         min_sites: nodes to wait for (default: whatever is connected, at least one).
@@ -166,15 +175,16 @@ class FlowerFederation(Federation):
             not answer in time gets an error reply.
         wait_seconds: how long to wait for ``min_sites`` nodes to connect.
         poll_interval: seconds between two pulls of pending replies.
+        site_keys: ``{site: fingerprint}`` binding each site to its node's key.
 
     Raises:
         FederationError: fewer than ``min_sites`` nodes named their site in time (the
             message gives each node's error), a node's ClientApp failed to build its
-            site, or two nodes claim the same site name.
+            site, or (without ``site_keys``) two nodes claim the same site name.
     """
 
     def __init__(self, grid: Grid, *, min_sites: int = 1, timeout: float = 600.0, wait_seconds: float = 120.0,
-                 poll_interval: float = 0.05) -> None:
+                 poll_interval: float = 0.05, site_keys: Mapping[str, str] | None = None) -> None:
         super().__init__()
         self.grid = grid
         self.poll_interval = poll_interval
@@ -182,16 +192,22 @@ class FlowerFederation(Federation):
         self._round = 0
         #: one ``{"kind", "seconds"}`` per :meth:`ask` (each a request/reply exchange with the sites)
         self.exchanges: list[dict[str, Any]] = []
+        #: ``{node id: reason}`` of nodes left out: unknown key, or a name the node's key does not hold
+        self.excluded: dict[int, str] = {}
+        self._site_of_key = {fp: site for site, fp in (site_keys or {}).items()}
+        self.bound = site_keys is not None
         deadline = time.monotonic() + wait_seconds
         self._node_of: dict[str, int] = {}
         problems: dict[int, str] = {}
         while True:
             nodes = self._online_nodes()
-            todo = [n for n in nodes if n not in self._node_of.values()]
+            todo = [n for n in nodes if n not in self._node_of.values() and n not in self.excluded]
             if len(nodes) >= max(1, min_sites) and todo:
                 named = len(self._node_of)
+                expected = self._key_sites(todo)
+                todo = [n for n in todo if n not in self.excluded]
                 replies = self._send({node: Message(_HELLO) for node in todo},
-                                     enough=lambda got: named + sum(not m.has_error() for m in got) >= min_sites)
+                                     enough=lambda got: named + sum(self._claim_ok(m, expected) for m in got) >= min_sites)
                 for node in todo:
                     reply = replies[node]
                     name = reply.meta.get("site") if not reply.is_error else None
@@ -200,6 +216,10 @@ class FlowerFederation(Federation):
                         raise FederationError(f"Flower node {node} could not start its site: {reply.meta.get('error')}")
                     if not isinstance(name, str):
                         problems[node] = str(reply.meta.get("error", "no site name"))
+                    elif self.bound and name != expected[node]:
+                        self._exclude(node, f"claims site {name!r} but authenticated with the key of site "
+                                            f"{expected[node]!r}")
+                        problems.pop(node, None)
                     elif name in self._node_of:
                         raise FederationError(f"Flower nodes {self._node_of[name]} and {node} both claim site {name!r}")
                     else:
@@ -210,10 +230,50 @@ class FlowerFederation(Federation):
                     flwr_log(logging.WARNING, "ignoring Flower nodes that did not name a site: %s", problems)
                 break
             if time.monotonic() > deadline:
-                detail = "; ".join(f"node {n}: {e}" for n, e in problems.items()) or f"{len(nodes)} online"
-                raise FederationError(f"{len(self._node_of)} Flower site(s) joined, {min_sites} needed ({detail})")
+                detail = "; ".join(f"node {n}: {e}" for n, e in {**problems, **self.excluded}.items())
+                raise FederationError(f"{len(self._node_of)} Flower site(s) joined, {min_sites} needed "
+                                      f"({detail or f'{len(nodes)} online'})")
             time.sleep(0.5)
         self._node_of = dict(sorted(self._node_of.items()))
+
+    def _key_sites(self, nodes: Sequence[int]) -> dict[int, str | None]:
+        """``{node: site its authentication key belongs to}``; excludes nodes with no such site.
+
+        Only with ``site_keys``: the SuperLink reports the public key each node
+        authenticated with (``NodeInfo.public_key``, PEM), which is matched by fingerprint.
+        """
+        if not self.bound:
+            return {n: None for n in nodes}
+        from ..deploy.keys import fingerprint
+
+        keys = {int(info.node_id): bytes(getattr(info, "public_key", b"") or b"") for info in self.grid.get_nodes()}
+        out: dict[int, str | None] = {}
+        for node in nodes:
+            key = keys.get(node, b"")
+            try:
+                fp = fingerprint(key) if key else ""
+            except ValueError:
+                fp = ""
+            site = self._site_of_key.get(fp)
+            if site is None:
+                self._exclude(node, f"its key {fp or '(none)'} belongs to no site of this consortium")
+            out[node] = site
+        return out
+
+    def _claim_ok(self, reply: FlwrMessage, expected: Mapping[int, str | None]) -> bool:
+        if reply.has_error():
+            return False
+        try:
+            name = from_records(reply.content).meta.get("site")
+        except MessageError:
+            return False
+        want = expected.get(int(reply.metadata.src_node_id), None)
+        return isinstance(name, str) and (not self.bound or name == want)
+
+    def _exclude(self, node: int, reason: str) -> None:
+        if node not in self.excluded:
+            self.excluded[node] = reason
+            flwr_log(logging.WARNING, "excluding Flower node %s: %s", node, reason)
 
     def _online_nodes(self) -> list[int]:
         # A SuperNode is listed once registered but only receives messages once online.
@@ -291,14 +351,26 @@ class FlowerFederation(Federation):
 Workflow = Callable[[Federation, Mapping[str, Any]], dict[str, Any]]
 
 
+def _site_keys(text: str) -> dict[str, str]:
+    from ..deploy.keys import load_site_keys
+
+    try:
+        return load_site_keys(text)
+    except ValueError as exc:
+        raise FederationError(f"run config 'site-keys': {exc}") from None
+
+
 def make_server_app(workflow: Workflow = run_pipeline) -> ServerApp:
     """A ServerApp running ``workflow(federation, run_config)`` on a :class:`FlowerFederation`.
 
     Run-config keys read here: ``min-sites`` (nodes to wait for), ``timeout`` (seconds
-    per request round), ``result-path`` (write the workflow's JSON summary there);
+    per request round), ``result-path`` (write the workflow's JSON summary there),
+    ``site-keys`` (JSON ``{site: public-key fingerprint or public key}``: name each node
+    by the key it authenticated with, see :class:`FlowerFederation`);
     the rest goes to ``workflow`` (see :mod:`fedtab.engines.pipeline`). The summary
-    gains ``engine``, ``seconds_total``, ``bytes`` and ``exchanges`` (per request/reply
-    exchange of the workflow: ``{"kind", "seconds"}``).
+    gains ``engine``, ``seconds_total``, ``bytes``, ``exchanges`` (per request/reply
+    exchange of the workflow: ``{"kind", "seconds"}``), ``identity`` (``"key"`` or
+    ``"declared"``) and ``excluded_nodes`` (``{node id: reason}``).
     """
     app = ServerApp()
 
@@ -306,13 +378,17 @@ def make_server_app(workflow: Workflow = run_pipeline) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         cfg = dict(context.run_config)
         t0 = time.perf_counter()
-        fed = FlowerFederation(grid, min_sites=int(cfg.get("min-sites", 1)), timeout=float(cfg.get("timeout", 600)))
+        keys = str(cfg.get("site-keys", "") or "")
+        fed = FlowerFederation(grid, min_sites=int(cfg.get("min-sites", 1)), timeout=float(cfg.get("timeout", 600)),
+                               site_keys=_site_keys(keys) if keys else None)
         result = dict(workflow(fed, cfg))
         result["engine"] = "flower"
         result["seconds_total"] = time.perf_counter() - t0
         down, up = fed.traffic.total()
         result["bytes"] = {"down": down, "up": up}
         result["exchanges"] = list(fed.exchanges)  # the workflow's, after the site-naming hello
+        result["identity"] = "key" if fed.bound else "declared"
+        result["excluded_nodes"] = {str(n): why for n, why in fed.excluded.items()}
         path = str(cfg.get("result-path", "") or "")
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -338,13 +414,18 @@ class InProcessGrid(Grid):
     SuperNode keeps it). With ``fresh_processes=True`` the live-site cache is cleared
     before every message, so per-site state must survive through ``Context.state``
     exactly as in a deployment where every message starts a new ClientApp process.
+    ``public_keys`` (one PEM public key or ``None`` per node) is what :meth:`get_nodes`
+    reports as each node's authentication key, as a SuperLink with SuperNode
+    authentication does.
     """
 
     def __init__(self, app: ClientApp, node_configs: Sequence[Mapping[str, Any]], *, run_id: int | None = None,
-                 run_config: Mapping[str, Any] | None = None, fresh_processes: bool = False) -> None:
+                 run_config: Mapping[str, Any] | None = None, fresh_processes: bool = False,
+                 public_keys: Sequence[bytes | None] | None = None) -> None:
         from flwr.supercore.run import Run
 
         self.app = app
+        self._keys = {1000 + i: k for i, k in enumerate(public_keys or [])}
         self.fresh_processes = fresh_processes
         # a fresh run id per grid, so live sites cached for another run are never reused
         self._run = Run.create_empty(run_id if run_id is not None else uuid.uuid4().int >> 65)
@@ -368,6 +449,9 @@ class InProcessGrid(Grid):
 
     def get_node_ids(self) -> Iterable[int]:
         return list(self._contexts)
+
+    def get_nodes(self) -> Iterable[NodeInfo]:
+        return [NodeInfo(node_id=n, public_key=self._keys.get(n) or b"") for n in self._contexts]
 
     def push_messages(self, messages: Iterable[FlwrMessage]) -> Iterable[str]:
         ids = []
@@ -396,16 +480,19 @@ class InProcessGrid(Grid):
 
 
 def run_in_process(node_configs: Sequence[Mapping[str, Any]], run_config: Mapping[str, Any] | None = None, *,
-                   app: ServerApp | None = None, fresh_processes: bool = True) -> dict[str, Any]:
+                   app: ServerApp | None = None, fresh_processes: bool = True,
+                   public_keys: Sequence[bytes | None] | None = None) -> dict[str, Any]:
     """Run ``app`` (default :data:`server_app`) against :data:`client_app` nodes in this process.
 
+    ``public_keys``: each node's authentication key (PEM), see :class:`InProcessGrid`.
     Returns the JSON summary the ServerApp produced.
     """
     from flwr.common.constant import SUPERLINK_NODE_ID
     from flwr.supercore.task_identity import TaskIdentity
 
     cfg = {"min-sites": len(node_configs), **dict(run_config or {})}
-    grid = InProcessGrid(client_app, node_configs, run_config=cfg, fresh_processes=fresh_processes)
+    grid = InProcessGrid(client_app, node_configs, run_config=cfg, fresh_processes=fresh_processes,
+                         public_keys=public_keys)
     ctx = Context(run_id=grid.run.run_id, node_id=SUPERLINK_NODE_ID, node_config={}, state=RecordDict(),
                   run_config=cfg)
     # Flower stamps new messages with the identity of the running task, which its

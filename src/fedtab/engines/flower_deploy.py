@@ -1,6 +1,13 @@
 """A real Flower deployment on loopback: one SuperLink, one SuperNode per site, ``flwr run``.
 
-For tests, benchmarks and trying a consortium setup on one machine. Every process is
+For tests, benchmarks and trying a consortium setup on one machine. By default it is
+secured as a consortium should run it: the SuperLink serves TLS with a certificate of
+the consortium's CA and accepts only registered SuperNodes (``--enable-supernode-auth``);
+every SuperNode trusts only that CA (``--root-certificates``) and authenticates with its
+site's key (``--auth-supernode-private-key``), registered beforehand with
+``flwr supernode register``; the run config carries ``site-keys`` so the ServerApp names
+each node by its key (see :mod:`fedtab.deploy.keys`). ``insecure=True`` runs the
+plain-text, unauthenticated setup instead. Every process is
 started in its own session (``setsid``) and its whole process group is killed on
 exit, because SuperLink and SuperNode spawn SuperExec / ServerApp / ClientApp
 children. Only 127.0.0.1 is used and every wait is bounded.
@@ -13,7 +20,7 @@ update checks and runtime dependency installation are switched off.
 
 Example::
 
-    with LoopbackDeployment(node_configs, workdir) as dep:
+    with LoopbackDeployment(node_configs, workdir) as dep:  # TLS + auth, keys in workdir/keys
         result = dep.run(run_config={"freedom-degree": 0.5})
 """
 
@@ -27,9 +34,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-__all__ = ["DeploymentError", "LoopbackDeployment", "free_port"]
+if TYPE_CHECKING:
+    from ..deploy.keys import ConsortiumKeys
+
+__all__ = ["DeploymentError", "LoopbackDeployment", "free_port", "superlink_args", "supernode_args"]
 
 _ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
@@ -108,27 +118,63 @@ def _wait_port(port: int, deadline: float, proc: subprocess.Popen, log: Path) ->
     raise DeploymentError(f"nothing listens on 127.0.0.1:{port}; see {log}")
 
 
+def superlink_args(port: int, database: str | Path, keys: "ConsortiumKeys | None", host: str = "127.0.0.1",
+                   ) -> list[str]:
+    """``flower-superlink`` arguments (without the program): TLS + SuperNode auth with
+    ``keys``, ``--insecure`` when ``keys`` is None."""
+    args = ["--database", str(database), "--host", host, "--port", str(port)]
+    if keys is None:
+        return ["--insecure", *args]
+    return ["--ssl-certfile", str(keys.superlink_cert), "--ssl-keyfile", str(keys.superlink_key),
+            "--ssl-ca-certfile", str(keys.ca_cert), "--enable-supernode-auth", *args]
+
+
+def supernode_args(superlink: str, node_config: Mapping[str, Any], port: int, *, root_certificates: str | Path | None,
+                   private_key: str | Path | None) -> list[str]:
+    """``flower-supernode`` arguments: trust ``root_certificates`` and authenticate with
+    ``private_key`` (OpenSSH EC key), or ``--insecure`` when both are None."""
+    node_cfg = " ".join(f"{k}={_toml_value(v)}" for k, v in node_config.items())
+    tls = ["--insecure"] if root_certificates is None and private_key is None else []
+    if root_certificates is not None:
+        tls += ["--root-certificates", str(root_certificates)]
+    if private_key is not None:
+        tls += ["--auth-supernode-private-key", str(private_key)]
+    return [*tls, "--superlink", superlink, "--host", "127.0.0.1", "--port", str(port), "--node-config", node_cfg]
+
+
 class LoopbackDeployment:
-    """SuperLink + one SuperNode per node config, all on 127.0.0.1.
+    """SuperLink + one SuperNode per node config, all on 127.0.0.1, TLS + auth by default.
 
     Args:
         node_configs: one ``--node-config`` mapping per SuperNode (site name, data path...).
-        workdir: directory for ``FLWR_HOME``, logs and results (created).
+        workdir: directory for ``FLWR_HOME``, keys, logs and results (created).
         app: the Flower app directory (default :func:`fedtab.engines.flower.app_dir`).
         bin_dir: where ``flower-superlink``, ``flower-supernode`` and ``flwr`` live
             (default: next to this Python interpreter).
         start_timeout: seconds to wait for the SuperLink and the SuperNodes.
+        insecure: plain-text gRPC, no SuperNode authentication, nodes named by the
+            ``name`` they declare (Flower's ``--insecure``).
+        keys: the consortium's keys (:func:`fedtab.deploy.keys.write_consortium_keys`);
+            default: generated into ``workdir/keys`` for the node configs' names.
+            Node ``i`` authenticates with the key of its ``name``.
+
+    Attributes:
+        node_ids: ``{site: Flower node id}`` given by ``flwr supernode register``.
     """
 
     def __init__(self, node_configs: Sequence[Mapping[str, Any]], workdir: str | Path, *, app: str | Path | None = None,
-                 bin_dir: str | Path | None = None, start_timeout: float = 60.0) -> None:
+                 bin_dir: str | Path | None = None, start_timeout: float = 60.0, insecure: bool = False,
+                 keys: "ConsortiumKeys | None" = None) -> None:
         self.node_configs = [dict(c) for c in node_configs]
         self.workdir = Path(workdir)
         self.app = Path(app) if app is not None else None
         self.bin_dir = Path(bin_dir) if bin_dir is not None else Path(sys.executable).parent
         self.start_timeout = start_timeout
+        self.insecure = insecure
+        self.keys = keys
         self.home = self.workdir / "flwr_home"
         self.port = 0
+        self.node_ids: dict[str, int] = {}
         self._procs: list[subprocess.Popen] = []
         self._logs: list[Any] = []
 
@@ -150,29 +196,84 @@ class LoopbackDeployment:
         return proc
 
     def start(self) -> "LoopbackDeployment":
-        """Start the SuperLink and the SuperNodes and write ``$FLWR_HOME/config.toml``."""
+        """Start the SuperLink, register the sites' keys, start the SuperNodes; write
+        ``$FLWR_HOME/config.toml`` (the ``fedtab`` connection used by ``flwr``).
+
+        Raises:
+            DeploymentError: a process exited or did not listen in time, or a key was not
+                accepted by ``flwr supernode register``.
+        """
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.home.mkdir(parents=True, exist_ok=True)
         for stale in self.workdir.glob("superlink.db*"):  # nodes of an earlier deployment would linger
             stale.unlink()
+        if not self.insecure and self.keys is None:
+            from ..deploy.keys import write_consortium_keys
+
+            names = [str(c.get("name", f"node{i}")) for i, c in enumerate(self.node_configs)]
+            self.keys = write_consortium_keys(self.workdir / "keys", names)
         self.port = free_port()
+        tls = "insecure = true" if self.insecure else f'root-certificates = "{self.keys.ca_cert}"'
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "fedtab"\n\n'
-            f'[superlink.fedtab]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n'
+            f'[superlink.fedtab]\naddress = "127.0.0.1:{self.port}"\n{tls}\n'
         )
         deadline = time.monotonic() + self.start_timeout
-        link = self._spawn("superlink", [str(self.bin_dir / "flower-superlink"), "--insecure", "--database", str(self.workdir / "superlink.db"),
-                                         "--host", "127.0.0.1", "--port", str(self.port)])
+        link = self._spawn("superlink", [str(self.bin_dir / "flower-superlink"),
+                                         *superlink_args(self.port, self.workdir / "superlink.db",
+                                                         None if self.insecure else self.keys)])
         _wait_port(self.port, deadline, link, self.workdir / "superlink.log")
+        if not self.insecure:
+            names = [str(c["name"]) for c in self.node_configs]
+            self.node_ids.update(self.register(names, timeout=max(5.0, deadline - time.monotonic())))
         for i, cfg in enumerate(self.node_configs):
-            node_cfg = " ".join(f"{k}={_toml_value(v)}" for k, v in cfg.items())
-            node_port = free_port()
-            node = self._spawn(f"supernode{i}", [str(self.bin_dir / "flower-supernode"), "--insecure",
-                                                 "--superlink", f"127.0.0.1:{self.port}",
-                                                 "--host", "127.0.0.1", "--port", str(node_port),
-                                                 "--node-config", node_cfg])
-            _wait_port(node_port, deadline, node, self.workdir / f"supernode{i}.log")
+            key = None if self.insecure else self.keys.site_private[str(cfg["name"])]
+            self.add_supernode(cfg, private_key=key, name=f"supernode{i}", deadline=deadline)
         return self
+
+    def register(self, sites: Sequence[str], timeout: float = 60.0) -> dict[str, int]:
+        """``flwr supernode register`` each site's public key (in parallel); ``{site: node id}``.
+
+        Raises:
+            DeploymentError: a registration failed or timed out.
+        """
+        procs = {site: subprocess.Popen([str(self.bin_dir / "flwr"), "supernode", "register",
+                                         str(self.keys.site_public[site]), "fedtab", "--format", "json"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
+                                        cwd=self.workdir, start_new_session=True)
+                 for site in sites}
+        self._procs.extend(procs.values())  # killed by stop() if anything below fails
+        out = {}
+        for site, proc in procs.items():
+            try:
+                text, _ = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise DeploymentError(f"flwr supernode register {site!r} did not finish within {timeout:g} s") from None
+            try:
+                out[site] = int(json.loads(text[text.index("{"):])["node-id"])
+            except (ValueError, KeyError, TypeError):
+                raise DeploymentError(f"flwr supernode register refused the key of site {site!r}: {text[-1000:]}") from None
+        return out
+
+    def add_supernode(self, node_config: Mapping[str, Any], *, private_key: str | Path | None = None,
+                      root_certificates: str | Path | None = None, name: str | None = None,
+                      deadline: float | None = None, wait: bool = True) -> subprocess.Popen:
+        """Start one more SuperNode (stopped with the deployment); returns its process.
+
+        ``root_certificates`` defaults to the consortium's CA (unless insecure);
+        ``private_key`` is the OpenSSH EC key it authenticates with. With ``wait``, waits
+        until its Runtime API listens (which does not mean the SuperLink accepted it).
+        """
+        name = name or f"supernode-extra{len(self._procs)}"
+        if root_certificates is None and not self.insecure:
+            root_certificates = self.keys.ca_cert
+        node_port = free_port()
+        proc = self._spawn(name, [str(self.bin_dir / "flower-supernode"),
+                                  *supernode_args(f"127.0.0.1:{self.port}", node_config, node_port,
+                                                  root_certificates=root_certificates, private_key=private_key)])
+        if wait:
+            _wait_port(node_port, deadline or time.monotonic() + self.start_timeout, proc, self.workdir / f"{name}.log")
+        return proc
 
     def stop(self) -> None:
         """Kill every process this deployment started, with their descendants (TERM, then KILL).
@@ -286,6 +387,8 @@ class LoopbackDeployment:
 
         result_path = self.workdir / f"result-{time.time_ns()}.json"
         cfg = {"min-sites": len(self.node_configs), **dict(run_config or {}), "result-path": str(result_path)}
+        if not self.insecure:
+            cfg.setdefault("site-keys", json.dumps(self.keys.fingerprints()))
         override = " ".join(f"{k}={_toml_value(v)}" for k, v in cfg.items())
         app = str(self.app or app_dir())
         deadline = time.monotonic() + timeout

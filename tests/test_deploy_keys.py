@@ -1,0 +1,65 @@
+"""fedtab.deploy.keys: the CA, the SuperLink certificate, the site keys and site-keys.json."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import stat
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fedtab.deploy.keys import fingerprint, load_site_keys, write_consortium_keys
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    return write_consortium_keys(tmp_path_factory.mktemp("keys"), ["site-1", "site-2"], hosts=["link.example.org",
+                                                                                              "10.0.0.5"])
+
+
+def test_superlink_certificate_is_signed_by_the_ca_for_the_named_hosts(keys):
+    ca = x509.load_pem_x509_certificate(keys.ca_cert.read_bytes())
+    cert = x509.load_pem_x509_certificate(keys.superlink_cert.read_bytes())
+    cert.verify_directly_issued_by(ca)  # raises if another key signed it
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert set(san.get_values_for_type(x509.DNSName)) == {"localhost", "link.example.org"}
+    assert set(san.get_values_for_type(x509.IPAddress)) == {ipaddress.ip_address("127.0.0.1"),
+                                                            ipaddress.ip_address("10.0.0.5")}
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    other = write_consortium_keys(keys.folder / "other", ["x"])
+    with pytest.raises(Exception):
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(other.ca_cert.read_bytes()))
+
+
+def test_site_keys_are_flower_supernode_keys_and_private_files_are_0600(keys):
+    for site in ("site-1", "site-2"):
+        private = serialization.load_ssh_private_key(keys.site_private[site].read_bytes(), None)
+        public = serialization.load_ssh_public_key(keys.site_public[site].read_bytes())
+        assert isinstance(private.curve, ec.SECP384R1)  # Flower requires a NIST curve
+        assert fingerprint(private.public_key()) == fingerprint(keys.site_public[site].read_bytes())
+        assert fingerprint(public.public_bytes(serialization.Encoding.PEM,  # as NodeInfo.public_key holds it
+                                               serialization.PublicFormat.SubjectPublicKeyInfo)) == \
+            keys.fingerprints()[site]
+    for path in [keys.ca_key, keys.superlink_key, *keys.site_private.values()]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert json.loads(keys.site_keys.read_text()) == keys.fingerprints()
+
+
+def test_site_keys_json_is_validated(keys):
+    fps = keys.fingerprints()
+    pub = keys.site_public["site-1"].read_text()
+    assert load_site_keys({"site-1": pub})["site-1"] == fps["site-1"]  # public key text accepted
+    assert load_site_keys(str(keys.site_keys)) == fps  # a path
+    with pytest.raises(ValueError, match="share one public key"):
+        load_site_keys({"a": fps["site-1"], "b": pub})
+    with pytest.raises(ValueError, match="site 'a'"):
+        load_site_keys('{"a": "sha256:not-hex"}')
+    with pytest.raises(ValueError, match="must map"):
+        load_site_keys("[1, 2]")
+    with pytest.raises(ValueError, match="safe file name|letters"):
+        write_consortium_keys(keys.folder / "bad", ["../escape"])
+    with pytest.raises(ValueError, match="repeated"):
+        write_consortium_keys(keys.folder / "bad", ["a", "a"])
