@@ -63,3 +63,26 @@ def test_site_keys_json_is_validated(keys):
         write_consortium_keys(keys.folder / "bad", ["../escape"])
     with pytest.raises(ValueError, match="repeated"):
         write_consortium_keys(keys.folder / "bad", ["a", "a"])
+
+
+def test_fedtab_deploy_writes_keys_and_flare_project_and_never_replaces_a_ca(tmp_path):
+    from typer.testing import CliRunner
+
+    from fedtab.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["deploy", str(tmp_path / "c"), "--site", "site-1", "--site", "site-2",
+                              "--host", "link.example.org"])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "c"
+    fps = load_site_keys(out / "site-keys.json")
+    assert set(fps) == {"site-1", "site-2"}
+    assert fps["site-1"] == fingerprint((out / "sites" / "site-1.pub").read_bytes())
+    assert "site-1" in (out / "flare" / "project.yml").read_text()
+    assert "--enable-supernode-auth" in res.output and str(out / "site-keys.json") in res.output
+    ca = (out / "ca.pem").read_bytes()
+    again = runner.invoke(app, ["deploy", str(out), "--site", "site-1"])
+    assert again.exit_code == 2 and "ca.key exists" in again.output
+    assert (out / "ca.pem").read_bytes() == ca
+    bad = runner.invoke(app, ["deploy", str(tmp_path / "d"), "--site", "../x"])
+    assert bad.exit_code == 2 and "site name" in bad.output

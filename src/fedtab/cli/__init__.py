@@ -49,6 +49,7 @@ _COMMANDS = [
     ("demo", "demo_command", "demo"),
     ("elect", "elect_command", "elect"),
     ("impute", "impute_command", "impute"),
+    ("deploy", "deploy_command", "deploy"),
 ]
 
 
