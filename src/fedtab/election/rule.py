@@ -13,9 +13,12 @@ counts ``n``:
 5. the ``ceil(fd · |disputed|)`` disputed features with the highest vote are kept,
    ties broken by the lower feature index.
 
-``normalization="selected"`` reproduces NVIDIA FLARE 2.9's variant instead of step 1:
+``normalization="selected"`` uses NVIDIA FLARE 2.9's normalisation instead of step 1:
 min-max over the site's *selected* features only, unselected features count 0, and a
-site whose selected scores are all equal gives them 0.5.
+site whose selected scores are all equal gives them 0.5. That alone does not make the
+mask FLARE's (FLARE also changes steps 4-5); ``compat="nvflare"`` reproduces FLARE's
+whole server rule, ``compat="flash"`` / ``compat="flower"`` those of FLASH and the
+Flower example (:mod:`fedtab.election.compat` tabulates every difference).
 
 The batch function :func:`elect` and the streaming :class:`~fedtab.election.tally.ElectionTally`
 share one implementation, so they always agree.
@@ -33,7 +36,7 @@ import pandas as pd
 
 from .ballot import Ballot, check_freedom_degree
 
-__all__ = ["ElectionResult", "elect", "elect_ballots", "decide", "AGGREGATIONS", "NORMALIZATIONS"]
+__all__ = ["ElectionResult", "elect", "elect_ballots", "decide", "AGGREGATIONS", "NORMALIZATIONS", "check_profile"]
 
 AGGREGATIONS = ("weighted", "uniform")
 NORMALIZATIONS = ("all", "selected")
@@ -52,6 +55,17 @@ def check_normalization(normalization: Any) -> str:
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"unknown normalization {normalization!r}; expected one of {NORMALIZATIONS}")
     return str(normalization)
+
+
+def check_profile(compat: Any, normalization: Any = "all") -> str | None:
+    """``compat`` checked (see :mod:`fedtab.election.compat`); a profile fixes its own
+    normalisation, so ``normalization`` must stay ``"all"`` (the default) with it."""
+    from .compat import check_compat
+
+    profile = check_compat(compat)
+    if profile is not None and normalization != "all":
+        raise ValueError(f"compat={profile!r} fixes the normalisation; leave normalization at its default")
+    return profile
 
 
 class PositionalNames(Sequence[str]):
@@ -96,6 +110,9 @@ class ElectionResult:
             ``"selected by no site"``, ``"held by no site"``).
         selected_by / held_by: ``(d,)`` int, how many sites selected / hold the feature.
         freedom_degree, aggregation, normalization: the settings used.
+        compat: the peer profile used (``None`` = fedtab's rule).
+        dropped_sites: sites whose ballot the profile dropped before voting
+            (``compat="nvflare"`` drops all-False ballots, as FLARE does).
     """
 
     feature_names: Sequence[str]
@@ -108,6 +125,8 @@ class ElectionResult:
     aggregation: str
     normalization: str
     rank: np.ndarray = field(repr=False)  # 1-based rank among disputed, 0 elsewhere
+    compat: str | None = None
+    dropped_sites: tuple[str, ...] = ()
 
     @cached_property
     def reasons(self) -> tuple[str, ...]:
@@ -119,6 +138,9 @@ class ElectionResult:
         out[consensus] = "consensus"
         for j in np.flatnonzero(self.rank):
             out[j] = f"{'won' if self.mask[j] else 'lost'} the vote at rank {self.rank[j]}"
+        no_vote = (self.selected_by > 0) & ~consensus & (self.rank == 0)  # a profile's fd cut-off
+        out[no_vote & self.mask] = "in the union (no vote at this freedom degree)"
+        out[no_vote & ~self.mask] = "outside the intersection (no vote at this freedom degree)"
         return tuple(out.tolist())
 
     @property
@@ -142,13 +164,30 @@ class ElectionResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able summary (settings, stats and the elected names)."""
-        return {
+        out = {
             "freedom_degree": self.freedom_degree,
             "aggregation": self.aggregation,
             "normalization": self.normalization,
             "stats": dict(self.stats),
             "selected": self.selected_names,
         }
+        if self.compat is not None:
+            out["compat"] = self.compat
+            out["dropped_sites"] = list(self.dropped_sites)
+        return out
+
+
+def election_stats(n_sites: int, intersection: np.ndarray, union: np.ndarray, n_disputed: int,
+                   mask: np.ndarray) -> dict[str, int]:
+    """The ``stats`` of an :class:`ElectionResult`."""
+    return {
+        "sites": int(n_sites),
+        "features": int(mask.size),
+        "intersection": int(intersection.sum()),
+        "union": int(union.sum()),
+        "disputed": int(n_disputed),
+        "kept": int(mask.sum()),
+    }
 
 
 def decide(
@@ -175,14 +214,7 @@ def decide(
     rank = np.zeros(votes.size, dtype=np.int64)
     rank[order] = np.arange(1, order.size + 1)
 
-    stats = {
-        "sites": int(n_sites),
-        "features": int(votes.size),
-        "intersection": int(intersection.sum()),
-        "union": int(union.sum()),
-        "disputed": int(idx.size),
-        "kept": int(mask.sum()),
-    }
+    stats = election_stats(n_sites, intersection, union, idx.size, mask)
     return ElectionResult(
         feature_names=feature_names if isinstance(feature_names, PositionalNames) else tuple(feature_names),
         mask=mask,
@@ -207,6 +239,7 @@ def elect(
     normalization: Normalization = "all",
     feature_names: Sequence[str] | None = None,
     site_names: Sequence[str] | None = None,
+    compat: str | None = None,
 ) -> ElectionResult:
     """Run the election on K ballots over the same d features.
 
@@ -219,17 +252,21 @@ def elect(
         normalization: ``"all"`` (the rule) or ``"selected"`` (NVIDIA FLARE's variant).
         feature_names: d names (default ``f0 … f{d-1}``).
         site_names: K names used in error messages (default ``site-1 …``).
+        compat: ``None`` (fedtab's rule) or a peer's server rule reproduced exactly:
+            ``"nvflare"``, ``"flash"``, ``"flower"`` (see :mod:`fedtab.election.compat`).
 
     Raises:
         ValueError: naming the site: no ballots, ragged or mismatched shapes,
-            non-finite scores, a bad ``n_samples``; also ``fd`` outside [0, 1] or an
-            unknown aggregation/normalization.
+            non-finite scores, a bad ``n_samples``; also ``fd`` outside [0, 1], an
+            unknown aggregation/normalization/compat, or ``compat`` together with
+            ``normalization="selected"`` (a profile fixes its normalisation).
     """
     from .tally import ElectionTally
 
     check_freedom_degree(freedom_degree)
     check_aggregation(aggregation)
     check_normalization(normalization)
+    check_profile(compat, normalization)
     mask_rows = _rows(masks, "masks")
     score_rows = _rows(scores, "scores")
     counts = list(n_samples) if not np.isscalar(n_samples) else [n_samples]
@@ -245,7 +282,7 @@ def elect(
         raise ValueError(f"{len(names)} site names for {len(mask_rows)} ballots")
     d = np.asarray(mask_rows[0]).size if np.ndim(mask_rows[0]) == 1 else -1
     tally = ElectionTally(d if feature_names is None and d >= 0 else None, feature_names=feature_names,
-                          normalization=normalization)
+                          normalization=normalization, compat=compat)
     for m, s, n, site in zip(mask_rows, score_rows, counts, names):
         tally.add(m, s, n, site=site)
     return tally.result(freedom_degree, aggregation)
@@ -258,12 +295,14 @@ def elect_ballots(
     *,
     normalization: Normalization = "all",
     feature_names: Sequence[str] | None = None,
+    compat: str | None = None,
 ) -> ElectionResult:
     """Elect from :class:`Ballot` objects, aligning them by feature name.
 
     Ballots over different column sets are allowed: a site abstains on features it
     does not hold. The global order is ``feature_names`` if given, else the ordered
-    union of the ballots' names (first appearance wins).
+    union of the ballots' names (first appearance wins). ``compat``: as :func:`elect`
+    (a peer profile needs every ballot to cover every feature).
 
     Raises:
         ValueError: no ballots; a ballot without names while others have them (or
@@ -273,6 +312,7 @@ def elect_ballots(
 
     check_freedom_degree(freedom_degree)
     check_aggregation(aggregation)
+    check_profile(compat, normalization)
     if not ballots:
         raise ValueError("no ballots: at least one site must vote")
     named = [b.feature_names is not None for b in ballots]
@@ -280,9 +320,9 @@ def elect_ballots(
         unnamed = [b.site for b in ballots if b.feature_names is None]
         raise ValueError(f"sites {unnamed} sent ballots without feature names while others named theirs")
     if not any(named) and feature_names is None:
-        tally = ElectionTally(ballots[0].n_features, normalization=normalization)
+        tally = ElectionTally(ballots[0].n_features, normalization=normalization, compat=compat)
     else:
-        tally = ElectionTally(feature_names=feature_names, normalization=normalization)
+        tally = ElectionTally(feature_names=feature_names, normalization=normalization, compat=compat)
     for b in ballots:
         tally.add(b.mask, b.scores, b.n_samples, feature_names=b.feature_names, site=b.site)
     return tally.result(freedom_degree, aggregation)

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .ballot import Ballot
-from .rule import ElectionResult, PositionalNames, check_aggregation, check_normalization, decide
+from .rule import ElectionResult, PositionalNames, check_aggregation, check_normalization, check_profile, decide
 
 __all__ = ["ElectionTally", "normalise_scores"]
 
@@ -47,6 +47,10 @@ class ElectionTally:
             any subset (the site abstains on the rest). If neither argument is given,
             the schema grows as named ballots arrive (ordered union).
         normalization: ``"all"`` or ``"selected"`` (see :mod:`fedtab.election.rule`).
+        compat: ``None`` or a peer profile (``"nvflare"``, ``"flash"``, ``"flower"``, see
+            :mod:`fedtab.election.compat`). A profile reproduces the peer's float operations
+            in the peer's order, so the tally then also keeps the validated ballots
+            (O(K·d) memory, as the peers' servers do).
 
     Raises:
         ValueError: bad arguments; from :meth:`add`, any invalid ballot (naming the site).
@@ -58,8 +62,11 @@ class ElectionTally:
         *,
         feature_names: Sequence[str] | None = None,
         normalization: str = "all",
+        compat: str | None = None,
     ) -> None:
         self.normalization = check_normalization(normalization)
+        self.compat = check_profile(compat, normalization)
+        self._ballots: list[Ballot] = []
         if feature_names is not None:
             names = [str(x) for x in feature_names]
             if len(set(names)) != len(names):
@@ -154,8 +161,19 @@ class ElectionTally:
                 if cols.size == self.n_features and np.array_equal(cols, np.arange(cols.size)):
                     cols = None
                 self._last_cols = (b.feature_names, cols)
-        norm = normalise_scores(b.mask, b.scores, self.normalization)
         n = b.n_samples
+        if self.compat is not None:  # the profile elects from the kept ballots, not from sums
+            if cols is None:
+                self.held_by += 1
+                self.selected_by += b.mask
+            else:
+                self.held_by[cols] += 1
+                self.selected_by[cols] += b.mask
+            self._ballots.append(b)
+            self.n_sites += 1
+            self.total_samples += n
+            return
+        norm = normalise_scores(b.mask, b.scores, self.normalization)
         if cols is None:
             self.held_by += 1
             self.selected_by += b.mask
@@ -173,8 +191,10 @@ class ElectionTally:
         self.total_samples += n
 
     def votes(self, aggregation: str = "weighted") -> np.ndarray:
-        """``(d,)`` vote per feature (0 where no site holds it)."""
+        """``(d,)`` vote per feature (0 where no site holds it; a profile's votes with ``compat``)."""
         check_aggregation(aggregation)
+        if self.compat is not None:
+            return self.result(0.5, aggregation).votes
         num, den = (self._vote_n, self._weight_n) if aggregation == "weighted" else (self._vote_1, self.held_by)
         out = np.zeros(self.n_features)
         np.divide(num, den, out=out, where=den > 0)
@@ -189,6 +209,10 @@ class ElectionTally:
         check_aggregation(aggregation)
         if self.n_sites == 0:
             raise ValueError("no ballots: at least one site must vote")
+        if self.compat is not None:
+            from .compat import elect_compat
+
+            return elect_compat(self._ballots, self.feature_names, freedom_degree, aggregation, self.compat)
         return decide(
             self.feature_names,
             self.held_by.copy(),

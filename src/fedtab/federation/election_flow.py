@@ -17,7 +17,7 @@ from typing import Any, Literal, Mapping
 import numpy as np
 
 from ..election.ballot import Ballot
-from ..election.rule import ElectionResult, check_aggregation, check_normalization
+from ..election.rule import ElectionResult, check_aggregation, check_normalization, check_profile
 from ..election.selectors import make_selector, selector_spec
 from ..election.tally import ElectionTally
 from .local_data import fill_with_column_means, numeric_matrix
@@ -135,10 +135,12 @@ def elect_from_ballots(
     freedom_degree: float,
     aggregation: str = "weighted",
     normalization: str = "all",
+    compat: str | None = None,
 ) -> ElectionResult:
-    """Count ``ballots`` in an :class:`ElectionTally` (aligned by name) and elect."""
+    """Count ``ballots`` in an :class:`ElectionTally` (aligned by name) and elect
+    (``compat``: a peer's server rule, see :mod:`fedtab.election.compat`)."""
     check_aggregation(aggregation)
-    tally = ElectionTally(normalization=check_normalization(normalization))
+    tally = ElectionTally(normalization=check_normalization(normalization), compat=compat)
     for b in ballots:
         if b.feature_names is None:
             raise ValueError(f"site {b.site!r}: ballot has no feature names")
@@ -201,6 +203,7 @@ def run_election(
     selectors: Mapping[str, Any] | None = None,
     aggregation: str = "weighted",
     normalization: str = "all",
+    compat: str | None = None,
     ballots: list[Ballot] | None = None,
     on_error: Literal["raise", "skip"] = "raise",
     describe: str | None = None,
@@ -211,9 +214,11 @@ def run_election(
     ``describe=PART`` (e.g. ``"train"``) the ``set_mask`` exchange also gathers the
     training workflow's description of the elected features (``.described``), so a
     following ``run_training(..., described=outcome.described)`` skips its describe step.
+    ``compat`` elects with a peer's server rule (see :mod:`fedtab.election.compat`).
     """
+    check_profile(compat, normalization)
     if ballots is None:
         ballots = gather_ballots(federation, selector, selectors=selectors, on_error=on_error)
-    result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization)
+    result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization, compat)
     described = broadcast_mask(federation, result.selected_names, describe=describe)
     return ElectionOutcome(ballots, result, described)
