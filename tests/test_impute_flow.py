@@ -95,6 +95,15 @@ def test_workflow_runs_through_the_federation_interface_and_only_sends_aggregate
     assert kinds == {"impute_schema", "impute_stats", "impute_setup", "impute_fit", "impute_eval"}
     assert res.bytes[1] > 0 and res.graph.n_edges > 0
     assert set(res.site_columns) == {"s0", "s1", "s2", "s3"}
+    # the mean-fill baseline on the same validation cells (pooled mean = 0 in z-space)
+    from fedtab.federation.impute_flow import _live
+
+    live = [_live(fed.site(s)) for s in fed.sites]
+    sq = sum(np.where(lv["valid_mask"], lv["valid"], 0.0).__pow__(2).sum(0) for lv in live)
+    cnt = sum(lv["valid_mask"].sum(0) for lv in live)
+    for i, col in enumerate(res.columns):
+        expected = np.sqrt(sq[i] / cnt[i]) if cnt[i] else None
+        assert res.validation["per_column_mean_fill"][col] == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("tables, match", [

@@ -241,28 +241,11 @@ def plot_tuning_curve(results: Sequence[TuningResult] | TuningResult, path: str 
 
     Writes a PNG at ``path`` (matplotlib, Agg backend) and returns the path.
     """
-    from ..report.plots import plt, save_figure
+    from ..report.plots import save_figure, tuning_curve_figure
 
     if isinstance(results, TuningResult):
         results = [results]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax2 = ax.twinx()
-    for i, res in enumerate(results):
-        curve = res.curve()
-        fds = [c["freedom_degree"] for c in curve]
-        color = f"C{i}"
-        ax.plot(fds, [c["score"] for c in curve], "o-", color=color, label=f"{res.method}: score")
-        ax2.plot(fds, [c["kept"] for c in curve], "s:", color=color, alpha=0.5, label=f"{res.method}: kept")
-        ax.axvline(res.freedom_degree, color=color, ls="--", lw=1)
-        ax.annotate(f"{res.method} → fd {res.freedom_degree:g}\n{res.kept} kept, {res.score:.3f}",
-                    (res.freedom_degree, res.score), textcoords="offset points", xytext=(5, -25 - 25 * i),
-                    fontsize=8, color=color)
-    ax.set_xlabel("freedom degree")
-    ax.set_ylabel("validation F1 (weighted)")
-    ax2.set_ylabel("features kept")
-    lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
-    labels = ax.get_legend_handles_labels()[1] + ax2.get_legend_handles_labels()[1]
-    ax.legend(lines, labels, fontsize=7, loc="lower right")
-    if title:
-        ax.set_title(title)
+    runs = [{"method": r.method, "curve": r.curve(), "freedom_degree": r.freedom_degree, "kept": r.kept,
+             "score": r.score} for r in results]
+    fig = tuning_curve_figure(runs, title)
     return save_figure(fig, path)

@@ -11,6 +11,7 @@ from .site import HANDLERS, Site, handler
 from .training_flow import TrainingOutcome, run_training
 from .tuning_flow import TuneOutcome, tune_flow  # noqa: F401  (registers the tuning handlers)
 from .encoding_flow import federated_one_hot  # noqa: F401  (registers the one-hot handlers)
+from .baseline_flow import run_baselines  # noqa: F401  (registers the local-baseline handler)
 
 try:  # registered when the imputation capability is present
     from . import impute_flow  # noqa: F401
@@ -33,5 +34,6 @@ __all__ = [
     "gather_ballots",
     "handler",
     "run_election",
+    "run_baselines",
     "run_training",
 ]

@@ -14,7 +14,7 @@ reply validated by :func:`collect` and the checks below before it is reduced):
 4. ``impute_fit`` x rounds (global weights) -> each site scores the received model on
    its validation cells, trains locally, returns weights. Server: FedAvg by rows,
    keeps the weights with the best validation RMSE.
-5. ``impute_eval``   (final weights) -> per-column validation errors.
+5. ``impute_eval``   (final weights) -> per-column validation errors, and those of mean fill.
 
 No reply ever carries rows: only counts, sums, weights and error sums.
 Nothing here imports an engine; :func:`run_imputation` only uses
@@ -123,7 +123,9 @@ class ImputationResult:
         history: per round ``{"round", "train_loss", "val_rmse"}`` (val of the model
             the sites received at the start of that round).
         validation: ``{"overall", "per_site", "per_column"}`` z-space RMSE of the returned
-            model on the validation cells (empty dicts / None if no site has validation rows).
+            model on the validation cells (empty dicts / None if no site has validation rows),
+            and ``"per_column_mean_fill"``: the z-space RMSE of filling the same cells with the
+            pooled mean (the baseline; sites send its squared-error sums ``val_mean_sse``).
         unobserved_pairs: column pairs no site observes together.
         best_round: round whose model is returned. seconds: wall time. bytes: (down, up).
     """
@@ -337,7 +339,9 @@ def _eval(site: Site, request: Message) -> Message:
     st, live = _state(site), _live(site)
     numpy_to_state(live["model"], _weights(request))
     sse, cnt = _validation_errors(st, live)
-    return Message("impute_eval", {"val_sse": sse, "val_count": cnt})
+    # the mean-fill baseline on the same cells: it predicts the pooled mean, 0 in z-space
+    mean_sse = np.where(live["valid_mask"], live["valid"], 0.0) ** 2
+    return Message("impute_eval", {"val_sse": sse, "val_count": cnt, "val_mean_sse": mean_sse.sum(0)})
 
 
 # --------------------------------------------------------------------------- server side
@@ -517,6 +521,12 @@ def run_imputation(
         "per_site": {s: (float(np.sqrt(v[0].sum() / v[1].sum())) if v[1].sum() > 0 else None) for s, v in per_site.items()},
         "per_column": {glob[i]: (float(np.sqrt(col_sse[i] / col_cnt[i])) if col_cnt[i] > 0 else None) for i in range(f)},
     }
+    if all("val_mean_sse" in r.arrays for r in replies.values()):
+        mean_sse = sum(_check(s, r, "val_mean_sse", (f,)) for s, r in replies.items())
+        if np.any(mean_sse < 0):
+            raise FederationError("a site sent negative mean-fill errors")
+        validation["per_column_mean_fill"] = {
+            glob[i]: (float(np.sqrt(mean_sse[i] / col_cnt[i])) if col_cnt[i] > 0 else None) for i in range(f)}
     down1, up1 = federation.traffic.total()
     return ImputationResult(
         columns=glob, mean=mean, std=std, pooled=pooled, graph=graph, model_config=mcfg.to_dict(), weights=weights,

@@ -15,7 +15,12 @@ Steps, each a request built on the server, a site handler, and a validated reduc
    which the site stores before fitting — there is no separate setup exchange. A
    stand-alone ``"setup"`` request is still answered (same effect) for older servers.
 3. ``"evaluate"`` — sites reply with the confusion matrix on their test split; the
-   server scores each site and the pooled sum (weighted F1, macro F1, accuracy).
+   server scores each site and the pooled sum (weighted F1, macro F1, accuracy). When
+   the request sets ``score_bins`` (the final evaluation does), sites add the sum of
+   squared probability errors (``brier_sum``) and, for two classes, a ``(2, bins)``
+   histogram of their predicted positive-class probabilities per true class
+   (``score_hist``); the server pools them into the Brier score, AUROC and PR-AUC
+   (:mod:`fedtab.learn.metrics`) — sums only, no prediction leaves a site.
 
 So training costs ``rounds + 2`` exchanges (``rounds + 1`` with ``described``).
 
@@ -37,14 +42,15 @@ from typing import Any, Callable, Literal, Mapping
 import numpy as np
 import pandas as pd
 
-from ..learn.metrics import confusion, scores_from_confusion
+from ..learn.metrics import SCORE_BINS, brier_sum, confusion, evaluation_scores, score_histogram, scores_from_confusion
 from ..learn.models import FederatedModel, Params, make_model
 from .local_data import numeric_matrix
 from .messages import Message
 from .protocol import Federation, FederationError, collect
 from .site import Site, handler
 
-__all__ = ["TrainingOutcome", "run_training", "describe_site", "site_matrix", "label_key", "part_rows", "PARTS"]
+__all__ = ["TrainingOutcome", "run_training", "describe_site", "site_matrix", "label_key", "part_rows", "PARTS",
+           "evaluation_sums", "checked_sums", "pool_evaluations", "requested_bins"]
 
 #: row parts a request may name.
 PARTS = ("train", "test", "fit", "validation", "all")
@@ -198,14 +204,44 @@ def _fit(site: Site, request: Message) -> Message:
     return Message("fit", _params_to(params), {"n_samples": int(len(y))})
 
 
+def requested_bins(meta: Mapping[str, Any]) -> int | None:
+    """The ``"score_bins"`` a request asks for (None = no score sums).
+
+    Raises:
+        ValueError: not an integer in ``2..100000``.
+    """
+    bins = meta.get("score_bins")
+    if bins is None:
+        return None
+    if not isinstance(bins, int) or isinstance(bins, bool) or not 2 <= bins <= 100_000:
+        raise ValueError(f"score_bins must be an integer in 2..100000, got {bins!r}")
+    return bins
+
+
+def evaluation_sums(model: FederatedModel, params: Params, X: np.ndarray, y: np.ndarray, n_classes: int,
+                    bins: int | None) -> dict[str, np.ndarray]:
+    """A site's evaluation sums on ``(X, y)``: ``confusion`` and, when ``bins`` is set and the
+    model has ``predict_proba``, ``brier_sum`` (shape ``(1,)``) and, for two classes,
+    ``score_hist`` ``(2, bins)`` (:func:`fedtab.learn.metrics.score_histogram`)."""
+    pred = model.predict(params, X) if len(y) else np.zeros(0, dtype=np.int64)
+    out = {"confusion": confusion(y, pred, n_classes)}
+    proba_of = getattr(model, "predict_proba", None)
+    if bins is not None and proba_of is not None:
+        proba = proba_of(params, X) if len(y) else np.zeros((0, n_classes))
+        out["brier_sum"] = np.array([brier_sum(y, proba)])
+        if n_classes == 2:
+            out["score_hist"] = score_histogram(y, np.clip(proba[:, 1], 0.0, 1.0), bins)
+    return out
+
+
 @handler("evaluate")
 def _evaluate(site: Site, request: Message) -> Message:
     part = request.meta.get("part", "test")
     X, y = _prepared(site, part)
     setup = site.state["train_setup"]
     model = make_model(setup["model"])
-    pred = model.predict(_params_from(request), X) if len(y) else np.zeros(0, dtype=np.int64)
-    return Message("evaluate", {"confusion": confusion(y, pred, len(setup["classes"]))}, {"n": int(len(y))})
+    sums = evaluation_sums(model, _params_from(request), X, y, len(setup["classes"]), requested_bins(request.meta))
+    return Message("evaluate", sums, {"n": int(len(y))})
 
 
 @dataclass
@@ -225,6 +261,11 @@ class TrainingOutcome:
             "params_down", "params_up"}`` (bytes measured on the wire when the engine
             logs traffic, params counted from the messages).
         rounds: rounds actually run (1 for exact-aggregation models).
+        metrics: ``{"pooled", "per_site"}`` of the final evaluation with every metric of
+            :func:`fedtab.learn.metrics.evaluation_scores` (F1, accuracy, confusion matrix,
+            Brier score and, for two classes, AUROC / PR-AUC with their error bounds).
+        local_epochs / seed / model_spec: the settings used (``model_spec`` is the
+            ``{"name", "params"}`` the sites built the model from; baselines repeat them).
     """
 
     model: str
@@ -241,20 +282,75 @@ class TrainingOutcome:
     bytes_up: int = 0
     traffic: list[dict[str, Any]] = field(default_factory=list)
     rounds: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    local_epochs: int = 0
+    seed: int = 0
+    model_spec: dict[str, Any] = field(default_factory=dict)
 
 
-def _evaluate_all(federation: Federation, params: Params, part: str = "test") -> tuple[dict, dict]:
-    replies = collect(federation.broadcast(Message("evaluate", _params_to(params), {"part": part})), "evaluate")
-    per_site, total = {}, None
-    for name, reply in replies.items():
-        cm = np.asarray(reply.arrays.get("confusion"))
-        if total is not None and cm.shape != total.shape:
-            raise FederationError(f"site {name!r}: confusion matrix shape {cm.shape}, expected {total.shape}")
-        if cm.ndim != 2 or cm.shape[0] != cm.shape[1] or (cm < 0).any():
-            raise FederationError(f"site {name!r}: invalid confusion matrix of shape {cm.shape}")
-        per_site[name] = scores_from_confusion(cm)
-        total = cm if total is None else total + cm
-    return scores_from_confusion(total), per_site
+def _counts(value: Any, shape: tuple[int, int]) -> np.ndarray | None:
+    """``value`` as int64 counts of ``shape``, or None when it is not (negative, fractional, NaN)."""
+    a = np.asarray(value) if value is not None else np.zeros(0)
+    if a.shape != shape or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        return None
+    if not np.isfinite(a).all() or (a < 0).any() or (a != np.round(a)).any():
+        return None
+    return a.astype(np.int64)
+
+
+def checked_sums(name: str, reply: Message, n_classes: int, bins: int | None) -> tuple[np.ndarray, Any, Any]:
+    """``(confusion, score_hist or None, brier_sum or None)`` of a site's evaluation reply.
+
+    Raises:
+        FederationError: naming ``name``, when the confusion matrix is not ``(C, C)``
+            non-negative integer counts, or a score histogram / Brier sum does not match it
+            (shape, counts per class, range ``0 ≤ brier_sum ≤ 2·n``).
+    """
+    cm = _counts(reply.arrays.get("confusion"), (n_classes, n_classes))
+    if cm is None:
+        shape = np.shape(reply.arrays.get("confusion"))
+        raise FederationError(f"site {name!r}: invalid confusion matrix of shape {shape}, expected "
+                              f"({n_classes}, {n_classes}) non-negative counts")
+    hist = brier = None
+    if bins is not None and "score_hist" in reply.arrays:
+        hist = _counts(reply.arrays["score_hist"], (2, bins))
+        if n_classes != 2 or hist is None or not np.array_equal(hist.sum(axis=1), cm.sum(axis=1)):
+            got = np.shape(reply.arrays["score_hist"])
+            raise FederationError(f"site {name!r}: score histogram of shape {got} does not match its confusion "
+                                  f"matrix (expected (2, {bins}) counts with the same class totals)")
+    if bins is not None and "brier_sum" in reply.arrays:
+        b = np.asarray(reply.arrays["brier_sum"], dtype=np.float64)
+        if b.shape != (1,) or not np.isfinite(b).all() or not 0 <= b[0] <= 2 * cm.sum() + 1e-9:
+            raise FederationError(f"site {name!r}: invalid Brier sum {b.tolist()} for {int(cm.sum())} rows")
+        brier = float(b[0])
+    return cm, hist, brier
+
+
+def pool_evaluations(sums: Mapping[str, tuple[np.ndarray, Any, Any]]) -> dict[str, Any]:
+    """``{"pooled", "per_site"}`` of :func:`~fedtab.learn.metrics.evaluation_scores` from the sites'
+    checked sums; a ranking or Brier metric is pooled only when every site sent its sum."""
+    per_site = {name: evaluation_scores(*s) for name, s in sums.items()}
+    parts = list(zip(*sums.values()))
+    pooled = [sum(p[1:], p[0]) if all(v is not None for v in p) else None for p in parts]
+    return {"pooled": evaluation_scores(*pooled), "per_site": per_site}
+
+
+def _evaluate_detail(federation: Federation, params: Params, n_classes: int, part: str = "test",
+                     bins: int | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"part": part}
+    if bins is not None:
+        meta["score_bins"] = bins
+    replies = collect(federation.broadcast(Message("evaluate", _params_to(params), meta)), "evaluate")
+    return pool_evaluations({name: checked_sums(name, reply, n_classes, bins) for name, reply in replies.items()})
+
+
+def _evaluate_all(federation: Federation, params: Params, n_classes: int, part: str = "test",
+                  bins: int | None = None) -> tuple[dict, dict, dict]:
+    """``(pooled, per_site, metrics)``: the historic F1/accuracy dicts and the full metrics."""
+    metrics = _evaluate_detail(federation, params, n_classes, part, bins)
+    keep = ("weighted_f1", "macro_f1", "accuracy", "n")
+    pooled = {k: metrics["pooled"][k] for k in keep}
+    return pooled, {s: {k: m[k] for k in keep} for s, m in metrics["per_site"].items()}, metrics
 
 
 def run_training(
@@ -271,6 +367,7 @@ def run_training(
     train_part: str = "train",
     eval_part: str = "test",
     described: Mapping[str, Message] | None = None,
+    score_bins: int | None = SCORE_BINS,
 ) -> TrainingOutcome:
     """Train ``model`` by federated rounds on ``features`` (default: each site's elected mask).
 
@@ -289,6 +386,9 @@ def run_training(
             ``train_part``, already gathered (``ElectionOutcome.described``); skips the
             describe exchange. Each must list ``features`` (when given) as its features.
             The result is the same as without it.
+        score_bins: grid of the score histograms the final evaluation asks for (AUROC,
+            PR-AUC; see :func:`fedtab.learn.metrics.ranking_scores`); None skips the
+            histograms and the Brier sums.
 
     Exchanges: ``describe`` (unless ``described``), ``fit`` × rounds (the first also
     carries the setup), ``evaluate`` (plus one per ``eval_every`` evaluation).
@@ -379,12 +479,12 @@ def run_training(
         params = fm.aggregate(updates)
         metrics = None
         if eval_every and (r % eval_every == 0 or r == n_rounds):
-            metrics, _ = _evaluate_all(federation, params, eval_part)
+            metrics, _, _ = _evaluate_all(federation, params, len(class_list), eval_part)
             history.append({"round": r, **metrics})
         if on_round:
             on_round(r, metrics)
     bd1, bu1 = federation.traffic.total("fit")
-    pooled, per_site = _evaluate_all(federation, params, eval_part)
+    pooled, per_site, detail = _evaluate_all(federation, params, len(class_list), eval_part, score_bins)
     return TrainingOutcome(
         model=fm.name,
         params=params,
@@ -400,4 +500,8 @@ def run_training(
         bytes_up=bu1 - bu0,
         traffic=traffic,
         rounds=n_rounds,
+        metrics=detail,
+        local_epochs=int(local_epochs),
+        seed=seed,
+        model_spec=spec,
     )

@@ -1,5 +1,6 @@
-"""Results as JSON and plots."""
+"""Results as JSON, plots and the self-contained HTML report."""
 
+from .html import SECTIONS, render_report, write_report
 from .plots import plot_sweep
 
-__all__ = ["plot_sweep"]
+__all__ = ["SECTIONS", "plot_sweep", "render_report", "write_report"]

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import base64
+import io
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["plot_sweep", "plt", "save_figure"]
+__all__ = ["plot_sweep", "plt", "save_figure", "figure_data_uri", "tuning_curve_figure", "metric_by_site_figure"]
 
 
 def save_figure(fig: Any, path: str | Path, *, dpi: int = 110) -> Path:
@@ -25,6 +27,71 @@ def save_figure(fig: Any, path: str | Path, *, dpi: int = 110) -> Path:
     fig.savefig(out, dpi=dpi)
     plt.close(fig)
     return out
+
+
+def figure_data_uri(fig: Any, *, dpi: int = 100) -> str:
+    """Lay out ``fig``, render it as PNG into a ``data:image/png;base64,...`` URI, close it.
+
+    For self-contained HTML: the image travels inside the page, nothing is fetched.
+    """
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def tuning_curve_figure(curves: Sequence[Mapping[str, Any]], title: str = "") -> Any:
+    """Validation score (left axis) and features kept (right axis) against the freedom degree.
+
+    ``curves``: one mapping per tuning run with ``method``, ``curve`` (points
+    ``{freedom_degree, score, kept}``) and the choice ``freedom_degree``, ``kept``,
+    ``score``. Returns the open figure (write it with :func:`save_figure` or
+    :func:`figure_data_uri`).
+    """
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax2 = ax.twinx()
+    for i, res in enumerate(curves):
+        curve = sorted(res["curve"], key=lambda c: c["freedom_degree"])
+        fds = [c["freedom_degree"] for c in curve]
+        color = f"C{i}"
+        method = res.get("method", "")
+        ax.plot(fds, [c["score"] for c in curve], "o-", color=color, label=f"{method}: score")
+        ax2.plot(fds, [c["kept"] for c in curve], "s:", color=color, alpha=0.5, label=f"{method}: kept")
+        fd, score = res.get("freedom_degree"), res.get("score")
+        if fd is not None and score is not None:
+            ax.axvline(fd, color=color, ls="--", lw=1)
+            ax.annotate(f"{method} → fd {fd:g}\n{res.get('kept')} kept, {score:.3f}", (fd, score),
+                        textcoords="offset points", xytext=(5, -25 - 25 * i), fontsize=8, color=color)
+    ax.set_xlabel("freedom degree")
+    ax.set_ylabel("validation F1 (weighted)")
+    ax2.set_ylabel("features kept")
+    lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    labels = ax.get_legend_handles_labels()[1] + ax2.get_legend_handles_labels()[1]
+    ax.legend(lines, labels, fontsize=7, loc="lower right")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def metric_by_site_figure(values: Mapping[str, Mapping[str, float | None]], metric: str) -> Any:
+    """Grouped bars: ``values[model][site]`` of one ``metric`` (missing values are left out).
+
+    Returns the open figure.
+    """
+    models = list(values)
+    sites = list(dict.fromkeys(s for m in models for s in values[m]))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(sites) + 2), 3.6))
+    width = 0.8 / max(len(models), 1)
+    for i, m in enumerate(models):
+        xs = [j + i * width for j, s in enumerate(sites) if values[m].get(s) is not None]
+        ys = [values[m][s] for s in sites if values[m].get(s) is not None]
+        ax.bar(xs, ys, width=width, label=m, color=f"C{i}")
+    ax.set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(sites))], sites)
+    ax.set_ylabel(metric)
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
 
 
 def plot_sweep(sweep: Sequence[dict[str, Any]], path: str | Path, *, title: str = "Feature Election sweep") -> Path:

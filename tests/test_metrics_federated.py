@@ -1,0 +1,172 @@
+"""AUROC / PR-AUC / Brier / confusion from federated sums, and the baselines."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import average_precision_score, brier_score_loss, confusion_matrix, roc_auc_score
+
+from fedtab import LocalFederation, Site, run_training
+from fedtab.data import classification_table, split_rows
+from fedtab.federation import HANDLERS, FederationError, Message, run_baselines
+from fedtab.learn import make_model
+from fedtab.learn.metrics import brier_sum, evaluation_scores, ranking_scores, score_histogram
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 400), st.sampled_from([2, 7, 50, 1000]))
+def test_ranking_scores_are_sklearn_on_binned_scores_and_within_bound_of_raw(seed, n, bins):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    y[:2] = [0, 1]
+    p = np.clip(rng.normal(0.5 + rng.uniform(-0.3, 0.3) * (y - 0.5), rng.uniform(0.01, 0.4)), 0, 1)
+    if seed % 3 == 0:
+        p = np.round(p, 2)  # ties in the raw scores too
+    r = ranking_scores(score_histogram(y, p, bins))
+    binned = np.minimum((p * bins).astype(int), bins - 1)
+    assert r["auroc"] == pytest.approx(roc_auc_score(y, binned), abs=1e-12)
+    assert r["pr_auc"] == pytest.approx(average_precision_score(y, binned), abs=1e-12)
+    assert abs(r["auroc"] - roc_auc_score(y, p)) <= r["auroc_error_bound"] + 1e-12
+    assert abs(r["pr_auc"] - average_precision_score(y, p)) <= r["pr_auc_error_bound"] + 1e-12
+
+
+def test_histograms_pool_exactly_and_one_class_gives_none():
+    rng = np.random.default_rng(1)
+    parts = [(rng.integers(0, 2, 80), rng.random(80)) for _ in range(3)]
+    pooled = sum(score_histogram(y, p) for y, p in parts)
+    y = np.concatenate([y for y, _ in parts])
+    p = np.concatenate([p for _, p in parts])
+    assert np.array_equal(pooled, score_histogram(y, p))
+    assert ranking_scores(score_histogram(np.zeros(5), np.full(5, 0.3)))["auroc"] is None
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        score_histogram([0, 1], [0.2, 1.5])
+    with pytest.raises(ValueError, match="non-negative"):
+        ranking_scores(-np.ones((2, 4)))
+
+
+def _make_fed(n_classes=2, seed=0, n=600):
+    table = classification_table(n, 12, 4, 2, 0, n_classes=n_classes, seed=seed, class_sep=0.8)
+    parts = split_rows(table, [0.6, 0.3, 0.1], stratify="target", seed=seed)
+    parts[1] = parts[1].drop(columns=["f0"]) if "f0" in parts[1] else parts[1].drop(columns=[parts[1].columns[0]])
+    fed = LocalFederation([Site(f"s{i}", p, "target") for i, p in enumerate(parts)])
+    return fed, [c for c in table.columns if c != "target"]
+
+
+def _central_predictions(fed, out):
+    """What the sites compute, recomputed with access to every row (test oracle only)."""
+    model = make_model(out.model_spec)
+    per_site = {}
+    for name in fed.sites:
+        rows = fed.site(name).rows("test")
+        X = rows.reindex(columns=out.features).to_numpy(dtype=float)
+        Z = (X - out.mean) / out.std
+        Z[np.isnan(Z)] = 0.0
+        y = np.array([out.classes.index(str(v)) for v in rows["target"]])
+        per_site[name] = (y, model.predict_proba(out.params, Z))
+    return per_site
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_federated_evaluation_matches_sklearn_on_pooled_predictions(n_classes):
+    fed, feats = _make_fed(n_classes)
+    out = run_training(fed, feats, rounds=4)
+    preds = _central_predictions(fed, out)
+    y = np.concatenate([v[0] for v in preds.values()])
+    proba = np.concatenate([v[1] for v in preds.values()])
+    m = out.metrics["pooled"]
+    assert m["confusion"] == confusion_matrix(y, proba.argmax(axis=1), labels=range(n_classes)).tolist()
+    if n_classes == 2:
+        assert m["brier"] == pytest.approx(brier_score_loss(y, proba[:, 1]), abs=1e-12)
+        assert abs(m["auroc"] - roc_auc_score(y, proba[:, 1])) <= m["auroc_error_bound"] + 1e-12
+        assert abs(m["pr_auc"] - average_precision_score(y, proba[:, 1])) <= m["pr_auc_error_bound"] + 1e-12
+        assert m["auroc_error_bound"] < 0.005  # 1000 bins, ~120 test rows
+        ys, ps = preds["s1"]
+        assert abs(out.metrics["per_site"]["s1"]["auroc"] - roc_auc_score(ys, ps[:, 1])) <= 0.005
+    else:
+        assert m["brier"] == pytest.approx(brier_score_loss(y, proba, labels=range(3)), abs=1e-12)
+        assert "auroc" not in m
+    # the historic results are untouched
+    assert out.pooled == {k: m[k] for k in ("weighted_f1", "macro_f1", "accuracy", "n")}
+    assert set(out.per_site) == set(out.metrics["per_site"]) == set(fed.sites)
+
+
+def _tamper(monkeypatch, kind, site_name, edit):
+    original = HANDLERS[kind]
+
+    def hostile(site, request):
+        reply = original(site, request)
+        if site.name == site_name:
+            arrays = dict(reply.arrays)
+            edit(arrays)
+            reply = Message(reply.kind, arrays, reply.meta)
+        return reply
+
+    monkeypatch.setitem(HANDLERS, kind, hostile)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda a: a.update(score_hist=a["score_hist"] * 2), "s1.*score histogram"),
+    (lambda a: a.update(score_hist=a["score_hist"][:, :10]), "s1.*score histogram"),
+    (lambda a: a.update(brier_sum=np.array([np.nan])), "s1.*Brier"),
+    (lambda a: a.update(brier_sum=np.array([1e9])), "s1.*Brier"),
+    (lambda a: a.update(confusion=a["confusion"] - 100), "s1.*confusion"),
+    (lambda a: a.update(confusion=a["confusion"] + 0.5), "s1.*confusion"),
+])
+def test_hostile_evaluation_sums_are_rejected_naming_the_site(monkeypatch, edit, match):
+    fed, feats = _make_fed()
+    _tamper(monkeypatch, "evaluate", "s1", edit)
+    with pytest.raises(FederationError, match=match):
+        run_training(fed, feats, rounds=1)
+
+
+def test_baselines_majority_and_local_only():
+    fed, feats = _make_fed(seed=3)
+    out = run_training(fed, feats, rounds=5)
+    base = run_baselines(fed, out)
+    train = pd.concat([fed.site(s).rows("train") for s in fed.sites])["target"].astype(str)
+    test = pd.concat([fed.site(s).rows("test") for s in fed.sites])["target"].astype(str)
+    majority = train.value_counts().idxmax()
+    maj = base["majority"]
+    assert maj["class"] == majority
+    assert maj["pooled"]["accuracy"] == pytest.approx((test == majority).mean())
+    assert maj["pooled"]["auroc"] == 0.5
+    assert maj["pooled"]["pr_auc"] == pytest.approx((test == out.classes[1]).mean())
+    prior = (train == out.classes[1]).mean()
+    assert maj["pooled"]["brier"] == pytest.approx(brier_score_loss(test == out.classes[1], np.full(len(test), prior)))
+    local = base["local_only"]
+    assert set(local["per_site"]) == set(fed.sites)
+    pooled_cm = sum(np.array(m["confusion"]) for m in local["per_site"].values())
+    assert local["pooled"]["confusion"] == pooled_cm.tolist()
+    assert local["epochs"] == 5 * out.local_epochs
+    # federating helps on this table (12 features, 36 training rows at s2)
+    assert out.metrics["pooled"]["auroc"] > local["pooled"]["auroc"]
+
+
+def test_local_only_of_a_single_site_is_the_federated_model():
+    table = classification_table(300, 8, 3, 2, 0, seed=4, class_sep=0.8)
+    fed = LocalFederation([Site("only", table, "target")])
+    feats = [c for c in table.columns if c != "target"]
+    for model in ("logistic", "gnb"):
+        out = run_training(fed, feats, model=model, rounds=1, local_epochs=7)
+        local = run_baselines(fed, out)["local_only"]["per_site"]["only"]
+        fed_m = out.metrics["per_site"]["only"]
+        assert local.pop("confusion") == fed_m.pop("confusion")
+        assert local == pytest.approx(fed_m)
+
+
+def test_hostile_training_counts_are_rejected(monkeypatch):
+    fed, feats = _make_fed()
+    out = run_training(fed, feats, rounds=1)
+    _tamper(monkeypatch, "local_baseline", "s2", lambda a: a.update(train_counts=a["train_counts"] + 1000))
+    with pytest.raises(FederationError, match="s2.*class counts"):
+        run_baselines(fed, out)
+
+
+def test_evaluation_scores_brier_and_confusion_from_sums():
+    y = np.array([0, 1, 2, 1])
+    proba = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4], [0.5, 0.4, 0.1]])
+    cm = confusion_matrix(y, proba.argmax(axis=1), labels=range(3))
+    s = evaluation_scores(cm, None, brier_sum(y, proba))
+    assert s["brier"] == pytest.approx(brier_score_loss(y, proba, labels=range(3)))
+    assert s["confusion"] == cm.tolist() and "auroc" not in s
