@@ -18,11 +18,16 @@ def __getattr__(name: str):
         from .imputer import FederatedImputer
 
         return FederatedImputer
+    if name == "FederatedFeatureElection":  # imports scikit-learn: on first use only
+        from .election.estimator import FederatedFeatureElection
+
+        return FederatedFeatureElection
     raise AttributeError(f"module 'fedtab' has no attribute {name!r}")
 
 __all__ = [
     "ElectionResult",
     "ElectionTally",
+    "FederatedFeatureElection",
     "FederatedImputer",
     "LocalFederation",
     "Message",

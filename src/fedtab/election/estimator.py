@@ -1,0 +1,163 @@
+"""``FederatedFeatureElection``: the scikit-learn-style front door of Feature Election.
+
+A simulation study in three lines::
+
+    fe = FederatedFeatureElection(selector="lasso", freedom_degree=0.5).fit(tables, "target")
+    fe.get_support(), fe.feature_names_out_
+    fe.explain()
+
+``fit`` wraps each table in a :class:`~fedtab.federation.site.Site` (every row votes) and
+runs :func:`~fedtab.federation.election_flow.run_election` over an in-process
+:class:`~fedtab.engines.local.LocalFederation`: the same ballots, wire format,
+validation and rule as a deployment on Flower or FLARE.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, clone
+from sklearn.feature_selection import SelectorMixin
+from sklearn.utils.validation import check_is_fitted
+
+__all__ = ["FederatedFeatureElection"]
+
+
+def _per_site(value: Any, names: list[str], what: str) -> list[Any]:
+    """``value`` for every site: a dict by site name, a list in site order, or one shared
+    value (a selector spec ``{"name": ..., "params": ...}`` is one shared value)."""
+    if isinstance(value, Mapping) and not (what == "selector" and "name" in value and "name" not in names):
+        missing = [n for n in names if n not in value]
+        if missing:
+            raise ValueError(f"{what} has no entry for sites {missing}")
+        return [value[n] for n in names]
+    if isinstance(value, (list, tuple)):
+        if len(value) != len(names):
+            raise ValueError(f"{len(value)} {what} entries for {len(names)} sites")
+        return list(value)
+    return [value] * len(names)
+
+
+def _own_copy(selector: Any) -> Any:
+    """A fresh unfitted copy of an estimator (each site fits its own); other specs as given."""
+    return clone(selector) if hasattr(selector, "get_params") and not isinstance(selector, type) else selector
+
+
+class FederatedFeatureElection(SelectorMixin, BaseEstimator):
+    """Feature Election over one table per site, as a scikit-learn selector.
+
+    Args:
+        selector: what every site selects with: a built-in name (``"lasso"``), a
+            ``{"name", "params"}`` spec, a fedtab selector, any scikit-learn selector
+            (``SelectKBest(k=5)``, ``SelectFromModel(...)``, ``RFE(...)``), or a callable
+            ``(X, y) -> (mask, scores)``; or a list (site order) / dict (by site name) of
+            those, one per site. Each site fits its own clone.
+        freedom_degree: ``fd`` in [0, 1] (0 = intersection, 1 = union).
+        aggregation: ``"weighted"`` (by sample count) or ``"uniform"``.
+        compat: ``None`` (fedtab's rule) or ``"nvflare"`` / ``"flash"`` / ``"flower"``
+            (see :mod:`fedtab.election.compat`).
+        normalization: ``"all"`` or ``"selected"`` (fedtab's rule only).
+
+    Learned attributes: ``result_`` (:class:`~fedtab.election.rule.ElectionResult`),
+    ``ballots_`` (one :class:`~fedtab.election.ballot.Ballot` per site), ``site_names_``,
+    ``feature_names_in_`` (the global feature order: ordered union of the sites'
+    columns), ``n_features_in_``, ``support_`` and ``feature_names_out_`` (the elected
+    names, in the global order).
+    """
+
+    def __init__(self, selector: Any = "lasso", freedom_degree: float = 0.5, aggregation: str = "weighted",
+                 compat: str | None = None, normalization: str = "all") -> None:
+        self.selector = selector
+        self.freedom_degree = freedom_degree
+        self.aggregation = aggregation
+        self.compat = compat
+        self.normalization = normalization
+
+    def fit(self, tables: Any, target: Any = None) -> "FederatedFeatureElection":
+        """Elect from one table per site.
+
+        Args:
+            tables: a list of DataFrames (sites ``site0``, ``site1``...), a dict
+                name -> DataFrame, or one DataFrame (one site). Columns are matched by
+                name; sites may hold different columns (``compat`` profiles need the same).
+            target: the label column's name in every table, or one label array per site
+                (a list in site order or a dict by name; the tables then hold only features).
+
+        Raises:
+            ValueError: no tables, a missing target, a bad setting (unknown aggregation,
+                compat, fd outside [0, 1]).
+            fedtab.federation.protocol.FederationError: a site's selector failed or sent an
+                invalid ballot (naming the site).
+        """
+        from ..engines.local import LocalFederation
+        from ..federation.election_flow import run_election
+        from ..federation.site import Site
+        from .ballot import check_freedom_degree
+        from .rule import check_aggregation, check_normalization, check_profile
+
+        check_freedom_degree(self.freedom_degree)
+        check_aggregation(self.aggregation)
+        check_profile(self.compat, check_normalization(self.normalization))
+        named = _named_tables(tables)
+        names = list(named)
+        if target is None:
+            raise ValueError("fit needs the target: a column name or one label array per site")
+        if isinstance(target, str):
+            frames = named
+            column = target
+        else:
+            labels = _per_site(target, names, "target")
+            column = "__fedtab_target__"
+            frames = {}
+            for (name, frame), y in zip(named.items(), labels):
+                y = np.asarray(y)
+                if y.ndim != 1 or len(y) != len(frame):
+                    raise ValueError(f"site {name!r}: target has shape {y.shape}, the table {len(frame)} rows")
+                frames[name] = frame.assign(**{column: y})
+        selectors = _per_site(self.selector, names, "selector")
+        sites = [Site(name, frame, column, test_size=0.0, selector=_own_copy(sel))
+                 for (name, frame), sel in zip(frames.items(), selectors)]
+        outcome = run_election(LocalFederation(sites), self.freedom_degree, aggregation=self.aggregation,
+                               normalization=self.normalization, compat=self.compat)
+        self.result_ = outcome.result
+        self.ballots_ = outcome.ballots
+        self.site_names_ = names
+        self.feature_names_in_ = np.asarray(list(outcome.result.feature_names), dtype=object)
+        self.n_features_in_ = len(self.feature_names_in_)
+        self.support_ = np.asarray(outcome.result.mask, dtype=bool)
+        self.feature_names_out_ = self.feature_names_in_[self.support_]
+        return self
+
+    def _get_support_mask(self) -> np.ndarray:
+        check_is_fitted(self, "support_")
+        return self.support_
+
+    def explain(self) -> pd.DataFrame:
+        """One row per feature: held_by, selected_by, vote, rank, kept, reason."""
+        check_is_fitted(self, "result_")
+        return self.result_.explain()
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True  # transform only picks columns
+        return tags
+
+
+def _named_tables(tables: Any) -> dict[str, pd.DataFrame]:
+    if isinstance(tables, pd.DataFrame):
+        return {"site0": tables}
+    if isinstance(tables, Mapping):
+        out = {str(k): v for k, v in tables.items()}
+    elif isinstance(tables, Sequence) and not isinstance(tables, (str, bytes)):
+        out = {f"site{i}": t for i, t in enumerate(tables)}
+    else:
+        raise ValueError(f"tables must be a DataFrame, a list of DataFrames or a dict name -> DataFrame, "
+                         f"got {type(tables).__name__}")
+    if not out:
+        raise ValueError("fit needs at least one site table")
+    bad = [k for k, t in out.items() if not isinstance(t, pd.DataFrame)]
+    if bad:
+        raise ValueError(f"sites {bad}: each table must be a pandas DataFrame")
+    return out
