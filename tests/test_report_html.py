@@ -56,24 +56,33 @@ def result():
     table = table.rename(columns={"f1": HOSTILE})
     parts = split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=0)
     parts[2] = parts[2].drop(columns=["f2"])
-    fed = LocalFederation([Site(n, p, "target") for n, p in zip(["north", "south", "<b>east</b>"], parts)])
-    el = run_election(fed, 0.5).result
+    fed = LocalFederation([Site(n, p, "target", selector="anova") for n, p in zip(["north", "south", "<b>east</b>"], parts)])
+    el_out = run_election(fed, 0.5)
+    el = el_out.result
     tr = run_training(fed, rounds=3)
     base = run_baselines(fed, tr)
-    return {
+    ballots = {b.site: set(np.asarray(b.feature_names)[b.mask]) for b in el_out.ballots}
+    features = [{"name": r["feature"], "selected": bool(r["kept"]), "votes": float(r["vote"]), "rank": int(r["rank"]),
+                 "reason": r["reason"], "chosen_by": [s for s, chosen in ballots.items() if r["feature"] in chosen]}
+                for r in el.explain().to_dict("records")]
+    return {  # the job's result.json layout (docs/job.md)
+        "fedtab_version": "0.test", "created": "2026-11-30T10:00:00Z", "engine": "local",
         "job": {"title": "Test job"},
-        "sites": {n: {"columns": [c for c in fed.site(n).feature_names], "n_train": len(fed.site(n).rows("train")),
-                      "n_test": len(fed.site(n).rows("test"))} for n in fed.sites},
-        "imputation": {"validation": {"overall": 0.8, "per_column": {HOSTILE: 0.7, "f0": 0.9},
-                                      "per_column_mean_fill": {HOSTILE: 1.0, "f0": 0.85}}},
-        "election": {"features": el.explain().to_dict("records"), "freedom_degree": 0.5, "stats": el.stats},
-        "tuning": {"summary": {"method": "grid", "freedom_degree": 0.5, "kept": 6, "score": 0.8,
-                               "curve": [{"freedom_degree": 0.0, "score": 0.7, "kept": 4},
-                                         {"freedom_degree": 0.5, "score": 0.8, "kept": 6}]}},
-        "training": {"model": tr.model, "classes": tr.classes, "features": tr.features, "metrics": tr.metrics},
+        "sites": [{"name": n, "columns": fed.site(n).feature_names, "rows": len(fed.site(n).table),
+                   "rows_train": len(fed.site(n).rows("train")), "rows_test": len(fed.site(n).rows("test")),
+                   "rows_without_label": 0} for n in fed.sites],
+        "schema": {"columns": list(table.columns[:-1]), "classes": tr.classes},
+        "imputation": {"validation_rmse_z": {"overall": 0.8, "per_column": {HOSTILE: 0.7, "f0": 0.9}},
+                       "mean_fill_rmse_z": {"per_column": {HOSTILE: 1.0, "f0": 0.85}}, "best_round": 4},
+        "election": {"features": features, "freedom_degree": 0.5, "stats": el.stats, "selected": el.selected_names},
+        "tuning": {"method": "grid", "freedom_degree": 0.5, "kept": 6, "score": 0.8,
+                   "curve": [{"freedom_degree": 0.0, "score": 0.7, "kept": 4, "stage": "grid"},
+                             {"freedom_degree": 0.5, "score": 0.8, "kept": 6, "stage": "grid"}]},
+        "training": {"model": tr.model, "features": tr.features, "rounds": 3},
+        "evaluation": tr.metrics,
         "baselines": base,
-        "steps": [{"step": "election", "seconds": 0.5, "bytes_down": 100, "bytes_up": 2000},
-                  {"step": "training", "seconds": 1.5, "bytes_down": 5000, "bytes_up": 5000}],
+        "steps": [{"name": "election", "seconds": 0.5, "bytes_down": 100, "bytes_up": 2000},
+                  {"name": "training", "seconds": 1.5, "bytes_down": 5000, "bytes_up": 5000}],
     }
 
 
@@ -92,7 +101,7 @@ def test_report_has_every_section_and_is_self_contained(result, tmp_path):
     metrics = page.text["metrics"]
     for needle in ("AUROC", "PR-AUC", "Brier", "Federated (logistic)", "Local-only", "Majority class", "north"):
         assert needle in metrics
-    assert f"{result['training']['metrics']['pooled']['auroc']:.3f}" in metrics
+    assert f"{result['evaluation']['pooled']['auroc']:.3f}" in metrics
     assert "consensus" in page.text["election"] or "vote at rank" in page.text["election"]
     assert "+30 %" in page.text["imputation"] and "-6 %" in page.text["imputation"]
     assert "total" in page.text["steps"] and "2.00" in page.text["steps"]
@@ -116,3 +125,10 @@ def test_absent_sections_render_gracefully(tmp_path):
     page = _parse(write_report(partial, tmp_path / "partial.html"))
     assert "0.900" in page.text["metrics"] and "No baselines" in page.text["baselines"]
     assert "not tuned" in page.text["tuning"] and "election" in page.text["steps"]
+    # the Python objects' names: sites as a mapping, ElectionResult.explain rows, imputation validation
+    legacy = {"sites": {"a": {"columns": ["x"], "n_train": 8}},
+              "election": {"features": [{"feature": "x", "kept": True, "vote": 0.4, "rank": 0, "reason": "consensus",
+                                         "held_by": 1, "selected_by": 1}]},
+              "imputation": {"validation": {"per_column": {"x": 0.5}, "per_column_mean_fill": {"x": 1.0}}}}
+    page = _parse(write_report(legacy, tmp_path / "legacy.html"))
+    assert "consensus" in page.text["election"] and "+50 %" in page.text["imputation"] and "8" in page.text["sites"]

@@ -10,20 +10,19 @@ Sections, each a ``<section id=...>`` with an ``<h2>`` heading (stable, for test
 links; :data:`SECTIONS`): ``sites``, ``imputation``, ``election``, ``tuning``, ``metrics``,
 ``baselines``, ``steps``. A section whose data is absent says so in one line.
 
-Result keys read (all optional; see ``docs/job.md`` for the job's full ``result.json``):
-
-- ``sites``: ``{site: {"columns": [...], "n_rows"?, "n_train"?, "n_test"?, "dropped_unlabelled"?}}``
-- ``imputation``: ``{"validation": {"per_column": {col: rmse}, "per_column_mean_fill": {col: rmse},
-  "overall"}, "rounds"?, "best_round"?}`` (z-space RMSE on held-out cells)
-- ``election``: ``{"features": [{"feature", "held_by", "selected_by", "vote", "rank", "kept",
-  "reason"}], "freedom_degree", "stats"}`` (:meth:`ElectionResult.explain` rows)
-- ``tuning``: ``{"method", "freedom_degree", "kept", "score", "curve": [{"freedom_degree",
-  "score", "kept"}]}`` (:meth:`TuningResult.to_dict`), or that under ``"summary"``
-- ``training``: ``{"model", "classes", "features", "metrics": {"pooled", "per_site"}}`` with
-  :func:`fedtab.learn.metrics.evaluation_scores` dicts (``TrainingOutcome.metrics``)
-- ``baselines``: :func:`fedtab.federation.baseline_flow.run_baselines`'s result
-- ``steps``: ``[{"step", "seconds", "bytes_down"?, "bytes_up"?}]`` (or ``{step: {...}}``)
-- ``job``: anything JSON-able; ``title``/``name`` and ``fedtab_version`` head the page.
+Result keys read (all optional): those of the job's ``result.json`` (``docs/job.md``) —
+``sites`` (list of ``{name, rows, rows_train, rows_test, rows_without_label, columns}``),
+``imputation`` (``validation_rmse_z.per_column``, ``mean_fill_rmse_z.per_column``,
+``best_round``), ``election`` (``freedom_degree``, ``stats``, ``features``: ``{name,
+selected, votes, rank, reason, chosen_by}``), ``tuning`` (``method``, ``freedom_degree``,
+``score``, ``kept``, ``curve``), ``training`` (``model``), ``evaluation`` (``pooled``,
+``per_site``: :func:`fedtab.learn.metrics.evaluation_scores` dicts), ``baselines``
+(:func:`fedtab.federation.baseline_flow.run_baselines`), ``schema.classes``, ``steps``
+(``{name, seconds, bytes_down, bytes_up}``), ``fedtab_version`` and ``job``. The names of
+the Python objects are accepted too: ``sites`` as ``{name: {...}}``, election rows of
+:meth:`ElectionResult.explain` (``feature``, ``kept``, ``vote``, ``held_by``,
+``selected_by``), ``training.metrics`` (``TrainingOutcome.metrics``), an imputation
+``validation`` dict (``per_column``, ``per_column_mean_fill``) and ``step`` for ``name``.
 """
 
 from __future__ import annotations
@@ -114,25 +113,40 @@ def _img(uri: str, alt: str) -> str:
 
 
 # --------------------------------------------------------------------------- sections
-def _sites(result: Mapping[str, Any]) -> str:
+def _site_rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The sites as ``{name, columns, rows, rows_train, rows_test, rows_without_label}`` dicts."""
     sites = result.get("sites")
-    if isinstance(sites, (list, tuple)):
-        sites = {str(s): {} for s in sites}
-    if not isinstance(sites, Mapping) or not sites:
+    if isinstance(sites, Mapping):
+        sites = [{"name": k, **(v if isinstance(v, Mapping) else {})} for k, v in sites.items()]
+    out = []
+    for s in sites or []:
+        s = {"name": s} if isinstance(s, str) else dict(s) if isinstance(s, Mapping) else None
+        if s is None:
+            continue
+        for old, new in (("n_rows", "rows"), ("n_train", "rows_train"), ("n_test", "rows_test"),
+                         ("dropped_unlabelled", "rows_without_label")):
+            s.setdefault(new, s.get(old))
+        s["columns"] = list(s.get("columns") or [])
+        out.append(s)
+    return out
+
+
+def _sites(result: Mapping[str, Any]) -> str:
+    sites = _site_rows(result)
+    if not sites:
         return _absent("No site information in this result.")
-    columns = {s: list((info or {}).get("columns") or []) for s, info in sites.items()}
-    union = list(dict.fromkeys(c for cols in columns.values() for c in cols))
-    counts = [(s, info or {}) for s, info in sites.items()]
     out = [_table(["Site", "Rows", "Training rows", "Test rows", "Rows without a label (dropped)", "Columns held"],
-                  [[_e(s), _num(i.get("n_rows")), _num(i.get("n_train")), _num(i.get("n_test")),
-                    _num(i.get("dropped_unlabelled")), _num(len(columns[s]))] for s, i in counts],
+                  [[_e(s["name"]), _num(s.get("rows")), _num(s.get("rows_train")), _num(s.get("rows_test")),
+                    _num(s.get("rows_without_label")), _num(len(s["columns"]))] for s in sites],
                   num_cols=range(1, 6))]
+    schema = result.get("schema") if isinstance(result.get("schema"), Mapping) else {}
+    union = list(dict.fromkeys([*(schema.get("columns") or []), *(c for s in sites for c in s["columns"])]))
     if union:
         out.append('<p class="note">Which site holds which column (✓ = measured there). A column a site lacks '
                    "is structurally unavailable there; the imputer (if run) fills it.</p>")
-        names = list(sites)
-        out.append(_table(["Column", *names], [[_e(c), *("✓" if c in columns[s] else "" for s in names)]
-                                               for c in union]))
+        held = [set(s["columns"]) for s in sites]
+        out.append(_table(["Column", *(s["name"] for s in sites)],
+                          [[_e(c), *("✓" if c in h else "" for h in held)] for c in union]))
     return "".join(out)
 
 
@@ -140,9 +154,9 @@ def _imputation(result: Mapping[str, Any]) -> str:
     imp = result.get("imputation")
     if not isinstance(imp, Mapping):
         return _absent("Imputation was not run in this job (missing cells were filled with the pooled mean).")
-    val = imp.get("validation") or {}
+    val = imp.get("validation_rmse_z") or imp.get("validation") or {}
     per_col = val.get("per_column") or {}
-    mean_fill = val.get("per_column_mean_fill") or {}
+    mean_fill = (imp.get("mean_fill_rmse_z") or {}).get("per_column") or val.get("per_column_mean_fill") or {}
     if not per_col:
         return _absent("Imputation ran, but no site had held-out cells to measure its quality on.")
     out = ['<p class="note">Error on observed cells hidden from the imputer, in standard deviations of the '
@@ -170,20 +184,31 @@ def _election(result: Mapping[str, Any]) -> str:
            "normalised score (the vote) and the best ones are admitted, as many as the freedom degree allows.</p>"]
     stats = el.get("stats") or {}
     out.append(f"<p>Freedom degree {_num(el.get('freedom_degree'), 2)}; "
-               f"kept {_num(stats.get('kept', sum(bool(f.get('kept')) for f in feats) if feats else None))} "
+               f"kept {_num(stats.get('kept'))} "
                f"of {_num(len(feats) if feats else stats.get('union'))} columns.</p>")
     if not feats:
         selected = el.get("selected") or []
         out.append("<p>Elected columns: " + ", ".join(_e(c) for c in selected) + "</p>" if selected
                    else _absent("No per-column explanation in this result."))
         return "".join(out)
-    ordered = sorted(feats, key=lambda f: (not f.get("kept"), -(f.get("vote") or 0.0)))
-    rows = [[_e(f.get("feature")), "kept" if f.get("kept") else "dropped", _e(f.get("reason", "")),
-             _num(f.get("held_by")), _num(f.get("selected_by")), _num(f.get("vote")),
-             _num(f.get("rank")) if f.get("rank") else "—"] for f in ordered]
-    out.append(_table(["Column", "Decision", "Why", "Held by (sites)", "Selected by (sites)", "Vote", "Disputed rank"],
-                      rows, ["kept" if f.get("kept") else "dropped" for f in ordered], num_cols=(3, 4, 5, 6)))
+    rows_in = [_feature_row(f) for f in feats if isinstance(f, Mapping)]
+    ordered = sorted(rows_in, key=lambda f: (not f["kept"], -(f["vote"] or 0.0)))
+    rows = [[_e(f["name"]), "kept" if f["kept"] else "dropped", _e(f["reason"]), f["held_by"], f["selected_by"],
+             _num(f["vote"]), _num(f["rank"]) if f["rank"] else "—"] for f in ordered]
+    out.append(_table(["Column", "Decision", "Why", "Held by", "Selected by", "Vote", "Disputed rank"],
+                      rows, ["kept" if f["kept"] else "dropped" for f in ordered], num_cols=(5, 6)))
     return "".join(out)
+
+
+def _feature_row(f: Mapping[str, Any]) -> dict[str, Any]:
+    """One election row in one shape, from the job's result or :meth:`ElectionResult.explain`."""
+    chosen = f.get("chosen_by")
+    selected_by = ", ".join(_e(s) for s in chosen) if isinstance(chosen, list) else _num(f.get("selected_by"))
+    held = f.get("held_by")
+    return {"name": f.get("name", f.get("feature", "")), "kept": bool(f.get("selected", f.get("kept"))),
+            "reason": f.get("reason", ""), "vote": f.get("votes", f.get("vote")), "rank": f.get("rank"),
+            "selected_by": selected_by or "none",
+            "held_by": ", ".join(_e(s) for s in held) if isinstance(held, list) else _num(held)}
 
 
 def _tuning(result: Mapping[str, Any]) -> str:
@@ -217,12 +242,16 @@ def _metric_cells(m: Mapping[str, Any] | None, keys: Sequence[str]) -> list[str]
 def _models(result: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """(label, {"pooled", "per_site"}) of the federated model and the baselines present."""
     tr = result.get("training") or {}
-    base = result.get("baselines") or {}
+    ev = result.get("evaluation") if isinstance(result.get("evaluation"), Mapping) else {}
+    base = result.get("baselines") or ev.get("baselines") or {}
+    label = f"Federated ({tr.get('model', 'model')})"
     out = []
-    if isinstance(tr.get("metrics"), Mapping):
-        out.append((f"Federated ({tr.get('model', 'model')})", tr["metrics"]))
-    elif isinstance(tr.get("pooled"), Mapping):
-        out.append((f"Federated ({tr.get('model', 'model')})", {"pooled": tr["pooled"], "per_site": tr.get("per_site", {})}))
+    for found in (tr.get("metrics"), ev, {"pooled": tr.get("pooled"), "per_site": tr.get("per_site") or {}}):
+        if isinstance(found, Mapping) and isinstance(found.get("pooled"), Mapping):
+            out.append((label, found))
+            break
+    if not out:
+        return []
     if isinstance(base.get("local_only"), Mapping):
         out.append(("Local-only (each site alone)", base["local_only"]))
     if isinstance(base.get("majority"), Mapping):
@@ -259,7 +288,8 @@ def _metrics(result: Mapping[str, Any]) -> str:
         out.append(f'<p class="note">AUROC and PR-AUC come from histograms of predicted probabilities on a '
                    f"fixed grid; their distance to the exact values is at most {_num(fed['auroc_error_bound'], 4)} "
                    f"(AUROC) and {_num(fed.get('pr_auc_error_bound'), 4)} (PR-AUC) for the pooled federated model.</p>")
-    classes = (result.get("training") or {}).get("classes") or []
+    schema = result.get("schema") if isinstance(result.get("schema"), Mapping) else {}
+    classes = (result.get("training") or {}).get("classes") or schema.get("classes") or []
     cm = fed.get("confusion")
     if cm:
         out.append(f"<h3>Confusion matrix of {_e(models[0][0])}, all sites</h3>" + _confusion(cm, classes))
@@ -271,11 +301,11 @@ def _metrics(result: Mapping[str, Any]) -> str:
 
 def _baselines(result: Mapping[str, Any]) -> str:
     models = _models(result)
-    base = result.get("baselines")
-    if not isinstance(base, Mapping) or len(models) < 2:
+    local_models = [m for label, m in models if label.startswith("Local-only")]
+    if len(models) < 2:
         return _absent("No baselines were computed in this job.")
     fed = models[0][1]
-    local = (base.get("local_only") or {}).get("per_site") or {}
+    local = (local_models[0] if local_models else {}).get("per_site") or {}
     metric = "auroc" if (fed.get("pooled") or {}).get("auroc") is not None else "weighted_f1"
     label = dict(_METRICS)[metric]
     out = [f'<p class="note">For each site, its {label} with the federated model against a model of the same '
@@ -300,10 +330,10 @@ def _steps(result: Mapping[str, Any]) -> str:
     steps = result.get("steps")
     if isinstance(steps, Mapping):
         steps = [{"step": k, **(v if isinstance(v, Mapping) else {"seconds": v})} for k, v in steps.items()]
-    steps = [s for s in (steps or []) if isinstance(s, Mapping)]
+    steps = [s for s in (steps or []) if isinstance(s, Mapping)] if isinstance(steps, list) else []
     if not steps:
         return _absent("No step timings in this result.")
-    rows = [[_e(s.get("step", s.get("name", ""))), _num(s.get("seconds"), 2), _bytes(s.get("bytes_down")),
+    rows = [[_e(s.get("name", s.get("step", ""))), _num(s.get("seconds"), 2), _bytes(s.get("bytes_down")),
              _bytes(s.get("bytes_up"))] for s in steps]
     total = [sum(float(s.get(k) or 0) for s in steps) for k in ("seconds", "bytes_down", "bytes_up")]
     rows.append(["<strong>total</strong>", _num(total[0], 2), _bytes(total[1]), _bytes(total[2])])
@@ -321,6 +351,7 @@ def render_report(result: Mapping[str, Any]) -> str:
     job = result.get("job") if isinstance(result.get("job"), Mapping) else {}
     title = job.get("title") or job.get("name") or "fedtab job report"
     version = result.get("fedtab_version") or job.get("fedtab_version")
+    created = result.get("created")
     nav = "".join(f'<a href="#{sid}">{_e(h.split(":")[0])}</a>' for sid, h in SECTIONS.items())
     parts = [
         "<!DOCTYPE html>",
@@ -328,7 +359,8 @@ def render_report(result: Mapping[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<header><h1>{_e(title)}</h1>",
-        f'<p class="note">Federated run by fedtab{" " + _e(version) if version else ""}. '
+        f'<p class="note">Federated run by fedtab{" " + _e(version) if version else ""}'
+        f'{" on " + _e(created) if created else ""}{" (" + _e(result["engine"]) + " engine)" if result.get("engine") else ""}. '
         "Only counts, sums and model parameters left the sites.</p>",
         f"<nav>{nav}</nav></header>",
     ]
