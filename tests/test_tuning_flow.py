@@ -63,9 +63,18 @@ def test_hill_climb_and_ballot_reuse_with_gnb():
 
 def test_a_site_too_small_to_split_is_named():
     table = classification_table(60, 5, 3, 0, 0, seed=0)
-    fed = LocalFederation([Site("big", table.iloc[:55], "target"), Site("tiny", table.iloc[55:57], "target", test_size=0)])
+    fed = LocalFederation([Site("big", table.iloc[:55], "target"), Site("tiny", table.iloc[55:56], "target", test_size=0)])
     with pytest.raises(FederationError, match="tiny"):
         tune_flow(fed, selector="lasso", **OPTS)
+
+
+def test_a_site_with_one_class_in_its_fit_rows_abstains_by_name():
+    # (issue 15) it used to fail the whole run inside its selector; now it abstains from the vote
+    table = classification_table(60, 5, 3, 0, 0, seed=0)
+    fed = LocalFederation([Site("big", table.iloc[:55], "target"), Site("tiny", table.iloc[55:57], "target", test_size=0)])
+    out = tune_flow(fed, selector="lasso", **OPTS)
+    assert set(out.abstained) == {"tiny"} and "single target value" in out.abstained["tiny"]
+    assert [b.site for b in out.ballots] == ["big"]
 
 
 def test_tune_and_train_report_is_json_and_complete():

@@ -11,10 +11,11 @@ tells the sites.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 import numpy as np
+import pandas as pd
 
 from ..election.ballot import Ballot
 from ..election.rule import ElectionResult, check_aggregation, check_normalization, check_profile
@@ -25,16 +26,38 @@ from .messages import Message
 from .protocol import Federation, FederationError, collect
 from .site import Site, handler
 
-__all__ = ["ElectionOutcome", "ballot_reply", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
+__all__ = ["ElectionOutcome", "abstention_reason", "ballot_reply", "ballots_from_replies", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
 
 
-def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray) -> Message:
+def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
+    """Why a site with labels ``y`` should not vote, or ``None`` if it can.
+
+    A site abstains when it has fewer than ``min_site_rows`` rows, or when its target
+    takes a single value: a selector then has nothing to rank features against and
+    would vote noise (ANOVA scores all 0) or fail (non-finite scores). Under strong
+    label skew (Dirichlet α = 0.1 over 30 sites) a third of the sites are in that case.
+    """
+    if len(y) < min_site_rows:
+        return f"{len(y)} training rows, fewer than min_site_rows={min_site_rows}"
+    values = pd.unique(np.asarray(y))
+    if values.size < 2:
+        return f"the training rows hold a single target value ({values[0]!r})" if values.size else "no training rows"
+    return None
+
+
+def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, min_site_rows: int = 0) -> Message:
     """Run the site's selector (or ``spec``) on ``frame``/``y`` and pack the ballot reply.
 
-    Missing cells are filled with the local column mean for selection only.
+    Missing cells are filled with the local column mean for selection only. A site
+    that cannot vote (see :func:`abstention_reason`) replies with meta ``abstain``
+    (the reason) and ``n_samples`` and no arrays.
     """
+    X = numeric_matrix(frame, site.name)  # a table that cannot vote is still an error, not an abstention
+    reason = abstention_reason(y, min_site_rows)
+    if reason is not None:
+        return Message(kind, meta={"abstain": reason, "n_samples": int(len(y))})
     selector = make_selector(spec if spec is not None else site.selector)
-    X = fill_with_column_means(numeric_matrix(frame, site.name))
+    X = fill_with_column_means(X)
     sel = selector.select(X, y)
     return Message(
         kind,
@@ -50,7 +73,14 @@ def _ballot(site: Site, request: Message) -> Message:
         held = site.feature_set
         columns = [c for c in columns if c in held]
     frame, y = site.xy("train", columns)
-    return ballot_reply(site, "ballot", request.meta.get("selector"), frame, y)
+    return ballot_reply(site, "ballot", request.meta.get("selector"), frame, y,
+                        _min_rows(request.meta.get("min_site_rows", 0)))
+
+
+def _min_rows(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"min_site_rows must be a non-negative integer, got {value!r}")
+    return value
 
 
 @handler("set_mask")
@@ -91,6 +121,8 @@ def gather_ballots(
     *,
     selectors: Mapping[str, Any] | None = None,
     on_error: Literal["raise", "skip"] = "raise",
+    min_site_rows: int = 0,
+    abstained: dict[str, str] | None = None,
 ) -> list[Ballot]:
     """Ask every site for a ballot and validate each on arrival.
 
@@ -100,33 +132,64 @@ def gather_ballots(
         selectors: per-site overrides ``{site: selector}``.
         on_error: ``"raise"`` (default) or ``"skip"`` sites whose reply is an error
             or an invalid ballot.
+        min_site_rows: sites with fewer training rows do not vote (they abstain).
+        abstained: if given, filled with ``{site: reason}`` for every site that did not
+            vote: too few rows, or a single target value (see :func:`abstention_reason`).
 
     Raises:
         FederationError: a site failed (with ``on_error="raise"``), naming it.
         ValueError: a ballot is invalid (shape, finiteness, sample count), naming the site.
     """
+    min_rows = _min_rows(min_site_rows)
     requests = {}
     for name in federation.sites:
         spec = (selectors or {}).get(name, selector)
-        requests[name] = Message("ballot", meta=_selector_request(spec))
+        meta = _selector_request(spec)
+        if min_rows:
+            meta["min_site_rows"] = min_rows
+        requests[name] = Message("ballot", meta=meta)
     replies = collect(federation.ask(requests), "ballot", on_error)
+    return ballots_from_replies(replies, on_error=on_error, min_site_rows=min_rows, abstained=abstained)
+
+
+def ballots_from_replies(
+    replies: Mapping[str, Message],
+    *,
+    on_error: Literal["raise", "skip"] = "raise",
+    min_site_rows: int = 0,
+    abstained: dict[str, str] | None = None,
+) -> list[Ballot]:
+    """Validate ballot replies (already split from errors by :func:`collect`) into ballots.
+
+    A reply with meta ``abstain`` (see :func:`ballot_reply`), or whose ``n_samples`` is
+    below ``min_site_rows`` (checked here too: the server does not rely on the site
+    obeying), is left out and recorded in ``abstained`` as ``{site: reason}``.
+
+    Raises:
+        ValueError: an invalid ballot (with ``on_error="raise"``, naming the site); every
+            site abstained or was invalid.
+    """
     ballots = []
+    left_out: dict[str, str] = {}
     for name, reply in replies.items():
+        reason = reply.meta.get("abstain")
+        n = reply.meta.get("n_samples")
+        if reason is None and min_site_rows and isinstance(n, int) and n < min_site_rows:
+            reason = f"{n} training rows, fewer than min_site_rows={min_site_rows}"
+        if reason is not None:
+            left_out[name] = str(reason)
+            continue
         try:
-            ballots.append(
-                Ballot.build(
-                    reply.arrays.get("mask"),
-                    reply.arrays.get("scores"),
-                    reply.meta.get("n_samples"),
-                    reply.meta.get("feature_names"),
-                    site=name,
-                )
-            )
+            ballots.append(Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n,
+                                        reply.meta.get("feature_names"), site=name))
         except ValueError:
             if on_error == "raise":
                 raise
+    if abstained is not None:
+        abstained.update(left_out)
     if not ballots:
-        raise ValueError("no valid ballots")
+        detail = "; ".join(f"site {s!r}: {r}" for s, r in left_out.items())
+        raise ValueError("no valid ballots" + (f" (abstained: {detail})" if detail else ""))
     return ballots
 
 
@@ -189,6 +252,8 @@ class ElectionOutcome:
     #: ``{site: "describe" reply}`` over the elected features when :func:`run_election`
     #: was called with ``describe=PART`` (else ``None``); pass to ``run_training(described=...)``.
     described: dict[str, Message] | None = None
+    #: ``{site: reason}`` for sites that did not vote (they still learn the mask and train).
+    abstained: dict[str, str] = field(default_factory=dict)
 
     def site_summary(self) -> list[dict[str, Any]]:
         """Per site: name, selected count, sample count."""
@@ -207,6 +272,7 @@ def run_election(
     ballots: list[Ballot] | None = None,
     on_error: Literal["raise", "skip"] = "raise",
     describe: str | None = None,
+    min_site_rows: int = 0,
 ) -> ElectionOutcome:
     """Gather ballots (unless given), elect, and send the mask to every site.
 
@@ -215,10 +281,15 @@ def run_election(
     training workflow's description of the elected features (``.described``), so a
     following ``run_training(..., described=outcome.described)`` skips its describe step.
     ``compat`` elects with a peer's server rule (see :mod:`fedtab.election.compat`).
+
+    Sites with fewer than ``min_site_rows`` training rows, or whose training rows hold a
+    single target value, abstain (``.abstained``); every site still receives the mask.
     """
     check_profile(compat, normalization)
+    abstained: dict[str, str] = {}
     if ballots is None:
-        ballots = gather_ballots(federation, selector, selectors=selectors, on_error=on_error)
+        ballots = gather_ballots(federation, selector, selectors=selectors, on_error=on_error,
+                                 min_site_rows=min_site_rows, abstained=abstained)
     result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization, compat)
     described = broadcast_mask(federation, result.selected_names, describe=describe)
-    return ElectionOutcome(ballots, result, described)
+    return ElectionOutcome(ballots, result, described, abstained)

@@ -29,7 +29,7 @@ import pandas as pd
 from ..election.ballot import Ballot
 from ..election.rule import ElectionResult
 from ..election.tuning import DEFAULT_GRID, TuningResult, tune
-from .election_flow import _selector_request, ballot_reply, broadcast_mask, elect_from_ballots
+from .election_flow import _selector_request, ballot_reply, ballots_from_replies, broadcast_mask, elect_from_ballots
 from .messages import Message
 from .protocol import Federation, FederationError, collect
 from .site import Site, handler
@@ -91,17 +91,19 @@ def split_validation(federation: Federation, validation_size: float = 0.25, seed
 
 
 def gather_fit_ballots(federation: Federation, selector: Any = None, *,
-                       selectors: Mapping[str, Any] | None = None) -> list[Ballot]:
+                       selectors: Mapping[str, Any] | None = None,
+                       abstained: dict[str, str] | None = None) -> list[Ballot]:
     """Ballots computed on each site's fit rows (needs :func:`split_validation` first).
+
+    Sites whose fit rows hold a single target value abstain; ``abstained`` (if given)
+    receives ``{site: reason}``.
 
     Raises:
         FederationError: a site failed. ValueError: a ballot is invalid (naming the site).
     """
     requests = {n: Message("ballot_fit", meta=_selector_request((selectors or {}).get(n, selector)))
                 for n in federation.sites}
-    replies = collect(federation.ask(requests), "ballot_fit")
-    return [Ballot.build(r.arrays.get("mask"), r.arrays.get("scores"), r.meta.get("n_samples"),
-                         r.meta.get("feature_names"), site=name) for name, r in replies.items()]
+    return ballots_from_replies(collect(federation.ask(requests), "ballot_fit"), abstained=abstained)
 
 
 def validation_scorer(federation: Federation, feature_names: list[str], *, model: Any = "logistic",
@@ -131,12 +133,14 @@ class TuneOutcome:
         election: the election at the chosen fd (``.selected_names`` were sent to the sites if applied).
         ballots: the fit-row ballots (reuse them to tune another model without re-selecting).
         split: ``{site: {"n_fit", "n_validation"}}``.
+        abstained: ``{site: reason}`` for sites that did not vote (e.g. one class in their fit rows).
     """
 
     tuning: TuningResult
     election: ElectionResult
     ballots: list[Ballot]
     split: dict[str, dict[str, int]] = field(default_factory=dict)
+    abstained: dict[str, str] = field(default_factory=dict)
 
     @property
     def features(self) -> list[str]:
@@ -180,8 +184,9 @@ def tune_flow(
         FederationError: a site failed (naming it). ValueError: invalid settings or ballots.
     """
     split = split_validation(federation, validation_size, seed)
+    abstained: dict[str, str] = {}
     if ballots is None:
-        ballots = gather_fit_ballots(federation, selector, selectors=selectors)
+        ballots = gather_fit_ballots(federation, selector, selectors=selectors, abstained=abstained)
     first = elect_from_ballots(ballots, 0.0, aggregation, normalization)
     names = list(first.feature_names)
 
@@ -197,7 +202,7 @@ def tune_flow(
     election = elect_from_ballots(ballots, result.freedom_degree, aggregation, normalization)
     if apply:
         broadcast_mask(federation, election.selected_names)
-    return TuneOutcome(result, election, ballots, split)
+    return TuneOutcome(result, election, ballots, split, abstained)
 
 
 def tune_and_train(
