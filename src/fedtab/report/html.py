@@ -32,7 +32,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["write_report", "render_report", "SECTIONS"]
+__all__ = ["write_report", "render_report", "site_summaries", "SECTIONS"]
 
 #: section id -> heading, in page order.
 SECTIONS: dict[str, str] = {
@@ -79,6 +79,14 @@ def _num(value: Any, digits: int = 3) -> str:
     return f"{v:.{digits}f}"
 
 
+def _bound(value: Any) -> str:
+    """An error bound: 0 as "0", tiny ones as "< 0.0001", else 4 decimals."""
+    if value is None:
+        return "—"
+    v = float(value)
+    return "0" if v == 0 else "< 0.0001" if v < 1e-4 else f"{v:.4f}"
+
+
 def _bytes(n: Any) -> str:
     if n is None:
         return "—"
@@ -113,7 +121,7 @@ def _img(uri: str, alt: str) -> str:
 
 
 # --------------------------------------------------------------------------- sections
-def _site_rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+def site_summaries(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The sites as ``{name, columns, rows, rows_train, rows_test, rows_without_label}`` dicts."""
     sites = result.get("sites")
     if isinstance(sites, Mapping):
@@ -132,7 +140,7 @@ def _site_rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _sites(result: Mapping[str, Any]) -> str:
-    sites = _site_rows(result)
+    sites = site_summaries(result)
     if not sites:
         return _absent("No site information in this result.")
     out = [_table(["Site", "Rows", "Training rows", "Test rows", "Rows without a label (dropped)", "Columns held"],
@@ -286,8 +294,8 @@ def _metrics(result: Mapping[str, Any]) -> str:
     fed = models[0][1].get("pooled") or {}
     if fed.get("auroc_error_bound") is not None:
         out.append(f'<p class="note">AUROC and PR-AUC come from histograms of predicted probabilities on a '
-                   f"fixed grid; their distance to the exact values is at most {_num(fed['auroc_error_bound'], 4)} "
-                   f"(AUROC) and {_num(fed.get('pr_auc_error_bound'), 4)} (PR-AUC) for the pooled federated model.</p>")
+                   f"fixed grid; their distance to the exact values is at most {_bound(fed['auroc_error_bound'])} "
+                   f"(AUROC) and {_bound(fed.get('pr_auc_error_bound'))} (PR-AUC) for the pooled federated model.</p>")
     schema = result.get("schema") if isinstance(result.get("schema"), Mapping) else {}
     classes = (result.get("training") or {}).get("classes") or schema.get("classes") or []
     cm = fed.get("confusion")
