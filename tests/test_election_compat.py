@@ -340,3 +340,54 @@ def test_default_rule_is_unchanged_by_the_option():
         np.testing.assert_array_equal(a.mask, b.mask)
         np.testing.assert_array_equal(a.votes, b.votes)
         assert a.compat is None and "compat" not in a.to_dict()
+
+
+# ----------------------------------------------------------------------------- workflow, engines, CLI
+
+
+def _two_sites():
+    from fedtab.data import classification_table, split_rows
+
+    table = classification_table(300, 12, 3, 2, seed=4)
+    return [t for t in split_rows(table, [0.5, 0.5], stratify="target", seed=0)]
+
+
+def test_workflow_and_pipeline_elect_with_the_profile():
+    from fedtab import LocalFederation, Site, run_election
+    from fedtab.engines.pipeline import PipelineConfig, run_pipeline
+
+    parts = _two_sites()
+    sites = [Site(f"s{i}", t, "target", selector="anova") for i, t in enumerate(parts)]
+    fed = LocalFederation(sites)
+    outcome = run_election(fed, 0.28, compat="nvflare")
+    assert outcome.result.compat == "nvflare"
+    expected = elect_ballots(outcome.ballots, 0.28, compat="nvflare")
+    np.testing.assert_array_equal(outcome.result.mask, expected.mask)
+    summary = run_pipeline(fed, {"steps": "election", "freedom-degree": 0.28, "compat": "nvflare"})
+    assert summary["election"]["compat"] == "nvflare"
+    assert summary["election"]["mask"] == expected.mask.tolist()
+    assert PipelineConfig.from_mapping({"compat": ""}).compat is None  # a TOML run config cannot hold None
+    with pytest.raises(ValueError, match="unknown compat profile"):
+        PipelineConfig.from_mapping({"compat": "flare"})
+
+
+def test_cli_compat_option(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from fedtab.cli import app
+
+    files = []
+    for i, t in enumerate(_two_sites()):
+        files.append(tmp_path / f"site{i}.csv")
+        t.to_csv(files[-1], index=False)
+    args = ["elect", *map(str, files), "--target", "target", "-s", "anova", "--no-train"]
+    res = CliRunner().invoke(app, [*args, "--compat", "flash", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert doc["compat"] == "flash" and "compat=flash" in res.output
+    bad = CliRunner().invoke(app, [*args, "--compat", "flare"])
+    assert bad.exit_code == 2 and "unknown compat profile 'flare'" in bad.output
+    both = CliRunner().invoke(app, [*args, "--compat", "nvflare", "--normalization", "selected"])
+    assert both.exit_code == 2 and "fixes the normalisation" in both.output

@@ -26,7 +26,9 @@ def elect_command(
     freedom_degree: Annotated[float, typer.Option("--freedom-degree", "--fd", min=0.0, max=1.0,
                                                   help="Share of disputed features admitted by vote (0 = intersection, 1 = union).")] = 0.5,
     aggregation: Annotated[str, typer.Option(help="Site weights: 'weighted' (by rows) or 'uniform'.")] = "weighted",
-    normalization: Annotated[str, typer.Option(help="'all' (fedtab) or 'selected' (NVIDIA FLARE's variant).")] = "all",
+    normalization: Annotated[str, typer.Option(help="'all' (fedtab) or 'selected' (NVIDIA FLARE's normalisation only).")] = "all",
+    compat: Annotated[Optional[str], typer.Option(help="Elect with a peer's whole server rule, exactly: 'nvflare', "
+                                                  "'flash' or 'flower' (default: fedtab's rule).")] = None,
     tune: Annotated[str, typer.Option(help="Choose fd on validation rows: 'none' (use --freedom-degree), 'grid' "
                                       "(smallest mask within --tolerance of the best) or 'hill-climb' (the peers' search).")] = "none",
     model: Annotated[str, typer.Option(help="Model trained by the federation: logistic, sgd, gnb (exact) or mlp.")] = "logistic",
@@ -41,7 +43,7 @@ def elect_command(
 ) -> None:
     """Feature Election on real tables: one file per site, each site votes with its own selector."""
     from ..data.tables import TableError, read_table
-    from ..election.rule import check_aggregation, check_normalization
+    from ..election.rule import check_aggregation, check_normalization, check_profile
     from ..election.selectors import make_selector
     from ..engines.local import LocalFederation
     from ..federation import FederationError, Site, run_election, run_training
@@ -51,6 +53,9 @@ def elect_command(
     try:
         check_aggregation(aggregation)
         check_normalization(normalization)
+        check_profile(compat, normalization)
+        if compat is not None and tune != "none":
+            fail("--compat elects with a peer's rule; --tune uses fedtab's rule (give one of them)")
         make_model(model)
         if tune not in ("none", "grid", "hill-climb"):
             fail(f"--tune must be 'none', 'grid' or 'hill-climb', got {tune!r}")
@@ -89,7 +94,8 @@ def elect_command(
                                   normalization=normalization, seed=seed, apply=False)
             freedom_degree = float(tuned.tuning.freedom_degree)
         with console.status("sites are voting"):
-            outcome = run_election(fed, freedom_degree, aggregation=aggregation, normalization=normalization)
+            outcome = run_election(fed, freedom_degree, aggregation=aggregation, normalization=normalization,
+                                   compat=compat)
         result = outcome.result
         doc = {"sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), sel_names, tables)],
                "categorical_columns": categorical, **result.to_dict()}
@@ -114,7 +120,8 @@ def elect_command(
         fail(str(exc))
         return
 
-    tab = Table(title=f"Feature Election (fd={freedom_degree:g}, {aggregation}, normalization={normalization})")
+    rule = f"compat={compat}" if compat else f"normalization={normalization}"
+    tab = Table(title=f"Feature Election (fd={freedom_degree:g}, {aggregation}, {rule})")
     for col in ("site", "selector", "rows (train)", "selected"):
         tab.add_column(col)
     for s in doc["sites"]:

@@ -2,17 +2,23 @@
 
 from .ballot import Ballot
 from .rule import AGGREGATIONS, NORMALIZATIONS, ElectionResult, elect, elect_ballots
-from .selectors import SELECTORS, Selection, Selector, make_selector
 from .tally import ElectionTally
 from .compat import COMPATS
 
 
+_SELECTOR_NAMES = ("SELECTORS", "Selection", "Selector", "make_selector")
+
+
 def __getattr__(name: str):
-    # the scikit-learn front door imports scikit-learn: loaded on first use only
+    # the selectors and the front door import scikit-learn: loaded on first use only
     if name == "FederatedFeatureElection":
         from .estimator import FederatedFeatureElection
 
         return FederatedFeatureElection
+    if name in _SELECTOR_NAMES:
+        from . import selectors
+
+        return getattr(selectors, name)
     raise AttributeError(f"module 'fedtab.election' has no attribute {name!r}")
 
 

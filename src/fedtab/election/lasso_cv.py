@@ -41,7 +41,7 @@ class LassoCVSelector(Selector):
         X, y = _check_xy(X, y)
         Z = StandardScaler().fit_transform(X)
         if _is_regression(y, self.task):
-            model: Any = LassoCV(n_alphas=self.Cs, cv=self.cv, random_state=self.seed, max_iter=5000)
+            model: Any = LassoCV(alphas=self.Cs, cv=self.cv, random_state=self.seed, max_iter=5000)
         else:
             binary = np.unique(y).size <= 2
             model = LogisticRegressionCV(
@@ -56,9 +56,6 @@ class LassoCVSelector(Selector):
             mask[int(np.argmax(scores))] = True
         self.strength_ = float(np.ravel(getattr(model, "C_", getattr(model, "alpha_", np.nan)))[0])
         return Selection(mask, scores)
-
-    def get_params(self) -> dict[str, Any]:
-        return {k: v for k, v in super().get_params().items() if not k.endswith("_")}
 
 
 SELECTORS[LassoCVSelector.name] = LassoCVSelector

@@ -94,9 +94,6 @@ class MarkovBlanketSelector(Selector):
         self.seed = seed
         self.max_shrink_rounds = max_shrink_rounds
 
-    def get_params(self) -> dict[str, Any]:
-        return {k: v for k, v in super().get_params().items() if not k.endswith("_")}
-
     # ------------------------------------------------------------------ internals
     def _fit(self, X: np.ndarray, y: np.ndarray, regression: bool) -> Any:
         from sklearn.ensemble import (

@@ -1,10 +1,15 @@
 """Local feature selectors: each turns a site's ``(X, y)`` into a mask and scores.
 
-Every selector has ``select(X, y) -> Selection``, where ``X`` is ``(n, d)`` numeric
-(no NaN) and ``y`` is ``(n,)``. ``Selection.mask`` is ``(d,)`` bool and
-``Selection.scores`` is ``(d,)`` float (larger = more important; the election takes
-absolute values). Build one by name with :func:`make_selector`; each site may use a
-different one.
+Every selector is a scikit-learn selector (``SelectorMixin`` + ``BaseEstimator``):
+``get_params(deep)``, ``set_params``, ``clone``, ``fit(X, y)`` (sets ``support_``,
+``scores_``, ``n_features_in_`` and, for a DataFrame, ``feature_names_in_``),
+``get_support()``, ``transform``, ``get_feature_names_out``, usable in a ``Pipeline``.
+``select(X, y) -> Selection`` is the same computation without fitted state; it is
+what a site's ballot runs (``fit`` calls it). ``X`` is ``(n, d)`` numeric (no NaN),
+``y`` is ``(n,)``. ``Selection.mask`` is ``(d,)`` bool and ``Selection.scores`` is
+``(d,)`` float (larger = more important; fedtab's rule takes absolute values, the peer
+profiles do not). Build one by name with :func:`make_selector`; each site may use a
+different one, including any scikit-learn selector (see :class:`SklearnSelector`).
 
 Defaults (documented per class):
 
@@ -25,9 +30,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.feature_selection import SelectorMixin
 
-# scikit-learn is imported inside the methods that use it: importing this module (and
-# ``fedtab``) stays cheap, which matters where every message starts a new process
+# The models are imported inside the methods that use them, and ``fedtab`` imports this
+# module only on first use (``fedtab.election.make_selector`` etc. are lazy): importing
+# ``fedtab`` stays cheap, which matters where every message starts a new process
 # (a Flower SuperNode's ClientApp) and most messages never run a selector.
 
 __all__ = [
@@ -96,20 +104,42 @@ def _top_k(scores: np.ndarray, k: int | float | None) -> np.ndarray:
     return mask
 
 
-class Selector:
-    """Base class: subclasses implement :meth:`select`."""
+class Selector(SelectorMixin, BaseEstimator):
+    """Base class: subclasses keep their constructor arguments as given and implement
+    :meth:`select`; :meth:`fit` stores its answer as ``support_`` / ``scores_``."""
 
     name = "selector"
 
     def select(self, X: Any, y: Any) -> Selection:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def get_params(self) -> dict[str, Any]:
-        """Constructor arguments, as given (JSON-able for the built-in selectors)."""
-        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+    def fit(self, X: Any, y: Any) -> "Selector":
+        """Run :meth:`select` and keep ``support_`` ``(d,)`` bool and ``scores_`` ``(d,)`` float.
+
+        Raises:
+            ValueError: as :meth:`select` (shapes, NaN/inf, fewer than 2 rows).
+        """
+        from sklearn.utils.validation import validate_data
+
+        validate_data(self, X, skip_check_array=True, reset=True)  # n_features_in_, feature_names_in_
+        sel = self.select(X, y)
+        self.support_ = np.asarray(sel.mask, dtype=bool)
+        self.scores_ = np.asarray(sel.scores, dtype=np.float64)
+        return self
+
+    def _get_support_mask(self) -> np.ndarray:
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "support_")
+        return self.support_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        return tags
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params(deep=False).items())
         return f"{type(self).__name__}({args})"
 
 

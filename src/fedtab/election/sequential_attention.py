@@ -47,16 +47,13 @@ class SequentialAttentionSelector(Selector):
         self.k = k
         self.n_phases = n_phases
         self.steps_per_phase = steps_per_phase
-        self.hidden = [int(h) for h in hidden]
+        self.hidden = hidden
         self.batch_size = batch_size
         self.lr = lr
         self.logits_lr = logits_lr
         self.task = task
         self.seed = seed
         self.n_threads = n_threads
-
-    def get_params(self) -> dict[str, Any]:
-        return {k: v for k, v in super().get_params().items() if not k.endswith("_")}
 
     def _k(self, d: int) -> int:
         if self.k is None:
@@ -97,7 +94,7 @@ class SequentialAttentionSelector(Selector):
             torch.manual_seed(self.seed)
             layers: list[Any] = []
             width = d
-            for h in self.hidden:
+            for h in (int(h) for h in self.hidden):
                 layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
                 width = h
             layers.append(torch.nn.Linear(width, out_dim))

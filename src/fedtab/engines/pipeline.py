@@ -12,7 +12,9 @@ Config keys (hyphens or underscores)::
                       (default "election,training")
     freedom-degree    election freedom degree (default 0.5)
     selector          "" = each site's own selector, else a name / JSON spec / alias
-    normalization     "all" (fedtab's rule) or "selected" (FLARE 2.9's)
+    normalization     "all" (fedtab's rule) or "selected" (FLARE 2.9's normalisation only)
+    compat            "" = fedtab's rule, or "nvflare" / "flash" / "flower": a peer's whole
+                      server rule, exactly (see fedtab.election.compat)
     aggregation       "weighted" or "uniform"
     model, rounds, local-epochs, seed        training settings
     impute-rounds, impute-local-epochs       imputation settings (others: defaults)
@@ -71,6 +73,7 @@ class PipelineConfig:
     freedom_degree: float = 0.5
     selector: Any = None
     normalization: str = "all"
+    compat: str | None = None
     aggregation: str = "weighted"
     model: Any = "logistic"
     rounds: int = 5
@@ -86,8 +89,11 @@ class PipelineConfig:
         """Read a flat mapping; unknown keys are ignored (engines add their own).
 
         Raises:
-            ValueError: an unknown step, or a value of the wrong type.
+            ValueError: an unknown step, an unknown compat profile (or one given with
+                ``normalization="selected"``), or a value of the wrong type.
         """
+        from ..election.rule import check_profile
+
         c = {str(k).replace("-", "_"): v for k, v in config.items()}
         steps = c.get("steps", "election,training")
         if isinstance(steps, str):
@@ -105,6 +111,7 @@ class PipelineConfig:
                 freedom_degree=float(c.get("freedom_degree", 0.5)),
                 selector=parse_selector(selector) if selector is not None else None,
                 normalization=str(c.get("normalization", "all")),
+                compat=check_profile(c.get("compat") or None, str(c.get("normalization", "all"))),
                 aggregation=str(c.get("aggregation", "weighted")),
                 model=model,
                 rounds=int(c.get("rounds", 5)),
@@ -177,7 +184,8 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
     described = None
     if "election" in cfg.steps:
         el = run_election(federation, fd, selector=cfg.selector, aggregation=cfg.aggregation,
-                          normalization=cfg.normalization, describe="train" if "training" in cfg.steps else None)
+                          normalization=cfg.normalization, compat=cfg.compat,
+                          describe="train" if "training" in cfg.steps else None)
         described = el.described
         res = el.result
         features = res.selected_names
@@ -187,6 +195,7 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
             "feature_names": list(res.feature_names),
             "mask": [bool(m) for m in res.mask],
             "freedom_degree": float(fd),
+            "compat": cfg.compat,
             "stats": _jsonable(res.stats),
             "sites": el.site_summary(),
         }

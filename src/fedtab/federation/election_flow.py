@@ -19,7 +19,6 @@ import pandas as pd
 
 from ..election.ballot import Ballot
 from ..election.rule import ElectionResult, check_aggregation, check_normalization, check_profile
-from ..election.selectors import make_selector, selector_spec
 from ..election.tally import ElectionTally
 from .local_data import fill_with_column_means, numeric_matrix
 from .messages import Message
@@ -56,6 +55,8 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
     reason = abstention_reason(y, min_site_rows)
     if reason is not None:
         return Message(kind, meta={"abstain": reason, "n_samples": int(len(y))})
+    from ..election.selectors import make_selector  # imports scikit-learn: only where a site votes
+
     selector = make_selector(spec if spec is not None else site.selector)
     X = fill_with_column_means(X)
     sel = selector.select(X, y)
@@ -110,6 +111,8 @@ def _described_from(reply: Message) -> Message:
 
 
 def _selector_request(selector: Any) -> dict[str, Any]:
+    from ..election.selectors import selector_spec
+
     if selector is None:
         return {}
     return {"selector": selector_spec(selector)}
