@@ -93,7 +93,7 @@ def majority_sums(train_counts: np.ndarray, test_counts: np.ndarray, bins: int |
     hist = None
     if bins is not None and c == 2:
         rows = [np.repeat(k, test_counts[k]) for k in range(2)]
-        hist = score_histogram(np.concatenate(rows), np.full(int(test_counts.sum()), prior[1]), bins)
+        hist = score_histogram(np.concatenate(rows), np.full(int(test_counts.sum()), prior[1]), bins).astype(np.int64)
     return cm, hist, brier
 
 

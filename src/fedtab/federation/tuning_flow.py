@@ -116,7 +116,7 @@ def validation_scorer(federation: Federation, feature_names: list[str], *, model
     def score(mask: np.ndarray) -> float:
         feats = [f for f, m in zip(feature_names, mask) if m]
         out = run_training(federation, feats, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed,
-                           train_part="fit", eval_part="validation")
+                           train_part="fit", eval_part="validation", score_bins=None)  # F1 only: no histograms
         n = np.array([m["n"] for m in out.per_site.values()], dtype=np.float64)
         f1 = np.array([m["weighted_f1"] for m in out.per_site.values()])
         return float((n * f1).sum() / n.sum()) if n.sum() else 0.0
