@@ -28,19 +28,10 @@ from ..learn.models import make_model
 from .messages import Message
 from .protocol import Federation, FederationError, collect
 from .site import Site, handler
-from .training_flow import TrainingOutcome, checked_sums, evaluation_sums, label_key, pool_evaluations, \
+from .training_flow import TrainingOutcome, checked_sums, class_indices, evaluation_sums, pool_evaluations, \
     requested_bins, site_matrix
 
 __all__ = ["run_baselines", "majority_sums"]
-
-
-def _class_index(y_raw: np.ndarray, classes: list[str], site: str) -> np.ndarray:
-    index = {c: i for i, c in enumerate(classes)}
-    keys = [label_key(v) for v in y_raw]
-    unknown = sorted(set(keys) - set(index))
-    if unknown:
-        raise ValueError(f"site {site!r}: labels {unknown[:5]} are not in the agreed class list")
-    return np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
 
 
 def _standardise(X: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
@@ -55,7 +46,7 @@ def _local_baseline(site: Site, request: Message) -> Message:
     features, classes = list(meta["features"]), [str(c) for c in meta["classes"]]
     model = make_model(meta["model"])
     X, y_raw = site_matrix(site, features, "train")
-    y = _class_index(y_raw, classes, site.name)
+    y = class_indices(y_raw, classes)
     obs = ~np.isnan(X)
     count = obs.sum(axis=0)
     mean = np.where(count > 0, np.where(obs, X, 0.0).sum(axis=0) / np.maximum(count, 1), 0.0)
@@ -69,7 +60,7 @@ def _local_baseline(site: Site, request: Message) -> Message:
         if model.exact:  # the update holds sufficient statistics: one site's "aggregate" is its model
             params = model.aggregate([(params, len(y))])
     Xt, yt_raw = site_matrix(site, features, "test")
-    sums = evaluation_sums(model, params, _standardise(Xt, mean, std), _class_index(yt_raw, classes, site.name),
+    sums = evaluation_sums(model, params, _standardise(Xt, mean, std), class_indices(yt_raw, classes),
                            len(classes), requested_bins(meta))
     sums["train_counts"] = np.bincount(y, minlength=len(classes)).astype(np.int64)
     return Message("local_baseline", sums, {"n_train": int(len(y))})

@@ -42,7 +42,7 @@ from typing import Any, Callable, Literal, Mapping
 import numpy as np
 import pandas as pd
 
-from ..learn.metrics import SCORE_BINS, brier_sum, confusion, evaluation_scores, score_histogram, scores_from_confusion
+from ..learn.metrics import SCORE_BINS, brier_sum, confusion, evaluation_scores, score_histogram
 from ..learn.models import FederatedModel, Params, make_model
 from .local_data import numeric_matrix
 from .messages import Message
@@ -50,7 +50,7 @@ from .protocol import Federation, FederationError, collect
 from .site import Site, handler
 
 __all__ = ["TrainingOutcome", "run_training", "describe_site", "site_matrix", "label_key", "part_rows", "PARTS",
-           "evaluation_sums", "checked_sums", "pool_evaluations", "requested_bins"]
+           "evaluation_sums", "checked_sums", "pool_evaluations", "requested_bins", "class_indices"]
 
 #: row parts a request may name.
 PARTS = ("train", "test", "fit", "validation", "all")
@@ -130,12 +130,21 @@ def _standardised(site: Site, setup: dict[str, Any], part: str) -> tuple[np.ndar
     X, y_raw = site_matrix(site, setup["features"], part)
     Z = (X - setup["mean"]) / setup["std"]
     Z[np.isnan(Z)] = 0.0
-    index = {c: i for i, c in enumerate(setup["classes"])}
+    return Z, class_indices(y_raw, setup["classes"])
+
+
+def class_indices(y_raw: Any, classes: list[str]) -> np.ndarray:
+    """``(n,)`` int64 positions of raw labels in the agreed class list (by :func:`label_key`).
+
+    Raises:
+        ValueError: a label is not in ``classes``.
+    """
+    index = {c: i for i, c in enumerate(classes)}
     keys = [label_key(v) for v in y_raw]
     unknown = sorted(set(keys) - set(index))
     if unknown:
         raise ValueError(f"labels {unknown[:5]} are not in the agreed class list")
-    return Z, np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
+    return np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
 
 
 def _params_from(msg: Message) -> Params:
