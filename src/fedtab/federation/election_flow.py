@@ -11,7 +11,7 @@ tells the sites.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping
 
 import numpy as np
@@ -63,7 +63,7 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
     return Message(
         kind,
         {"mask": np.asarray(sel.mask, dtype=bool), "scores": np.asarray(sel.scores, dtype=np.float64)},
-        {"feature_names": list(frame.columns.astype(str)), "n_samples": int(len(y)), "selector": selector.name},
+        {"feature_names": list(map(str, frame.columns.tolist())), "n_samples": int(len(y)), "selector": selector.name},
     )
 
 
@@ -87,7 +87,7 @@ def _min_rows(value: Any) -> int:
 @handler("set_mask")
 def _set_mask(site: Site, request: Message) -> Message:
     features = request.meta.get("features")
-    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+    if not isinstance(features, list) or not set(map(type, features)) <= {str}:
         raise ValueError("set_mask needs a list of feature names")
     site.state["features"] = list(features)
     held_set = site.feature_set
@@ -174,6 +174,7 @@ def ballots_from_replies(
     """
     ballots = []
     left_out: dict[str, str] = {}
+    known: tuple[str, ...] | None = None
     for name, reply in replies.items():
         reason = reply.meta.get("abstain")
         n = reply.meta.get("n_samples")
@@ -182,9 +183,18 @@ def ballots_from_replies(
         if reason is not None:
             left_out[name] = str(reason)
             continue
+        names = reply.meta.get("feature_names")
         try:
-            ballots.append(Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n,
-                                        reply.meta.get("feature_names"), site=name))
+            if isinstance(names, list) and known is not None and len(names) == len(known) and tuple(names) == known:
+                # the same columns as the previous ballot (the usual case): validated once
+                ballot = replace(Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n, None,
+                                              site=name), feature_names=known)
+                if ballot.n_features != len(known):
+                    raise ValueError(f"site {name!r}: {len(known)} feature names for {ballot.n_features} mask entries")
+            else:
+                ballot = Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n, names, site=name)
+                known = ballot.feature_names
+            ballots.append(ballot)
         except ValueError:
             if on_error == "raise":
                 raise

@@ -136,12 +136,19 @@ class Message:
                 raise MessageError(f"array {spec.get('name')!r}: shape and byte length disagree")
             if offset + nbytes > len(data):
                 raise MessageError(f"array {spec.get('name')!r} is truncated")
-            arrays[spec["name"]] = np.frombuffer(data, dtype=dtype, count=int(np.prod(shape, dtype=np.int64)),
+            arrays[str(spec.get("name"))] = np.frombuffer(data, dtype=dtype, count=int(np.prod(shape, dtype=np.int64)),
                                                  offset=offset).reshape(shape).copy()
             offset += nbytes
         if offset != len(data):
             raise MessageError("message has trailing bytes")
-        return cls(kind, arrays, meta)
+        if not isinstance(kind, str) or not kind:
+            raise MessageError("message kind must be a non-empty string")
+        if not isinstance(meta, dict):
+            raise MessageError("message meta must be a JSON object")
+        _check_json(meta, "meta")  # JSON decodes to builtins already: no _to_builtin pass
+        msg = cls.__new__(cls)
+        msg.kind, msg.arrays, msg.meta = kind, arrays, meta
+        return msg
 
     def nbytes(self) -> int:
         """Size of the serialised message in bytes (what crosses the wire)."""

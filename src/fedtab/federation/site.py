@@ -154,7 +154,8 @@ class Site:
             raise ValueError(f"site {self.name!r} has no target column")
         rows = self.rows(part)
         cols = self.feature_names if columns is None else columns
-        missing = [c for c in cols if c not in rows.columns]
+        held = self.feature_set
+        missing = [c for c in cols if c not in held and c not in rows.columns]
         if missing:
             raise ValueError(f"site {self.name!r}: columns {missing[:5]} are not in its table")
         return rows[cols], rows[self.target].to_numpy()

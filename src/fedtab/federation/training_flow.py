@@ -106,7 +106,11 @@ def part_rows(site: Site, part: str) -> pd.DataFrame:
 def site_matrix(site: Site, features: list[str], part: str) -> tuple[np.ndarray, np.ndarray]:
     """``(X, y_raw)`` over ``features`` (absent columns all-NaN), raw labels."""
     rows = part_rows(site, part)
-    present = [f for f in features if f in rows.columns]
+    held = site.feature_set  # a set: `f in rows.columns` costs ~6 µs per name on a pandas index
+    present = [f for f in features if f in held]
+    if len(present) == len(features):  # the site holds every feature (the usual case): no scatter
+        X = numeric_matrix(rows[present], site.name)
+        return X, rows[site.target].to_numpy() if site.target is not None else np.zeros(len(rows))
     X = np.full((len(rows), len(features)), np.nan)
     if present:
         pos = {f: i for i, f in enumerate(features)}  # not features.index: O(d²) on wide tables

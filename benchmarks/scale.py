@@ -1,0 +1,512 @@
+"""Scale and non-IID: many sites, many features, skewed data (issue 15).
+
+One process, in-process engine (:class:`~fedtab.engines.local.LocalFederation`), wire
+format on (every message is serialised and decoded, so byte counts are real).
+
+1. **Grid** — election (ANOVA ballots, default top half, ``fd = 0.5``) then FedAvg
+   logistic training for K sites × d features (``make_classification``, 2 %
+   informative, site sizes log-normal so small sites exist, at least
+   ``MIN_ROWS`` rows each). Per step (``"election"`` = ballot + set_mask/describe,
+   ``"fedavg_round"`` = one training round after the first): server and site wall
+   seconds, peak server memory, bytes per site. Site seconds = time spent decoding
+   the request, in the handler and encoding the reply, summed over sites
+   (``LocalFederation.site_seconds``); server seconds = wall − site seconds (CPU
+   seconds likewise, robust to other load on a shared machine). Peak server memory =
+   tracemalloc peak of the server's side of the step (encoding requests, decoding and
+   holding the replies, reducing), replayed untimed from the replies recorded in the
+   timed run.
+2. **Non-IID** (K = 30) — label skew (Dirichlet α ∈ {∞, 1, 0.1}), quantity skew
+   and covariate shift. The elected mask (ANOVA F with FDR control, ``fd`` =
+   ``NONIID_FD``; sites with one class abstain) is scored by signal recall, noise kept
+   and Jaccard agreement with the same selector on the pooled rows (also per ``fd``); F1 of FedAvg on the elected mask against
+   centralised training (pooled rows, pooled ANOVA mask, same logistic model) and
+   local-only training (each site alone, its own mask), all scored on the union of
+   the sites' test rows.
+3. **Imputation** — FedHF-Impute for F columns × K sites, 60 % column availability
+   (:func:`~fedtab.data.impute_datasets.heterogeneous_split`), few rounds: end-to-end
+   seconds, seconds per round and validation RMSE (z-space, held-out cells).
+
+Run: ``python -m benchmarks.scale`` (``--quick`` for a small run, ``--out DIR``);
+writes ``scale.json``, ``scale.md`` and ``scale.png`` to ``benchmarks/results``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from fedtab.election.agreement import DEFAULT_FREEDOM_DEGREES, jaccard, pooled_agreement, pooled_mask
+from fedtab.engines.local import LocalFederation
+from fedtab.federation.election_flow import run_election
+from fedtab.federation.messages import Message
+from fedtab.federation.protocol import Federation
+from fedtab.federation.site import Site
+from fedtab.federation.training_flow import run_training
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TARGET = "target"
+MIN_ROWS = 12  # the smallest site: a handful of rows, as in a real network
+FD = 0.5
+NONIID_FD = 0.5
+
+
+def noniid_selector() -> Any:
+    """ANOVA F test with Benjamini-Hochberg FDR control at 5 % (scikit-learn's ``SelectFdr``):
+    keeps what the data supports, so the pooled mask is the signal, not a fixed top k."""
+    from sklearn.feature_selection import SelectFdr, f_classif
+
+    from fedtab.election.selectors import SklearnSelector
+
+    return SklearnSelector(SelectFdr(f_classif, alpha=0.05))
+
+
+PARTITIONS = [("label_skew", math.inf), ("label_skew", 1.0), ("label_skew", 0.1), ("quantity_skew", None),
+              ("covariate_shift", None)]
+
+FULL = {
+    "grid_sites": [3, 10, 30, 100, 300], "grid_features": [100, 1000, 10000], "grid_rounds": 3,
+    "noniid_sites": 30, "noniid_features": 1000, "noniid_rows": 9000, "noniid_rounds": 20,
+    "impute_columns": [13, 100, 446, 1000], "impute_sites": [4, 20], "impute_rows": 1200, "impute_rounds": 3,
+}
+QUICK = {
+    "grid_sites": [3, 10], "grid_features": [100], "grid_rounds": 3,
+    "noniid_sites": 6, "noniid_features": 60, "noniid_rows": 900, "noniid_rounds": 3,
+    "impute_columns": [13], "impute_sites": [4], "impute_rows": 300, "impute_rounds": 1,
+}
+
+
+# ----------------------------------------------------------------------------- data
+def signal_table(n_rows: int, n_features: int, seed: int) -> tuple[pd.DataFrame, int]:
+    """make_classification with 2 % informative columns (the first ones), float32 to save memory."""
+    from sklearn.datasets import make_classification
+
+    n_inf = max(2, round(0.02 * n_features))
+    X, y = make_classification(n_samples=n_rows, n_features=n_features, n_informative=n_inf, n_redundant=0,
+                               n_repeated=0, class_sep=1.0, flip_y=0.01, shuffle=False, random_state=seed)
+    width = len(str(n_features - 1))
+    frame = pd.DataFrame(X.astype(np.float32), columns=[f"f{i:0{width}d}" for i in range(n_features)])
+    del X
+    frame[TARGET] = y
+    return frame, n_inf
+
+
+def lognormal_sizes(k: int, n_rows: int, rng: np.random.Generator, sigma: float = 1.0) -> np.ndarray:
+    """Site row counts: log-normal shares, each at least ``MIN_ROWS``, summing to ``n_rows``."""
+    share = rng.lognormal(0.0, sigma, size=k)
+    extra = n_rows - MIN_ROWS * k
+    if extra < 0:
+        raise ValueError(f"{n_rows} rows cannot give {k} sites {MIN_ROWS} rows each")
+    sizes = MIN_ROWS + np.floor(share / share.sum() * extra).astype(int)
+    sizes[np.argmax(sizes)] += n_rows - sizes.sum()
+    return sizes
+
+
+def split_by_sizes(order: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+    return [np.sort(p) for p in np.split(order, np.cumsum(sizes)[:-1])]
+
+
+def label_skew(y: np.ndarray, k: int, alpha: float, rng: np.random.Generator) -> list[np.ndarray]:
+    """Dirichlet(α) class proportions per site (α = ∞: IID); every site gets ≥ ``MIN_ROWS`` rows."""
+    if math.isinf(alpha):
+        return split_by_sizes(rng.permutation(len(y)), np.diff(np.round(np.linspace(0, len(y), k + 1)).astype(int)))
+    parts: list[list[int]] = [[] for _ in range(k)]
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        cuts = (np.cumsum(rng.dirichlet(np.full(k, alpha)))[:-1] * len(idx)).astype(int)
+        for i, chunk in enumerate(np.split(idx, cuts)):
+            parts[i].extend(chunk.tolist())
+    # top up sites below MIN_ROWS from the largest site (keeps every site able to split train/test)
+    for i in range(k):
+        while len(parts[i]) < MIN_ROWS:
+            donor = max(range(k), key=lambda j: len(parts[j]))
+            parts[i].append(parts[donor].pop())
+    return [np.sort(np.asarray(p, dtype=int)) for p in parts]
+
+
+def covariate_shift(X: np.ndarray, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Sites hold contiguous slices of the rows sorted by a noisy random projection:
+    each sees a different region of feature space (P(x) differs, P(y | x) does not)."""
+    proj = X @ rng.normal(size=X.shape[1]) / math.sqrt(X.shape[1])
+    order = np.argsort(proj + 0.3 * proj.std() * rng.normal(size=len(proj)))
+    return split_by_sizes(order, np.diff(np.round(np.linspace(0, len(order), k + 1)).astype(int)))
+
+
+def make_sites(frame: pd.DataFrame, parts: list[np.ndarray], selector: Any) -> list[Site]:
+    return [Site(f"site-{i:03d}", frame.iloc[p].reset_index(drop=True), TARGET, selector=selector, seed=i)
+            for i, p in enumerate(parts)]
+
+
+# ----------------------------------------------------------------------------- measuring
+def _mark(fed: LocalFederation) -> tuple[float, float, float, float, int]:
+    """(wall, process CPU, site wall, site CPU, traffic records) now."""
+    return (time.perf_counter(), time.process_time(), float(sum(fed.site_seconds.values())),
+            float(sum(fed.site_cpu_seconds.values())), len(fed.traffic.records))
+
+
+def _step(fed: LocalFederation, a: tuple, b: tuple, k: int, kinds: set[str] | None = None) -> dict[str, float]:
+    """Server/site wall and CPU seconds and bytes per site between two marks."""
+    moved = sum(r.bytes_down + r.bytes_up for r in fed.traffic.records[a[4]:b[4]] if kinds is None or r.kind in kinds)
+    return {"server_seconds": (b[0] - a[0]) - (b[2] - a[2]), "site_seconds": b[2] - a[2],
+            "server_cpu_seconds": (b[1] - a[1]) - (b[3] - a[3]), "bytes_per_site": moved / k}
+
+
+class Recording(LocalFederation):
+    """A LocalFederation that keeps the last reply of each kind from each site."""
+
+    def __init__(self, sites: list[Site]) -> None:
+        super().__init__(sites)
+        self.recorded: dict[str, dict[str, Message]] = {}
+
+    def ask(self, requests: Mapping[str, Message]) -> dict[str, Message]:
+        replies = super().ask(requests)
+        for name, reply in replies.items():
+            self.recorded.setdefault(requests[name].kind, {})[name] = reply
+        return replies
+
+
+class Replay(Federation):
+    """Answers every request with the reply recorded in the timed run: the server's work
+    (encoding requests, decoding replies, reducing) without the sites', for tracemalloc."""
+
+    def __init__(self, recorded: Mapping[str, Mapping[str, Message]]) -> None:
+        super().__init__()
+        self._raw = {kind: {n: m.to_bytes() for n, m in by_site.items()} for kind, by_site in recorded.items()}
+        self._names = list(next(iter(recorded.values())))
+
+    @property
+    def sites(self) -> list[str]:
+        return list(self._names)
+
+    def ask(self, requests: Mapping[str, Message]) -> dict[str, Message]:
+        encoded = {id(r): r.to_bytes() for r in requests.values()}  # a broadcast is encoded once
+        assert encoded
+        return {n: Message.from_bytes(self._raw[r.kind][n]) for n, r in requests.items()}
+
+
+def peak_mb(fn: Callable[[], Any]) -> float:
+    """tracemalloc peak (MB) of what ``fn`` allocates."""
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def grid_point(k: int, d: int, rounds: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Election + FedAvg rows for ``k`` sites × ``d`` features."""
+    n_rows = int(min(max(40 * k, 2000), max(40_000_000 // d, MIN_ROWS * k * 2)))
+    frame, _ = signal_table(n_rows, d, seed)
+    sizes = lognormal_sizes(k, n_rows, np.random.default_rng(seed))
+    sites = make_sites(frame, split_by_sizes(np.random.default_rng(seed + 1).permutation(n_rows), sizes), "anova")
+    del frame
+    fed = Recording(sites)
+
+    a = _mark(fed)
+    outcome = run_election(fed, FD, describe="train")
+    election = _step(fed, a, _mark(fed), k)
+    replay = Replay(fed.recorded)
+    election["peak_server_mb"] = peak_mb(lambda: run_election(replay, FD, describe="train"))
+
+    features = outcome.result.selected_names
+    marks = [_mark(fed)]
+    run_training(fed, features, rounds=rounds, local_epochs=1, described=outcome.described,
+                 on_round=lambda r, m: marks.append(_mark(fed)))
+    later = [_step(fed, a, b, k, {"fit"}) for a, b in zip(marks[1:-1], marks[2:])]  # rounds 2..R
+    fedavg = {key: float(np.mean([x[key] for x in later])) for key in later[0]}
+    replay = Replay(fed.recorded)
+    fedavg["peak_server_mb"] = peak_mb(lambda: run_training(replay, features, rounds=1, local_epochs=1,
+                                                            described=outcome.described))
+    common = {"sites": k, "features": d, "rows": n_rows, "min_site_rows": int(sizes.min()), "kept": len(features)}
+    return [{"step": "election", **common, **election}, {"step": "fedavg_round", **common, **fedavg}]
+
+
+# ----------------------------------------------------------------------------- non-IID
+def _weighted_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(y_true, y_pred, average="weighted"))
+
+
+def _fit_predict(train: pd.DataFrame, test: pd.DataFrame, features: list[str]) -> np.ndarray:
+    """The training workflow's logistic model on one table (centralised or one site alone)."""
+    from fedtab.learn.models import make_model
+
+    y = train[TARGET].to_numpy()
+    classes = np.unique(y)
+    if classes.size < 2 or not features:  # a site that saw one class predicts it
+        return np.full(len(test), classes[0] if classes.size else 0)
+    X = train[features].to_numpy(np.float64)
+    mean, std = X.mean(0), X.std(0)
+    std[std < 1e-12] = 1.0
+    model = make_model("logistic")
+    params = model.local_update(model.init(len(features), classes.size), (X - mean) / std,
+                                np.searchsorted(classes, y), epochs=200)
+    pred = model.predict(params, (test[features].to_numpy(np.float64) - mean) / std)
+    return classes[pred]
+
+
+def noniid_point(partition: str, alpha: float | None, cfg: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    k, d, n = cfg["noniid_sites"], cfg["noniid_features"], cfg["noniid_rows"]
+    frame, n_inf = signal_table(n, d, seed)
+    rng = np.random.default_rng(seed + 7)
+    y = frame[TARGET].to_numpy()
+    if partition == "label_skew":
+        parts = label_skew(y, k, float(alpha), rng)
+    elif partition == "quantity_skew":
+        parts = split_by_sizes(rng.permutation(n), lognormal_sizes(k, n, rng, sigma=1.5))
+    elif partition == "covariate_shift":
+        parts = covariate_shift(frame.drop(columns=TARGET).to_numpy(np.float64), k, rng)
+    else:
+        raise ValueError(partition)
+    sites = make_sites(frame, parts, noniid_selector())
+    fed = LocalFederation(sites)
+    names = sites[0].feature_names
+    signal = np.arange(d) < n_inf
+
+    outcome = run_election(fed, NONIID_FD, describe="train")
+    mask = outcome.result.mask
+    train_tables = [s.rows("train") for s in sites]
+    ref = pooled_mask(train_tables, TARGET, noniid_selector(), names)
+    curve = pooled_agreement(outcome.ballots, ref, feature_names=names)
+    trained = run_training(fed, outcome.result.selected_names, rounds=cfg["noniid_rounds"], local_epochs=2,
+                           described=outcome.described)
+
+    pooled_train = pd.concat(train_tables, ignore_index=True)
+    test = pd.concat([s.rows("test") for s in sites], ignore_index=True)
+    y_test = test[TARGET].to_numpy()
+    central = _weighted_f1(y_test, _fit_predict(pooled_train, test, [f for f, m in zip(names, ref) if m]))
+    local, weights = [], []
+    for s, b in zip(sites, outcome.ballots):
+        own = [f for f, m in zip(b.feature_names or names, b.mask) if m]
+        local.append(_weighted_f1(y_test, _fit_predict(s.rows("train"), test, own)))
+        weights.append(b.n_samples)
+    one_class = sum(len(np.unique(s.rows("train")[TARGET])) < 2 for s in sites)
+    return {
+        "partition": partition,
+        "alpha": None if alpha is None or math.isinf(alpha) else alpha,
+        "signal_recall": float(mask[signal].mean()),
+        "noise_kept": float(mask[~signal].mean()),
+        "jaccard_pooled": jaccard(mask, ref),
+        "f1": float(trained.pooled["weighted_f1"]),
+        "f1_central": central,
+        "f1_local": float(np.average(local, weights=weights)),
+        "iid": alpha is not None and math.isinf(alpha),
+        "one_class_sites": int(one_class),
+        "min_site_rows": int(min(len(p) for p in parts)),
+        "kept": int(mask.sum()),
+        "pooled_recall": float(ref[signal].mean()),
+        "jaccard_by_fd": curve,
+    }
+
+
+# ----------------------------------------------------------------------------- imputation
+def impute_point(f: int, k: int, cfg: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    from benchmarks.impute import synthetic
+    from fedtab.data.impute_datasets import heterogeneous_split
+    from fedtab.federation.impute_flow import ImputeConfig, run_imputation
+
+    x = synthetic("rank4", n=cfg["impute_rows"], f=f, seed=seed)
+    cols = [str(c) for c in x.columns]
+    split = heterogeneous_split(cols, len(x), n_sites=k, keep_fraction=0.6, seed=seed)
+    sites = [Site(f"site-{i:02d}", x.iloc[r][c].reset_index(drop=True), None, seed=i)
+             for i, (r, c) in enumerate(zip(split.rows, split.columns))]
+    rounds = cfg["impute_rounds"]
+    config = ImputeConfig(rounds=rounds, local_epochs=1, max_steps_per_round=20, seed=seed)
+    t0 = time.perf_counter()
+    result = run_imputation(LocalFederation(sites), config)
+    seconds = time.perf_counter() - t0
+    overall = result.validation.get("overall")
+    return {"columns": f, "sites": k, "seconds": seconds, "rmse": None if overall is None else float(overall),
+            "rounds": rounds, "seconds_per_round": seconds / max(rounds, 1), "rows": cfg["impute_rows"]}
+
+
+# ----------------------------------------------------------------------------- report
+def _slope(rows: list[dict[str, Any]], d: int, step: str, key: str = "server_seconds") -> float | None:
+    """Least-squares exponent b of ``seconds ∝ K^b`` at fixed d (1 = linear)."""
+    pts = [(r["sites"], r[key]) for r in rows if r["features"] == d and r["step"] == step and r[key] > 0]
+    if len(pts) < 2:
+        return None
+    k, s = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+    return float(np.polyfit(k, s, 1)[0])
+
+
+def goals(result: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    """(goal, measured, met) — ``met`` is ``None`` when the run did not measure it."""
+    out: list[tuple[str, str, bool | None]] = []
+    el = [r for r in result["election"] if r["step"] == "election" and r["sites"] == 300 and r["features"] == 10000]
+    if el:
+        s, c = el[0]["server_seconds"], el[0]["server_cpu_seconds"]
+        out.append(("election, 300 sites × 10,000 features: server < 5 s", f"{s:.2f} s wall ({c:.2f} s CPU)", s < 5))
+    else:
+        out.append(("election, 300 sites × 10,000 features: server < 5 s", "not run", None))
+    ds = sorted({r["features"] for r in result["election"]})
+    slopes = {d: _slope(result["election"], d, "fedavg_round", "server_seconds") for d in ds}
+    walls = {d: _slope(result["election"], d, "fedavg_round", "site_seconds") for d in ds}
+    text = ", ".join(f"d={d}: server K^{slopes[d]:.2f}, sites K^{walls[d]:.2f}" for d in ds if slopes[d] is not None)
+    lin = [v for v in slopes.values() if v is not None]
+    out.append(("FedAvg round time linear in K (fitted exponent ≤ 1.15)", text or "not run",
+                all(v <= 1.15 for v in lin) if lin else None))
+    skew = [r for r in result["noniid"] if r["partition"] == "label_skew" and r["alpha"] == 0.1]
+    if skew:
+        r = skew[0]
+        out.append(("K = 30, label skew α = 0.1: signal recall ≥ 0.90", f"{r['signal_recall']:.3f}",
+                    r["signal_recall"] >= 0.9))
+        gap = r["f1_central"] - r["f1"]
+        out.append(("… and F1 within 0.02 of centralised", f"F1 {r['f1']:.3f} vs {r['f1_central']:.3f} (gap {gap:+.3f})",
+                    gap <= 0.02))
+    imp = [r for r in result["imputation"] if r["columns"] == 1000 and r["sites"] == 20]
+    if imp:
+        out.append(("imputation, 1,000 columns × 20 sites < 10 min end to end", f"{imp[0]['seconds']:.1f} s",
+                    imp[0]["seconds"] < 600))
+    else:
+        out.append(("imputation, 1,000 columns × 20 sites < 10 min end to end", "not run", None))
+    return out
+
+
+def _fmt(v: Any, p: int = 3) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{p}f}"
+    return str(v)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    meta = result["meta"]
+    lines = [f"# Scale and non-IID ({'quick' if meta['quick'] else 'full'} run)", "",
+             f"Command: `{meta['command']}`; {meta['cpus']} CPU(s) shared with other jobs; total {meta['seconds']:.0f} s wall, "
+             f"{meta['cpu_seconds']:.0f} s CPU of this process.", "",
+             "## Goals", "", "| goal | measured | met |", "|---|---|---|"]
+    for g, m, ok in goals(result):
+        lines.append(f"| {g} | {m} | {'–' if ok is None else ('yes' if ok else 'NO')} |")
+    lines += ["", "## Election and FedAvg by sites × features", "",
+              "ANOVA ballots (top half), fd = 0.5; logistic FedAvg, 1 local epoch. Seconds are wall time of the step "
+              "(a FedAvg round: mean of rounds 2..R); site seconds summed over all sites; bytes per site both ways.", "",
+              "| step | sites | features | rows (smallest site) | server s | server CPU s | site s | peak server MB | bytes/site |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in result["election"]:
+        lines.append(f"| {r['step']} | {r['sites']} | {r['features']} | {r['rows']} ({r['min_site_rows']}) | "
+                     f"{r['server_seconds']:.3f} | {r['server_cpu_seconds']:.3f} | {r['site_seconds']:.3f} | "
+                     f"{r['peak_server_mb']:.1f} | "
+                     f"{r['bytes_per_site']:,.0f} |")
+    lines += ["", f"## Non-IID, K = {meta['config']['noniid_sites']} sites, "
+              f"d = {meta['config']['noniid_features']}", "",
+              f"ANOVA F with 5 % FDR (SelectFdr) per site, fd = {NONIID_FD}, one-class sites abstain; pooled = the same selector on all training rows; F1 is "
+              "weighted F1 on the union of the sites' test rows (local = each site alone, sample-weighted mean).", "",
+              "| partition | α | signal recall | noise kept | Jaccard pooled | F1 fed | F1 central | F1 local | "
+              "one-class sites | smallest site |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["noniid"]:
+        alpha = "∞" if r["iid"] else _fmt(r["alpha"], 1)
+        lines.append(f"| {r['partition']} | {alpha} | {_fmt(r['signal_recall'])} | {_fmt(r['noise_kept'])} | "
+                     f"{_fmt(r['jaccard_pooled'])} | {_fmt(r['f1'])} | {_fmt(r['f1_central'])} | {_fmt(r['f1_local'])} | "
+                     f"{r['one_class_sites']} | {r['min_site_rows']} |")
+    fds = [c["freedom_degree"] for c in result["noniid"][0]["jaccard_by_fd"]] if result["noniid"] else []
+    if fds:
+        lines += ["", "Jaccard agreement with the pooled selector by freedom degree:", "",
+                  "| partition | α | " + " | ".join(f"fd {fd:g}" for fd in fds) + " |",
+                  "|---|---|" + "---|" * len(fds)]
+        for r in result["noniid"]:
+            alpha = "∞" if r["iid"] else _fmt(r["alpha"], 1)
+            lines.append(f"| {r['partition']} | {alpha} | " + " | ".join(f"{c['jaccard']:.3f}" for c in r["jaccard_by_fd"]) + " |")
+    lines += ["", "## Imputation, 60 % column availability", "",
+              "| columns | sites | rounds | seconds | s/round | RMSE (z, validation) |", "|---|---|---|---|---|---|"]
+    for r in result["imputation"]:
+        lines.append(f"| {r['columns']} | {r['sites']} | {r['rounds']} | {r['seconds']:.1f} | {r['seconds_per_round']:.1f} | "
+                     f"{_fmt(r['rmse'], 4)} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    from fedtab.report.plots import plt, save_figure
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    rows = result["election"]
+    for ax, step in zip(axes[:2], ("election", "fedavg_round")):
+        for d in sorted({r["features"] for r in rows}):
+            pts = sorted((r["sites"], r["server_seconds"]) for r in rows if r["step"] == step and r["features"] == d)
+            ax.plot([p[0] for p in pts], [max(p[1], 1e-4) for p in pts], "o-", label=f"d = {d}")
+        ax.set(xscale="log", yscale="log", xlabel="sites K", ylabel="server seconds", title=step)
+        ax.legend()
+    ni = result["noniid"]
+    labels = [f"{r['partition']}\nα={'∞' if r['iid'] else _fmt(r['alpha'], 1)}" if r["partition"] == "label_skew"
+              else r["partition"] for r in ni]
+    xs = np.arange(len(ni))
+    for off, key in ((-0.27, "f1"), (0.0, "f1_central"), (0.27, "f1_local")):
+        axes[2].bar(xs + off, [r[key] for r in ni], 0.27, label=key)
+    axes[2].plot(xs, [r["jaccard_pooled"] for r in ni], "kD", label="Jaccard pooled")
+    axes[2].set_xticks(xs, labels, fontsize=7)
+    axes[2].set(ylim=(0, 1.05), title="non-IID (K = 30)")
+    axes[2].legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def run(cfg: dict[str, Any], log: Callable[[str], None] = print,
+        partial: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """All three studies; ``partial(result so far)`` after every point (a long run keeps what it measured)."""
+    election: list[dict[str, Any]] = []
+    noniid: list[dict[str, Any]] = []
+    imputation: list[dict[str, Any]] = []
+    result = {"election": election, "noniid": noniid, "imputation": imputation}
+    for d in cfg["grid_features"]:
+        for k in cfg["grid_sites"]:
+            rows = grid_point(k, d, cfg["grid_rounds"])
+            election += rows
+            if partial:
+                partial(result)
+            log(f"K={k:4d} d={d:6d}  election server {rows[0]['server_seconds']:.3f}s sites {rows[0]['site_seconds']:.3f}s "
+                f"peak {rows[0]['peak_server_mb']:.1f}MB | round server {rows[1]['server_seconds']:.4f}s "
+                f"sites {rows[1]['site_seconds']:.3f}s")
+    for partition, alpha in PARTITIONS:
+        r = noniid_point(partition, alpha, cfg)
+        noniid.append(r)
+        if partial:
+            partial(result)
+        log(f"{partition:16s} α={r['alpha']}  recall {r['signal_recall']:.3f} noise {r['noise_kept']:.3f} "
+            f"jaccard {r['jaccard_pooled']:.3f}  F1 {r['f1']:.3f} central {r['f1_central']:.3f} local {r['f1_local']:.3f}")
+    for f in cfg["impute_columns"]:
+        for k in cfg["impute_sites"]:
+            r = impute_point(f, k, cfg)
+            imputation.append(r)
+            if partial:
+                partial(result)
+            log(f"impute F={f:5d} K={k:3d}  {r['seconds']:.1f}s rmse {_fmt(r['rmse'], 4)}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (seconds, used by the tests)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="folder for scale.{json,md,png}")
+    args = ap.parse_args(argv)
+    import os
+
+    cfg = QUICK if args.quick else FULL
+    t0, c0 = time.perf_counter(), time.process_time()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def save(result: dict[str, Any], done: bool = False) -> None:
+        result["meta"] = {"quick": bool(args.quick), "config": cfg, "seconds": time.perf_counter() - t0,
+                          "cpu_seconds": time.process_time() - c0, "complete": done, "cpus": os.cpu_count(),
+                          "command": "python -m benchmarks.scale" + (" --quick" if args.quick else "")}
+        (args.out / "scale.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+
+    result = run(cfg, partial=save)
+    save(result, done=True)
+    (args.out / "scale.md").write_text(markdown(result))
+    plot(result, args.out / "scale.png")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
