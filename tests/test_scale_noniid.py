@@ -130,3 +130,25 @@ def test_pooled_mask_aligns_sites_with_different_columns():
     assert mask.shape == (12,) and mask.sum() == 4
     with pytest.raises(ValueError, match="no target"):
         pooled_mask([a.drop(columns="target")], "target", "anova", names)
+
+
+def test_estimator_reports_pooled_agreement_and_abstentions():
+    from fedtab import FederatedFeatureElection
+
+    t = _table(900, 20)
+    parts = split_rows(t, [0.4, 0.4, 0.2], stratify="target", seed=0)
+    parts[2] = parts[2][parts[2].target == 1]  # this site only saw class 1
+    top = {"name": "anova", "params": {"k": 4}}
+    fe = FederatedFeatureElection(selector=top, freedom_degree=0.5, pooled_comparison=True).fit(parts, "target")
+    assert set(fe.abstained_) == {"site2"}
+    curve = fe.pooled_agreement_
+    assert list(curve.columns) == ["freedom_degree", "jaccard", "kept", "pooled_kept"]
+    here = curve[curve.freedom_degree == 0.5].iloc[0]
+    assert here.jaccard == pytest.approx(jaccard(fe.support_, fe.pooled_support_))
+    assert fe.pooled_support_.sum() == 4 and here.kept == fe.support_.sum()
+    assert fe.explain()["pooled"].tolist() == fe.pooled_support_.tolist()
+    # without the option nothing extra is computed or shown
+    plain = FederatedFeatureElection(selector=top).fit(parts, "target")
+    assert not hasattr(plain, "pooled_agreement_") and "pooled" not in plain.explain()
+    with pytest.raises(ValueError, match="one selector shared"):
+        FederatedFeatureElection(selector=["anova", "anova", "lasso"], pooled_comparison=True).fit(parts, "target")

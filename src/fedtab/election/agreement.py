@@ -81,6 +81,7 @@ def pooled_agreement(
     freedom_degrees: Sequence[float] = DEFAULT_FREEDOM_DEGREES,
     aggregation: str = "weighted",
     normalization: str = "all",
+    compat: str | None = None,
 ) -> list[dict[str, float]]:
     """Per freedom degree, the Jaccard agreement of the elected mask with ``pooled``.
 
@@ -91,6 +92,8 @@ def pooled_agreement(
         ballots: the sites' ballots (named or positional, as for an election).
         pooled: ``(d,)`` bool mask of the same selector on the pooled table, in the
             order of ``feature_names`` (default: the ballots' ordered union of names).
+        aggregation / normalization / compat: the election's settings (see
+            :class:`~fedtab.election.tally.ElectionTally`).
 
     Returns:
         ``[{"freedom_degree", "jaccard", "kept", "pooled_kept"}]`` in the order given.
@@ -106,9 +109,9 @@ def pooled_agreement(
     if not ballots:
         raise ValueError("no ballots: at least one site must vote")
     if feature_names is None and ballots[0].feature_names is None:
-        tally = ElectionTally(ballots[0].n_features, normalization=normalization)
+        tally = ElectionTally(ballots[0].n_features, normalization=normalization, compat=compat)
     else:
-        tally = ElectionTally(feature_names=feature_names, normalization=normalization)
+        tally = ElectionTally(feature_names=feature_names, normalization=normalization, compat=compat)
     for b in ballots:
         tally.add_ballot(b)
     ref = np.asarray(pooled, dtype=bool)

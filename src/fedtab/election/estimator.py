@@ -59,6 +59,13 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
         compat: ``None`` (fedtab's rule) or ``"nvflare"`` / ``"flash"`` / ``"flower"``
             (see :mod:`fedtab.election.compat`).
         normalization: ``"all"`` or ``"selected"`` (fedtab's rule only).
+        pooled_comparison: also run the (one, shared) selector on all sites' rows stacked
+            and compare: ``pooled_support_`` and ``pooled_agreement_`` (Jaccard of the
+            elected mask with the pooled mask per freedom degree), and a ``pooled``
+            column in :meth:`explain`. Simulation only (no real server holds the pooled
+            rows); costs one selector run on the pooled table.
+
+    Sites whose rows hold a single target value abstain (``abstained_``: site -> reason).
 
     Learned attributes: ``result_`` (:class:`~fedtab.election.rule.ElectionResult`),
     ``ballots_`` (one :class:`~fedtab.election.ballot.Ballot` per site), ``site_names_``,
@@ -68,12 +75,13 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
     """
 
     def __init__(self, selector: Any = "lasso", freedom_degree: float = 0.5, aggregation: str = "weighted",
-                 compat: str | None = None, normalization: str = "all") -> None:
+                 compat: str | None = None, normalization: str = "all", pooled_comparison: bool = False) -> None:
         self.selector = selector
         self.freedom_degree = freedom_degree
         self.aggregation = aggregation
         self.compat = compat
         self.normalization = normalization
+        self.pooled_comparison = pooled_comparison
 
     def fit(self, tables: Any, target: Any = None) -> "FederatedFeatureElection":
         """Elect from one table per site.
@@ -128,16 +136,35 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
         self.n_features_in_ = len(self.feature_names_in_)
         self.support_ = np.asarray(outcome.result.mask, dtype=bool)
         self.feature_names_out_ = self.feature_names_in_[self.support_]
+        self.abstained_ = dict(outcome.abstained)
+        if self.pooled_comparison:
+            self._compare_with_pooled(sites, column, selectors, outcome.ballots)
         return self
+
+    def _compare_with_pooled(self, sites: list[Any], column: str, selectors: list[Any], ballots: list[Any]) -> None:
+        from .agreement import DEFAULT_FREEDOM_DEGREES, pooled_agreement, pooled_mask
+
+        if any(s is not selectors[0] and s != selectors[0] for s in selectors):
+            raise ValueError("pooled_comparison needs one selector shared by every site, got one per site")
+        names = list(self.feature_names_in_)
+        self.pooled_support_ = pooled_mask([s.rows("all") for s in sites], column, _own_copy(selectors[0]), names)
+        fds = sorted({*DEFAULT_FREEDOM_DEGREES, float(self.freedom_degree)})
+        self.pooled_agreement_ = pd.DataFrame(pooled_agreement(
+            ballots, self.pooled_support_, feature_names=names, freedom_degrees=fds, aggregation=self.aggregation,
+            normalization=self.normalization, compat=self.compat))
 
     def _get_support_mask(self) -> np.ndarray:
         check_is_fitted(self, "support_")
         return self.support_
 
     def explain(self) -> pd.DataFrame:
-        """One row per feature: held_by, selected_by, vote, rank, kept, reason."""
+        """One row per feature: held_by, selected_by, vote, rank, kept, reason (and
+        ``pooled``: kept by the selector on the pooled rows, with ``pooled_comparison``)."""
         check_is_fitted(self, "result_")
-        return self.result_.explain()
+        table = self.result_.explain()
+        if getattr(self, "pooled_support_", None) is not None:
+            table["pooled"] = self.pooled_support_
+        return table
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -40,7 +40,10 @@ def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
         return f"{len(y)} training rows, fewer than min_site_rows={min_site_rows}"
     values = pd.unique(np.asarray(y))
     if values.size < 2:
-        return f"the training rows hold a single target value ({values[0]!r})" if values.size else "no training rows"
+        if not values.size:
+            return "no training rows"
+        value = values[0].item() if isinstance(values[0], np.generic) else values[0]
+        return f"the training rows hold a single target value ({value!r})"
     return None
 
 
