@@ -7,20 +7,34 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.exceptions import NotFittedError
 
-__all__ = ["FederatedImputer"]
+__all__ = ["FederatedImputer", "ImputerNotFittedError"]
 
 
-class FederatedImputer(BaseEstimator):
+class ImputerNotFittedError(NotFittedError, RuntimeError):
+    """scikit-learn's ``NotFittedError``; also a ``RuntimeError``, which fedtab raised before."""
+
+
+class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("transform",)):
     """Federated imputation of missing cells *and* structurally unavailable columns.
 
-    ``fit(tables)`` takes one DataFrame per site (its own columns, NaN = missing),
+    ``fit(tables)`` takes one table per site (its own columns, NaN = missing),
     wraps each in a :class:`~fedtab.federation.site.Site`, and runs
     :func:`~fedtab.federation.impute_flow.run_imputation` over an in-process
     :class:`~fedtab.engines.local.LocalFederation` (the same workflow runs unchanged on
     other engines). ``transform(table)`` returns the table over the global schema,
     original units, every gap filled; observed values are kept as they are.
+
+    scikit-learn contract: a ``TransformerMixin`` that allows NaN; a single table (a
+    DataFrame or a 2-D array, columns ``x0 …`` for an array) is one site, so it works
+    as a plain transformer and in a ``Pipeline``. ``transform`` of a DataFrame may
+    give any subset of the global columns (a site's table) and returns a DataFrame;
+    an array must have ``n_features_in_`` columns in the global order and gives an
+    array (or a DataFrame after ``set_output(transform="pandas")``). Complex and
+    sparse input raise ``ValueError`` / ``TypeError``; use before ``fit`` raises
+    ``NotFittedError``.
 
     Args (all kept as given; see :class:`~fedtab.federation.impute_flow.ImputeConfig`):
         k_neighbors, min_abs_corr: feature graph.
@@ -40,7 +54,8 @@ class FederatedImputer(BaseEstimator):
     the linear prior installed when ``use_prior``),
     ``history_`` (per-round curve), ``validation_`` (z-space RMSE per site / column),
     ``site_names_``, ``site_columns_``, ``result_`` (the full
-    :class:`~fedtab.federation.impute_flow.ImputationResult`).
+    :class:`~fedtab.federation.impute_flow.ImputationResult`), ``n_features_in_``
+    (global columns) and ``feature_names_in_`` (when every table had string column names).
     """
 
     def __init__(
@@ -99,14 +114,20 @@ class FederatedImputer(BaseEstimator):
         return ImputeConfig(**{k: v for k, v in self.get_params().items() if k in names})
 
     @staticmethod
-    def _named_tables(tables: Any) -> dict[str, pd.DataFrame]:
-        if isinstance(tables, pd.DataFrame):
-            return {"site0": tables}
+    def _single(tables: Any) -> bool:
+        """One table (one site) rather than a list/dict of them."""
+        return isinstance(tables, pd.DataFrame) or (hasattr(tables, "__array__") and not isinstance(tables, list)) \
+            or hasattr(tables, "tocsr")
+
+    @classmethod
+    def _named_tables(cls, tables: Any) -> dict[str, pd.DataFrame]:
+        if cls._single(tables):
+            return {"site0": _as_table(tables, "site0")}
         if isinstance(tables, Mapping):
-            return {str(k): v for k, v in tables.items()}
+            return {str(k): _as_table(v, str(k)) for k, v in tables.items()}
         if isinstance(tables, Sequence) and not isinstance(tables, (str, bytes)):
-            return {f"site{i}": t for i, t in enumerate(tables)}
-        raise ValueError(f"tables must be a DataFrame, a list of DataFrames or a dict name -> DataFrame, "
+            return {f"site{i}": _as_table(t, f"site{i}") for i, t in enumerate(tables)}
+        raise ValueError(f"tables must be a DataFrame, a 2-D array, a list of them or a dict name -> table, "
                          f"got {type(tables).__name__}")
 
     def fit(self, tables: Any, y: Any = None, progress: Callable[[int, int, dict], None] | None = None) -> "FederatedImputer":
@@ -147,6 +168,12 @@ class FederatedImputer(BaseEstimator):
         result = run_imputation(LocalFederation(sites), cfg, progress=progress)
         self.result_ = result
         self.columns_ = list(result.columns)
+        self.n_features_in_ = len(self.columns_)
+        given = [tables] if self._single(tables) else list(tables.values() if isinstance(tables, Mapping) else tables)
+        if all(isinstance(t, pd.DataFrame) and all(isinstance(c, str) for c in t.columns) for t in given):
+            self.feature_names_in_ = np.asarray(self.columns_, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
         self.mean_ = result.mean
         self.std_ = result.std
         self.graph_ = result.graph
@@ -164,7 +191,24 @@ class FederatedImputer(BaseEstimator):
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "model_"):
-            raise RuntimeError("this FederatedImputer is not fitted yet; call fit(tables) first")
+            raise ImputerNotFittedError("this FederatedImputer is not fitted yet; call fit(tables) first")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True  # NaN = a cell to impute
+        tags.requires_fit = True
+        return tags
+
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """The global schema (``columns_``): ``transform`` returns every column.
+
+        Raises:
+            NotFittedError: not fitted. ValueError: ``input_features`` not the fitted columns.
+        """
+        self._check_fitted()
+        if input_features is not None and [str(c) for c in input_features] != self.columns_:
+            raise ValueError(f"input_features must be the {len(self.columns_)} fitted columns in order")
+        return np.asarray(self.columns_, dtype=object)
 
     def predict_z(self, table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """Model output for ``table``: ``(pred, given)``, both (n, F) in z-space over
@@ -191,20 +235,63 @@ class FederatedImputer(BaseEstimator):
         pred = predict(self.model_, given, available, self._adj) if len(table) else np.zeros((0, len(self.columns_)))
         return pred, given
 
-    def transform(self, table: pd.DataFrame) -> pd.DataFrame:
+    def transform(self, table: Any) -> Any:
         """``table`` over the global schema (``columns_``), original units, no NaN left.
 
+        A DataFrame (any subset of the fitted columns) gives a DataFrame; a 2-D array
+        (``n_features_in_`` columns, global order) gives an array. The columns a
+        DataFrame lacks are structurally unavailable there; an array holds every column,
+        so its NaN cells are missing cells of available columns.
+
         Raises:
-            RuntimeError: not fitted. ValueError: a column unknown to the fit, or
-            non-numeric columns.
+            NotFittedError: not fitted. ValueError: a column unknown to the fit,
+            non-numeric/complex/infinite values, or an array of the wrong width.
+            TypeError: sparse input.
         """
+        self._check_fitted()
+        if not isinstance(table, pd.DataFrame):
+            from sklearn.utils.validation import validate_data
+
+            X = validate_data(self, table, reset=False, dtype=np.float64, ensure_all_finite="allow-nan")
+            return self.transform(pd.DataFrame(X, columns=self.columns_)).to_numpy()
+        if any(pd.api.types.is_complex_dtype(t) for t in table.dtypes):
+            raise ValueError("Complex data not supported")
         pred, given = self.predict_z(table)
+        if np.isinf(given).any():
+            raise ValueError("the table contains infinite values")
         z = np.where(np.isnan(given), pred, given)
         return pd.DataFrame(z * self.std_ + self.mean_, columns=self.columns_, index=table.index)
 
     def fit_transform(self, tables: Any, y: Any = None, **kw: Any) -> Any:
-        """Fit, then transform every site table (a list or dict like the input)."""
+        """Fit, then transform every site table (a list or dict like the input; one
+        table -> one table, an array for an array)."""
         self.fit(tables, **kw)
+        if self._single(tables):
+            return self.transform(tables if isinstance(tables, pd.DataFrame) else self._named_tables(tables)["site0"]
+                                  .to_numpy())
         named = self._named_tables(tables)
         out = {k: self.transform(t) for k, t in named.items()}
-        return out if isinstance(tables, Mapping) else (out["site0"] if isinstance(tables, pd.DataFrame) else list(out.values()))
+        return out if isinstance(tables, Mapping) else list(out.values())
+
+
+def _as_table(table: Any, name: str) -> pd.DataFrame:
+    """A site's table as a DataFrame (a 2-D array gets columns ``x0 …``).
+
+    Raises:
+        TypeError: sparse input. ValueError: not 2-D, or complex values (naming the site).
+    """
+    if hasattr(table, "tocsr"):
+        raise TypeError(f"site {name!r}: sparse input is not supported; pass a dense table")
+    if not isinstance(table, pd.DataFrame):
+        arr = np.asarray(table)
+        if arr.ndim != 2:
+            raise ValueError(f"site {name!r}: expected a 2D table (rows × columns), got shape {arr.shape}")
+        if arr.shape[1] == 0:
+            raise ValueError(f"site {name!r}: found array with 0 feature(s) (shape={arr.shape}) while a minimum "
+                             "of 1 is required.")
+        if arr.dtype == object:
+            arr = arr.astype(np.float64)  # TypeError/ValueError for values that are not numbers
+        table = pd.DataFrame(arr, columns=[f"x{j}" for j in range(arr.shape[1])])
+    if any(pd.api.types.is_complex_dtype(t) for t in table.dtypes):
+        raise ValueError(f"site {name!r}: Complex data not supported")
+    return table
