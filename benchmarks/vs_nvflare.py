@@ -25,7 +25,8 @@ interval and (c) with FLARE's default 2 s (``--skip same-interval`` leaves them 
 
 All fedtab runs use FLARE's local selector (``Lasso(alpha=0.01)`` regression on
 standardised training rows, ``|coef| > 1e-6``) on the same training rows and
-``normalization="selected"`` (FLARE's election variant), so the masks must be equal.
+``normalization="selected"`` (FLARE's normalisation; on this data the masks are equal,
+but only ``compat="nvflare"`` reproduces FLARE's whole rule, see ``fedtab.election.compat``).
 ``f1`` is the pooled weighted F1 of the final global model on the sites' validation
 rows; for (a) it is computed here from the global weights FLARE's controller ends with
 (FLARE's job does not report it), each site standardising with its own training-row

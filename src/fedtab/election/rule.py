@@ -249,7 +249,7 @@ def elect(
         n_samples: K positive integers.
         freedom_degree: ``fd`` in [0, 1]; 0 gives the intersection, 1 the union.
         aggregation: ``"weighted"`` (by ``n_samples``) or ``"uniform"``.
-        normalization: ``"all"`` (the rule) or ``"selected"`` (NVIDIA FLARE's variant).
+        normalization: ``"all"`` (the rule) or ``"selected"`` (NVIDIA FLARE's normalisation only).
         feature_names: d names (default ``f0 … f{d-1}``).
         site_names: K names used in error messages (default ``site-1 …``).
         compat: ``None`` (fedtab's rule) or a peer's server rule reproduced exactly:
