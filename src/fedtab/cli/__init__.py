@@ -9,14 +9,16 @@ installed (``impute`` needs torch) is simply absent.
 from __future__ import annotations
 
 import importlib
+import math
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
-__all__ = ["app", "fail", "console", "err_console"]
+__all__ = ["app", "fail", "finite_number", "console", "err_console"]
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# never print local variables in a traceback: they hold the sites' rows
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Federated feature election, imputation and training for tabular data.")
 console = Console()
 err_console = Console(stderr=True)
@@ -26,6 +28,13 @@ def fail(message: str, code: int = 2) -> None:
     """Print ``message`` as a one-line error on stderr and exit with ``code``."""
     err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False)
     raise typer.Exit(code)
+
+
+def finite_number(value: float | None) -> float | None:
+    """typer callback: refuse NaN/inf at parse time (click's ranges let NaN through)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number, got {value}")
+    return value
 
 
 def _version(value: bool) -> None:

@@ -10,7 +10,7 @@ import pandas as pd
 import typer
 from rich.table import Table
 
-from . import console, fail
+from . import console, fail, finite_number
 
 __all__ = ["elect_command"]
 
@@ -23,7 +23,7 @@ def elect_command(
         typer.Option("--selector", "-s", help="Selector name for all sites, or repeat once per site in file order. "
                      "Known: lasso, elastic_net, random_forest, mutual_info, anova, chi2 (and any registered)."),
     ] = None,
-    freedom_degree: Annotated[float, typer.Option("--freedom-degree", "--fd", min=0.0, max=1.0,
+    freedom_degree: Annotated[float, typer.Option("--freedom-degree", "--fd", min=0.0, max=1.0, callback=finite_number,
                                                   help="Share of disputed features admitted by vote (0 = intersection, 1 = union).")] = 0.5,
     aggregation: Annotated[str, typer.Option(help="Site weights: 'weighted' (by rows) or 'uniform'.")] = "weighted",
     normalization: Annotated[str, typer.Option(help="'all' (fedtab) or 'selected' (NVIDIA FLARE's normalisation only).")] = "all",
@@ -40,6 +40,13 @@ def elect_command(
     test_size: Annotated[float, typer.Option(min=0.0, max=0.9, help="Share of each site's rows held out for testing.")] = 0.2,
     seed: Annotated[int, typer.Option(help="Seed of the train/test splits and selectors.")] = 0,
     out: Annotated[Path, typer.Option(help="Output directory: result.json and elected_columns.txt.")] = Path("fedtab-elect"),
+    na_value: Annotated[Optional[list[str]], typer.Option(help="Extra strings read as missing (repeatable), e.g. '?'.")] = None,
+    min_holders: Annotated[Optional[int], typer.Option(min=1, help="Sites that must hold a feature for it to be "
+                                                       "consensus (default 2 with two or more sites).")] = None,
+    min_sites: Annotated[Optional[int], typer.Option(min=1, help="Quorum: a site that fails or sends a rejected reply "
+                                                     "is dropped (named) while this many remain (default: all).")] = None,
+    timeout: Annotated[Optional[float], typer.Option(min=0.001, callback=finite_number,
+                                                     help="Seconds each site may take per exchange (default: no limit).")] = None,
 ) -> None:
     """Feature Election on real tables: one file per site, each site votes with its own selector."""
     from ..data.tables import TableError, read_table
@@ -49,8 +56,10 @@ def elect_command(
     from ..federation import FederationError, Site, run_election, run_training
     from ..federation.encoding_flow import federated_one_hot
     from ..learn.models import make_model
+    from ..report.output import OutputError, atomic_dir, check_writable
 
     try:
+        check_writable(out)
         check_aggregation(aggregation)
         check_normalization(normalization)
         check_profile(compat, normalization)
@@ -66,7 +75,9 @@ def elect_command(
             sel_names = sel_names * len(tables)
         for s in sel_names:
             make_selector(s)
-        frames = [read_table(p) for p in tables]
+        if min_sites is not None and min_sites > len(tables):
+            fail(f"--min-sites {min_sites} is more than the {len(tables)} site file(s)")
+        frames = [read_table(p, na_values=na_value) for p in tables]
         lacking = [str(p) for p, f in zip(tables, frames) if target not in f.columns]
         if lacking:
             fail(f"target column {target!r} is missing at: {', '.join(lacking)} (the sites need a common target)")
@@ -79,7 +90,7 @@ def elect_command(
             names.append(name)
         sites = [Site(n, f, target, test_size=test_size, seed=seed, selector=s)
                  for n, f, s in zip(names, frames, sel_names)]
-        fed = LocalFederation(sites)
+        fed = LocalFederation(sites, min_sites=min_sites, timeout=timeout)
         categorical = sorted({str(c) for f in frames for c in f.columns
                               if c != target and not (pd.api.types.is_numeric_dtype(f[c]) or pd.api.types.is_bool_dtype(f[c]))})
         if categorical:
@@ -95,10 +106,10 @@ def elect_command(
             freedom_degree = float(tuned.tuning.freedom_degree)
         with console.status("sites are voting"):
             outcome = run_election(fed, freedom_degree, aggregation=aggregation, normalization=normalization,
-                                   compat=compat)
+                                   compat=compat, min_holders=min_holders)
         result = outcome.result
         doc = {"sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), sel_names, tables)],
-               "categorical_columns": categorical, **result.to_dict()}
+               "categorical_columns": categorical, **result.to_dict(), "min_holders": result.min_holders}
         if tune != "none":
             doc["tuning"] = tuned.tuning.to_dict()
         if train or tune != "none":
@@ -116,7 +127,9 @@ def elect_command(
                 "elected": None if trained is None else {"f1": trained.pooled["weighted_f1"], "n_params": trained.n_params,
                                                           "per_site_f1": {k: v["weighted_f1"] for k, v in trained.per_site.items()}},
             }
-    except (TableError, FederationError, ValueError) as exc:
+        doc["participation"] = fed.participation
+        doc["dropped"] = fed.dropped
+    except (TableError, FederationError, ValueError, OutputError) as exc:
         fail(str(exc))
         return
 
@@ -138,7 +151,13 @@ def elect_command(
         if t["elected"]:
             line += f", elected {t['elected']['f1']:.3f} ({t['elected']['n_params']} params)"
         console.print(line)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "result.json").write_text(json.dumps(doc, indent=2))
-    (out / "elected_columns.txt").write_text("\n".join(result.selected_names) + ("\n" if result.selected_names else ""))
+    try:
+        with atomic_dir(out) as tmp:
+            (tmp / "result.json").write_text(json.dumps(doc, indent=2))
+            (tmp / "elected_columns.txt").write_text("\n".join(result.selected_names)
+                                                     + ("\n" if result.selected_names else ""))
+    except OSError as exc:
+        fail(f"cannot write to {out}: {exc}")
+    for name, why in doc["dropped"].items():
+        console.print(f"[yellow]site {name!r} was left out: {why}[/]", highlight=False)
     console.print(f"wrote {out / 'result.json'} and {out / 'elected_columns.txt'}")

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import typer
 
+from ..report.output import OutputError
 from . import err_console, fail
 
 __all__ = ["impute_command", "read_site_csv", "ImputeInputError"]
@@ -33,16 +34,27 @@ class ImputeInputError(ValueError):
 
 def read_site_csv(path: Path, sep: str = ",", na_values: Optional[list[str]] = None) -> pd.DataFrame:
     """Read one site's CSV; raise :class:`ImputeInputError` if unreadable or empty."""
+    from ..data.tables import TableError, check_column_types, csv_header, duplicate_names
+
     if not path.is_file():
         raise ImputeInputError(f"{path}: file not found")
     try:
+        dups = duplicate_names(csv_header(path, sep))
+        if dups:
+            raise ImputeInputError(f"{path}: duplicate column names {dups[:5]}")
         df = pd.read_csv(path, sep=sep, na_values=na_values)
     except pd.errors.EmptyDataError:
         raise ImputeInputError(f"{path}: the file is empty") from None
+    except ImputeInputError:
+        raise
     except (pd.errors.ParserError, UnicodeDecodeError, OSError) as exc:
         raise ImputeInputError(f"{path}: cannot be read as CSV ({str(exc).splitlines()[0]})") from None
     if df.shape[0] == 0:
         raise ImputeInputError(f"{path}: the table has no rows")
+    try:
+        check_column_types(df, str(path))
+    except TableError as exc:
+        raise ImputeInputError(str(exc)) from None
     return df
 
 
@@ -105,6 +117,9 @@ def impute_command(
     try:
         from ..federation.protocol import FederationError
         from ..imputer import FederatedImputer
+        from ..report.output import atomic_dir, check_writable
+
+        check_writable(out)
 
         if not files:
             fail("give at least one CSV file")
@@ -126,38 +141,40 @@ def impute_command(
                 bar.update(task, completed=r, info=f"val RMSE {v:.3f}" if v is not None else "")
 
             imp.fit(tables, progress=progress)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, table in tables.items():
-            imp.transform(table).to_csv(out / f"{name}.imputed.csv", index=False)
-        res = imp.result_
-        g = res.graph
-        corr = res.pooled.corr
-        report = {
-            "sites": {s: {"rows": int(len(tables[s])), "training_rows": res.site_rows[s], "columns": res.site_columns[s],
-                          "unavailable_columns": [c for c in res.columns if c not in res.site_columns[s]]}
-                      for s in tables},
-            "columns": res.columns,
-            "settings": imp.get_params(),
-            "validation_rmse_z": res.validation,
-            "training_curve": res.history,
-            "best_round": res.best_round,
-            "feature_graph": {
-                "nodes": g.columns, "unobserved_pairs": res.unobserved_pairs,
-                "edges": [{"source": g.columns[s], "target": g.columns[t], "r": float(corr[s, t])}
-                          for s, t in g.edge_index.T if s < t],
-            },
-            "linear_prior": None if res.prior_W is None else {
-                "rank": int(res.prior_W.shape[1]),
-                "noise_variance": dict(zip(res.columns, map(float, res.prior_psi))),
-            },
-            "seconds": res.seconds,
-            "bytes": {"down": res.bytes[0], "up": res.bytes[1]},
-        }
-        (out / "report.json").write_text(json.dumps(report, indent=1))
-        _plots(out, res.history, g, res.pooled)
+        with atomic_dir(out) as tmp:  # all files appear at once, or none (previous results kept)
+            for name, table in tables.items():
+                imp.transform(table).to_csv(tmp / f"{name}.imputed.csv", index=False)
+            res = imp.result_
+            g = res.graph
+            corr = res.pooled.corr
+            report = {
+                "sites": {s: {"rows": int(len(tables[s])), "training_rows": res.site_rows[s], "columns": res.site_columns[s],
+                              "unavailable_columns": [c for c in res.columns if c not in res.site_columns[s]]}
+                          for s in tables},
+                "columns": res.columns,
+                "settings": imp.get_params(),
+                "validation_rmse_z": res.validation,
+                "training_curve": res.history,
+                "best_round": res.best_round,
+                "feature_graph": {
+                    "nodes": g.columns, "unobserved_pairs": res.unobserved_pairs,
+                    "edges": [{"source": g.columns[s], "target": g.columns[t], "r": float(corr[s, t])}
+                              for s, t in g.edge_index.T if s < t],
+                },
+                "linear_prior": None if res.prior_W is None else {
+                    "rank": int(res.prior_W.shape[1]),
+                    "noise_variance": dict(zip(res.columns, map(float, res.prior_psi))),
+                },
+                "seconds": res.seconds,
+                "bytes": {"down": res.bytes[0], "up": res.bytes[1]},
+            }
+            (tmp / "report.json").write_text(json.dumps(report, indent=1))
+            _plots(tmp, res.history, g, res.pooled)
     except typer.Exit:
         raise
     except (ImputeInputError, ValueError, FederationError) as exc:
+        fail(str(exc))
+    except OutputError as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write to {out}: {exc}")

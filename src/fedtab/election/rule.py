@@ -9,7 +9,9 @@ counts ``n``:
 3. the vote of feature j is ``V_j = Σ_i w_i · norm_ij`` over every site holding j,
    whether or not it selected j (weights renormalised over the holders);
 4. features selected by every holder (the intersection) are kept, features selected
-   by none are dropped, the rest are *disputed*;
+   by none are dropped, the rest are *disputed*; with ``min_holders = m`` a feature
+   held by fewer than ``m`` sites is never in the intersection ("consensus") -- if
+   selected it is disputed, so one site's word alone cannot keep it at ``fd = 0``;
 5. the ``ceil(fd · |disputed|)`` disputed features with the highest vote are kept,
    ties broken by the lower feature index.
 
@@ -127,6 +129,7 @@ class ElectionResult:
     rank: np.ndarray = field(repr=False)  # 1-based rank among disputed, 0 elsewhere
     compat: str | None = None
     dropped_sites: tuple[str, ...] = ()
+    min_holders: int = 1  # holders a feature needs to be consensus
 
     @cached_property
     def reasons(self) -> tuple[str, ...]:
@@ -134,7 +137,7 @@ class ElectionResult:
         out = np.empty(self.votes.size, dtype=object)
         out[:] = "selected by no site"
         out[self.held_by == 0] = "held by no site"
-        consensus = (self.held_by > 0) & (self.selected_by == self.held_by)
+        consensus = (self.held_by >= max(self.min_holders, 1)) & (self.selected_by == self.held_by)
         out[consensus] = "consensus"
         for j in np.flatnonzero(self.rank):
             out[j] = f"{'won' if self.mask[j] else 'lost'} the vote at rank {self.rank[j]}"
@@ -199,10 +202,18 @@ def decide(
     aggregation: str,
     normalization: str,
     n_sites: int,
+    *,
+    min_holders: int = 1,
 ) -> ElectionResult:
-    """Steps 4-5 of the rule, from per-feature counts and votes (shared by batch and tally)."""
+    """Steps 4-5 of the rule, from per-feature counts and votes (shared by batch and tally).
+
+    ``min_holders``: a feature held by fewer sites is never consensus (it is disputed if
+    selected). ``1`` is the plain rule.
+    """
     fd = check_freedom_degree(freedom_degree)
-    held = held_by > 0
+    if isinstance(min_holders, bool) or not isinstance(min_holders, (int, np.integer)) or min_holders < 1:
+        raise ValueError(f"min_holders must be a positive integer, got {min_holders!r}")
+    held = held_by >= min_holders
     intersection = held & (selected_by == held_by)
     union = selected_by > 0
     disputed = union & ~intersection
@@ -226,6 +237,7 @@ def decide(
         aggregation=aggregation,
         normalization=normalization,
         rank=rank,
+        min_holders=int(min_holders),
     )
 
 

@@ -200,8 +200,12 @@ class ElectionTally:
         np.divide(num, den, out=out, where=den > 0)
         return out
 
-    def result(self, freedom_degree: float, aggregation: str = "weighted") -> ElectionResult:
+    def result(self, freedom_degree: float, aggregation: str = "weighted", *, min_holders: int = 1
+               ) -> ElectionResult:
         """Elect with the ballots counted so far.
+
+        ``min_holders``: holders a feature needs to count as consensus (see
+        :func:`~fedtab.election.rule.decide`).
 
         Raises:
             ValueError: no ballot counted yet, ``fd`` outside [0, 1], unknown aggregation.
@@ -222,4 +226,5 @@ class ElectionTally:
             aggregation,
             self.normalization,
             self.n_sites,
+            min_holders=min_holders,
         )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -38,7 +39,7 @@ from flwr.common.logger import log as flwr_log
 from flwr.proto.node_pb2 import NodeInfo  # pylint: disable=E0611
 from flwr.serverapp import Grid, ServerApp
 
-from ..federation.messages import Message, MessageError
+from ..federation.messages import LIMITS, Message, MessageError, decode_meta
 from ..federation.protocol import Federation, FederationError, Traffic
 from .pipeline import run_pipeline
 from .site_config import build_site
@@ -90,16 +91,19 @@ def from_records(content: RecordDict, arrays_key: str = _ARRAYS, header_key: str
     if not isinstance(header, ConfigRecord) or not isinstance(arrays, ArrayRecord):
         raise MessageError("fedtab records have the wrong Flower record types")
     try:
-        kind, meta = str(header["kind"]), json.loads(str(header["meta"]))
-    except (KeyError, ValueError) as exc:
+        kind, text = str(header["kind"]), str(header["meta"])
+    except KeyError as exc:
         raise MessageError(f"fedtab header is malformed: {exc}") from None
+    meta = decode_meta(text)
     if not isinstance(meta, dict):
         raise MessageError("fedtab meta must be a JSON object")
+    if len(arrays) > LIMITS.max_arrays:
+        raise MessageError(f"message has {len(arrays)} arrays (limit {LIMITS.max_arrays})")
     out = {}
     for name, arr in arrays.items():
         try:
             out[name] = arr.numpy()  # np.load(allow_pickle=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, EOFError, OSError, MemoryError) as exc:
             raise MessageError(f"array {name!r} cannot be decoded: {exc}") from None
     return Message(kind, out, meta)
 
@@ -136,7 +140,9 @@ def handle_message(message: FlwrMessage, context: Context) -> FlwrMessage:
         else:
             reply = site.handle(request)
             _store_state(site, context)
-    except Exception as exc:  # noqa: BLE001 - reported to the server
+    except BaseException as exc:  # noqa: BLE001 - reported to the server (even SystemExit from a site's code)
+        if sys.is_finalizing():
+            raise
         name = context.node_config.get("name", context.node_id)
         reply = Message.error(f"site {name!r}: {type(exc).__name__}: {exc}")
     return FlwrMessage(to_records(reply), reply_to=message)
@@ -176,6 +182,11 @@ class FlowerFederation(Federation):
         wait_seconds: how long to wait for ``min_sites`` nodes to connect.
         poll_interval: seconds between two pulls of pending replies.
         site_keys: ``{site: fingerprint}`` binding each site to its node's key.
+        grace: stragglers' allowance. Once ``min_sites`` nodes named their site, the other
+            online nodes get ``grace`` seconds more to answer (then they are left out, with
+            a warning). In a workflow exchange, once the quorum (``self.min_sites``, when
+            set) has answered, the others get ``max(grace, time taken so far)`` more --
+            so a dead SuperNode costs about that, not the full ``timeout``.
 
     Raises:
         FederationError: fewer than ``min_sites`` nodes named their site in time (the
@@ -184,9 +195,10 @@ class FlowerFederation(Federation):
     """
 
     def __init__(self, grid: Grid, *, min_sites: int = 1, timeout: float = 600.0, wait_seconds: float = 120.0,
-                 poll_interval: float = 0.05, site_keys: Mapping[str, str] | None = None) -> None:
+                 poll_interval: float = 0.05, site_keys: Mapping[str, str] | None = None, grace: float = 15.0) -> None:
         super().__init__()
         self.grid = grid
+        self.grace = float(grace)
         self.poll_interval = poll_interval
         self.timeout = float(timeout)
         self._round = 0
@@ -211,7 +223,7 @@ class FlowerFederation(Federation):
                 for node in todo:
                     reply = replies[node]
                     name = reply.meta.get("site") if not reply.is_error else None
-                    if reply.is_error and "flower_code" not in reply.meta:
+                    if reply.is_error and "flower_code" not in reply.meta and not reply.meta.get("no_reply"):
                         # the ClientApp ran and failed (bad data path, bad config): never drop a site silently
                         raise FederationError(f"Flower node {node} could not start its site: {reply.meta.get('error')}")
                     if not isinstance(name, str):
@@ -288,13 +300,15 @@ class FlowerFederation(Federation):
         return self._node_of[site]
 
     def _send(self, requests: Mapping[int, Message], enough: Callable[[list[FlwrMessage]], bool] | None = None,
-              ) -> dict[int, Message]:
+              stretch: bool = False) -> dict[int, Message]:
         self._round += 1
         out, sent = {}, {}
         for node, req in requests.items():
             sent[node] = FlwrMessage(to_records(req), dst_node_id=node, message_type=MESSAGE_TYPE,
                                      group_id=str(self._round))
-        replies = self._exchange(list(sent.values()), enough)
+        t0 = time.monotonic()
+        replies = self._exchange(list(sent.values()), enough, stretch)
+        waited = time.monotonic() - t0
         node_of_id = {m.metadata.message_id: node for node, m in sent.items()}
         for r in replies:
             node = node_of_id.get(r.metadata.reply_to_message_id)
@@ -308,22 +322,28 @@ class FlowerFederation(Federation):
                 out[node] = from_records(r.content)
             except MessageError as exc:
                 out[node] = Message.error(f"undecodable reply: {exc}")
-        for node in requests:
-            out.setdefault(node, Message.error(f"no reply within {self.timeout:g} s"))
+        for node in requests:  # not answered (yet): marked so the site-naming step can tell it from a failure
+            out.setdefault(node, Message(Message.error("").kind, meta={"error": f"no reply within {waited:.0f} s",
+                                                                       "no_reply": True}))
         return out
 
     def _exchange(self, messages: list[FlwrMessage], enough: Callable[[list[FlwrMessage]], bool] | None = None,
-                  ) -> list[FlwrMessage]:
+                  stretch: bool = False) -> list[FlwrMessage]:
         # Grid.send_and_receive sleeps 3 s between pulls on a deployment; poll faster.
         pending = set(self.grid.push_messages(messages))
-        deadline = time.monotonic() + self.timeout
+        started = time.monotonic()
+        deadline = started + self.timeout
         out: list[FlwrMessage] = []
+        graced = False
         while pending and time.monotonic() < deadline:
             got = list(self.grid.pull_messages(list(pending)))
             out.extend(got)
             pending.difference_update(r.metadata.reply_to_message_id for r in got)
-            if pending and enough is not None and enough(out):
-                break
+            if pending and not graced and enough is not None and enough(out):
+                # enough sites: the others get a grace (a slow ClientApp start), not the full timeout
+                now = time.monotonic()
+                extra = max(self.grace, now - started) if stretch else self.grace
+                deadline, graced = min(deadline, now + extra), True
             if pending:
                 time.sleep(self.poll_interval)
         return out
@@ -337,7 +357,9 @@ class FlowerFederation(Federation):
             else:
                 replies[name] = Message.error(f"no site called {name!r} in this federation")
         t0 = time.perf_counter()
-        answers = self._send({node: req for node, (_, req) in by_node.items()}) if by_node else {}
+        quorum = self.min_sites
+        enough = None if quorum is None else (lambda got: sum(not m.has_error() for m in got) >= quorum)
+        answers = self._send({node: req for node, (_, req) in by_node.items()}, enough, stretch=True) if by_node else {}
         kind, seconds = next(iter(requests.values())).kind if requests else "-", time.perf_counter() - t0
         self.exchanges.append({"kind": kind, "seconds": seconds})
         flwr_log(logging.INFO, "fedtab %s: %d site(s) answered in %.2f s", kind, len(answers), seconds)

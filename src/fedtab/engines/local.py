@@ -7,11 +7,12 @@ run exercises the same validation and gives true byte counts for the traffic log
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from ..federation.messages import Message
-from ..federation.protocol import Federation, Traffic
+from ..federation.messages import Message, MessageError
+from ..federation.protocol import Federation, Traffic, check_min_sites
 from ..federation.site import Site
 
 __all__ = ["LocalFederation"]
@@ -27,13 +28,28 @@ class LocalFederation(Federation):
             a ``bytes`` copy, but measures traffic and proves nothing relies on
             shared memory). A request broadcast to every site is serialised once;
             each site still decodes its own copy.
+        timeout: seconds each site may take to answer one request (``None`` = no
+            limit). With a limit the site's side runs in a daemon thread; a site that
+            does not answer in time gets an error reply ("no reply within ...") and is
+            never asked again (its thread may still be running).
+        min_sites: quorum (see :mod:`fedtab.federation.protocol`): ``None`` = every
+            site must answer every step; ``k`` = failing sites are dropped while ``k``
+            remain.
 
     Raises:
-        ValueError: no sites, or two sites with the same name.
+        ValueError: no sites, two sites with the same name, a bad timeout or quorum.
     """
 
-    def __init__(self, sites: Sequence[Site], *, wire: bool = True) -> None:
+    def __init__(self, sites: Sequence[Site], *, wire: bool = True, timeout: float | None = None,
+                 min_sites: int | None = None) -> None:
         super().__init__()
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.timeout = None if timeout is None else float(timeout)
+        self.min_sites = check_min_sites(min_sites)
+        if self.min_sites is not None and self.min_sites > len(sites):
+            raise ValueError(f"min_sites={self.min_sites} but only {len(sites)} site(s)")
+        self._hung: set[str] = set()
         if not sites:
             raise ValueError("a federation needs at least one site")
         names = [s.name for s in sites]
@@ -63,21 +79,52 @@ class LocalFederation(Federation):
             if site is None:
                 replies[name] = Message.error(f"no site called {name!r} in this federation")
                 continue
+            if name in self._hung:
+                replies[name] = Message.error(f"site {name!r} did not answer an earlier request in time")
+                continue
             if not self.wire:
-                t0, c0 = time.perf_counter(), time.process_time()
-                replies[name] = site.handle(request)
-                self._clock(name, t0, c0)
+                replies[name] = self._answer(name, lambda: site.handle(request))
                 continue
             down = encoded.get(id(request))
             if down is None:
                 down = encoded[id(request)] = request.to_bytes()
-            t0, c0 = time.perf_counter(), time.process_time()
-            reply = site.handle(Message.from_bytes(down))
-            up = reply.to_bytes()
-            self._clock(name, t0, c0)
+            up = self._answer(name, lambda: site.handle(Message.from_bytes(down)).to_bytes())
+            if isinstance(up, Message):  # timed out or failed before reaching the wire
+                replies[name] = up
+                continue
             self.traffic.records.append(Traffic(name, request.kind, len(down), len(up)))
-            replies[name] = Message.from_bytes(up)
+            try:
+                replies[name] = Message.from_bytes(up)
+            except MessageError as exc:
+                replies[name] = Message.error(f"undecodable reply: {exc}")
         return replies
+
+    def _answer(self, name: str, work: Callable[[], object]) -> object:
+        """Run the site's side of one exchange, within ``timeout`` when one is set."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        if self.timeout is None:
+            try:
+                return work()
+            except MessageError as exc:  # the reply could not be put on the wire
+                return Message.error(f"site {name!r}: reply cannot be sent: {exc}")
+            finally:
+                self._clock(name, t0, c0)
+        box: list[object] = []
+
+        def run() -> None:
+            try:
+                box.append(work())
+            except BaseException as exc:  # noqa: BLE001 - becomes the site's error reply
+                box.append(Message.error(f"site {name!r}: {type(exc).__name__}: {exc}"))
+
+        thread = threading.Thread(target=run, name=f"fedtab-site-{name}", daemon=True)
+        thread.start()
+        thread.join(self.timeout)
+        self._clock(name, t0, c0)
+        if thread.is_alive() or not box:
+            self._hung.add(name)
+            return Message.error(f"no reply within {self.timeout:g} s")
+        return box[0]
 
     def _clock(self, name: str, t0: float, c0: float) -> None:
         self.site_seconds[name] = self.site_seconds.get(name, 0.0) + time.perf_counter() - t0

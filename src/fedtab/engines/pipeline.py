@@ -21,6 +21,11 @@ Config keys (hyphens or underscores)::
     impute-config     JSON object with more ImputeConfig fields
     tuning-config     JSON object of more keyword arguments for
                       fedtab.federation.tuning_flow.tune_flow (tune_method, grid...)
+    min-sites         quorum: sites that fail, time out or send a rejected reply are
+                      dropped (named in the summary's "dropped") while this many remain;
+                      unset = every site must answer every step
+    min-holders       holders a feature needs to be election consensus (default 2
+                      with two or more sites)
 
 With "tuning" the freedom degree is tuned on a fit/validation split of each site's
 training rows (model, rounds and local-epochs score the masks); "election" then elects
@@ -42,7 +47,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..federation.election_flow import run_election
-from ..federation.protocol import Federation
+from ..federation.protocol import Federation, set_quorum
 from ..federation.training_flow import run_training
 from .site_config import parse_selector
 
@@ -83,6 +88,8 @@ class PipelineConfig:
     impute_local_epochs: int = 1
     impute_config: dict[str, Any] = field(default_factory=dict)
     tuning_config: dict[str, Any] = field(default_factory=dict)
+    min_sites: int | None = None
+    min_holders: int | None = None
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> "PipelineConfig":
@@ -121,9 +128,19 @@ class PipelineConfig:
                 impute_local_epochs=int(c.get("impute_local_epochs", 1)),
                 impute_config=_json_obj(c.get("impute_config"), "impute-config"),
                 tuning_config=_json_obj(c.get("tuning_config"), "tuning-config"),
+                min_sites=_optional_int(c.get("min_sites")),
+                min_holders=_optional_int(c.get("min_holders")),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"invalid pipeline config: {exc}") from None
+
+
+def _optional_int(value: Any) -> int | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool) or float(value) != int(float(value)) or int(float(value)) < 1:
+        raise ValueError(f"expected a positive integer, got {value!r}")
+    return int(float(value))
 
 
 def _tune(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
@@ -167,12 +184,14 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
         ``election`` has ``selected`` (names), ``kept``, ``mask`` (over the global feature
         order) and ``stats``; ``training`` has ``weighted_f1``, ``pooled``, ``per_site``,
         ``features``, ``classes`` and ``params`` (lists); ``imputation`` has the validation
-        RMSE and the best round.
+        RMSE and the best round; ``participation`` lists per exchange the sites whose
+        reply was used (``{"step", "sites"}``) and ``dropped`` the sites left out, with why.
 
     Raises:
         FederationError / ValueError: from the workflows (naming the failing site).
     """
     cfg = config if isinstance(config, PipelineConfig) else PipelineConfig.from_mapping(config)
+    set_quorum(federation, cfg.min_sites)
     t0 = time.perf_counter()
     out: dict[str, Any] = {"sites": list(federation.sites), "steps": list(cfg.steps)}
     fd = cfg.freedom_degree
@@ -185,7 +204,7 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
     if "election" in cfg.steps:
         el = run_election(federation, fd, selector=cfg.selector, aggregation=cfg.aggregation,
                           normalization=cfg.normalization, compat=cfg.compat,
-                          describe="train" if "training" in cfg.steps else None)
+                          describe="train" if "training" in cfg.steps else None, min_holders=cfg.min_holders)
         described = el.described
         res = el.result
         features = res.selected_names
@@ -223,5 +242,7 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
             "best_round": _jsonable(getattr(im, "best_round", None)),
             "history": _jsonable(getattr(im, "history", None)),
         }
+    out["participation"] = list(federation.participation)
+    out["dropped"] = dict(federation.dropped)
     out["seconds"] = time.perf_counter() - t0
     return out

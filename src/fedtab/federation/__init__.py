@@ -6,7 +6,8 @@ Importing this package registers every site-side handler.
 from . import election_flow, training_flow
 from .election_flow import ElectionOutcome, broadcast_mask, elect_from_ballots, gather_ballots, run_election
 from .messages import Message, MessageError
-from .protocol import Federation, FederationError, collect
+from .protocol import Federation, FederationError, QuorumError, SiteError, collect, exchange
+from .schema import Schema, agree_schema
 from .site import HANDLERS, Site, handler
 from .training_flow import TrainingOutcome, run_training
 from .tuning_flow import TuneOutcome, tune_flow  # noqa: F401  (registers the tuning handlers)
@@ -26,6 +27,11 @@ __all__ = [
     "HANDLERS",
     "Message",
     "MessageError",
+    "QuorumError",
+    "Schema",
+    "SiteError",
+    "agree_schema",
+    "exchange",
     "Site",
     "TrainingOutcome",
     "broadcast_mask",

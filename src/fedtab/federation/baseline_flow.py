@@ -26,7 +26,8 @@ import numpy as np
 from ..learn.metrics import SCORE_BINS, score_histogram
 from ..learn.models import make_model
 from .messages import Message
-from .protocol import Federation, FederationError, collect
+from . import validate
+from .protocol import Federation, FederationError, exchange
 from .site import Site, handler
 from .training_flow import TrainingOutcome, checked_sums, class_indices, evaluation_sums, pool_evaluations, \
     requested_bins, site_matrix
@@ -114,17 +115,24 @@ def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epo
     }
     if score_bins is not None:
         meta["score_bins"] = int(score_bins)
-    replies = collect(federation.broadcast(Message("local_baseline", meta=meta)), "local_baseline")
     c = len(trained.classes)
     sums, train_counts = {}, {}
-    for name, reply in replies.items():
+
+    def check(name: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
+        n_test = schema.rows(name, "test")
+        validate.confusion_matrix(reply, c, n_test)  # sums to the test rows the site declared
         sums[name] = checked_sums(name, reply, c, score_bins)
-        counts = np.asarray(reply.arrays.get("train_counts"))
-        if counts.shape != (c,) or not np.isfinite(counts).all() or (counts < 0).any():
-            raise FederationError(f"site {name!r}: invalid training class counts of shape {counts.shape}")
-        if counts.sum() != reply.meta.get("n_train"):
-            raise FederationError(f"site {name!r}: training class counts do not add up to its n_train")
+        n_train = validate.integer(reply.meta.get("n_train"), "training rows", equal=schema.rows(name, "train"))
+        counts = validate.counts(validate.array(reply, "train_counts", (c,)), n_train, "training class counts")
+        if counts.sum() != n_train:
+            raise ValueError("training class counts do not add up to its n_train")
         train_counts[name] = counts.astype(np.int64)
+
+    replies = exchange(federation, Message("local_baseline", meta=meta), check)
+    sums = {name: sums[name] for name in replies}
+    train_counts = {name: train_counts[name] for name in replies}
     pooled_train = sum(train_counts.values())
     if pooled_train.sum() == 0:
         raise FederationError("no site has training rows for the majority-class baseline")

@@ -7,6 +7,19 @@ the elected feature names in ``site.state["features"]``.
 Server side: :func:`gather_ballots` asks every site and validates each ballot on
 arrival (a bad ballot raises, naming the site), :func:`run_election` elects and
 tells the sites.
+
+Every ballot is validated on arrival against the agreed schema
+(:mod:`fedtab.federation.schema`, agreed in the same exchange when it is the run's
+first): the features must be exactly the ones the site declared, ``n_samples`` must
+equal the training rows it declared (an abstaining site too), mask and scores must
+match the names. A bad ballot is rejected naming the site.
+
+Consensus needs ``min_holders`` holders (default 2 when two or more sites vote): a
+feature held by fewer sites is never "consensus", even if all its holders select it.
+It is *disputed* instead and can only win a place through the freedom-degree vote
+(so at ``fd = 0`` a single-holder feature is never elected). Imputation is not
+affected: it still uses every column, whoever holds it. (``compat`` profiles
+reproduce a peer's rule exactly and ignore ``min_holders``.)
 """
 
 from __future__ import annotations
@@ -21,8 +34,9 @@ from ..election.ballot import Ballot
 from ..election.rule import ElectionResult, check_aggregation, check_normalization, check_profile
 from ..election.tally import ElectionTally
 from .local_data import fill_with_column_means, numeric_matrix
+from . import validate
 from .messages import Message
-from .protocol import Federation, FederationError, collect
+from .protocol import Federation, exchange, set_quorum
 from .site import Site, handler
 
 __all__ = ["ElectionOutcome", "abstention_reason", "ballot_reply", "ballots_from_replies", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
@@ -126,36 +140,77 @@ def gather_ballots(
     selector: Any = None,
     *,
     selectors: Mapping[str, Any] | None = None,
-    on_error: Literal["raise", "skip"] = "raise",
+    on_error: Literal["raise", "skip"] | None = None,
     min_site_rows: int = 0,
     abstained: dict[str, str] | None = None,
 ) -> list[Ballot]:
-    """Ask every site for a ballot and validate each on arrival.
+    """Ask every active site for a ballot and validate each on arrival (see module docstring).
 
     Args:
         selector: a built-in selector (name/spec) every site should use; ``None`` lets
             each site use its own (``Site.selector``).
         selectors: per-site overrides ``{site: selector}``.
-        on_error: ``"raise"`` (default) or ``"skip"`` sites whose reply is an error
-            or an invalid ballot.
+        on_error: ``"skip"`` leaves out sites whose reply is an error or an invalid
+            ballot; ``None``/``"raise"`` follow the federation's quorum policy
+            (``federation.min_sites``).
         min_site_rows: sites with fewer training rows do not vote (they abstain).
         abstained: if given, filled with ``{site: reason}`` for every site that did not
             vote: too few rows, or a single target value (see :func:`abstention_reason`).
 
     Raises:
-        FederationError: a site failed (with ``on_error="raise"``), naming it.
-        ValueError: a ballot is invalid (shape, finiteness, sample count), naming the site.
+        SiteError: a site failed or sent an invalid ballot (naming it) and no quorum lets
+            the run go on without it. QuorumError: too few sites answered.
+        ValueError: every site abstained.
     """
     min_rows = _min_rows(min_site_rows)
     requests = {}
-    for name in federation.sites:
+    for name in federation.active:
         spec = (selectors or {}).get(name, selector)
         meta = _selector_request(spec)
         if min_rows:
             meta["min_site_rows"] = min_rows
         requests[name] = Message("ballot", meta=meta)
-    replies = collect(federation.ask(requests), "ballot", on_error)
-    return ballots_from_replies(replies, on_error=on_error, min_site_rows=min_rows, abstained=abstained)
+    ballots: dict[str, Ballot] = {}
+    left_out: dict[str, str] = {}
+    replies = exchange(federation, requests, ballot_checker(federation, "train", ballots, left_out, min_rows),
+                       on_error=on_error)
+    return _valid_ballots([ballots[n] for n in replies if n in ballots], left_out, abstained)
+
+
+def ballot_checker(federation: Federation, part: str, ballots: dict[str, Ballot],
+                   abstained: dict[str, str] | None = None, min_site_rows: int = 0) -> Any:
+    """A validator for ballot replies computed on row part ``part`` (see module docstring).
+
+    Fills ``ballots`` with the accepted ballots and ``abstained`` with ``{site: reason}``
+    of the sites that abstain (meta ``abstain``, or fewer than ``min_site_rows`` rows --
+    checked here too: the server does not rely on the site obeying).
+    """
+
+    def check(site: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
+        n = validate.integer(reply.meta.get("n_samples"), "n_samples", equal=schema.rows(site, part))
+        reason = reply.meta.get("abstain")
+        if reason is None and min_site_rows and n < min_site_rows:
+            reason = f"{n} training rows, fewer than min_site_rows={min_site_rows}"
+        if reason is not None:
+            if abstained is not None:
+                abstained[site] = str(reason)[:500]
+            return
+        names = schema.check_features(site, reply.meta.get("feature_names"), exact=True, what="ballot features")
+        ballots[site] = Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n, names, site=site)
+
+    return check
+
+
+def _valid_ballots(ballots: list[Ballot], left_out: Mapping[str, str], abstained: dict[str, str] | None,
+                   ) -> list[Ballot]:
+    if abstained is not None:
+        abstained.update(left_out)
+    if not ballots:
+        detail = "; ".join(f"site {s!r}: {r}" for s, r in left_out.items())
+        raise ValueError("no valid ballots" + (f" (abstained: {detail})" if detail else ""))
+    return ballots
 
 
 def ballots_from_replies(
@@ -165,7 +220,7 @@ def ballots_from_replies(
     min_site_rows: int = 0,
     abstained: dict[str, str] | None = None,
 ) -> list[Ballot]:
-    """Validate ballot replies (already split from errors by :func:`collect`) into ballots.
+    """Validate ballot replies (error replies already split off) into ballots.
 
     A reply with meta ``abstain`` (see :func:`ballot_reply`), or whose ``n_samples`` is
     below ``min_site_rows`` (checked here too: the server does not rely on the site
@@ -201,12 +256,12 @@ def ballots_from_replies(
         except ValueError:
             if on_error == "raise":
                 raise
-    if abstained is not None:
-        abstained.update(left_out)
-    if not ballots:
-        detail = "; ".join(f"site {s!r}: {r}" for s, r in left_out.items())
-        raise ValueError("no valid ballots" + (f" (abstained: {detail})" if detail else ""))
-    return ballots
+    return _valid_ballots(ballots, left_out, abstained)
+
+
+def default_min_holders(n_sites: int) -> int:
+    """2 when two or more sites vote (one site's word is never consensus), else 1."""
+    return 2 if n_sites >= 2 else 1
 
 
 def elect_from_ballots(
@@ -215,16 +270,22 @@ def elect_from_ballots(
     aggregation: str = "weighted",
     normalization: str = "all",
     compat: str | None = None,
+    min_holders: int | None = None,
 ) -> ElectionResult:
     """Count ``ballots`` in an :class:`ElectionTally` (aligned by name) and elect
-    (``compat``: a peer's server rule, see :mod:`fedtab.election.compat`)."""
+    (``compat``: a peer's server rule, see :mod:`fedtab.election.compat`).
+
+    ``min_holders``: holders a feature needs to be consensus (``None`` =
+    :func:`default_min_holders` of the number of ballots).
+    """
     check_aggregation(aggregation)
     tally = ElectionTally(normalization=check_normalization(normalization), compat=compat)
     for b in ballots:
         if b.feature_names is None:
             raise ValueError(f"site {b.site!r}: ballot has no feature names")
         tally.add_ballot(b)
-    return tally.result(freedom_degree, aggregation)
+    holders = default_min_holders(len(ballots)) if min_holders is None else min_holders
+    return tally.result(freedom_degree, aggregation, min_holders=holders)
 
 
 def broadcast_mask(federation: Federation, features: list[str], *, describe: str | None = None,
@@ -244,19 +305,24 @@ def broadcast_mask(federation: Federation, features: list[str], *, describe: str
     Raises:
         FederationError: a site failed (naming it).
     """
+    from .training_flow import describe_checker
+
     meta: dict[str, Any] = {"features": list(features)}
     if describe is not None:
         meta["describe"] = str(describe)
-    replies = collect(federation.broadcast(Message("set_mask", meta=meta)), "set_mask")
-    if describe is None:
-        return None
-    out = {}
-    for name, reply in replies.items():
-        try:
-            out[name] = _described_from(reply)
-        except ValueError as exc:
-            raise FederationError(f"site {name!r}: {exc}") from None
-    return out
+    out: dict[str, Message] = {}
+    check_described = describe_checker(federation, list(features), str(describe)) if describe is not None else None
+
+    def check(site: str, reply: Message) -> None:
+        validate.integer(reply.meta.get("kept"), "kept", equal=len(features))
+        validate.integer(reply.meta.get("held"), "held", upper=len(features))
+        if check_described is not None:
+            described = _described_from(reply)
+            check_described(site, described)
+            out[site] = described
+
+    replies = exchange(federation, Message("set_mask", meta=meta), check)
+    return None if describe is None else {name: out[name] for name in replies}
 
 
 @dataclass
@@ -286,26 +352,39 @@ def run_election(
     normalization: str = "all",
     compat: str | None = None,
     ballots: list[Ballot] | None = None,
-    on_error: Literal["raise", "skip"] = "raise",
+    on_error: Literal["raise", "skip"] | None = None,
     describe: str | None = None,
     min_site_rows: int = 0,
+    min_holders: int | None = None,
+    min_sites: int | None = None,
 ) -> ElectionOutcome:
     """Gather ballots (unless given), elect, and send the mask to every site.
 
-    Two exchanges (``ballot``, ``set_mask``), one with ``ballots`` given. With
-    ``describe=PART`` (e.g. ``"train"``) the ``set_mask`` exchange also gathers the
-    training workflow's description of the elected features (``.described``), so a
-    following ``run_training(..., described=outcome.described)`` skips its describe step.
+    Two exchanges (``ballot``, ``set_mask``), one with ``ballots`` given; the first
+    exchange of a run also agrees the schema. With ``describe=PART`` (e.g. ``"train"``)
+    the ``set_mask`` exchange also gathers the training workflow's description of the
+    elected features (``.described``), so a following
+    ``run_training(..., described=outcome.described)`` skips its describe step.
     ``compat`` elects with a peer's server rule (see :mod:`fedtab.election.compat`).
 
     Sites with fewer than ``min_site_rows`` training rows, or whose training rows hold a
     single target value, abstain (``.abstained``); every site still receives the mask.
+
+    Args:
+        min_holders: holders a feature needs to count as consensus (default 2 with two
+            or more ballots, see the module docstring).
+        min_sites: quorum; sets ``federation.min_sites`` (``None`` keeps the
+            federation's: by default every site must answer).
     """
     check_profile(compat, normalization)
+    if min_holders is not None and (isinstance(min_holders, bool) or not isinstance(min_holders, int)
+                                    or min_holders < 1):
+        raise ValueError(f"min_holders must be a positive integer, got {min_holders!r}")
+    set_quorum(federation, min_sites)
     abstained: dict[str, str] = {}
     if ballots is None:
         ballots = gather_ballots(federation, selector, selectors=selectors, on_error=on_error,
                                  min_site_rows=min_site_rows, abstained=abstained)
-    result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization, compat)
+    result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization, compat, min_holders)
     described = broadcast_mask(federation, result.selected_names, describe=describe)
     return ElectionOutcome(ballots, result, described, abstained)

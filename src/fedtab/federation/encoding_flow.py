@@ -13,8 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..data.categories import category_sets, one_hot, union_categories
+from . import validate
 from .messages import Message
-from .protocol import Federation, FederationError, collect
+from .protocol import Federation, FederationError, exchange
+from .schema import set_schema
 from .site import Site, handler
 
 __all__ = ["agree_categories", "encode_categories", "federated_one_hot"]
@@ -46,17 +48,29 @@ def agree_categories(federation: Federation, columns: list[str]) -> dict[str, li
         FederationError: a site failed or replied something that is not ``{column: [str]}``
             over the requested columns (naming the site).
     """
-    replies = collect(federation.broadcast(Message("category_sets", meta={"columns": list(columns)})),
-                      "category_sets")
-    sets = []
-    for name, reply in replies.items():
+    sets: dict[str, dict[str, list[str]]] = {}
+
+    def check(site: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
         cats: Any = reply.meta.get("categories")
-        ok = isinstance(cats, dict) and set(cats) <= set(columns) and all(
-            isinstance(v, list) and all(isinstance(x, str) for x in v) for v in cats.values())
-        if not ok:
-            raise FederationError(f"site {name!r}: invalid category sets")
-        sets.append(cats)
-    return union_categories(sets)
+        if not isinstance(cats, dict):
+            raise ValueError("invalid category sets (not an object)")
+        schema.check_features(site, list(cats), what="categorical columns")
+        extra = sorted(set(cats) - set(columns))
+        if extra:
+            raise ValueError(f"category sets for columns {extra[:5]} that were not asked for")
+        n = schema.rows(site, "all")
+        for col, values in cats.items():
+            if not (isinstance(values, list) and all(isinstance(x, str) and len(x) <= schema.limits.max_name
+                                                     for x in values)):
+                raise ValueError(f"invalid category set for column {col!r}")
+            if len(values) > n or len(set(values)) != len(values):
+                raise ValueError(f"column {col!r}: {len(values)} categories for {n} declared rows (or duplicates)")
+        sets[site] = cats
+
+    replies = exchange(federation, Message("category_sets", meta={"columns": list(columns)}), check)
+    return union_categories(sets[name] for name in replies)
 
 
 def encode_categories(federation: Federation, categories: dict[str, list[str]]) -> None:
@@ -66,10 +80,13 @@ def encode_categories(federation: Federation, categories: dict[str, list[str]]) 
         FederationError: a site failed (e.g. a category it did not report), or the sites
             ended up with different widths.
     """
-    replies = collect(federation.broadcast(Message("one_hot", meta={"categories": categories})), "one_hot")
+    replies = exchange(federation, Message("one_hot", meta={"categories": categories}),
+                       lambda site, r: validate.integer(r.meta.get("n_columns"), "encoded width"))
     widths = {r.meta.get("n_columns") for r in replies.values()}
     if len(widths) != 1:
         raise FederationError(f"sites disagree on the encoded width: {sorted(map(str, widths))}")
+    if federation.schema is not None:
+        set_schema(federation, federation.schema.encoded(categories))
 
 
 def federated_one_hot(federation: Federation, columns: list[str]) -> dict[str, list[str]]:

@@ -1,7 +1,8 @@
 """FedHF-Impute as a federated workflow: site handlers + the server-side driver.
 
 Protocol (every step: request built on the server, pure handler on the site,
-reply validated by :func:`collect` and the checks below before it is reduced):
+reply validated by :func:`~fedtab.federation.protocol.exchange` and the checks below
+before it is reduced):
 
 1. ``impute_schema``  -> each site: its column names, row counts, per-column observed
    count and sum over its training rows. Server: global schema + pooled means.
@@ -17,6 +18,16 @@ reply validated by :func:`collect` and the checks below before it is reduced):
 5. ``impute_eval``   (final weights) -> per-column validation errors, and those of mean fill.
 
 No reply ever carries rows: only counts, sums, weights and error sums.
+
+Every reply is validated against the agreed schema and the site's earlier claims
+before it is pooled (:mod:`fedtab.federation.validate`): the columns are exactly the
+site's declared ones (plus its target, if any); every count is an integer no larger
+than the training rows it declared, and the same in the counting and statistics
+steps; co-observed counts are at most each column's count; the statistics are taken
+about the shift the server sent; sums of squares imply no negative variance and no
+correlation outside [-1, 1]; model weights have the expected names and shapes, are
+finite and of plausible magnitude; validation error counts fit the declared
+validation rows. A rejected site is named (and dropped while the quorum holds).
 Nothing here imports an engine; :func:`run_imputation` only uses
 :class:`~fedtab.federation.protocol.Federation`.
 """
@@ -34,8 +45,9 @@ import pandas as pd
 
 from ..impute.graph import FeatureGraph, build_feature_graph
 from ..impute.stats import STAT_ARRAYS, PooledStats, SiteStats, pool_stats, site_stats
+from . import validate
 from .messages import Message
-from .protocol import Federation, FederationError, collect
+from .protocol import Federation, FederationError, exchange, set_quorum
 from .site import Site, handler
 
 __all__ = ["ImputeConfig", "ImputationResult", "run_imputation", "validate_site_table", "site_rng"]
@@ -128,6 +140,8 @@ class ImputationResult:
             pooled mean (the baseline; sites send its squared-error sums ``val_mean_sse``).
         unobserved_pairs: column pairs no site observes together.
         best_round: round whose model is returned. seconds: wall time. bytes: (down, up).
+        participation: per exchange ``{"step", "sites"}``: the sites whose reply was used.
+        dropped: ``{site: reason}`` of the sites left out during this run.
     """
 
     columns: list[str]
@@ -147,6 +161,8 @@ class ImputationResult:
     best_round: int = 0
     seconds: float = 0.0
     bytes: tuple[int, int] = (0, 0)
+    participation: list[dict] = field(default_factory=list)
+    dropped: dict[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- site side
@@ -345,27 +361,20 @@ def _eval(site: Site, request: Message) -> Message:
 
 
 # --------------------------------------------------------------------------- server side
-def _check(site: str, msg: Message, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    a = msg.arrays.get(name)
-    if a is None:
-        raise FederationError(f"site {site!r}: reply lacks array {name!r}")
-    if a.shape != shape:
-        raise FederationError(f"site {site!r}: array {name!r} has shape {a.shape}, expected {shape}")
-    if a.dtype.kind not in "biuf" or not np.all(np.isfinite(a)):
-        raise FederationError(f"site {site!r}: array {name!r} is not finite numeric data")
-    return a
+def _error_arrays(federation: Federation, site: str, r: Message, f: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validated ``(val_sse, val_count)`` of one reply: non-negative, counts within the declared validation rows."""
+    assert federation.schema is not None
+    sse, cnt = validate.array(r, "val_sse", (f,)), validate.array(r, "val_count", (f,))
+    if np.any(sse < 0):
+        raise ValueError("negative validation errors")
+    validate.counts(cnt, federation.schema.rows(site, "test"), "validation counts")
+    return sse, cnt
 
 
-def _error_totals(replies: Mapping[str, Message], f: int) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], float | None]:
-    per_site = {}
-    for s, r in replies.items():
-        sse, cnt = _check(s, r, "val_sse", (f,)), _check(s, r, "val_count", (f,))
-        if np.any(sse < 0) or np.any(cnt < 0):
-            raise FederationError(f"site {s!r}: negative validation errors")
-        per_site[s] = (sse, cnt)
+def _error_totals(per_site: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> float | None:
     tot_sse = sum(v[0].sum() for v in per_site.values())
     tot_cnt = sum(v[1].sum() for v in per_site.values())
-    return per_site, (float(np.sqrt(tot_sse / tot_cnt)) if tot_cnt > 0 else None)
+    return float(np.sqrt(tot_sse / tot_cnt)) if tot_cnt > 0 else None
 
 
 def _weight_arrays(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -376,6 +385,9 @@ def run_imputation(
     federation: Federation,
     config: ImputeConfig | None = None,
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+    *,
+    min_sites: int | None = None,
+    max_param_abs: float = validate.MAX_PARAM_ABS,
 ) -> ImputationResult:
     """Run FedHF-Impute over ``federation`` and return the learned imputer state.
 
@@ -384,6 +396,10 @@ def run_imputation(
             ``impute_*`` handlers (importing this module registers them).
         config: settings (defaults: :class:`ImputeConfig`).
         progress: optional ``fn(round, rounds, info)`` called after each round.
+        min_sites: quorum (sets ``federation.min_sites``): failing, timed-out or
+            rejected sites are dropped while this many remain; ``None`` keeps the
+            federation's policy (by default every site must answer).
+        max_param_abs: largest ``|entry|`` accepted in a site's model weights.
 
     Raises:
         FederationError: a site failed (the message names it), a reply was malformed,
@@ -401,29 +417,44 @@ def run_imputation(
     t0 = time.perf_counter()
     down0, up0 = federation.traffic.total()
 
-    # 1. schema + counts
-    replies = collect(federation.broadcast(Message("impute_schema")), "impute_schema")
-    site_columns: dict[str, list[str]] = {}
-    columns: dict[str, None] = {}
-    for s, r in replies.items():
+    set_quorum(federation, min_sites)
+    p0, dropped0 = len(federation.participation), set(federation.dropped)
+
+    # 1. schema + counts (the first exchange of a run also agrees the federation's schema)
+    first: dict[str, tuple[list[str], np.ndarray, np.ndarray]] = {}
+
+    def check_counts(s: str, r: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
         cols = r.meta.get("columns")
-        if not isinstance(cols, list) or not cols or len(set(cols)) != len(cols):
-            raise FederationError(f"site {s!r}: bad column list in its schema reply")
-        site_columns[s] = [str(c) for c in cols]
-        for c in cols:
+        target = schema.declaration(s).target
+        own = [c for c in cols if c != target] if isinstance(cols, list) else cols
+        own = schema.check_features(s, own, exact=True, what="imputation columns")
+        if isinstance(cols, list) and len(cols) != len(own) + (target is not None and target in cols):
+            raise ValueError("imputation columns repeat the target")
+        n = validate.integer(r.meta.get("n_train"), "training rows", equal=schema.rows(s, "train"))
+        validate.integer(r.meta.get("n_valid"), "validation rows", equal=schema.rows(s, "test"))
+        if n == 0:
+            raise ValueError("no training rows")
+        c_ = validate.counts(validate.array(r, "count", (len(cols),)), n, "column counts")
+        first[s] = (list(cols), c_, validate.array(r, "sum", (len(cols),)))
+
+    replies = exchange(federation, Message("impute_schema"), check_counts)
+    site_columns: dict[str, list[str]] = {s: first[s][0] for s in replies}
+    columns: dict[str, None] = {}
+    for s in replies:
+        for c in site_columns[s]:
             columns.setdefault(str(c), None)
     glob = list(columns)
     f = len(glob)
     pos = {c: i for i, c in enumerate(glob)}
     holders = np.zeros(f, dtype=int)
     cnt, sm = np.zeros(f), np.zeros(f)
-    for s, r in replies.items():
+    for s in replies:
         idx = [pos[c] for c in site_columns[s]]
-        n = len(idx)
-        c_, s_ = _check(s, r, "count", (n,)), _check(s, r, "sum", (n,))
         holders[idx] += 1
-        cnt[idx] += c_
-        sm[idx] += s_
+        cnt[idx] += first[s][1]
+        sm[idx] += first[s][2]
     if len(replies) > 1 and holders.max() < 2:
         raise FederationError(
             "no column is shared by two or more sites: the sites' schemas are disjoint, so nothing links them "
@@ -434,20 +465,28 @@ def run_imputation(
     shift = sm / cnt
 
     # 2. sufficient statistics -> pooled correlations -> graph
-    replies = collect(federation.broadcast(Message("impute_stats", {"shift": shift}, {"columns": glob})), "impute_stats")
-    stats = []
-    for s, r in replies.items():
+    site_stats_: dict[str, SiteStats] = {}
+
+    def check_stats(s: str, r: Message) -> None:
         if r.meta.get("columns") != site_columns[s]:
-            raise FederationError(f"site {s!r}: statistics are over different columns than its schema")
+            raise ValueError("statistics are over different columns than its schema")
         n = len(site_columns[s])
-        arrays = {k: _check(s, r, k, (n,) if k in ("count", "sum", "sumsq", "shift") else (n, n))
+        arrays = {k: validate.array(r, k, (n,) if k in ("count", "sum", "sumsq", "shift") else (n, n))
                   for k in STAT_ARRAYS + ("shift",)}
-        st = SiteStats(columns=site_columns[s], **{k: np.asarray(v, np.float64) for k, v in arrays.items()})
-        try:
-            st.validate()
-        except ValueError as exc:
-            raise FederationError(f"site {s!r}: invalid statistics: {exc}") from None
-        stats.append(st)
+        idx = [pos[c] for c in site_columns[s]]
+        if not np.array_equal(arrays["shift"], shift[idx]):
+            raise ValueError("statistics are not taken about the shift the server sent")
+        if not np.array_equal(arrays["count"], first[s][1]):
+            raise ValueError("column counts differ from the ones it sent in the counting step")
+        validate.counts(arrays["pair_count"], federation.schema.rows(s, "train"), "pair counts")
+        validate.pair_statistics(arrays["count"], arrays["sum"], arrays["sumsq"], arrays["pair_count"],
+                                 arrays["pair_sx"], arrays["pair_sxx"], arrays["pair_sxy"])
+        st = SiteStats(columns=site_columns[s], **arrays)
+        st.validate()
+        site_stats_[s] = st
+
+    replies = exchange(federation, Message("impute_stats", {"shift": shift}, {"columns": glob}), check_stats)
+    stats = [site_stats_[s] for s in replies]
     try:
         pooled = pool_stats(stats, glob)
     except ValueError as exc:
@@ -473,13 +512,13 @@ def run_imputation(
     if prior is not None:
         setup_arrays.update(prior_W=prior.W, prior_psi=prior.psi)
     setup = Message("impute_setup", setup_arrays, {"columns": glob, "config": asdict(cfg), "model": mcfg.to_dict()})
-    replies = collect(federation.broadcast(setup), "impute_setup")
-    site_rows = {}
-    for s, r in replies.items():
-        n = r.meta.get("n_train")
-        if not isinstance(n, int) or n <= 0:
-            raise FederationError(f"site {s!r}: reported {n!r} training rows")
-        site_rows[s] = n
+    def check_setup(s: str, r: Message) -> None:
+        assert federation.schema is not None
+        validate.integer(r.meta.get("n_train"), "training rows", equal=federation.schema.rows(s, "train"))
+        validate.integer(r.meta.get("n_valid"), "validation rows", equal=federation.schema.rows(s, "test"))
+
+    replies = exchange(federation, setup, check_setup)
+    site_rows = {s: int(r.meta["n_train"]) for s, r in replies.items()}
 
     # 4. FedAvg rounds
     torch.manual_seed(cfg.seed)
@@ -488,16 +527,26 @@ def run_imputation(
     history: list[dict] = []
     best = (np.inf, 0, weights)
     for rnd in range(1, cfg.rounds + 1):
-        replies = collect(federation.broadcast(Message("impute_fit", _weight_arrays(weights), {"round": rnd})),
-                          "impute_fit")
+        fitted: dict[str, tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]] = {}
+
+        def check_fit(s: str, r: Message) -> None:
+            validate.integer(r.meta.get("n_train"), "training rows", equal=site_rows[s])
+            loss = r.meta.get("loss")
+            if loss is not None and (isinstance(loss, bool) or not isinstance(loss, (int, float))):
+                raise ValueError("loss must be a number or null")
+            w = validate.parameters({k[2:]: v for k, v in r.arrays.items() if k.startswith("w/")}, shapes,
+                                    max_abs=max_param_abs, what="array 'w/…'")
+            fitted[s] = (w, _error_arrays(federation, s, r, f))
+
+        replies = exchange(federation, Message("impute_fit", _weight_arrays(weights), {"round": rnd}), check_fit)
         new, sizes, losses = [], [], []
         for s, r in replies.items():
-            new.append({k: _check(s, r, f"w/{k}", shp) for k, shp in shapes.items()})
+            new.append(fitted[s][0])
             sizes.append(site_rows[s])
             loss = r.meta.get("loss")
             if loss is not None:
                 losses.append((float(loss), site_rows[s]))
-        _, val = _error_totals(replies, f)
+        val = _error_totals({s: fitted[s][1] for s in replies})
         if val is not None and val < best[0]:
             best = (val, rnd - 1, weights)
         weights = fedavg(new, sizes)
@@ -507,13 +556,31 @@ def run_imputation(
             progress(rnd, cfg.rounds, history[-1])
 
     # 5. final evaluation
-    replies = collect(federation.broadcast(Message("impute_eval", _weight_arrays(weights))), "impute_eval")
-    per_site, val = _error_totals(replies, f)
+    mean_fill: dict[str, np.ndarray] = {}  # the mean-fill baseline's error sums, when every site sends them
+
+    def evaluate(w: dict[str, np.ndarray]) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], float | None]:
+        errors: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        mean_fill.clear()
+
+        def check_eval(s: str, r: Message) -> None:
+            errors[s] = _error_arrays(federation, s, r, f)
+            if "val_mean_sse" in r.arrays:
+                m = validate.array(r, "val_mean_sse", (f,))
+                if np.any(m < 0):
+                    raise ValueError("negative mean-fill errors")
+                mean_fill[s] = m
+
+        got = exchange(federation, Message("impute_eval", _weight_arrays(w)), check_eval)
+        per = {s: errors[s] for s in got}
+        if set(mean_fill) != set(got):
+            mean_fill.clear()
+        return per, _error_totals(per)
+
+    per_site, val = evaluate(weights)
     best_round = cfg.rounds
     if cfg.keep_best and val is not None and best[0] < val:
         best_round, weights = best[1], best[2]
-        replies = collect(federation.broadcast(Message("impute_eval", _weight_arrays(weights))), "impute_eval")
-        per_site, val = _error_totals(replies, f)
+        per_site, val = evaluate(weights)
     col_sse = sum(v[0] for v in per_site.values())
     col_cnt = sum(v[1] for v in per_site.values())
     validation = {
@@ -521,10 +588,8 @@ def run_imputation(
         "per_site": {s: (float(np.sqrt(v[0].sum() / v[1].sum())) if v[1].sum() > 0 else None) for s, v in per_site.items()},
         "per_column": {glob[i]: (float(np.sqrt(col_sse[i] / col_cnt[i])) if col_cnt[i] > 0 else None) for i in range(f)},
     }
-    if all("val_mean_sse" in r.arrays for r in replies.values()):
-        mean_sse = sum(_check(s, r, "val_mean_sse", (f,)) for s, r in replies.items())
-        if np.any(mean_sse < 0):
-            raise FederationError("a site sent negative mean-fill errors")
+    if mean_fill:
+        mean_sse = sum(mean_fill.values())
         validation["per_column_mean_fill"] = {
             glob[i]: (float(np.sqrt(mean_sse[i] / col_cnt[i])) if col_cnt[i] > 0 else None) for i in range(f)}
     down1, up1 = federation.traffic.total()
@@ -533,5 +598,6 @@ def run_imputation(
         prior_W=None if prior is None else prior.W, prior_psi=None if prior is None else prior.psi,
         site_columns=site_columns, site_rows=site_rows, history=history, validation=validation,
         unobserved_pairs=unobserved, best_round=best_round, seconds=time.perf_counter() - t0,
-        bytes=(down1 - down0, up1 - up0),
+        bytes=(down1 - down0, up1 - up0), participation=federation.participation[p0:],
+        dropped={s: r for s, r in federation.dropped.items() if s not in dropped0},
     )

@@ -7,6 +7,13 @@ Wire format (:meth:`Message.to_bytes`): a 4-byte big-endian header length, a UTF
 JSON header (kind, meta, array names, dtypes, shapes, byte lengths), then the raw
 array buffers. Decoding never unpickles and rejects object dtypes, so a server
 never executes what a site sends.
+
+Decoding is bounded (:class:`Limits`, module default :data:`LIMITS`): message and
+header size, JSON nesting depth, integers beyond 64 bits, non-finite floats, the
+number of arrays, their rank, element count and string width. Anything outside the
+limits raises :class:`MessageError` -- never ``RecursionError``, ``OverflowError``,
+``KeyError`` or ``MemoryError`` -- so an engine can turn it into an error naming the
+sender. The same limits apply when a :class:`Message` is built in memory.
 """
 
 from __future__ import annotations
@@ -19,44 +26,119 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["Message", "MessageError", "ERROR_KIND"]
+__all__ = ["Message", "MessageError", "ERROR_KIND", "Limits", "LIMITS", "decode_meta"]
 
 #: ``kind`` of the reply a site sends when its handler raised.
 ERROR_KIND = "error"
 
 _ALLOWED_DTYPE_KINDS = set("biufU")  # bool, int, uint, float, unicode strings
-_MAX_HEADER = 64 * 1024 * 1024
 
 
 class MessageError(ValueError):
-    """A message is malformed (bad header, unknown dtype, truncated buffer...)."""
+    """A message is malformed or outside :class:`Limits` (bad header, unknown dtype, truncated buffer...)."""
 
 
 #: element types a meta list may hold without a per-element walk (a list of 10,000 feature
-#: names is checked by one ``set(map(type, ...))`` instead of 10,000 recursive calls).
+#: names is checked by one ``set(map(type, ...))`` instead of 10,000 pushes).
 _FLAT_TYPES = frozenset({str, int, bool, type(None)})
 
 
-def _check_json(value: Any, path: str) -> None:
-    if value is None or isinstance(value, (bool, int, str)):
-        return
-    if type(value) in (list, tuple) and set(map(type, value)) <= _FLAT_TYPES:
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise MessageError(f"meta value {path} is not finite ({value})")
-        return
-    if isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _check_json(v, f"{path}[{i}]")
-        return
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise MessageError(f"meta key {k!r} in {path} is not a string")
-            _check_json(v, f"{path}.{k}")
-        return
-    raise MessageError(f"meta value {path} has type {type(value).__name__}; only JSON types are allowed")
+@dataclass(frozen=True)
+class Limits:
+    """Bounds every decoded (and every constructed) message must respect.
+
+    Attributes:
+        max_bytes: whole serialised message. max_header: its JSON header.
+        max_depth: nesting of lists/dicts in ``meta`` (a site-state snapshot nests ~10).
+        max_int: largest ``|int|`` in ``meta`` (128 bits: a generator's state needs them;
+            anything near 10**309 would overflow floats downstream).
+        max_arrays: arrays per message. max_ndim: rank of one array.
+        max_elements: elements of one array. max_str: characters of a string dtype.
+    """
+
+    max_bytes: int = 2**31
+    max_header: int = 64 * 2**20
+    max_depth: int = 64
+    max_int: int = 2**128
+    max_arrays: int = 4096
+    max_ndim: int = 8
+    max_elements: int = 2**28
+    max_str: int = 4096
+
+
+#: The limits :meth:`Message.from_bytes` and :func:`decode_meta` apply by default.
+LIMITS = Limits()
+
+
+def _check_json(value: Any, path: str, limits: Limits = LIMITS) -> None:
+    """Walk ``value`` iteratively (no recursion, so depth cannot crash the walker)."""
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    while stack:
+        v, where, depth = stack.pop()
+        if v is None or isinstance(v, (bool, str)):
+            continue
+        if isinstance(v, int):
+            if abs(v) > limits.max_int:
+                raise MessageError(f"meta value {where} is an integer beyond 128 bits")
+            continue
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise MessageError(f"meta value {where} is not finite ({v})")
+            continue
+        if isinstance(v, (list, tuple, dict)):
+            if depth >= limits.max_depth:
+                raise MessageError(f"meta is nested deeper than {limits.max_depth} levels (at {where[:80]})")
+            if isinstance(v, dict):
+                for k, item in v.items():
+                    if not isinstance(k, str):
+                        raise MessageError(f"meta key {k!r} in {where[:80]} is not a string")
+                    stack.append((item, f"{where}.{k}", depth + 1))
+            else:
+                types = set(map(type, v))
+                if types <= _FLAT_TYPES:  # lists of names are the bulk: one pass, no per-item push
+                    if int in types and any(abs(x) > limits.max_int for x in v if type(x) is int):
+                        raise MessageError(f"meta value {where[:80]} holds an integer beyond 128 bits")
+                else:
+                    stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(v))
+            continue
+        raise MessageError(f"meta value {where[:80]} has type {type(v).__name__}; only JSON types are allowed")
+
+
+def _reject_constant(name: str) -> Any:
+    raise MessageError(f"JSON constant {name} is not allowed")
+
+
+def decode_meta(text: str | bytes, limits: Limits = LIMITS) -> Any:
+    """Parse JSON from the wire within ``limits``; raises only :class:`MessageError`."""
+    if len(text) > limits.max_header:
+        raise MessageError(f"JSON of {len(text)} bytes exceeds the {limits.max_header}-byte limit")
+    try:
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except MessageError:
+        raise
+    except (ValueError, TypeError, RecursionError, MemoryError, OverflowError) as exc:
+        kind = "nested too deeply" if isinstance(exc, RecursionError) else "not valid JSON"
+        raise MessageError(f"message header is {kind}: {str(exc)[:200]}") from None
+    _check_json(value, "header", limits)
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise MessageError(f"JSON number {text[:40]} is not a finite float")
+    return value
+
+
+def _check_array(name: str, a: np.ndarray, limits: Limits) -> None:
+    if a.dtype.kind not in _ALLOWED_DTYPE_KINDS:
+        raise MessageError(f"array {name!r} has dtype {a.dtype}, which cannot be sent")
+    if a.ndim > limits.max_ndim:
+        raise MessageError(f"array {name!r} has {a.ndim} dimensions (limit {limits.max_ndim})")
+    if a.size > limits.max_elements:
+        raise MessageError(f"array {name!r} has {a.size} elements (limit {limits.max_elements})")
+    if a.dtype.kind == "U" and a.dtype.itemsize // 4 > limits.max_str:
+        raise MessageError(f"array {name!r} holds strings of {a.dtype.itemsize // 4} characters (limit {limits.max_str})")
 
 
 @dataclass
@@ -77,14 +159,20 @@ class Message:
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or not self.kind:
             raise MessageError("message kind must be a non-empty string")
+        if len(self.arrays) > LIMITS.max_arrays:
+            raise MessageError(f"message has {len(self.arrays)} arrays (limit {LIMITS.max_arrays})")
         arrays = {}
         for name, arr in self.arrays.items():
             a = np.asarray(arr)
-            if a.dtype.kind not in _ALLOWED_DTYPE_KINDS:
-                raise MessageError(f"array {name!r} has dtype {a.dtype}, which cannot be sent")
+            _check_array(str(name), a, LIMITS)
             arrays[str(name)] = a
         self.arrays = arrays
-        meta = {str(k): _to_builtin(v) for k, v in self.meta.items()}
+        if not isinstance(self.meta, Mapping):
+            raise MessageError(f"meta must be a mapping, got {type(self.meta).__name__}")
+        try:
+            meta = {str(k): _to_builtin(v) for k, v in self.meta.items()}
+        except RecursionError:
+            raise MessageError(f"meta is nested deeper than {LIMITS.max_depth} levels") from None
         _check_json(meta, "meta")
         self.meta = meta
 
@@ -109,43 +197,70 @@ class Message:
         return struct.pack(">I", len(header)) + header + b"".join(buffers)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Message":
-        """Decode :meth:`to_bytes` output; raises :class:`MessageError` on anything malformed."""
+    def from_bytes(cls, data: bytes, limits: Limits = LIMITS) -> "Message":
+        """Decode :meth:`to_bytes` output within ``limits``.
+
+        Raises:
+            MessageError: anything malformed or beyond ``limits`` (and nothing else).
+        """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise MessageError(f"a message must be bytes, got {type(data).__name__}")
+        if len(data) > limits.max_bytes:
+            raise MessageError(f"message of {len(data)} bytes exceeds the {limits.max_bytes}-byte limit")
         if len(data) < 4:
             raise MessageError("message shorter than its header length field")
         (hlen,) = struct.unpack(">I", data[:4])
-        if hlen > _MAX_HEADER or 4 + hlen > len(data):
+        if hlen > limits.max_header or 4 + hlen > len(data):
             raise MessageError("message header length is out of range")
         try:
-            header = json.loads(data[4 : 4 + hlen].decode())
-            kind, meta, specs = header["kind"], header["meta"], header["arrays"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise MessageError(f"message header is not valid: {exc}") from None
+            text = bytes(data[4 : 4 + hlen]).decode()
+        except UnicodeDecodeError:
+            raise MessageError("message header is not UTF-8") from None
+        header = decode_meta(text, limits)
+        if not isinstance(header, dict):
+            raise MessageError("message header is not a JSON object")
+        kind, meta, specs = header.get("kind"), header.get("meta"), header.get("arrays")
+        if not isinstance(kind, str) or not isinstance(meta, dict) or not isinstance(specs, list):
+            raise MessageError("message header lacks kind (string), meta (object) or arrays (list)")
+        if len(specs) > limits.max_arrays:
+            raise MessageError(f"message has {len(specs)} arrays (limit {limits.max_arrays})")
         offset = 4 + hlen
         arrays = {}
         for spec in specs:
+            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+                raise MessageError("array spec is not an object with a string name")
+            name = spec["name"]
             try:
-                dtype = np.dtype(spec["dtype"])
-                shape = tuple(int(s) for s in spec["shape"])
-                nbytes = int(spec["nbytes"])
+                dtype = np.dtype(spec["dtype"]) if isinstance(spec.get("dtype"), str) else None
+                shape = spec["shape"]
+                nbytes = spec["nbytes"]
             except (KeyError, TypeError, ValueError) as exc:
-                raise MessageError(f"array spec is not valid: {exc}") from None
-            if dtype.kind not in _ALLOWED_DTYPE_KINDS:
-                raise MessageError(f"array {spec.get('name')!r} has forbidden dtype {dtype}")
-            if any(s < 0 for s in shape) or nbytes != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
-                raise MessageError(f"array {spec.get('name')!r}: shape and byte length disagree")
+                raise MessageError(f"array spec {name[:80]!r} is not valid: {exc}") from None
+            if dtype is None or dtype.kind not in _ALLOWED_DTYPE_KINDS or dtype.hasobject:
+                raise MessageError(f"array {name[:80]!r} has forbidden dtype {spec.get('dtype')!r}")
+            if (not isinstance(shape, list) or len(shape) > limits.max_ndim
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= limits.max_elements
+                               for x in shape)):
+                raise MessageError(f"array {name[:80]!r} has an invalid shape")
+            size = math.prod(shape)
+            if size > limits.max_elements:
+                raise MessageError(f"array {name[:80]!r} has {size} elements (limit {limits.max_elements})")
+            if not isinstance(nbytes, int) or nbytes != size * dtype.itemsize:
+                raise MessageError(f"array {name[:80]!r}: shape and byte length disagree")
             if offset + nbytes > len(data):
-                raise MessageError(f"array {spec.get('name')!r} is truncated")
-            arrays[str(spec.get("name"))] = np.frombuffer(data, dtype=dtype, count=int(np.prod(shape, dtype=np.int64)),
-                                                 offset=offset).reshape(shape).copy()
+                raise MessageError(f"array {name[:80]!r} is truncated")
+            if name in arrays:
+                raise MessageError(f"array {name[:80]!r} appears twice")
+            arr = np.frombuffer(data, dtype=dtype, count=size, offset=offset).reshape(shape).copy()
+            _check_array(name, arr, limits)
+            arrays[name] = arr
             offset += nbytes
         if offset != len(data):
             raise MessageError("message has trailing bytes")
         if not isinstance(kind, str) or not kind:
             raise MessageError("message kind must be a non-empty string")
-        if not isinstance(meta, dict):
-            raise MessageError("message meta must be a JSON object")
-        _check_json(meta, "meta")  # JSON decodes to builtins already: no _to_builtin pass
+        # the header (meta included) was checked by decode_meta and JSON decodes to builtins:
+        # no second pass through __post_init__
         msg = cls.__new__(cls)
         msg.kind, msg.arrays, msg.meta = kind, arrays, meta
         return msg

@@ -11,6 +11,7 @@ data and pack the result into a reply. State that must survive between requests
 from __future__ import annotations
 
 import logging
+import sys
 import traceback
 from typing import Any, Callable
 
@@ -162,15 +163,37 @@ class Site:
 
     # ----- protocol -----------------------------------------------------------------
     def handle(self, request: Message) -> Message:
-        """Answer one request. Never raises: a failure becomes an error reply."""
+        """Answer one request. Never raises: whatever the handler raises -- even
+        ``SystemExit`` or ``KeyboardInterrupt`` -- becomes an error reply (only an
+        interpreter that is shutting down is let go).
+
+        Schema protocol (:mod:`fedtab.federation.schema`): an agreed schema riding on the
+        request is stored in ``state["schema"]`` before the handler runs; a request
+        flagged ``schema:declare`` gets this site's declaration added to its reply.
+        """
+        from .schema import AGREED, DECLARE, DECLARED, declare
+
         fn = HANDLERS.get(request.kind)
         if fn is None:
-            return Message.error(f"site {self.name!r} has no handler for {request.kind!r}")
+            return Message.error(f"site {self.name!r} has no handler for {request.kind[:80]!r}")
         try:
-            return fn(self, request)
-        except Exception as exc:  # noqa: BLE001 - reported to the server, not swallowed
+            meta = request.meta
+            if AGREED in meta or DECLARE in meta:
+                if isinstance(meta.get(AGREED), dict):
+                    self.state["schema"] = meta[AGREED]
+                request = Message(request.kind, request.arrays,
+                                  {k: v for k, v in meta.items() if k not in (AGREED, DECLARE)})
+            reply = fn(self, request)
+            if not isinstance(reply, Message):
+                raise TypeError(f"the {request.kind!r} handler returned {type(reply).__name__}, not a Message")
+            if meta.get(DECLARE) and not reply.is_error:
+                reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declare(self)})
+            return reply
+        except BaseException as exc:  # noqa: BLE001 - reported to the server, never ends it
+            if sys.is_finalizing():
+                raise
             log.debug("site %s failed on %s:\n%s", self.name, request.kind, traceback.format_exc())
-            return Message.error(f"{type(exc).__name__}: {exc}")
+            return Message.error(f"{type(exc).__name__}: {str(exc)[:2000]}")
 
     def __repr__(self) -> str:
         return f"Site({self.name!r}, rows={len(self.table)}, features={len(self.feature_names)}, target={self.target!r})"

@@ -24,6 +24,16 @@ Steps, each a request built on the server, a site handler, and a validated reduc
 
 So training costs ``rounds + 2`` exchanges (``rounds + 1`` with ``described``).
 
+Every reply is validated against the agreed schema (:mod:`fedtab.federation.schema`)
+before anything is reduced (:mod:`fedtab.federation.validate`): described counts are
+integers no larger than the rows the site declared for that part, zero for features it
+did not declare, and its sums of squares imply no negative variance; class labels are
+within the ones it declared; ``n_samples`` of every fit equals those rows; parameters
+have the model's names and shapes, are finite and of plausible magnitude (exact-
+aggregation statistics: consistent counts and moments); confusion matrices are
+non-negative integers summing to the declared test rows. A rejected site is named;
+with a quorum (``min_sites``) it is dropped and the others go on.
+
 Features a site does not hold, and missing cells, are filled with the global mean
 (0 after standardisation).
 
@@ -44,13 +54,14 @@ import pandas as pd
 
 from ..learn.metrics import SCORE_BINS, brier_sum, confusion, evaluation_scores, score_histogram
 from ..learn.models import FederatedModel, Params, make_model
+from . import validate
 from .local_data import numeric_matrix
 from .messages import Message
-from .protocol import Federation, FederationError, collect
+from .protocol import Federation, FederationError, exchange, set_quorum
 from .site import Site, handler
 
-__all__ = ["TrainingOutcome", "run_training", "describe_site", "site_matrix", "label_key", "part_rows", "PARTS",
-           "evaluation_sums", "checked_sums", "pool_evaluations", "requested_bins", "class_indices"]
+__all__ = ["TrainingOutcome", "run_training", "describe_site", "describe_checker", "site_matrix", "label_key",
+           "part_rows", "PARTS", "evaluation_sums", "checked_sums", "pool_evaluations", "requested_bins", "class_indices"]
 
 #: row parts a request may name.
 PARTS = ("train", "test", "fit", "validation", "all")
@@ -257,6 +268,44 @@ def _evaluate(site: Site, request: Message) -> Message:
     return Message("evaluate", sums, {"n": int(len(y))})
 
 
+def describe_checker(federation: Federation, features: list[str] | None, part: str,
+                     ) -> Callable[[str, Message], None]:
+    """Validator of ``"describe"`` replies over ``features`` (``None``: the site's choice) on ``part``."""
+
+    def check(site: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
+        feats = reply.meta.get("features")
+        if features is not None and feats != list(features):
+            raise ValueError("described other features than the ones to train on")
+        feats = schema.check_features(site, feats, within="federation", what="described features")
+        d = len(feats)
+        n = validate.integer(reply.meta.get("n_train"), f"{part} rows", equal=schema.rows(site, part))
+        validate.integer(reply.meta.get("n_test"), "test rows", equal=schema.rows(site, "test"))
+        count, total, sumsq = (validate.array(reply, k, (d,)) for k in ("count", "sum", "sumsq"))
+        validate.counts(count, n, "feature counts")
+        held = set(schema.site_columns(site))
+        if [f for f, c in zip(feats, count) if c > 0 and f not in held]:
+            raise ValueError("counts values of features it did not declare")
+        validate.moments(count, total, sumsq, "feature moments")
+        schema.check_classes(site, reply.meta.get("classes"))
+
+    return check
+
+
+def exact_statistics_checker(n_classes: int, n_features: int) -> Callable[[Params, int], None]:
+    """Validator of exact-aggregation updates ``{"count": (C,), "sum": (C, d), "sumsq": (C, d)}``."""
+
+    def check(p: Params, n: int) -> None:
+        count = validate.counts(p["count"], n, "class counts")
+        if count.sum() != n:
+            raise ValueError(f"class counts sum to {count.sum():g}, not the {n} rows declared")
+        for c in range(n_classes):
+            validate.moments(np.full(n_features, count[c]), p["sum"][c], p["sumsq"][c], "class moments")
+
+    return check
+
+
 @dataclass
 class TrainingOutcome:
     """Result of :func:`run_training`.
@@ -279,6 +328,8 @@ class TrainingOutcome:
             Brier score and, for two classes, AUROC / PR-AUC with their error bounds).
         local_epochs / seed / model_spec: the settings used (``model_spec`` is the
             ``{"name", "params"}`` the sites built the model from; baselines repeat them).
+        participation: per exchange ``{"step", "sites"}``: the sites whose reply was used.
+        dropped: ``{site: reason}`` of sites left out during this run.
     """
 
     model: str
@@ -299,6 +350,8 @@ class TrainingOutcome:
     local_epochs: int = 0
     seed: int = 0
     model_spec: dict[str, Any] = field(default_factory=dict)
+    participation: list[dict[str, Any]] = field(default_factory=list)
+    dropped: dict[str, str] = field(default_factory=dict)
 
 
 def _counts(value: Any, shape: tuple[int, int]) -> np.ndarray | None:
@@ -349,18 +402,28 @@ def pool_evaluations(sums: Mapping[str, tuple[np.ndarray, Any, Any]]) -> dict[st
 
 
 def _evaluate_detail(federation: Federation, params: Params, n_classes: int, part: str = "test",
-                     bins: int | None = None) -> dict[str, Any]:
+                     bins: int | None = None, on_error: Literal["raise", "skip"] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"part": part}
     if bins is not None:
         meta["score_bins"] = bins
-    replies = collect(federation.broadcast(Message("evaluate", _params_to(params), meta)), "evaluate")
-    return pool_evaluations({name: checked_sums(name, reply, n_classes, bins) for name, reply in replies.items()})
+    sums: dict[str, tuple[np.ndarray, Any, Any]] = {}
+
+    def check(site: str, reply: Message) -> None:
+        assert federation.schema is not None
+        n = federation.schema.rows(site, part)
+        validate.confusion_matrix(reply, n_classes, n)  # sums to the rows the site declared
+        validate.integer(reply.meta.get("n"), "evaluated rows", equal=n)
+        sums[site] = checked_sums(site, reply, n_classes, bins)
+
+    replies = exchange(federation, Message("evaluate", _params_to(params), meta), check, on_error=on_error)
+    return pool_evaluations({name: sums[name] for name in replies})
 
 
 def _evaluate_all(federation: Federation, params: Params, n_classes: int, part: str = "test",
-                  bins: int | None = None) -> tuple[dict, dict, dict]:
+                  bins: int | None = None, on_error: Literal["raise", "skip"] | None = None,
+                  ) -> tuple[dict, dict, dict]:
     """``(pooled, per_site, metrics)``: the historic F1/accuracy dicts and the full metrics."""
-    metrics = _evaluate_detail(federation, params, n_classes, part, bins)
+    metrics = _evaluate_detail(federation, params, n_classes, part, bins, on_error)
     keep = ("weighted_f1", "macro_f1", "accuracy", "n")
     pooled = {k: metrics["pooled"][k] for k in keep}
     return pooled, {s: {k: m[k] for k in keep} for s, m in metrics["per_site"].items()}, metrics
@@ -376,11 +439,13 @@ def run_training(
     seed: int = 0,
     eval_every: int = 0,
     on_round: Callable[[int, dict[str, float] | None], None] | None = None,
-    on_error: Literal["raise", "skip"] = "raise",
+    on_error: Literal["raise", "skip"] | None = None,
     train_part: str = "train",
     eval_part: str = "test",
     described: Mapping[str, Message] | None = None,
     score_bins: int | None = SCORE_BINS,
+    min_sites: int | None = None,
+    max_param_abs: float = validate.MAX_PARAM_ABS,
 ) -> TrainingOutcome:
     """Train ``model`` by federated rounds on ``features`` (default: each site's elected mask).
 
@@ -402,6 +467,12 @@ def run_training(
         score_bins: grid of the score histograms the final evaluation asks for (AUROC,
             PR-AUC; see :func:`fedtab.learn.metrics.ranking_scores`); None skips the
             histograms and the Brier sums.
+        on_error: ``"skip"`` leaves failing sites out of each step; ``None``/``"raise"``
+            follow the federation's quorum policy.
+        min_sites: quorum (sets ``federation.min_sites``): sites that fail, time out or
+            are rejected are dropped while this many remain. ``None`` keeps the
+            federation's policy (by default every site must answer).
+        max_param_abs: largest ``|entry|`` accepted in a site's parameters.
 
     Exchanges: ``describe`` (unless ``described``), ``fit`` × rounds (the first also
     carries the setup), ``evaluate`` (plus one per ``eval_every`` evaluation).
@@ -416,14 +487,19 @@ def run_training(
     spec = {"name": fm.name, "params": fm.get_params()}
     if train_part not in PARTS or eval_part not in PARTS:
         raise ValueError(f"train_part and eval_part must be in {PARTS}")
+    set_quorum(federation, min_sites)
+    p0 = len(federation.participation)
+    dropped0 = set(federation.dropped)
     if described is None:
         meta: dict[str, Any] = {"features": list(features)} if features is not None else {}
         meta["part"] = train_part
-        described = collect(federation.broadcast(Message("describe", meta=meta)), "describe", on_error)
+        described = exchange(federation, Message("describe", meta=meta),
+                             lambda site, reply: describe_checker(federation, features, train_part)(site, reply),
+                             on_error=on_error)
     else:
-        described = collect(described, "describe", on_error)
         if not described:
             raise ValueError("described holds no site replies")
+        described = {s: r for s, r in described.items() if s in federation.active}
         for name, reply in described.items():
             if features is not None and reply.meta.get("features") != list(features):
                 raise FederationError(f"site {name!r} described other features than the ones to train on")
@@ -435,10 +511,9 @@ def run_training(
         if feats is None:
             feats = f
         elif f != feats:
-            raise FederationError(f"site {name!r} trains on different features than the others")
+            federation.drop(name, "trains on different features than the others")
+            continue
         c, s, q = (np.asarray(reply.arrays[k], dtype=np.float64) for k in ("count", "sum", "sumsq"))
-        if c.shape != (len(f),) or s.shape != c.shape or q.shape != c.shape or not np.isfinite(s).all():
-            raise FederationError(f"site {name!r}: invalid feature moments")
         count, total, sumsq = (c, s, q) if count is None else (count + c, total + s, sumsq + q)
         classes |= set(reply.meta.get("classes", []))
     assert feats is not None and count is not None
@@ -455,6 +530,7 @@ def run_training(
 
     params = fm.init(len(feats), len(class_list), seed)
     template = fm.update_template(len(feats), len(class_list))
+    exact_check = exact_statistics_checker(len(class_list), len(feats)) if fm.exact else None
     n_rounds = 1 if fm.exact else rounds
     history: list[dict[str, float]] = []
     traffic: list[dict[str, Any]] = []
@@ -467,37 +543,43 @@ def run_training(
         else:
             req = Message("fit", down_params, fit_meta)
         n_log = len(federation.traffic.records)
-        replies = collect(federation.broadcast(req), "fit", on_error)
+        accepted: dict[str, tuple[Params, int]] = {}
+
+        def check_fit(site: str, reply: Message) -> None:
+            assert federation.schema is not None
+            n = validate.integer(reply.meta.get("n_samples"), "n_samples",
+                                 equal=federation.schema.rows(site, train_part))
+            if n == 0:
+                raise ValueError(f"has no {train_part} rows to train on")
+            p = validate.parameters(_params_from(reply), template, what="parameter",
+                                    max_abs=np.inf if fm.exact else max_param_abs)
+            if exact_check is not None:
+                exact_check(p, n)
+            accepted[site] = (p, n)
+
+        replies = exchange(federation, req, check_fit, on_error=on_error)
         measured = {t.site: t for t in federation.traffic.records[n_log:] if t.kind == "fit"}
         updates = []
         for name, reply in replies.items():
-            p = _params_from(reply)
-            n = reply.meta.get("n_samples")
+            p, n = accepted[name]
             t = measured.get(name)
             traffic.append({"round": r, "site": name,
                             "bytes_down": t.bytes_down if t else Message("fit", down_params).nbytes(),
                             "bytes_up": t.bytes_up if t else reply.nbytes(),
                             "params_down": int(sum(v.size for v in down_params.values())),
                             "params_up": int(sum(np.asarray(v).size for v in p.values()))})
-            bad = set(p) != set(template) or any(tuple(p[k].shape) != template[k] or not np.isfinite(p[k]).all()
-                                                  for k in p)
-            if bad or not isinstance(n, int) or n <= 0:
-                msg = f"site {name!r}: invalid model update (names, shapes, finiteness or n_samples)"
-                if on_error == "raise":
-                    raise FederationError(msg)
-                continue
             updates.append((p, n))
         if not updates:
             raise FederationError(f"round {r}: no valid update")
         params = fm.aggregate(updates)
         metrics = None
         if eval_every and (r % eval_every == 0 or r == n_rounds):
-            metrics, _, _ = _evaluate_all(federation, params, len(class_list), eval_part)
+            metrics, _, _ = _evaluate_all(federation, params, len(class_list), eval_part, on_error=on_error)
             history.append({"round": r, **metrics})
         if on_round:
             on_round(r, metrics)
     bd1, bu1 = federation.traffic.total("fit")
-    pooled, per_site, detail = _evaluate_all(federation, params, len(class_list), eval_part, score_bins)
+    pooled, per_site, detail = _evaluate_all(federation, params, len(class_list), eval_part, score_bins, on_error)
     return TrainingOutcome(
         model=fm.name,
         params=params,
@@ -517,4 +599,6 @@ def run_training(
         local_epochs=int(local_epochs),
         seed=seed,
         model_spec=spec,
+        participation=federation.participation[p0:],
+        dropped={s: r for s, r in federation.dropped.items() if s not in dropped0},
     )

@@ -29,9 +29,11 @@ import pandas as pd
 from ..election.ballot import Ballot
 from ..election.rule import ElectionResult
 from ..election.tuning import DEFAULT_GRID, TuningResult, tune
-from .election_flow import _selector_request, ballot_reply, ballots_from_replies, broadcast_mask, elect_from_ballots
+from .election_flow import (_selector_request, _valid_ballots, ballot_checker, ballot_reply, broadcast_mask,
+                            elect_from_ballots)
 from .messages import Message
-from .protocol import Federation, FederationError, collect
+from .protocol import Federation, exchange
+from . import validate
 from .site import Site, handler
 from .training_flow import part_rows, run_training
 
@@ -79,15 +81,24 @@ def split_validation(federation: Federation, validation_size: float = 0.25, seed
     Raises:
         FederationError: a site could not split (naming it) or replied with bad counts.
     """
-    replies = collect(federation.broadcast(Message("split_validation", meta={"validation_size": validation_size,
-                                                                               "seed": seed})), "split_validation")
-    out = {}
-    for name, r in replies.items():
-        nf, nv = r.meta.get("n_fit"), r.meta.get("n_validation")
-        if not (isinstance(nf, int) and isinstance(nv, int) and nf > 0 and nv > 0):
-            raise FederationError(f"site {name!r}: invalid fit/validation counts {nf!r}/{nv!r}")
-        out[name] = {"n_fit": nf, "n_validation": nv}
-    return out
+    out: dict[str, dict[str, int]] = {}
+
+    def check(site: str, r: Message) -> None:
+        assert federation.schema is not None
+        n_train = federation.schema.rows(site, "train")
+        nf = validate.integer(r.meta.get("n_fit"), "fit rows", upper=n_train)
+        nv = validate.integer(r.meta.get("n_validation"), "validation rows", upper=n_train)
+        if nf == 0 or nv == 0 or nf + nv != n_train:
+            raise ValueError(f"invalid fit/validation counts {nf}/{nv} for {n_train} declared training rows")
+        out[site] = {"n_fit": nf, "n_validation": nv}
+
+    replies = exchange(federation, Message("split_validation", meta={"validation_size": validation_size,
+                                                                     "seed": seed}), check)
+    assert federation.schema is not None
+    for name in replies:
+        federation.schema.set_rows(name, "fit", out[name]["n_fit"])
+        federation.schema.set_rows(name, "validation", out[name]["n_validation"])
+    return {name: out[name] for name in replies}
 
 
 def gather_fit_ballots(federation: Federation, selector: Any = None, *,
@@ -102,8 +113,11 @@ def gather_fit_ballots(federation: Federation, selector: Any = None, *,
         FederationError: a site failed. ValueError: a ballot is invalid (naming the site).
     """
     requests = {n: Message("ballot_fit", meta=_selector_request((selectors or {}).get(n, selector)))
-                for n in federation.sites}
-    return ballots_from_replies(collect(federation.ask(requests), "ballot_fit"), abstained=abstained)
+                for n in federation.active}
+    ballots: dict[str, Ballot] = {}
+    left_out: dict[str, str] = {}
+    replies = exchange(federation, requests, ballot_checker(federation, "fit", ballots, left_out))
+    return _valid_ballots([ballots[n] for n in replies if n in ballots], left_out, abstained)
 
 
 def validation_scorer(federation: Federation, feature_names: list[str], *, model: Any = "logistic",

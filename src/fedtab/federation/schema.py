@@ -1,0 +1,408 @@
+"""The agreed schema: the first thing a federation settles, and what every later reply is checked against.
+
+Protocol. Every site declares (:func:`declare`) its feature column names -- names
+only, never values -- with each column's kind (``"numeric"`` or ``"categorical"``),
+its target column name (if any), its class labels (label keys, for a supervised
+site) and its row count per part (``train``, ``test``, ``all``). The server fixes the
+federation's schema (:class:`Schema`): the ordered union of the columns, the sites
+holding each, the agreed class set and each site's declared rows. From then on the
+schema rides once on each site's next request (stored by the site in
+``site.state["schema"]``: ``{"columns", "holders"}``, holder *counts*, no site names).
+
+The declaration needs no exchange of its own: whichever workflow talks to the sites
+first (ballots, describe, category sets, imputation's counts, the tuning split) asks
+for it in the same exchange (:func:`~fedtab.federation.protocol.exchange` adds the
+request flag and agrees the schema from the replies before validating them). A
+stand-alone ``"schema"`` exchange (:func:`agree_schema` without replies) is there for
+callers that want the schema before anything else.
+
+API other modules call:
+
+* :func:`agree_schema` ``(federation, replies=None, **limits) -> Schema`` (also stored as
+  ``federation.schema``);
+* :meth:`Schema.check_features` ``(site, names, ...)`` -- names a reply refers to are a
+  list of unique strings the site declared (or the federation holds);
+* :meth:`Schema.rows` / :meth:`Schema.check_count` -- counts are non-negative integers
+  no larger than the rows the site declared for that part;
+* :meth:`Schema.check_classes` -- class labels within the site's declared set;
+* :meth:`Schema.set_rows` (a new row part, e.g. the tuning split) and
+  :meth:`Schema.encoded` (after federated one-hot encoding).
+
+When a site's table changes shape outside the protocol (e.g. a job replaces it by an
+imputed table with new columns), set ``federation.schema = None``: the next exchange
+declares and agrees the schema again (or call :func:`agree_schema` for a stand-alone
+round).
+
+Every check raises :class:`~fedtab.federation.protocol.SiteError` naming the site and
+only that site. What a declaration may not exceed is bounded by :class:`SchemaLimits`
+(a 2,000,000-column declaration is rejected before anything is computed on it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from numbers import Integral, Real
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .messages import Message
+from .protocol import Federation, FederationError, SiteError, reject_text
+
+if TYPE_CHECKING:
+    from .site import Site
+
+__all__ = ["Schema", "SchemaLimits", "SiteDeclaration", "agree_schema", "declare", "DECLARE", "DECLARED", "AGREED"]
+
+#: request meta flag: "declare your schema in this reply"
+DECLARE = "schema:declare"
+#: reply meta key holding a site's declaration
+DECLARED = "schema:declared"
+#: request meta key carrying the agreed schema to a site
+AGREED = "schema:agreed"
+
+KINDS = ("numeric", "categorical")
+BASE_PARTS = ("train", "test", "all")
+
+
+@dataclass(frozen=True)
+class SchemaLimits:
+    """What one site's declaration may not exceed.
+
+    Attributes:
+        max_columns: feature columns per site. max_name: characters of a column name.
+        max_rows: rows per part. max_classes: class labels per site.
+    """
+
+    max_columns: int = 100_000
+    max_name: int = 512
+    max_rows: int = 2**40
+    max_classes: int = 10_000
+
+
+@dataclass(frozen=True)
+class SiteDeclaration:
+    """One site's validated declaration (see module docstring)."""
+
+    columns: tuple[str, ...]
+    kinds: tuple[str, ...]
+    target: str | None
+    classes: tuple[str, ...]
+    rows: dict[str, int]
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"columns": list(self.columns), "kinds": list(self.kinds), "target": self.target,
+                "classes": list(self.classes), "rows": dict(self.rows)}
+
+
+def declare(site: "Site") -> dict[str, Any]:
+    """The site side: its declaration as JSON (names, kinds, target, class labels, rows per part)."""
+    from .training_flow import label_key
+
+    columns = site.feature_names
+    numeric = set(site.table.select_dtypes(include=["number", "bool"]).columns.astype(str))
+    kinds = ["numeric" if c in numeric else "categorical" for c in columns]  # one pass, no per-column calls
+    classes: list[str] = []
+    if site.target is not None:
+        classes = sorted({label_key(v) for v in site.table[site.target].dropna().unique()})
+    rows = {"train": len(site.rows("train")), "test": len(site.rows("test")), "all": len(site.table)}
+    return {"columns": columns, "kinds": kinds, "target": site.target, "classes": classes, "rows": rows}
+
+
+def as_count(value: Any, what: str, upper: int | None = None) -> int:
+    """``value`` as a non-negative int no larger than ``upper``; ``ValueError`` naming ``what`` otherwise."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{what} must be a non-negative integer, got {value!r}")
+    if isinstance(value, Integral):
+        n = int(value)
+    elif isinstance(value, Real) and np.isfinite(float(value)) and float(value).is_integer():
+        n = int(value)
+    else:
+        raise ValueError(f"{what} must be a non-negative integer, got {str(value)[:40]!r}")
+    if n < 0:
+        raise ValueError(f"{what} must be a non-negative integer, got {n}")
+    if upper is not None and n > upper:
+        raise ValueError(f"{what} is {n}, more than the {upper} rows declared")
+    return n
+
+
+def _names(value: Any, what: str, limits: SchemaLimits) -> list[str]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} must be a list of names")
+    if len(value) > limits.max_columns:
+        raise ValueError(f"{what} lists {len(value)} names (limit {limits.max_columns})")
+    if value and (set(map(type, value)) != {str} or min(map(len, value)) == 0
+                  or max(map(len, value)) > limits.max_name):
+        raise ValueError(f"{what} must be non-empty strings of at most {limits.max_name} characters")
+    if len(set(value)) != len(value):
+        dup = [k for k, n in Counter(value).items() if n > 1][:5]
+        raise ValueError(f"{what} has duplicate names {dup}")
+    return list(value)
+
+
+def parse_declaration(meta: Any, limits: SchemaLimits = SchemaLimits()) -> SiteDeclaration:
+    """Validate one site's declaration (``ValueError`` with the reason; the caller names the site)."""
+    if not isinstance(meta, dict):
+        raise ValueError("the schema declaration is missing or not a JSON object")
+    columns = _names(meta.get("columns"), "declared columns", limits)
+    kinds = meta.get("kinds", ["numeric"] * len(columns))
+    if not isinstance(kinds, list) or len(kinds) != len(columns) or set(map(type, kinds)) - {str} \
+            or set(kinds) - set(KINDS):
+        raise ValueError(f"declared kinds must be one of {KINDS} per column")
+    target = meta.get("target")
+    if target is not None and (not isinstance(target, str) or not 0 < len(target) <= limits.max_name):
+        raise ValueError("declared target must be a column name or null")
+    if target is not None and target in columns:
+        raise ValueError(f"declared target {target!r} is also declared as a feature")
+    rows = meta.get("rows")
+    if not isinstance(rows, dict) or set(BASE_PARTS) - set(rows):
+        raise ValueError(f"declared rows must give {list(BASE_PARTS)}")
+    rows = {p: as_count(rows[p], f"declared {p} rows", limits.max_rows) for p in BASE_PARTS}
+    if rows["all"] == 0 or rows["train"] + rows["test"] != rows["all"]:
+        raise ValueError(f"declared rows are inconsistent (train {rows['train']} + test {rows['test']} != all "
+                         f"{rows['all']}, or no rows)")
+    classes = meta.get("classes", [])
+    if not isinstance(classes, list) or len(classes) > min(limits.max_classes, rows["all"]):
+        raise ValueError("declared classes must be a list no longer than the rows declared")
+    classes = _names(classes, "declared classes", replace(limits, max_columns=limits.max_classes)) if classes else []
+    if classes and target is None:
+        raise ValueError("classes declared without a target")
+    return SiteDeclaration(tuple(columns), tuple(kinds), target, tuple(classes), rows)
+
+
+@dataclass
+class Schema:
+    """The federation's agreed schema (see module docstring).
+
+    Attributes:
+        columns: ordered union of the sites' feature columns (first appearance, sites in order).
+        holders: column -> the sites declaring it, in site order.
+        sites: site -> its :class:`SiteDeclaration` (rows may gain parts, e.g. ``fit``).
+        target: the target column name the sites agree on (``None`` if unsupervised).
+        classes: sorted union of the declared class labels.
+        limits: the bounds the declarations were checked against.
+    """
+
+    columns: list[str]
+    holders: dict[str, list[str]]
+    sites: dict[str, SiteDeclaration]
+    target: str | None = None
+    classes: list[str] = field(default_factory=list)
+    limits: SchemaLimits = field(default_factory=SchemaLimits)
+
+    @classmethod
+    def from_declarations(cls, declarations: Mapping[str, SiteDeclaration],
+                          limits: SchemaLimits = SchemaLimits()) -> "Schema":
+        """Fix the schema from validated declarations (sites in the given order)."""
+        if not declarations:
+            raise FederationError("no site declared a schema")
+        holders: dict[str, list[str]] = {}
+        for site, d in declarations.items():
+            for c in d.columns:
+                holders.setdefault(c, []).append(site)
+        targets = {d.target for d in declarations.values()}
+        classes: set[str] = set()
+        for d in declarations.values():
+            classes.update(d.classes)
+        return cls(list(holders), holders, dict(declarations), next(iter(targets)) if len(targets) == 1 else None,
+                   _sort_labels(classes), limits)
+
+    # ----- what the sites declared ------------------------------------------------------
+    def declaration(self, site: str) -> SiteDeclaration:
+        d = self.sites.get(site)
+        if d is None:
+            raise SiteError(reject_text(site, "has not declared a schema"), {site: "no schema"})
+        return d
+
+    def site_columns(self, site: str) -> list[str]:
+        """The feature columns ``site`` declared, in its order."""
+        return list(self.declaration(site).columns)
+
+    def holder_count(self, names: Sequence[str] | None = None) -> np.ndarray:
+        """``(d,)`` number of sites declaring each of ``names`` (default: every column)."""
+        names = self.columns if names is None else names
+        return np.array([len(self.holders.get(n, ())) for n in names], dtype=np.int64)
+
+    def rows(self, site: str, part: str) -> int:
+        """Rows ``site`` declared for ``part`` (``train``/``test``/``all``, or one set by :meth:`set_rows`)."""
+        rows = self.declaration(site).rows
+        if part not in rows:
+            raise SiteError(reject_text(site, f"declared no row count for part {part!r}"), {site: part})
+        return rows[part]
+
+    # ----- checks on later replies ----------------------------------------------------------
+    def check_count(self, site: str, value: Any, part: str, what: str = "count") -> int:
+        """``value`` as an int in ``[0, rows(site, part)]``; :class:`SiteError` naming ``site`` otherwise."""
+        try:
+            return as_count(value, what, self.rows(site, part))
+        except ValueError as exc:
+            raise SiteError(reject_text(site, str(exc)), {site: str(exc)}) from None
+
+    def check_features(self, site: str, names: Any, *, within: str = "site", exact: bool = False,
+                       what: str = "feature names") -> list[str]:
+        """``names`` as a list of unique declared column names.
+
+        Args:
+            within: ``"site"`` -- names ``site`` itself declared (a site can only speak for its
+                own columns); ``"federation"`` -- any column of the schema.
+            exact: the names must be exactly the site's declared columns (any order).
+
+        Raises:
+            SiteError: not a list of strings, duplicates, more names than allowed (oversized),
+                an unknown or extra feature -- naming ``site``.
+        """
+        allowed = set(self.site_columns(site)) if within == "site" else set(self.columns)
+        try:
+            out = _names(names, what, replace(self.limits, max_columns=len(allowed)))
+        except ValueError as exc:
+            raise SiteError(reject_text(site, str(exc)), {site: str(exc)}) from None
+        unknown = [n for n in out if n not in allowed]
+        if unknown:
+            where = "it did not declare" if within == "site" else "not in the federation's schema"
+            text = f"{what}: features {unknown[:5]} {where}"
+            raise SiteError(reject_text(site, text), {site: text})
+        if exact and len(out) != len(allowed):
+            text = f"{what}: {len(out)} names, but the site declared {len(allowed)} columns"
+            raise SiteError(reject_text(site, text), {site: text})
+        return out
+
+    def check_classes(self, site: str, labels: Any) -> list[str]:
+        """``labels`` as a list of unique label keys ``site`` declared; :class:`SiteError` otherwise."""
+        declared = set(self.declaration(site).classes)
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+            raise SiteError(reject_text(site, "class labels must be a list of strings"), {site: "classes"})
+        unknown = sorted(set(labels) - declared)
+        if unknown or len(set(labels)) != len(labels):
+            text = f"class labels {unknown[:5] or 'duplicated'} outside the ones it declared"
+            raise SiteError(reject_text(site, text), {site: text})
+        return list(labels)
+
+    # ----- changes agreed later -----------------------------------------------------------
+    def set_rows(self, site: str, part: str, n: int) -> None:
+        """Record the rows of a new part (e.g. ``fit``/``validation``) ``site`` reported."""
+        d = self.declaration(site)
+        self.sites[site] = replace(d, rows={**d.rows, part: int(n)})
+
+    def encoded(self, categories: Mapping[str, Sequence[str]]) -> "Schema":
+        """The schema after federated one-hot encoding with ``categories`` (same holders)."""
+        from ..data.categories import onehot_name
+
+        def expand(cols: Iterable[str], kinds: Iterable[str] | None = None) -> tuple[list[str], list[str]]:
+            out, out_kinds = [], []
+            for c, k in zip(cols, kinds if kinds is not None else ["numeric"] * 10**9):
+                if c in categories:
+                    names = [onehot_name(c, v) for v in categories[c]]
+                    out += names
+                    out_kinds += ["numeric"] * len(names)
+                else:
+                    out.append(c)
+                    out_kinds.append(k)
+            return out, out_kinds
+
+        sites = {}
+        for s, d in self.sites.items():
+            cols, kinds = expand(d.columns, d.kinds)
+            sites[s] = replace(d, columns=tuple(cols), kinds=tuple(kinds))
+        new = Schema.from_declarations(sites, self.limits)
+        new.target, new.classes = self.target, list(self.classes)
+        return new
+
+    # ----- what a site receives -------------------------------------------------------
+    def to_site_meta(self) -> dict[str, Any]:
+        """What the sites store as ``site.state["schema"]``: columns and holder counts."""
+        return {"columns": list(self.columns), "holders": self.holder_count().tolist(), "target": self.target}
+
+    def attach(self, request: Message) -> Message:
+        """``request`` carrying the agreed schema (the same for every site)."""
+        return Message(request.kind, request.arrays, {**request.meta, AGREED: self._site_meta()})
+
+    def _site_meta(self) -> dict[str, Any]:
+        cached = self.__dict__.get("_cached_site_meta")
+        if cached is None:
+            cached = self.__dict__["_cached_site_meta"] = self.to_site_meta()
+        return cached
+
+
+def _sort_labels(labels: set[str]) -> list[str]:
+    try:
+        return sorted(labels, key=float)
+    except ValueError:
+        return sorted(labels)
+
+
+def declarations_from(replies: Mapping[str, Message], limits: SchemaLimits = SchemaLimits()
+                      ) -> tuple[dict[str, SiteDeclaration], dict[str, str]]:
+    """``(good, bad)``: each reply's declaration (meta key :data:`DECLARED`) parsed, or the reason it is not.
+
+    The sites must agree on the target column: the most common one wins and a site
+    declaring another is rejected (a tie rejects every site that declares one).
+    """
+    good, bad = {}, {}
+    for site, reply in replies.items():
+        try:
+            good[site] = parse_declaration(reply.meta.get(DECLARED), limits)
+        except ValueError as exc:
+            bad[site] = f"invalid schema declaration: {exc}"
+    targets = Counter(d.target for d in good.values())
+    if len(targets) > 1:
+        (top, n), *rest = targets.most_common()
+        tie = bool(rest) and rest[0][1] == n
+        for site, d in list(good.items()):
+            if tie or d.target != top:
+                bad[site] = (f"declares target {d.target!r}; the sites disagree on the target" if tie
+                             else f"declares target {d.target!r}, the others {top!r}")
+                del good[site]
+    return good, bad
+
+
+def agree_schema(federation: Federation, replies: Mapping[str, Message] | None = None, *,
+                 limits: SchemaLimits | None = None) -> Schema:
+    """Fix the federation's schema and store it as ``federation.schema``.
+
+    Args:
+        replies: replies already carrying declarations (any reply to a request with the
+            :data:`DECLARE` flag); ``None`` runs a stand-alone ``"schema"`` exchange (one
+            request/reply round with every active site), replacing any earlier schema.
+        limits: bounds on each declaration (default :class:`SchemaLimits`, or the
+            federation's ``schema_limits`` attribute when set).
+
+    Returns:
+        The :class:`Schema`; every site receives it with its next request.
+
+    Raises:
+        SiteError / QuorumError: a site's declaration is invalid (naming it) and the
+            federation's policy does not let the run go on without it.
+    """
+    from .protocol import exchange
+
+    if replies is None:
+        federation.schema = None
+        exchange(federation, Message("schema"))
+        assert federation.schema is not None
+        return federation.schema
+    limits = limits or getattr(federation, "schema_limits", None) or SchemaLimits()
+    good, bad = declarations_from(replies, limits)
+    for site, reason in bad.items():
+        federation.drop(site, reason)
+    schema = Schema.from_declarations(good, limits)
+    set_schema(federation, schema)
+    return schema
+
+
+def set_schema(federation: Federation, schema: Schema) -> None:
+    """Make ``schema`` the federation's; every active site receives it with its next request."""
+    federation.schema = schema
+    federation._schema_pending = set(federation.active)
+
+
+def _register_handler() -> None:
+    from .site import handler
+
+    @handler("schema")
+    def _schema(site: "Site", request: Message) -> Message:
+        """The stand-alone ``"schema"`` step: the declaration is added by ``Site.handle``."""
+        return Message("schema")
+
+
+_register_handler()

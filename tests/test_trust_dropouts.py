@@ -1,0 +1,118 @@
+"""Dropouts (issue 10, item 5): quorum, per-exchange timeout, a site that fails or is rejected."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from fedtab import LocalFederation, Site, run_election, run_training
+from fedtab.data import classification_table, split_rows
+from fedtab.federation import Message, QuorumError, SiteError
+
+
+class Flaky(Site):
+    """A site that misbehaves on the ``nth`` request of ``kind``: ``"raise"``, ``"exit"`` or ``"hang"``."""
+
+    def __init__(self, *args, kind="fit", nth=2, how="raise", release=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kind, self.nth, self.how, self.release, self.seen = kind, nth, how, release, 0
+
+    def handle(self, request):
+        if request.kind == self.kind:
+            self.seen += 1
+            if self.seen >= self.nth:
+                if self.how == "hang":
+                    self.release.wait(30)
+                    return Message.error("released")
+                if self.how == "exit":
+                    return super().handle(Message("__exit__"))
+                return Message.error("disk on fire")
+        return super().handle(request)
+
+
+@pytest.fixture(scope="module")
+def parts():
+    table = classification_table(300, 8, 3, 2, 0, seed=1, class_sep=1.5)
+    return split_rows(table, [0.34, 0.33, 0.33], stratify="target", seed=1)
+
+
+def _sites(parts, **flaky):
+    sites = [Site(f"s{i}", p, "target", selector="anova") for i, p in enumerate(parts[:2])]
+    sites.append(Flaky("bad", parts[2], "target", selector="anova", **flaky))
+    return sites
+
+
+def test_without_a_quorum_a_failing_site_stops_the_run_naming_it(parts):
+    fed = LocalFederation(_sites(parts))
+    with pytest.raises(SiteError, match="site 'bad': disk on fire") as exc:
+        run_training(fed, rounds=3)
+    assert set(exc.value.sites) == {"bad"}
+
+
+def test_with_a_quorum_the_run_continues_and_records_who_took_part(parts, caplog):
+    fed = LocalFederation(_sites(parts))
+    out = run_training(fed, rounds=3, min_sites=2)
+    assert out.dropped == {"bad": "disk on fire"}
+    steps = [(p["step"], p["sites"]) for p in out.participation]
+    assert steps == [("describe", ["s0", "s1", "bad"]), ("fit", ["s0", "s1", "bad"]), ("fit", ["s0", "s1"]),
+                     ("fit", ["s0", "s1"]), ("evaluate", ["s0", "s1"])]
+    assert set(out.per_site) == {"s0", "s1"}
+    assert "dropping site 'bad'" in caplog.text or "site 'bad': disk on fire" in caplog.text
+
+
+def test_a_handler_calling_sys_exit_is_an_error_reply_not_the_end_of_the_server(parts):
+    from fedtab.federation.site import HANDLERS, handler
+
+    if "__exit__" not in HANDLERS:
+        handler("__exit__")(lambda site, request: (_ for _ in ()).throw(SystemExit(3)))
+    fed = LocalFederation(_sites(parts, how="exit"))
+    out = run_training(fed, rounds=2, min_sites=2)
+    assert "SystemExit" in out.dropped["bad"]
+    reply = fed.site("s0").handle(Message("__exit__"))
+    assert reply.is_error and "SystemExit" in reply.meta["error"]
+
+
+def test_a_site_that_does_not_answer_in_time_is_dropped_and_never_asked_again(parts):
+    release = threading.Event()
+    try:
+        fed = LocalFederation(_sites(parts, how="hang", release=release), timeout=2.0, min_sites=2)
+        out = run_training(fed, rounds=3)
+        assert "no reply within 2 s" in out.dropped["bad"]
+        assert fed.site("bad").seen == 2  # not asked for round 3 or the evaluation
+        assert out.participation[-1] == {"step": "evaluate", "sites": ["s0", "s1"]}
+    finally:
+        release.set()
+
+
+def test_the_quorum_is_enforced(parts):
+    fed = LocalFederation(_sites(parts), min_sites=3)
+    with pytest.raises(QuorumError, match="quorum is 3"):
+        run_training(fed, rounds=3)
+    with pytest.raises(ValueError, match="min_sites"):
+        LocalFederation(_sites(parts), min_sites=4)
+    with pytest.raises(ValueError, match="min_sites"):
+        run_election(LocalFederation(_sites(parts)), 0.5, min_sites=0)
+
+
+def test_a_rejected_reply_drops_only_its_sender(parts):
+    class Inflating(Site):
+        def handle(self, request):
+            reply = super().handle(request)
+            if request.kind == "fit":  # 10**6 x its weights: plausible-norm check
+                return Message("fit", {k: v * 1e12 for k, v in reply.arrays.items()}, reply.meta)
+            return reply
+
+    sites = [Site(f"s{i}", p, "target", selector="anova") for i, p in enumerate(parts[:2])]
+    fed = LocalFederation(sites + [Inflating("big", parts[2], "target")])
+    with pytest.raises(SiteError, match="site 'big'.*implausible") as exc:
+        run_training(fed, rounds=2)
+    assert set(exc.value.sites) == {"big"} and "'s0'" not in str(exc.value) and "'s1'" not in str(exc.value)
+    fed = LocalFederation([Site(f"s{i}", p, "target") for i, p in enumerate(parts[:2])]
+                          + [Inflating("big", parts[2], "target")], min_sites=2)
+    out = run_training(fed, rounds=2)
+    assert "big" in out.dropped and set(out.per_site) == {"s0", "s1"}
+    # the hostile update never reached the average: the model is as small and good as an honest one
+    assert all(np.abs(v).max() < 100 for v in out.params.values())
+    assert out.pooled["weighted_f1"] > 0.7
