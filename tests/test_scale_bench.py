@@ -40,6 +40,13 @@ def test_quick_run_writes_json_md_png(tmp_path):
     md = (tmp_path / "scale.md").read_text()
     assert "## Goals" in md and "Jaccard" in md and "| label_skew | 0.1 |" in md
     assert (tmp_path / "scale.png").stat().st_size > 10_000
+    # the pooled ANOVA from per-class sums is the pooled selector's own test: full agreement
+    assert all(r["pooled_anova"]["jaccard_pooled"] == 1.0 for r in result["noniid"])
+    # --sections reruns one study and keeps the others from the existing file
+    assert scale.main(["--quick", "--sections", "imputation", "--out", str(tmp_path)]) == 0
+    again = json.loads((tmp_path / "scale.json").read_text())
+    assert again["election"] == result["election"] and again["noniid"] == result["noniid"]
+    assert len(again["imputation"]) == len(result["imputation"])
 
 
 def test_partitions_give_every_site_rows_and_keep_every_row_once():

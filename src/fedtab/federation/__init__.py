@@ -13,6 +13,7 @@ from .training_flow import TrainingOutcome, run_training
 from .tuning_flow import TuneOutcome, tune_flow  # noqa: F401  (registers the tuning handlers)
 from .encoding_flow import federated_one_hot  # noqa: F401  (registers the one-hot handlers)
 from .baseline_flow import run_baselines  # noqa: F401  (registers the local-baseline handler)
+from .pooled_anova_flow import run_pooled_anova  # noqa: F401  (registers the class-moments handler)
 
 try:  # registered when the imputation capability is present
     from . import impute_flow  # noqa: F401
@@ -41,5 +42,6 @@ __all__ = [
     "handler",
     "run_election",
     "run_baselines",
+    "run_pooled_anova",
     "run_training",
 ]
