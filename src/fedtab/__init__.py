@@ -5,24 +5,33 @@ Rows never leave their site: sites send ballots, statistics and model parameters
 FLARE are optional extras used by the capabilities that need them.
 """
 
-from .election import ElectionResult, ElectionTally, elect, elect_ballots
-from .engines.local import LocalFederation
-from .federation import Message, Site, run_election, run_training
+import importlib
 
 __version__ = "0.1.0"
 
+# Resolved on first access (PEP 562), so ``import fedtab.<sub>`` costs only what that
+# submodule needs: a Flower ClientApp process, started anew for every message, must not
+# pay for pandas/scikit-learn/scipy unless the step uses them. FederatedImputer needs torch.
+
+_EXPORTS = {
+    "ElectionResult": ".election", "ElectionTally": ".election", "elect": ".election", "elect_ballots": ".election",
+    "LocalFederation": ".engines.local", "Message": ".federation", "Site": ".federation",
+    "run_election": ".federation", "run_training": ".federation", "FederatedImputer": ".imputer",
+    "FederatedFeatureElection": ".election.estimator",  # imports scikit-learn
+}
+
 
 def __getattr__(name: str):
-    # FederatedImputer needs torch (an optional extra): imported on first use only.
-    if name == "FederatedImputer":
-        from .imputer import FederatedImputer
-
-        return FederatedImputer
-    if name == "FederatedFeatureElection":  # imports scikit-learn: on first use only
-        from .election.estimator import FederatedFeatureElection
-
-        return FederatedFeatureElection
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'fedtab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "ElectionResult",

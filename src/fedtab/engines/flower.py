@@ -24,26 +24,30 @@ The app directory for ``flwr run`` is ``fedtab/engines/flower_app`` (:func:`app_
 
 from __future__ import annotations
 
-import json
-import logging
-import sys
 import time
-import uuid
+
+_IMPORT_STARTED = time.time()  # a ClientApp process reports how long importing fedtab took
+
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import uuid  # noqa: E402
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message as FlwrMessage, RecordDict
-from flwr.clientapp import ClientApp
-from flwr.common.logger import log as flwr_log
-from flwr.proto.node_pb2 import NodeInfo  # pylint: disable=E0611
-from flwr.serverapp import Grid, ServerApp
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message as FlwrMessage, RecordDict  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.common.logger import log as flwr_log  # noqa: E402
+from flwr.proto.node_pb2 import NodeInfo  # noqa: E402  # pylint: disable=E0611
+from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
-from ..federation.messages import LIMITS, Message, MessageError, decode_meta
-from ..federation.protocol import Federation, FederationError, Traffic
-from .pipeline import run_pipeline
-from .site_config import build_site
-from .site_state import SiteCache, decode_state, encode_state
+from ..federation.messages import LIMITS, Message, MessageError, decode_meta  # noqa: E402
+from ..federation.protocol import Federation, FederationError, Traffic  # noqa: E402
+from .site_state import SiteCache, decode_state, encode_state  # noqa: E402
+
+_IMPORT_SECONDS = time.time() - _IMPORT_STARTED
 
 __all__ = [
     "FlowerFederation",
@@ -65,6 +69,8 @@ MESSAGE_TYPE = "query.fedtab"
 _HELLO = "__hello__"
 _ARRAYS, _HEADER = "fedtab.arrays", "fedtab.header"
 _STATE_ARRAYS, _STATE_HEADER = "fedtab.state.arrays", "fedtab.state.header"
+#: the ClientApp's per-message timing (seconds per stage), a ConfigRecord beside the reply
+_TIMING = "fedtab.timing"
 
 _SITES = SiteCache()
 
@@ -110,6 +116,8 @@ def from_records(content: RecordDict, arrays_key: str = _ARRAYS, header_key: str
 
 # ----------------------------------------------------------------------------- client side
 def _site_for(context: Context):
+    from .site_config import build_site  # pandas: only when a step needs the site
+
     key = (context.run_id, context.node_id)
     site, fresh = _SITES.get(key, lambda: build_site(dict(context.node_config)))
     if fresh and _STATE_HEADER in context.state:
@@ -126,26 +134,48 @@ def _store_state(site, context: Context) -> None:
     context.state[_STATE_HEADER] = records[_STATE_HEADER]
 
 
+def _process_started() -> float:
+    """Epoch seconds at which this process started (Linux ``/proc``; ``nan`` elsewhere)."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return float("nan")
+
+
 def handle_message(message: FlwrMessage, context: Context) -> FlwrMessage:
     """The ClientApp's body: decode, let the site answer, persist its state, reply.
 
     Never raises for a bad request or a failing handler: the reply is a fedtab error
-    message, so the server can name the site.
+    message, so the server can name the site. Beside the reply goes a ``fedtab.timing``
+    record, seconds per stage of this message in this process: ``before_fedtab``
+    (process start, Python, Flower's imports, FAB install, up to importing this module),
+    ``fedtab_import``, ``flower_until_handler``, ``restore`` (build the site, restore
+    its state), ``work`` (the site's handler), ``store`` (save its state).
     """
+    entered = time.time()
+    timing = {"fedtab_import": _IMPORT_SECONDS, "before_fedtab": _IMPORT_STARTED - _process_started(),
+              "flower_until_handler": max(0.0, entered - _IMPORT_STARTED - _IMPORT_SECONDS)}
     try:
         request = from_records(message.content)
         site = _site_for(context)
+        timing["restore"] = time.time() - entered
         if request.kind == _HELLO:
             reply = Message(_HELLO, meta={"site": site.name, "n_rows": int(len(site.table))})
         else:
             reply = site.handle(request)
+            timing["work"] = time.time() - entered - timing["restore"]
             _store_state(site, context)
     except BaseException as exc:  # noqa: BLE001 - reported to the server (even SystemExit from a site's code)
         if sys.is_finalizing():
             raise
         name = context.node_config.get("name", context.node_id)
         reply = Message.error(f"site {name!r}: {type(exc).__name__}: {exc}")
-    return FlwrMessage(to_records(reply), reply_to=message)
+    content = to_records(reply)
+    timing["store"] = time.time() - entered - timing.get("restore", 0.0) - timing.get("work", 0.0)
+    content[_TIMING] = ConfigRecord({k: float(v) for k, v in timing.items()})
+    return FlwrMessage(content, reply_to=message)
 
 
 client_app = ClientApp()
@@ -202,8 +232,11 @@ class FlowerFederation(Federation):
         self.poll_interval = poll_interval
         self.timeout = float(timeout)
         self._round = 0
-        #: one ``{"kind", "seconds"}`` per :meth:`ask` (each a request/reply exchange with the sites)
+        #: one entry per :meth:`ask` (a request/reply exchange with the sites): ``kind``,
+        #: ``seconds``, ``bytes_down`` / ``bytes_up`` (largest request / reply), ``clientapp``
+        #: (mean seconds per ClientApp stage, see :func:`handle_message`)
         self.exchanges: list[dict[str, Any]] = []
+        self.last_timing: dict[int, dict[str, float]] = {}
         #: ``{node id: reason}`` of nodes left out: unknown key, or a name the node's key does not hold
         self.excluded: dict[int, str] = {}
         self._site_of_key = {fp: site for site, fp in (site_keys or {}).items()}
@@ -310,10 +343,14 @@ class FlowerFederation(Federation):
         replies = self._exchange(list(sent.values()), enough, stretch)
         waited = time.monotonic() - t0
         node_of_id = {m.metadata.message_id: node for node, m in sent.items()}
+        self.last_timing = {}
         for r in replies:
             node = node_of_id.get(r.metadata.reply_to_message_id)
             if node is None:
                 continue
+            if not r.has_error() and _TIMING in r.content:
+                self.last_timing[node] = {k: float(v) for k, v in r.content[_TIMING].items()
+                                          if isinstance(v, (int, float))}
             if r.has_error():
                 text = f"Flower error {r.error.code}: {r.error.reason}"
                 out[node] = Message(Message.error(text).kind, meta={"error": text, "flower_code": int(r.error.code)})
@@ -361,13 +398,26 @@ class FlowerFederation(Federation):
         enough = None if quorum is None else (lambda got: sum(not m.has_error() for m in got) >= quorum)
         answers = self._send({node: req for node, (_, req) in by_node.items()}, enough, stretch=True) if by_node else {}
         kind, seconds = next(iter(requests.values())).kind if requests else "-", time.perf_counter() - t0
-        self.exchanges.append({"kind": kind, "seconds": seconds})
+        self.exchanges.append({"kind": kind, "seconds": seconds,
+                               "bytes_down": max((req.nbytes() for _, req in by_node.values()), default=0),
+                               "bytes_up": max((a.nbytes() for a in answers.values()), default=0),
+                               "clientapp": _mean_timing(self.last_timing.values())})
         flwr_log(logging.INFO, "fedtab %s: %d site(s) answered in %.2f s", kind, len(answers), seconds)
         for node, (name, req) in by_node.items():
             reply = answers[node]
             self.traffic.records.append(Traffic(name, req.kind, req.nbytes(), reply.nbytes()))
             replies[name] = reply
         return {name: replies[name] for name in requests}
+
+
+def _mean_timing(timings: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """Per stage, the mean over the sites that reported it (seconds)."""
+    sums: dict[str, list[float]] = {}
+    for t in timings:
+        for k, v in t.items():
+            if v == v:  # not nan
+                sums.setdefault(k, []).append(v)
+    return {k: sum(v) / len(v) for k, v in sums.items()}
 
 
 Workflow = Callable[[Federation, Mapping[str, Any]], dict[str, Any]]
@@ -382,7 +432,7 @@ def _site_keys(text: str) -> dict[str, str]:
         raise FederationError(f"run config 'site-keys': {exc}") from None
 
 
-def make_server_app(workflow: Workflow = run_pipeline) -> ServerApp:
+def make_server_app(workflow: Workflow | None = None) -> ServerApp:
     """A ServerApp running ``workflow(federation, run_config)`` on a :class:`FlowerFederation`.
 
     Run-config keys read here: ``min-sites`` (nodes to wait for), ``timeout`` (seconds
@@ -391,19 +441,21 @@ def make_server_app(workflow: Workflow = run_pipeline) -> ServerApp:
     by the key it authenticated with, see :class:`FlowerFederation`);
     the rest goes to ``workflow`` (see :mod:`fedtab.engines.pipeline`). The summary
     gains ``engine``, ``seconds_total``, ``bytes``, ``exchanges`` (per request/reply
-    exchange of the workflow: ``{"kind", "seconds"}``), ``identity`` (``"key"`` or
+    exchange of the workflow, see :attr:`FlowerFederation.exchanges`), ``identity`` (``"key"`` or
     ``"declared"``) and ``excluded_nodes`` (``{node id: reason}``).
     """
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
+        from .pipeline import run_pipeline  # the server's imports stay out of every ClientApp process
+
         cfg = dict(context.run_config)
         t0 = time.perf_counter()
         keys = str(cfg.get("site-keys", "") or "")
         fed = FlowerFederation(grid, min_sites=int(cfg.get("min-sites", 1)), timeout=float(cfg.get("timeout", 600)),
                                site_keys=_site_keys(keys) if keys else None)
-        result = dict(workflow(fed, cfg))
+        result = dict((workflow or run_pipeline)(fed, cfg))
         result["engine"] = "flower"
         result["seconds_total"] = time.perf_counter() - t0
         down, up = fed.traffic.total()

@@ -367,8 +367,10 @@ class LoopbackDeployment:
         return text
 
     def run(self, run_config: Mapping[str, Any] | None = None, *, timeout: float = 300.0,
-            poll: float = 0.2, status_every: float = 5.0) -> dict[str, Any]:
-        """``flwr run`` the app, wait until the run finishes, return its JSON summary.
+            poll: float = 0.2, status_every: float = 5.0, app: str | Path | None = None) -> dict[str, Any]:
+        """``flwr run`` the app (``app``, default the deployment's), wait until the run
+        finishes, return its JSON summary (plus ``run_id`` and ``run_seconds``: from
+        ``flwr run`` until the result file exists).
 
         The ServerApp writes its summary to ``result-path`` (set here to a file in
         ``workdir``); ``min-sites`` defaults to the number of SuperNodes.
@@ -390,8 +392,10 @@ class LoopbackDeployment:
         if not self.insecure:
             cfg.setdefault("site-keys", json.dumps(self.keys.fingerprints()))
         override = " ".join(f"{k}={_toml_value(v)}" for k, v in cfg.items())
-        app = str(self.app or app_dir())
+        app = str(app or self.app or app_dir())
         deadline = time.monotonic() + timeout
+        started = time.perf_counter()
+        finished = None
         proc = self._flwr(["run", app, "fedtab", "--run-config", override, "--format", "json"], timeout=timeout)
         try:
             run_id = int(json.loads(proc.stdout)["run-id"])
@@ -400,6 +404,8 @@ class LoopbackDeployment:
         status = ""
         next_status = time.monotonic() + status_every
         while time.monotonic() < deadline:
+            if finished is None and result_path.is_file():
+                finished = time.perf_counter() - started
             if result_path.is_file() or time.monotonic() >= next_status:
                 status = self._status(run_id)
                 next_status = time.monotonic() + status_every
@@ -414,4 +420,5 @@ class LoopbackDeployment:
             raise DeploymentError(f"Flower run {run_id} completed but wrote no result to {result_path}")
         out = json.loads(result_path.read_text())
         out["run_id"] = run_id
+        out["run_seconds"] = finished if finished is not None else time.perf_counter() - started
         return out

@@ -7,7 +7,6 @@ multinomial (softmax) for more than two classes so that one parameter set is ave
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import softmax
 
 from .models import LogisticRegressionModel, Params
 
@@ -59,6 +58,8 @@ class SGDClassifierModel(LogisticRegressionModel):
             return {"coef": W, "intercept": b}
         rng = np.random.default_rng(seed)
         lr = self.lr
+        if k > 1:
+            from scipy.special import softmax  # here, not at import: scipy.special costs ~0.5 s per process
         for _ in range(max(int(epochs), 1)):
             order = rng.permutation(n)
             for start in range(0, n, self.batch_size):
