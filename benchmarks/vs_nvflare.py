@@ -330,7 +330,7 @@ def write_markdown(path: Path, runs: list[dict[str, Any]], notes: dict[str, Any]
         lines += _flower_lines(notes)
     lines += [
         f"- Masks: fedtab's elected features equal FLARE's global mask: "
-        f"{all(r['mask_equals_nvflare'] for r in runs)} (FLARE kept {notes['flare_kept']}).",
+        f"{all(r['mask_equals_nvflare'] is not False for r in runs)} (FLARE kept {notes['flare_kept']}).",
     ]
     path.write_text("\n".join(lines) + "\n")
 
