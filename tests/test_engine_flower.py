@@ -150,7 +150,7 @@ def tls_deployment(site_configs, tmp_path_factory):
 
     workdir = tmp_path_factory.mktemp("tls_deployment")
     keys = write_consortium_keys(workdir / "keys", ["site-1", "site-2", "site-3", "site-4"])
-    dep = LoopbackDeployment(site_configs, workdir, start_timeout=90, keys=keys)
+    dep = LoopbackDeployment(site_configs, workdir, start_timeout=300, keys=keys)
     try:
         dep.start()
         dep.node_ids.update(dep.register(["site-4"]))

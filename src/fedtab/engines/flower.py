@@ -71,6 +71,7 @@ _ARRAYS, _HEADER = "fedtab.arrays", "fedtab.header"
 _STATE_ARRAYS, _STATE_HEADER = "fedtab.state.arrays", "fedtab.state.header"
 #: the ClientApp's per-message timing (seconds per stage), a ConfigRecord beside the reply
 _TIMING = "fedtab.timing"
+_STAGES = ("before_fedtab", "fedtab_import", "flower_until_handler", "restore", "work", "store")
 
 _SITES = SiteCache()
 
@@ -348,9 +349,9 @@ class FlowerFederation(Federation):
             node = node_of_id.get(r.metadata.reply_to_message_id)
             if node is None:
                 continue
-            if not r.has_error() and _TIMING in r.content:
+            if not r.has_error() and _TIMING in r.content:  # diagnostics only: known stages, finite numbers
                 self.last_timing[node] = {k: float(v) for k, v in r.content[_TIMING].items()
-                                          if isinstance(v, (int, float))}
+                                          if k in _STAGES and isinstance(v, (int, float)) and abs(v) < 1e9}
             if r.has_error():
                 text = f"Flower error {r.error.code}: {r.error.reason}"
                 out[node] = Message(Message.error(text).kind, meta={"error": text, "flower_code": int(r.error.code)})
