@@ -48,6 +48,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         use_prior, prior_rank, prior_max_rank: the linear (factor-model) prior the GNN
             corrects; ``use_prior=False`` is the plain GNN (ablation).
         seed, n_threads: reproducibility / CPU threads.
+        robust, max_site_share: robust mode (screened, capped statistics; median FedAvg;
+            see :class:`~fedtab.federation.impute_flow.ImputeConfig`). ``False`` = plain.
 
     Learned attributes: ``columns_`` (global schema), ``mean_``, ``std_`` ((F,) pooled),
     ``graph_`` (:class:`~fedtab.impute.graph.FeatureGraph`), ``model_`` (torch module, with
@@ -82,6 +84,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         prior_max_rank: int = 20,
         seed: int = 0,
         n_threads: int | None = None,
+        robust: bool = False,
+        max_site_share: float = 0.5,
     ) -> None:
         self.k_neighbors = k_neighbors
         self.min_abs_corr = min_abs_corr
@@ -105,6 +109,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         self.prior_max_rank = prior_max_rank
         self.seed = seed
         self.n_threads = n_threads
+        self.robust = robust
+        self.max_site_share = max_site_share
 
     # ------------------------------------------------------------------------------
     def _config(self):
@@ -147,9 +153,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
                 site failed during the run.
         """
         from .engines.local import LocalFederation
-        from .federation.impute_flow import run_imputation, validate_site_table
+        from .federation.impute_flow import validate_site_table
         from .federation.site import Site
-        from .impute.model import GNNImputer, GNNConfig, graph_tensors, numpy_to_state
 
         named = self._named_tables(tables)
         if not named:
@@ -165,7 +170,32 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
             t.columns = [str(c) for c in t.columns]
             test_size = self.validation_fraction if len(t) >= 10 else 0.0
             sites.append(Site(name, t.astype(np.float64), test_size=test_size, seed=self.seed))
-        result = run_imputation(LocalFederation(sites), cfg, progress=progress)
+        self._fit_on(LocalFederation(sites), cfg, progress)
+        self.site_names_ = list(named)
+        return self
+
+    def fit_federation(self, federation: Any, progress: Callable[[int, int, dict], None] | None = None,
+                       ) -> "FederatedImputer":
+        """Learn the imputer over an existing federation (any engine's, or one built by hand).
+
+        The sites must answer the ``impute_*`` requests (every
+        :class:`~fedtab.federation.site.Site` does); their ``test_size`` rows are the
+        validation rows. ``validation_fraction`` is not used here.
+
+        Raises:
+            ValueError: invalid settings. fedtab.federation.protocol.FederationError: as in :meth:`fit`.
+        """
+        cfg = self._config()
+        cfg.validate()
+        self._fit_on(federation, cfg, progress)
+        self.site_names_ = list(federation.sites)
+        return self
+
+    def _fit_on(self, federation: Any, cfg: Any, progress: Callable[[int, int, dict], None] | None) -> None:
+        from .federation.impute_flow import run_imputation
+        from .impute.model import GNNImputer, GNNConfig, graph_tensors, numpy_to_state
+
+        result = run_imputation(federation, cfg, progress=progress)
         self.result_ = result
         self.columns_ = list(result.columns)
         self.n_features_in_ = len(self.columns_)
@@ -179,7 +209,6 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         self.graph_ = result.graph
         self.history_ = result.history
         self.validation_ = result.validation
-        self.site_names_ = list(named)
         self.site_columns_ = result.site_columns
         self.model_ = GNNImputer(GNNConfig(**result.model_config))
         numpy_to_state(self.model_, result.weights)
@@ -187,7 +216,6 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
             self.model_.set_prior(result.prior_W, result.prior_psi)
         self.model_.eval()
         self._adj = graph_tensors(result.graph)
-        return self
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "model_"):

@@ -26,6 +26,9 @@ Config keys (hyphens or underscores)::
                       unset = every site must answer every step
     min-holders       holders a feature needs to be election consensus (default 2
                       with two or more sites)
+    robust            true/false (default false): robust reducers for the election,
+                      training and imputation (see fedtab.federation.reduce)
+    max-site-share    robust mode's ceiling on one site's share of a pooled sum (default 0.5)
 
 With "tuning" the freedom degree is tuned on a fit/validation split of each site's
 training rows (model, rounds and local-epochs score the masks); "election" then elects
@@ -48,6 +51,7 @@ import numpy as np
 
 from ..federation.election_flow import run_election
 from ..federation.protocol import Federation, set_quorum
+from ..federation.reduce import DEFAULT_MAX_SITE_SHARE, check_max_site_share
 from ..federation.training_flow import run_training
 from .site_config import parse_selector
 
@@ -90,6 +94,8 @@ class PipelineConfig:
     tuning_config: dict[str, Any] = field(default_factory=dict)
     min_sites: int | None = None
     min_holders: int | None = None
+    robust: bool = False
+    max_site_share: float = DEFAULT_MAX_SITE_SHARE
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> "PipelineConfig":
@@ -130,6 +136,8 @@ class PipelineConfig:
                 tuning_config=_json_obj(c.get("tuning_config"), "tuning-config"),
                 min_sites=_optional_int(c.get("min_sites")),
                 min_holders=_optional_int(c.get("min_holders")),
+                robust=_flag(c.get("robust", False), "robust"),
+                max_site_share=check_max_site_share(c.get("max_site_share", DEFAULT_MAX_SITE_SHARE)),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"invalid pipeline config: {exc}") from None
@@ -141,6 +149,18 @@ def _optional_int(value: Any) -> int | None:
     if isinstance(value, bool) or float(value) != int(float(value)) or int(float(value)) < 1:
         raise ValueError(f"expected a positive integer, got {value!r}")
     return int(float(value))
+
+
+def _flag(value: Any, key: str) -> bool:
+    """A boolean from a config value: a bool, or the strings true/false/1/0/yes/no."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", ""):
+        return False
+    raise ValueError(f"{key} must be true or false, got {value!r}")
 
 
 def _tune(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
@@ -204,7 +224,8 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
     if "election" in cfg.steps:
         el = run_election(federation, fd, selector=cfg.selector, aggregation=cfg.aggregation,
                           normalization=cfg.normalization, compat=cfg.compat,
-                          describe="train" if "training" in cfg.steps else None, min_holders=cfg.min_holders)
+                          describe="train" if "training" in cfg.steps else None, min_holders=cfg.min_holders,
+                          robust=cfg.robust)
         described = el.described
         res = el.result
         features = res.selected_names
@@ -220,9 +241,11 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
         }
     if "training" in cfg.steps:
         tr = run_training(federation, features, model=cfg.model, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
-                          seed=cfg.seed, described=described)
+                          seed=cfg.seed, described=described, robust=cfg.robust, max_site_share=cfg.max_site_share)
         out["training"] = {
             "model": tr.model,
+            "robust": tr.robust,
+            "left_out": dict(tr.left_out),
             "weighted_f1": tr.pooled["weighted_f1"],
             "pooled": _jsonable(tr.pooled),
             "per_site": _jsonable(tr.per_site),
@@ -234,13 +257,15 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
         from ..federation.impute_flow import ImputeConfig, run_imputation
 
         icfg = ImputeConfig(**{"rounds": cfg.impute_rounds, "local_epochs": cfg.impute_local_epochs,
-                               "seed": cfg.seed, **cfg.impute_config})
+                               "seed": cfg.seed, "robust": cfg.robust, "max_site_share": cfg.max_site_share,
+                               **cfg.impute_config})
         im = run_imputation(federation, icfg)
         out["imputation"] = {
             "columns": list(im.columns),
             "validation": _jsonable(getattr(im, "validation", None)),
             "best_round": _jsonable(getattr(im, "best_round", None)),
             "history": _jsonable(getattr(im, "history", None)),
+            "left_out": dict(im.left_out),
         }
     out["participation"] = list(federation.participation)
     out["dropped"] = dict(federation.dropped)

@@ -31,12 +31,13 @@ import numpy as np
 import pandas as pd
 
 from ..election.ballot import Ballot
-from ..election.rule import ElectionResult, check_aggregation, check_normalization, check_profile
-from ..election.tally import ElectionTally
+from ..election.rule import ElectionResult, check_aggregation, check_normalization, check_profile, decide
+from ..election.tally import ElectionTally, normalise_scores
 from .local_data import fill_with_column_means, numeric_matrix
 from . import validate
 from .messages import Message
 from .protocol import Federation, exchange, set_quorum
+from .reduce import robust_votes
 from .site import Site, handler
 
 __all__ = ["ElectionOutcome", "abstention_reason", "ballot_reply", "ballots_from_replies", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
@@ -271,13 +272,28 @@ def elect_from_ballots(
     normalization: str = "all",
     compat: str | None = None,
     min_holders: int | None = None,
+    *,
+    robust: bool = False,
 ) -> ElectionResult:
     """Count ``ballots`` in an :class:`ElectionTally` (aligned by name) and elect
     (``compat``: a peer's server rule, see :mod:`fedtab.election.compat`).
 
     ``min_holders``: holders a feature needs to be consensus (``None`` =
     :func:`default_min_holders` of the number of ballots).
+
+    With ``robust=True`` the vote of a feature is the median of its holders'
+    normalised scores, one vote per site (:func:`~fedtab.federation.reduce.robust_votes`),
+    instead of the sample-weighted mean: a site's claimed row count buys no influence
+    and ``f`` hostile sites cannot push a vote outside the honest sites' range when
+    ``K >= 2f + 1``. ``aggregation`` is then ignored and the result's
+    ``aggregation`` reads ``"median"``. Which features are consensus / disputed is
+    decided by the masks as without ``robust``.
+
+    Raises:
+        ValueError: ``robust`` together with ``compat`` (a peer's rule has no robust variant).
     """
+    if robust and compat is not None:
+        raise ValueError(f"robust mode elects with fedtab's rule; it cannot be combined with compat={compat!r}")
     check_aggregation(aggregation)
     tally = ElectionTally(normalization=check_normalization(normalization), compat=compat)
     for b in ballots:
@@ -285,7 +301,15 @@ def elect_from_ballots(
             raise ValueError(f"site {b.site!r}: ballot has no feature names")
         tally.add_ballot(b)
     holders = default_min_holders(len(ballots)) if min_holders is None else min_holders
-    return tally.result(freedom_degree, aggregation, min_holders=holders)
+    if not robust:
+        return tally.result(freedom_degree, aggregation, min_holders=holders)
+    index = {n: i for i, n in enumerate(tally.feature_names)}
+    norm = np.full((len(ballots), tally.n_features), np.nan)
+    for k, b in enumerate(ballots):
+        cols = [index[n] for n in b.feature_names or ()]
+        norm[k, cols] = normalise_scores(b.mask, b.scores, tally.normalization)
+    return decide(tally.feature_names, tally.held_by.copy(), tally.selected_by.copy(), robust_votes(norm),
+                  freedom_degree, "median", tally.normalization, tally.n_sites, min_holders=holders)
 
 
 def broadcast_mask(federation: Federation, features: list[str], *, describe: str | None = None,
@@ -357,6 +381,7 @@ def run_election(
     min_site_rows: int = 0,
     min_holders: int | None = None,
     min_sites: int | None = None,
+    robust: bool = False,
 ) -> ElectionOutcome:
     """Gather ballots (unless given), elect, and send the mask to every site.
 
@@ -365,6 +390,7 @@ def run_election(
     the ``set_mask`` exchange also gathers the training workflow's description of the
     elected features (``.described``), so a following
     ``run_training(..., described=outcome.described)`` skips its describe step.
+    ``robust=True`` elects with the median vote (see :func:`elect_from_ballots`).
     ``compat`` elects with a peer's server rule (see :mod:`fedtab.election.compat`).
 
     Sites with fewer than ``min_site_rows`` training rows, or whose training rows hold a
@@ -385,6 +411,7 @@ def run_election(
     if ballots is None:
         ballots = gather_ballots(federation, selector, selectors=selectors, on_error=on_error,
                                  min_site_rows=min_site_rows, abstained=abstained)
-    result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization, compat, min_holders)
+    result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization, compat, min_holders,
+                                robust=robust)
     described = broadcast_mask(federation, result.selected_names, describe=describe)
     return ElectionOutcome(ballots, result, described, abstained)

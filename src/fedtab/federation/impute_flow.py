@@ -48,6 +48,7 @@ from ..impute.stats import STAT_ARRAYS, PooledStats, SiteStats, pool_stats, site
 from . import validate
 from .messages import Message
 from .protocol import Federation, FederationError, exchange, set_quorum
+from .reduce import DEFAULT_MAX_SITE_SHARE, cap_weights, robust_params, screen_sites, site_median
 from .site import Site, handler
 
 __all__ = ["ImputeConfig", "ImputationResult", "run_imputation", "validate_site_table", "site_rng"]
@@ -71,6 +72,12 @@ class ImputeConfig:
     Validation: ``validation_mask_fraction`` of observed cells hidden in each site's
     validation rows (the rows come from ``Site.test_size``); ``keep_best`` returns the
     round with the lowest validation RMSE instead of the last one.
+    Robust mode (``robust=True``, see :mod:`fedtab.federation.reduce`): the centring
+    shift is the median site's column mean; sites whose column means, spreads or
+    correlations disagree with the median site's are left out of the pooled statistics
+    (with a warning naming them), no site carries more than ``max_site_share`` of the
+    pooled sums; the GNN's FedAvg is the coordinate-wise median of the sites' weights
+    and the validation RMSE that picks the best round is the median over the sites.
     """
 
     k_neighbors: int = 10
@@ -94,6 +101,8 @@ class ImputeConfig:
     keep_best: bool = True
     seed: int = 0
     n_threads: int | None = None
+    robust: bool = False
+    max_site_share: float = DEFAULT_MAX_SITE_SHARE
 
     def validate(self) -> None:
         """Raise ``ValueError`` for out-of-range settings."""
@@ -113,6 +122,7 @@ class ImputeConfig:
             "mask_fraction": 0 < self.mask_fraction <= 1,
             "structural_share": 0 <= self.structural_share <= 1,
             "validation_mask_fraction": 0 < self.validation_mask_fraction <= 1,
+            "max_site_share": isinstance(self.max_site_share, (int, float)) and 0 < self.max_site_share <= 1,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -142,6 +152,8 @@ class ImputationResult:
         best_round: round whose model is returned. seconds: wall time. bytes: (down, up).
         participation: per exchange ``{"step", "sites"}``: the sites whose reply was used.
         dropped: ``{site: reason}`` of the sites left out during this run.
+        left_out: robust mode: ``{site: reason}`` of the sites whose statistics were
+            left out of the pooled statistics.
     """
 
     columns: list[str]
@@ -163,6 +175,7 @@ class ImputationResult:
     bytes: tuple[int, int] = (0, 0)
     participation: list[dict] = field(default_factory=list)
     dropped: dict[str, str] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- site side
@@ -371,10 +384,29 @@ def _error_arrays(federation: Federation, site: str, r: Message, f: int) -> tupl
     return sse, cnt
 
 
-def _error_totals(per_site: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> float | None:
+def _error_totals(per_site: Mapping[str, tuple[np.ndarray, np.ndarray]], robust: bool = False) -> float | None:
+    """The overall validation RMSE from per-site (sse, count): pooled, or with ``robust`` the median site's."""
+    if robust:
+        rmse = [np.sqrt(v[0].sum() / v[1].sum()) for v in per_site.values() if v[1].sum() > 0]
+        return float(site_median(np.array(rmse))) if rmse else None
     tot_sse = sum(v[0].sum() for v in per_site.values())
     tot_cnt = sum(v[1].sum() for v in per_site.values())
     return float(np.sqrt(tot_sse / tot_cnt)) if tot_cnt > 0 else None
+
+
+def _robust_pool(stats: Mapping[str, SiteStats], glob: list[str], max_site_share: float,
+                 ) -> tuple[PooledStats, dict[str, str]]:
+    """Screen each site's own means/stds/correlations against the median site, then pool the rest
+    with every site's sums scaled so that no site carries more than ``max_site_share`` of the rows."""
+    own = {s: pool_stats([st], glob) for s, st in stats.items()}
+    left_out = screen_sites({s: p.mean for s, p in own.items()}, {s: p.std for s, p in own.items()},
+                            {s: p.corr for s, p in own.items()}, columns=glob, what="imputation statistics")
+    kept = [s for s in stats if s not in left_out]
+    rows = np.array([float(stats[s].count.max()) for s in kept])
+    scale = cap_weights(rows, max_site_share) * rows.sum() / np.maximum(rows, 1e-300)
+    scaled = [SiteStats(columns=stats[s].columns, shift=stats[s].shift,
+                        **{k: getattr(stats[s], k) * f for k in STAT_ARRAYS}) for s, f in zip(kept, scale)]
+    return pool_stats(scaled, glob), left_out
 
 
 def _weight_arrays(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -413,6 +445,7 @@ def run_imputation(
 
     cfg = config or ImputeConfig()
     cfg.validate()
+    robust = bool(cfg.robust)
     set_threads(cfg.n_threads)
     t0 = time.perf_counter()
     down0, up0 = federation.traffic.total()
@@ -450,11 +483,14 @@ def run_imputation(
     pos = {c: i for i, c in enumerate(glob)}
     holders = np.zeros(f, dtype=int)
     cnt, sm = np.zeros(f), np.zeros(f)
-    for s in replies:
+    site_means = np.full((len(replies), f), np.nan)
+    for i, s in enumerate(replies):
         idx = [pos[c] for c in site_columns[s]]
         holders[idx] += 1
         cnt[idx] += first[s][1]
         sm[idx] += first[s][2]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            site_means[i, idx] = np.where(first[s][1] > 0, first[s][2] / first[s][1], np.nan)
     if len(replies) > 1 and holders.max() < 2:
         raise FederationError(
             "no column is shared by two or more sites: the sites' schemas are disjoint, so nothing links them "
@@ -463,6 +499,8 @@ def run_imputation(
     if np.any(cnt == 0):
         raise FederationError(f"columns without any observed value: {[glob[i] for i in np.flatnonzero(cnt == 0)][:8]}")
     shift = sm / cnt
+    if robust:  # the median site's mean: a site's claimed sums cannot move the centring
+        shift = np.where(np.isnan(site_median(site_means)), shift, site_median(site_means))
 
     # 2. sufficient statistics -> pooled correlations -> graph
     site_stats_: dict[str, SiteStats] = {}
@@ -486,9 +524,13 @@ def run_imputation(
         site_stats_[s] = st
 
     replies = exchange(federation, Message("impute_stats", {"shift": shift}, {"columns": glob}), check_stats)
-    stats = [site_stats_[s] for s in replies]
+    stats = {s: site_stats_[s] for s in replies}
+    left_out: dict[str, str] = {}
     try:
-        pooled = pool_stats(stats, glob)
+        if robust:
+            pooled, left_out = _robust_pool(stats, glob, cfg.max_site_share)
+        else:
+            pooled = pool_stats(list(stats.values()), glob)
     except ValueError as exc:
         raise FederationError(f"pooling statistics failed: {exc}") from None
     mean = pooled.mean
@@ -546,10 +588,10 @@ def run_imputation(
             loss = r.meta.get("loss")
             if loss is not None:
                 losses.append((float(loss), site_rows[s]))
-        val = _error_totals({s: fitted[s][1] for s in replies})
+        val = _error_totals({s: fitted[s][1] for s in replies}, robust)
         if val is not None and val < best[0]:
             best = (val, rnd - 1, weights)
-        weights = fedavg(new, sizes)
+        weights = robust_params(new) if robust else fedavg(new, sizes)
         train_loss = sum(l * n for l, n in losses) / sum(n for _, n in losses) if losses else None
         history.append({"round": rnd, "train_loss": train_loss, "val_rmse": val})
         if progress is not None:
@@ -574,7 +616,7 @@ def run_imputation(
         per = {s: errors[s] for s in got}
         if set(mean_fill) != set(got):
             mean_fill.clear()
-        return per, _error_totals(per)
+        return per, _error_totals(per, robust)
 
     per_site, val = evaluate(weights)
     best_round = cfg.rounds
@@ -600,4 +642,5 @@ def run_imputation(
         unobserved_pairs=unobserved, best_round=best_round, seconds=time.perf_counter() - t0,
         bytes=(down1 - down0, up1 - up0), participation=federation.participation[p0:],
         dropped={s: r for s, r in federation.dropped.items() if s not in dropped0},
+        left_out=left_out,
     )

@@ -58,6 +58,8 @@ from . import validate
 from .local_data import numeric_matrix
 from .messages import Message
 from .protocol import Federation, FederationError, exchange, set_quorum
+from .reduce import DEFAULT_MAX_SITE_SHARE, cap_weights, check_max_site_share, moment_summaries, robust_params, \
+    screen_sites, site_median
 from .site import Site, handler
 
 __all__ = ["TrainingOutcome", "run_training", "describe_site", "describe_checker", "site_matrix", "label_key",
@@ -330,6 +332,9 @@ class TrainingOutcome:
             ``{"name", "params"}`` the sites built the model from; baselines repeat them).
         participation: per exchange ``{"step", "sites"}``: the sites whose reply was used.
         dropped: ``{site: reason}`` of sites left out during this run.
+        robust: whether the robust reducers were used (see :func:`run_training`).
+        left_out: ``{site: reason}`` of the sites whose statistics robust mode left out
+            of a pooled sum (``"describe: ..."``, ``"fit round r: ..."``).
     """
 
     model: str
@@ -352,6 +357,8 @@ class TrainingOutcome:
     model_spec: dict[str, Any] = field(default_factory=dict)
     participation: list[dict[str, Any]] = field(default_factory=list)
     dropped: dict[str, str] = field(default_factory=dict)
+    robust: bool = False
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 def _counts(value: Any, shape: tuple[int, int]) -> np.ndarray | None:
@@ -421,12 +428,63 @@ def _evaluate_detail(federation: Federation, params: Params, n_classes: int, par
 
 def _evaluate_all(federation: Federation, params: Params, n_classes: int, part: str = "test",
                   bins: int | None = None, on_error: Literal["raise", "skip"] | None = None,
-                  ) -> tuple[dict, dict, dict]:
-    """``(pooled, per_site, metrics)``: the historic F1/accuracy dicts and the full metrics."""
+                  robust: bool = False) -> tuple[dict, dict, dict]:
+    """``(pooled, per_site, metrics)``: the historic F1/accuracy dicts and the full metrics.
+
+    With ``robust`` every scalar pooled metric is its median over the sites that scored
+    rows (:func:`_median_scores`), not the score of the summed counts."""
     metrics = _evaluate_detail(federation, params, n_classes, part, bins, on_error)
+    if robust:
+        metrics["pooled"] = {**metrics["pooled"], **_median_scores(metrics["per_site"])}
     keep = ("weighted_f1", "macro_f1", "accuracy", "n")
     pooled = {k: metrics["pooled"][k] for k in keep}
     return pooled, {s: {k: m[k] for k in keep} for s, m in metrics["per_site"].items()}, metrics
+
+
+def _median_scores(per_site: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Robust pooled scores: every scalar metric's median over the sites that scored rows
+    (one vote per site; a metric some site lacks is left out); ``n`` is their total."""
+    scored = [m for m in per_site.values() if m["n"] > 0] or list(per_site.values())
+    out: dict[str, Any] = {}
+    for k in scored[0]:
+        values = [m.get(k) for m in scored]
+        if k != "n" and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[k] = float(site_median(np.array(values, dtype=np.float64)))
+    out["n"] = int(sum(m["n"] for m in scored))
+    return out
+
+
+def _robust_moments(moments: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], feats: list[str],
+                    max_site_share: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, str]]:
+    """(count, mean, var, left out) from per-site (count, sum, sumsq): screened, then capped shares."""
+    summary = {name: moment_summaries(*m) for name, m in moments.items()}
+    left_out = screen_sites({n: v[0] for n, v in summary.items()}, {n: v[1] for n, v in summary.items()},
+                            columns=feats, what="describe")
+    kept = [n for n in moments if n not in left_out]
+    counts = np.stack([moments[n][0] for n in kept])
+    w = cap_weights(counts, max_site_share)
+    m = np.nan_to_num(np.stack([summary[n][0] for n in kept]))
+    sd = np.nan_to_num(np.stack([summary[n][1] for n in kept]))
+    mean = (w * m).sum(axis=0)
+    var = (w * (sd**2 + m**2)).sum(axis=0) - mean**2
+    return counts.sum(axis=0), mean, var, {n: f"describe: {why}" for n, why in left_out.items()}
+
+
+def _robust_exact(fm: FederatedModel, updates: list[tuple[Params, int]], names: list[str], max_site_share: float,
+                  ) -> tuple[Params, dict[str, str]]:
+    """An exact model's statistics (sums over rows), screened per class and with capped site shares."""
+    per = {}
+    for name, (p, _) in zip(names, updates):
+        c = np.asarray(p["count"], dtype=np.float64)[:, None]
+        per[name] = moment_summaries(np.broadcast_to(c, p["sum"].shape).ravel(), np.ravel(p["sum"]),
+                                     np.ravel(p["sumsq"]))
+    left_out = screen_sites({n: v[0] for n, v in per.items()}, {n: v[1] for n, v in per.items()}, what="fit")
+    kept = [(p, n) for name, (p, n) in zip(names, updates) if name not in left_out]
+    rows = np.array([float(np.asarray(p["count"]).sum()) for p, _ in kept])
+    share = cap_weights(rows, max_site_share)
+    scale = share * rows.sum() / np.maximum(rows, 1e-300)
+    scaled = [({k: np.asarray(v, dtype=np.float64) * f for k, v in p.items()}, n) for (p, n), f in zip(kept, scale)]
+    return fm.aggregate(scaled), left_out
 
 
 def run_training(
@@ -446,6 +504,8 @@ def run_training(
     score_bins: int | None = SCORE_BINS,
     min_sites: int | None = None,
     max_param_abs: float = validate.MAX_PARAM_ABS,
+    robust: bool = False,
+    max_site_share: float = DEFAULT_MAX_SITE_SHARE,
 ) -> TrainingOutcome:
     """Train ``model`` by federated rounds on ``features`` (default: each site's elected mask).
 
@@ -473,6 +533,15 @@ def run_training(
             are rejected are dropped while this many remain. ``None`` keeps the
             federation's policy (by default every site must answer).
         max_param_abs: largest ``|entry|`` accepted in a site's parameters.
+        robust: use the robust reducers of :mod:`fedtab.federation.reduce`: the
+            standardisation moments leave out sites whose column means/spreads disagree
+            with the median site and cap every site's share at ``max_site_share``; the
+            FedAvg step takes the coordinate-wise median of the sites' parameters (one
+            vote per site; an exact model's statistics are screened and capped like the
+            moments); the pooled scores are each metric's median over the sites. Left-out
+            sites are logged and listed in ``TrainingOutcome.left_out``. ``False`` (default)
+            is the plain FedAvg / exact sums, bit for bit.
+        max_site_share: robust mode's ceiling on one site's share of a pooled sum, in (0, 1].
 
     Exchanges: ``describe`` (unless ``described``), ``fit`` × rounds (the first also
     carries the setup), ``evaluate`` (plus one per ``eval_every`` evaluation).
@@ -483,6 +552,7 @@ def run_training(
     """
     if rounds < 1 or local_epochs < 1:
         raise ValueError("rounds and local_epochs must be at least 1")
+    max_site_share = check_max_site_share(max_site_share)
     fm: FederatedModel = make_model(model)
     spec = {"name": fm.name, "params": fm.get_params()}
     if train_part not in PARTS or eval_part not in PARTS:
@@ -506,6 +576,7 @@ def run_training(
     feats: list[str] | None = None
     count = total = sumsq = None
     classes: set[str] = set()
+    moments: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for name, reply in described.items():
         f = reply.meta.get("features")
         if feats is None:
@@ -515,14 +586,21 @@ def run_training(
             continue
         c, s, q = (np.asarray(reply.arrays[k], dtype=np.float64) for k in ("count", "sum", "sumsq"))
         count, total, sumsq = (c, s, q) if count is None else (count + c, total + s, sumsq + q)
+        moments[name] = (c, s, q)
         classes |= set(reply.meta.get("classes", []))
     assert feats is not None and count is not None
     if len(classes) < 2:
         raise ValueError(f"training needs at least 2 classes across the sites, found {sorted(classes)}")
     class_list = _sort_labels(classes)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(count > 0, total / np.maximum(count, 1), 0.0)
-        var = np.where(count > 0, sumsq / np.maximum(count, 1) - mean**2, 0.0)
+    left_out: dict[str, str] = {}
+    if robust:
+        count, mean, var, left_out = _robust_moments(moments, feats, max_site_share)
+        mean = np.where(count > 0, mean, 0.0)
+        var = np.where(count > 0, var, 0.0)
+    else:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(count > 0, total / np.maximum(count, 1), 0.0)
+            var = np.where(count > 0, sumsq / np.maximum(count, 1) - mean**2, 0.0)
     std = np.sqrt(np.maximum(var, 0.0))
     std[~(std > 1e-12)] = 1.0
     setup_meta = {"features": feats, "classes": class_list, "model": spec, "part": train_part}
@@ -559,7 +637,7 @@ def run_training(
 
         replies = exchange(federation, req, check_fit, on_error=on_error)
         measured = {t.site: t for t in federation.traffic.records[n_log:] if t.kind == "fit"}
-        updates = []
+        updates, senders = [], []
         for name, reply in replies.items():
             p, n = accepted[name]
             t = measured.get(name)
@@ -569,17 +647,26 @@ def run_training(
                             "params_down": int(sum(v.size for v in down_params.values())),
                             "params_up": int(sum(np.asarray(v).size for v in p.values()))})
             updates.append((p, n))
+            senders.append(name)
         if not updates:
             raise FederationError(f"round {r}: no valid update")
-        params = fm.aggregate(updates)
+        if not robust:
+            params = fm.aggregate(updates)
+        elif fm.exact:
+            params, dropped = _robust_exact(fm, updates, senders, max_site_share)
+            left_out.update({n: f"fit round {r}: {why}" for n, why in dropped.items()})
+        else:
+            params = robust_params([p for p, _ in updates])
         metrics = None
         if eval_every and (r % eval_every == 0 or r == n_rounds):
-            metrics, _, _ = _evaluate_all(federation, params, len(class_list), eval_part, on_error=on_error)
+            metrics, _, _ = _evaluate_all(federation, params, len(class_list), eval_part, on_error=on_error,
+                                          robust=robust)
             history.append({"round": r, **metrics})
         if on_round:
             on_round(r, metrics)
     bd1, bu1 = federation.traffic.total("fit")
-    pooled, per_site, detail = _evaluate_all(federation, params, len(class_list), eval_part, score_bins, on_error)
+    pooled, per_site, detail = _evaluate_all(federation, params, len(class_list), eval_part, score_bins, on_error,
+                                             robust)
     return TrainingOutcome(
         model=fm.name,
         params=params,
@@ -601,4 +688,6 @@ def run_training(
         model_spec=spec,
         participation=federation.participation[p0:],
         dropped={s: r for s, r in federation.dropped.items() if s not in dropped0},
+        robust=bool(robust),
+        left_out=left_out,
     )

@@ -1,0 +1,181 @@
+"""Hostile sites: an honest :class:`~fedtab.federation.site.Site` whose replies are rewritten.
+
+A :class:`HostileSite` answers every request with the honest handler first, then, for
+the protocol step it attacks, rewrites the reply. The rewritten reply still crosses the
+wire like any other (an engine serialises it with :meth:`Message.to_bytes`), so the
+server-side decoder, validators and reducers see exactly what a malicious site could
+send. Attacks that a well-behaved :class:`Message` cannot even hold (meta nested
+thousands deep) are produced at the byte level by a reply whose ``to_bytes`` writes
+them.
+
+Steps (:data:`STEPS`, each a set of message kinds): ``ballot`` (election ballots),
+``describe`` (feature moments for standardisation), ``fit`` (FedAvg updates),
+``evaluate`` (confusion matrices), ``impute_stats`` (imputation schema counts/sums and
+sufficient statistics), ``impute_fit`` (GNN weights; the training rows it claims are
+sent in ``impute_setup``).
+
+Attacks: *garbage* (:data:`GARBAGE`) — ``scaled`` (float arrays ×10⁶), ``negated``,
+``nan`` (every number NaN), ``deep_meta`` (a meta value nested 5,000 deep),
+``huge_shape`` (every array stretched to ~10⁶ entries), ``huge_count`` (every integer
+in the meta becomes 10⁴⁰⁰); *poison* (:data:`POISON`, consistent-looking) — ``rows``
+(claims 10⁶× its rows, every count and sum scaled alike), ``reversed`` (scores and
+masks inverted, parameters negated, a perfect confusion matrix, correlations of every
+other column mirrored), ``rows_reversed`` (both).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..federation.messages import Message
+from ..federation.site import Site
+
+__all__ = ["ATTACKS", "GARBAGE", "POISON", "STEPS", "HostileSite", "corrupt"]
+
+STEPS: dict[str, frozenset[str]] = {
+    "ballot": frozenset({"ballot"}),
+    "describe": frozenset({"describe"}),
+    "fit": frozenset({"fit"}),
+    "evaluate": frozenset({"evaluate"}),
+    "impute_stats": frozenset({"impute_schema", "impute_stats"}),
+    "impute_fit": frozenset({"impute_fit", "impute_setup"}),
+}
+GARBAGE = ("scaled", "negated", "nan", "deep_meta", "huge_shape", "huge_count")
+POISON = ("rows", "reversed", "rows_reversed")
+ATTACKS = GARBAGE + POISON
+
+#: how many times the rows a poisoning site claims.
+ROWS_FACTOR = 10**6
+_DEPTH = 5000
+_HUGE = 1_000_000
+
+#: per message kind: (arrays, meta keys) that count or sum rows, scaled by a row-count lie.
+_ROW_CLAIMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "ballot": ((), ("n_samples",)),
+    "describe": (("count", "sum", "sumsq"), ("n_train", "n_test")),
+    "fit": (("param:count", "param:sum", "param:sumsq"), ("n_samples",)),
+    "evaluate": (("confusion",), ("n",)),
+    "impute_schema": (("count", "sum"), ("n_train", "n_valid")),
+    "impute_stats": (("count", "sum", "sumsq", "pair_count", "pair_sx", "pair_sxx", "pair_sxy"), ()),
+    "impute_setup": ((), ("n_train", "n_valid")),
+    "impute_fit": ((), ("n_train",)),
+}
+
+
+class _RawReply(Message):
+    """A reply whose wire bytes carry meta nested :data:`_DEPTH` deep (not holdable by a Message)."""
+
+    def to_bytes(self) -> bytes:
+        honest = Message(self.kind, self.arrays, self.meta).to_bytes()
+        (hlen,) = struct.unpack(">I", honest[:4])
+        header = json.loads(honest[4 : 4 + hlen])
+        header["meta"]["nested"] = "@@DEEP@@"
+        text = json.dumps(header).replace('"@@DEEP@@"', "[" * _DEPTH + "]" * _DEPTH).encode()
+        return struct.pack(">I", len(text)) + text + honest[4 + hlen :]
+
+
+def _floats(arrays: dict[str, np.ndarray], fn) -> dict[str, np.ndarray]:
+    return {k: (fn(v) if v.dtype.kind == "f" else v) for k, v in arrays.items()}
+
+
+def _scale_claims(kind: str, msg: Message) -> Message:
+    names, keys = _ROW_CLAIMS.get(kind, ((), ()))
+    arrays = {k: (v * ROWS_FACTOR if k in names else v) for k, v in msg.arrays.items()}
+    meta = {k: (v * ROWS_FACTOR if k in keys and isinstance(v, int) else v) for k, v in msg.meta.items()}
+    return Message(msg.kind, arrays, meta)
+
+
+def _reverse(kind: str, msg: Message) -> Message:
+    a, meta = dict(msg.arrays), dict(msg.meta)
+    if kind == "ballot":
+        s = np.abs(a["scores"])
+        a["scores"] = s.max(initial=0.0) - s
+        a["mask"] = ~a["mask"]
+    elif kind == "describe":
+        a["sum"] = -a["sum"]
+    elif kind in ("fit", "impute_fit"):
+        prefix = "param:" if kind == "fit" else "w/"
+        a = {k: (-v if k.startswith(prefix) and v.dtype.kind == "f" else v) for k, v in a.items()}
+    elif kind == "evaluate":
+        cm = a["confusion"]
+        a["confusion"] = np.diag(cm.sum(axis=1)).astype(cm.dtype)
+    elif kind == "impute_stats":  # every other column mirrored around the shift: means and spreads unchanged
+        sign = np.where(np.arange(a["sum"].size) % 2 == 0, -1.0, 1.0)
+        a["sum"] = a["sum"] * sign
+        a["pair_sx"] = a["pair_sx"] * sign[:, None]
+        a["pair_sxy"] = a["pair_sxy"] * np.outer(sign, sign)
+    return Message(msg.kind, a, meta)
+
+
+def _huge(v: np.ndarray) -> np.ndarray:
+    rest = int(np.prod(v.shape[1:], dtype=np.int64)) if v.ndim > 1 else 1
+    first = max(v.shape[0] if v.ndim else 1, _HUGE // max(rest, 1))
+    return np.resize(v, (first, *v.shape[1:]) if v.ndim else (first,))
+
+
+def corrupt(reply: Message, attack: str) -> Message:
+    """``reply`` rewritten by ``attack`` (one of :data:`ATTACKS`).
+
+    Raises:
+        ValueError: unknown attack.
+    """
+    kind = reply.kind
+    if attack == "scaled":
+        return Message(kind, _floats(reply.arrays, lambda v: v * 1e6), reply.meta)
+    if attack == "negated":
+        return Message(kind, {k: (-v if v.dtype.kind in "fi" else v) for k, v in reply.arrays.items()}, reply.meta)
+    if attack == "nan":
+        return Message(kind, {k: (np.full(v.shape, np.nan) if v.dtype.kind in "fiu" else v)
+                              for k, v in reply.arrays.items()}, reply.meta)
+    if attack == "deep_meta":
+        return _RawReply(kind, reply.arrays, reply.meta)
+    if attack == "huge_shape":
+        return Message(kind, {k: _huge(v) for k, v in reply.arrays.items()}, reply.meta)
+    if attack == "huge_count":
+        return Message(kind, reply.arrays, {k: (10**400 if isinstance(v, int) and not isinstance(v, bool) else v)
+                                            for k, v in reply.meta.items()})
+    if attack == "rows":
+        return _scale_claims(kind, reply)
+    if attack == "reversed":
+        return _reverse(kind, reply)
+    if attack == "rows_reversed":
+        return _scale_claims(kind, _reverse(kind, reply))
+    raise ValueError(f"unknown attack {attack!r}; known: {ATTACKS}")
+
+
+class HostileSite(Site):
+    """A site that answers honestly, then rewrites its replies to the ``step`` it attacks.
+
+    Args:
+        name, table, target, **kwargs: as :class:`~fedtab.federation.site.Site`.
+        step: a key of :data:`STEPS`.
+        attack: one of :data:`ATTACKS`. Row-count lies (``rows``, ``rows_reversed``)
+            also rewrite the step's claims in ``impute_setup`` (GNN fit) so the lie is
+            consistent; the other attacks touch only the step's own replies.
+
+    Raises:
+        ValueError: unknown step or attack, or as ``Site``.
+    """
+
+    def __init__(self, name: str, table: pd.DataFrame, target: str | None = None, *, step: str, attack: str,
+                 **kwargs: Any) -> None:
+        if step not in STEPS:
+            raise ValueError(f"unknown step {step!r}; known: {sorted(STEPS)}")
+        if attack not in ATTACKS:
+            raise ValueError(f"unknown attack {attack!r}; known: {ATTACKS}")
+        super().__init__(name, table, target, **kwargs)
+        self.step = step
+        self.attack = attack
+
+    def handle(self, request: Message) -> Message:
+        reply = super().handle(request)
+        if reply.is_error or request.kind not in STEPS[self.step]:
+            return reply
+        if request.kind == "impute_setup":  # only the row claim of the GNN fit step lives here
+            return _scale_claims("impute_setup", reply) if self.attack in ("rows", "rows_reversed") else reply
+        return corrupt(reply, self.attack)
