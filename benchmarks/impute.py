@@ -70,13 +70,13 @@ def load(name: str) -> pd.DataFrame:
     return load_impute_dataset(name)
 
 
-def prepare(x: pd.DataFrame, seed: int):
+def prepare(x: pd.DataFrame, seed: int, n_sites: int = 4):
     """Split, z-score and mask. Returns (train, tests, queries, columns, split) where
     queries[p] is one masked DataFrame per site and tests the true z-scored test rows."""
     rng = np.random.default_rng(seed)
     cols = [str(c) for c in x.columns]
     x = x.set_axis(cols, axis=1)
-    split = heterogeneous_split(cols, len(x), n_sites=4, keep_fraction=0.6, seed=seed)
+    split = heterogeneous_split(cols, len(x), n_sites=n_sites, keep_fraction=0.6, seed=seed)
     train_rows, test_rows = [], []
     for rows in split.rows:
         perm = rng.permutation(rows)

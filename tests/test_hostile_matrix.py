@@ -103,12 +103,44 @@ def _check_training(step: str, attack: str, robust: bool, baseline: tuple[float,
 #: garbage that the decoder and validators must stop before any reducer runs: tried once (plain
 #: mode); numeric garbage reaches the reducers and is tried in both modes.
 WIRE_GARBAGE = ("deep_meta", "huge_shape", "huge_count")
-GARBAGE_CASES = [(a, False) for a in GARBAGE] + [(a, True) for a in GARBAGE if a not in WIRE_GARBAGE]
-GARBAGE_IDS = [f"{a}-{'robust' if r else 'plain'}" for a, r in GARBAGE_CASES]
+
+#: (step, attack, robust) cases that fail until the protocol half of issue 10 (decoder limits,
+#: replies validated against the agreed schema and the sites' claims) is on main. Strict: a
+#: case that starts passing fails the suite, so its entry must then be deleted here.
+NEEDS_VALIDATION = {
+    ("ballot", "deep_meta", False): "RecursionError escapes the decoder",
+    ("ballot", "huge_count", False): "OverflowError on n_samples = 10**400, site not named",
+    ("describe", "scaled", False): "sums of squares inconsistent with sums are accepted (negative variance)",
+    ("describe", "deep_meta", False): "RecursionError escapes the decoder",
+    ("describe", "negated", True): "negative counts are accepted",
+    ("fit", "scaled", False): "parameters of implausible norm are accepted",
+    ("fit", "deep_meta", False): "RecursionError escapes the decoder",
+    ("fit", "huge_count", False): "OverflowError on n_samples = 10**400, site not named",
+    ("evaluate", "nan", False): "a NaN confusion matrix is accepted",
+    ("evaluate", "nan", True): "a NaN confusion matrix is accepted",
+    ("evaluate", "deep_meta", False): "RecursionError escapes the decoder",
+    ("impute_stats", "scaled", False): "the echoed shift is not checked against the one sent: unnamed pooling error",
+    ("impute_stats", "deep_meta", False): "RecursionError escapes the decoder",
+    ("impute_fit", "scaled", False): "weights of implausible norm are accepted; an honest site is blamed",
+    ("impute_fit", "deep_meta", False): "RecursionError escapes the decoder",
+}
 
 
-@pytest.mark.parametrize(("attack", "robust"), GARBAGE_CASES, ids=GARBAGE_IDS)
-@pytest.mark.parametrize("step", TRAINING_STEPS)
+def _garbage_cases(steps: tuple[str, ...]) -> list:
+    cases = []
+    for step in steps:
+        for attack in GARBAGE:
+            for robust in (False, True):
+                if robust and attack in WIRE_GARBAGE:
+                    continue
+                gap = NEEDS_VALIDATION.get((step, attack, robust))
+                marks = [pytest.mark.xfail(strict=True, reason=f"needs reply validation: {gap}")] if gap else []
+                cases.append(pytest.param(step, attack, robust, marks=marks,
+                                          id=f"{step}-{attack}-{'robust' if robust else 'plain'}"))
+    return cases
+
+
+@pytest.mark.parametrize(("step", "attack", "robust"), _garbage_cases(TRAINING_STEPS))
 def test_training_garbage(step: str, attack: str, robust: bool, training_baseline, honest_ballots) -> None:
     _check_training(step, attack, robust, training_baseline, honest_ballots)
 
@@ -181,8 +213,7 @@ def _check_impute(step: str, attack: str, robust: bool, baseline: float) -> None
     assert abs(rmse - baseline) <= RMSE_TOL * baseline, f"honest sites' RMSE {rmse:.4g}, all-honest {baseline:.4g}"
 
 
-@pytest.mark.parametrize(("attack", "robust"), GARBAGE_CASES, ids=GARBAGE_IDS)
-@pytest.mark.parametrize("step", IMPUTE_STEPS)
+@pytest.mark.parametrize(("step", "attack", "robust"), _garbage_cases(IMPUTE_STEPS))
 def test_impute_garbage(step: str, attack: str, robust: bool, impute_baseline) -> None:
     _check_impute(step, attack, robust, impute_baseline)
 
@@ -191,3 +222,15 @@ def test_impute_garbage(step: str, attack: str, robust: bool, impute_baseline) -
 @pytest.mark.parametrize("step", IMPUTE_STEPS)
 def test_impute_poison_robust(step: str, attack: str, impute_baseline) -> None:
     _check_impute(step, attack, True, impute_baseline)
+
+
+@pytest.mark.parametrize("step", ["fit", "evaluate", "impute_stats"])
+def test_poison_hurts_without_robust(step: str, training_baseline, honest_ballots, request) -> None:
+    """The tolerances bite: the strongest poison (10⁶× the rows, reversed) passes validation and,
+    without robust mode, moves the result past them (so the robust cases above are not vacuous)."""
+    if step == "impute_stats":
+        baseline = request.getfixturevalue("impute_baseline")
+        assert abs(_impute(step, "rows_reversed", False) - baseline) > RMSE_TOL * baseline
+        return
+    honest, reported = _train(_training_sites(step, "rows_reversed"), False, honest_ballots)
+    assert abs(honest - training_baseline[0]) > F1_TOL or abs(reported - training_baseline[1]) > F1_TOL

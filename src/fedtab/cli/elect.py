@@ -12,7 +12,17 @@ from rich.table import Table
 
 from . import console, fail, finite_number
 
-__all__ = ["elect_command"]
+__all__ = ["elect_command", "max_site_share_option"]
+
+
+def max_site_share_option(value: float) -> float:
+    """Typer callback of ``--max-site-share``: a number in (0, 1], NaN refused at parse time."""
+    from ..federation.reduce import check_max_site_share
+
+    try:
+        return check_max_site_share(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).replace("max_site_share", "--max-site-share")) from None
 
 
 def elect_command(
@@ -39,6 +49,10 @@ def elect_command(
     local_epochs: Annotated[int, typer.Option(min=1, help="Local epochs per FedAvg round.")] = 5,
     test_size: Annotated[float, typer.Option(min=0.0, max=0.9, help="Share of each site's rows held out for testing.")] = 0.2,
     seed: Annotated[int, typer.Option(help="Seed of the train/test splits and selectors.")] = 0,
+    robust: Annotated[bool, typer.Option("--robust", help="Robust reducers: median vote, screened and capped "
+                                         "moments, coordinate-wise median FedAvg, median scores (docs/trust.md).")] = False,
+    max_site_share: Annotated[float, typer.Option(callback=max_site_share_option,
+                                                  help="With --robust: most of a pooled sum one site may carry.")] = 0.5,
     out: Annotated[Path, typer.Option(help="Output directory: result.json and elected_columns.txt.")] = Path("fedtab-elect"),
     na_value: Annotated[Optional[list[str]], typer.Option(help="Extra strings read as missing (repeatable), e.g. '?'.")] = None,
     min_holders: Annotated[Optional[int], typer.Option(min=1, help="Sites that must hold a feature for it to be "
@@ -106,7 +120,7 @@ def elect_command(
             freedom_degree = float(tuned.tuning.freedom_degree)
         with console.status("sites are voting"):
             outcome = run_election(fed, freedom_degree, aggregation=aggregation, normalization=normalization,
-                                   compat=compat, min_holders=min_holders)
+                                   compat=compat, min_holders=min_holders, robust=robust)
         result = outcome.result
         doc = {"sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), sel_names, tables)],
                "categorical_columns": categorical, **result.to_dict(), "min_holders": result.min_holders}
@@ -115,13 +129,17 @@ def elect_command(
         if train or tune != "none":
             with console.status("training on all columns (FedAvg)"):
                 all_cols = list(dict.fromkeys(c for s in sites for c in s.feature_names))
-                full = run_training(fed, all_cols, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
+                full = run_training(fed, all_cols, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed,
+                                    robust=robust, max_site_share=max_site_share)
             trained = None
             if result.selected_names:
                 with console.status("training on the elected columns (FedAvg)"):
-                    trained = run_training(fed, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
+                    trained = run_training(fed, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed,
+                                           robust=robust, max_site_share=max_site_share)
             doc["training"] = {
                 "model": model,
+                "robust": robust,
+                "left_out": {**full.left_out, **(trained.left_out if trained is not None else {})},
                 "rounds": rounds,
                 "all_features": {"f1": full.pooled["weighted_f1"], "n_params": full.n_params},
                 "elected": None if trained is None else {"f1": trained.pooled["weighted_f1"], "n_params": trained.n_params,

@@ -24,6 +24,7 @@ import typer
 
 from ..report.output import OutputError
 from . import err_console, fail
+from .elect import max_site_share_option
 
 __all__ = ["impute_command", "read_site_csv", "ImputeInputError"]
 
@@ -108,6 +109,10 @@ def impute_command(
     sep: Annotated[str, typer.Option(help="CSV field separator.")] = ",",
     na_value: Annotated[Optional[list[str]], typer.Option(help="Extra strings read as missing (repeatable).")] = None,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    robust: Annotated[bool, typer.Option("--robust", help="Robust reducers: screened and capped statistics, "
+                                         "coordinate-wise median FedAvg (docs/trust.md).")] = False,
+    max_site_share: Annotated[float, typer.Option(callback=max_site_share_option,
+                                                  help="With --robust: most of the pooled statistics one site may carry.")] = 0.5,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Impute missing cells and unavailable columns across site CSVs, federatedly."""
@@ -130,7 +135,8 @@ def impute_command(
         imp = FederatedImputer(rounds=rounds, local_epochs=local_epochs, k_neighbors=k_neighbors,
                                min_abs_corr=min_abs_corr, hidden_dim=hidden_dim, n_layers=n_layers, lr=lr,
                                mask_fraction=mask_fraction, validation_fraction=validation_fraction,
-                               use_prior=prior, prior_rank=prior_rank, seed=seed)
+                               use_prior=prior, prior_rank=prior_rank, seed=seed, robust=robust,
+                               max_site_share=max_site_share)
         with Progress(TextColumn("[bold]FedAvg"), BarColumn(), TextColumn("{task.completed}/{task.total} rounds"),
                       TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
                       disable=quiet) as bar:
@@ -156,6 +162,7 @@ def impute_command(
                 "validation_rmse_z": res.validation,
                 "training_curve": res.history,
                 "best_round": res.best_round,
+                "left_out": res.left_out,
                 "feature_graph": {
                     "nodes": g.columns, "unobserved_pairs": res.unobserved_pairs,
                     "edges": [{"source": g.columns[s], "target": g.columns[t], "r": float(corr[s, t])}

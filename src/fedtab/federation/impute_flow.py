@@ -397,7 +397,11 @@ def _error_totals(per_site: Mapping[str, tuple[np.ndarray, np.ndarray]], robust:
 def _robust_pool(stats: Mapping[str, SiteStats], glob: list[str], max_site_share: float,
                  ) -> tuple[PooledStats, dict[str, str]]:
     """Screen each site's own means/stds/correlations against the median site, then pool the rest
-    with every site's sums scaled so that no site carries more than ``max_site_share`` of the rows."""
+    with every site's sums scaled so that no site carries more than ``max_site_share`` of the rows.
+
+    A left-out site still informs the columns (and column pairs) that no kept site observes:
+    nobody else can check or replace them.
+    """
     own = {s: pool_stats([st], glob) for s, st in stats.items()}
     left_out = screen_sites({s: p.mean for s, p in own.items()}, {s: p.std for s, p in own.items()},
                             {s: p.corr for s, p in own.items()}, columns=glob, what="imputation statistics")
@@ -406,7 +410,17 @@ def _robust_pool(stats: Mapping[str, SiteStats], glob: list[str], max_site_share
     scale = cap_weights(rows, max_site_share) * rows.sum() / np.maximum(rows, 1e-300)
     scaled = [SiteStats(columns=stats[s].columns, shift=stats[s].shift,
                         **{k: getattr(stats[s], k) * f for k in STAT_ARRAYS}) for s, f in zip(kept, scale)]
-    return pool_stats(scaled, glob), left_out
+    pooled = pool_stats(scaled, glob)
+    if not left_out:
+        return pooled, left_out
+    for s in left_out:
+        lone = (pooled.count == 0) & (own[s].count > 0)
+        pair = (pooled.pair_count == 0) & (own[s].pair_count > 0)
+        for name in ("count", "mean", "std"):
+            getattr(pooled, name)[lone] = getattr(own[s], name)[lone]
+        pooled.pair_count[pair] = own[s].pair_count[pair]
+        pooled.corr[pair] = own[s].corr[pair]
+    return pooled, left_out
 
 
 def _weight_arrays(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -208,62 +208,95 @@ def screen_sites(
     """Sites whose per-row statistics disagree with the median site, and why.
 
     Every array is over one shared column order; NaN marks a column (pair) the site
-    does not hold. The reference is the coordinate-wise median over the sites (so
-    ``f`` hostile sites cannot move it outside the honest range when ``K >= 2f + 1``),
-    and a site is flagged when, for some column held by at least three sites,
+    does not hold. The reference is the coordinate-wise median over the sites, and a
+    site *disagrees* when, for some column (pair) held by at least three sites,
 
     * ``|mean - median mean| > mean_tol * median std``, or
     * ``std / median std`` is above ``scale_tol`` or below ``1 / scale_tol``, or
     * (with ``corrs``) a correlation differs from the median one by more than ``corr_tol``.
 
-    With fewer than three sites there is no majority to compare with and nothing is flagged.
+    Sites are left out one at a time: of the disagreeing sites, the one with the
+    largest mean disagreement over all its coordinates (each measured in units of its
+    tolerance) goes first, the medians are recomputed without it, and so on until no
+    site disagrees or fewer than three remain. So an honest site that disagrees only
+    where hostile sites hold the median majority is kept once they are out. With
+    fewer than three sites nothing is flagged (no majority to compare with).
 
     Args:
         columns: names of the columns, used in the reasons (default: positions).
         what: the step, used in the warning.
 
     Returns:
-        ``{site: reason}`` for the flagged sites (a warning naming each is logged).
+        ``{site: reason}`` for the left-out sites, in the order they were left out
+        (a warning naming each is logged).
     """
     names = list(means)
+    if len(names) < 3 or np.asarray(next(iter(means.values()))).size == 0:
+        return {}
+    m = np.stack([np.asarray(means[s], dtype=np.float64) for s in names])
+    sd = np.stack([np.asarray(stds[s], dtype=np.float64) for s in names])
+    r = None if corrs is None else np.stack([np.asarray(corrs[s], dtype=np.float64) for s in names])
 
     def col(j: int) -> str:
         return repr(columns[j]) if columns is not None else str(j)
 
-    if len(names) < 3:
-        return {}
-    m = np.stack([np.asarray(means[s], dtype=np.float64) for s in names])
-    sd = np.stack([np.asarray(stds[s], dtype=np.float64) for s in names])
-    enough = (~np.isnan(m)).sum(0) >= 3
-    ref_m, ref_sd = site_median(m), site_median(sd)
-    scale = np.where(ref_sd > 0, ref_sd, 1.0)
     flagged: dict[str, str] = {}
-    with np.errstate(invalid="ignore", divide="ignore"):
-        dev = np.abs(m - ref_m) / scale
-        ratio = np.where(ref_sd > 0, sd / ref_sd, np.where(sd > 0, np.inf, 1.0))
-    dev = np.where(enough & ~np.isnan(dev), dev, 0.0)
-    ratio = np.where(enough & ~np.isnan(ratio), ratio, 1.0)
-    for i, s in enumerate(names):
-        j = int(np.argmax(dev[i]))
-        if dev[i, j] > mean_tol:
-            flagged[s] = f"mean of column {col(j)} is {dev[i, j]:.3g} standard deviations from the median site's"
-            continue
-        bad = np.maximum(ratio[i], 1.0 / np.maximum(ratio[i], 1e-300))
-        j = int(np.argmax(bad))
-        if bad[j] > scale_tol:
-            flagged[s] = f"spread of column {col(j)} differs {bad[j]:.3g}x from the median site's"
-    if corrs is not None:
-        r = np.stack([np.asarray(corrs[s], dtype=np.float64) for s in names])
-        pair_enough = (~np.isnan(r)).sum(0) >= 3
-        diff = np.where(pair_enough, np.abs(r - site_median(r)), 0.0)
-        diff = np.nan_to_num(diff, nan=0.0)
-        for i, s in enumerate(names):
-            if s in flagged:
-                continue
-            flat = int(np.argmax(diff[i]))
-            a, b = np.unravel_index(flat, diff[i].shape)
-            if diff[i, a, b] > corr_tol:
-                flagged[s] = f"correlation of columns {col(a)} and {col(b)} differs by {diff[i, a, b]:.3g} from the median site's"
+    remaining = list(range(len(names)))
+    while len(remaining) >= 3:
+        worst: dict[int, tuple[float, str]] = {}
+        mean_score: dict[int, float] = {}
+        for i, parts in _disagreements(m[remaining], sd[remaining], None if r is None else r[remaining],
+                                       mean_tol, scale_tol, corr_tol).items():
+            site = remaining[i]
+            (w, (kind, idx, value)), mean_score[site] = max(parts[0], key=lambda t: t[0]), parts[1]
+            if kind == "mean":
+                why = f"mean of column {col(idx[0])} is {value:.3g} standard deviations from the median site's"
+            elif kind == "spread":
+                why = f"spread of column {col(idx[0])} differs {value:.3g}x from the median site's"
+            else:
+                why = f"correlation of columns {col(idx[0])} and {col(idx[1])} differs by {value:.3g} from the median site's"
+            worst[site] = (w, why)
+        bad = [i for i in remaining if worst[i][0] > 1]
+        if not bad:
+            break
+        out = max(bad, key=lambda i: (mean_score[i], worst[i][0]))
+        flagged[names[out]] = worst[out][1]
+        remaining.remove(out)
     for s, why in flagged.items():
         log.warning("robust %s: leaving out site %r: %s", what, s, why)
     return flagged
+
+
+def _disagreements(m: np.ndarray, sd: np.ndarray, r: np.ndarray | None, mean_tol: float, scale_tol: float,
+                   corr_tol: float) -> dict[int, tuple[list[tuple[float, tuple]], float]]:
+    """Per site: its worst disagreement of each kind ``(score, (kind, index, value))`` and its
+    mean score over the coordinates it holds (score = disagreement / tolerance)."""
+    enough = (~np.isnan(m)).sum(0) >= 3
+    ref_m, ref_sd = site_median(m), site_median(sd)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dev = np.abs(m - ref_m) / np.where(ref_sd > 0, ref_sd, 1.0)
+        ratio = np.where(ref_sd > 0, sd / ref_sd, np.where(sd > 0, np.inf, 1.0))
+        spread = np.abs(np.log(np.where(ratio > 0, ratio, 1e-300))) / np.log(scale_tol)
+    held = enough & ~np.isnan(dev)
+    scores = [("mean", np.where(held, dev / mean_tol, np.nan), dev),
+              ("spread", np.where(held & ~np.isnan(spread), np.minimum(spread, 1e6), np.nan), ratio)]
+    if r is not None:
+        pair_enough = (~np.isnan(r)).sum(0) >= 3
+        diff = np.abs(r - site_median(r))
+        scores.append(("corr", np.where(pair_enough & ~np.isnan(diff), diff / corr_tol, np.nan), diff))
+    out = {}
+    for i in range(m.shape[0]):
+        parts, total, count = [], 0.0, 0
+        for kind, score, value in scores:
+            s_i = score[i]
+            ok = ~np.isnan(s_i)
+            if not ok.any():
+                parts.append((0.0, (kind, (0, 0), 0.0)))
+                continue
+            flat = int(np.nanargmax(np.where(ok, s_i, -np.inf)))
+            idx = np.unravel_index(flat, s_i.shape)
+            parts.append((float(s_i[idx]), (kind, tuple(int(v) for v in idx), float(value[i][idx]))))
+            total += float(s_i[ok].sum())
+            count += int(ok.sum())
+        out[i] = (parts, total / count if count else 0.0)
+    return out

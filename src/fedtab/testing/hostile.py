@@ -12,7 +12,7 @@ Steps (:data:`STEPS`, each a set of message kinds): ``ballot`` (election ballots
 ``describe`` (feature moments for standardisation), ``fit`` (FedAvg updates),
 ``evaluate`` (confusion matrices), ``impute_stats`` (imputation schema counts/sums and
 sufficient statistics), ``impute_fit`` (GNN weights; the training rows it claims are
-sent in ``impute_setup``).
+sent in ``impute_setup``); ``training`` and ``imputation`` attack every step of that workflow.
 
 Attacks: *garbage* (:data:`GARBAGE`) — ``scaled`` (float arrays ×10⁶), ``negated``,
 ``nan`` (every number NaN), ``deep_meta`` (a meta value nested 5,000 deep),
@@ -45,6 +45,9 @@ STEPS: dict[str, frozenset[str]] = {
     "impute_stats": frozenset({"impute_schema", "impute_stats"}),
     "impute_fit": frozenset({"impute_fit", "impute_setup"}),
 }
+#: every step of a workflow at once (what a real attacker would do; used by the benchmark).
+STEPS["training"] = STEPS["ballot"] | STEPS["describe"] | STEPS["fit"] | STEPS["evaluate"]
+STEPS["imputation"] = STEPS["impute_stats"] | STEPS["impute_fit"]
 GARBAGE = ("scaled", "negated", "nan", "deep_meta", "huge_shape", "huge_count")
 POISON = ("rows", "reversed", "rows_reversed")
 ATTACKS = GARBAGE + POISON
