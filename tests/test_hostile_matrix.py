@@ -116,8 +116,6 @@ NEEDS_VALIDATION = {
     ("fit", "scaled", False): "parameters of implausible norm are accepted",
     ("fit", "deep_meta", False): "RecursionError escapes the decoder",
     ("fit", "huge_count", False): "OverflowError on n_samples = 10**400, site not named",
-    ("evaluate", "nan", False): "a NaN confusion matrix is accepted",
-    ("evaluate", "nan", True): "a NaN confusion matrix is accepted",
     ("evaluate", "deep_meta", False): "RecursionError escapes the decoder",
     ("impute_stats", "scaled", False): "the echoed shift is not checked against the one sent: unnamed pooling error",
     ("impute_stats", "deep_meta", False): "RecursionError escapes the decoder",

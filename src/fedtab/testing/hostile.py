@@ -62,7 +62,7 @@ _ROW_CLAIMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "ballot": ((), ("n_samples",)),
     "describe": (("count", "sum", "sumsq"), ("n_train", "n_test")),
     "fit": (("param:count", "param:sum", "param:sumsq"), ("n_samples",)),
-    "evaluate": (("confusion",), ("n",)),
+    "evaluate": (("confusion", "score_hist", "brier_sum"), ("n",)),
     "impute_schema": (("count", "sum"), ("n_train", "n_valid")),
     "impute_stats": (("count", "sum", "sumsq", "pair_count", "pair_sx", "pair_sxx", "pair_sxy"), ()),
     "impute_setup": ((), ("n_train", "n_valid")),
@@ -88,7 +88,8 @@ def _floats(arrays: dict[str, np.ndarray], fn) -> dict[str, np.ndarray]:
 
 def _scale_claims(kind: str, msg: Message) -> Message:
     names, keys = _ROW_CLAIMS.get(kind, ((), ()))
-    arrays = {k: (v * ROWS_FACTOR if k in names else v) for k, v in msg.arrays.items()}
+    arrays = {k: (v.astype(np.int64 if v.dtype.kind in "iu" else v.dtype) * ROWS_FACTOR if k in names else v)
+              for k, v in msg.arrays.items()}
     meta = {k: (v * ROWS_FACTOR if k in keys and isinstance(v, int) else v) for k, v in msg.meta.items()}
     return Message(msg.kind, arrays, meta)
 
