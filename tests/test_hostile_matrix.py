@@ -13,7 +13,6 @@ tolerances bite: the same poison without robust mode moves the result past them.
 
 from __future__ import annotations
 
-import logging
 
 import numpy as np
 import pandas as pd
@@ -104,25 +103,6 @@ def _check_training(step: str, attack: str, robust: bool, baseline: tuple[float,
 #: mode); numeric garbage reaches the reducers and is tried in both modes.
 WIRE_GARBAGE = ("deep_meta", "huge_shape", "huge_count")
 
-#: (step, attack, robust) cases that fail until the protocol half of issue 10 (decoder limits,
-#: replies validated against the agreed schema and the sites' claims) is on main. Strict: a
-#: case that starts passing fails the suite, so its entry must then be deleted here.
-NEEDS_VALIDATION = {
-    ("ballot", "deep_meta", False): "RecursionError escapes the decoder",
-    ("ballot", "huge_count", False): "OverflowError on n_samples = 10**400, site not named",
-    ("describe", "scaled", False): "sums of squares inconsistent with sums are accepted (negative variance)",
-    ("describe", "deep_meta", False): "RecursionError escapes the decoder",
-    ("describe", "negated", True): "negative counts are accepted",
-    ("fit", "scaled", False): "parameters of implausible norm are accepted",
-    ("fit", "deep_meta", False): "RecursionError escapes the decoder",
-    ("fit", "huge_count", False): "OverflowError on n_samples = 10**400, site not named",
-    ("evaluate", "deep_meta", False): "RecursionError escapes the decoder",
-    ("impute_stats", "scaled", False): "the echoed shift is not checked against the one sent: unnamed pooling error",
-    ("impute_stats", "deep_meta", False): "RecursionError escapes the decoder",
-    ("impute_fit", "scaled", False): "weights of implausible norm are accepted; an honest site is blamed",
-    ("impute_fit", "deep_meta", False): "RecursionError escapes the decoder",
-}
-
 
 def _garbage_cases(steps: tuple[str, ...]) -> list:
     cases = []
@@ -131,10 +111,7 @@ def _garbage_cases(steps: tuple[str, ...]) -> list:
             for robust in (False, True):
                 if robust and attack in WIRE_GARBAGE:
                     continue
-                gap = NEEDS_VALIDATION.get((step, attack, robust))
-                marks = [pytest.mark.xfail(strict=True, reason=f"needs reply validation: {gap}")] if gap else []
-                cases.append(pytest.param(step, attack, robust, marks=marks,
-                                          id=f"{step}-{attack}-{'robust' if robust else 'plain'}"))
+                cases.append(pytest.param(step, attack, robust, id=f"{step}-{attack}-{'robust' if robust else 'plain'}"))
     return cases
 
 

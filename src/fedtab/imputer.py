@@ -172,6 +172,11 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
             sites.append(Site(name, t.astype(np.float64), test_size=test_size, seed=self.seed))
         self._fit_on(LocalFederation(sites), cfg, progress)
         self.site_names_ = list(named)
+        given = [tables] if self._single(tables) else list(tables.values() if isinstance(tables, Mapping) else tables)
+        if all(isinstance(t, pd.DataFrame) and all(isinstance(c, str) for c in t.columns) for t in given):
+            self.feature_names_in_ = np.asarray(self.columns_, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
         return self
 
     def fit_federation(self, federation: Any, progress: Callable[[int, int, dict], None] | None = None,
@@ -189,6 +194,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         cfg.validate()
         self._fit_on(federation, cfg, progress)
         self.site_names_ = list(federation.sites)
+        self.feature_names_in_ = np.asarray(self.columns_, dtype=object)  # site columns are named
         return self
 
     def _fit_on(self, federation: Any, cfg: Any, progress: Callable[[int, int, dict], None] | None) -> None:
@@ -199,11 +205,6 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         self.result_ = result
         self.columns_ = list(result.columns)
         self.n_features_in_ = len(self.columns_)
-        given = [tables] if self._single(tables) else list(tables.values() if isinstance(tables, Mapping) else tables)
-        if all(isinstance(t, pd.DataFrame) and all(isinstance(c, str) for c in t.columns) for t in given):
-            self.feature_names_in_ = np.asarray(self.columns_, dtype=object)
-        elif hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_
         self.mean_ = result.mean
         self.std_ = result.std
         self.graph_ = result.graph

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..federation.messages import Message
+from ..federation.schema import DECLARED
 from ..federation.site import Site
 
 __all__ = ["ATTACKS", "GARBAGE", "POISON", "STEPS", "HostileSite", "corrupt"]
@@ -158,9 +159,10 @@ class HostileSite(Site):
     Args:
         name, table, target, **kwargs: as :class:`~fedtab.federation.site.Site`.
         step: a key of :data:`STEPS`.
-        attack: one of :data:`ATTACKS`. Row-count lies (``rows``, ``rows_reversed``)
-            also rewrite the step's claims in ``impute_setup`` (GNN fit) so the lie is
-            consistent; the other attacks touch only the step's own replies.
+        attack: one of :data:`ATTACKS`. Row-count lies (``rows``, ``rows_reversed``) are
+            told consistently at every step and in the site's schema declaration (only
+            ``rows_reversed``'s reversal is limited to ``step``); the other attacks touch
+            only the step's own replies.
 
     Raises:
         ValueError: unknown step or attack, or as ``Site``.
@@ -178,8 +180,17 @@ class HostileSite(Site):
 
     def handle(self, request: Message) -> Message:
         reply = super().handle(request)
-        if reply.is_error or request.kind not in STEPS[self.step]:
+        if reply.is_error:
             return reply
-        if request.kind == "impute_setup":  # only the row claim of the GNN fit step lives here
-            return _scale_claims("impute_setup", reply) if self.attack in ("rows", "rows_reversed") else reply
-        return corrupt(reply, self.attack)
+        lies_about_rows = self.attack in ("rows", "rows_reversed")
+        if request.kind in STEPS[self.step] and request.kind != "impute_setup":
+            reply = corrupt(reply, "reversed" if self.attack == "rows_reversed" else self.attack)
+            if self.attack == "rows_reversed":
+                reply = _scale_claims(reply.kind, reply)
+        elif lies_about_rows:  # a consistent liar claims the same rows at every step
+            reply = _scale_claims(reply.kind, reply)
+        if lies_about_rows and isinstance(reply.meta.get(DECLARED), dict):  # and in its schema declaration
+            declared = dict(reply.meta[DECLARED])
+            declared["rows"] = {p: int(n) * ROWS_FACTOR for p, n in dict(declared.get("rows", {})).items()}
+            reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declared})
+        return reply
