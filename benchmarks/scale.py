@@ -180,8 +180,15 @@ class Replay(Federation):
 
     def __init__(self, recorded: Mapping[str, Mapping[str, Message]]) -> None:
         super().__init__()
-        self._raw = {kind: {n: m.to_bytes() for n, m in by_site.items()} for kind, by_site in recorded.items()}
+        self._recorded = recorded
+        self._raw: dict[str, dict[str, bytes]] = {}
         self._names = list(next(iter(recorded.values())))
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Encode replies recorded since (outside any measurement)."""
+        for kind, by_site in self._recorded.items():
+            self._raw[kind] = {n: m.to_bytes() for n, m in by_site.items()}
 
     @property
     def sites(self) -> list[str]:
@@ -224,7 +231,8 @@ def grid_point(k: int, d: int, rounds: int, seed: int = 0) -> list[dict[str, Any
                  on_round=lambda r, m: marks.append(_mark(fed)))
     later = [_step(fed, a, b, k, {"fit"}) for a, b in zip(marks[1:-1], marks[2:])]  # rounds 2..R
     fedavg = {key: float(np.mean([x[key] for x in later])) for key in later[0]}
-    replay = Replay(fed.recorded)
+    # the same replay as the election's (the schema the sites declared there still holds)
+    replay.refresh()
     fedavg["peak_server_mb"] = peak_mb(lambda: run_training(replay, features, rounds=1, local_epochs=1,
                                                             described=outcome.described))
     common = {"sites": k, "features": d, "rows": n_rows, "min_site_rows": int(sizes.min()), "kept": len(features)}
@@ -401,7 +409,8 @@ def markdown(result: dict[str, Any]) -> str:
     meta = result["meta"]
     lines = [f"# Scale and non-IID ({'quick' if meta['quick'] else 'full'} run)", "",
              f"Command: `{meta['command']}`; {meta['cpus']} CPU(s) shared with other jobs; total {meta['seconds']:.0f} s wall, "
-             f"{meta['cpu_seconds']:.0f} s CPU of this process.", "",
+             f"{meta['cpu_seconds']:.0f} s CPU of this process." + (
+                 f" Non-IID section from `{meta['noniid_from']}`." if meta.get("noniid_from") else ""), "",
              "## Goals", "", "| goal | measured | met |", "|---|---|---|"]
     for g, m, ok in goals(result):
         lines.append(f"| {g} | {m} | {'–' if ok is None else ('yes' if ok else 'NO')} |")
@@ -458,16 +467,19 @@ def plot(result: dict[str, Any], path: Path) -> None:
     rows = result["election"]
     for ax, step in zip(axes[:2], ("election", "fedavg_round")):
         for d in sorted({r["features"] for r in rows}):
-            pts = sorted((r["sites"], r["server_seconds"]) for r in rows if r["step"] == step and r["features"] == d)
-            ax.plot([p[0] for p in pts], [max(p[1], 1e-4) for p in pts], "o-", label=f"d = {d}")
-        ax.set(xscale="log", yscale="log", xlabel="sites K", ylabel="server seconds", title=step)
+            pts = sorted((r["sites"], r["server_cpu_seconds"]) for r in rows if r["step"] == step and r["features"] == d)
+            ax.plot([p[0] for p in pts], [max(p[1], 1e-5) for p in pts], "o-", label=f"d = {d}")
+        ax.plot([3, 300], [1e-3, 1e-1], "k:", label="∝ K")
+        ax.set(xscale="log", yscale="log", xlabel="sites K", ylabel="server CPU seconds", title=step)
         ax.legend()
     ni = result["noniid"]
     labels = [f"{r['partition']}\nα={'∞' if r['iid'] else _fmt(r['alpha'], 1)}" if r["partition"] == "label_skew"
               else r["partition"] for r in ni]
     xs = np.arange(len(ni))
-    for off, key in ((-0.27, "f1"), (0.0, "f1_central"), (0.27, "f1_local")):
-        axes[2].bar(xs + off, [r[key] for r in ni], 0.27, label=key)
+    bars = [("f1", [r["f1"] for r in ni]), ("f1 pooled ANOVA", [r.get("pooled_anova", {}).get("f1", 0) for r in ni]),
+            ("f1_central", [r["f1_central"] for r in ni]), ("f1_local", [r["f1_local"] for r in ni])]
+    for i, (key, vals) in enumerate(bars):
+        axes[2].bar(xs + (i - 1.5) * 0.2, vals, 0.2, label=key)
     axes[2].plot(xs, [r["jaccard_pooled"] for r in ni], "kD", label="Jaccard pooled")
     axes[2].set_xticks(xs, labels, fontsize=7)
     axes[2].set(ylim=(0, 1.05), title="non-IID (K = 30)")
@@ -528,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
     def save(result: dict[str, Any], done: bool = False) -> None:
         result["meta"] = {"quick": bool(args.quick), "config": cfg, "seconds": time.perf_counter() - t0,
                           "cpu_seconds": time.process_time() - c0, "complete": done, "cpus": os.cpu_count(),
-                          "command": "python -m benchmarks.scale" + (" --quick" if args.quick else "")}
+                          "command": "python -m benchmarks.scale" + (" --quick" if args.quick else "")
+                          + (f" --sections {args.sections}" if sections != {"election", "noniid", "imputation"} else "")}
         (args.out / "scale.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
 
     kept: dict[str, Any] = {}
