@@ -113,7 +113,9 @@ def airquality_rmse(x: pd.DataFrame, n_hostile: int, robust: bool, seed: int, qu
 
 
 # ----------------------------------------------------------------------------- report
-def run(seeds: list[int], quick: bool, log=print) -> list[dict]:
+def run(seeds: list[int], quick: bool, log=print, partial: Path | None = None) -> list[dict]:
+    """Every (seed, hostile count, mode); ``partial``: JSON file rewritten after each row so an
+    interrupted run leaves what it measured."""
     rows = []
     if quick:
         rng = np.random.default_rng(0)
@@ -132,6 +134,8 @@ def run(seeds: list[int], quick: bool, log=print) -> list[dict]:
                 t2 = time.perf_counter()
                 rows.append({"seed": seed, "hostile": n_hostile, "robust": robust, "demo": d, "airquality": a,
                              "demo_seconds": t1 - t0, "airquality_seconds": t2 - t1})
+                if partial is not None:
+                    partial.write_text(json.dumps(rows, indent=1))
                 log(f"seed {seed} hostile {n_hostile} robust {robust!s:5}: F1 {d['f1']:.3f} (reported "
                     f"{d['reported_f1']:.3f}), AirQuality RMSE {a['observed_rmse']:.4f} / {a['structural_rmse']:.4f}"
                     f"  [{t1 - t0:.0f}s + {t2 - t1:.0f}s]")
@@ -193,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
 
     set_threads(1)
     t0 = time.perf_counter()
-    rows = run(list(range(1 if args.quick else args.seeds)), args.quick)
+    args.out.mkdir(parents=True, exist_ok=True)
+    partial = args.out / "robustness.partial.json"
+    rows = run(list(range(1 if args.quick else args.seeds)), args.quick, partial=partial)
+    partial.unlink(missing_ok=True)
     seconds = time.perf_counter() - t0
     command = "python -m benchmarks.robustness" + (" --quick" if args.quick else "") + (
         f" --seeds {args.seeds}" if args.seeds != 1 and not args.quick else "")
