@@ -133,3 +133,11 @@ def test_tally_reuses_positions_of_repeated_names_but_not_after_growth():
     t.add([True, False, True], [1.0, 2.0, 3.0], 5, feature_names=a, site="s4")
     assert t.feature_names == ["x", "y", "z", "w"]
     assert t.held_by.tolist() == [3, 3, 4, 1]
+
+
+def test_meta_integer_lists_are_range_checked_without_per_item_calls():
+    counts = list(range(5000))
+    calls = _count_calls(lambda: Message("m", meta={"holders": counts}).to_bytes())
+    assert calls < 200, calls
+    with pytest.raises(ValueError, match="beyond 128 bits"):
+        Message("m", meta={"holders": [*counts[:3], -(2**200)]})

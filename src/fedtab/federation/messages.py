@@ -96,7 +96,9 @@ def _check_json(value: Any, path: str, limits: Limits = LIMITS) -> None:
             else:
                 types = set(map(type, v))
                 if types <= _FLAT_TYPES:  # lists of names are the bulk: one pass, no per-item push
-                    if int in types and any(abs(x) > limits.max_int for x in v if type(x) is int):
+                    if int in types and (
+                            (max(v) > limits.max_int or min(v) < -limits.max_int) if types <= {int, bool}
+                            else any(abs(x) > limits.max_int for x in v if type(x) is int)):
                         raise MessageError(f"meta value {where[:80]} holds an integer beyond 128 bits")
                 else:
                     stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(v))
