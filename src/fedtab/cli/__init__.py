@@ -59,6 +59,8 @@ _COMMANDS = [
     ("elect", "elect_command", "elect"),
     ("impute", "impute_command", "impute"),
     ("deploy", "deploy_command", "deploy"),
+    ("run", "run_command", "run"),
+    ("predict", "predict_command", "predict"),
 ]
 
 

@@ -43,6 +43,11 @@ def duplicate_names(names: Sequence[str]) -> list[str]:
 def check_column_types(frame: pd.DataFrame, source: str) -> None:
     """Refuse a column that mixes numbers and text (it would be one-hot encoded silently).
 
+    ``na_values``: extra strings read as missing. In a CSV they are parsed as missing
+    (so a numeric column with ``?`` stays numeric); in Parquet, string cells equal to one
+    of them become missing and a column that is then all numbers becomes numeric.
+    Nullable integer columns (``Int64``) become float64 with NaN for missing cells.
+
     Raises:
         TableError: naming ``source``, the column and one offending text value.
     """
@@ -102,7 +107,10 @@ def read_table(path: str | Path, na_values: Sequence[str] | None = None, *, chec
         raise TableError(f"{p}: the table has no rows")
     frame.columns = [str(c) for c in frame.columns]
     if na_values and kind == "parquet":
-        frame = frame.replace(list(na_values), np.nan)
+        frame = _parquet_na(frame, list(na_values))
+    for c, t in zip(frame.columns, frame.dtypes):
+        if pd.api.types.is_extension_array_dtype(t) and pd.api.types.is_numeric_dtype(t):
+            frame[c] = frame[c].astype("float64")  # pandas' nullable Int64/Float64 -> NaN for missing
     if check_types:
         check_column_types(frame, str(p))
     return frame
@@ -115,3 +123,13 @@ def global_schema(columns: Sequence[Sequence[str]]) -> list[str]:
         for c in cols:
             seen.setdefault(str(c), None)
     return list(seen)
+
+
+def _parquet_na(frame: pd.DataFrame, na_values: list[str]) -> pd.DataFrame:
+    """Text cells equal to one of ``na_values`` become missing; a column then all numbers becomes numeric."""
+    for c in frame.columns:
+        if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c]):
+            col = frame[c].mask(frame[c].isin(na_values))
+            numeric = pd.to_numeric(col, errors="coerce")
+            frame[c] = numeric if numeric.notna().sum() == col.notna().sum() else col
+    return frame

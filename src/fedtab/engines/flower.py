@@ -439,8 +439,10 @@ def make_server_app(workflow: Workflow | None = None) -> ServerApp:
     Run-config keys read here: ``min-sites`` (nodes to wait for), ``timeout`` (seconds
     per request round), ``result-path`` (write the workflow's JSON summary there),
     ``site-keys`` (JSON ``{site: public-key fingerprint or public key}``: name each node
-    by the key it authenticated with, see :class:`FlowerFederation`);
-    the rest goes to ``workflow`` (see :mod:`fedtab.engines.pipeline`). The summary
+    by the key it authenticated with, see :class:`FlowerFederation`),
+    ``workflow`` (``"fedtab.<module>:<function>"`` to run instead of ``workflow``, e.g.
+    ``"fedtab.job.flow:job_workflow"``, see :func:`~fedtab.engines.pipeline.load_workflow`);
+    the rest goes to the workflow (see :mod:`fedtab.engines.pipeline`). The summary
     gains ``engine``, ``seconds_total``, ``bytes``, ``exchanges`` (per request/reply
     exchange of the workflow, see :attr:`FlowerFederation.exchanges`), ``identity`` (``"key"`` or
     ``"declared"``) and ``excluded_nodes`` (``{node id: reason}``).
@@ -456,7 +458,13 @@ def make_server_app(workflow: Workflow | None = None) -> ServerApp:
         keys = str(cfg.get("site-keys", "") or "")
         fed = FlowerFederation(grid, min_sites=int(cfg.get("min-sites", 1)), timeout=float(cfg.get("timeout", 600)),
                                site_keys=_site_keys(keys) if keys else None)
-        result = dict((workflow or run_pipeline)(fed, cfg))
+        if cfg.get("workflow"):
+            from .pipeline import load_workflow
+
+            chosen = load_workflow(str(cfg["workflow"]))
+        else:
+            chosen = workflow or run_pipeline
+        result = dict(chosen(fed, cfg))
         result["engine"] = "flower"
         result["seconds_total"] = time.perf_counter() - t0
         down, up = fed.traffic.total()

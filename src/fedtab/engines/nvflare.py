@@ -23,7 +23,6 @@ import this module.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import time
@@ -39,7 +38,7 @@ from nvflare.apis.signal import Signal
 
 from ..federation.messages import Message, MessageError
 from ..federation.protocol import Federation, FederationError, Traffic
-from .pipeline import run_pipeline
+from .pipeline import load_workflow
 from .site_config import build_site
 from .site_state import SiteCache, decode_state, encode_state
 
@@ -127,16 +126,6 @@ class FlareFederation(Federation):
         return {name: replies[name] for name in requests}
 
 
-def _load_workflow(path: str) -> Callable[[Federation, Mapping[str, Any]], dict[str, Any]]:
-    if not path:
-        return run_pipeline
-    module, _, attr = path.partition(":")
-    fn = getattr(importlib.import_module(module), attr)
-    if not callable(fn):
-        raise ValueError(f"workflow {path!r} is not callable")
-    return fn
-
-
 class FedtabController(Controller):
     """Runs a fedtab workflow on the job's clients.
 
@@ -178,7 +167,7 @@ class FedtabController(Controller):
         fed = FlareFederation(self, fl_ctx, abort_signal, timeout=self.timeout)
         if len(fed.sites) < self.min_sites:
             raise FederationError(f"{len(fed.sites)} FLARE client(s) connected, {self.min_sites} needed")
-        result = dict(_load_workflow(self.workflow)(fed, cfg))
+        result = dict(load_workflow(self.workflow)(fed, cfg))
         result["engine"] = "nvflare"
         result["seconds_total"] = time.perf_counter() - t0
         down, up = fed.traffic.total()
@@ -202,11 +191,13 @@ class FedtabExecutor(Executor):
         test_path: optional held-out rows (then no random split).
         selector: the site's selector (name, ``{"name", "params"}`` dict or alias).
         test_size, seed: the random split when there is no ``test_path``.
+        na_values: strings read as missing (see :func:`~fedtab.engines.site_config.parse_na_values`).
     """
 
     def __init__(self, data_path: str, target: str = "", test_path: str = "", selector: Any = "lasso",
-                 test_size: float = 0.2, seed: int = 0) -> None:
+                 test_size: float = 0.2, seed: int = 0, na_values: Any = None) -> None:
         super().__init__()
+        self.na_values = na_values
         self.data_path = data_path
         self.target = target
         self.test_path = test_path
@@ -218,7 +209,8 @@ class FedtabExecutor(Executor):
         name = fl_ctx.get_identity_name()
         job_id = fl_ctx.get_job_id()
         config = {"name": name, "data_path": self.data_path, "target": self.target, "test_path": self.test_path,
-                  "selector": self.selector, "test_size": self.test_size, "seed": self.seed}
+                  "selector": self.selector, "test_size": self.test_size, "seed": self.seed,
+                  "na_values": self.na_values}
         site, fresh = _SITES.get((job_id, name), lambda: build_site(config))
         state_file = self._state_file(fl_ctx)
         if fresh and state_file.is_file():
@@ -277,7 +269,7 @@ def build_job(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | No
     # FLARE reads "{...}" strings in job configs as variable references: pass dicts, not JSON text.
     job.to_server(FedtabController(config=dict(config or {}), workflow=workflow, min_sites=len(sites),
                                    timeout=timeout, result_path=result_path))
-    allowed = {"data_path", "target", "test_path", "selector", "test_size", "seed"}
+    allowed = {"data_path", "target", "test_path", "selector", "test_size", "seed", "na_values"}
     for site in sites:
         args = {str(k).replace("-", "_"): v for k, v in site.items() if k != "name"}
         unknown = set(args) - allowed

@@ -55,9 +55,34 @@ from ..federation.reduce import DEFAULT_MAX_SITE_SHARE, check_max_site_share
 from ..federation.training_flow import run_training
 from .site_config import parse_selector
 
-__all__ = ["PipelineConfig", "run_pipeline", "STEPS"]
+__all__ = ["PipelineConfig", "load_workflow", "run_pipeline", "STEPS"]
 
 STEPS = ("election", "tuning", "training", "imputation")
+
+
+def load_workflow(path: str) -> Any:
+    """The workflow ``"module:function"`` names (``""`` = :func:`run_pipeline`).
+
+    Only functions inside the ``fedtab`` package can be named: a run config must not be
+    able to make the server import arbitrary code.
+
+    Raises:
+        ValueError: a path outside ``fedtab``, a missing module or attribute, or not callable.
+    """
+    if not path:
+        return run_pipeline
+    module, _, attr = str(path).partition(":")
+    if not (module == "fedtab" or module.startswith("fedtab.")) or not attr:
+        raise ValueError(f"workflow {path!r} must be 'fedtab.<module>:<function>'")
+    import importlib
+
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"workflow {path!r} cannot be loaded: {exc}") from None
+    if not callable(fn):
+        raise ValueError(f"workflow {path!r} is not callable")
+    return fn
 
 
 def _json_obj(value: Any, key: str) -> dict[str, Any]:

@@ -15,6 +15,8 @@ Keys (hyphens and underscores are interchangeable)::
                 (no random split)
     test-size   fraction held out when there is no test-path (default 0.2)
     seed        seed of that split (default 0)
+    na-values   strings read as missing: a list, a JSON list ('["?", "NA"]') or one
+                comma-separated string ("?,NA") (default: none beyond pandas' own)
     selector    a built-in selector name ("lasso"), a JSON spec
                 ('{"name": "lasso", "params": {...}}') or an alias from
                 :data:`SELECTOR_ALIASES` (default "lasso")
@@ -31,7 +33,8 @@ import pandas as pd
 from ..data.tables import read_table
 from ..federation.site import Site
 
-__all__ = ["FixedSplitSite", "NVFLARE_LASSO", "SELECTOR_ALIASES", "build_site", "parse_selector", "site_config"]
+__all__ = ["FixedSplitSite", "NVFLARE_LASSO", "SELECTOR_ALIASES", "build_site", "parse_na_values", "parse_selector",
+           "site_config"]
 
 #: FLARE 2.9's ``FeatureElectionExecutor(fs_method="lasso")``: ``Lasso(alpha=0.01)`` regression
 #: on standardised X with the class labels as a continuous target, kept where ``|coef| > 1e-6``.
@@ -56,9 +59,14 @@ class FixedSplitSite(Site):
                  selector: Any = "lasso", seed: int = 0) -> None:
         if list(train.columns) != list(test.columns):
             raise ValueError(f"site {name!r}: the train and test tables have different columns")
+        unlabelled = 0
+        if target is not None and target in train.columns:  # drop unlabelled rows per part, before the split
+            unlabelled = int(train[target].isna().sum() + test[target].isna().sum())
+            train, test = train[train[target].notna()], test[test[target].notna()]
         self._n_train = len(train)
         super().__init__(name, pd.concat([train, test], ignore_index=True), target, test_size=0.0, seed=seed,
                          selector=selector)
+        self.unlabelled_rows = unlabelled
 
     def _make_split(self) -> tuple[np.ndarray, np.ndarray]:
         idx = np.arange(len(self.table))
@@ -89,6 +97,28 @@ def parse_selector(value: Any) -> Any:
     return text
 
 
+def parse_na_values(value: Any) -> list[str]:
+    """Missing-value strings from a config value (list, JSON list text, comma-separated text or empty).
+
+    Raises:
+        ValueError: not a list of strings.
+    """
+    if value in (None, ""):
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"na-values {text!r} is not a valid JSON list: {exc}") from None
+        else:
+            return [v for v in text.split(",") if v]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"na-values must be a list of strings, got {value!r}")
+    return list(value)
+
+
 def build_site(config: Mapping[str, Any]) -> Site:
     """The :class:`Site` described by ``config`` (see the module docstring).
 
@@ -104,7 +134,9 @@ def build_site(config: Mapping[str, Any]) -> Site:
     target = cfg.get("target") or None
     selector = parse_selector(cfg.get("selector") or "lasso")
     seed = int(cfg.get("seed", 0))
-    table = read_table(str(cfg["data_path"]))
+    na_values = parse_na_values(cfg.get("na_values"))
+    table = read_table(str(cfg["data_path"]), na_values)
     if cfg.get("test_path"):
-        return FixedSplitSite(name, table, read_table(str(cfg["test_path"])), target, selector=selector, seed=seed)
+        return FixedSplitSite(name, table, read_table(str(cfg["test_path"]), na_values), target, selector=selector,
+                              seed=seed)
     return Site(name, table, target, test_size=float(cfg.get("test_size", 0.2)), seed=seed, selector=selector)

@@ -14,6 +14,7 @@ from .tuning_flow import TuneOutcome, tune_flow  # noqa: F401  (registers the tu
 from .encoding_flow import federated_one_hot  # noqa: F401  (registers the one-hot handlers)
 from .baseline_flow import run_baselines  # noqa: F401  (registers the local-baseline handler)
 from .pooled_anova_flow import run_pooled_anova  # noqa: F401  (registers the class-moments handler)
+from . import profile_flow  # noqa: F401  (registers the column-profile handler)
 
 try:  # registered when the imputation capability is present
     from . import impute_flow  # noqa: F401

@@ -17,7 +17,7 @@ from . import validate
 from .messages import Message
 from .protocol import Federation, FederationError, exchange
 from .schema import set_schema
-from .site import Site, handler
+from .site import Site, handler, table_step
 
 __all__ = ["agree_categories", "encode_categories", "federated_one_hot"]
 
@@ -31,13 +31,18 @@ def _category_sets(site: Site, request: Message) -> Message:
     return Message("category_sets", meta={"categories": category_sets(site.table, held)})
 
 
+@table_step("one_hot")
+def _one_hot_table(site: Site, params: dict[str, Any]) -> Any:
+    held = {c: v for c, v in params["categories"].items() if c in site.table.columns and c != site.target}
+    return one_hot(site.table, held)
+
+
 @handler("one_hot")
 def _one_hot(site: Site, request: Message) -> Message:
     cats = request.meta.get("categories")
     if not isinstance(cats, dict):
         raise ValueError("one_hot needs {column: [categories]}")
-    held = {c: v for c, v in cats.items() if c in site.table.columns and c != site.target}
-    site.table = one_hot(site.table, held)
+    site.apply_table_step("one_hot", {"categories": cats})
     return Message("one_hot", meta={"n_columns": int(site.table.shape[1])})
 
 
@@ -73,17 +78,21 @@ def agree_categories(federation: Federation, columns: list[str]) -> dict[str, li
     return union_categories(sets[name] for name in replies)
 
 
-def encode_categories(federation: Federation, categories: dict[str, list[str]]) -> None:
+def encode_categories(federation: Federation, categories: dict[str, list[str]], *, same_width: bool = True) -> None:
     """Tell every site to one-hot encode with ``categories``.
 
+    Args:
+        same_width: check that every site ends with as many columns (off for sites that
+            hold different columns).
+
     Raises:
-        FederationError: a site failed (e.g. a category it did not report), or the sites
-            ended up with different widths.
+        FederationError: a site failed (e.g. a category it did not report), or (with
+            ``same_width``) the sites ended up with different widths.
     """
     replies = exchange(federation, Message("one_hot", meta={"categories": categories}),
                        lambda site, r: validate.integer(r.meta.get("n_columns"), "encoded width"))
     widths = {r.meta.get("n_columns") for r in replies.values()}
-    if len(widths) != 1:
+    if same_width and len(widths) != 1:
         raise FederationError(f"sites disagree on the encoded width: {sorted(map(str, widths))}")
     if federation.schema is not None:
         set_schema(federation, federation.schema.encoded(categories))

@@ -17,6 +17,14 @@ before it is reduced):
    keeps the weights with the best validation RMSE.
 5. ``impute_eval``   (final weights) -> per-column validation errors, and those of mean fill.
 
+6. ``impute_apply`` (optional, :func:`apply_imputation`; final weights, pooled observed
+   range, integer columns) -> each site fills its own table (missing cells and
+   unavailable columns, clipped to the range, integers rounded) and keeps it for the
+   next workflow steps. Reply: how many cells were imputed and clipped.
+
+The label (``Site.target``) is never imputed and never an input of the imputer: every
+step works on the site's feature columns only.
+
 No reply ever carries rows: only counts, sums, weights and error sums.
 
 Every reply is validated against the agreed schema and the site's earlier claims
@@ -47,11 +55,11 @@ from ..impute.graph import FeatureGraph, build_feature_graph
 from ..impute.stats import STAT_ARRAYS, PooledStats, SiteStats, pool_stats, site_stats
 from . import validate
 from .messages import Message
-from .protocol import Federation, FederationError, exchange, set_quorum
+from .protocol import Federation, FederationError, collect, exchange, set_quorum
 from .reduce import DEFAULT_MAX_SITE_SHARE, cap_weights, robust_params, screen_sites, site_median
-from .site import Site, handler
+from .site import Site, handler, table_step
 
-__all__ = ["ImputeConfig", "ImputationResult", "run_imputation", "validate_site_table", "site_rng"]
+__all__ = ["ImputeConfig", "ImputationResult", "apply_imputation", "run_imputation", "validate_site_table", "site_rng"]
 
 log = logging.getLogger("fedtab.impute")
 
@@ -209,13 +217,18 @@ def validate_site_table(table: pd.DataFrame, name: str) -> None:
         raise ValueError(f"site {name!r}: columns with no observed value {empty[:8]}")
 
 
+def _features(site: Site, part: str = "all") -> pd.DataFrame:
+    """The site's feature columns (never the label) of one row part."""
+    return site.rows(part)[site.feature_names]
+
+
 def _values(site: Site, part: str) -> np.ndarray:
-    return site.rows(part).to_numpy(dtype=np.float64, na_value=np.nan)
+    return _features(site, part).to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 @handler("impute_schema")
 def _schema(site: Site, request: Message) -> Message:
-    validate_site_table(site.table, site.name)
+    validate_site_table(_features(site), site.name)
     train = _values(site, "train")
     if len(train) == 0:
         raise ValueError(f"site {site.name!r}: no training rows")
@@ -226,7 +239,7 @@ def _schema(site: Site, request: Message) -> Message:
     return Message(
         "impute_schema",
         {"count": obs.sum(0).astype(np.float64), "sum": np.where(obs, train, 0.0).sum(0)},
-        {"columns": [str(c) for c in site.table.columns], "n_train": len(train), "n_valid": len(site.rows("test"))},
+        {"columns": site.feature_names, "n_train": len(train), "n_valid": len(site.rows("test"))},
     )
 
 
@@ -234,7 +247,7 @@ def _schema(site: Site, request: Message) -> Message:
 def _stats(site: Site, request: Message) -> Message:
     glob = list(request.meta["columns"])
     pos = {c: i for i, c in enumerate(glob)}
-    cols = [str(c) for c in site.table.columns]
+    cols = site.feature_names
     shift = np.asarray(request.arrays["shift"], dtype=np.float64)[[pos[c] for c in cols]]
     s = site_stats(_values(site, "train"), cols, shift)
     return Message("impute_stats", {k: getattr(s, k) for k in STAT_ARRAYS + ("shift",)}, {"columns": cols})
@@ -242,7 +255,7 @@ def _stats(site: Site, request: Message) -> Message:
 
 def _global_values(site: Site, part: str, columns: list[str], mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """(n, F) z-scored values over the global schema; NaN = missing or unavailable."""
-    rows = site.rows(part)
+    rows = _features(site, part)
     out = np.full((len(rows), len(columns)), np.nan)
     pos = {c: i for i, c in enumerate(columns)}
     idx = [pos[str(c)] for c in rows.columns]
@@ -315,7 +328,7 @@ def _live(site: Site) -> dict:
     if st["optimizer_state"]:
         numpy_to_optimizer(optimizer, st["optimizer_state"])
     live = {
-        "available": np.isin(columns, [str(c) for c in site.table.columns]),
+        "available": np.isin(columns, site.feature_names),
         "train": _global_values(site, "train", columns, mean, std), "valid": valid, "valid_mask": vmask,
         "model": model, "adj": graph_tensors(st["graph"]), "optimizer": optimizer,
     }
@@ -371,6 +384,37 @@ def _eval(site: Site, request: Message) -> Message:
     # the mean-fill baseline on the same cells: it predicts the pooled mean, 0 in z-space
     mean_sse = np.where(live["valid_mask"], live["valid"], 0.0) ** 2
     return Message("impute_eval", {"val_sse": sse, "val_count": cnt, "val_mean_sse": mean_sse.sum(0)})
+
+
+@table_step("impute_fill")
+def _fill_table(site: Site, params: dict[str, Any]) -> pd.DataFrame:
+    """The site's table after imputation: the filled feature columns, then the label."""
+    table = pd.DataFrame(np.asarray(params["values"], dtype=np.float64), columns=list(params["columns"]))
+    if site.target is not None:
+        table[site.target] = site.table[site.target].to_numpy()
+    return table
+
+
+@handler("impute_apply")
+def _apply(site: Site, request: Message) -> Message:
+    from ..impute.fill import fill_from_predictions
+    from ..impute.model import numpy_to_state
+    from ..impute.train import predict
+
+    st, live = _state(site), _live(site)
+    numpy_to_state(live["model"], _weights(request))
+    columns, mean, std = st["columns"], st["mean"], st["std"]
+    raw = _global_values(site, "all", columns, np.zeros(len(columns)), np.ones(len(columns)))
+    pred = predict(live["model"], (raw - mean) / std, live["available"], live["adj"])
+    f = len(columns)
+    low, high = (np.asarray(request.arrays[k], np.float64) for k in ("low", "high"))
+    integer = np.asarray(request.arrays["integer"], dtype=bool)
+    if low.shape != (f,) or high.shape != (f,) or integer.shape != (f,):
+        raise ValueError(f"impute_apply: range/integer arrays must have shape ({f},)")
+    values, imputed, clipped = fill_from_predictions(raw, pred, mean, std, low, high, integer)
+    site.state["measured_columns"] = site.feature_names  # it abstains on the others in an election
+    site.apply_table_step("impute_fill", {"columns": list(columns), "values": values})
+    return Message("impute_apply", meta={"imputed": imputed, "clipped": clipped})
 
 
 # --------------------------------------------------------------------------- server side
@@ -658,3 +702,34 @@ def run_imputation(
         dropped={s: r for s, r in federation.dropped.items() if s not in dropped0},
         left_out=left_out,
     )
+
+
+def apply_imputation(federation: Federation, result: ImputationResult, low: np.ndarray, high: np.ndarray,
+                     integer: np.ndarray) -> dict[str, dict[str, int]]:
+    """Let every site fill its table with the imputer of ``result`` (one exchange).
+
+    Args:
+        low, high: ``(F,)`` the pooled observed range of each column of ``result.columns``;
+            imputed values are clipped into it. integer: ``(F,)`` bool, columns rounded.
+
+    Returns:
+        ``{site: {"imputed": cells, "clipped": cells}}``.
+
+    Raises:
+        FederationError: a site failed or replied counts that are not non-negative integers.
+        ValueError: arrays whose shapes do not match ``result.columns``.
+    """
+    f = len(result.columns)
+    arrays = {"low": np.asarray(low, np.float64), "high": np.asarray(high, np.float64),
+              "integer": np.asarray(integer, dtype=bool)}
+    if any(a.shape != (f,) for a in arrays.values()):
+        raise ValueError(f"apply_imputation: low/high/integer must have shape ({f},)")
+    replies = collect(federation.broadcast(Message("impute_apply", {**_weight_arrays(result.weights), **arrays})),
+                      "impute_apply")
+    out = {}
+    for s, r in replies.items():
+        counts = {k: r.meta.get(k) for k in ("imputed", "clipped")}
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
+            raise FederationError(f"site {s!r}: invalid imputation counts {counts}")
+        out[s] = counts
+    return out

@@ -20,7 +20,7 @@ import pandas as pd
 
 from .messages import Message
 
-__all__ = ["Site", "handler", "HANDLERS"]
+__all__ = ["Site", "handler", "HANDLERS", "TABLE_STEPS", "table_step"]
 
 log = logging.getLogger("fedtab.site")
 
@@ -28,6 +28,23 @@ Handler = Callable[["Site", Message], Message]
 
 #: kind -> handler; filled by the workflow modules when ``fedtab.federation`` is imported.
 HANDLERS: dict[str, Handler] = {}
+
+
+TableStep = Callable[["Site", dict[str, Any]], pd.DataFrame]
+
+#: kind -> ``fn(site, params) -> new table``: changes of a site's table that a workflow
+#: agreed (one-hot encoding, imputation). See :meth:`Site.apply_table_step`.
+TABLE_STEPS: dict[str, TableStep] = {}
+
+
+def table_step(kind: str) -> Callable[[TableStep], TableStep]:
+    """Register ``fn(site, params) -> table`` as the table change named ``kind``."""
+
+    def register(fn: TableStep) -> TableStep:
+        TABLE_STEPS[kind] = fn
+        return fn
+
+    return register
 
 
 def handler(kind: str) -> Callable[[Handler], Handler]:
@@ -56,9 +73,12 @@ class Site:
             ``fedtab.election.selectors.SELECTORS`` or a selector object. A request may
             override it.
 
+    Rows whose target is missing are dropped before the split; their number is kept in
+    :attr:`unlabelled_rows`.
+
     Raises:
         ValueError: empty table, missing target column, duplicate column names,
-            ``test_size`` outside ``[0, 1)``.
+            ``test_size`` outside ``[0, 1)``, no labelled row.
     """
 
     def __init__(
@@ -82,8 +102,16 @@ class Site:
             raise ValueError(f"site {name!r}: target column {target!r} is not in the table")
         if not 0 <= test_size < 1:
             raise ValueError(f"site {name!r}: test_size must be in [0, 1), got {test_size}")
+        self.unlabelled_rows = 0
+        if target is not None:
+            labelled = table[target].notna().to_numpy()
+            self.unlabelled_rows = int((~labelled).sum())
+            table = table[labelled]
+            if len(table) == 0:
+                raise ValueError(f"site {name!r}: no row has a value in the target column {target!r}")
         self.name = str(name)
         self.table = table.reset_index(drop=True)
+        self._steps_applied = 0
         self.target = target
         self.test_size = float(test_size)
         self.seed = int(seed)
@@ -161,6 +189,36 @@ class Site:
             raise ValueError(f"site {self.name!r}: columns {missing[:5]} are not in its table")
         return rows[cols], rows[self.target].to_numpy()
 
+    # ----- agreed changes of the table ------------------------------------------------
+    def apply_table_step(self, kind: str, params: dict[str, Any]) -> pd.DataFrame:
+        """Change the table with the registered step ``kind`` and record it in ``state``.
+
+        The record (``state["table_steps"]``: kind + arrays/JSON params) lets a site
+        rebuilt from its raw file in a new process (a Flower ClientApp per message)
+        replay the same changes before its next request (:meth:`replay_table_steps`).
+
+        Raises:
+            ValueError: unknown step kind, or as the step function.
+        """
+        fn = TABLE_STEPS.get(kind)
+        if fn is None:
+            raise ValueError(f"unknown table step {kind!r}; known: {sorted(TABLE_STEPS)}")
+        self.replay_table_steps()
+        self.table = fn(self, params)
+        self.state.setdefault("table_steps", []).append({"kind": kind, "params": params})
+        self._steps_applied += 1
+        return self.table
+
+    def replay_table_steps(self) -> None:
+        """Apply the recorded table steps this object has not applied yet (after a restart)."""
+        steps = self.state.get("table_steps") or []
+        for step in steps[self._steps_applied:]:
+            fn = TABLE_STEPS.get(step["kind"])
+            if fn is None:
+                raise ValueError(f"unknown table step {step['kind']!r} in the stored state")
+            self.table = fn(self, step["params"])
+            self._steps_applied += 1
+
     # ----- protocol -----------------------------------------------------------------
     def handle(self, request: Message) -> Message:
         """Answer one request. Never raises: whatever the handler raises -- even
@@ -177,6 +235,7 @@ class Site:
         if fn is None:
             return Message.error(f"site {self.name!r} has no handler for {request.kind[:80]!r}")
         try:
+            self.replay_table_steps()
             meta = request.meta
             if AGREED in meta or DECLARE in meta:
                 if isinstance(meta.get(AGREED), dict):

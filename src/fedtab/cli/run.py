@@ -1,0 +1,65 @@
+"""``fedtab run JOB.toml``: the consortium job (schema → imputation → election → tuning → training → evaluation)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import console, fail
+
+__all__ = ["run_command", "step_reporter"]
+
+
+def step_reporter():
+    """``(say, close)``: a progress line per step when stdout is not a terminal, a rich spinner in one."""
+    t0 = time.perf_counter()
+    if console.is_terminal:
+        status = console.status("starting")
+        status.start()
+        return (lambda msg: status.update(f"{msg} ({time.perf_counter() - t0:.0f} s)")), status.stop
+    return (lambda msg: console.print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", highlight=False,
+                                      soft_wrap=True)), (lambda: None)
+
+
+def run_command(
+    job: Annotated[Path, typer.Argument(help="The job file (TOML): sites, target and steps (see docs/job.md).")],
+    engine: Annotated[Optional[str], typer.Option(help="local, flower or nvflare (default: the job's [run] engine, "
+                                                  "else local).")] = None,
+    deployment: Annotated[Optional[str], typer.Option(help="Flower only: 'loopback' starts a SuperLink and one "
+                                                      "SuperNode per site on 127.0.0.1 (default: ServerApp and "
+                                                      "ClientApps in this process).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Output directory (default: the job's [run] out).")] = None,
+) -> None:
+    """Run a job: one file per site in, model.fedtab and result.json out."""
+    from ..federation.protocol import FederationError
+    from ..job import JobError
+    from ..job.run import run_job
+
+    if deployment not in (None, "loopback"):
+        fail(f"--deployment must be 'loopback', got {deployment!r}")
+    if deployment and engine not in (None, "flower"):
+        fail("--deployment applies to --engine flower only")
+    say, close = step_reporter()
+    try:
+        result = run_job(job, engine=engine or ("flower" if deployment else None), deployment=deployment, out=out,
+                         progress=say)
+    except (JobError, FederationError, ValueError, OSError) as exc:
+        close()
+        fail(str(exc))
+        return
+    close()
+    ev = result["evaluation"]["pooled"]
+    for s in result["sites"]:
+        console.print(f"site {s['name']}: {s['rows']} rows ({s['rows_without_label']} without a label dropped), "
+                      f"{len(s['columns'])} columns, lacks {s['unavailable_columns'] or 'none'}", highlight=False)
+    if result["election"]:
+        el = result["election"]
+        console.print(f"elected {len(el['selected'])} of {el['stats']['features']} columns at freedom degree "
+                      f"{el['freedom_degree']:g}: {', '.join(el['selected'])}", highlight=False)
+    console.print(f"{result['training']['model']}: weighted F1 {ev['weighted_f1']:.3f}, accuracy {ev['accuracy']:.3f} "
+                  f"on {result['evaluation']['n_test']} test rows", highlight=False)
+    where = Path(out) if out is not None else Path(result["job"]["run"]["out"])
+    console.print(f"wrote {', '.join(str(where / f) for f in result['artifacts'].values())}", highlight=False)

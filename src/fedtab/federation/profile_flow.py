@@ -1,0 +1,87 @@
+"""Column profiles: the first exchange of a job (names, kinds, integer flags, observed ranges, rows).
+
+``"job_profile"`` — every site replies, for each of its feature columns (never the
+label): its kind (``numeric`` or ``categorical``), and for numeric columns whether every
+observed value is an integer, the observed minimum and maximum and the number of
+observed cells; plus its row counts (``rows``, ``train``, ``test``, and ``unlabelled``:
+rows dropped because their label was missing), its label keys and its selector. The
+minimum and maximum are what the job clips imputed values to (``docs/job.md``).
+
+:func:`profile_sites` validates every reply (naming the site) before returning them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .messages import Message
+from .protocol import Federation, FederationError, collect
+from .site import Site, handler
+from .training_flow import label_key
+
+__all__ = ["profile_sites"]
+
+
+@handler("job_profile")
+def _profile(site: Site, request: Message) -> Message:
+    """Column names and kinds, integer flags and observed min/max of numeric columns, row counts."""
+    feats = site.feature_names
+    kinds, integer, low, high, observed = [], [], [], [], []
+    for c in feats:
+        col = site.table[c]
+        numeric = pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col)
+        kinds.append("numeric" if numeric else "categorical")
+        values = col.to_numpy(dtype=np.float64, na_value=np.nan) if numeric else np.zeros(0)
+        values = values[~np.isnan(values)]
+        if numeric and np.isinf(values).any():
+            raise ValueError(f"column {c!r} holds infinite values")
+        observed.append(len(values))
+        low.append(float(values.min()) if len(values) else 0.0)
+        high.append(float(values.max()) if len(values) else 0.0)
+        integer.append(bool(len(values)) and bool(np.all(values == np.round(values))))
+    labels = sorted({label_key(v) for v in site.table[site.target]}) if site.target else []
+    return Message(
+        "job_profile",
+        {"low": np.asarray(low, np.float64), "high": np.asarray(high, np.float64),
+         "integer": np.asarray(integer, bool), "observed": np.asarray(observed, np.int64)},
+        {"columns": feats, "kinds": kinds, "classes": labels, "rows": int(len(site.table)),
+         "unlabelled": int(getattr(site, "unlabelled_rows", 0)), "train": int(len(site.rows("train"))),
+         "test": int(len(site.rows("test"))), "selector": str(site.selector) if not isinstance(site.selector, dict)
+         else json.dumps(site.selector, sort_keys=True)},
+    )
+
+
+def profile_sites(federation: Federation) -> dict[str, dict[str, Any]]:
+    """``{site: profile}`` (one ``job_profile`` exchange), each reply validated.
+
+    Raises:
+        FederationError: a site failed, or sent names, kinds, arrays or counts that do not
+            fit together (naming the site).
+    """
+    replies = collect(federation.broadcast(Message("job_profile")), "job_profile")
+    out = {}
+    for s, r in replies.items():
+        cols, kinds = r.meta.get("columns"), r.meta.get("kinds")
+        if (not isinstance(cols, list) or not all(isinstance(c, str) for c in cols) or len(set(cols)) != len(cols)
+                or not isinstance(kinds, list) or len(kinds) != len(cols)
+                or not all(k in ("numeric", "categorical") for k in kinds)):
+            raise FederationError(f"site {s!r}: invalid column profile")
+        arrays = {}
+        for k in ("low", "high", "integer", "observed"):
+            a = np.asarray(r.arrays.get(k))
+            if a.shape != (len(cols),) or (a.dtype.kind == "f" and not np.isfinite(a).all()):
+                raise FederationError(f"site {s!r}: profile array {k!r} has shape {a.shape} or non-finite values")
+            arrays[k] = a
+        counts = {k: r.meta.get(k) for k in ("rows", "unlabelled", "train", "test")}
+        if not all(isinstance(v, int) and v >= 0 for v in counts.values()) or counts["train"] + counts["test"] != counts["rows"]:
+            raise FederationError(f"site {s!r}: invalid row counts {counts}")
+        classes = r.meta.get("classes")
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise FederationError(f"site {s!r}: invalid class labels")
+        out[s] = {"columns": cols, "kinds": kinds, "classes": classes, "selector": str(r.meta.get("selector")),
+                  **counts, **arrays}
+    return out

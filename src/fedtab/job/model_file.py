@@ -1,0 +1,440 @@
+"""The model file ``model.fedtab``: a zip of ``manifest.json`` and ``arrays/<name>.npy``. No pickle.
+
+Writing: :func:`write_model` from the job workflow's ``"model"`` section plus provenance.
+Reading: :func:`load_model` validates everything before any of it is used, because a model
+file may come from someone else:
+
+* the zip holds exactly ``manifest.json`` and the arrays the manifest lists (any other
+  member, a path with ``..`` or ``/`` at its start, a duplicate name is rejected);
+* sizes are checked from the zip directory *before* reading (manifest ≤ 16 MiB, each
+  array ≤ 256 MiB uncompressed and no more elements than its declared shape);
+* arrays are read with ``numpy.load(allow_pickle=False)``; only bool/int/float dtypes;
+  each array must have the shape and dtype the manifest declares, and those shapes must
+  agree with the features, classes and the model (``make_model(spec).init`` shapes);
+* every failure is a :class:`ModelFileError` naming the file and what is wrong.
+
+:class:`FedtabModel` (what :func:`load_model` returns) predicts on a DataFrame with the
+schema's columns: categories one-hot encoded with the agreed lists, the imputer (if any)
+fills missing cells and absent columns exactly as the sites filled theirs, then the
+standardisation and the model.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["FORMAT", "FedtabModel", "ModelFileError", "PredictionError", "load_model", "write_model"]
+
+FORMAT = "fedtab-model"
+VERSION = 1
+MANIFEST = "manifest.json"
+MAX_MANIFEST = 16 * 2**20
+MAX_ARRAY = 256 * 2**20
+_KINDS = "biuf"
+
+
+class ModelFileError(ValueError):
+    """A model file cannot be used (the message names the file and the problem)."""
+
+
+class PredictionError(ValueError):
+    """A table cannot be scored: missing columns, or a value that cannot be used (row and column named)."""
+
+
+# ----------------------------------------------------------------------------- writing
+def _collect_arrays(model: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Split the workflow's model section into named arrays and the JSON rest."""
+    arrays = {"standardise/mean": np.asarray(model["mean"], np.float64),
+              "standardise/std": np.asarray(model["std"], np.float64)}
+    for k, v in model["params"].items():
+        arrays[f"model/{k}"] = np.asarray(v, np.float32 if model["model"]["name"] == "mlp" else np.float64)
+    imputer = None
+    if model.get("imputer"):
+        im = model["imputer"]
+        arrays.update({
+            "imputer/mean": np.asarray(im["mean"], np.float64), "imputer/std": np.asarray(im["std"], np.float64),
+            "imputer/edge_index": np.asarray(im["edge_index"], np.int64).reshape(2, -1),
+            "imputer/weight": np.asarray(im["weight"], np.float64), "imputer/sign": np.asarray(im["sign"], np.float64),
+            "imputer/low": np.asarray(im["low"], np.float64), "imputer/high": np.asarray(im["high"], np.float64),
+            "imputer/integer": np.asarray(im["integer"], bool),
+        })
+        if im.get("prior_W") is not None:
+            arrays["imputer/prior_W"] = np.asarray(im["prior_W"], np.float64)
+            arrays["imputer/prior_psi"] = np.asarray(im["prior_psi"], np.float64)
+        for k, v in im["weights"].items():
+            arrays[f"imputer/w/{k}"] = np.asarray(v, im["weight_dtypes"].get(k, "float32"))
+        imputer = {"columns": list(im["columns"]), "model_config": dict(im["model_config"]),
+                   "weights": sorted(im["weights"]), "prior": im.get("prior_W") is not None}
+    rest = {"schema": model["schema"], "encoded_columns": list(model["encoded_columns"]),
+            "features": list(model["features"]), "classes": list(model["classes"]), "model": model["model"],
+            "imputer": imputer}
+    return arrays, rest
+
+
+def write_model(path: str | Path, model: Mapping[str, Any], provenance: Mapping[str, Any]) -> Path:
+    """Write ``model`` (the job workflow's ``"model"`` section) and ``provenance`` to ``path``.
+
+    Returns the path. Raises ``OSError`` when the file cannot be written.
+    """
+    arrays, rest = _collect_arrays(model)
+    manifest = {"format": FORMAT, "version": VERSION, "provenance": dict(provenance), **rest,
+                "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str} for k, a in arrays.items()}}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(MANIFEST, json.dumps(manifest, indent=1))
+        for name, a in arrays.items():
+            buf = io.BytesIO()
+            np.save(buf, a, allow_pickle=False)
+            zf.writestr(f"arrays/{name}.npy", buf.getvalue())
+    return path
+
+
+# ----------------------------------------------------------------------------- reading
+def _read_arrays(zf: zipfile.ZipFile, declared: Mapping[str, Any], fail) -> dict[str, np.ndarray]:
+    out = {}
+    for name, decl in declared.items():
+        info = zf.getinfo(f"arrays/{name}.npy")
+        shape, dtype = decl.get("shape"), decl.get("dtype")
+        if (not isinstance(shape, list) or not all(isinstance(n, int) and 0 <= n for n in shape)
+                or not isinstance(dtype, str)):
+            fail(f"array {name!r}: bad declared shape/dtype")
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            fail(f"array {name!r}: unknown dtype {dtype!r}")
+        if dt.kind not in _KINDS:
+            fail(f"array {name!r}: dtype {dtype!r} is not bool/int/float")
+        size = int(np.prod(shape, dtype=np.float64)) * dt.itemsize
+        if size > MAX_ARRAY or info.file_size > MAX_ARRAY or info.file_size > size + 4096:
+            fail(f"array {name!r}: {info.file_size} bytes for a declared {shape} {dtype} array (limit {MAX_ARRAY})")
+        with zf.open(info) as fh:
+            data = fh.read(MAX_ARRAY + 4097)
+        try:
+            a = np.load(io.BytesIO(data), allow_pickle=False)
+        except ValueError as exc:
+            fail(f"array {name!r} cannot be read without pickle ({exc})")
+        except Exception as exc:  # noqa: BLE001 - any malformed .npy is one clear error
+            fail(f"array {name!r} is not a valid .npy file ({type(exc).__name__}: {exc})")
+        if not isinstance(a, np.ndarray) or a.dtype != dt or list(a.shape) != shape:
+            fail(f"array {name!r} holds {getattr(a, 'dtype', '?')} {getattr(a, 'shape', '?')}, "
+                 f"the manifest declares {dtype} {tuple(shape)}")
+        if a.dtype.kind == "f" and not np.isfinite(a).all() and not name.startswith("imputer/prior"):
+            fail(f"array {name!r} holds non-finite values")
+        out[name] = a
+    return out
+
+
+def _check_shapes(m: dict[str, Any], arrays: dict[str, np.ndarray], fail) -> None:
+    from ..learn.models import make_model
+
+    feats, classes = m["features"], m["classes"]
+    if (not isinstance(feats, list) or not feats or not all(isinstance(f, str) for f in feats)
+            or len(set(feats)) != len(feats)):
+        fail("features must be a non-empty list of unique names")
+    if not isinstance(classes, list) or len(classes) < 2 or not all(isinstance(c, str) for c in classes):
+        fail("classes must be a list of at least two labels")
+    d, c = len(feats), len(classes)
+    for k in ("standardise/mean", "standardise/std"):
+        if arrays[k].shape != (d,):
+            fail(f"{k} has shape {arrays[k].shape}, expected ({d},) for {d} features")
+    if not (arrays["standardise/std"] > 0).all():
+        fail("standardise/std must be positive")
+    try:
+        fm = make_model(m["model"])
+    except (ValueError, TypeError) as exc:
+        fail(f"model: {exc}")
+    template = {k: tuple(v.shape) for k, v in fm.init(d, c).items()}
+    got = {k[len("model/"):]: a.shape for k, a in arrays.items() if k.startswith("model/")}
+    if got != template:
+        fail(f"model parameters {got} do not match a {fm.name} model over {d} features and {c} classes {template}")
+    schema = m["schema"]
+    if not isinstance(schema, dict) or not isinstance(schema.get("columns"), list):
+        fail("schema must hold the column list")
+    unknown = [f for f in feats if f not in m["encoded_columns"]]
+    if unknown:
+        fail(f"features {unknown[:5]} are not in the schema")
+    im = m.get("imputer")
+    if im is not None:
+        cols = im.get("columns")
+        if not isinstance(cols, list) or not cols or not all(isinstance(x, str) for x in cols):
+            fail("imputer columns must be a list of names")
+        f = len(cols)
+        for k in ("mean", "std", "low", "high", "integer", "weight", "sign"):
+            a = arrays[f"imputer/{k}"]
+            if k in ("weight", "sign"):
+                continue
+            if a.shape != (f,):
+                fail(f"imputer/{k} has shape {a.shape}, expected ({f},)")
+        e = arrays["imputer/edge_index"]
+        if e.ndim != 2 or e.shape[0] != 2 or (e.size and (e.min() < 0 or e.max() >= f)):
+            fail(f"imputer/edge_index must be (2, E) indices into {f} columns")
+        if arrays["imputer/weight"].shape != (e.shape[1],) or arrays["imputer/sign"].shape != (e.shape[1],):
+            fail("imputer edge weights/signs do not match its edge list")
+        if (arrays["imputer/low"] > arrays["imputer/high"]).any():
+            fail("imputer ranges have low > high")
+
+
+def load_model(path: str | Path) -> "FedtabModel":
+    """Read and validate a model file (see the module docstring for what is checked).
+
+    Raises:
+        ModelFileError: missing, not a zip, unexpected members, oversized or malformed
+            arrays, pickled content, shapes that do not fit together.
+    """
+    p = Path(path)
+
+    def fail(msg: str) -> None:
+        raise ModelFileError(f"{p}: {msg}")
+
+    if not p.is_file():
+        fail("no such model file")
+    try:
+        zf = zipfile.ZipFile(p)
+    except (zipfile.BadZipFile, OSError) as exc:
+        fail(f"not a fedtab model file (not a zip archive: {exc})")
+    with zf:
+        names = [i.filename for i in zf.infolist()]
+        if len(set(names)) != len(names):
+            fail("the archive has duplicate member names")
+        if MANIFEST not in names:
+            fail("the archive has no manifest.json")
+        info = zf.getinfo(MANIFEST)
+        if info.file_size > MAX_MANIFEST:
+            fail(f"manifest.json is {info.file_size} bytes (limit {MAX_MANIFEST})")
+        try:
+            m = json.loads(zf.read(info)[: MAX_MANIFEST + 1])
+        except (ValueError, UnicodeDecodeError) as exc:
+            fail(f"manifest.json is not valid JSON ({exc})")
+        if not isinstance(m, dict) or m.get("format") != FORMAT:
+            fail(f"manifest.json is not a {FORMAT} manifest")
+        if m.get("version") != VERSION:
+            fail(f"model file version {m.get('version')!r} is not supported (this fedtab reads version {VERSION})")
+        declared = m.get("arrays")
+        if not isinstance(declared, dict) or not all(isinstance(k, str) and isinstance(v, dict)
+                                                      for k, v in declared.items()):
+            fail("manifest 'arrays' must map names to {shape, dtype}")
+        expected = {MANIFEST} | {f"arrays/{k}.npy" for k in declared}
+        extra = sorted(set(names) - expected)
+        if extra:
+            fail(f"unexpected members {extra[:5]} (a model file holds only manifest.json and its arrays)")
+        missing = sorted(expected - set(names))
+        if missing:
+            fail(f"members {missing[:5]} are missing")
+        needed = {"standardise/mean", "standardise/std"}
+        if m.get("imputer"):
+            needed |= {f"imputer/{k}" for k in ("mean", "std", "edge_index", "weight", "sign", "low", "high", "integer")}
+        if needed - set(declared):
+            fail(f"arrays {sorted(needed - set(declared))} are missing")
+        for key in ("schema", "encoded_columns", "features", "classes", "model"):
+            if key not in m:
+                fail(f"manifest.json lacks {key!r}")
+        arrays = _read_arrays(zf, declared, fail)
+    _check_shapes(m, arrays, fail)
+    return FedtabModel(m, arrays, str(p))
+
+
+def _label(value: str) -> Any:
+    try:
+        f = float(value)
+    except ValueError:
+        return value
+    return int(f) if f.is_integer() else f
+
+
+@dataclass
+class _Imputer:
+    columns: list[str]
+    mean: np.ndarray
+    std: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    integer: np.ndarray
+    model: Any
+    adj: Any
+
+
+class FedtabModel:
+    """A trained job's model, read from a model file by :func:`load_model`.
+
+    Attributes:
+        features: the columns the model reads (elected, after one-hot encoding).
+        classes: the class labels, in the order of ``predict_proba``'s columns.
+        input_columns: the schema's columns (before encoding) a table may hold.
+        provenance: fedtab version, job, sites, engine, date.
+    """
+
+    def __init__(self, manifest: dict[str, Any], arrays: dict[str, np.ndarray], source: str = "<memory>") -> None:
+        from ..learn.models import make_model
+
+        self.manifest, self.arrays, self.source = manifest, arrays, source
+        self.features: list[str] = list(manifest["features"])
+        self.classes: list[Any] = [_label(c) for c in manifest["classes"]]
+        self.schema: dict[str, Any] = manifest["schema"]
+        self.input_columns: list[str] = list(self.schema["columns"])
+        self.provenance: dict[str, Any] = dict(manifest.get("provenance", {}))
+        self._model = make_model(manifest["model"])
+        self._params = {k[len("model/"):]: a for k, a in arrays.items() if k.startswith("model/")}
+        self._imputer: _Imputer | None = None
+
+    @property
+    def has_imputer(self) -> bool:
+        return self.manifest.get("imputer") is not None
+
+    def _imputer_live(self) -> _Imputer:
+        if self._imputer is None:
+            from ..impute.graph import FeatureGraph
+            from ..impute.model import GNNConfig, GNNImputer, graph_tensors, numpy_to_state
+
+            im, a = self.manifest["imputer"], self.arrays
+            model = GNNImputer(GNNConfig(**im["model_config"]))
+            if model.config.prior_rank > 0:
+                model.set_prior(a["imputer/prior_W"], a["imputer/prior_psi"])
+            numpy_to_state(model, {k[len("imputer/w/"):]: v for k, v in a.items() if k.startswith("imputer/w/")})
+            model.eval()
+            graph = FeatureGraph(im["columns"], a["imputer/edge_index"], a["imputer/weight"], a["imputer/sign"])
+            self._imputer = _Imputer(im["columns"], a["imputer/mean"], a["imputer/std"], a["imputer/low"],
+                                     a["imputer/high"], a["imputer/integer"], model, graph_tensors(graph))
+        return self._imputer
+
+    # ----- the table -> model input -------------------------------------------------
+    def _encoded(self, table: pd.DataFrame) -> pd.DataFrame:
+        """Numeric columns checked, categorical columns one-hot encoded; absent columns left out."""
+        from ..data.categories import onehot_name
+
+        if not isinstance(table, pd.DataFrame):
+            raise PredictionError(f"expected a pandas DataFrame, got {type(table).__name__}")
+        cats = self.schema.get("categories", {})
+        parts = {}
+        for c in self.input_columns:
+            if c not in table.columns:
+                continue
+            col = table[c]
+            if c in cats:
+                block = np.zeros((len(table), len(cats[c])))
+                index = {v: i for i, v in enumerate(cats[c])}
+                for pos, v in enumerate(col.to_numpy()):
+                    if pd.isna(v):
+                        continue
+                    if str(v) not in index:
+                        raise PredictionError(f"row {pos}, column {c!r}: category {str(v)!r} was not seen in training "
+                                              f"(known: {cats[c][:8]})")
+                    block[pos, index[str(v)]] = 1.0
+                for i, v in enumerate(cats[c]):
+                    parts[onehot_name(c, v)] = block[:, i]
+                continue
+            values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            bad = np.flatnonzero((np.isnan(values) & col.notna().to_numpy()) | np.isinf(values))
+            if len(bad):
+                pos = int(bad[0])
+                raise PredictionError(f"row {pos}, column {c!r}: value {col.iloc[pos]!r} is not a finite number")
+            parts[c] = values
+        return pd.DataFrame(parts, index=range(len(table)))
+
+    def transform(self, table: pd.DataFrame) -> pd.DataFrame:
+        """``table`` as the model sees it before standardisation: categories one-hot encoded and,
+        with an imputer, every missing cell and absent column filled (original units, clipped
+        to the pooled observed range, integer columns rounded); rows and order kept.
+
+        Raises:
+            PredictionError: as :meth:`predict_proba`.
+        """
+        enc = self._encoded(table)
+        if self.has_imputer:
+            from ..impute.fill import fill_from_predictions
+            from ..impute.train import predict
+
+            im = self._imputer_live()
+            raw = np.full((len(enc), len(im.columns)), np.nan)
+            available = np.zeros(len(im.columns), dtype=bool)
+            for j, c in enumerate(im.columns):
+                if c in enc.columns:
+                    raw[:, j] = enc[c].to_numpy()
+                    available[j] = True
+            pred = predict(im.model, (raw - im.mean) / im.std, available, im.adj) if len(enc) else raw
+            values, _, _ = fill_from_predictions(raw, pred, im.mean, im.std, im.low, im.high, im.integer)
+            return pd.DataFrame(values, columns=im.columns, index=table.index)
+        enc.index = table.index
+        return enc
+
+    def _inputs(self, table: pd.DataFrame) -> np.ndarray:
+        enc = self.transform(table)
+        if not self.has_imputer:
+            missing = [f for f in self.features if f not in enc.columns]
+            if missing:
+                raw = sorted({c for c in self.input_columns for f in missing if f == c or f.startswith(f"{c}=")})
+                raise PredictionError(f"the table lacks columns the model needs and the model has no imputer: "
+                                      f"{', '.join(raw)}")
+        X = enc[self.features].to_numpy(dtype=np.float64)
+        Z = (X - self.arrays["standardise/mean"]) / self.arrays["standardise/std"]
+        Z[np.isnan(Z)] = 0.0  # as in training: a missing cell is the federation's mean
+        return Z
+
+    # ----- public API ---------------------------------------------------------------
+    def predict_proba(self, table: pd.DataFrame) -> np.ndarray:
+        """``(n, len(classes))`` class probabilities for the rows of ``table``, in order.
+
+        Raises:
+            PredictionError: the table lacks needed columns (without an imputer), or a
+                value cannot be used (naming the row and column).
+        """
+        Z = self._inputs(table)
+        return np.asarray(self._model.predict_proba(self._params, Z), dtype=np.float64)
+
+    def predict(self, table: pd.DataFrame) -> np.ndarray:
+        """``(n,)`` predicted class labels for the rows of ``table``, in order."""
+        proba = self.predict_proba(table)
+        return np.asarray(self.classes, dtype=object)[np.argmax(proba, axis=1)] if len(proba) else np.zeros(0)
+
+    def to_sklearn(self):
+        """A fitted scikit-learn pipeline with the same predictions on complete rows.
+
+        The pipeline reads the columns :attr:`features` from a DataFrame (one-hot columns
+        named ``column=category`` when the schema has categories), standardises them with
+        the federation's mean/std and applies a ``LogisticRegression`` (models
+        ``logistic``, ``sgd``) or ``GaussianNB`` (``gnb``) holding the federated parameters.
+
+        Raises:
+            NotImplementedError: for models without a scikit-learn equivalent (``mlp``).
+        """
+        from sklearn.compose import ColumnTransformer
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.naive_bayes import GaussianNB
+        from sklearn.pipeline import Pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        name = self._model.name
+        d = len(self.features)
+        select = ColumnTransformer([("features", "passthrough", list(self.features))], remainder="drop")
+        select.fit(pd.DataFrame(np.zeros((1, d)), columns=self.features))
+        scaler = StandardScaler()
+        scaler.mean_ = self.arrays["standardise/mean"].copy()
+        scaler.scale_ = self.arrays["standardise/std"].copy()
+        scaler.var_ = scaler.scale_**2
+        scaler.n_features_in_ = d
+        scaler.n_samples_seen_ = 1
+        classes = np.asarray(self.classes)
+        if name in ("logistic", "sgd"):
+            est = LogisticRegression()
+            est.coef_ = np.asarray(self._params["coef"], np.float64).copy()
+            est.intercept_ = np.asarray(self._params["intercept"], np.float64).copy()
+        elif name == "gnb":
+            est = GaussianNB()
+            est.theta_ = np.asarray(self._params["theta"], np.float64).copy()
+            est.var_ = np.asarray(self._params["var"], np.float64).copy()
+            est.class_prior_ = np.exp(np.asarray(self._params["log_prior"], np.float64))
+            est.class_count_ = est.class_prior_.copy()
+            est.epsilon_ = 0.0
+        else:
+            raise NotImplementedError(f"model {name!r} has no scikit-learn equivalent; use predict/predict_proba")
+        est.classes_ = classes
+        est.n_features_in_ = d
+        return Pipeline([("select", select), ("standardise", scaler), ("model", est)])

@@ -1,0 +1,322 @@
+"""The consortium job: job files, the run on three engines, the model file, predict.
+
+Site files: UCI Heart (Cleveland) split into cleveland.csv / hungarian.parquet / va.csv with
+different columns per site, `?` for missing cells and three unlabelled rows in va.csv
+(fedtab.data.example_sites). Every setting is tiny: Flower and FLARE cost seconds per exchange.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tomllib
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from fedtab.cli import app
+from fedtab.data.example_sites import HEART_SITES, write_heart_sites
+from fedtab.job import JobError, load_job
+from fedtab.job.model_file import ModelFileError, PredictionError, load_model
+from fedtab.job.run import run_job
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+TINY_IMPUTE = {"rounds": 2, "local_epochs": 1, "hidden_dim": 8, "n_layers": 1}
+
+
+def _job(d: Path, **sections) -> dict:
+    doc = {"target": "disease", "na_values": ["?"],
+           "sites": {n.split(".")[0]: {"path": str(d / n)} for n in HEART_SITES},
+           "training": {"rounds": 2, "local_epochs": 2}, "run": {"out": str(d / "out")}}
+    doc.update(sections)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("heart_sites")
+    write_heart_sites(d, rows=150)
+    return d
+
+
+@pytest.fixture(scope="module")
+def engines_run(sites, tmp_path_factory) -> dict:
+    """The same job with imputation and an election on the three engines (one FLARE simulator run)."""
+    pytest.importorskip("torch")
+    out = {}
+    job = _job(sites, impute=TINY_IMPUTE, election={"freedom_degree": 0.5})
+    for engine in ("local", "flower", "nvflare"):
+        if engine != "local":
+            pytest.importorskip({"flower": "flwr", "nvflare": "nvflare"}[engine])
+        d = tmp_path_factory.mktemp(f"run_{engine}")
+        out[engine] = (run_job(job, engine=engine, out=d), d)
+    return out
+
+
+def test_the_job_gives_the_same_columns_and_predictions_on_every_engine(engines_run, sites):
+    table = pd.read_csv(sites / "va.csv", na_values=["?"])
+    ref_result, ref_dir = engines_run["local"]
+    ref = load_model(ref_dir / "model.fedtab").predict_proba(table)
+    for engine, (result, d) in engines_run.items():
+        assert result["engine"] == engine
+        assert result["election"]["selected"] == ref_result["election"]["selected"], engine
+        np.testing.assert_allclose(load_model(d / "model.fedtab").predict_proba(table), ref, atol=1e-6, rtol=0)
+        assert result["evaluation"]["pooled"] == pytest.approx(ref_result["evaluation"]["pooled"], abs=1e-9)
+
+
+def test_steps_run_in_order_and_the_label_is_neither_imputed_nor_an_input(engines_run):
+    result, d = engines_run["local"]
+    assert [s["name"] for s in result["steps"]] == ["schema", "imputation", "election", "training"]
+    assert "disease" not in result["imputation"]["columns"]
+    assert "disease" not in result["schema"]["columns"]
+    va = next(s for s in result["sites"] if s["name"] == "va")
+    assert va["rows_without_label"] == 3 and va["rows"] == va["rows_train"] + va["rows_test"] + 3
+    assert va["unavailable_columns"] == ["chol", "slope"]
+    assert json.loads((d / "result.json").read_text())["election"] == result["election"]
+    # every site voted only on the columns it measured (abstained on the imputed ones)
+    ca = next(f for f in result["election"]["features"] if f["name"] == "ca")
+    assert ca["held_by"] == 2
+
+
+def test_imputed_values_stay_in_range_and_integer_columns_stay_integer(engines_run, sites):
+    result, d = engines_run["local"]
+    model = load_model(d / "model.fedtab")
+    raw = pd.read_csv(sites / "va.csv", na_values=["?"])
+    filled = model.transform(raw)
+    assert not filled.isna().any().any() and list(filled.index) == list(raw.index)
+    for c, (low, high) in result["schema"]["ranges"].items():
+        assert filled[c].between(low, high).all(), c
+    for c in result["schema"]["integer_columns"]:
+        assert (filled[c] == filled[c].round()).all(), c
+    observed = raw.drop(columns="disease").notna()
+    for c in observed.columns:  # observed cells are kept exactly
+        assert (filled.loc[observed[c], c] == raw.loc[observed[c], c]).all(), c
+    assert set(filled["sex"]) <= {0.0, 1.0}
+
+
+def test_the_issues_example_job_file_runs_as_written(sites, tmp_path):
+    """docs/job.md's job block is the issue's example, byte for byte; it runs on small site files."""
+    text = (ROOT / "docs" / "job.md").read_text()
+    block = re.search(r"```toml\n(target = \"disease\".*?)```", text, re.S).group(1)
+    assert 'tune = "grid"                     # or freedom_degree = 0.5' in block
+    for name in HEART_SITES:
+        (tmp_path / name).write_bytes((sites / name).read_bytes())
+    (tmp_path / "job.toml").write_text(block)
+    doc = tomllib.loads(block)
+    doc["impute"].update(TINY_IMPUTE)  # same file, fewer rounds: the test's time budget
+    doc["training"]["rounds"] = 2
+    fast = tmp_path / "fast.toml"
+    fast.write_text(_toml(doc))
+    assert load_job(tmp_path / "job.toml").run.out == tmp_path / "run-out"
+    result = run_job(fast)
+    assert (tmp_path / "run-out" / "model.fedtab").is_file() and (tmp_path / "run-out" / "result.json").is_file()
+    assert [s["name"] for s in result["steps"]] == ["schema", "imputation", "tuning", "election", "training"]
+    assert result["election"]["freedom_degree"] == result["tuning"]["freedom_degree"]
+
+
+def _toml(doc: dict) -> str:
+    lines = []
+    for k, v in doc.items():
+        if not isinstance(v, dict):
+            lines.append(f"{k} = {json.dumps(v)}")
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            if k == "sites":
+                for name, site in v.items():
+                    lines += [f"[sites.{name}]"] + [f"{a} = {json.dumps(b)}" for a, b in site.items()]
+            else:
+                lines += [f"[{k}]"] + [f"{a} = {json.dumps(b)}" for a, b in v.items() if b is not None]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- predict
+def test_predict_keeps_rows_and_fills_missing_columns(engines_run, sites, tmp_path):
+    _, d = engines_run["local"]
+    table = pd.read_parquet(sites / "hungarian.parquet")
+    table = table.iloc[::-1].drop(columns=["age", "chol"])  # another order, two schema columns absent
+    path = tmp_path / "new.csv"
+    table.to_csv(path, index=False)
+    res = runner.invoke(app, ["predict", str(d / "model.fedtab"), str(path), "--out", str(tmp_path / "p.csv")])
+    assert res.exit_code == 0, res.output
+    preds = pd.read_csv(tmp_path / "p.csv")
+    assert len(preds) == len(table)
+    assert list(preds.columns) == [*table.columns, "prediction", "probability_0", "probability_1"]
+    np.testing.assert_array_equal(preds["thalach"], table["thalach"])
+    np.testing.assert_allclose(preds[["probability_0", "probability_1"]].sum(axis=1), 1.0)
+    model = load_model(d / "model.fedtab")
+    assert list(preds["prediction"]) == list(model.predict(table))
+
+
+@pytest.fixture(scope="module")
+def plain_model(sites, tmp_path_factory) -> Path:
+    """A job without imputation (GaussianNB on elected columns): predict needs the columns."""
+    d = tmp_path_factory.mktemp("plain")
+    run_job(_job(sites, election={"freedom_degree": 1.0}, training={"model": "gnb"}), out=d)
+    return d / "model.fedtab"
+
+
+def test_predict_without_imputer_lists_missing_columns_and_names_bad_cells(plain_model, sites, tmp_path):
+    model = load_model(plain_model)
+    table = pd.read_csv(sites / "cleveland.csv", na_values=["?"])
+    lacking = table.drop(columns=[model.features[0]])
+    lacking.to_csv(tmp_path / "lacking.csv", index=False)
+    res = runner.invoke(app, ["predict", str(plain_model), str(tmp_path / "lacking.csv")])
+    assert res.exit_code == 2 and model.features[0] in res.output and "no imputer" in res.output
+    bad = table.astype(object)
+    bad.loc[4, model.features[1]] = "high"
+    bad.to_csv(tmp_path / "bad.csv", index=False)
+    res = runner.invoke(app, ["predict", str(plain_model), str(tmp_path / "bad.csv")])
+    assert res.exit_code == 2, res.output
+    assert f"row 4, column {model.features[1]!r}" in res.output and "Traceback" not in res.output
+    with pytest.raises(PredictionError, match="row 4"):
+        model.predict(bad)
+
+
+def test_to_sklearn_predicts_like_the_model_on_complete_rows(plain_model, engines_run, sites):
+    table = pd.read_csv(sites / "cleveland.csv", na_values=["?"]).dropna()
+    for path in (plain_model, engines_run["local"][1] / "model.fedtab"):  # gnb, logistic
+        model = load_model(path)
+        pipe = model.to_sklearn()
+        complete = model.transform(table)
+        np.testing.assert_allclose(pipe.predict_proba(complete), model.predict_proba(table), atol=1e-10)
+        assert list(pipe.predict(complete)) == list(model.predict(table))
+
+
+# ----------------------------------------------------------------------------- the model file as an attack surface
+def _rewrite(src: Path, dst: Path, edit) -> Path:
+    with zipfile.ZipFile(src) as zf:
+        members = {i.filename: zf.read(i) for i in zf.infolist()}
+    members = edit(members)
+    with zipfile.ZipFile(dst, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return dst
+
+
+def _npy(a, allow_pickle=False) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a, allow_pickle=allow_pickle)
+    return buf.getvalue()
+
+
+def _manifest_edit(fn):
+    def edit(members):
+        m = json.loads(members["manifest.json"])
+        fn(m, members)
+        members["manifest.json"] = json.dumps(m).encode()
+        return members
+    return edit
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda m: {**m, "arrays/model/coef.npy": _npy(np.array([{"x": 1}], dtype=object), allow_pickle=True)},
+     "without pickle"),
+    (lambda m: {**m, "../../etc/evil": b"x"}, "unexpected members"),
+    (lambda m: {**m, "arrays/model/coef.npy": _npy(np.zeros((1, 3)))}, "declares"),
+    (_manifest_edit(lambda m, a: (m["arrays"]["model/coef"].update(shape=[1, 10**9]),)), "limit"),
+    (_manifest_edit(lambda m, a: (m["arrays"]["model/coef"].update(shape=[1, 3]),
+                                  a.update({"arrays/model/coef.npy": _npy(np.zeros((1, 3)))}))), "do not match"),
+    (_manifest_edit(lambda m, a: m.update(version=99)), "version"),
+    (_manifest_edit(lambda m, a: m.update(model={"name": "xgboost"})), "unknown model"),
+    (lambda m: {k: v for k, v in m.items() if k != "manifest.json"}, "no manifest"),
+])
+def test_a_tampered_model_file_is_rejected_with_a_clear_error(plain_model, tmp_path, edit, fragment):
+    bad = _rewrite(plain_model, tmp_path / "bad.fedtab", edit)
+    with pytest.raises(ModelFileError, match=re.escape(fragment)):
+        load_model(bad)
+    res = runner.invoke(app, ["predict", str(bad), str(tmp_path / "x.csv")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+
+
+def test_a_model_file_that_is_not_a_zip_or_a_bomb_is_rejected(plain_model, tmp_path):
+    (tmp_path / "text.fedtab").write_text("hello")
+    with pytest.raises(ModelFileError, match="not a zip"):
+        load_model(tmp_path / "text.fedtab")
+
+    def bomb(members):  # 300 MiB of zeros compress to a few hundred KiB
+        members["arrays/model/theta.npy"] = _npy(np.zeros(300 * 2**20 // 8))
+        return members
+
+    with zipfile.ZipFile(plain_model) as zf:
+        members = {i.filename: zf.read(i) for i in zf.infolist()}
+    with zipfile.ZipFile(tmp_path / "bomb.fedtab", "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in bomb(members).items():
+            zf.writestr(name, data)
+    with pytest.raises(ModelFileError, match="limit"):
+        load_model(tmp_path / "bomb.fedtab")
+
+
+def test_model_file_round_trip_holds_provenance_and_no_pickle(plain_model):
+    model = load_model(plain_model)
+    with zipfile.ZipFile(plain_model) as zf:
+        names = zf.namelist()
+        for n in names:
+            if n.endswith(".npy"):
+                np.load(io.BytesIO(zf.read(n)), allow_pickle=False)  # raises on any pickled member
+    assert names[0] == "manifest.json" and all(n.startswith("arrays/") for n in names[1:])
+    assert model.provenance["fedtab_version"] and model.provenance["engine"] == "local"
+    assert [s["name"] for s in model.provenance["sites"]] == ["cleveland", "hungarian", "va"]
+    assert model.classes == [0, 1] and model.features == model.manifest["features"]
+
+
+# ----------------------------------------------------------------------------- job-file errors
+@pytest.mark.parametrize("doc, fragment", [
+    ({"target": "y", "sites": {"a": {"path": "a.csv"}}, "trainig": {}}, "unknown key 'trainig' (did you mean 'training'?)"),
+    ({"target": "y", "sites": {"a": {"path": "a.csv"}}, "training": {"rouds": 3}},
+     "unknown key [training] 'rouds' (did you mean 'rounds'?)"),
+    ({"target": "y", "sites": {"a": {"pth": "a.csv"}}}, "(did you mean 'path'?)"),
+    ({"sites": {"a": {"path": "a.csv"}}}, "needs target"),
+    ({"target": "y", "sites": {}}, "at least one [sites.<name>]"),
+    ({"target": "y", "sites": {"a": {"path": "a.csv"}}, "training": {"rounds": "ten"}}, "[training] rounds must be an integer"),
+    ({"target": "y", "sites": {"a": {"path": "a.csv"}}, "election": {"tune": "grid", "freedom_degree": 0.5}},
+     "either tune or freedom_degree"),
+    ({"target": "y", "sites": {"a": {"path": "a.csv"}}, "training": {"model": "xgboost"}}, "unknown model"),
+])
+def test_job_file_errors_name_the_key(doc, fragment):
+    with pytest.raises(JobError, match=re.escape(fragment)):
+        load_job(doc)
+
+
+def test_cli_job_errors_are_one_line(sites, tmp_path):
+    res = runner.invoke(app, ["run", str(tmp_path / "nope.toml")])
+    assert res.exit_code == 2 and "no such job file" in res.output
+    (tmp_path / "job.toml").write_text('target = "disease"\n[sites.a]\npath = "missing.csv"\n')
+    res = runner.invoke(app, ["run", str(tmp_path / "job.toml")])
+    assert res.exit_code == 2 and "[sites.a] path: no such file" in res.output
+    (tmp_path / "job.toml").write_text('target = "disease"\n[sites.a]\npath = "a.csv"\n[electoin]\n')
+    res = runner.invoke(app, ["run", str(tmp_path / "job.toml")])
+    assert res.exit_code == 2 and "did you mean 'election'" in res.output
+
+
+def test_a_site_sharing_no_column_is_named(sites, tmp_path):
+    pd.DataFrame({"foo": [1.0, 2.0, 3.0, 4.0, 5.0], "disease": [0, 1, 0, 1, 0]}).to_csv(tmp_path / "odd.csv", index=False)
+    doc = _job(sites)
+    doc["sites"]["odd"] = {"path": str(tmp_path / "odd.csv")}
+    with pytest.raises(Exception, match="site 'odd' shares no column with the other sites"):
+        run_job(doc, out=tmp_path / "o")
+
+
+def test_cli_run_prints_a_line_per_step_when_not_a_terminal(sites, tmp_path):
+    job = tmp_path / "job.toml"
+    doc = _job(sites, election={"freedom_degree": 0.5})
+    doc["run"]["out"] = str(tmp_path / "out")
+    job.write_text(_toml(doc))
+    res = runner.invoke(app, ["run", str(job)])
+    assert res.exit_code == 0, res.output
+    for step in ("schema", "election", "training"):
+        assert re.search(rf"\] {step}$", res.output, re.M), res.output
+    assert (tmp_path / "out" / "model.fedtab").is_file()
+
+
+def test_version_flag():
+    from fedtab import __version__
+
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"fedtab {__version__}"
