@@ -216,13 +216,13 @@ def _manifest_edit(fn):
 
 
 @pytest.mark.parametrize("edit, fragment", [
-    (lambda m: {**m, "arrays/model/coef.npy": _npy(np.array([{"x": 1}], dtype=object), allow_pickle=True)},
+    (lambda m: {**m, "arrays/model/theta.npy": _npy(np.array([{"x": 1}], dtype=object), allow_pickle=True)},
      "without pickle"),
     (lambda m: {**m, "../../etc/evil": b"x"}, "unexpected members"),
-    (lambda m: {**m, "arrays/model/coef.npy": _npy(np.zeros((1, 3)))}, "declares"),
-    (_manifest_edit(lambda m, a: (m["arrays"]["model/coef"].update(shape=[1, 10**9]),)), "limit"),
-    (_manifest_edit(lambda m, a: (m["arrays"]["model/coef"].update(shape=[1, 3]),
-                                  a.update({"arrays/model/coef.npy": _npy(np.zeros((1, 3)))}))), "do not match"),
+    (lambda m: {**m, "arrays/model/theta.npy": _npy(np.zeros((1, 3)))}, "declares"),
+    (_manifest_edit(lambda m, a: (m["arrays"]["model/theta"].update(shape=[2, 10**9]),)), "limit"),
+    (_manifest_edit(lambda m, a: (m["arrays"]["model/theta"].update(shape=[1, 3]),
+                                  a.update({"arrays/model/theta.npy": _npy(np.zeros((1, 3)))}))), "do not match"),
     (_manifest_edit(lambda m, a: m.update(version=99)), "version"),
     (_manifest_edit(lambda m, a: m.update(model={"name": "xgboost"})), "unknown model"),
     (lambda m: {k: v for k, v in m.items() if k != "manifest.json"}, "no manifest"),

@@ -26,7 +26,9 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int = 2) -> None:
     """Print ``message`` as a one-line error on stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False)
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
     raise typer.Exit(code)
 
 

@@ -20,7 +20,7 @@ def step_reporter():
         status = console.status("starting")
         status.start()
         return (lambda msg: status.update(f"{msg} ({time.perf_counter() - t0:.0f} s)")), status.stop
-    return (lambda msg: console.print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", highlight=False,
+    return (lambda msg: console.print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", highlight=False, markup=False,
                                       soft_wrap=True)), (lambda: None)
 
 
