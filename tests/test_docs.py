@@ -24,9 +24,7 @@ LINKED_ONLY = [ROOT / "src" / "fedtab" / "engines" / "flower_app" / "README.md"]
 KNOWN = {"python", "toml", "bash", "text"}
 #: blocks that document a command not built yet: (page, text the block contains) -> reason. A pending
 #: block must fail (xfail) and the test fails as soon as it passes, so the entry cannot outlive the gap.
-PENDING: dict[tuple[str, str], str] = {
-    ("README.md", "fedtab run job.toml"): "fedtab run / fedtab predict land with issue 13's job",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<info>[^`]*)$")
 

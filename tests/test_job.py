@@ -68,21 +68,50 @@ def test_the_job_gives_the_same_columns_and_predictions_on_every_engine(engines_
         assert result["engine"] == engine
         assert result["election"]["selected"] == ref_result["election"]["selected"], engine
         np.testing.assert_allclose(load_model(d / "model.fedtab").predict_proba(table), ref, atol=1e-6, rtol=0)
-        assert result["evaluation"]["pooled"] == pytest.approx(ref_result["evaluation"]["pooled"], abs=1e-9)
+        pooled, ref_pooled = result["training"]["metrics"]["pooled"], ref_result["training"]["metrics"]["pooled"]
+        for key in ("weighted_f1", "accuracy", "auroc", "brier"):
+            assert pooled[key] == pytest.approx(ref_pooled[key], abs=1e-9), (engine, key)
+        assert result["baselines"]["local_only"]["pooled"]["accuracy"] == pytest.approx(
+            ref_result["baselines"]["local_only"]["pooled"]["accuracy"], abs=1e-9)
 
 
 def test_steps_run_in_order_and_the_label_is_neither_imputed_nor_an_input(engines_run):
     result, d = engines_run["local"]
-    assert [s["name"] for s in result["steps"]] == ["schema", "imputation", "election", "training"]
+    assert [s["step"] for s in result["steps"]] == ["schema", "imputation", "election", "training", "baselines"]
     assert "disease" not in result["imputation"]["columns"]
     assert "disease" not in result["schema"]["columns"]
-    va = next(s for s in result["sites"] if s["name"] == "va")
-    assert va["rows_without_label"] == 3 and va["rows"] == va["rows_train"] + va["rows_test"] + 3
+    va = result["sites"]["va"]
+    assert va["dropped_unlabelled"] == 3 and va["n_rows"] == va["n_train"] + va["n_test"] + 3
     assert va["unavailable_columns"] == ["chol", "slope"]
     assert json.loads((d / "result.json").read_text())["election"] == result["election"]
     # every site voted only on the columns it measured (abstained on the imputed ones)
-    ca = next(f for f in result["election"]["features"] if f["name"] == "ca")
+    ca = next(f for f in result["election"]["features"] if f["feature"] == "ca")
     assert ca["held_by"] == 2
+    imp = result["imputation"]["validation"]
+    assert set(imp["per_column_mean_fill"]) == set(imp["per_column"]) == set(result["imputation"]["columns"])
+
+
+def test_report_html_is_written_with_its_sections(engines_run):
+    from html.parser import HTMLParser
+
+    from fedtab.report import SECTIONS
+
+    _, d = engines_run["local"]
+    ids, external = [], []
+
+    class Collect(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "section":
+                ids.append(a.get("id"))
+            for k in ("src", "href"):
+                if a.get(k) and not a[k].startswith(("#", "data:")):
+                    external.append(a[k])
+
+    Collect().feed((d / "report.html").read_text())
+    assert ids == list(SECTIONS) and not external
+    text = (d / "report.html").read_text()
+    assert "hungarian" in text and "chol" in text
 
 
 def test_imputed_values_stay_in_range_and_integer_columns_stay_integer(engines_run, sites):
@@ -117,7 +146,8 @@ def test_the_issues_example_job_file_runs_as_written(sites, tmp_path):
     assert load_job(tmp_path / "job.toml").run.out == tmp_path / "run-out"
     result = run_job(fast)
     assert (tmp_path / "run-out" / "model.fedtab").is_file() and (tmp_path / "run-out" / "result.json").is_file()
-    assert [s["name"] for s in result["steps"]] == ["schema", "imputation", "tuning", "election", "training"]
+    assert [s["step"] for s in result["steps"]] == ["schema", "imputation", "tuning", "election", "training",
+                                                    "baselines"]
     assert result["election"]["freedom_degree"] == result["tuning"]["freedom_degree"]
 
 
@@ -240,15 +270,14 @@ def test_a_model_file_that_is_not_a_zip_or_a_bomb_is_rejected(plain_model, tmp_p
     with pytest.raises(ModelFileError, match="not a zip"):
         load_model(tmp_path / "text.fedtab")
 
-    def bomb(members):  # 300 MiB of zeros compress to a few hundred KiB
-        members["arrays/model/theta.npy"] = _npy(np.zeros(300 * 2**20 // 8))
-        return members
-
+    # a member far larger than its declared shape (a zip bomb: 8 MiB of zeros compress to ~8 KiB)
     with zipfile.ZipFile(plain_model) as zf:
         members = {i.filename: zf.read(i) for i in zf.infolist()}
+    members["arrays/model/theta.npy"] = _npy(np.zeros(2**20))
     with zipfile.ZipFile(tmp_path / "bomb.fedtab", "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for name, data in bomb(members).items():
+        for name, data in members.items():
             zf.writestr(name, data)
+    assert (tmp_path / "bomb.fedtab").stat().st_size < 100_000
     with pytest.raises(ModelFileError, match="limit"):
         load_model(tmp_path / "bomb.fedtab")
 
@@ -320,3 +349,50 @@ def test_version_flag():
 
     res = runner.invoke(app, ["--version"])
     assert res.exit_code == 0 and res.output.strip() == f"fedtab {__version__}"
+
+
+def test_the_engine_pipeline_imputes_before_it_elects_and_trains(sites):
+    """engines.pipeline (what Flower's and FLARE's default ServerApp/controller run) used to impute after training."""
+    pytest.importorskip("torch")
+    from fedtab.engines.local import LocalFederation
+    from fedtab.engines.pipeline import run_pipeline
+    from fedtab.engines.site_config import build_site
+    from fedtab.job.run import site_configs
+
+    fed = LocalFederation([build_site(c) for c in site_configs(load_job(_job(sites)))])
+    out = run_pipeline(fed, {"steps": "training,imputation,election", "impute-rounds": 1, "rounds": 1,
+                             "impute-config": {"hidden_dim": 8, "n_layers": 1}})
+    assert "disease" not in out["imputation"]["columns"]
+    assert out["imputation"]["applied"]["va"]["imputed"] > 0
+    for site in fed._sites.values():
+        assert not site.table.drop(columns="disease").isna().any().any(), site.name
+        assert set(out["imputation"]["columns"]) <= set(site.table.columns)
+    assert set(out["training"]["features"]) <= set(out["imputation"]["columns"])
+
+
+def test_elect_reads_question_marks_and_writes_result_and_report(sites, tmp_path):
+    files = [str(sites / n) for n in HEART_SITES]
+    res = runner.invoke(app, ["elect", *files, "--target", "disease", "--na-value", "?", "--rounds", "2",
+                              "--model", "gnb", "--out", str(tmp_path / "el")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "el" / "result.json").read_text())
+    assert len(doc["election"]["features"]) == doc["stats"]["features"] == 13  # "?" cells did not make text columns
+    assert doc["training"]["metrics"]["pooled"]["n"] > 0
+    html = (tmp_path / "el" / "report.html").read_text()
+    assert 'id="election"' in html and "va" in html
+
+
+def test_impute_reads_parquet_and_writes_result_and_report(tmp_path):
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x = pd.DataFrame(rng.normal(size=(120, 2)) @ rng.normal(size=(2, 4)), columns=list("abcd"))
+    x.iloc[:60, :3].to_parquet(tmp_path / "north.parquet")
+    x.iloc[60:, 1:].to_csv(tmp_path / "south.csv", index=False)
+    res = runner.invoke(app, ["impute", str(tmp_path / "north.parquet"), str(tmp_path / "south.csv"), "--rounds", "1",
+                              "--hidden-dim", "8", "--n-layers", "1", "--quiet", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "o" / "result.json").read_text())
+    assert doc["sites"]["north"]["unavailable_columns"] == ["d"]
+    assert set(doc["imputation"]["validation"]["per_column_mean_fill"]) == set("abcd")
+    assert 'id="imputation"' in (tmp_path / "o" / "report.html").read_text()
+    assert list(pd.read_csv(tmp_path / "o" / "north.imputed.csv").columns) == list("abcd")

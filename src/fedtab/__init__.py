@@ -18,6 +18,7 @@ _EXPORTS = {
     "LocalFederation": ".engines.local", "Message": ".federation", "Site": ".federation",
     "run_election": ".federation", "run_training": ".federation", "FederatedImputer": ".imputer",
     "FederatedFeatureElection": ".election.estimator",  # imports scikit-learn
+    "run_job": ".job.run", "load_model": ".job.model_file",  # the consortium job (docs/job.md)
 }
 
 
@@ -43,7 +44,9 @@ __all__ = [
     "Site",
     "elect",
     "elect_ballots",
+    "load_model",
     "run_election",
+    "run_job",
     "run_training",
     "__version__",
 ]

@@ -53,7 +53,7 @@ def elect_command(
                                          "moments, coordinate-wise median FedAvg, median scores (docs/trust.md).")] = False,
     max_site_share: Annotated[float, typer.Option(callback=max_site_share_option,
                                                   help="With --robust: most of a pooled sum one site may carry.")] = 0.5,
-    out: Annotated[Path, typer.Option(help="Output directory: result.json and elected_columns.txt.")] = Path("fedtab-elect"),
+    out: Annotated[Path, typer.Option(help="Output directory: result.json, report.html and elected_columns.txt.")] = Path("fedtab-elect"),
     na_value: Annotated[Optional[list[str]], typer.Option(help="Extra strings read as missing (repeatable), e.g. '?'.")] = None,
     min_holders: Annotated[Optional[int], typer.Option(min=1, help="Sites that must hold a feature for it to be "
                                                        "consensus (default 2 with two or more sites).")] = None,
@@ -124,6 +124,7 @@ def elect_command(
         result = outcome.result
         doc = {"sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), sel_names, tables)],
                "categorical_columns": categorical, **result.to_dict(), "min_holders": result.min_holders}
+        doc["election"] = {**result.to_dict(), "features": result.explain_records()}
         if tune != "none":
             doc["tuning"] = tuned.tuning.to_dict()
         if train or tune != "none":
@@ -141,6 +142,8 @@ def elect_command(
                 "robust": robust,
                 "left_out": {**full.left_out, **(trained.left_out if trained is not None else {})},
                 "rounds": rounds,
+                **({} if trained is None else {"features": trained.features, "classes": trained.classes,
+                                                "metrics": trained.metrics}),
                 "all_features": {"f1": full.pooled["weighted_f1"], "n_params": full.n_params},
                 "elected": None if trained is None else {"f1": trained.pooled["weighted_f1"], "n_params": trained.n_params,
                                                           "per_site_f1": {k: v["weighted_f1"] for k, v in trained.per_site.items()}},
@@ -174,8 +177,13 @@ def elect_command(
             (tmp / "result.json").write_text(json.dumps(doc, indent=2))
             (tmp / "elected_columns.txt").write_text("\n".join(result.selected_names)
                                                      + ("\n" if result.selected_names else ""))
+            from ..report import write_report
+
+            held = {site.name: site.feature_names for site in sites}
+            write_report({**doc, "sites": {s["name"]: {"n_train": s["n_samples"], "columns": held.get(s["name"], [])}
+                                           for s in doc["sites"]}}, tmp / "report.html")
     except OSError as exc:
         fail(f"cannot write to {out}: {exc}")
     for name, why in doc["dropped"].items():
         console.print(f"[yellow]site {name!r} was left out: {why}[/]", highlight=False)
-    console.print(f"wrote {out / 'result.json'} and {out / 'elected_columns.txt'}")
+    console.print(f"wrote {out / 'result.json'}, {out / 'report.html'} and {out / 'elected_columns.txt'}")

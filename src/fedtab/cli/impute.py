@@ -4,6 +4,8 @@ Each CSV is one site (file stem = site name). Columns are matched by name; a col
 missing from a file is structurally unavailable at that site. Writes to ``DIR``:
 
 * ``<site>.imputed.csv`` — the site's rows over the global schema, every gap filled;
+* ``result.json`` + ``report.html`` — the sites, their columns and the imputation quality per
+  column against mean fill, in the job's vocabulary (``docs/job.md``);
 * ``report.json`` — settings, schema, validation RMSE (z-space) per site and per column,
   the training curve, the feature graph (edges with correlations), the linear prior's
   rank and per-column noise variance, traffic bytes;
@@ -34,11 +36,19 @@ class ImputeInputError(ValueError):
 
 
 def read_site_csv(path: Path, sep: str = ",", na_values: Optional[list[str]] = None) -> pd.DataFrame:
-    """Read one site's CSV; raise :class:`ImputeInputError` if unreadable or empty."""
+    """Read one site's CSV (or Parquet: ``.parquet``/``.pq``); raise :class:`ImputeInputError`
+    if unreadable or empty."""
     from ..data.tables import TableError, check_column_types, csv_header, duplicate_names
 
     if not path.is_file():
         raise ImputeInputError(f"{path}: file not found")
+    if path.name.lower().endswith((".parquet", ".pq")):
+        from ..data.tables import TableError, read_table
+
+        try:
+            return read_table(path, na_values)
+        except TableError as exc:
+            raise ImputeInputError(str(exc)) from None
     try:
         dups = duplicate_names(csv_header(path, sep))
         if dups:
@@ -90,7 +100,8 @@ def _plots(out: Path, history: list[dict], graph, pooled) -> None:
 
 
 def impute_command(
-    files: Annotated[list[Path], typer.Argument(help="One CSV per site (header row; numeric columns; empty cell = missing).")],
+    files: Annotated[list[Path], typer.Argument(help="One CSV or Parquet file per site (numeric columns; empty cell "
+                                                "= missing).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (created if needed).")] = Path("fedtab-impute"),
     rounds: Annotated[int, typer.Option(help="FedAvg rounds.")] = 20,
     local_epochs: Annotated[int, typer.Option(help="Local epochs per round.")] = 2,
@@ -128,7 +139,7 @@ def impute_command(
 
         if not files:
             fail("give at least one CSV file")
-        names = [p.stem.removesuffix(".csv") for p in files]
+        names = [p.name.split(".")[0] for p in files]
         if len(set(names)) != len(names):
             fail(f"site names (file stems) must be unique, got {names}")
         tables = {n: read_site_csv(p, sep=sep, na_values=na_value) for n, p in zip(names, files)}
@@ -176,6 +187,14 @@ def impute_command(
                 "bytes": {"down": res.bytes[0], "up": res.bytes[1]},
             }
             (tmp / "report.json").write_text(json.dumps(report, indent=1))
+            from ..job.run import write_outputs
+
+            write_outputs({**report, "sites": {s: {"n_rows": v["rows"], "n_train": v["training_rows"],
+                                                   "columns": v["columns"], "unavailable_columns": v["unavailable_columns"]}
+                                               for s, v in report["sites"].items()},
+                           "imputation": {"columns": res.columns, "validation": res.validation,
+                                          "best_round": res.best_round, "rounds": rounds,
+                                          "training_curve": res.history}}, tmp)
             _plots(tmp, res.history, g, res.pooled)
     except typer.Exit:
         raise

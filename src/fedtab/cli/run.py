@@ -33,7 +33,7 @@ def run_command(
                                                       "ClientApps in this process).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Output directory (default: the job's [run] out).")] = None,
 ) -> None:
-    """Run a job: one file per site in, model.fedtab and result.json out."""
+    """Run a job: one file per site in, model.fedtab, result.json and report.html out."""
     from ..federation.protocol import FederationError
     from ..job import JobError
     from ..job.run import run_job
@@ -51,15 +51,17 @@ def run_command(
         fail(str(exc))
         return
     close()
-    ev = result["evaluation"]["pooled"]
-    for s in result["sites"]:
-        console.print(f"site {s['name']}: {s['rows']} rows ({s['rows_without_label']} without a label dropped), "
-                      f"{len(s['columns'])} columns, lacks {s['unavailable_columns'] or 'none'}", highlight=False)
+    ev = result["training"]["metrics"]["pooled"]
+    for name, s in result["sites"].items():
+        console.print(f"site {name}: {s['n_rows']} rows ({s['dropped_unlabelled']} without a label dropped), "
+                      f"{len(s['columns'])} columns, lacks {s['unavailable_columns'] or 'none'}", highlight=False,
+                      markup=False)
     if result["election"]:
         el = result["election"]
         console.print(f"elected {len(el['selected'])} of {el['stats']['features']} columns at freedom degree "
-                      f"{el['freedom_degree']:g}: {', '.join(el['selected'])}", highlight=False)
-    console.print(f"{result['training']['model']}: weighted F1 {ev['weighted_f1']:.3f}, accuracy {ev['accuracy']:.3f} "
-                  f"on {result['evaluation']['n_test']} test rows", highlight=False)
+                      f"{el['freedom_degree']:g}: {', '.join(el['selected'])}", highlight=False, markup=False)
+    auroc = f", AUROC {ev['auroc']:.3f}" if ev.get("auroc") is not None else ""
+    console.print(f"{result['training']['model']}: weighted F1 {ev['weighted_f1']:.3f}, accuracy {ev['accuracy']:.3f}"
+                  f"{auroc} on {ev.get('n', '?')} test rows", highlight=False)
     where = Path(out) if out is not None else Path(result["job"]["run"]["out"])
     console.print(f"wrote {', '.join(str(where / f) for f in result['artifacts'].values())}", highlight=False)

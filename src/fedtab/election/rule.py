@@ -165,6 +165,15 @@ class ElectionResult:
             }
         )
 
+    def explain_records(self) -> list[dict[str, Any]]:
+        """:meth:`explain` as JSON-able dicts: ``feature``, ``held_by``, ``selected_by``, ``vote``,
+        ``rank`` (``None`` when not disputed), ``kept``, ``reason``."""
+        return [{"feature": str(f), "held_by": int(h), "selected_by": int(s), "vote": float(v),
+                 "rank": int(r) if r else None,
+                 "kept": bool(k), "reason": str(why)}
+                for f, h, s, v, r, k, why in zip(self.feature_names, self.held_by, self.selected_by, self.votes,
+                                                 self.rank, self.mask, self.reasons)]
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able summary (settings, stats and the elected names)."""
         out = {

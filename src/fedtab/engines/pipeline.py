@@ -8,8 +8,10 @@ gathers a JSON-able summary. It imports no engine.
 
 Config keys (hyphens or underscores)::
 
-    steps             comma list of "election", "tuning", "training", "imputation"
-                      (default "election,training")
+    steps             comma list of "imputation", "tuning", "election", "training"
+                      (default "election,training"); they run in that order, and
+                      with imputation before other steps every site fills its table
+                      first (the label is never imputed)
     freedom-degree    election freedom degree (default 0.5)
     selector          "" = each site's own selector, else a name / JSON spec / alias
     normalization     "all" (fedtab's rule) or "selected" (FLARE 2.9's normalisation only)
@@ -221,6 +223,33 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _impute(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
+    """FedHF-Impute; when other steps follow, every site then fills its table (clipped to the
+    pooled observed range, integer columns rounded) so that they work on the imputed data."""
+    from ..federation.impute_flow import ImputeConfig, apply_imputation, run_imputation
+    from ..federation.profile_flow import pooled_ranges, profile_sites
+
+    rest = [s for s in cfg.steps if s != "imputation"]
+    ranges = pooled_ranges(profile_sites(federation)) if rest else {}
+    icfg = ImputeConfig(**{"rounds": cfg.impute_rounds, "local_epochs": cfg.impute_local_epochs,
+                           "seed": cfg.seed, "robust": cfg.robust, "max_site_share": cfg.max_site_share,
+                           **cfg.impute_config})
+    im = run_imputation(federation, icfg)
+    summary = {
+        "left_out": dict(im.left_out),
+        "columns": list(im.columns),
+        "validation": _jsonable(getattr(im, "validation", None)),
+        "best_round": _jsonable(getattr(im, "best_round", None)),
+        "history": _jsonable(getattr(im, "history", None)),
+    }
+    if rest:
+        low = np.array([ranges[c]["low"] for c in im.columns])
+        high = np.array([ranges[c]["high"] for c in im.columns])
+        integer = np.array([ranges[c]["integer"] for c in im.columns])
+        summary["applied"] = apply_imputation(federation, im, low, high, integer)
+    return summary
+
+
 def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineConfig) -> dict[str, Any]:
     """Run the configured steps on ``federation`` and return a JSON-able summary.
 
@@ -230,7 +259,9 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
         order) and ``stats``; ``training`` has ``weighted_f1``, ``pooled``, ``per_site``,
         ``features``, ``classes`` and ``params`` (lists); ``imputation`` has the validation
         RMSE and the best round; ``participation`` lists per exchange the sites whose
-        reply was used (``{"step", "sites"}``) and ``dropped`` the sites left out, with why.
+        reply was used (``{"step", "sites"}``) and ``dropped`` the sites left out, with why;
+        ``imputation`` also has ``applied`` (cells imputed and clipped per site) when other
+        steps followed.
 
     Raises:
         FederationError / ValueError: from the workflows (naming the failing site).
@@ -239,6 +270,8 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
     set_quorum(federation, cfg.min_sites)
     t0 = time.perf_counter()
     out: dict[str, Any] = {"sites": list(federation.sites), "steps": list(cfg.steps)}
+    if "imputation" in cfg.steps:  # first: the other steps work on the imputed tables
+        out["imputation"] = _impute(federation, cfg)
     fd = cfg.freedom_degree
     if "tuning" in cfg.steps:
         out["tuning"] = _tune(federation, cfg)
@@ -277,20 +310,6 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
             "features": tr.features,
             "classes": tr.classes,
             "params": {k: np.asarray(v).tolist() for k, v in tr.params.items()},
-        }
-    if "imputation" in cfg.steps:
-        from ..federation.impute_flow import ImputeConfig, run_imputation
-
-        icfg = ImputeConfig(**{"rounds": cfg.impute_rounds, "local_epochs": cfg.impute_local_epochs,
-                               "seed": cfg.seed, "robust": cfg.robust, "max_site_share": cfg.max_site_share,
-                               **cfg.impute_config})
-        im = run_imputation(federation, icfg)
-        out["imputation"] = {
-            "columns": list(im.columns),
-            "validation": _jsonable(getattr(im, "validation", None)),
-            "best_round": _jsonable(getattr(im, "best_round", None)),
-            "history": _jsonable(getattr(im, "history", None)),
-            "left_out": dict(im.left_out),
         }
     out["participation"] = list(federation.participation)
     out["dropped"] = dict(federation.dropped)

@@ -13,7 +13,7 @@ minimum and maximum are what the job clips imputed values to (``docs/job.md``).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -23,7 +23,7 @@ from .protocol import Federation, FederationError, collect
 from .site import Site, handler
 from .training_flow import label_key
 
-__all__ = ["profile_sites"]
+__all__ = ["profile_sites", "pooled_ranges"]
 
 
 @handler("job_profile")
@@ -84,4 +84,20 @@ def profile_sites(federation: Federation) -> dict[str, dict[str, Any]]:
             raise FederationError(f"site {s!r}: invalid class labels")
         out[s] = {"columns": cols, "kinds": kinds, "classes": classes, "selector": str(r.meta.get("selector")),
                   **counts, **arrays}
+    return out
+
+
+def pooled_ranges(profiles: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{column: {"low", "high", "integer", "observed"}}`` over the numeric columns some site observes:
+    the pooled observed range, whether every site saw only integers, and the observed cells."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in profiles.values():
+        for i, c in enumerate(p["columns"]):
+            if p["kinds"][i] != "numeric" or p["observed"][i] == 0:
+                continue
+            r = out.setdefault(c, {"low": np.inf, "high": -np.inf, "integer": True, "observed": 0})
+            r["low"] = min(r["low"], float(p["low"][i]))
+            r["high"] = max(r["high"], float(p["high"][i]))
+            r["integer"] = r["integer"] and bool(p["integer"][i])
+            r["observed"] += int(p["observed"][i])
     return out

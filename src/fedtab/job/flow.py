@@ -16,7 +16,8 @@ validated reduction):
 4. **election** (``plan["election"]``) — Feature Election with abstention;
 5. **training** — FedAvg (or exact aggregation) on the elected columns;
 6. **evaluation** — metrics pooled and per site on the test rows (the training's final
-   ``evaluate`` exchange, so it is timed within the ``training`` step).
+   ``evaluate`` exchange, so it is timed within the ``training`` step), and the baselines:
+   the majority class and each site's local-only model (``local_baseline``, one exchange).
 
 ``config["job"]`` is the job plan: :meth:`fedtab.job.spec.JobSpec.to_dict` (a dict, or the
 same as JSON text for engines whose run config holds only strings). The return value is
@@ -33,13 +34,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from ..federation.profile_flow import profile_sites
+from ..federation.profile_flow import pooled_ranges, profile_sites
 from ..federation.protocol import Federation, FederationError
 
 __all__ = ["job_workflow", "JOB_STEPS"]
 
 #: the timed steps of ``result["steps"]``, in run order (absent ones are skipped)
-JOB_STEPS = ("schema", "imputation", "tuning", "election", "training")
+JOB_STEPS = ("schema", "imputation", "tuning", "election", "training", "baselines")
 
 
 # ----------------------------------------------------------------------------- server side
@@ -55,7 +56,7 @@ class _Steps:
         t0 = time.perf_counter()
         out = fn()
         d1, u1 = self.federation.traffic.total()
-        self.rows.append({"name": name, "seconds": time.perf_counter() - t0, "bytes_down": d1 - d0, "bytes_up": u1 - u0})
+        self.rows.append({"step": name, "seconds": time.perf_counter() - t0, "bytes_down": d1 - d0, "bytes_up": u1 - u0})
         return out
 
 
@@ -76,23 +77,15 @@ def _schema(profiles: Mapping[str, dict[str, Any]], target: str) -> dict[str, An
     mixed = [c for c, k in kinds.items() if len(k) > 1]
     if mixed:
         raise FederationError(f"columns {mixed[:5]} are numeric at some sites and text at others")
-    low, high, integer, observed = {}, {}, {}, {}
-    for p in profiles.values():
-        for i, c in enumerate(p["columns"]):
-            if p["kinds"][i] != "numeric" or p["observed"][i] == 0:
-                continue
-            low[c] = min(low.get(c, np.inf), float(p["low"][i]))
-            high[c] = max(high.get(c, -np.inf), float(p["high"][i]))
-            integer[c] = integer.get(c, True) and bool(p["integer"][i])
-            observed[c] = observed.get(c, 0) + int(p["observed"][i])
+    ranges = pooled_ranges(profiles)
     classes = sorted({c for p in profiles.values() for c in p["classes"]}, key=_label_order)
     return {
         "columns": list(columns),
         "target": target,
         "classes": classes,
         "categorical": [c for c in columns if kinds[c] == {"categorical"}],
-        "integer_columns": [c for c in columns if integer.get(c, False)],
-        "ranges": {c: [low[c], high[c]] for c in columns if c in low},
+        "integer_columns": [c for c in columns if c in ranges and ranges[c]["integer"]],
+        "ranges": {c: [ranges[c]["low"], ranges[c]["high"]] for c in columns if c in ranges},
     }
 
 
@@ -142,7 +135,7 @@ def job_workflow(federation: Federation, config: Mapping[str, Any],
 
     Returns:
         JSON-able ``{"sites", "schema", "imputation", "tuning", "election", "training",
-        "evaluation", "steps", "model"}`` (``docs/job.md`` describes each key).
+        "baselines", "steps", "model"}`` (``docs/job.md`` describes each key).
 
     Raises:
         FederationError: a site failed or replied something invalid (naming it), sites
@@ -166,10 +159,10 @@ def job_workflow(federation: Federation, config: Mapping[str, Any],
         if cats:
             encode_categories(federation, cats, same_width=False)
         schema["categories"] = cats
-        out["sites"] = [{"name": s, "rows": p["rows"] + p["unlabelled"], "rows_without_label": p["unlabelled"],
-                         "rows_train": p["train"], "rows_test": p["test"], "columns": p["columns"],
-                         "unavailable_columns": [c for c in schema["columns"] if c not in p["columns"]],
-                         "selector": p["selector"]} for s, p in profiles.items()]
+        out["sites"] = {s: {"n_rows": p["rows"] + p["unlabelled"], "dropped_unlabelled": p["unlabelled"],
+                            "n_train": p["train"], "n_test": p["test"], "columns": p["columns"],
+                            "unavailable_columns": [c for c in schema["columns"] if c not in p["columns"]],
+                            "selector": p["selector"]} for s, p in profiles.items()}
         return schema
 
     schema = steps.run("schema", schema_step)
@@ -195,12 +188,10 @@ def job_workflow(federation: Federation, config: Mapping[str, Any],
             return im, low, high, is_int, counts
 
         im, low, high, is_int, counts = steps.run("imputation", impute_step)
-        v = im.validation
         out["imputation"] = {
             "columns": list(im.columns),
-            "validation_rmse_z": {"overall": v.get("overall"), "per_site": v.get("per_site", {}),
-                                  "per_column": v.get("per_column", {})},
-            "mean_fill_rmse_z": {"per_column": v.get("per_column_mean_fill", {})},
+            "validation": im.validation,
+            "rounds": len(im.history),
             "training_curve": im.history,
             "best_round": im.best_round,
             "imputed_cells": {s: c["imputed"] for s, c in counts.items()},
@@ -249,26 +240,23 @@ def job_workflow(federation: Federation, config: Mapping[str, Any],
             raise FederationError(f"the election at freedom degree {fd:g} kept no column; lower the selectors' "
                                   "strictness or raise freedom_degree")
         chosen = {b.site: {n for n, m in zip(b.feature_names or (), b.mask) if m} for b in outcome.ballots}
-        explain = res.explain()
         out["election"] = {
             "freedom_degree": fd, "selected": list(res.selected_names), "stats": dict(res.stats),
-            "features": [{"name": str(r.feature), "selected": bool(r.kept), "held_by": int(r.held_by),
-                          "votes": float(r.vote), "rank": None if pd.isna(r.rank) else int(r.rank),
-                          "reason": str(r.reason), "chosen_by": [s for s, c in chosen.items() if r.feature in c]}
-                         for r in explain.itertuples()],
+            "features": [{**f, "chosen_by": [s for s, c in chosen.items() if f["feature"] in c]}
+                         for f in res.explain_records()],
             "sites": outcome.site_summary(),
         }
         features, described = list(res.selected_names), outcome.described
 
     tr = steps.run("training", lambda: run_training(federation, features, model=model, rounds=rounds,
                                                     local_epochs=local_epochs, seed=seed, described=described))
+    from ..federation.baseline_flow import run_baselines
     from ..learn.models import make_model
 
+    out["baselines"] = steps.run("baselines", lambda: run_baselines(federation, tr))
     fm = make_model(model)
     out["training"] = {"model": tr.model, "rounds": tr.rounds, "local_epochs": local_epochs, "features": tr.features,
-                       "n_params": tr.n_params, "history": tr.history}
-    out["evaluation"] = {"pooled": tr.pooled, "per_site": tr.per_site,
-                         "n_test": sum(s["rows_test"] for s in out["sites"])}
+                       "classes": tr.classes, "n_params": tr.n_params, "history": tr.history, "metrics": tr.metrics}
     out["steps"] = steps.rows
     out["model"] = {
         "schema": schema,

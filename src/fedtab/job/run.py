@@ -11,8 +11,7 @@ Engines (``[run] engine`` or the ``engine`` argument):
 
 All of them run :func:`fedtab.job.flow.job_workflow`; sites are built from the same site
 configs (:func:`site_configs`), so a job gives the same elected columns and model on each.
-Outputs in ``[run] out``: ``model.fedtab``, ``result.json`` (and ``report.html`` when the
-report renderer is installed, see ``docs/job.md``).
+Outputs in ``[run] out``: ``model.fedtab``, ``result.json`` and ``report.html``.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from .spec import ENGINES, JobError, JobSpec, load_job
 
-__all__ = ["run_job", "site_configs", "WORKFLOW"]
+__all__ = ["run_job", "site_configs", "write_outputs", "WORKFLOW"]
 
 #: import path of the workflow the distributed engines run
 WORKFLOW = "fedtab.job.flow:job_workflow"
@@ -119,13 +118,24 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
     files = {s.name: str(s.path) for s in spec.sites}
     result = {
         "fedtab_version": __version__, "created": created, "job": plan, "engine": engine,
-        "sites": [{**s, "file": files.get(s["name"])} for s in raw["sites"]],
-        **{k: raw.get(k) for k in ("schema", "imputation", "tuning", "election", "training", "evaluation", "steps")},
-        "artifacts": {"model": "model.fedtab", "result": "result.json"},
+        "sites": {name: {"file": files.get(name), **info} for name, info in raw["sites"].items()},
+        **{k: raw.get(k) for k in ("schema", "imputation", "tuning", "election", "training", "baselines", "steps")},
+        "artifacts": {"model": "model.fedtab", "result": "result.json", "report": "report.html"},
     }
     provenance = {"fedtab_version": __version__, "created": created, "engine": engine, "job": plan,
-                  "sites": [{"name": s["name"], "rows": s["rows"], "columns": s["columns"]} for s in raw["sites"]]}
+                  "sites": [{"name": name, "rows": s["n_rows"], "columns": s["columns"]}
+                            for name, s in raw["sites"].items()]}
     out_dir.mkdir(parents=True, exist_ok=True)
     write_model(out_dir / "model.fedtab", raw["model"], provenance)
-    (out_dir / "result.json").write_text(json.dumps(result, indent=1))
+    write_outputs(result, out_dir)
     return result
+
+
+def write_outputs(result: Mapping[str, Any], out_dir: str | Path) -> None:
+    """``result.json`` and ``report.html`` (:func:`fedtab.report.write_report`) in ``out_dir``."""
+    from ..report import write_report
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(json.dumps(result, indent=1))
+    write_report(result, out / "report.html")
