@@ -84,9 +84,8 @@ def test_steps_run_in_order_and_the_label_is_neither_imputed_nor_an_input(engine
     assert va["dropped_unlabelled"] == 3 and va["n_rows"] == va["n_train"] + va["n_test"] + 3
     assert va["unavailable_columns"] == ["chol", "slope"]
     assert json.loads((d / "result.json").read_text())["election"] == result["election"]
-    # every site voted only on the columns it measured (abstained on the imputed ones)
-    ca = next(f for f in result["election"]["features"] if f["feature"] == "ca")
-    assert ca["held_by"] == 2
+    # after imputation every site holds (and votes on) every column
+    assert all(f["held_by"] == 3 for f in result["election"]["features"])
     imp = result["imputation"]["validation"]
     assert set(imp["per_column_mean_fill"]) == set(imp["per_column"]) == set(result["imputation"]["columns"])
 
@@ -204,9 +203,9 @@ def test_predict_without_imputer_lists_missing_columns_and_names_bad_cells(plain
     bad.to_csv(tmp_path / "bad.csv", index=False)
     res = runner.invoke(app, ["predict", str(plain_model), str(tmp_path / "bad.csv")])
     assert res.exit_code == 2, res.output
-    assert f"row 4, column {model.features[1]!r}" in res.output and "Traceback" not in res.output
-    with pytest.raises(PredictionError, match="row 4"):
-        model.predict(bad)
+    assert f"column {model.features[1]!r}" in res.output and "row 5" in res.output and "Traceback" not in res.output
+    with pytest.raises(PredictionError, match=re.escape(f"row 5, column {model.features[1]!r}")):
+        model.predict(bad)  # rows counted from 1, as the table reader does
 
 
 def test_to_sklearn_predicts_like_the_model_on_complete_rows(plain_model, engines_run, sites):

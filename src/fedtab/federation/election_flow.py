@@ -40,7 +40,7 @@ from .protocol import Federation, exchange, set_quorum
 from .reduce import robust_votes
 from .site import Site, handler
 
-__all__ = ["ElectionOutcome", "abstention_reason", "ballot_columns", "ballot_reply", "ballots_from_replies", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
+__all__ = ["ElectionOutcome", "abstention_reason", "ballot_reply", "ballots_from_replies", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
 
 
 def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
@@ -85,18 +85,12 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
     )
 
 
-def ballot_columns(site: Site) -> list[str]:
-    """The columns a site votes on: the ones it measured. After imputation its table also
-    holds filled-in columns it never had (``site.state["measured_columns"]``); it abstains on those."""
-    measured = site.state.get("measured_columns")
-    return site.feature_names if measured is None else [c for c in site.feature_names if c in set(measured)]
-
-
 @handler("ballot")
 def _ballot(site: Site, request: Message) -> Message:
     columns = request.meta.get("features")
-    own = ballot_columns(site)
-    columns = own if columns is None else [c for c in columns if c in set(own)]
+    if columns is not None:
+        held = site.feature_set
+        columns = [c for c in columns if c in held]
     frame, y = site.xy("train", columns)
     return ballot_reply(site, "ballot", request.meta.get("selector"), frame, y,
                         _min_rows(request.meta.get("min_site_rows", 0)))

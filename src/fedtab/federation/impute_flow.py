@@ -412,7 +412,6 @@ def _apply(site: Site, request: Message) -> Message:
     if low.shape != (f,) or high.shape != (f,) or integer.shape != (f,):
         raise ValueError(f"impute_apply: range/integer arrays must have shape ({f},)")
     values, imputed, clipped = fill_from_predictions(raw, pred, mean, std, low, high, integer)
-    site.state["measured_columns"] = site.feature_names  # it abstains on the others in an election
     site.apply_table_step("impute_fill", {"columns": list(columns), "values": values})
     return Message("impute_apply", meta={"imputed": imputed, "clipped": clipped})
 
@@ -732,4 +731,6 @@ def apply_imputation(federation: Federation, result: ImputationResult, low: np.n
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
             raise FederationError(f"site {s!r}: invalid imputation counts {counts}")
         out[s] = counts
+    if getattr(federation, "schema", None) is not None:
+        federation.schema = None  # the tables gained columns: the next exchange declares them again
     return out

@@ -29,7 +29,7 @@ import pandas as pd
 from ..election.ballot import Ballot
 from ..election.rule import ElectionResult
 from ..election.tuning import DEFAULT_GRID, TuningResult, tune
-from .election_flow import (_selector_request, _valid_ballots, ballot_checker, ballot_columns, ballot_reply, broadcast_mask,
+from .election_flow import (_selector_request, _valid_ballots, ballot_checker, ballot_reply, broadcast_mask,
                             elect_from_ballots)
 from .messages import Message
 from .protocol import Federation, exchange
@@ -71,7 +71,7 @@ def _split_validation(site: Site, request: Message) -> Message:
 @handler("ballot_fit")
 def _ballot_fit(site: Site, request: Message) -> Message:
     rows = part_rows(site, "fit")
-    return ballot_reply(site, "ballot_fit", request.meta.get("selector"), rows[ballot_columns(site)],
+    return ballot_reply(site, "ballot_fit", request.meta.get("selector"), rows[site.feature_names],
                         rows[site.target].to_numpy())
 
 

@@ -325,7 +325,7 @@ class FedtabModel:
                     if pd.isna(v):
                         continue
                     if str(v) not in index:
-                        raise PredictionError(f"row {pos}, column {c!r}: category {str(v)!r} was not seen in training "
+                        raise PredictionError(f"row {pos + 1}, column {c!r}: category {str(v)!r} was not seen in training "
                                               f"(known: {cats[c][:8]})")
                     block[pos, index[str(v)]] = 1.0
                 for i, v in enumerate(cats[c]):
@@ -335,7 +335,7 @@ class FedtabModel:
             bad = np.flatnonzero((np.isnan(values) & col.notna().to_numpy()) | np.isinf(values))
             if len(bad):
                 pos = int(bad[0])
-                raise PredictionError(f"row {pos}, column {c!r}: value {col.iloc[pos]!r} is not a finite number")
+                raise PredictionError(f"row {pos + 1}, column {c!r}: value {col.iloc[pos]!r} is not a finite number")
             parts[c] = values
         return pd.DataFrame(parts, index=range(len(table)))
 
