@@ -1,0 +1,28 @@
+"""`python -m benchmarks.job --quick` runs the job, its baselines and the centralised reference."""
+
+import json
+from html.parser import HTMLParser
+
+from benchmarks import job
+
+
+def test_quick_run_writes_results_and_report(tmp_path):
+    job.main(["--quick", "--out", str(tmp_path)])
+    out = json.loads((tmp_path / "job.json").read_text())
+    assert out["command"] == "python -m benchmarks.job --quick" and len(out["runs"]) == 1
+    r = out["runs"][0]
+    assert r["dataset"] == "heart" and set(r["sites"]) == {"cleveland", "hungarian", "va"}
+    steps = {s.get("step", s.get("name")): s for s in r["steps"]}
+    assert {"schema", "election", "training", "baselines"} <= set(steps) and "imputation" not in steps
+    assert all(s["seconds"] > 0 and s["bytes_up"] > 0 for s in steps.values())
+    for key in ("federated", "local_only", "centralised"):
+        assert 0.5 < r[key]["auroc"] <= 1, key
+    assert r["majority"]["auroc"] == 0.5
+    assert set(r["local_only_per_site"]) == set(r["federated_per_site"]) == set(r["sites"])
+    md = (tmp_path / "job.md").read_text()
+    assert "python -m benchmarks.job --quick" in md and "| centralised scikit-learn" in md
+    ids = []
+    parser = HTMLParser()
+    parser.handle_starttag = lambda tag, attrs: ids.append(dict(attrs).get("id")) if tag == "section" else None
+    parser.feed((tmp_path / "job-work" / "seed0" / "job-run" / "report.html").read_text())
+    assert {"metrics", "baselines", "steps"} <= set(ids)
