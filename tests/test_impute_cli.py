@@ -59,7 +59,8 @@ def test_cli_prior_flags(tmp_path):
 
 @pytest.mark.parametrize("make, match", [
     (lambda d: [d / "nope.csv"], "not found"),
-    (lambda d: [_file(d, "a.csv", "a,b\n1,2\n3,4\n"), _file(d, "b.csv", "c,d\n1,2\n3,4\n")], "no column is shared"),
+    (lambda d: [_file(d, "a.csv", "a,b\n" + "1,2\n3,4\n" * 6), _file(d, "b.csv", "c,d\n" + "1,2\n3,4\n" * 6)],
+     "no column is shared"),
     (lambda d: [_file(d, "a.csv", "a,b\n1,x\n3,y\n")], "non-numeric"),
     (lambda d: [_file(d, "a.csv", "a,b\n")], "no rows"),
     (lambda d: [_file(d, "a.csv", "")], "empty"),

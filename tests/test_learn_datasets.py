@@ -10,6 +10,7 @@ from fedtab import LocalFederation, Site
 from fedtab.data.categories import one_hot, union_categories
 from fedtab.data.election_datasets import DatasetError, load_dataset, load_mat, load_mushroom
 from fedtab.federation import FederationError, agree_schema, federated_one_hot
+from fedtab.privacy import DisclosurePolicy
 
 
 @pytest.mark.parametrize("name,shape,cats", [("mushroom", (8124, 23), 22), ("heart", (303, 14), 0),
@@ -40,7 +41,8 @@ def test_altered_or_missing_files_raise_clearly(tmp_path):
 def test_federated_one_hot_agrees_columns_without_rows():
     a = pd.DataFrame({"color": ["red", "blue", None], "x": [1.0, 2.0, 3.0], "y": [0, 1, 0]})
     b = pd.DataFrame({"color": ["green", "red", "red"], "x": [4.0, 5.0, 6.0], "y": [1, 0, 1]})
-    fed = LocalFederation([Site("a", a, "y", test_size=0), Site("b", b, "y", test_size=0)])
+    tiny = DisclosurePolicy(min_rows=1)  # 3-row sites answer only under an explicit policy
+    fed = LocalFederation([Site("a", a, "y", test_size=0, policy=tiny), Site("b", b, "y", test_size=0, policy=tiny)])
     agree_schema(fed)  # its own exchange here, so the category replies below carry category names only
     cats = federated_one_hot(fed, ["color"])
     assert cats == {"color": ["blue", "green", "red"]}

@@ -245,7 +245,8 @@ def _small_sites():
     from fedtab.data import classification_table, split_rows
 
     table = classification_table(150, 5, 3, 1, 0, seed=4, class_sep=1.5)
-    return [Site(f"s{i}", p, "target", selector="anova")
+    # small on purpose (fast fuzzing): 8-12 test rows per site answer only under an explicit policy
+    return [Site(f"s{i}", p, "target", selector="anova", policy={"min_rows": 5})
             for i, p in enumerate(split_rows(table, [0.4, 0.3, 0.3], stratify="target", seed=0))]
 
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from fedtab import LocalFederation, Site
+from fedtab.privacy import DisclosurePolicy
 from fedtab.data import classification_table, split_rows
 from fedtab.federation import FederationError, run_training, tune_flow
 from fedtab.federation.tuning_flow import gather_fit_ballots, split_validation
@@ -71,7 +72,9 @@ def test_a_site_too_small_to_split_is_named():
 def test_a_site_with_one_class_in_its_fit_rows_abstains_by_name():
     # (issue 15) it used to fail the whole run inside its selector; now it abstains from the vote
     table = classification_table(60, 5, 3, 0, 0, seed=0)
-    fed = LocalFederation([Site("big", table.iloc[:55], "target"), Site("tiny", table.iloc[55:57], "target", test_size=0)])
+    # a 2-row site answers only under an explicit policy (the default min_rows=10 refuses it)
+    tiny = Site("tiny", table.iloc[55:57], "target", test_size=0, policy=DisclosurePolicy(min_rows=1))
+    fed = LocalFederation([Site("big", table.iloc[:55], "target"), tiny])
     out = tune_flow(fed, selector="lasso", **OPTS)
     assert set(out.abstained) == {"tiny"} and "single target value" in out.abstained["tiny"]
     assert [b.site for b in out.ballots] == ["big"]

@@ -50,6 +50,10 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         seed, n_threads: reproducibility / CPU threads.
         robust, max_site_share: robust mode (screened, capped statistics; median FedAvg;
             see :class:`~fedtab.federation.impute_flow.ImputeConfig`). ``False`` = plain.
+        secure_aggregation: sums travel masked (see ``ImputeConfig.secure_aggregation``).
+        dp: differential privacy ``{"epsilon", "delta", "bounds", "clip"}`` (see ``ImputeConfig.dp``).
+        policy: the sites' :class:`~fedtab.privacy.DisclosurePolicy` (or its settings
+            dict); default ``min_rows=10``: a table with fewer rows is refused.
 
     Learned attributes: ``columns_`` (global schema), ``mean_``, ``std_`` ((F,) pooled),
     ``graph_`` (:class:`~fedtab.impute.graph.FeatureGraph`), ``model_`` (torch module, with
@@ -86,6 +90,9 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         n_threads: int | None = None,
         robust: bool = False,
         max_site_share: float = 0.5,
+        secure_aggregation: bool = False,
+        dp: dict | None = None,
+        policy: Any = None,
     ) -> None:
         self.k_neighbors = k_neighbors
         self.min_abs_corr = min_abs_corr
@@ -111,6 +118,9 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         self.n_threads = n_threads
         self.robust = robust
         self.max_site_share = max_site_share
+        self.secure_aggregation = secure_aggregation
+        self.dp = dp
+        self.policy = policy
 
     # ------------------------------------------------------------------------------
     def _config(self):
@@ -154,6 +164,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         """
         from .engines.local import LocalFederation
         from .federation.impute_flow import validate_site_table
+        from .privacy.policy import policy_from_config
         from .federation.site import Site
 
         named = self._named_tables(tables)
@@ -166,10 +177,14 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         sites = []
         for name, t in named.items():
             validate_site_table(t, name)
+            min_rows = policy_from_config(self.policy).min_rows
+            if len(t) < min_rows:  # refused by every site's policy anyway: say so before any work
+                raise ValueError(f"site {name!r}: {len(t)} sample(s), fewer than the disclosure policy's "
+                                 f"min_rows={min_rows} (pass policy={{'min_rows': k}} to accept smaller sites)")
             t = t.copy()
             t.columns = [str(c) for c in t.columns]
             test_size = self.validation_fraction if len(t) >= 10 else 0.0
-            sites.append(Site(name, t.astype(np.float64), test_size=test_size, seed=self.seed))
+            sites.append(Site(name, t.astype(np.float64), test_size=test_size, seed=self.seed, policy=self.policy))
         self._fit_on(LocalFederation(sites), cfg, progress)
         self.site_names_ = list(named)
         given = [tables] if self._single(tables) else list(tables.values() if isinstance(tables, Mapping) else tables)

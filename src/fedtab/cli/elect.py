@@ -61,6 +61,9 @@ def elect_command(
                                                      "is dropped (named) while this many remain (default: all).")] = None,
     timeout: Annotated[Optional[float], typer.Option(min=0.001, callback=finite_number,
                                                      help="Seconds each site may take per exchange (default: no limit).")] = None,
+    secure_aggregation: Annotated[bool, typer.Option(
+        "--secure-aggregation", help="Training sends only masked sums (descriptions, updates, evaluation "
+                                     "counts); the server learns no single site's. Not with --tune.")] = False,
 ) -> None:
     """Feature Election on real tables: one file per site, each site votes with its own selector."""
     from ..data.tables import TableError, read_table
@@ -82,6 +85,8 @@ def elect_command(
         make_model(model)
         if tune not in ("none", "grid", "hill-climb"):
             fail(f"--tune must be 'none', 'grid' or 'hill-climb', got {tune!r}")
+        if secure_aggregation and tune != "none":
+            fail("--secure-aggregation cannot be combined with --tune (tuning scores each site's validation F1)")
         sel_names = selector or ["lasso"]
         if len(sel_names) not in (1, len(tables)):
             fail(f"give one --selector for all sites or one per site ({len(tables)}), got {len(sel_names)}")
@@ -131,12 +136,14 @@ def elect_command(
             with console.status("training on all columns (FedAvg)"):
                 all_cols = list(dict.fromkeys(c for s in sites for c in s.feature_names))
                 full = run_training(fed, all_cols, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed,
-                                    robust=robust, max_site_share=max_site_share)
+                                    robust=robust, max_site_share=max_site_share,
+                                    secure_aggregation=secure_aggregation)
             trained = None
             if result.selected_names:
                 with console.status("training on the elected columns (FedAvg)"):
                     trained = run_training(fed, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed,
-                                           robust=robust, max_site_share=max_site_share)
+                                           robust=robust, max_site_share=max_site_share,
+                                           secure_aggregation=secure_aggregation)
             doc["training"] = {
                 "model": model,
                 "robust": robust,

@@ -125,6 +125,9 @@ def impute_command(
     max_site_share: Annotated[float, typer.Option(callback=max_site_share_option,
                                                   help="With --robust: most of the pooled statistics one site may carry.")] = 0.5,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    secure_aggregation: Annotated[bool, typer.Option(
+        "--secure-aggregation", help="Sites send only masked sums (statistics, weights, errors); the server "
+                                     "learns no single site's.")] = False,
 ) -> None:
     """Impute missing cells and unavailable columns across site CSVs, federatedly."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -147,7 +150,7 @@ def impute_command(
                                min_abs_corr=min_abs_corr, hidden_dim=hidden_dim, n_layers=n_layers, lr=lr,
                                mask_fraction=mask_fraction, validation_fraction=validation_fraction,
                                use_prior=prior, prior_rank=prior_rank, seed=seed, robust=robust,
-                               max_site_share=max_site_share)
+                               max_site_share=max_site_share, secure_aggregation=secure_aggregation)
         with Progress(TextColumn("[bold]FedAvg"), BarColumn(), TextColumn("{task.completed}/{task.total} rounds"),
                       TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
                       disable=quiet) as bar:

@@ -46,11 +46,13 @@ def union_categories(per_site: Iterable[Mapping[str, list[str]]]) -> dict[str, l
     return {c: sorted(v) for c, v in merged.items()}
 
 
-def one_hot(frame: pd.DataFrame, categories: Mapping[str, list[str]]) -> pd.DataFrame:
+def one_hot(frame: pd.DataFrame, categories: Mapping[str, list[str]], other: str | None = None) -> pd.DataFrame:
     """Replace each column in ``categories`` by 0/1 float indicators ``column=category``.
 
     The indicators are inserted where the column was, in the order of the agreed
-    list. A missing cell gets all zeros; a value not in the list raises.
+    list. A missing cell gets all zeros; a value not in the list raises, unless
+    ``other`` is given and in that column's list: then it is encoded as ``other``
+    (the merged bucket of categories too rare for a site to report).
 
     Raises:
         ValueError: a value outside the agreed list (the site did not report it).
@@ -64,6 +66,8 @@ def one_hot(frame: pd.DataFrame, categories: Mapping[str, list[str]]) -> pd.Data
         values = frame[c]
         observed = values.notna()
         strings = values[observed].astype(str)
+        if other is not None and other in cats:
+            strings = strings.where(strings.isin(cats), other)
         unknown = sorted(set(strings) - set(cats))
         if unknown:
             raise ValueError(f"column {c!r} has categories {unknown[:5]} outside the agreed list")

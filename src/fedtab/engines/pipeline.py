@@ -31,6 +31,9 @@ Config keys (hyphens or underscores)::
     robust            true/false (default false): robust reducers for the election,
                       training and imputation (see fedtab.federation.reduce)
     max-site-share    robust mode's ceiling on one site's share of a pooled sum (default 0.5)
+    secure-aggregation  true/false (default false): every quantity the server only needs
+                      summed (descriptions, model updates, confusion matrices, imputation
+                      statistics and weights) travels masked (fedtab.privacy.secagg)
 
 With "tuning" the freedom degree is tuned on a fit/validation split of each site's
 training rows (model, rounds and local-epochs score the masks); "election" then elects
@@ -123,6 +126,7 @@ class PipelineConfig:
     min_holders: int | None = None
     robust: bool = False
     max_site_share: float = DEFAULT_MAX_SITE_SHARE
+    secure_aggregation: bool = False
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> "PipelineConfig":
@@ -165,6 +169,7 @@ class PipelineConfig:
                 min_holders=_optional_int(c.get("min_holders")),
                 robust=_flag(c.get("robust", False), "robust"),
                 max_site_share=check_max_site_share(c.get("max_site_share", DEFAULT_MAX_SITE_SHARE)),
+                secure_aggregation=_flag(c.get("secure_aggregation", False), "secure-aggregation"),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"invalid pipeline config: {exc}") from None
@@ -233,7 +238,7 @@ def _impute(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
     ranges = pooled_ranges(profile_sites(federation)) if rest else {}
     icfg = ImputeConfig(**{"rounds": cfg.impute_rounds, "local_epochs": cfg.impute_local_epochs,
                            "seed": cfg.seed, "robust": cfg.robust, "max_site_share": cfg.max_site_share,
-                           **cfg.impute_config})
+                           "secure_aggregation": cfg.secure_aggregation, **cfg.impute_config})
     im = run_imputation(federation, icfg)
     summary = {
         "left_out": dict(im.left_out),
@@ -283,7 +288,7 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
         el = run_election(federation, fd, selector=cfg.selector, aggregation=cfg.aggregation,
                           normalization=cfg.normalization, compat=cfg.compat,
                           describe="train" if "training" in cfg.steps else None, min_holders=cfg.min_holders,
-                          robust=cfg.robust)
+                          robust=cfg.robust, secure_aggregation=cfg.secure_aggregation)
         described = el.described
         res = el.result
         features = res.selected_names
@@ -299,7 +304,8 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
         }
     if "training" in cfg.steps:
         tr = run_training(federation, features, model=cfg.model, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
-                          seed=cfg.seed, described=described, robust=cfg.robust, max_site_share=cfg.max_site_share)
+                          seed=cfg.seed, described=described, robust=cfg.robust, max_site_share=cfg.max_site_share,
+                          secure_aggregation=cfg.secure_aggregation)
         out["training"] = {
             "model": tr.model,
             "robust": tr.robust,

@@ -20,21 +20,26 @@ Keys (hyphens and underscores are interchangeable)::
     selector    a built-in selector name ("lasso"), a JSON spec
                 ('{"name": "lasso", "params": {...}}') or an alias from
                 :data:`SELECTOR_ALIASES` (default "lasso")
+    policy      the site's disclosure policy as a JSON object
+                ('{"min_rows": 20, "max_rounds": 50}'; see fedtab.privacy.DisclosurePolicy)
+    min-rows    shorthand for the policy's min_rows (overrides the one in policy)
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from ..data.tables import read_table
+from ..privacy.policy import DisclosurePolicy, policy_from_config
 from ..federation.site import Site
 
 __all__ = ["FixedSplitSite", "NVFLARE_LASSO", "SELECTOR_ALIASES", "build_site", "parse_na_values", "parse_selector",
-           "site_config"]
+           "site_config", "site_policy"]
 
 #: FLARE 2.9's ``FeatureElectionExecutor(fs_method="lasso")``: ``Lasso(alpha=0.01)`` regression
 #: on standardised X with the class labels as a continuous target, kept where ``|coef| > 1e-6``.
@@ -56,7 +61,7 @@ class FixedSplitSite(Site):
     """
 
     def __init__(self, name: str, train: pd.DataFrame, test: pd.DataFrame, target: str | None = None, *,
-                 selector: Any = "lasso", seed: int = 0) -> None:
+                 selector: Any = "lasso", seed: int = 0, policy: Any = None) -> None:
         if list(train.columns) != list(test.columns):
             raise ValueError(f"site {name!r}: the train and test tables have different columns")
         unlabelled = 0
@@ -65,7 +70,7 @@ class FixedSplitSite(Site):
             train, test = train[train[target].notna()], test[test[target].notna()]
         self._n_train = len(train)
         super().__init__(name, pd.concat([train, test], ignore_index=True), target, test_size=0.0, seed=seed,
-                         selector=selector)
+                         selector=selector, policy=policy)
         self.unlabelled_rows = unlabelled
 
     def _make_split(self) -> tuple[np.ndarray, np.ndarray]:
@@ -134,9 +139,27 @@ def build_site(config: Mapping[str, Any]) -> Site:
     target = cfg.get("target") or None
     selector = parse_selector(cfg.get("selector") or "lasso")
     seed = int(cfg.get("seed", 0))
+    policy = site_policy(cfg)
     na_values = parse_na_values(cfg.get("na_values"))
     table = read_table(str(cfg["data_path"]), na_values)
     if cfg.get("test_path"):
         return FixedSplitSite(name, table, read_table(str(cfg["test_path"]), na_values), target, selector=selector,
-                              seed=seed)
-    return Site(name, table, target, test_size=float(cfg.get("test_size", 0.2)), seed=seed, selector=selector)
+                              seed=seed, policy=policy)
+    return Site(name, table, target, test_size=float(cfg.get("test_size", 0.2)), seed=seed, selector=selector,
+                policy=policy)
+
+
+def site_policy(config: Mapping[str, Any]) -> DisclosurePolicy:
+    """The disclosure policy of a (normalised) site config: ``policy`` JSON, then ``min_rows``.
+
+    Raises:
+        ValueError: invalid policy JSON or settings, or a non-integer ``min-rows``.
+    """
+    policy = policy_from_config(config.get("policy"))
+    if config.get("min_rows") not in (None, ""):
+        try:
+            min_rows = int(config["min_rows"])
+        except (TypeError, ValueError):
+            raise ValueError(f"site config: min-rows must be an integer, got {config['min_rows']!r}") from None
+        policy = replace(policy, min_rows=min_rows)
+    return policy

@@ -3,10 +3,10 @@
 Importing this package registers every site-side handler.
 """
 
-from . import election_flow, training_flow
+from . import election_flow, secure_flow, training_flow  # noqa: F401  (registers handlers)
 from .election_flow import ElectionOutcome, broadcast_mask, elect_from_ballots, gather_ballots, run_election
 from .messages import Message, MessageError
-from .protocol import Federation, FederationError, QuorumError, SiteError, collect, exchange
+from .protocol import Federation, FederationError, QuorumError, SiteError, SiteRefused, collect, exchange
 from .schema import Schema, agree_schema
 from .site import HANDLERS, Site, handler
 from .training_flow import TrainingOutcome, run_training
@@ -35,6 +35,7 @@ __all__ = [
     "agree_schema",
     "exchange",
     "Site",
+    "SiteRefused",
     "TrainingOutcome",
     "broadcast_mask",
     "collect",

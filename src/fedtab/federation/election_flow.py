@@ -34,6 +34,9 @@ from ..election.ballot import Ballot
 from ..election.rule import ElectionResult, check_aggregation, check_normalization, check_profile, decide
 from ..election.tally import ElectionTally, normalise_scores
 from .local_data import fill_with_column_means, numeric_matrix
+from ..privacy.accountant import PrivacyLedger
+from ..privacy.dp import DP_META, dp_request, noise_rng, noisy_scores, parse_dp
+from ..privacy.secagg import SecureAggregator
 from . import validate
 from .messages import Message
 from .protocol import Federation, exchange, set_quorum
@@ -62,12 +65,14 @@ def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
     return None
 
 
-def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, min_site_rows: int = 0) -> Message:
+def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, min_site_rows: int = 0,
+                 dp: Any = None) -> Message:
     """Run the site's selector (or ``spec``) on ``frame``/``y`` and pack the ballot reply.
 
     Missing cells are filled with the local column mean for selection only. A site
     that cannot vote (see :func:`abstention_reason`) replies with meta ``abstain``
-    (the reason) and ``n_samples`` and no arrays.
+    (the reason) and ``n_samples`` and no arrays. With ``dp`` (a request's
+    ``meta["dp"]``) the ballot is :func:`~fedtab.privacy.dp.noisy_scores`.
     """
     X = numeric_matrix(frame, site.name)  # a table that cannot vote is still an error, not an abstention
     reason = abstention_reason(y, min_site_rows)
@@ -78,9 +83,12 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
     selector = make_selector(spec if spec is not None else site.selector)
     X = fill_with_column_means(X)
     sel = selector.select(X, y)
+    mask, scores = np.asarray(sel.mask, dtype=bool), np.asarray(sel.scores, dtype=np.float64)
+    if dp is not None:
+        mask, scores = noisy_scores(scores, dp, noise_rng())
     return Message(
         kind,
-        {"mask": np.asarray(sel.mask, dtype=bool), "scores": np.asarray(sel.scores, dtype=np.float64)},
+        {"mask": mask, "scores": scores},
         {"feature_names": list(map(str, frame.columns.tolist())), "n_samples": int(len(y)), "selector": selector.name},
     )
 
@@ -93,7 +101,7 @@ def _ballot(site: Site, request: Message) -> Message:
         columns = [c for c in columns if c in held]
     frame, y = site.xy("train", columns)
     return ballot_reply(site, "ballot", request.meta.get("selector"), frame, y,
-                        _min_rows(request.meta.get("min_site_rows", 0)))
+                        _min_rows(request.meta.get("min_site_rows", 0)), request.meta.get(DP_META))
 
 
 def _min_rows(value: Any) -> int:
@@ -116,7 +124,7 @@ def _set_mask(site: Site, request: Message) -> Message:
         return Message("set_mask", meta=meta)
     from .training_flow import describe_site  # the training workflow's "describe" answer, same exchange
 
-    described = describe_site(site, list(features), str(part))
+    described = describe_site(site, list(features), str(part), request.meta.get(DP_META))
     return Message("set_mask", described.arrays, {**meta, "describe": described.meta})
 
 
@@ -144,6 +152,7 @@ def gather_ballots(
     on_error: Literal["raise", "skip"] | None = None,
     min_site_rows: int = 0,
     abstained: dict[str, str] | None = None,
+    dp_meta: Mapping[str, Any] | None = None,
 ) -> list[Ballot]:
     """Ask every active site for a ballot and validate each on arrival (see module docstring).
 
@@ -157,6 +166,8 @@ def gather_ballots(
         min_site_rows: sites with fewer training rows do not vote (they abstain).
         abstained: if given, filled with ``{site: reason}`` for every site that did not
             vote: too few rows, or a single target value (see :func:`abstention_reason`).
+        dp_meta: a request's DP settings (:func:`~fedtab.privacy.dp.dp_request`): each
+            site sends a noisy ballot.
 
     Raises:
         SiteError: a site failed or sent an invalid ballot (naming it) and no quorum lets
@@ -170,6 +181,8 @@ def gather_ballots(
         meta = _selector_request(spec)
         if min_rows:
             meta["min_site_rows"] = min_rows
+        if dp_meta is not None:
+            meta[DP_META] = dict(dp_meta)
         requests[name] = Message("ballot", meta=meta)
     ballots: dict[str, Ballot] = {}
     left_out: dict[str, str] = {}
@@ -313,6 +326,7 @@ def elect_from_ballots(
 
 
 def broadcast_mask(federation: Federation, features: list[str], *, describe: str | None = None,
+                   secure_aggregation: bool = False, dp_meta: Mapping[str, Any] | None = None,
                    ) -> dict[str, Message] | None:
     """Tell every site the elected feature names (stored in ``site.state["features"]``).
 
@@ -325,6 +339,10 @@ def broadcast_mask(federation: Federation, features: list[str], *, describe: str
         ``None`` without ``describe``; with it ``{site: Message("describe", ...)}``, to
         pass to :func:`~fedtab.federation.training_flow.run_training` as ``described``
         (one exchange fewer, same result).
+        secure_aggregation: the description's count/sum/sum of squares are summed
+            securely (:func:`~fedtab.federation.training_flow.secure_describe`); the
+            result is then one summed reply under the key
+            :data:`~fedtab.federation.training_flow.SECURE_SUM`.
 
     Raises:
         FederationError: a site failed (naming it).
@@ -334,15 +352,26 @@ def broadcast_mask(federation: Federation, features: list[str], *, describe: str
     meta: dict[str, Any] = {"features": list(features)}
     if describe is not None:
         meta["describe"] = str(describe)
+    if describe is not None and dp_meta is not None:
+        meta[DP_META] = dict(dp_meta)
+    if describe is not None and secure_aggregation:
+        from .training_flow import secure_describe
+
+        secure = SecureAggregator(federation)
+        return secure_describe(secure, {s: Message("set_mask", meta=meta) for s in secure.peers}, "set_mask",
+                               unpack=_described_from)
     out: dict[str, Message] = {}
-    check_described = describe_checker(federation, list(features), str(describe)) if describe is not None else None
+    # noisy (DP) moments are not integer counts: only their shapes are checked, by the reduction
+    check_described = (describe_checker(federation, list(features), str(describe))
+                       if describe is not None and dp_meta is None else None)
 
     def check(site: str, reply: Message) -> None:
         validate.integer(reply.meta.get("kept"), "kept", equal=len(features))
         validate.integer(reply.meta.get("held"), "held", upper=len(features))
-        if check_described is not None:
+        if describe is not None:
             described = _described_from(reply)
-            check_described(site, described)
+            if check_described is not None:
+                check_described(site, described)
             out[site] = described
 
     replies = exchange(federation, Message("set_mask", meta=meta), check)
@@ -360,6 +389,8 @@ class ElectionOutcome:
     described: dict[str, Message] | None = None
     #: ``{site: reason}`` for sites that did not vote (they still learn the mask and train).
     abstained: dict[str, str] = field(default_factory=dict)
+    #: with ``dp``: the privacy bill (:meth:`~fedtab.privacy.accountant.PrivacyLedger.report`).
+    privacy: dict[str, Any] | None = None
 
     def site_summary(self) -> list[dict[str, Any]]:
         """Per site: name, selected count, sample count."""
@@ -382,6 +413,8 @@ def run_election(
     min_holders: int | None = None,
     min_sites: int | None = None,
     robust: bool = False,
+    secure_aggregation: bool = False,
+    dp: Mapping[str, Any] | None = None,
 ) -> ElectionOutcome:
     """Gather ballots (unless given), elect, and send the mask to every site.
 
@@ -401,6 +434,15 @@ def run_election(
             or more ballots, see the module docstring).
         min_sites: quorum; sets ``federation.min_sites`` (``None`` keeps the
             federation's: by default every site must answer).
+        secure_aggregation: sums the description securely (two more exchanges: keys
+            and unmasking). Ballots are *not* summed — the rule needs each site's mask
+            and normalised scores (see ``docs/privacy.md`` for what a ballot reveals;
+            use ``dp`` on ballots to bound it).
+        dp: ``{"epsilon": ε, "delta": δ, "bounds": ...}``: each ballot is a Gaussian
+            release (:func:`~fedtab.privacy.dp.noisy_scores`) and so is each array of the
+            description (values clipped into the public ``bounds``); one noise multiplier
+            is calibrated for all of them and ``.privacy`` reports ε per step and in
+            total. Given ``ballots`` are not re-noised (and not accounted).
     """
     check_profile(compat, normalization)
     if min_holders is not None and (isinstance(min_holders, bool) or not isinstance(min_holders, int)
@@ -408,10 +450,22 @@ def run_election(
         raise ValueError(f"min_holders must be a positive integer, got {min_holders!r}")
     set_quorum(federation, min_sites)
     abstained: dict[str, str] = {}
+    spec = parse_dp(dp)
+    ledger = dp_meta = None
+    if spec is not None:
+        ledger = PrivacyLedger.for_plan(spec, {"ballot": 1 if ballots is None else 0,
+                                               "describe": 3 if describe is not None else 0})
+        dp_meta = dp_request(spec, ledger.noise_multiplier)
     if ballots is None:
         ballots = gather_ballots(federation, selector, selectors=selectors, on_error=on_error,
-                                 min_site_rows=min_site_rows, abstained=abstained)
+                                 min_site_rows=min_site_rows, abstained=abstained, dp_meta=dp_meta)
+        if ledger is not None:
+            ledger.spend("ballot")
     result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization, compat, min_holders,
                                 robust=robust)
-    described = broadcast_mask(federation, result.selected_names, describe=describe)
-    return ElectionOutcome(ballots, result, described, abstained)
+    described = broadcast_mask(federation, result.selected_names, describe=describe,
+                               secure_aggregation=secure_aggregation, dp_meta=dp_meta)
+    if ledger is not None and describe is not None:
+        ledger.spend("describe", 3)
+    return ElectionOutcome(ballots, result, described, abstained,
+                           privacy=ledger.report() if ledger is not None else None)

@@ -1,7 +1,9 @@
 """Federated one-hot encoding: agree a category list per column without sharing rows.
 
 1. ``"category_sets"`` — each site replies, per requested column, the sorted set of
-   categories it observes (strings only; no counts, no rows).
+   categories it observes in at least ``policy.min_rows`` rows, rarer ones merged into
+   ``"(other)"`` (strings only; no counts, no rows). A site refuses the request for a
+   column it stores as numbers.
 2. The server validates the replies (a list of strings per requested column) and takes
    the sorted union (:func:`fedtab.data.categories.union_categories`).
 3. ``"one_hot"`` — each site replaces its table by the encoding with the agreed list
@@ -12,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..data.categories import category_sets, one_hot, union_categories
+from ..data.categories import one_hot, union_categories
+from ..privacy.policy import OTHER_CATEGORY, merged_categories
 from . import validate
 from .messages import Message
 from .protocol import Federation, FederationError, exchange
@@ -28,13 +31,15 @@ def _category_sets(site: Site, request: Message) -> Message:
     if not isinstance(columns, list):
         raise ValueError("category_sets needs a list of column names")
     held = [c for c in columns if c in site.table.columns]
-    return Message("category_sets", meta={"categories": category_sets(site.table, held)})
+    # the policy already refused numeric columns; categories rarer than min_rows are merged
+    return Message("category_sets", meta={"categories": {c: merged_categories(site.table[c], site.policy.min_rows)
+                                                         for c in held}})
 
 
 @table_step("one_hot")
 def _one_hot_table(site: Site, params: dict[str, Any]) -> Any:
     held = {c: v for c, v in params["categories"].items() if c in site.table.columns and c != site.target}
-    return one_hot(site.table, held)
+    return one_hot(site.table, held, other=OTHER_CATEGORY)
 
 
 @handler("one_hot")

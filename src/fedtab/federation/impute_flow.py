@@ -46,13 +46,18 @@ import logging
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..impute.graph import FeatureGraph, build_feature_graph
-from ..impute.stats import STAT_ARRAYS, PooledStats, SiteStats, pool_stats, site_stats
+from ..impute.stats import STAT_ARRAYS, PooledStats, SiteStats, pool_stats, site_stats, suppressed_stats
+from ..privacy.accountant import PrivacyLedger
+from ..privacy.dp import (DP_META, add_noise, clip_rows, clip_update, clip_values, column_bounds, dp_request,
+                          moment_sensitivity, noise_rng, parse_dp, row_radius, stats_sensitivity)
+from ..privacy.policy import suppress_small
+from ..privacy.secagg import MOMENT_BITS, WEIGHT, SecureAggregator
 from . import validate
 from .messages import Message
 from .protocol import Federation, FederationError, collect, exchange, set_quorum
@@ -86,6 +91,15 @@ class ImputeConfig:
     (with a warning naming them), no site carries more than ``max_site_share`` of the
     pooled sums; the GNN's FedAvg is the coordinate-wise median of the sites' weights
     and the validation RMSE that picks the best round is the median over the sites.
+    Privacy: ``secure_aggregation`` sends every summed quantity (column moments,
+    co-observed statistics, the row-weighted GNN weights, validation errors) through
+    :class:`~fedtab.privacy.secagg.SecureAggregator`; the server then learns only sums
+    (per-site validation errors and training losses are not reported).
+    ``dp = {"epsilon", "delta", "bounds", "clip"}``: differential privacy at the sites —
+    the column moments and co-observed statistics of values clipped into the public
+    ``bounds`` and the GNN's DP-FedAvg updates (clipped to L2 norm ``clip``) are Gaussian
+    releases under one calibrated noise multiplier; validation errors and losses are not
+    released (no validation report, no best-round choice).
     """
 
     k_neighbors: int = 10
@@ -111,6 +125,8 @@ class ImputeConfig:
     n_threads: int | None = None
     robust: bool = False
     max_site_share: float = DEFAULT_MAX_SITE_SHARE
+    secure_aggregation: bool = False
+    dp: dict | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` for out-of-range settings."""
@@ -135,6 +151,7 @@ class ImputeConfig:
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"invalid imputation settings: {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)}")
+        parse_dp(self.dp)
 
 
 @dataclass
@@ -157,6 +174,8 @@ class ImputationResult:
             and ``"per_column_mean_fill"``: the z-space RMSE of filling the same cells with the
             pooled mean (the baseline; sites send its squared-error sums ``val_mean_sse``).
         unobserved_pairs: column pairs no site observes together.
+        privacy: with ``dp``, ε spent per step and in total (see
+            :meth:`~fedtab.privacy.accountant.PrivacyLedger.report`).
         best_round: round whose model is returned. seconds: wall time. bytes: (down, up).
         participation: per exchange ``{"step", "sites"}``: the sites whose reply was used.
         dropped: ``{site: reason}`` of the sites left out during this run.
@@ -184,6 +203,7 @@ class ImputationResult:
     participation: list[dict] = field(default_factory=list)
     dropped: dict[str, str] = field(default_factory=dict)
     left_out: dict[str, str] = field(default_factory=dict)
+    privacy: dict | None = None
 
 
 # ----------------------------------------------------------------------------- site side
@@ -236,11 +256,50 @@ def _schema(site: Site, request: Message) -> Message:
     empty = [c for c, n in zip(site.feature_names, obs.sum(0)) if n == 0]
     if empty:
         raise ValueError(f"site {site.name!r}: columns with no observed training value {empty[:8]}")
-    return Message(
-        "impute_schema",
-        {"count": obs.sum(0).astype(np.float64), "sum": np.where(obs, train, 0.0).sum(0)},
-        {"columns": site.feature_names, "n_train": len(train), "n_valid": len(site.rows("test"))},
-    )
+    dp = request.meta.get(DP_META)
+    if dp is not None:
+        lo, hi = column_bounds(dp, site.feature_names)
+        train = clip_values(train, lo, hi)
+    values = np.where(obs, train, 0.0)
+    count, total, sumsq = suppress_small(obs.sum(0).astype(np.float64), site.policy.min_rows, values.sum(0),
+                                         (values * values).sum(0))
+    if dp is not None:
+        sens, rng = moment_sensitivity(lo, hi), noise_rng()
+        count, total, sumsq = (add_noise(a, sens[k], dp, rng) for k, a in
+                               (("count", count), ("sum", total), ("sumsq", sumsq)))
+    meta = {"columns": site.feature_names, "n_train": len(train), "n_valid": len(site.rows("test"))}
+    if request.meta.get("columns_only"):  # secure aggregation: the sums follow in a secure exchange
+        return Message("impute_schema", {}, meta)
+    glob = request.meta.get("global")
+    if glob is None:
+        arrays = {"count": count, "sum": total, **({"sumsq": sumsq} if dp is not None else {})}
+        return Message("impute_schema", arrays, meta)
+    # secure aggregation: the moments over the global schema (zeros for columns not held), to be summed
+    idx = _global_index(site, glob)
+    arrays = {k: _embed(v, idx, len(glob)) for k, v in (("count", count), ("sum", total), ("sumsq", sumsq))}
+    return Message("impute_schema", arrays, meta)
+
+
+def _global_index(site: Site, glob: Any) -> list[int]:
+    if not isinstance(glob, list):
+        raise ValueError("the global schema must be a list of column names")
+    pos = {str(c): i for i, c in enumerate(glob)}
+    missing = [c for c in site.feature_names if c not in pos]
+    if missing:
+        raise ValueError(f"the global schema lacks this site's columns {missing[:5]}")
+    return [pos[c] for c in site.feature_names]
+
+
+def _embed(values: np.ndarray, idx: list[int], f: int) -> np.ndarray:
+    """A per-site (F_s,) or (F_s, F_s) array placed into the global (F,) or (F, F) one."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim == 1:
+        out = np.zeros(f)
+        out[idx] = values
+    else:
+        out = np.zeros((f, f))
+        out[np.ix_(idx, idx)] = values
+    return out
 
 
 @handler("impute_stats")
@@ -248,8 +307,27 @@ def _stats(site: Site, request: Message) -> Message:
     glob = list(request.meta["columns"])
     pos = {c: i for i, c in enumerate(glob)}
     cols = site.feature_names
-    shift = np.asarray(request.arrays["shift"], dtype=np.float64)[[pos[c] for c in cols]]
-    s = site_stats(_values(site, "train"), cols, shift)
+    idx = [pos[c] for c in cols]
+    shift = np.asarray(request.arrays["shift"], dtype=np.float64)[idx]
+    values = _values(site, "train")
+    dp = request.meta.get(DP_META)
+    if dp is not None:
+        values = clip_values(values, *column_bounds(dp, cols))
+        if "scale" not in request.arrays:
+            raise ValueError("DP statistics need the pooled scale (the 'scale' array)")
+    if "scale" in request.arrays:  # z-values: well-conditioned fixed-point sums, bounded DP rows
+        values = (values - shift) / np.asarray(request.arrays["scale"], dtype=np.float64)[idx]
+        shift = np.zeros(len(cols))
+    if dp is not None:
+        values = clip_rows(values, row_radius(len(cols)))
+    s = suppressed_stats(site_stats(values, cols, shift), site.policy.min_rows)
+    if dp is not None:
+        sens, rng = stats_sensitivity(row_radius(len(cols)), len(cols)), noise_rng()
+        noisy = {k: add_noise(getattr(s, k), sens[k], dp, rng, symmetric=k in ("pair_count", "pair_sxy"))
+                 for k in STAT_ARRAYS}
+        s = SiteStats(columns=s.columns, shift=s.shift, **noisy)
+    if request.meta.get("global"):
+        return Message("impute_stats", {k: _embed(getattr(s, k), idx, len(glob)) for k in STAT_ARRAYS}, {})
     return Message("impute_stats", {k: getattr(s, k) for k in STAT_ARRAYS + ("shift",)}, {"columns": cols})
 
 
@@ -368,10 +446,15 @@ def _fit(site: Site, request: Message) -> Message:
         structural_share=cfg.structural_share, rng=st["rng"], max_steps=cfg.max_steps_per_round,
     )
     st["optimizer_state"] = optimizer_to_numpy(live["optimizer"])
-    arrays = {f"w/{k}": v for k, v in state_to_numpy(live["model"]).items()}
+    weights = state_to_numpy(live["model"])
+    dp = request.meta.get(DP_META)
+    if dp is not None:  # DP-FedAvg; validation errors are not released under DP
+        weights = clip_update(weights, _weights(request), dp, noise_rng())
+        sse, cnt = np.zeros_like(sse), np.zeros_like(cnt)
+    arrays = {f"w/{k}": v for k, v in weights.items()}
     arrays.update(val_sse=sse, val_count=cnt)
     return Message("impute_fit", arrays, {"n_train": int(len(live["train"])),
-                                         "loss": loss if np.isfinite(loss) else None, "steps": steps})
+                                         "loss": loss if np.isfinite(loss) and dp is None else None, "steps": steps})
 
 
 @handler("impute_eval")
@@ -470,6 +553,108 @@ def _weight_arrays(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {f"w/{k}": v for k, v in weights.items()}
 
 
+def _dp_meta(meta: dict[str, Any], dp_meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {**meta, DP_META: dict(dp_meta)} if dp_meta is not None else meta
+
+
+def _repaired(st: SiteStats) -> SiteStats:
+    """Post-processing of noisy statistics into consistent ones: counts and sums of
+    squares floored at 0, symmetric co-observed counts whose diagonal is the count."""
+    count = np.maximum(np.rint(st.count), 0.0)
+    pc = np.maximum(np.rint(0.5 * (st.pair_count + st.pair_count.T)), 0.0)
+    np.fill_diagonal(pc, count)
+    return SiteStats(columns=st.columns, shift=st.shift, count=count, sum=st.sum, sumsq=np.maximum(st.sumsq, 0.0),
+                     pair_count=pc, pair_sx=st.pair_sx, pair_sxx=np.maximum(st.pair_sxx, 0.0),
+                     pair_sxy=0.5 * (st.pair_sxy + st.pair_sxy.T))
+
+
+def _summed(federation: Federation, secure: SecureAggregator | None, request: Message, kind: str,
+            fields: Mapping[str, int | None], *, weighted: Sequence[str] = (), weight: str | None = None,
+            drop_meta: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """A private run's sum of the sites' arrays ``fields``: through ``secure`` when given,
+    else added up here from replies the sites noised (DP without secure aggregation).
+    ``weighted`` arrays are multiplied by the reply meta ``weight``, summed as ``WEIGHT``.
+
+    Raises:
+        FederationError: a site failed, or sent arrays of other shapes than the others (naming it).
+    """
+    if secure is not None:
+        return secure.ask({s: request for s in secure.peers}, kind, fields, weighted=weighted, weight=weight,
+                          drop_meta=drop_meta).sums
+    sums: dict[str, np.ndarray] = {}
+    for site, reply in collect(federation.broadcast(request), kind).items():
+        try:
+            w = float(reply.meta[weight]) if weight is not None else 1.0
+            for name in fields:
+                a = validate.array(reply, name, sums[name].shape if name in sums else np.shape(reply.arrays.get(name)))
+                a = a * w if name in weighted else a
+                sums[name] = sums[name] + a if name in sums else a
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FederationError(f"site {site!r}: {exc}") from None
+        if weight is not None:
+            sums[WEIGHT] = sums.get(WEIGHT, np.zeros(1)) + w
+    return sums
+
+
+def _private_pooled(federation: Federation, secure: SecureAggregator | None, glob: list[str], shift: np.ndarray,
+                    scale: np.ndarray, dp_meta: Mapping[str, Any] | None = None) -> PooledStats:
+    """Step 2 of a private run: the sites' statistics of ``(x - shift) / scale`` over the
+    global schema, summed (securely and/or noised at the sites) and pooled; mean and std
+    are returned in data units.
+
+    Raises:
+        FederationError: the sum failed or the summed statistics are inconsistent.
+    """
+    request = Message("impute_stats", {"shift": shift, "scale": scale}, _dp_meta({"columns": glob, "global": True},
+                                                                                dp_meta))
+    sums = _summed(federation, secure, request, "impute_stats",
+                   {k: (0 if k in ("count", "pair_count") and dp_meta is None else None) for k in STAT_ARRAYS})
+    for k in ("count", "pair_count"):
+        sums[k] = np.rint(sums[k])
+    stats = SiteStats(columns=list(glob), shift=np.zeros(len(glob)), **sums)
+    if dp_meta is not None:
+        stats = _repaired(stats)
+    try:
+        stats.validate()
+        pooled = pool_stats([stats], glob)
+    except ValueError as exc:
+        raise FederationError(f"the summed statistics are invalid: {exc}") from None
+    pooled.mean = shift + scale * pooled.mean
+    pooled.std = scale * pooled.std
+    return pooled
+
+
+def _private_fit_round(federation: Federation, secure: SecureAggregator | None, weights: dict[str, np.ndarray],
+                       rnd: int, shapes: Mapping[str, tuple], dp_meta: Mapping[str, Any] | None = None,
+                       ) -> tuple[dict[str, np.ndarray], float | None, None]:
+    """One FedAvg round of a private run: ``(new weights, validation RMSE or None, None)``
+    from the sums of the row-weighted weights (losses are not released)."""
+    names = [f"w/{k}" for k in shapes]
+    request = Message("impute_fit", _weight_arrays(weights), _dp_meta({"round": rnd}, dp_meta))
+    sums = _summed(federation, secure, request, "impute_fit",
+                   {**{n: None for n in names}, "val_sse": None, "val_count": 0 if dp_meta is None else None},
+                   weighted=names, weight="n_train", drop_meta=["loss", "steps"])
+    n = float(sums[WEIGHT][0])
+    if not n > 0:
+        raise FederationError(f"round {rnd}: the summed row count is not positive")
+    new = {k: (sums[f"w/{k}"] / n).astype(weights[k].dtype) for k in shapes}
+    cnt = float(np.sum(sums["val_count"]))
+    val = float(np.sqrt(max(float(np.sum(sums["val_sse"])), 0.0) / cnt)) if cnt > 0 else None
+    return new, val, None
+
+
+def _private_evaluation(federation: Federation, weights: Mapping[str, np.ndarray], f: int,
+                        secure: SecureAggregator | None) -> tuple[dict, np.ndarray, np.ndarray, float | None,
+                                                                    np.ndarray | None]:
+    """Final evaluation of a secure run: ``({}, column sse, column count, RMSE, mean-fill sse)``
+    from sums only (no per-site errors)."""
+    sums = _summed(federation, secure, Message("impute_eval", _weight_arrays(weights)), "impute_eval",
+                   {"val_sse": None, "val_count": 0, "val_mean_sse": None})
+    sse, cnt = np.maximum(sums["val_sse"], 0.0), np.rint(sums["val_count"])
+    return ({}, sse, cnt, (float(np.sqrt(sse.sum() / cnt.sum())) if cnt.sum() > 0 else None),
+            np.maximum(sums["val_mean_sse"], 0.0))
+
+
 def run_imputation(
     federation: Federation,
     config: ImputeConfig | None = None,
@@ -509,6 +694,16 @@ def run_imputation(
 
     set_quorum(federation, min_sites)
     p0, dropped0 = len(federation.participation), set(federation.dropped)
+    if cfg.robust and cfg.secure_aggregation:
+        raise ValueError("robust=True cannot be combined with secure_aggregation=True: the robust reducers need "
+                         "each site's statistics, secure aggregation shows the server only their sums")
+    secure = SecureAggregator(federation) if cfg.secure_aggregation else None
+    spec = parse_dp(cfg.dp)
+    private = secure is not None or spec is not None  # sums travel masked and/or noised, in their own exchanges
+    ledger, dp_meta = None, None
+    if spec is not None:
+        ledger = PrivacyLedger.for_plan(spec, {"schema": 3, "stats": len(STAT_ARRAYS), "fit": cfg.rounds})
+        dp_meta = dp_request(spec, ledger.noise_multiplier)
 
     # 1. schema + counts (the first exchange of a run also agrees the federation's schema)
     first: dict[str, tuple[list[str], np.ndarray, np.ndarray]] = {}
@@ -526,10 +721,14 @@ def run_imputation(
         validate.integer(r.meta.get("n_valid"), "validation rows", equal=schema.rows(s, "test"))
         if n == 0:
             raise ValueError("no training rows")
+        if private:  # the moments follow in their own (secure and/or noised) exchange
+            first[s] = (list(cols), np.zeros(0), np.zeros(0))
+            return
         c_ = validate.counts(validate.array(r, "count", (len(cols),)), n, "column counts")
         first[s] = (list(cols), c_, validate.array(r, "sum", (len(cols),)))
 
-    replies = exchange(federation, Message("impute_schema"), check_counts)
+    replies = exchange(federation, Message("impute_schema", meta={"columns_only": True} if private else {}),
+                       check_counts)
     site_columns: dict[str, list[str]] = {s: first[s][0] for s in replies}
     columns: dict[str, None] = {}
     for s in replies:
@@ -539,57 +738,80 @@ def run_imputation(
     f = len(glob)
     pos = {c: i for i, c in enumerate(glob)}
     holders = np.zeros(f, dtype=int)
-    cnt, sm = np.zeros(f), np.zeros(f)
+    cnt, sm, sq = np.zeros(f), np.zeros(f), np.zeros(f)
     site_means = np.full((len(replies), f), np.nan)
     for i, s in enumerate(replies):
         idx = [pos[c] for c in site_columns[s]]
         holders[idx] += 1
-        cnt[idx] += first[s][1]
-        sm[idx] += first[s][2]
+        if not private:
+            cnt[idx] += first[s][1]
+            sm[idx] += first[s][2]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                site_means[i, idx] = np.where(first[s][1] > 0, first[s][2] / first[s][1], np.nan)
+    scale = None
+    if private:  # the moments over the global schema, summed securely and/or noised at the sites
+        moments = _summed(federation, secure, Message("impute_schema", meta=_dp_meta({"global": glob}, dp_meta)),
+                          "impute_schema", {"count": 0 if dp_meta is None else MOMENT_BITS, "sum": MOMENT_BITS,
+                                            "sumsq": MOMENT_BITS})
+        cnt, sm, sq = np.rint(moments["count"]), moments["sum"], moments["sumsq"]
         with np.errstate(invalid="ignore", divide="ignore"):
-            site_means[i, idx] = np.where(first[s][1] > 0, first[s][2] / first[s][1], np.nan)
+            var = sq / cnt - (sm / cnt) ** 2
+        scale = np.where(np.isfinite(var) & (var > 1e-12), np.sqrt(np.abs(var)), 1.0)
     if len(replies) > 1 and holders.max() < 2:
         raise FederationError(
             "no column is shared by two or more sites: the sites' schemas are disjoint, so nothing links them "
             f"(site columns: { {s: c[:5] for s, c in site_columns.items()} })"
         )
+    if ledger is not None:
+        ledger.spend("schema", 3)
+        cnt = np.where(cnt >= 1, cnt, 0.0)  # post-processing: noisy counts below 1
     if np.any(cnt == 0):
         raise FederationError(f"columns without any observed value: {[glob[i] for i in np.flatnonzero(cnt == 0)][:8]}")
     shift = sm / cnt
     if robust:  # the median site's mean: a site's claimed sums cannot move the centring
         shift = np.where(np.isnan(site_median(site_means)), shift, site_median(site_means))
+    if spec is not None:
+        shift = np.clip(shift, *column_bounds(spec, glob))
 
     # 2. sufficient statistics -> pooled correlations -> graph
-    site_stats_: dict[str, SiteStats] = {}
-
-    def check_stats(s: str, r: Message) -> None:
-        if r.meta.get("columns") != site_columns[s]:
-            raise ValueError("statistics are over different columns than its schema")
-        n = len(site_columns[s])
-        arrays = {k: validate.array(r, k, (n,) if k in ("count", "sum", "sumsq", "shift") else (n, n))
-                  for k in STAT_ARRAYS + ("shift",)}
-        idx = [pos[c] for c in site_columns[s]]
-        if not np.array_equal(arrays["shift"], shift[idx]):
-            raise ValueError("statistics are not taken about the shift the server sent")
-        if not np.array_equal(arrays["count"], first[s][1]):
-            raise ValueError("column counts differ from the ones it sent in the counting step")
-        validate.counts(arrays["pair_count"], federation.schema.rows(s, "train"), "pair counts")
-        validate.pair_statistics(arrays["count"], arrays["sum"], arrays["sumsq"], arrays["pair_count"],
-                                 arrays["pair_sx"], arrays["pair_sxx"], arrays["pair_sxy"])
-        st = SiteStats(columns=site_columns[s], **arrays)
-        st.validate()
-        site_stats_[s] = st
-
-    replies = exchange(federation, Message("impute_stats", {"shift": shift}, {"columns": glob}), check_stats)
-    stats = {s: site_stats_[s] for s in replies}
     left_out: dict[str, str] = {}
-    try:
-        if robust:
-            pooled, left_out = _robust_pool(stats, glob, cfg.max_site_share)
-        else:
-            pooled = pool_stats(list(stats.values()), glob)
-    except ValueError as exc:
-        raise FederationError(f"pooling statistics failed: {exc}") from None
+    if private:
+        pooled = _private_pooled(federation, secure, glob, shift, scale, dp_meta)
+    else:
+        site_stats_: dict[str, SiteStats] = {}
+
+        def check_stats(s: str, r: Message) -> None:
+            if r.meta.get("columns") != site_columns[s]:
+                raise ValueError("statistics are over different columns than its schema")
+            n = len(site_columns[s])
+            arrays = {k: validate.array(r, k, (n,) if k in ("count", "sum", "sumsq", "shift") else (n, n))
+                      for k in STAT_ARRAYS + ("shift",)}
+            idx = [pos[c] for c in site_columns[s]]
+            if not np.array_equal(arrays["shift"], shift[idx]):
+                raise ValueError("statistics are not taken about the shift the server sent")
+            if not np.array_equal(arrays["count"], first[s][1]):
+                raise ValueError("column counts differ from the ones it sent in the counting step")
+            validate.counts(arrays["pair_count"], federation.schema.rows(s, "train"), "pair counts")
+            validate.pair_statistics(arrays["count"], arrays["sum"], arrays["sumsq"], arrays["pair_count"],
+                                     arrays["pair_sx"], arrays["pair_sxx"], arrays["pair_sxy"])
+            st = SiteStats(columns=site_columns[s], **arrays)
+            st.validate()
+            site_stats_[s] = st
+
+        replies = exchange(federation, Message("impute_stats", {"shift": shift}, {"columns": glob}), check_stats)
+        stats = {s: site_stats_[s] for s in replies}
+        try:
+            if robust:
+                pooled, left_out = _robust_pool(stats, glob, cfg.max_site_share)
+            else:
+                pooled = pool_stats(list(stats.values()), glob)
+        except ValueError as exc:
+            raise FederationError(f"pooling statistics failed: {exc}") from None
+    if ledger is not None:
+        ledger.spend("stats", len(STAT_ARRAYS))
+        lo, hi = column_bounds(spec, glob)  # post-processing: noisy moments back within the public bounds
+        pooled.mean = np.clip(np.nan_to_num(pooled.mean, nan=0.5 * (lo + hi)), lo, hi)
+        pooled.std = np.clip(np.nan_to_num(pooled.std, nan=1.0), 1e-6, np.maximum(hi - lo, 1e-6))
     mean = pooled.mean
     std = np.where(np.isfinite(pooled.std) & (pooled.std > 1e-12), pooled.std, 1.0)
     graph = build_feature_graph(pooled.corr, glob, k=cfg.k_neighbors, min_abs_corr=cfg.min_abs_corr)
@@ -626,30 +848,36 @@ def run_imputation(
     history: list[dict] = []
     best = (np.inf, 0, weights)
     for rnd in range(1, cfg.rounds + 1):
-        fitted: dict[str, tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]] = {}
+        if private:
+            new, val, train_loss = _private_fit_round(federation, secure, weights, rnd, shapes, dp_meta)
+            if ledger is not None:
+                ledger.spend("fit")
+        else:
+            fitted: dict[str, tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]] = {}
 
-        def check_fit(s: str, r: Message) -> None:
-            validate.integer(r.meta.get("n_train"), "training rows", equal=site_rows[s])
-            loss = r.meta.get("loss")
-            if loss is not None and (isinstance(loss, bool) or not isinstance(loss, (int, float))):
-                raise ValueError("loss must be a number or null")
-            w = validate.parameters({k[2:]: v for k, v in r.arrays.items() if k.startswith("w/")}, shapes,
-                                    max_abs=max_param_abs, what="array 'w/…'")
-            fitted[s] = (w, _error_arrays(federation, s, r, f))
+            def check_fit(s: str, r: Message) -> None:
+                validate.integer(r.meta.get("n_train"), "training rows", equal=site_rows[s])
+                loss = r.meta.get("loss")
+                if loss is not None and (isinstance(loss, bool) or not isinstance(loss, (int, float))):
+                    raise ValueError("loss must be a number or null")
+                w = validate.parameters({k[2:]: v for k, v in r.arrays.items() if k.startswith("w/")}, shapes,
+                                        max_abs=max_param_abs, what="array 'w/…'")
+                fitted[s] = (w, _error_arrays(federation, s, r, f))
 
-        replies = exchange(federation, Message("impute_fit", _weight_arrays(weights), {"round": rnd}), check_fit)
-        new, sizes, losses = [], [], []
-        for s, r in replies.items():
-            new.append(fitted[s][0])
-            sizes.append(site_rows[s])
-            loss = r.meta.get("loss")
-            if loss is not None:
-                losses.append((float(loss), site_rows[s]))
-        val = _error_totals({s: fitted[s][1] for s in replies}, robust)
+            replies = exchange(federation, Message("impute_fit", _weight_arrays(weights), {"round": rnd}), check_fit)
+            new, sizes, losses = [], [], []
+            for s, r in replies.items():
+                new.append(fitted[s][0])
+                sizes.append(site_rows[s])
+                loss = r.meta.get("loss")
+                if loss is not None:
+                    losses.append((float(loss), site_rows[s]))
+            val = _error_totals({s: fitted[s][1] for s in replies}, robust)
+            new = robust_params(new) if robust else fedavg(new, sizes)
+            train_loss = sum(l * n for l, n in losses) / sum(n for _, n in losses) if losses else None
         if val is not None and val < best[0]:
             best = (val, rnd - 1, weights)
-        weights = robust_params(new) if robust else fedavg(new, sizes)
-        train_loss = sum(l * n for l, n in losses) / sum(n for _, n in losses) if losses else None
+        weights = new
         history.append({"round": rnd, "train_loss": train_loss, "val_rmse": val})
         if progress is not None:
             progress(rnd, cfg.rounds, history[-1])
@@ -675,20 +903,28 @@ def run_imputation(
             mean_fill.clear()
         return per, _error_totals(per, robust)
 
-    per_site, val = evaluate(weights)
+    if private:  # secure: only sums; DP: validation errors are not released
+        per_site, col_sse, col_cnt, val, mean_sse = (_private_evaluation(federation, weights, f, secure) if ledger is None
+                                                     else ({}, np.zeros(f), np.zeros(f), None, None))
+    else:
+        per_site, val = evaluate(weights)
     best_round = cfg.rounds
     if cfg.keep_best and val is not None and best[0] < val:
         best_round, weights = best[1], best[2]
-        per_site, val = evaluate(weights)
-    col_sse = sum(v[0] for v in per_site.values())
-    col_cnt = sum(v[1] for v in per_site.values())
+        if private:
+            per_site, col_sse, col_cnt, val, mean_sse = _private_evaluation(federation, weights, f, secure)
+        else:
+            per_site, val = evaluate(weights)
+    if not private:
+        col_sse = sum(v[0] for v in per_site.values())
+        col_cnt = sum(v[1] for v in per_site.values())
+        mean_sse = sum(mean_fill.values()) if mean_fill else None
     validation = {
         "overall": val,
         "per_site": {s: (float(np.sqrt(v[0].sum() / v[1].sum())) if v[1].sum() > 0 else None) for s, v in per_site.items()},
         "per_column": {glob[i]: (float(np.sqrt(col_sse[i] / col_cnt[i])) if col_cnt[i] > 0 else None) for i in range(f)},
     }
-    if mean_fill:
-        mean_sse = sum(mean_fill.values())
+    if mean_sse is not None:
         validation["per_column_mean_fill"] = {
             glob[i]: (float(np.sqrt(mean_sse[i] / col_cnt[i])) if col_cnt[i] > 0 else None) for i in range(f)}
     down1, up1 = federation.traffic.total()
@@ -700,6 +936,7 @@ def run_imputation(
         bytes=(down1 - down0, up1 - up0), participation=federation.participation[p0:],
         dropped={s: r for s, r in federation.dropped.items() if s not in dropped0},
         left_out=left_out,
+        privacy=ledger.report() if ledger is not None else None,
     )
 
 

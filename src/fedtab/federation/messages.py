@@ -26,10 +26,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["Message", "MessageError", "ERROR_KIND", "Limits", "LIMITS", "decode_meta"]
+__all__ = ["Message", "MessageError", "ERROR_KIND", "REFUSED_KIND", "Limits", "LIMITS", "decode_meta"]
 
 #: ``kind`` of the reply a site sends when its handler raised.
 ERROR_KIND = "error"
+#: ``kind`` of the reply a site sends when its disclosure policy refuses a request.
+REFUSED_KIND = "refused"
 
 _ALLOWED_DTYPE_KINDS = set("biufU")  # bool, int, uint, float, unicode strings
 
@@ -182,10 +184,19 @@ class Message:
     def is_error(self) -> bool:
         return self.kind == ERROR_KIND
 
+    @property
+    def is_refusal(self) -> bool:
+        return self.kind == REFUSED_KIND
+
     @classmethod
     def error(cls, text: str) -> "Message":
         """The reply of a site whose handler failed."""
         return cls(ERROR_KIND, meta={"error": str(text)})
+
+    @classmethod
+    def refusal(cls, reason: str) -> "Message":
+        """The reply of a site whose disclosure policy refuses the request (nothing computed)."""
+        return cls(REFUSED_KIND, meta={"reason": str(reason)})
 
     def to_bytes(self) -> bytes:
         """Serialise without pickle (see module docstring)."""

@@ -32,8 +32,8 @@ from .messages import Message, MessageError
 if TYPE_CHECKING:
     from .schema import Schema
 
-__all__ = ["Federation", "FederationError", "QuorumError", "SiteError", "Traffic", "collect", "exchange",
-           "check_min_sites"]
+__all__ = ["Federation", "FederationError", "QuorumError", "SiteError", "SiteRefused", "Traffic", "collect",
+           "exchange", "check_min_sites"]
 
 log = logging.getLogger("fedtab.federation")
 
@@ -52,6 +52,18 @@ class SiteError(FederationError):
     def __init__(self, message: str, sites: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.sites = dict(sites or {})
+
+
+class SiteRefused(SiteError):
+    """One or more sites refused a request under their disclosure policy.
+
+    Attributes:
+        refusals: ``{site: reason}`` as the sites gave them (also ``sites``).
+    """
+
+    def __init__(self, text: str, refusals: Mapping[str, str]) -> None:
+        super().__init__(text, refusals)
+        self.refusals = dict(refusals)
 
 
 class QuorumError(FederationError):
@@ -169,22 +181,33 @@ def collect(
     expected_kind: str,
     on_error: Literal["raise", "skip"] = "raise",
 ) -> dict[str, Message]:
-    """Split error replies off before reducing.
+    """Split error replies and refusals off before reducing.
 
     Returns the good replies, in the order given. With ``on_error="raise"`` any error
     reply, or a reply of the wrong kind, raises :class:`FederationError` naming every
-    failing site; with ``"skip"`` they are logged and left out (and if no site is left,
-    :class:`FederationError` is raised).
+    failing site, and refusals (a site's disclosure policy declined the request) raise
+    :class:`SiteRefused` naming each refusing site and its reason; with ``"skip"`` they
+    are logged and left out (and if no site is left, :class:`FederationError` is raised).
     """
     good: dict[str, Message] = {}
     bad: dict[str, str] = {}
+    refused: dict[str, str] = {}
     for site, reply in replies.items():
-        if reply.is_error:
+        if reply.is_refusal:
+            refused[site] = str(reply.meta.get("reason", "no reason given"))
+        elif reply.is_error:
             bad[site] = str(reply.meta.get("error", "unknown error"))
         elif reply.kind != expected_kind:
             bad[site] = f"replied {reply.kind!r} to a {expected_kind!r} request"
         else:
             good[site] = reply
+    if refused:
+        text = "; ".join(f"site {s!r} refused: {r}" for s, r in refused.items())
+        if on_error == "raise" and not bad:
+            raise SiteRefused(f"{expected_kind} step refused by {len(refused)} site(s): {text}", refused)
+        log.warning("%s step: leaving out %d refusing site(s): %s", expected_kind, len(refused), text)
+        if on_error == "raise":
+            bad.update({s: f"refused: {r}" for s, r in refused.items()})
     if bad:
         text = "; ".join(f"site {s!r}: {e}" for s, e in bad.items())
         if on_error == "raise":
@@ -255,10 +278,14 @@ def exchange(
         federation._schema_pending.difference_update(s for s, r in replies.items() if not r.is_error)
     arrived: dict[str, Message] = {}
     bad: dict[str, str] = {}
+    refusals: dict[str, str] = {}
     for site in requests:
         reply = replies.get(site)
         if reply is None:
             bad[site] = "no reply"
+        elif reply.is_refusal:  # the site's disclosure policy declined: reported by name, never reduced
+            refusals[site] = str(reply.meta.get("reason", "no reason given"))[:2000]
+            bad[site] = f"refused: {refusals[site]}"
         elif reply.is_error:
             bad[site] = str(reply.meta.get("error", "unknown error"))[:2000]
         elif reply.kind != expected:
@@ -292,6 +319,9 @@ def exchange(
         if on_error == "skip":
             log.warning("%s step: leaving out %d site(s): %s", expected, len(bad), text)
         elif federation.min_sites is None:
+            if set(bad) == set(refusals):
+                text = "; ".join(f"site {s!r} refused: {r}" for s, r in refusals.items())
+                raise SiteRefused(f"{expected} step refused by {len(refusals)} site(s): {text}", refusals)
             raise SiteError(f"{expected} step failed at {len(bad)} site(s): {text}", bad)
         else:
             for s, e in bad.items():

@@ -18,6 +18,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from ..privacy.policy import policy_from_config
+from ..privacy.secagg import SECAGG_META, mask_reply
 from .messages import Message
 
 __all__ = ["Site", "handler", "HANDLERS", "TABLE_STEPS", "table_step"]
@@ -72,6 +74,9 @@ class Site:
         selector: the feature selector this site trusts: a name from
             ``fedtab.election.selectors.SELECTORS`` or a selector object. A request may
             override it.
+        policy: the site's :class:`~fedtab.privacy.DisclosurePolicy` (default: the
+            default policy, ``min_rows=10``), or a dict of its settings. Every request
+            passes it before its handler runs; a request outside it gets a refusal.
 
     Rows whose target is missing are dropped before the split; their number is kept in
     :attr:`unlabelled_rows`.
@@ -90,6 +95,7 @@ class Site:
         test_size: float = 0.2,
         seed: int = 0,
         selector: Any = "lasso",
+        policy: Any = None,
     ) -> None:
         if not isinstance(table, pd.DataFrame):
             raise ValueError(f"site {name!r}: table must be a pandas DataFrame, got {type(table).__name__}")
@@ -116,6 +122,7 @@ class Site:
         self.test_size = float(test_size)
         self.seed = int(seed)
         self.selector = selector
+        self.policy = policy_from_config(policy)
         self.state: dict[str, Any] = {}
         self._split = self._make_split()
 
@@ -223,7 +230,8 @@ class Site:
     def handle(self, request: Message) -> Message:
         """Answer one request. Never raises: whatever the handler raises -- even
         ``SystemExit`` or ``KeyboardInterrupt`` -- becomes an error reply (only an
-        interpreter that is shutting down is let go).
+        interpreter that is shutting down is let go). A request the site's disclosure
+        policy does not allow gets a refusal (nothing is computed).
 
         Schema protocol (:mod:`fedtab.federation.schema`): an agreed schema riding on the
         request is stored in ``state["schema"]`` before the handler runs; a request
@@ -242,9 +250,15 @@ class Site:
                     self.state["schema"] = meta[AGREED]
                 request = Message(request.kind, request.arrays,
                                   {k: v for k, v in meta.items() if k not in (AGREED, DECLARE)})
+            reason = self.policy.refusal(self, request)  # request -> site policy -> handler
+            if reason is not None:
+                log.info("site %s refuses %s: %s", self.name, request.kind, reason)
+                return Message.refusal(reason)
             reply = fn(self, request)
             if not isinstance(reply, Message):
                 raise TypeError(f"the {request.kind!r} handler returned {type(reply).__name__}, not a Message")
+            if SECAGG_META in request.meta and not (reply.is_error or reply.is_refusal):
+                reply = mask_reply(self, request, reply)  # handler -> [secure masking] -> wire
             if meta.get(DECLARE) and not reply.is_error:
                 reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declare(self)})
             return reply

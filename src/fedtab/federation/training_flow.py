@@ -53,11 +53,16 @@ import numpy as np
 import pandas as pd
 
 from ..learn.metrics import SCORE_BINS, brier_sum, confusion, evaluation_scores, score_histogram
-from ..learn.models import FederatedModel, Params, make_model
+from ..learn.models import FederatedModel, LogisticRegressionModel, Params, make_model
+from ..privacy.accountant import PrivacyLedger
+from ..privacy.dp import (DP_GD_LR, DP_GD_NOISE_SCALE, DP_GD_STEPS_PER_EPOCH, DP_META, add_noise, clip_update, clip_values,
+                          column_bounds, dp_logistic_update, dp_request, moment_sensitivity, noise_rng, parse_dp)
+from ..privacy.policy import suppress_small
+from ..privacy.secagg import MOMENT_BITS, SecureAggregator
 from . import validate
 from .local_data import numeric_matrix
 from .messages import Message
-from .protocol import Federation, FederationError, exchange, set_quorum
+from .protocol import Federation, FederationError, collect, exchange, set_quorum
 from .reduce import DEFAULT_MAX_SITE_SHARE, cap_weights, check_max_site_share, moment_summaries, robust_params, \
     screen_sites, site_median
 from .site import Site, handler
@@ -172,27 +177,40 @@ def _params_to(params: Params) -> dict[str, np.ndarray]:
     return {_PARAM + k: np.asarray(v) for k, v in params.items()}
 
 
-def describe_site(site: Site, feats: list[str], part: str = "train") -> Message:
+def describe_site(site: Site, feats: list[str], part: str = "train", dp: Mapping[str, Any] | None = None) -> Message:
     """The ``"describe"`` reply of ``site`` over ``feats`` on row part ``part``.
 
     Arrays ``count``/``sum``/``sumsq`` (per feature, observed cells only; a feature the
     site lacks has count 0); meta ``classes`` (label keys), ``n_train`` (rows of
     ``part``), ``n_test`` and ``features``.
+
+    With ``dp`` (a request's ``meta["dp"]``) values are clipped into the public bounds and
+    each of the three arrays is a Gaussian release (:mod:`fedtab.privacy.dp`).
     """
     X, y = site_matrix(site, feats, part)
+    if dp is not None:
+        lo, hi = column_bounds(dp, feats, held=[f for f in feats if f in site.table.columns])
+        X = clip_values(X, lo, hi)
     obs = ~np.isnan(X)
     Xz = np.where(obs, X, 0.0)
     labels = sorted({label_key(v) for v in y})
+    count, total, sumsq = suppress_small(obs.sum(axis=0).astype(np.int64), site.policy.min_rows,
+                                         Xz.sum(axis=0), (Xz * Xz).sum(axis=0))
+    if dp is not None:
+        sens, rng = moment_sensitivity(lo, hi), noise_rng()
+        count, total, sumsq = (add_noise(a, sens[k], dp, rng) for k, a in
+                               (("count", count), ("sum", total), ("sumsq", sumsq)))
     return Message(
         "describe",
-        {"count": obs.sum(axis=0).astype(np.int64), "sum": Xz.sum(axis=0), "sumsq": (Xz * Xz).sum(axis=0)},
+        {"count": count, "sum": total, "sumsq": sumsq},
         {"classes": labels, "n_train": int(len(y)), "n_test": int(len(part_rows(site, "test"))), "features": feats},
     )
 
 
 @handler("describe")
 def _describe(site: Site, request: Message) -> Message:
-    return describe_site(site, _features(site, request), str(request.meta.get("part", "train")))
+    return describe_site(site, _features(site, request), str(request.meta.get("part", "train")),
+                         request.meta.get(DP_META))
 
 
 def _store_setup(site: Site, meta: Mapping[str, Any], mean: Any, std: Any) -> None:
@@ -223,10 +241,24 @@ def _fit(site: Site, request: Message) -> Message:
     X, y = _prepared(site, setup.get("part", "train"))
     model = make_model(site.state["train_setup"]["model"])
     params = _params_from(request)
+    dp = request.meta.get(DP_META)
+    if dp is not None and model.exact:
+        raise ValueError(f"differential privacy is not available for the exact-aggregation model {model.name!r}")
     if model.exact and not params:
         params = model.init(X.shape[1], len(site.state["train_setup"]["classes"]))
-    params = model.local_update(params, X, y, epochs=int(request.meta.get("epochs", 1)),
-                                seed=int(request.meta.get("seed", 0)))
+    if dp is not None and isinstance(model, LogisticRegressionModel):  # DP gradient descent
+        params = dp_logistic_update(params, X, y, steps=int(dp.get("steps", 1)), lr=float(dp.get("lr", DP_GD_LR)),
+                                    l2=model.l2, spec=dp, rng=noise_rng())
+    else:
+        received = params
+        params = model.local_update(params, X, y, epochs=int(request.meta.get("epochs", 1)),
+                                    seed=int(request.meta.get("seed", 0)))
+        if dp is not None:  # DP-FedAvg: clip the update, add noise, before any masking
+            params = clip_update(params, received, dp, noise_rng())
+    if model.exact and "count" in params:  # per-class statistics: suppress small classes
+        counts = np.asarray(params["count"])
+        small = (counts > 0) & (counts < site.policy.min_rows)
+        params = {k: np.where(small.reshape((-1,) + (1,) * (np.ndim(v) - 1)), 0, v) for k, v in params.items()}
     return Message("fit", _params_to(params), {"n_samples": int(len(y))})
 
 
@@ -267,6 +299,10 @@ def _evaluate(site: Site, request: Message) -> Message:
     setup = site.state["train_setup"]
     model = make_model(setup["model"])
     sums = evaluation_sums(model, _params_from(request), X, y, len(setup["classes"]), requested_bins(request.meta))
+    dp = request.meta.get(DP_META)
+    if dp is not None:  # a replaced row moves one count between cells (Δ = √2) and its Brier term by ≤ 2
+        rng = noise_rng()
+        sums = {k: add_noise(v, 2.0 if k == "brier_sum" else np.sqrt(2.0), dp, rng) for k, v in sums.items()}
     return Message("evaluate", sums, {"n": int(len(y))})
 
 
@@ -335,6 +371,8 @@ class TrainingOutcome:
         robust: whether the robust reducers were used (see :func:`run_training`).
         left_out: ``{site: reason}`` of the sites whose statistics robust mode left out
             of a pooled sum (``"describe: ..."``, ``"fit round r: ..."``).
+        privacy: with ``dp``, the privacy bill: ``{"epsilon", "delta", "noise_multiplier",
+            "steps": {step: ε}, "total", "releases"}``.
     """
 
     model: str
@@ -359,6 +397,7 @@ class TrainingOutcome:
     dropped: dict[str, str] = field(default_factory=dict)
     robust: bool = False
     left_out: dict[str, str] = field(default_factory=dict)
+    privacy: dict[str, Any] | None = None
 
 
 def _counts(value: Any, shape: tuple[int, int]) -> np.ndarray | None:
@@ -409,10 +448,44 @@ def pool_evaluations(sums: Mapping[str, tuple[np.ndarray, Any, Any]]) -> dict[st
 
 
 def _evaluate_detail(federation: Federation, params: Params, n_classes: int, part: str = "test",
-                     bins: int | None = None, on_error: Literal["raise", "skip"] | None = None) -> dict[str, Any]:
+                     bins: int | None = None, on_error: Literal["raise", "skip"] | None = None,
+                     secure: SecureAggregator | None = None, dp_meta: Mapping[str, Any] | None = None,
+                     has_proba: bool = False) -> dict[str, Any]:
+    """Pooled and per-site evaluation metrics.
+
+    With ``secure`` the sums travel masked and only the pooled metrics are learned
+    (``per_site`` is empty); ``has_proba`` tells which score sums every site sends. With
+    ``dp_meta`` the sites noise their sums and no score histograms are asked for; the
+    noisy counts are rounded and floored at 0 here (post-processing).
+    """
+    if dp_meta is not None:
+        bins = None
     meta: dict[str, Any] = {"part": part}
     if bins is not None:
         meta["score_bins"] = bins
+    if dp_meta is not None:
+        meta[DP_META] = dict(dp_meta)
+    request = Message("evaluate", _params_to(params), meta)
+    if secure is not None or dp_meta is not None:
+        if secure is not None:
+            fields: dict[str, int | None] = {"confusion": 0 if dp_meta is None else MOMENT_BITS}
+            if bins is not None and has_proba:
+                fields["brier_sum"] = MOMENT_BITS
+                if n_classes == 2:
+                    fields["score_hist"] = 0
+            summed = secure.ask({s: request for s in secure.peers}, "evaluate", fields, on_error=on_error or "raise")
+            replies = {SECURE_SUM: Message("evaluate", {k: np.rint(v) if k != "brier_sum" else v
+                                                        for k, v in summed.sums.items()})}
+        else:
+            replies = collect(federation.broadcast(request), "evaluate", on_error or "raise")
+        if dp_meta is not None:
+            replies = {name: Message("evaluate", {"confusion": np.maximum(np.rint(r.arrays["confusion"]), 0)})
+                       for name, r in replies.items() if "confusion" in r.arrays}
+        metrics = pool_evaluations({name: checked_sums(name, reply, n_classes, bins)
+                                    for name, reply in replies.items()})
+        if secure is not None:
+            metrics["per_site"] = {}
+        return metrics
     sums: dict[str, tuple[np.ndarray, Any, Any]] = {}
 
     def check(site: str, reply: Message) -> None:
@@ -422,18 +495,19 @@ def _evaluate_detail(federation: Federation, params: Params, n_classes: int, par
         validate.integer(reply.meta.get("n"), "evaluated rows", equal=n)
         sums[site] = checked_sums(site, reply, n_classes, bins)
 
-    replies = exchange(federation, Message("evaluate", _params_to(params), meta), check, on_error=on_error)
+    replies = exchange(federation, request, check, on_error=on_error)
     return pool_evaluations({name: sums[name] for name in replies})
 
 
 def _evaluate_all(federation: Federation, params: Params, n_classes: int, part: str = "test",
                   bins: int | None = None, on_error: Literal["raise", "skip"] | None = None,
-                  robust: bool = False) -> tuple[dict, dict, dict]:
+                  robust: bool = False, **privacy: Any) -> tuple[dict, dict, dict]:
     """``(pooled, per_site, metrics)``: the historic F1/accuracy dicts and the full metrics.
 
     With ``robust`` every scalar pooled metric is its median over the sites that scored
-    rows (:func:`_median_scores`), not the score of the summed counts."""
-    metrics = _evaluate_detail(federation, params, n_classes, part, bins, on_error)
+    rows (:func:`_median_scores`), not the score of the summed counts. ``privacy``: the
+    ``secure``/``dp_meta``/``has_proba`` of :func:`_evaluate_detail`."""
+    metrics = _evaluate_detail(federation, params, n_classes, part, bins, on_error, **privacy)
     if robust:
         metrics["pooled"] = {**metrics["pooled"], **_median_scores(metrics["per_site"])}
     keep = ("weighted_f1", "macro_f1", "accuracy", "n")
@@ -485,6 +559,82 @@ def _robust_exact(fm: FederatedModel, updates: list[tuple[Params, int]], names: 
     scale = share * rows.sum() / np.maximum(rows, 1e-300)
     scaled = [({k: np.asarray(v, dtype=np.float64) * f for k, v in p.items()}, n) for (p, n), f in zip(kept, scale)]
     return fm.aggregate(scaled), left_out
+#: the key under which a securely summed description stands in for the per-site replies.
+SECURE_SUM = "(secure sum)"
+
+
+def secure_describe(secure: SecureAggregator, requests: Mapping[str, Message], kind: str = "describe",
+                    on_error: Literal["raise", "skip"] = "raise",
+                    unpack: Callable[[Message], Message] | None = None) -> dict[str, Message]:
+    """The sites' ``"describe"`` answers summed securely: ``{SECURE_SUM: Message("describe", ...)}``
+    with the summed ``count``/``sum``/``sumsq`` and the union of the class labels.
+
+    ``unpack`` turns a stripped reply of ``kind`` into its ``"describe"`` meta holder
+    (the election's ``"set_mask"`` carries the description in ``meta["describe"]``).
+
+    Raises:
+        FederationError: sites disagree on the features, or the secure sum failed.
+    """
+    summed = secure.ask(requests, kind, {"count": 0, "sum": MOMENT_BITS, "sumsq": MOMENT_BITS}, on_error=on_error)
+    feats, classes = None, set()
+    for name, reply in summed.replies.items():
+        meta = (unpack(reply) if unpack else reply).meta
+        if feats is None:
+            feats = meta.get("features")
+        elif meta.get("features") != feats:
+            raise FederationError(f"site {name!r} describes different features than the others")
+        classes |= {str(c) for c in meta.get("classes", [])}
+    arrays = {k: summed.sums[k] for k in ("count", "sum", "sumsq")}
+    return {SECURE_SUM: Message("describe", arrays, {"features": feats, "classes": _sort_labels(classes),
+                                                     "sites": summed.survivors})}
+
+
+def _spent(ledger: PrivacyLedger | None, dp_meta: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """Record one DP evaluation and return the request's DP settings (``None`` without DP)."""
+    if ledger is not None:
+        ledger.spend("evaluate")
+    return dp_meta
+
+
+def _secure_round(secure: SecureAggregator, fm: FederatedModel, request: Message,
+                  template: Mapping[str, tuple[int, ...]], on_error: Literal["raise", "skip"]) -> Params:
+    """One fit round through a secure sum: sample-weighted updates (or, for an exact
+    model, its plain summed statistics); returns the aggregated parameters.
+
+    Raises:
+        FederationError: the summed update does not fit the model's template.
+    """
+    names = [_PARAM + k for k in template]
+    if fm.exact:
+        summed = secure.ask({s: request for s in secure.peers}, "fit",
+                            {n: (0 if n == _PARAM + "count" else MOMENT_BITS) for n in names},
+                            drop_meta=["n_samples"], on_error=on_error)
+        update = {k[len(_PARAM):]: v for k, v in summed.sums.items()}
+    else:
+        summed = secure.ask({s: request for s in secure.peers}, "fit", names, weighted=names, weight="n_samples",
+                            on_error=on_error)
+        n = summed.weight
+        if n is None or not n > 0:
+            raise FederationError("the summed sample count of the fit round is not positive")
+        update = {k[len(_PARAM):]: summed.sums[k] / n for k in names}
+    if any(tuple(update[k].shape) != tuple(shape) for k, shape in template.items()):
+        raise FederationError("the summed model update does not have the model's shapes")
+    return fm.aggregate([(update, 1)])
+
+
+def _log_traffic(traffic: list[dict[str, Any]], records: list, r: int, down_params: Mapping[str, np.ndarray],
+                 n_up: int) -> None:
+    """Per-site traffic of one secure round: every exchange of the round (fit + unmask)."""
+    per_site: dict[str, list[int]] = {}
+    for t in records:
+        if t.kind in ("fit", "secagg_unmask", "secagg_keys"):
+            acc = per_site.setdefault(t.site, [0, 0])
+            acc[0] += t.bytes_down
+            acc[1] += t.bytes_up
+    n_down = int(sum(v.size for v in down_params.values()))
+    for site, (down, up) in per_site.items():
+        traffic.append({"round": r, "site": site, "bytes_down": down, "bytes_up": up,
+                        "params_down": n_down, "params_up": n_up})
 
 
 def run_training(
@@ -506,6 +656,8 @@ def run_training(
     max_param_abs: float = validate.MAX_PARAM_ABS,
     robust: bool = False,
     max_site_share: float = DEFAULT_MAX_SITE_SHARE,
+    secure_aggregation: bool = False,
+    dp: Mapping[str, Any] | None = None,
 ) -> TrainingOutcome:
     """Train ``model`` by federated rounds on ``features`` (default: each site's elected mask).
 
@@ -542,6 +694,24 @@ def run_training(
             sites are logged and listed in ``TrainingOutcome.left_out``. ``False`` (default)
             is the plain FedAvg / exact sums, bit for bit.
         max_site_share: robust mode's ceiling on one site's share of a pooled sum, in (0, 1].
+        secure_aggregation: every per-site quantity the server only needs summed goes
+            through :class:`~fedtab.privacy.secagg.SecureAggregator`: the feature moments
+            of ``describe``, the sample-weighted model updates (or exact statistics) of
+            every round, the evaluation sums. The server then learns no single site's
+            update or scores (``per_site`` is empty); the result equals the plain run's up
+            to fixed-point rounding. Costs one key exchange plus one unmasking exchange
+            per summed step.
+        dp: ``{"epsilon": ε, "delta": δ, "bounds": [lo, hi] or {feature: [lo, hi]},
+            "clip": C}`` — differential privacy at every site: the description's three
+            arrays (values clipped into the public bounds), the model updates and the
+            confusion matrices are Gaussian releases with one noise multiplier calibrated
+            for the whole run (``.privacy`` reports ε per step and in total). Logistic
+            regression trains by DP gradient descent (per-example gradients clipped to
+            ``C``, default 1; ``4 × local_epochs`` full-batch steps per round, each a
+            release); other FedAvg models by DP-FedAvg (the update clipped to L2 norm
+            ``C``). Noise is added at the site, before masking. Not for exact-aggregation
+            models; no score histograms (AUROC) under DP. A given ``described`` is not
+            re-noised here.
 
     Exchanges: ``describe`` (unless ``described``), ``fit`` × rounds (the first also
     carries the setup), ``evaluate`` (plus one per ``eval_every`` evaluation).
@@ -560,16 +730,41 @@ def run_training(
     set_quorum(federation, min_sites)
     p0 = len(federation.participation)
     dropped0 = set(federation.dropped)
+    if robust and secure_aggregation:
+        raise ValueError("robust=True cannot be combined with secure_aggregation=True: the robust reducers need "
+                         "each site's values, secure aggregation shows the server only their sum")
+    secure = SecureAggregator(federation) if secure_aggregation else None
+    dp_spec = parse_dp(dp)
+    ledger, dp_meta = None, None
+    if dp_spec is not None:
+        if fm.exact:
+            raise ValueError(f"dp is not available for the exact-aggregation model {fm.name!r}")
+        n_evals = 1 + (sum(1 for r in range(1, rounds + 1) if r % eval_every == 0 or r == rounds) if eval_every else 0)
+        # logistic regression: DP gradient descent, one release per step; other models: one per round
+        steps = DP_GD_STEPS_PER_EPOCH * int(local_epochs) if isinstance(fm, LogisticRegressionModel) else 1
+        ledger = PrivacyLedger.for_plan(dp_spec, {"describe": 3 if described is None else 0, "fit": rounds * steps,
+                                                  "evaluate": n_evals}, {"fit": DP_GD_NOISE_SCALE if steps > 1 else 1.0})
+        dp_meta = dp_request(dp_spec, ledger.noise_multiplier)
+        fit_dp = {**dp_request(dp_spec, ledger.multiplier("fit")), "steps": steps, "lr": DP_GD_LR}
     if described is None:
         meta: dict[str, Any] = {"features": list(features)} if features is not None else {}
         meta["part"] = train_part
-        described = exchange(federation, Message("describe", meta=meta),
-                             lambda site, reply: describe_checker(federation, features, train_part)(site, reply),
-                             on_error=on_error)
+        if dp_meta is not None:
+            meta[DP_META] = dp_meta
+            ledger.spend("describe", 3)
+        if secure is not None:
+            described = secure_describe(secure, {s: Message("describe", meta=meta) for s in secure.peers},
+                                        on_error=on_error or "raise")
+        elif dp_meta is not None:  # noisy moments: not integer counts, so no exact-count validation
+            described = collect(federation.broadcast(Message("describe", meta=meta)), "describe", on_error or "raise")
+        else:
+            described = exchange(federation, Message("describe", meta=meta),
+                                 lambda site, reply: describe_checker(federation, features, train_part)(site, reply),
+                                 on_error=on_error)
     else:
         if not described:
             raise ValueError("described holds no site replies")
-        described = {s: r for s, r in described.items() if s in federation.active}
+        described = {s: r for s, r in described.items() if s in federation.active or s == SECURE_SUM}
         for name, reply in described.items():
             if features is not None and reply.meta.get("features") != list(features):
                 raise FederationError(f"site {name!r} described other features than the ones to train on")
@@ -593,6 +788,8 @@ def run_training(
         raise ValueError(f"training needs at least 2 classes across the sites, found {sorted(classes)}")
     class_list = _sort_labels(classes)
     left_out: dict[str, str] = {}
+    if dp_spec is not None:  # post-processing of noisy moments: counts below 1 are noise
+        count = np.where(count >= 1, count, 0.0)
     if robust:
         count, mean, var, left_out = _robust_moments(moments, feats, max_site_share)
         mean = np.where(count > 0, mean, 0.0)
@@ -602,6 +799,9 @@ def run_training(
             mean = np.where(count > 0, total / np.maximum(count, 1), 0.0)
             var = np.where(count > 0, sumsq / np.maximum(count, 1) - mean**2, 0.0)
     std = np.sqrt(np.maximum(var, 0.0))
+    if dp_spec is not None and dp_spec.get("bounds") is not None:  # keep noisy moments within the bounds
+        lo, hi = column_bounds(dp_spec, feats)
+        mean, std = np.clip(mean, lo, hi), np.minimum(std, hi - lo)
     std[~(std > 1e-12)] = 1.0
     setup_meta = {"features": feats, "classes": class_list, "model": spec, "part": train_part}
     setup_arrays = {_SETUP + "mean": mean, _SETUP + "std": std}
@@ -609,6 +809,12 @@ def run_training(
     params = fm.init(len(feats), len(class_list), seed)
     template = fm.update_template(len(feats), len(class_list))
     exact_check = exact_statistics_checker(len(class_list), len(feats)) if fm.exact else None
+
+    def privacy() -> dict[str, Any]:
+        """The evaluation's privacy settings (records one DP release)."""
+        return {"secure": secure, "dp_meta": _spent(ledger, dp_meta),
+                "has_proba": getattr(fm, "predict_proba", None) is not None}
+
     n_rounds = 1 if fm.exact else rounds
     history: list[dict[str, float]] = []
     traffic: list[dict[str, Any]] = []
@@ -616,11 +822,25 @@ def run_training(
     for r in range(1, n_rounds + 1):
         down_params = {} if fm.exact else _params_to(params)
         fit_meta: dict[str, Any] = {"epochs": int(local_epochs), "round": r, "seed": seed + r}
+        if dp_meta is not None:
+            fit_meta[DP_META] = fit_dp
+            ledger.spend("fit", fit_dp["steps"])
         if r == 1:
             req = Message("fit", {**down_params, **setup_arrays}, {**fit_meta, "setup": setup_meta})
         else:
             req = Message("fit", down_params, fit_meta)
         n_log = len(federation.traffic.records)
+        if secure is not None:
+            params = _secure_round(secure, fm, req, template, on_error or "raise")
+            _log_traffic(traffic, federation.traffic.records[n_log:], r, down_params,
+                         int(sum(np.prod(v) for v in template.values())))
+            metrics = None
+            if eval_every and (r % eval_every == 0 or r == n_rounds):
+                metrics, _, _ = _evaluate_all(federation, params, len(class_list), eval_part, on_error=on_error, **privacy())
+                history.append({"round": r, **metrics})
+            if on_round:
+                on_round(r, metrics)
+            continue
         accepted: dict[str, tuple[Params, int]] = {}
 
         def check_fit(site: str, reply: Message) -> None:
@@ -660,13 +880,16 @@ def run_training(
         metrics = None
         if eval_every and (r % eval_every == 0 or r == n_rounds):
             metrics, _, _ = _evaluate_all(federation, params, len(class_list), eval_part, on_error=on_error,
-                                          robust=robust)
+                                          robust=robust, **privacy())
             history.append({"round": r, **metrics})
         if on_round:
             on_round(r, metrics)
     bd1, bu1 = federation.traffic.total("fit")
+    if secure is not None:  # the unmasking exchanges belong to the rounds' traffic too
+        bd0 = bu0 = 0
+        bd1, bu1 = sum(t["bytes_down"] for t in traffic), sum(t["bytes_up"] for t in traffic)
     pooled, per_site, detail = _evaluate_all(federation, params, len(class_list), eval_part, score_bins, on_error,
-                                             robust)
+                                             robust, **privacy())
     return TrainingOutcome(
         model=fm.name,
         params=params,
@@ -690,4 +913,5 @@ def run_training(
         dropped={s: r for s, r in federation.dropped.items() if s not in dropped0},
         robust=bool(robust),
         left_out=left_out,
+        privacy=ledger.report() if ledger is not None else None,
     )

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["SiteStats", "PooledStats", "column_sums", "site_stats", "pool_stats", "STAT_ARRAYS"]
+__all__ = ["SiteStats", "PooledStats", "column_sums", "site_stats", "suppressed_stats", "pool_stats", "STAT_ARRAYS"]
 
 #: Names of the (F, F) pair arrays in a :class:`SiteStats` (used for messages).
 STAT_ARRAYS = ("count", "sum", "sumsq", "pair_count", "pair_sx", "pair_sxx", "pair_sxy")
@@ -110,6 +110,20 @@ def site_stats(values: np.ndarray, columns: Sequence[str], shift: np.ndarray | N
         pair_sxx=x2.T @ o,
         pair_sxy=xs.T @ xs,
     )
+
+
+def suppressed_stats(stats: SiteStats, min_rows: int) -> SiteStats:
+    """``stats`` with every cell over fewer than ``min_rows`` rows sent as zero (cell suppression).
+
+    A column observed in fewer than ``min_rows`` rows loses its count and sums; a pair
+    co-observed in fewer loses its co-observed count and sums. Consistency
+    (``diag(pair_count) == count``) is kept.
+    """
+    small = (stats.pair_count > 0) & (stats.pair_count < min_rows)
+    col = np.diag(small).copy()
+    pair = {k: np.where(small, 0.0, getattr(stats, k)) for k in ("pair_count", "pair_sx", "pair_sxx", "pair_sxy")}
+    cols = {k: np.where(col, 0.0, getattr(stats, k)) for k in ("count", "sum", "sumsq")}
+    return SiteStats(columns=list(stats.columns), shift=stats.shift.copy(), **cols, **pair)
 
 
 @dataclass

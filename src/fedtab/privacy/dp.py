@@ -1,0 +1,227 @@
+"""Differential privacy at the site: clipping, sensitivities and Gaussian noise.
+
+Neighbouring tables differ in one row *replaced* by another (so a site's row count is
+public). Every release is a Gaussian mechanism: the site clips what it computes so the
+release has a known L2 sensitivity Δ, and adds ``N(0, (z Δ)²)`` noise itself, before
+any masking — the server only chooses the noise multiplier ``z`` (calibrated by
+:mod:`.accountant` for the whole run) and the public bounds; the site computes Δ.
+
+Requests carry ``meta["dp"] = {"z": z, "bounds": ..., "clip": C}``:
+
+* ``bounds`` — public value bounds for statistics: ``[lo, hi]`` for every column or
+  ``{column: [lo, hi]}``; values are clipped into them before counting and summing.
+* ``clip`` — L2 bound of a model update (DP-FedAvg: the site clips
+  ``update - global`` to norm ``C``; Δ = 2C).
+
+The noise comes from the operating system's entropy, never from a seed the server knows.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["DP_META", "DPRequest", "dp_request", "parse_dp", "noise_rng", "add_noise", "column_bounds",
+           "clip_values", "moment_sensitivity", "stats_sensitivity", "row_radius", "clip_rows", "clip_update",
+           "dp_logistic_update", "noisy_scores", "DP_GD_STEPS_PER_EPOCH", "DP_GD_LR", "DP_GD_NOISE_SCALE"]
+
+#: request meta key of the DP settings.
+DP_META = "dp"
+
+
+def parse_dp(dp: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Validate a user's ``dp={"epsilon": ε, "delta": δ, ...}``; ``None`` or ε = ∞ means no DP.
+
+    Raises:
+        ValueError: ε ≤ 0, δ outside (0, 1), clip ≤ 0, unknown keys.
+    """
+    if dp is None:
+        return None
+    known = {"epsilon", "delta", "bounds", "clip"}
+    unknown = sorted(set(dp) - known)
+    if unknown:
+        raise ValueError(f"dp: unknown settings {unknown}; known: {sorted(known)}")
+    eps = float(dp.get("epsilon", math.inf))
+    delta = float(dp.get("delta", 1e-5))
+    if not eps > 0 or not 0 < delta < 1:
+        raise ValueError(f"dp needs epsilon > 0 and 0 < delta < 1, got epsilon={eps}, delta={delta}")
+    if math.isinf(eps):
+        return None
+    clip = float(dp.get("clip", 1.0))
+    if not clip > 0:
+        raise ValueError(f"dp clip must be positive, got {clip}")
+    return {"epsilon": eps, "delta": delta, "bounds": dp.get("bounds"), "clip": clip}
+
+
+DPRequest = dict  # {"z", "bounds", "clip"} as sent in meta["dp"]
+
+
+def dp_request(dp: Mapping[str, Any], z: float) -> dict[str, Any]:
+    """The ``meta["dp"]`` of a request: noise multiplier, bounds, clip."""
+    return {"z": float(z), "bounds": dp.get("bounds"), "clip": float(dp.get("clip", 1.0))}
+
+
+def _z(spec: Mapping[str, Any]) -> float:
+    z = spec.get("z")
+    if not isinstance(z, (int, float)) or not z > 0 or not math.isfinite(z):
+        raise ValueError(f"dp request needs a positive finite noise multiplier z, got {z!r}")
+    return float(z)
+
+
+def noise_rng() -> np.random.Generator:
+    """A generator seeded from OS entropy (the server must not be able to predict the noise)."""
+    return np.random.default_rng(secrets.randbits(128))
+
+
+def add_noise(value: np.ndarray, sensitivity: float, spec: Mapping[str, Any], rng: np.random.Generator,
+              symmetric: bool = False) -> np.ndarray:
+    """``value + N(0, (z Δ)²)``; ``symmetric`` mirrors the noise of a square array's upper triangle."""
+    sigma = _z(spec) * float(sensitivity)
+    value = np.asarray(value, dtype=np.float64)
+    noise = rng.normal(0.0, sigma, size=value.shape)
+    if symmetric:
+        noise = np.triu(noise) + np.triu(noise, 1).T
+    return value + noise
+
+
+def column_bounds(spec: Mapping[str, Any], columns: Sequence[str], held: Sequence[str] | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)`` per column from ``spec["bounds"]``; columns not in ``held`` get ``(0, 0)``.
+
+    Raises:
+        ValueError: no bounds, a held column without bounds (naming it), ``lo > hi``.
+    """
+    bounds = spec.get("bounds")
+    if bounds is None:
+        raise ValueError("DP statistics need public value bounds (dp['bounds'] = [lo, hi] or {column: [lo, hi]})")
+    held_set = set(columns if held is None else held)
+    lo, hi = np.zeros(len(columns)), np.zeros(len(columns))
+    for i, c in enumerate(columns):
+        if c not in held_set:
+            continue
+        b = bounds.get(c) if isinstance(bounds, Mapping) else bounds
+        if not isinstance(b, (list, tuple)) or len(b) != 2 or not float(b[0]) <= float(b[1]):
+            raise ValueError(f"DP statistics: no valid public bounds [lo, hi] for column {c!r}")
+        lo[i], hi[i] = float(b[0]), float(b[1])
+    return lo, hi
+
+
+def clip_values(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Clip each column into ``[lo, hi]`` (NaN stays NaN)."""
+    return np.clip(np.asarray(values, dtype=np.float64), lo, hi)
+
+
+def moment_sensitivity(lo: np.ndarray, hi: np.ndarray) -> dict[str, float]:
+    """L2 sensitivity of per-column (count, sum, sum of squares) of values in ``[lo, hi]``
+    (a replaced row changes each column's count by ≤ 1, sum by ≤ m, sum of squares by ≤ m²,
+    ``m = max(hi - lo, |lo|, |hi|)``: the other row's value may also be missing)."""
+    m = np.maximum(np.asarray(hi) - np.asarray(lo), np.maximum(np.abs(lo), np.abs(hi)))
+    held = m > 0
+    return {"count": math.sqrt(held.sum()), "sum": float(np.linalg.norm(m)), "sumsq": float(np.linalg.norm(m * m))}
+
+
+def row_radius(n_columns: int) -> float:
+    """L2 radius rows are clipped to in z-space for DP statistics: ``√(2 F)`` (a typical
+    z-scored row has ``‖z‖² ≈ F``; heavier rows are shrunk onto the sphere)."""
+    return math.sqrt(2.0 * max(n_columns, 1))
+
+
+def clip_rows(z: np.ndarray, radius: float) -> np.ndarray:
+    """Scale each row of ``z`` (NaN = missing, ignored) to L2 norm at most ``radius``."""
+    z = np.asarray(z, dtype=np.float64)
+    norm = np.sqrt(np.nansum(z * z, axis=1))
+    factor = np.where(norm > radius, radius / np.maximum(norm, 1e-300), 1.0)
+    return z * factor[:, None]
+
+
+def stats_sensitivity(radius: float, n_columns: int) -> dict[str, float]:
+    """L2 sensitivity of each :class:`~fedtab.impute.stats.SiteStats` array over rows of
+    L2 norm ≤ ``radius`` (:func:`clip_rows`) with ``n_columns`` columns, under replacement
+    of one row: ``x xᵀ`` has Frobenius norm ``‖x‖²``, ``x oᵀ`` at most ``‖x‖ √F``, the
+    observation pattern ``o oᵀ`` at most ``F``."""
+    r, f = float(radius), float(n_columns)
+    return {"count": math.sqrt(f), "sum": 2 * r, "sumsq": 2 * r * r, "pair_count": f,
+            "pair_sx": 2 * r * math.sqrt(f), "pair_sxx": 2 * r * r * math.sqrt(f), "pair_sxy": 2 * r * r}
+
+
+def clip_update(new: Mapping[str, np.ndarray], old: Mapping[str, np.ndarray], spec: Mapping[str, Any],
+                rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """DP-FedAvg at the site: ``old + noise(clip(new - old, C))`` with Δ = 2C over all arrays jointly.
+
+    Raises:
+        ValueError: the two parameter sets differ in names or shapes.
+    """
+    if set(new) != set(old) or any(np.shape(new[k]) != np.shape(old[k]) for k in new):
+        raise ValueError("DP-FedAvg: the update and the global parameters differ in names or shapes")
+    clip = float(spec.get("clip", 1.0))
+    delta = {k: np.asarray(new[k], np.float64) - np.asarray(old[k], np.float64) for k in new}
+    norm = math.sqrt(sum(float((d * d).sum()) for d in delta.values()))
+    factor = min(1.0, clip / norm) if norm > 0 else 1.0
+    return {k: (np.asarray(old[k], np.float64) + add_noise(d * factor, 2 * clip, spec, rng)).astype(np.asarray(new[k]).dtype)
+            for k, d in delta.items()}
+
+
+#: DP logistic regression: full-batch gradient steps per local epoch, and their step size.
+DP_GD_STEPS_PER_EPOCH = 4
+DP_GD_LR = 0.5
+#: the gradient steps' noise multiplier relative to the run's other releases: hundreds of
+#: steps whose noise is divided by the row count can each take more noise than a few statistics.
+DP_GD_NOISE_SCALE = 4.0
+
+
+def dp_logistic_update(params: Mapping[str, np.ndarray], X: np.ndarray, y: np.ndarray, *, steps: int,
+                       lr: float, l2: float, spec: Mapping[str, Any], rng: np.random.Generator,
+                       ) -> dict[str, np.ndarray]:
+    """DP gradient descent for (multinomial) logistic regression at one site.
+
+    Each of ``steps`` full-batch steps sums the per-example gradients clipped to L2 norm
+    ``C = spec["clip"]`` (a replaced row moves the sum by ≤ 2C), adds ``N(0, (z·2C)²)``,
+    divides by the row count (public) and adds the L2 penalty's gradient. Each step is one
+    Gaussian release; the noise per parameter shrinks as ``1/n``, unlike clipping the whole
+    update (:func:`clip_update`).
+
+    Args:
+        params: ``{"coef": (k, d), "intercept": (k,)}`` (k = 1 for two classes).
+        X: ``(n, d)`` standardised features. y: ``(n,)`` class indices.
+    """
+    coef, intercept = np.asarray(params["coef"], np.float64), np.asarray(params["intercept"], np.float64)
+    k, d = coef.shape
+    theta = np.concatenate([coef, intercept[:, None]], axis=1)
+    Xb = np.concatenate([np.asarray(X, np.float64), np.ones((len(X), 1))], axis=1)
+    y = np.asarray(y, dtype=np.int64)
+    n = max(len(y), 1)
+    target = y[:, None].astype(np.float64) if k == 1 else np.eye(k)[y]
+    clip = float(spec.get("clip", 1.0))
+    x_norm = np.linalg.norm(Xb, axis=1)
+    penalty = np.zeros_like(theta)
+    for _ in range(int(steps)):
+        z = Xb @ theta.T
+        if k == 1:
+            resid = 1.0 / (1.0 + np.exp(-np.clip(z, -50, 50))) - target
+        else:
+            e = np.exp(z - z.max(axis=1, keepdims=True))
+            resid = e / e.sum(axis=1, keepdims=True) - target
+        norms = np.linalg.norm(resid, axis=1) * x_norm  # ‖r_i ⊗ x_i‖
+        factor = np.minimum(1.0, clip / np.maximum(norms, 1e-12))
+        total = add_noise((resid * factor[:, None]).T @ Xb, 2 * clip, spec, rng)
+        penalty[:, :d] = l2 * theta[:, :d]
+        theta = theta - lr * (total / n + penalty)
+    return {"coef": theta[:, :d].copy(), "intercept": theta[:, d].copy()}
+
+
+def noisy_scores(scores: np.ndarray, spec: Mapping[str, Any], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A DP ballot: scores min-max normalised to [0, 1] by the site, Gaussian noise with
+    Δ = √d (any row may move every score across the whole range), then the mask is the
+    noisy scores above 0.5 and the sent scores are clipped back into [0, 1].
+
+    Returns:
+        ``(mask, scores)``.
+    """
+    s = np.nan_to_num(np.asarray(scores, dtype=np.float64))
+    span = s.max(initial=0.0) - s.min(initial=0.0)
+    norm = (s - s.min(initial=0.0)) / span if span > 0 else np.zeros_like(s)
+    noisy = add_noise(norm, math.sqrt(len(s)), spec, rng)
+    return noisy > 0.5, np.clip(noisy, 0.0, 1.0)

@@ -1,0 +1,133 @@
+"""Differential privacy: calibration and composition, noise added at the site, clipping, reports."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("dp_accounting")
+
+from fedtab.data import classification_table, split_rows  # noqa: E402
+from fedtab.engines.local import LocalFederation  # noqa: E402
+from fedtab.federation import Message, Site, run_election, run_training  # noqa: E402
+from fedtab.privacy.accountant import PrivacyLedger, calibrate, epsilon_of  # noqa: E402
+from fedtab.privacy.dp import clip_update, noise_rng, parse_dp  # noqa: E402
+
+
+def test_calibration_spends_the_target_and_composition_is_sublinear():
+    z = calibrate(2.0, 1e-5, 12)
+    assert 0.99 * 2.0 <= epsilon_of(z, 12, 1e-5) <= 2.0
+    assert calibrate(2.0, 1e-5, 24) > z > calibrate(4.0, 1e-5, 12)
+    ledger = PrivacyLedger.for_plan({"epsilon": 2.0, "delta": 1e-5}, {"describe": 3, "fit": 9})
+    ledger.spend("describe", 3)
+    ledger.spend("fit", 9)
+    report = ledger.report()
+    assert report["total"] == pytest.approx(2.0, rel=0.01)
+    assert report["total"] < sum(report["steps"].values())  # composing beats adding
+    with pytest.raises(RuntimeError, match="exceeds the 9 planned"):
+        ledger.spend("fit")
+
+
+def test_dp_settings_are_validated():
+    assert parse_dp(None) is None and parse_dp({"epsilon": math.inf}) is None
+    for bad, match in [({"epsilon": 0}, "epsilon > 0"), ({"epsilon": 1, "delta": 2}, "delta"),
+                       ({"epsilon": 1, "clip": -1}, "clip"), ({"epsilon": 1, "sigma": 3}, "unknown")]:
+        with pytest.raises(ValueError, match=match):
+            parse_dp(bad)
+
+
+@pytest.fixture(scope="module")
+def parts():
+    table = classification_table(900, 12, 4, 2, 0, shuffle=False, seed=0)
+    return split_rows(table, (0.5, 0.3, 0.2), stratify="target", seed=0)
+
+
+def test_site_adds_calibrated_noise_to_clipped_values(parts):
+    frame = parts[0].copy()
+    a, b = frame.columns[:2]
+    frame.loc[frame.index[0], a] = 1e6  # an outlier: clipping bounds its influence
+    site = Site("a", frame, "target", test_size=0)
+    z, bounds = 0.5, [-10.0, 10.0]
+    req = Message("describe", meta={"features": [a, b], "dp": {"z": z, "bounds": bounds, "clip": 1.0}})
+    draws = np.stack([site.handle(req).arrays["sum"] for _ in range(300)])
+    clipped = frame[[a, b]].clip(-10, 10).sum().to_numpy()
+    assert np.allclose(draws.mean(0), clipped, atol=4 * z * 20 * math.sqrt(2) / math.sqrt(300))
+    # Δ(sum) = ‖max(hi - lo, |lo|, |hi|)‖ over the two columns = 20·√2
+    assert draws.std(0) == pytest.approx([z * 20 * math.sqrt(2)] * 2, rel=0.15)
+    assert not np.array_equal(draws[0], draws[1])  # fresh noise, not a seed the server picks
+    reply = site.handle(Message("describe", meta={"dp": {"z": z}}))
+    assert reply.is_error and "public value bounds" in reply.meta["error"]
+
+
+def test_dp_gradient_descent_clips_per_example_gradients():
+    from fedtab.privacy.dp import dp_logistic_update
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(200, 3)), rng.integers(0, 2, 200)
+    start = {"coef": np.zeros((1, 3)), "intercept": np.zeros(1)}
+    quiet = {"z": 1e-15, "clip": 1e3}  # no noise, no clipping (every |grad| < 1e3): plain gradient descent
+    out = dp_logistic_update(start, X, y, steps=1, lr=0.5, l2=0.0, spec=quiet, rng=noise_rng())
+    grad = ((0.5 - y)[:, None] * np.c_[X, np.ones(200)]).mean(0)
+    assert np.allclose(np.r_[out["coef"][0], out["intercept"]], -0.5 * grad)
+    # with clip C each row moves the sum by at most C, so one step moves theta by at most lr*C
+    X[0] = 1e6
+    tight = dp_logistic_update(start, X, y, steps=1, lr=1.0, l2=0.0, spec={"z": 1e-12, "clip": 0.01}, rng=noise_rng())
+    assert np.linalg.norm(np.r_[tight["coef"][0], tight["intercept"]]) <= 0.01 + 1e-9
+
+
+def test_steps_with_more_noise_cost_less_privacy():
+    z = 2.0
+    assert epsilon_of(z, {4.0: 200, 1.0: 4}, 1e-5) < epsilon_of(z, 204, 1e-5)
+    ledger = PrivacyLedger.for_plan({"epsilon": 8.0}, {"describe": 3, "fit": 200}, {"fit": 4.0})
+    assert ledger.multiplier("fit") == pytest.approx(4 * ledger.multiplier("describe"))
+    ledger.spend("describe", 3)
+    ledger.spend("fit", 200)
+    assert ledger.report()["total"] == pytest.approx(8.0, rel=0.01)
+
+
+def test_dp_fedavg_clips_the_update_before_noising():
+    old = {"w": np.zeros(50)}
+    new = {"w": np.full(50, 100.0)}
+    out = clip_update(new, old, {"z": 1e-9, "clip": 2.0}, noise_rng())
+    assert np.linalg.norm(out["w"]) == pytest.approx(2.0, rel=1e-6)
+
+
+def test_dp_training_reports_the_privacy_spent_and_rejects_exact_models(parts):
+    fed = LocalFederation([Site(f"s{i}", p, "target") for i, p in enumerate(parts)])
+    out = run_training(fed, list(parts[0].columns[:3]), rounds=3, local_epochs=1,
+                       dp={"epsilon": 4.0, "delta": 1e-5, "bounds": [-10, 10]})
+    assert out.privacy["total"] == pytest.approx(4.0, rel=0.01)
+    # logistic regression: DP gradient descent, 4 steps per local epoch, each step one release
+    assert out.privacy["releases"] == {"describe": 3, "fit": 12, "evaluate": 1}
+    assert set(out.privacy["steps"]) == {"describe", "fit", "evaluate"}
+    with pytest.raises(ValueError, match="exact-aggregation model 'gnb'"):
+        run_training(fed, list(parts[0].columns[:1]), model="gnb", dp={"epsilon": 1.0, "bounds": [-10, 10]})
+
+
+def test_dp_ballots_are_noisy_and_accounted(parts):
+    fed = LocalFederation([Site(f"s{i}", p, "target") for i, p in enumerate(parts)])
+    req = Message("ballot", meta={"dp": {"z": 1.0, "bounds": None, "clip": 1.0}})
+    a, b = (fed.site("s0").handle(req) for _ in range(2))
+    assert not np.array_equal(a.arrays["scores"], b.arrays["scores"])
+    assert ((a.arrays["scores"] >= 0) & (a.arrays["scores"] <= 1)).all()
+    assert np.array_equal(a.arrays["mask"], a.arrays["scores"] > 0.5)
+    outcome = run_election(fed, 0.5, describe="train", dp={"epsilon": 2.0, "bounds": [-10, 10]})
+    assert outcome.privacy["releases"] == {"ballot": 1, "describe": 3}
+    assert outcome.privacy["total"] == pytest.approx(2.0, rel=0.01)
+
+
+def test_dp_imputation_releases_no_validation_errors():
+    pytest.importorskip("torch")
+    from fedtab.federation.impute_flow import ImputeConfig, run_imputation
+
+    rng = np.random.default_rng(0)
+    full = pd.DataFrame(rng.normal(size=(900, 4)) @ rng.normal(size=(4, 4)), columns=list("abcd"))
+    fed = LocalFederation([Site(f"s{i}", full.iloc[i * 300:(i + 1) * 300], test_size=0.1) for i in range(3)])
+    dp = {"epsilon": 8.0, "delta": 1e-5, "bounds": [-20, 20]}
+    res = run_imputation(fed, ImputeConfig(rounds=1, hidden_dim=4, n_layers=1, dp=dp))
+    assert res.privacy["releases"] == {"schema": 3, "stats": 7, "fit": 1}
+    assert res.validation["overall"] is None and res.validation["per_site"] == {}
+    kinds = {r.kind for r in fed.traffic.records}
+    assert "impute_eval" not in kinds
+    assert np.abs(np.nan_to_num(res.pooled.corr)).max() <= 1.0
