@@ -80,8 +80,6 @@ def elect_command(
         check_aggregation(aggregation)
         check_normalization(normalization)
         check_profile(compat, normalization)
-        if compat is not None and tune != "none":
-            fail("--compat elects with a peer's rule; --tune uses fedtab's rule (give one of them)")
         make_model(model)
         if tune not in ("none", "grid", "hill-climb"):
             fail(f"--tune must be 'none', 'grid' or 'hill-climb', got {tune!r}")
@@ -121,7 +119,7 @@ def elect_command(
             with console.status(f"tuning the freedom degree ({tune}) on validation rows"):
                 tuned = tune_flow(fed, model=model, tune_method=tune, rounds=rounds, local_epochs=local_epochs,
                                   tolerance=tolerance, validation_size=validation_size, aggregation=aggregation,
-                                  normalization=normalization, seed=seed, apply=False)
+                                  normalization=normalization, compat=compat, seed=seed, apply=False)
             freedom_degree = float(tuned.tuning.freedom_degree)
         with console.status("sites are voting"):
             outcome = run_election(fed, freedom_degree, aggregation=aggregation, normalization=normalization,

@@ -177,6 +177,7 @@ def tune_flow(
     start: float = 0.5,
     aggregation: str = "weighted",
     normalization: str = "all",
+    compat: str | None = None,
     ballots: list[Ballot] | None = None,
     seed: int = 0,
     apply: bool = True,
@@ -193,6 +194,9 @@ def tune_flow(
         ballots: fit-row ballots from an earlier call with the same ``validation_size``
             and ``seed`` (skips the selectors).
         apply: broadcast the chosen mask to the sites (``"set_mask"``).
+        aggregation / normalization / compat: the election rule every candidate mask is
+            elected with (``compat``: a peer's server rule, see :mod:`fedtab.election.compat`),
+            so the tuned mask is the one that rule gives at the chosen freedom degree.
 
     Raises:
         FederationError: a site failed (naming it). ValueError: invalid settings or ballots.
@@ -201,11 +205,11 @@ def tune_flow(
     abstained: dict[str, str] = {}
     if ballots is None:
         ballots = gather_fit_ballots(federation, selector, selectors=selectors, abstained=abstained)
-    first = elect_from_ballots(ballots, 0.0, aggregation, normalization)
+    first = elect_from_ballots(ballots, 0.0, aggregation, normalization, compat)
     names = list(first.feature_names)
 
     def mask_of(fd: float) -> np.ndarray:
-        return np.asarray(elect_from_ballots(ballots, fd, aggregation, normalization).mask, dtype=bool)
+        return np.asarray(elect_from_ballots(ballots, fd, aggregation, normalization, compat).mask, dtype=bool)
 
     score_of = validation_scorer(federation, names, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
     if tune_method == "grid":
@@ -213,7 +217,7 @@ def tune_flow(
     else:
         options = {"start": start}
     result = tune(mask_of, score_of, tune_method, **options)
-    election = elect_from_ballots(ballots, result.freedom_degree, aggregation, normalization)
+    election = elect_from_ballots(ballots, result.freedom_degree, aggregation, normalization, compat)
     if apply:
         broadcast_mask(federation, election.selected_names)
     return TuneOutcome(result, election, ballots, split, abstained)

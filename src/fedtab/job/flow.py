@@ -224,7 +224,8 @@ def job_workflow(federation: Federation, config: Mapping[str, Any],
                                  local_epochs=local_epochs, tolerance=float(el_cfg.get("tolerance", 0.01)),
                                  validation_size=float(el_cfg.get("validation_size", 0.25)),
                                  aggregation=el_cfg.get("aggregation", "weighted"),
-                                 normalization=el_cfg.get("normalization", "all"), seed=seed, apply=False)
+                                 normalization=el_cfg.get("normalization", "all"),
+                                 compat=el_cfg.get("compat"), seed=seed, apply=False)
 
             tuned = steps.run("tuning", tune_step)
             fd = float(tuned.tuning.freedom_degree)
@@ -232,7 +233,8 @@ def job_workflow(federation: Federation, config: Mapping[str, Any],
 
         def election_step() -> Any:
             return run_election(federation, fd, aggregation=el_cfg.get("aggregation", "weighted"),
-                                normalization=el_cfg.get("normalization", "all"), describe="train")
+                                normalization=el_cfg.get("normalization", "all"),
+                                compat=el_cfg.get("compat"), describe="train")
 
         outcome = steps.run("election", election_step)
         res = outcome.result

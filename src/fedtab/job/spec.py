@@ -59,6 +59,7 @@ class ElectionSpec:
     tune: str = "none"
     aggregation: str = "weighted"
     normalization: str = "all"
+    compat: str | None = None
     tolerance: float = 0.01
     validation_size: float = 0.25
 
@@ -171,7 +172,7 @@ def _na_values(value: Any, where: str, source: str) -> list[str]:
 
 
 def _check_choices(spec: JobSpec) -> None:
-    from ..election.rule import check_aggregation, check_normalization
+    from ..election.rule import check_aggregation, check_normalization, check_profile
     from ..election.selectors import make_selector
     from ..learn.models import make_model
 
@@ -189,6 +190,7 @@ def _check_choices(spec: JobSpec) -> None:
                 raise JobError(f"[election] validation_size must be in (0, 1), got {e.validation_size}")
             check_aggregation(e.aggregation)
             check_normalization(e.normalization)
+            check_profile(e.compat, e.normalization)
             make_selector(e.selector)
         for s in spec.sites:
             if s.selector is not None:
