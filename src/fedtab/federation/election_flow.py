@@ -212,7 +212,14 @@ def ballot_checker(federation: Federation, part: str, ballots: dict[str, Ballot]
                 abstained[site] = str(reason)[:500]
             return
         names = schema.check_features(site, reply.meta.get("feature_names"), exact=True, what="ballot features")
-        ballots[site] = Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n, names, site=site)
+        declared = schema.declaration(site).columns
+        if tuple(names) == declared:  # unique strings, checked at declaration: shared tuple, not re-checked
+            ballot = Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n, None, site=site)
+            if ballot.n_features != len(declared):
+                raise ValueError(f"{len(declared)} feature names for {ballot.n_features} mask entries")
+            ballots[site] = replace(ballot, feature_names=declared)
+        else:
+            ballots[site] = Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n, names, site=site)
 
     return check
 

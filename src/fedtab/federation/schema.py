@@ -141,11 +141,23 @@ def _names(value: Any, what: str, limits: SchemaLimits) -> list[str]:
     return list(value)
 
 
-def parse_declaration(meta: Any, limits: SchemaLimits = SchemaLimits()) -> SiteDeclaration:
-    """Validate one site's declaration (``ValueError`` with the reason; the caller names the site)."""
+def parse_declaration(meta: Any, limits: SchemaLimits = SchemaLimits(),
+                      validated: dict[tuple[str, ...], tuple[str, ...]] | None = None) -> SiteDeclaration:
+    """Validate one site's declaration (``ValueError`` with the reason; the caller names the site).
+
+    ``validated``: column lists already validated against the same ``limits`` (filled
+    here); a site declaring the same list as an earlier one reuses that check and that
+    tuple (one shared object, so later comparisons against it are identity checks).
+    """
     if not isinstance(meta, dict):
         raise ValueError("the schema declaration is missing or not a JSON object")
-    columns = _names(meta.get("columns"), "declared columns", limits)
+    raw = meta.get("columns")
+    key = tuple(raw) if isinstance(raw, list) and validated is not None else None
+    columns = validated.get(key) if key is not None else None  # type: ignore[union-attr]
+    if columns is None:
+        columns = tuple(_names(raw, "declared columns", limits))
+        if key is not None:
+            validated[key] = columns  # type: ignore[index]
     kinds = meta.get("kinds", ["numeric"] * len(columns))
     if not isinstance(kinds, list) or len(kinds) != len(columns) or set(map(type, kinds)) - {str} \
             or set(kinds) - set(KINDS):
@@ -168,7 +180,7 @@ def parse_declaration(meta: Any, limits: SchemaLimits = SchemaLimits()) -> SiteD
     classes = _names(classes, "declared classes", replace(limits, max_columns=limits.max_classes)) if classes else []
     if classes and target is None:
         raise ValueError("classes declared without a target")
-    return SiteDeclaration(tuple(columns), tuple(kinds), target, tuple(classes), rows)
+    return SiteDeclaration(columns, tuple(kinds), target, tuple(classes), rows)
 
 
 @dataclass
@@ -197,10 +209,28 @@ class Schema:
         """Fix the schema from validated declarations (sites in the given order)."""
         if not declarations:
             raise FederationError("no site declared a schema")
-        holders: dict[str, list[str]] = {}
+        # sites declaring the same column list are grouped (one pass per distinct list, not per site)
+        groups: dict[tuple[str, ...], list[str]] = {}
         for site, d in declarations.items():
-            for c in d.columns:
-                holders.setdefault(c, []).append(site)
+            groups.setdefault(d.columns, []).append(site)
+        holders: dict[str, list[str]] = {}
+        if len(groups) == 1:
+            (columns, sites), = groups.items()
+            holders = {c: list(sites) for c in columns}
+        else:
+            position = {site: i for i, site in enumerate(declarations)}
+            for columns, sites in groups.items():
+                for c in columns:
+                    holders.setdefault(c, []).extend(sites)
+            # first appearance with sites in order, holders in site order (as one pass per site gives)
+            first = {}
+            for columns, sites in groups.items():
+                at = position[sites[0]]
+                for c in columns:
+                    if c not in first or at < first[c]:
+                        first[c] = at
+            order = sorted(holders, key=lambda c: first[c])  # stable: within a site, its column order
+            holders = {c: sorted(holders[c], key=position.__getitem__) for c in order}
         targets = {d.target for d in declarations.values()}
         classes: set[str] = set()
         for d in declarations.values():
@@ -218,6 +248,15 @@ class Schema:
     def site_columns(self, site: str) -> list[str]:
         """The feature columns ``site`` declared, in its order."""
         return list(self.declaration(site).columns)
+
+    def column_set(self, site: str | None = None) -> frozenset[str]:
+        """The columns ``site`` declared (``None``: the federation's), as a set built once per declaration."""
+        cache = self.__dict__.setdefault("_column_sets", {})
+        source = self.declaration(site).columns if site is not None else self.columns
+        hit = cache.get(site)
+        if hit is None or hit[0] is not source or (site is None and len(hit[1]) != len(source)):
+            hit = cache[site] = (source, frozenset(source))
+        return hit[1]
 
     def holder_count(self, names: Sequence[str] | None = None) -> np.ndarray:
         """``(d,)`` number of sites declaring each of ``names`` (default: every column)."""
@@ -252,13 +291,16 @@ class Schema:
             SiteError: not a list of strings, duplicates, more names than allowed (oversized),
                 an unknown or extra feature -- naming ``site``.
         """
-        allowed = set(self.site_columns(site)) if within == "site" else set(self.columns)
+        if within == "site" and isinstance(names, list) and len(names) == len(self.declaration(site).columns) \
+                and tuple(names) == self.declaration(site).columns:
+            return list(names)  # exactly its declaration, validated when it was declared: nothing left to check
+        allowed = self.column_set(site if within == "site" else None)
         try:
             out = _names(names, what, replace(self.limits, max_columns=len(allowed)))
         except ValueError as exc:
             raise SiteError(reject_text(site, str(exc)), {site: str(exc)}) from None
-        unknown = [n for n in out if n not in allowed]
-        if unknown:
+        if not allowed.issuperset(out):
+            unknown = [n for n in out if n not in allowed]
             where = "it did not declare" if within == "site" else "not in the federation's schema"
             text = f"{what}: features {unknown[:5]} {where}"
             raise SiteError(reject_text(site, text), {site: text})
@@ -339,9 +381,10 @@ def declarations_from(replies: Mapping[str, Message], limits: SchemaLimits = Sch
     declaring another is rejected (a tie rejects every site that declares one).
     """
     good, bad = {}, {}
+    validated: dict[tuple[str, ...], tuple[str, ...]] = {}  # identical column lists are checked once
     for site, reply in replies.items():
         try:
-            good[site] = parse_declaration(reply.meta.get(DECLARED), limits)
+            good[site] = parse_declaration(reply.meta.get(DECLARED), limits, validated)
         except ValueError as exc:
             bad[site] = f"invalid schema declaration: {exc}"
     targets = Counter(d.target for d in good.values())

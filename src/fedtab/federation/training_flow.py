@@ -310,20 +310,26 @@ def describe_checker(federation: Federation, features: list[str] | None, part: s
                      ) -> Callable[[str, Message], None]:
     """Validator of ``"describe"`` replies over ``features`` (``None``: the site's choice) on ``part``."""
 
+    expected = None if features is None else list(features)
+    checked_for: list[Any] = []  # the schema the expected list was validated against (once, not per site)
+
     def check(site: str, reply: Message) -> None:
         schema = federation.schema
         assert schema is not None
         feats = reply.meta.get("features")
-        if features is not None and feats != list(features):
+        if expected is not None and feats != expected:
             raise ValueError("described other features than the ones to train on")
-        feats = schema.check_features(site, feats, within="federation", what="described features")
+        if expected is None or not (checked_for and checked_for[0] is schema):
+            feats = schema.check_features(site, feats, within="federation", what="described features")
+            if expected is not None:
+                checked_for[:] = [schema]  # equal to ``expected`` and valid: later equal lists are too
         d = len(feats)
         n = validate.integer(reply.meta.get("n_train"), f"{part} rows", equal=schema.rows(site, part))
         validate.integer(reply.meta.get("n_test"), "test rows", equal=schema.rows(site, "test"))
         count, total, sumsq = (validate.array(reply, k, (d,)) for k in ("count", "sum", "sumsq"))
         validate.counts(count, n, "feature counts")
-        held = set(schema.site_columns(site))
-        if [f for f, c in zip(feats, count) if c > 0 and f not in held]:
+        held = schema.column_set(site)
+        if not held.issuperset(feats) and [f for f, c in zip(feats, count) if c > 0 and f not in held]:
             raise ValueError("counts values of features it did not declare")
         validate.moments(count, total, sumsq, "feature moments")
         schema.check_classes(site, reply.meta.get("classes"))
