@@ -189,7 +189,8 @@ class Schema:
 
     Attributes:
         columns: ordered union of the sites' feature columns (first appearance, sites in order).
-        holders: column -> the sites declaring it, in site order.
+        holders: column -> the sites declaring it, in site order (read-only: columns held by
+            the same sites may share one list).
         sites: site -> its :class:`SiteDeclaration` (rows may gain parts, e.g. ``fit``).
         target: the target column name the sites agree on (``None`` if unsupervised).
         classes: sorted union of the declared class labels.
@@ -216,7 +217,7 @@ class Schema:
         holders: dict[str, list[str]] = {}
         if len(groups) == 1:
             (columns, sites), = groups.items()
-            holders = {c: list(sites) for c in columns}
+            holders = dict.fromkeys(columns, list(sites))  # one read-only list shared by every column
         else:
             position = {site: i for i, site in enumerate(declarations)}
             for columns, sites in groups.items():
