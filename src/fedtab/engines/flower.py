@@ -28,6 +28,7 @@ import time
 
 _IMPORT_STARTED = time.time()  # a ClientApp process reports how long importing fedtab took
 
+import functools  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
@@ -374,7 +375,7 @@ class FlowerFederation(Federation):
         out: list[FlwrMessage] = []
         graced = False
         while pending and time.monotonic() < deadline:
-            got = list(self.grid.pull_messages(list(pending)))
+            got = self._pull(list(pending), min(deadline, time.monotonic() + max(self.grace, time.monotonic() - started)))
             out.extend(got)
             pending.difference_update(r.metadata.reply_to_message_id for r in got)
             if pending and not graced and enough is not None and enough(out):
@@ -385,6 +386,25 @@ class FlowerFederation(Federation):
             if pending:
                 time.sleep(self.poll_interval)
         return out
+
+    def _pull(self, ids: list[str], until: float) -> list[FlwrMessage]:
+        """``grid.pull_messages(ids)``, returning by about ``until`` (``time.monotonic()``).
+
+        A SuperNode killed between pushing a reply and pushing its content leaves a reply
+        whose objects never arrive; Flower 1.42's grid retries pulling them for up to 2 h
+        (``pull_objects(max_time=7200)``), blocking this pull -- and every reply in it --
+        past any deadline. Bounded here, that reply becomes Flower's "objects unavailable"
+        error reply, and its site is dropped like any other that failed.
+        """
+        module = sys.modules.get(type(self.grid).__module__)
+        pull = getattr(module, "pull_objects", None)
+        if pull is None:  # not Flower's HTTP grid (e.g. the in-process grid): nothing to bound
+            return list(self.grid.pull_messages(ids))
+        module.pull_objects = functools.partial(pull, max_time=max(1.0, until - time.monotonic()))
+        try:
+            return list(self.grid.pull_messages(ids))
+        finally:
+            module.pull_objects = pull
 
     def ask(self, requests: Mapping[str, Message]) -> dict[str, Message]:
         replies: dict[str, Message] = {}
