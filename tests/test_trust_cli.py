@@ -127,3 +127,17 @@ def test_a_failed_elect_run_leaves_previous_results_intact(files, tmp_path, monk
     _one_line_error(res, "election failed")
     assert (out / "result.json").read_text() == before
     assert np.array_equal(sorted(p.name for p in tmp_path.iterdir()), sorted(["o", "site0.csv", "site1.csv"]))
+
+
+def test_impute_min_sites_above_the_site_count_is_refused_before_any_work(tmp_path):
+    from typer.testing import CliRunner
+
+    from fedtab.cli import app
+
+    files = []
+    for i in range(2):
+        files.append(tmp_path / f"s{i}.csv")
+        files[-1].write_text("a,b\n" + "".join(f"{j},{j * 2}\n" for j in range(12)))
+    res = CliRunner().invoke(app, ["impute", *map(str, files), "--min-sites", "3", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "--min-sites 3 is more than the 2 site file(s)" in res.output
+    assert not (tmp_path / "o" / "report.json").exists()

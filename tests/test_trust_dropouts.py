@@ -116,3 +116,33 @@ def test_a_rejected_reply_drops_only_its_sender(parts):
     # the hostile update never reached the average: the model is as small and good as an honest one
     assert all(np.abs(v).max() < 100 for v in out.params.values())
     assert out.pooled["weighted_f1"] > 0.7
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("torch"), reason="imputation needs torch")
+def test_federated_imputer_quorum_drops_a_failing_site_and_names_it(monkeypatch):
+    import pandas as pd
+
+    import fedtab.federation.site as site_module
+    from fedtab.imputer import FederatedImputer
+
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(240, 2))
+    table = pd.DataFrame(z @ rng.normal(size=(2, 5)) + 0.1 * rng.normal(size=(240, 5)),
+                         columns=[f"c{i}" for i in range(5)])
+    tables = {"a": table.iloc[:80], "b": table.iloc[80:160], "c": table.iloc[160:]}
+    real = site_module.Site
+
+    def site(name, *args, **kwargs):  # site "c" fails on its second training round
+        if name == "c":
+            return Flaky(name, *args, kind="impute_fit", nth=2, **kwargs)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(site_module, "Site", site)
+    opts = dict(rounds=3, local_epochs=1, hidden_dim=8, n_layers=1, seed=0)
+    with pytest.raises(SiteError, match="'c'"):
+        FederatedImputer(**opts).fit(tables)
+    imp = FederatedImputer(min_sites=2, **opts).fit(tables)
+    assert set(imp.result_.dropped) == {"c"} and "disk on fire" in imp.result_.dropped["c"]
+    assert imp.transform(tables["a"]).notna().all().all()
+    with pytest.raises(ValueError, match="min_sites"):
+        FederatedImputer(min_sites=4, **opts).fit(tables)

@@ -54,6 +54,10 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         dp: differential privacy ``{"epsilon", "delta", "bounds", "clip"}`` (see ``ImputeConfig.dp``).
         policy: the sites' :class:`~fedtab.privacy.DisclosurePolicy` (or its settings
             dict); default ``min_rows=10``: a table with fewer rows is refused.
+        min_sites: quorum of :meth:`fit`'s federation: a site that fails, times out or
+            sends a rejected reply is dropped (named in ``result_.dropped``) while this
+            many remain; ``None`` = every site must answer.
+        timeout: seconds each site may take per exchange in :meth:`fit` (``None`` = no limit).
 
     Learned attributes: ``columns_`` (global schema), ``mean_``, ``std_`` ((F,) pooled),
     ``graph_`` (:class:`~fedtab.impute.graph.FeatureGraph`), ``model_`` (torch module, with
@@ -93,6 +97,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         secure_aggregation: bool = False,
         dp: dict | None = None,
         policy: Any = None,
+        min_sites: int | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.k_neighbors = k_neighbors
         self.min_abs_corr = min_abs_corr
@@ -121,6 +127,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         self.secure_aggregation = secure_aggregation
         self.dp = dp
         self.policy = policy
+        self.min_sites = min_sites
+        self.timeout = timeout
 
     # ------------------------------------------------------------------------------
     def _config(self):
@@ -185,7 +193,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
             t.columns = [str(c) for c in t.columns]
             test_size = self.validation_fraction if len(t) >= 10 else 0.0
             sites.append(Site(name, t.astype(np.float64), test_size=test_size, seed=self.seed, policy=self.policy))
-        self._fit_on(LocalFederation(sites), cfg, progress)
+        self._fit_on(LocalFederation(sites, min_sites=self.min_sites, timeout=self.timeout), cfg, progress)
         self.site_names_ = list(named)
         given = [tables] if self._single(tables) else list(tables.values() if isinstance(tables, Mapping) else tables)
         if all(isinstance(t, pd.DataFrame) and all(isinstance(c, str) for c in t.columns) for t in given):

@@ -25,7 +25,7 @@ import pandas as pd
 import typer
 
 from ..report.output import OutputError
-from . import err_console, fail
+from . import err_console, fail, finite_number
 from .elect import max_site_share_option
 
 __all__ = ["impute_command", "read_site_csv", "ImputeInputError"]
@@ -124,6 +124,11 @@ def impute_command(
                                          "coordinate-wise median FedAvg (docs/trust.md).")] = False,
     max_site_share: Annotated[float, typer.Option(callback=max_site_share_option,
                                                   help="With --robust: most of the pooled statistics one site may carry.")] = 0.5,
+    min_sites: Annotated[Optional[int], typer.Option(min=1, help="Quorum: a site that fails, times out or sends a "
+                                                     "rejected reply is dropped (named) while this many remain "
+                                                     "(default: every site must answer).")] = None,
+    timeout: Annotated[Optional[float], typer.Option(min=0.001, callback=finite_number,
+                                                     help="Seconds each site may take per exchange (default: no limit).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     secure_aggregation: Annotated[bool, typer.Option(
         "--secure-aggregation", help="Sites send only masked sums (statistics, weights, errors); the server "
@@ -145,12 +150,15 @@ def impute_command(
         names = [p.name.split(".")[0] for p in files]
         if len(set(names)) != len(names):
             fail(f"site names (file stems) must be unique, got {names}")
+        if min_sites is not None and min_sites > len(files):
+            fail(f"--min-sites {min_sites} is more than the {len(files)} site file(s)")
         tables = {n: read_site_csv(p, sep=sep, na_values=na_value) for n, p in zip(names, files)}
         imp = FederatedImputer(rounds=rounds, local_epochs=local_epochs, k_neighbors=k_neighbors,
                                min_abs_corr=min_abs_corr, hidden_dim=hidden_dim, n_layers=n_layers, lr=lr,
                                mask_fraction=mask_fraction, validation_fraction=validation_fraction,
                                use_prior=prior, prior_rank=prior_rank, seed=seed, robust=robust,
-                               max_site_share=max_site_share, secure_aggregation=secure_aggregation)
+                               max_site_share=max_site_share, secure_aggregation=secure_aggregation,
+                               min_sites=min_sites, timeout=timeout)
         with Progress(TextColumn("[bold]FedAvg"), BarColumn(), TextColumn("{task.completed}/{task.total} rounds"),
                       TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
                       disable=quiet) as bar:
