@@ -237,7 +237,7 @@ class Schema:
         for d in declarations.values():
             classes.update(d.classes)
         return cls(list(holders), holders, dict(declarations), next(iter(targets)) if len(targets) == 1 else None,
-                   _sort_labels(classes), limits)
+                   sort_labels(classes), limits)
 
     # ----- what the sites declared ------------------------------------------------------
     def declaration(self, site: str) -> SiteDeclaration:
@@ -367,7 +367,8 @@ class Schema:
         return cached
 
 
-def _sort_labels(labels: set[str]) -> list[str]:
+def sort_labels(labels: Iterable[str]) -> list[str]:
+    """Class-label keys in the agreed order: numerically when every key is a number, else as text."""
     try:
         return sorted(labels, key=float)
     except ValueError:

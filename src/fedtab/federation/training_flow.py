@@ -63,6 +63,7 @@ from . import validate
 from .local_data import numeric_matrix
 from .messages import Message
 from .protocol import Federation, FederationError, collect, exchange, set_quorum
+from .schema import sort_labels
 from .reduce import DEFAULT_MAX_SITE_SHARE, cap_weights, check_max_site_share, moment_summaries, robust_params, \
     screen_sites, site_median
 from .site import Site, handler
@@ -86,13 +87,6 @@ def label_key(value: Any) -> str:
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
     return str(value)
-
-
-def _sort_labels(labels: set[str]) -> list[str]:
-    try:
-        return sorted(labels, key=float)
-    except ValueError:
-        return sorted(labels)
 
 
 def _features(site: Site, request: Message) -> list[str]:
@@ -591,7 +585,7 @@ def secure_describe(secure: SecureAggregator, requests: Mapping[str, Message], k
             raise FederationError(f"site {name!r} describes different features than the others")
         classes |= {str(c) for c in meta.get("classes", [])}
     arrays = {k: summed.sums[k] for k in ("count", "sum", "sumsq")}
-    return {SECURE_SUM: Message("describe", arrays, {"features": feats, "classes": _sort_labels(classes),
+    return {SECURE_SUM: Message("describe", arrays, {"features": feats, "classes": sort_labels(classes),
                                                      "sites": summed.survivors})}
 
 
@@ -792,7 +786,7 @@ def run_training(
     assert feats is not None and count is not None
     if len(classes) < 2:
         raise ValueError(f"training needs at least 2 classes across the sites, found {sorted(classes)}")
-    class_list = _sort_labels(classes)
+    class_list = sort_labels(classes)
     left_out: dict[str, str] = {}
     if dp_spec is not None:  # post-processing of noisy moments: counts below 1 are noise
         count = np.where(count >= 1, count, 0.0)
