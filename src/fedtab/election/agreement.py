@@ -82,6 +82,9 @@ def pooled_agreement(
     aggregation: str = "weighted",
     normalization: str = "all",
     compat: str | None = None,
+    consensus: str = "intersection",
+    consensus_alpha: float = 0.05,
+    min_holders: int = 1,
 ) -> list[dict[str, float]]:
     """Per freedom degree, the Jaccard agreement of the elected mask with ``pooled``.
 
@@ -92,8 +95,8 @@ def pooled_agreement(
         ballots: the sites' ballots (named or positional, as for an election).
         pooled: ``(d,)`` bool mask of the same selector on the pooled table, in the
             order of ``feature_names`` (default: the ballots' ordered union of names).
-        aggregation / normalization / compat: the election's settings (see
-            :class:`~fedtab.election.tally.ElectionTally`).
+        aggregation / normalization / compat / consensus / consensus_alpha / min_holders:
+            the election's settings (see :class:`~fedtab.election.tally.ElectionTally`).
 
     Returns:
         ``[{"freedom_degree", "jaccard", "kept", "pooled_kept"}]`` in the order given.
@@ -119,7 +122,8 @@ def pooled_agreement(
         raise ValueError(f"pooled mask has shape {ref.shape}, the election covers {tally.n_features} features")
     out = []
     for fd in fds:
-        mask = tally.result(fd, aggregation).mask
+        mask = tally.result(fd, aggregation, min_holders=min_holders, consensus=consensus,
+                            consensus_alpha=consensus_alpha).mask
         out.append({"freedom_degree": fd, "jaccard": jaccard(mask, ref), "kept": int(mask.sum()),
                     "pooled_kept": int(ref.sum())})
     return out

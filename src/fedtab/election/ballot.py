@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["Ballot", "check_n_samples", "check_freedom_degree"]
+__all__ = ["Ballot", "check_n_samples", "check_freedom_degree", "check_pvalues"]
 
 
 def check_n_samples(n: Any, site: str) -> int:
@@ -24,6 +24,19 @@ def check_n_samples(n: Any, site: str) -> int:
     if value <= 0:
         raise ValueError(f"{site}: n_samples must be a positive integer, got {value}")
     return value
+
+
+def check_pvalues(pvalues: Any, d: int, label: str) -> np.ndarray:
+    """``pvalues`` as a ``(d,)`` float array of finite values in [0, 1]; ``ValueError`` naming ``label``."""
+    try:
+        p = np.asarray(pvalues, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{label}: p-values must be numeric") from None
+    if p.shape != (d,):
+        raise ValueError(f"{label}: {p.size} p-values for {d} mask entries (shape {p.shape})")
+    if not np.isfinite(p).all() or (p < 0).any() or (p > 1).any():
+        raise ValueError(f"{label}: p-values must be finite numbers in [0, 1]")
+    return p
 
 
 def check_freedom_degree(fd: Any) -> float:
@@ -44,6 +57,11 @@ class Ballot:
         feature_names: ``d`` names the mask and scores refer to, or ``None`` when all
             sites share one column order.
         site: the site's name, used in error messages.
+        pvalues: ``(d,)`` float in [0, 1], the p-value of the selector's test per
+            feature, or ``None``. Only ``consensus="stouffer"`` asks for and uses them
+            (see :mod:`fedtab.election.evidence`).
+        n_effective: with ``pvalues``, the site's effective sample size in
+            ``(0, n_samples]`` (its Stouffer weight; default ``n_samples``).
     """
 
     mask: np.ndarray
@@ -51,6 +69,8 @@ class Ballot:
     n_samples: int
     feature_names: tuple[str, ...] | None = None
     site: str = "site"
+    pvalues: np.ndarray | None = None
+    n_effective: float | None = None
 
     @classmethod
     def build(
@@ -60,6 +80,8 @@ class Ballot:
         n_samples: Any,
         feature_names: Sequence[str] | None = None,
         site: str = "site",
+        pvalues: Any = None,
+        n_effective: Any = None,
     ) -> "Ballot":
         """Validate and normalise the inputs into a ballot.
 
@@ -67,7 +89,9 @@ class Ballot:
             ValueError: (naming ``site``) mask/scores not 1-D or of different lengths,
                 a mask that is not boolean (0/1 integers are accepted), non-finite or
                 non-numeric scores, ``n_samples`` not a positive integer, names whose
-                count differs from the mask's length, or duplicate names.
+                count differs from the mask's length, duplicate names, or ``pvalues``
+                (when given) not finite numbers in [0, 1] of the mask's shape,
+                ``n_effective`` not a number in ``(0, n_samples]``.
         """
         label = f"site {site!r}"
         m = np.asarray(mask)
@@ -99,7 +123,14 @@ class Ballot:
                 raise ValueError(f"{label}: {len(names)} feature names for {m.size} mask entries")
             if len(set(names)) != len(names):
                 raise ValueError(f"{label}: duplicate feature names in the ballot")
-        return cls(m, s, n, names, str(site))
+        p = None if pvalues is None else check_pvalues(pvalues, m.size, label)
+        eff = None
+        if n_effective is not None:
+            if isinstance(n_effective, (bool, np.bool_)) or not isinstance(n_effective, Real) \
+                    or not 0 < float(n_effective) <= n:
+                raise ValueError(f"{label}: n_effective must be a number in (0, n_samples={n}], got {n_effective!r}")
+            eff = float(n_effective)
+        return cls(m, s, n, names, str(site), p, eff)
 
     @property
     def n_features(self) -> int:

@@ -64,6 +64,13 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
             elected mask with the pooled mask per freedom degree), and a ``pooled``
             column in :meth:`explain`. Simulation only (no real server holds the pooled
             rows); costs one selector run on the pooled table.
+        consensus: ``"intersection"`` (the rule) or ``"stouffer"``: the consensus is the
+            features whose combined p-value over the sites (Stouffer's weighted Z of
+            their selectors' test p-values) passes Benjamini-Hochberg at
+            ``consensus_alpha`` -- robust to label-skewed sites (see
+            :mod:`fedtab.election.evidence`); needs a test-based selector
+            (``"anova"``, ``"chi2"``, ``SelectKBest``/``SelectFdr`` over a test).
+        consensus_alpha: that consensus's false discovery rate.
 
     Sites whose rows hold a single target value abstain (``abstained_``: site -> reason).
 
@@ -75,13 +82,16 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
     """
 
     def __init__(self, selector: Any = "lasso", freedom_degree: float = 0.5, aggregation: str = "weighted",
-                 compat: str | None = None, normalization: str = "all", pooled_comparison: bool = False) -> None:
+                 compat: str | None = None, normalization: str = "all", pooled_comparison: bool = False,
+                 consensus: str = "intersection", consensus_alpha: float = 0.05) -> None:
         self.selector = selector
         self.freedom_degree = freedom_degree
         self.aggregation = aggregation
         self.compat = compat
         self.normalization = normalization
         self.pooled_comparison = pooled_comparison
+        self.consensus = consensus
+        self.consensus_alpha = consensus_alpha
 
     def fit(self, tables: Any, target: Any = None) -> "FederatedFeatureElection":
         """Elect from one table per site.
@@ -128,7 +138,8 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
         sites = [Site(name, frame, column, test_size=0.0, selector=_own_copy(sel))
                  for (name, frame), sel in zip(frames.items(), selectors)]
         outcome = run_election(LocalFederation(sites), self.freedom_degree, aggregation=self.aggregation,
-                               normalization=self.normalization, compat=self.compat)
+                               normalization=self.normalization, compat=self.compat, consensus=self.consensus,
+                               consensus_alpha=self.consensus_alpha)
         self.result_ = outcome.result
         self.ballots_ = outcome.ballots
         self.site_names_ = names
@@ -151,7 +162,8 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
         fds = sorted({*DEFAULT_FREEDOM_DEGREES, float(self.freedom_degree)})
         self.pooled_agreement_ = pd.DataFrame(pooled_agreement(
             ballots, self.pooled_support_, feature_names=names, freedom_degrees=fds, aggregation=self.aggregation,
-            normalization=self.normalization, compat=self.compat))
+            normalization=self.normalization, compat=self.compat, consensus=self.consensus,
+            consensus_alpha=self.consensus_alpha, min_holders=self.result_.min_holders))
 
     def _get_support_mask(self) -> np.ndarray:
         check_is_fitted(self, "support_")

