@@ -64,9 +64,19 @@ def elect_command(
     secure_aggregation: Annotated[bool, typer.Option(
         "--secure-aggregation", help="Training sends only masked sums (descriptions, updates, evaluation "
                                      "counts); the server learns no single site's. Not with --tune.")] = False,
+    consensus: Annotated[str, typer.Option(help="'intersection' (the rule) or 'stouffer': consensus = features whose "
+                                           "combined p-value over the sites passes Benjamini-Hochberg (for label-"
+                                           "skewed sites; needs a test-based selector such as anova or chi2).")
+                         ] = "intersection",
+    consensus_alpha: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite_number,
+                                                   help="False discovery rate of --consensus stouffer.")] = 0.05,
+    pooled_comparison: Annotated[bool, typer.Option(
+        "--pooled-comparison", help="Simulation (all files on this machine): also run the selector on all sites' "
+                                    "training rows stacked and report the Jaccard agreement per freedom degree.")] = False,
 ) -> None:
     """Feature Election on real tables: one file per site, each site votes with its own selector."""
     from ..data.tables import TableError, read_table
+    from ..election.evidence import check_consensus, check_consensus_alpha
     from ..election.rule import check_aggregation, check_normalization, check_profile
     from ..election.selectors import make_selector
     from ..engines.local import LocalFederation
@@ -80,6 +90,8 @@ def elect_command(
         check_aggregation(aggregation)
         check_normalization(normalization)
         check_profile(compat, normalization)
+        check_consensus(consensus)
+        check_consensus_alpha(consensus_alpha)
         make_model(model)
         if tune not in ("none", "grid", "hill-climb"):
             fail(f"--tune must be 'none', 'grid' or 'hill-climb', got {tune!r}")
@@ -90,6 +102,8 @@ def elect_command(
             fail(f"give one --selector for all sites or one per site ({len(tables)}), got {len(sel_names)}")
         if len(sel_names) == 1:
             sel_names = sel_names * len(tables)
+        if pooled_comparison and len(set(sel_names)) > 1:
+            fail("--pooled-comparison needs one --selector shared by every site")
         for s in sel_names:
             make_selector(s)
         if min_sites is not None and min_sites > len(tables):
@@ -123,11 +137,23 @@ def elect_command(
             freedom_degree = float(tuned.tuning.freedom_degree)
         with console.status("sites are voting"):
             outcome = run_election(fed, freedom_degree, aggregation=aggregation, normalization=normalization,
-                                   compat=compat, min_holders=min_holders, robust=robust)
+                                   compat=compat, min_holders=min_holders, robust=robust, consensus=consensus,
+                                   consensus_alpha=consensus_alpha)
         result = outcome.result
         doc = {"sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), sel_names, tables)],
                "categorical_columns": categorical, **result.to_dict(), "min_holders": result.min_holders}
         doc["election"] = {**result.to_dict(), "features": result.explain_records()}
+        if pooled_comparison:
+            from ..election.agreement import DEFAULT_FREEDOM_DEGREES, pooled_agreement, pooled_mask
+
+            with console.status("running the selector on the pooled training rows (simulation)"):
+                names_in = list(result.feature_names)
+                ref = pooled_mask([s.rows("train") for s in sites], target, sel_names[0], names_in)
+                doc["election"]["pooled_agreement"] = pooled_agreement(
+                    outcome.ballots, ref, feature_names=names_in,
+                    freedom_degrees=sorted({*DEFAULT_FREEDOM_DEGREES, float(freedom_degree)}), aggregation=aggregation,
+                    normalization=normalization, compat=compat, consensus=consensus, consensus_alpha=consensus_alpha,
+                    min_holders=result.min_holders)
         if tune != "none":
             doc["tuning"] = tuned.tuning.to_dict()
         if train or tune != "none":

@@ -165,6 +165,25 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
             normalization=self.normalization, compat=self.compat, consensus=self.consensus,
             consensus_alpha=self.consensus_alpha, min_holders=self.result_.min_holders))
 
+    def report_data(self) -> dict[str, Any]:
+        """The fitted election as the result data :func:`fedtab.report.write_report` reads:
+        ``election`` (settings, stats, ``features`` = :meth:`ElectionResult.explain_records`
+        and, with ``pooled_comparison``, ``pooled_agreement`` = the Jaccard agreement per
+        freedom degree) and ``sites`` (training rows and columns of each voting site)."""
+        check_is_fitted(self, "result_")
+        election = {**self.result_.to_dict(), "features": self.result_.explain_records()}
+        if getattr(self, "pooled_agreement_", None) is not None:
+            election["pooled_agreement"] = self.pooled_agreement_.to_dict("records")
+        sites = {b.site: {"n_train": b.n_samples, "columns": list(b.feature_names or self.feature_names_in_)}
+                 for b in self.ballots_}
+        return {"election": election, "sites": sites, "abstained": dict(self.abstained_)}
+
+    def write_report(self, path: Any) -> Any:
+        """Write the self-contained ``report.html`` of :meth:`report_data` to ``path``; returns the path."""
+        from ..report import write_report
+
+        return write_report(self.report_data(), path)
+
     def _get_support_mask(self) -> np.ndarray:
         check_is_fitted(self, "support_")
         return self.support_

@@ -14,7 +14,10 @@ Result keys read (all optional): those of the job's ``result.json`` (``docs/job.
 ``sites`` (list of ``{name, rows, rows_train, rows_test, rows_without_label, columns}``),
 ``imputation`` (``validation_rmse_z.per_column``, ``mean_fill_rmse_z.per_column``,
 ``best_round``), ``election`` (``freedom_degree``, ``stats``, ``features``: ``{name,
-selected, votes, rank, reason, chosen_by}``), ``tuning`` (``method``, ``freedom_degree``,
+selected, votes, rank, reason, chosen_by}``, and in a simulation ``pooled_agreement``:
+``[{freedom_degree, jaccard, kept, pooled_kept}]`` from
+:func:`fedtab.election.agreement.pooled_agreement`, shown as a table with
+``id="pooled-agreement"``), ``tuning`` (``method``, ``freedom_degree``,
 ``score``, ``kept``, ``curve``), ``training`` (``model``), ``evaluation`` (``pooled``,
 ``per_site``: :func:`fedtab.learn.metrics.evaluation_scores` dicts), ``baselines``
 (:func:`fedtab.federation.baseline_flow.run_baselines`), ``schema.classes``, ``steps``
@@ -198,6 +201,7 @@ def _election(result: Mapping[str, Any]) -> str:
         selected = el.get("selected") or []
         out.append("<p>Elected columns: " + ", ".join(_e(c) for c in selected) + "</p>" if selected
                    else _absent("No per-column explanation in this result."))
+        out.append(_pooled_agreement(el))
         return "".join(out)
     rows_in = [_feature_row(f) for f in feats if isinstance(f, Mapping)]
     ordered = sorted(rows_in, key=lambda f: (not f["kept"], -(f["vote"] or 0.0)))
@@ -205,7 +209,29 @@ def _election(result: Mapping[str, Any]) -> str:
              _num(f["vote"]), _num(f["rank"]) if f["rank"] else "—"] for f in ordered]
     out.append(_table(["Column", "Decision", "Why", "Held by", "Selected by", "Vote", "Disputed rank"],
                       rows, ["kept" if f["kept"] else "dropped" for f in ordered], num_cols=(5, 6)))
+    out.append(_pooled_agreement(el))
     return "".join(out)
+
+
+def _pooled_agreement(el: Mapping[str, Any]) -> str:
+    """The Jaccard agreement with the pooled selector per freedom degree (simulations only)."""
+    curve = [c for c in (el.get("pooled_agreement") or []) if isinstance(c, Mapping)]
+    if not curve:
+        return ""
+    used = el.get("freedom_degree")
+    rows, classes = [], []
+    for c in curve:
+        fd = c.get("freedom_degree")
+        rows.append([_num(fd, 2), _num(c.get("jaccard")), _num(c.get("kept")), _num(c.get("pooled_kept"))])
+        classes.append("kept" if isinstance(fd, (int, float)) and isinstance(used, (int, float))
+                       and math.isclose(fd, used) else "")
+    return ('<h3 id="pooled-agreement">Agreement with the selector on the pooled rows</h3>'
+            '<p class="note">A simulation: the same selector was also run on all sites\' rows stacked. Jaccard '
+            "agreement |elected ∩ pooled| / |elected ∪ pooled| of the elected columns with its choice, per "
+            "freedom degree (the row of this election's freedom degree is highlighted). No real deployment has "
+            "the pooled rows.</p>"
+            + _table(["Freedom degree", "Jaccard with pooled", "Columns elected", "Columns pooled selector kept"],
+                     rows, classes, num_cols=(0, 1, 2, 3)))
 
 
 def _feature_row(f: Mapping[str, Any]) -> dict[str, Any]:
