@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
+import sys
 import tomllib
 import zipfile
 from pathlib import Path
@@ -395,3 +397,77 @@ def test_impute_reads_parquet_and_writes_result_and_report(tmp_path):
     assert set(doc["imputation"]["validation"]["per_column_mean_fill"]) == set("abcd")
     assert 'id="imputation"' in (tmp_path / "o" / "report.html").read_text()
     assert list(pd.read_csv(tmp_path / "o" / "north.imputed.csv").columns) == list("abcd")
+
+
+# ----------------------------------------------------------------------------- an existing Flower SuperLink
+HEART_SITE_NAMES = [n.split(".")[0] for n in HEART_SITES]
+
+
+def _flower_binaries() -> bool:
+    bin_dir = Path(sys.executable).parent
+    return all((bin_dir / b).exists() or shutil.which(b) for b in ("flower-superlink", "flower-supernode", "flwr"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _flower_binaries(), reason="Flower CLI binaries not installed")
+def test_superlink_job_matches_local_engine_over_tls_and_auth(sites, tmp_path):
+    """``fedtab run JOB --superlink``: a consortium's TLS + auth deployment, started first and
+    separately as docs/deployment.md tells (SuperNodes know only their name and table),
+    gives the local engine's columns and predictions; its result comes back through the
+    run's log. Processes: setsid, group-killed in the finally, none left over."""
+    pytest.importorskip("flwr")
+    from fedtab.engines.flower_deploy import LoopbackDeployment
+
+    elect = {"election": {"freedom_degree": 0.5}}
+    local = run_job({**_job(sites, **elect), "run": {"out": str(tmp_path / "local")}}, engine="local")
+    # the job file an analyst holds: site names only, the tables stay with the SuperNodes
+    doc = {**_job(sites, **elect), "run": {"out": str(tmp_path / "remote")}}
+    doc["sites"] = {name: {} for name in HEART_SITE_NAMES}
+    (tmp_path / "job.toml").write_text(_toml(doc))
+    nodes = [{"name": n.split(".")[0], "data-path": str(sites / n)} for n in HEART_SITES]
+    dep = LoopbackDeployment(nodes, tmp_path / "consortium", start_timeout=120)
+    try:
+        dep.start()
+        res = runner.invoke(app, ["run", str(tmp_path / "job.toml"), "--engine", "flower",
+                                  "--superlink", dep.address, "--root-certificates", str(dep.keys.ca_cert),
+                                  "--site-keys", str(dep.keys.site_keys), "--timeout", "600"])
+    finally:
+        dep.stop()
+        leftovers = dep._stragglers()
+    assert not leftovers, f"processes left running: {leftovers}"
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "remote"
+    result = json.loads((out / "result.json").read_text())
+    assert result["engine"] == "flower"
+    assert result["deployment"]["superlink"] == dep.address and result["deployment"]["identity"] == "key"
+    assert result["deployment"]["excluded_nodes"] == {}
+    assert sorted(result["sites"]) == sorted(HEART_SITE_NAMES)
+    assert all(s["file"] is None for s in result["sites"].values())
+    assert result["election"]["selected"] == local["election"]["selected"]
+    assert (out / "report.html").is_file()
+    table = pd.read_csv(sites / "va.csv", na_values=["?"])
+    np.testing.assert_allclose(load_model(out / "model.fedtab").predict_proba(table),
+                               load_model(tmp_path / "local" / "model.fedtab").predict_proba(table), atol=1e-6, rtol=0)
+    for key in ("weighted_f1", "accuracy", "auroc"):
+        assert result["training"]["metrics"]["pooled"][key] == pytest.approx(
+            local["training"]["metrics"]["pooled"][key], abs=1e-9)
+
+
+def test_superlink_run_needs_the_ca_and_site_keys_of_every_job_site(sites, tmp_path):
+    """Refused before anything is sent: no CA, no site keys, a key missing for a job site."""
+    from fedtab.deploy.keys import write_consortium_keys
+
+    job = _job(sites, election={"freedom_degree": 0.5})
+    with pytest.raises(ValueError, match="root_certificates"):
+        run_job(job, superlink="127.0.0.1:1", site_keys={})
+    keys = write_consortium_keys(tmp_path / "keys", HEART_SITE_NAMES[:2])
+    with pytest.raises(JobError, match="site keys"):
+        run_job(job, superlink="127.0.0.1:1", root_certificates=keys.ca_cert)
+    with pytest.raises(JobError, match=f"no key for site\\(s\\) {HEART_SITE_NAMES[2]}"):
+        run_job(job, superlink="127.0.0.1:1", root_certificates=keys.ca_cert, site_keys=keys.site_keys)
+    with pytest.raises(JobError, match="insecure"):
+        run_job(job, superlink="127.0.0.1:1", insecure=True, site_keys=keys.site_keys)
+    res = runner.invoke(app, ["run", "job.toml", "--engine", "nvflare", "--superlink", "127.0.0.1:1"])
+    assert res.exit_code == 2 and "--engine flower only" in res.output
+    res = runner.invoke(app, ["run", "job.toml", "--insecure"])
+    assert res.exit_code == 2 and "--superlink only" in res.output

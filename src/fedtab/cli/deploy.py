@@ -62,10 +62,10 @@ def deploy_command(
         f"--ssl-keyfile {keys.superlink_key} --enable-supernode-auth --port {address.rsplit(':', 1)[1]}",
         *(f"flwr supernode register {keys.site_public[s]} <connection>" for s in site),
         *(f"(site {s}:) flower-supernode --superlink {address} --root-certificates ca.pem "
-          f"--auth-supernode-private-key {s}.key --node-config \"name='{s}' data-path='...' target='...'\""
+          f"--auth-supernode-private-key {s}.key --node-config \"name='{s}' data-path='...'\""
           for s in site),
-        f"flwr run <fedtab app dir> <connection> --run-config \"min-sites={len(site)} "
-        f"site-keys='{keys.site_keys.resolve()}'\"",
+        f"fedtab run job.toml --engine flower --superlink {address} --root-certificates {keys.ca_cert} "
+        f"--site-keys {keys.site_keys}",
     ]
     for line in lines:
         console.print("  " + line, highlight=False, soft_wrap=True)

@@ -32,21 +32,38 @@ def run_command(
                                                       "SuperNode per site on 127.0.0.1 (default: ServerApp and "
                                                       "ClientApps in this process).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Output directory (default: the job's [run] out).")] = None,
+    superlink: Annotated[Optional[str], typer.Option(help="Flower only: HOST:PORT of the consortium's running "
+                                                     "SuperLink; each SuperNode reads its own table (node config "
+                                                     "data-path), the job's site paths are not used.")] = None,
+    root_certificates: Annotated[Optional[Path], typer.Option(help="With --superlink: the consortium's CA "
+                                                              "certificate (ca.pem of fedtab deploy).")] = None,
+    site_keys: Annotated[Optional[Path], typer.Option(help="With --superlink: the consortium's site-keys.json "
+                                                      "(fedtab deploy), binding each site to its SuperNode's "
+                                                      "key.")] = None,
+    insecure: Annotated[bool, typer.Option(help="With --superlink: the SuperLink runs without TLS and SuperNode "
+                                                "authentication (Flower's --insecure); only for trials.")] = False,
+    timeout: Annotated[float, typer.Option(min=1, help="With --superlink: seconds to wait for the run.")] = 3600.0,
 ) -> None:
     """Run a job: one file per site in, model.fedtab, result.json and report.html out."""
+    from ..engines.flower_remote import RunError
     from ..federation.protocol import FederationError
     from ..job import JobError
     from ..job.run import run_job
 
     if deployment not in (None, "loopback"):
         fail(f"--deployment must be 'loopback', got {deployment!r}")
-    if deployment and engine not in (None, "flower"):
-        fail("--deployment applies to --engine flower only")
+    if (deployment or superlink) and engine not in (None, "flower"):
+        fail(f"--{'deployment' if deployment else 'superlink'} applies to --engine flower only")
+    if deployment and superlink:
+        fail("give --deployment loopback or --superlink, not both")
+    if not superlink and (root_certificates or site_keys or insecure):
+        fail("--root-certificates, --site-keys and --insecure apply to --superlink only")
     say, close = step_reporter()
     try:
-        result = run_job(job, engine=engine or ("flower" if deployment else None), deployment=deployment, out=out,
-                         progress=say)
-    except (JobError, FederationError, ValueError, OSError) as exc:
+        result = run_job(job, engine=engine or ("flower" if deployment or superlink else None), deployment=deployment,
+                         out=out, progress=say, superlink=superlink, root_certificates=root_certificates,
+                         insecure=insecure, site_keys=site_keys, timeout=timeout)
+    except (JobError, FederationError, RunError, ValueError, OSError) as exc:
         close()
         fail(str(exc))
         return

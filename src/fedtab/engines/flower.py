@@ -118,10 +118,11 @@ def from_records(content: RecordDict, arrays_key: str = _ARRAYS, header_key: str
 
 # ----------------------------------------------------------------------------- client side
 def _site_for(context: Context):
-    from .site_config import build_site  # pandas: only when a step needs the site
+    from .site_config import build_site, with_job_settings  # pandas: only when a step needs the site
 
     key = (context.run_id, context.node_id)
-    site, fresh = _SITES.get(key, lambda: build_site(dict(context.node_config)))
+    site, fresh = _SITES.get(key, lambda: build_site(with_job_settings(
+        context.node_config, context.run_config.get("site-settings", ""))))
     if fresh and _STATE_HEADER in context.state:
         site.state = decode_state(from_records(context.state, _STATE_ARRAYS, _STATE_HEADER))
     return site
@@ -453,6 +454,11 @@ def _site_keys(text: str) -> dict[str, str]:
         raise FederationError(f"run config 'site-keys': {exc}") from None
 
 
+def _truthy(value: Any) -> bool:
+    """A run-config flag: a bool, or the text ``true``/``1`` (Flower may pass either)."""
+    return value is True or str(value).strip().lower() in ("true", "1")
+
+
 def make_server_app(workflow: Workflow | None = None) -> ServerApp:
     """A ServerApp running ``workflow(federation, run_config)`` on a :class:`FlowerFederation`.
 
@@ -460,6 +466,8 @@ def make_server_app(workflow: Workflow | None = None) -> ServerApp:
     per request round), ``result-path`` (write the workflow's JSON summary there),
     ``site-keys`` (JSON ``{site: public-key fingerprint or public key}``: name each node
     by the key it authenticated with, see :class:`FlowerFederation`),
+    ``result-log`` (true: also print the summary into the ServerApp's log, where
+    ``flwr log`` fetches it, see :mod:`fedtab.engines.result_log`),
     ``workflow`` (``"fedtab.<module>:<function>"`` to run instead of ``workflow``, e.g.
     ``"fedtab.job.flow:job_workflow"``, see :func:`~fedtab.engines.pipeline.load_workflow`);
     the rest goes to the workflow (see :mod:`fedtab.engines.pipeline`). The summary
@@ -497,6 +505,10 @@ def make_server_app(workflow: Workflow | None = None) -> ServerApp:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(json.dumps(result, indent=2))
         context.state["fedtab.result"] = ConfigRecord({"json": json.dumps(result)})
+        if _truthy(cfg.get("result-log", False)):  # for an analyst who reads it back with `flwr log`
+            from .result_log import encode_result
+
+            print("\n".join(encode_result(result)), flush=True)
 
     return app
 

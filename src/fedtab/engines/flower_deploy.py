@@ -36,23 +36,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from .flower_remote import FLWR_ENV, RunError, SuperLinkClient, flwr_env, toml_value
+
 if TYPE_CHECKING:
     from ..deploy.keys import ConsortiumKeys
 
 __all__ = ["DeploymentError", "LoopbackDeployment", "free_port", "superlink_args", "supernode_args"]
 
-_ENV = {
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "FLWR_DISABLE_UPDATE_CHECK": "1",
-    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-    # SuperExec looks for new ClientApp/ServerApp tasks once a second by default. 0.25 s
-    # cuts that wait; 0.1 s cost three idle SuperNodes 0.20 CPU-s per second (0.04 at 1 s),
-    # CPU that the ClientApp processes of a 2-core machine need.
-    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.25",
-}
+_ENV = FLWR_ENV
+_toml_value = toml_value  # the name tests and older code import
 
 
-class DeploymentError(RuntimeError):
+class DeploymentError(RunError):
     """The deployment did not start, or the run did not complete (logs are named)."""
 
 
@@ -61,27 +56,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _toml_value(v: Any) -> str:
-    """A value for Flower's ``--run-config`` / ``--node-config`` ``key=value`` strings.
-
-    Flower splits those strings with a regex that ends a quoted value at the next quote
-    of the same kind and never unescapes, so a string (e.g. a JSON object) is written as
-    a TOML literal string ``'...'`` when it has no single quote, else as a basic string
-    when it has no double quote.
-
-    Raises:
-        ValueError: a string with both quote kinds or a line break (Flower cannot parse it).
-    """
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    text = str(v)
-    if "\n" in text or "\r" in text or ("'" in text and '"' in text):
-        raise ValueError(f"Flower's key=value config cannot carry the string {text!r}")
-    return f"'{text}'" if "'" not in text else json.dumps(text)
 
 
 def _descendants(roots: Sequence[int]) -> set[int]:
@@ -174,6 +148,7 @@ class LoopbackDeployment:
         self.keys = keys
         self.home = self.workdir / "flwr_home"
         self.port = 0
+        self.client: SuperLinkClient | None = None  # the ``flwr`` connection, once started
         self.node_ids: dict[str, int] = {}
         self._procs: list[subprocess.Popen] = []
         self._logs: list[Any] = []
@@ -181,11 +156,7 @@ class LoopbackDeployment:
     # -- processes -----------------------------------------------------------------------
     @property
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(_ENV)
-        env["FLWR_HOME"] = str(self.home)
-        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
-        return env
+        return flwr_env(self.home, self.bin_dir)
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
@@ -213,11 +184,8 @@ class LoopbackDeployment:
             names = [str(c.get("name", f"node{i}")) for i, c in enumerate(self.node_configs)]
             self.keys = write_consortium_keys(self.workdir / "keys", names)
         self.port = free_port()
-        tls = "insecure = true" if self.insecure else f'root-certificates = "{self.keys.ca_cert}"'
-        (self.home / "config.toml").write_text(
-            '[superlink]\ndefault = "fedtab"\n\n'
-            f'[superlink.fedtab]\naddress = "127.0.0.1:{self.port}"\n{tls}\n'
-        )
+        self.client = SuperLinkClient(self.address, insecure=self.insecure, home=self.home, bin_dir=self.bin_dir,
+                                      root_certificates=None if self.insecure else self.keys.ca_cert)
         deadline = time.monotonic() + self.start_timeout
         link = self._spawn("superlink", [str(self.bin_dir / "flower-superlink"),
                                          *superlink_args(self.port, self.workdir / "superlink.db",
@@ -343,28 +311,14 @@ class LoopbackDeployment:
         self.stop()
 
     # -- runs ------------------------------------------------------------------------------
-    def _flwr(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.bin_dir / "flwr"), *args], capture_output=True, text=True, env=self.env,
-                              cwd=self.workdir, timeout=timeout, start_new_session=True)
-
-    def _status(self, run_id: int) -> str:
-        """The run's status as ``flwr ls`` reports it (``""`` if it cannot be read)."""
-        ls = self._flwr(["ls", "--run-id", str(run_id), "--format", "json"], timeout=60)
-        try:
-            runs = json.loads(ls.stdout).get("runs", [])
-            return str(runs[0].get("status", "")) if runs else ""
-        except (ValueError, AttributeError):
-            return ""
+    @property
+    def address(self) -> str:
+        """``127.0.0.1:PORT``: where SuperNodes and ``flwr`` reach the SuperLink."""
+        return f"127.0.0.1:{self.port}"
 
     def run_log(self, run_id: int) -> str:
-        """The run's log as ``flwr log --show`` prints it (empty if unavailable)."""
-        try:
-            proc = self._flwr(["log", str(run_id), "fedtab", "--show"], timeout=60)
-        except subprocess.TimeoutExpired:
-            return ""
-        text = proc.stdout + proc.stderr
-        (self.workdir / f"run-{run_id}.log").write_text(text)
-        return text
+        """The run's log as ``flwr log --show`` prints it (empty if unavailable); saved in ``workdir``."""
+        return self.client.log(run_id, save_to=self.workdir / f"run-{run_id}.log")
 
     def run(self, run_config: Mapping[str, Any] | None = None, *, timeout: float = 300.0,
             poll: float = 0.2, status_every: float = 5.0, app: str | Path | None = None) -> dict[str, Any]:
@@ -376,49 +330,36 @@ class LoopbackDeployment:
         ``workdir``); ``min-sites`` defaults to the number of SuperNodes.
 
         Waiting: the result file is looked for every ``poll`` seconds (cheap); the run's
-        status is asked with ``flwr ls`` (a new Python process each time, about a CPU
-        second on a small machine, which would slow the run it watches) only every
-        ``status_every`` seconds, to notice a failed run, and once the result exists,
-        until the status is final.
+        status is asked with ``flwr ls`` only every ``status_every`` seconds, to notice a
+        failed run, and once the result exists (see :meth:`SuperLinkClient.wait`).
 
         Raises:
             DeploymentError: ``flwr run`` failed, the run ended in another state than
                 ``finished:completed`` or did not finish within ``timeout`` seconds.
         """
-        from .flower import app_dir
-
         result_path = self.workdir / f"result-{time.time_ns()}.json"
         cfg = {"min-sites": len(self.node_configs), **dict(run_config or {}), "result-path": str(result_path)}
         if not self.insecure:
             cfg.setdefault("site-keys", json.dumps(self.keys.fingerprints()))
-        override = " ".join(f"{k}={_toml_value(v)}" for k, v in cfg.items())
-        app = str(app or self.app or app_dir())
-        deadline = time.monotonic() + timeout
         started = time.perf_counter()
-        finished = None
-        proc = self._flwr(["run", app, "fedtab", "--run-config", override, "--format", "json"], timeout=timeout)
+        finished: list[float] = []
+
+        def done() -> bool:
+            if not finished and result_path.is_file():
+                finished.append(time.perf_counter() - started)
+            return bool(finished)
+
         try:
-            run_id = int(json.loads(proc.stdout)["run-id"])
-        except (ValueError, KeyError, TypeError):
-            raise DeploymentError(f"flwr run failed (exit {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}") from None
-        status = ""
-        next_status = time.monotonic() + status_every
-        while time.monotonic() < deadline:
-            if finished is None and result_path.is_file():
-                finished = time.perf_counter() - started
-            if result_path.is_file() or time.monotonic() >= next_status:
-                status = self._status(run_id)
-                next_status = time.monotonic() + status_every
-                if status.startswith("finished"):
-                    break
-            time.sleep(poll)
+            run_id = self.client.submit(cfg, app=app or self.app, timeout=timeout)
+            status = self.client.wait(run_id, timeout=max(1.0, timeout - (time.perf_counter() - started)), poll=poll,
+                                      status_every=status_every, done=done)
+        except RunError as exc:
+            raise DeploymentError(f"{exc}; logs in {self.workdir}") from None
         if status != "finished:completed":
-            what = f"ended as {status!r}" if status else f"did not finish within {timeout:g} s"
-            tail = self.run_log(run_id)[-3000:]
-            raise DeploymentError(f"Flower run {run_id} {what}; logs in {self.workdir}; ServerApp log tail:\n{tail}")
+            raise DeploymentError(str(self.client.failure(run_id, f"ended as {status!r}", logs=self.workdir)))
         if not result_path.is_file():
             raise DeploymentError(f"Flower run {run_id} completed but wrote no result to {result_path}")
         out = json.loads(result_path.read_text())
         out["run_id"] = run_id
-        out["run_seconds"] = finished if finished is not None else time.perf_counter() - started
+        out["run_seconds"] = finished[0] if finished else time.perf_counter() - started
         return out

@@ -38,8 +38,8 @@ from ..data.tables import read_table
 from ..privacy.policy import DisclosurePolicy, policy_from_config
 from ..federation.site import Site
 
-__all__ = ["FixedSplitSite", "NVFLARE_LASSO", "SELECTOR_ALIASES", "build_site", "parse_na_values", "parse_selector",
-           "site_config", "site_policy"]
+__all__ = ["FixedSplitSite", "JOB_SITE_KEYS", "NVFLARE_LASSO", "SELECTOR_ALIASES", "build_site", "parse_na_values",
+           "parse_selector", "site_config", "site_policy", "with_job_settings"]
 
 #: FLARE 2.9's ``FeatureElectionExecutor(fs_method="lasso")``: ``Lasso(alpha=0.01)`` regression
 #: on standardised X with the class labels as a continuous target, kept where ``|coef| > 1e-6``.
@@ -122,6 +122,48 @@ def parse_na_values(value: Any) -> list[str]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"na-values must be a list of strings, got {value!r}")
     return list(value)
+
+
+#: keys a job may set for a site that its own (node) config leaves out; never where the
+#: site's data is (``data-path``, ``test-path``) or its disclosure policy.
+JOB_SITE_KEYS = ("target", "na_values", "selector", "test_size", "seed")
+
+
+def with_job_settings(node_config: Mapping[str, Any], site_settings: Any) -> dict[str, Any]:
+    """The node's config completed with the job's settings for its site.
+
+    ``site_settings`` is the run config's ``site-settings``: ``{site: {key: value}}`` (or
+    the same as JSON text; empty = nothing to add), keys from :data:`JOB_SITE_KEYS`. The
+    entry of the node's declared ``name`` fills the keys the node config does not set; a
+    key the node sets wins (a site may pin its own label column or selector).
+
+    Raises:
+        ValueError: ``site_settings`` is not a JSON object of objects, or it sets a key
+            outside :data:`JOB_SITE_KEYS` for this site (a server must not choose which
+            file a site reads or relax its disclosure policy).
+    """
+    out = dict(node_config)
+    if site_settings in (None, ""):
+        return out
+    settings = site_settings
+    if isinstance(settings, str):
+        try:
+            settings = json.loads(settings)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"run config site-settings is not valid JSON: {exc}") from None
+    if not isinstance(settings, Mapping) or not all(isinstance(v, Mapping) for v in settings.values()):
+        raise ValueError("run config site-settings must map site names to objects of settings")
+    name = str(node_config.get("name", ""))
+    mine = site_config(settings.get(name, {}))
+    refused = sorted(set(mine) - set(JOB_SITE_KEYS))
+    if refused:
+        raise ValueError(f"site {name!r} refuses job settings {', '.join(k.replace('_', '-') for k in refused)} "
+                         f"(a job may set only {', '.join(k.replace('_', '-') for k in JOB_SITE_KEYS)})")
+    own = site_config(node_config)
+    for key, value in mine.items():
+        if key not in own:
+            out[key.replace("_", "-")] = value
+    return out
 
 
 def build_site(config: Mapping[str, Any]) -> Site:

@@ -6,7 +6,10 @@ Engines (``[run] engine`` or the ``engine`` argument):
 * ``flower`` — the real Flower ServerApp and ClientApps in this process
   (:func:`fedtab.engines.flower.run_in_process`, every message answered as if by a new
   ClientApp process), or with ``deployment="loopback"`` a real SuperLink and one SuperNode
-  per site on 127.0.0.1 (:class:`~fedtab.engines.flower_deploy.LoopbackDeployment`);
+  per site on 127.0.0.1 (:class:`~fedtab.engines.flower_deploy.LoopbackDeployment`), or with
+  ``superlink="HOST:PORT"`` the consortium's running SuperLink and SuperNodes
+  (:class:`~fedtab.engines.flower_remote.SuperLinkClient`: ``flwr run``, then the result
+  read back from the run's log; the loopback deployment is run the same way);
 * ``nvflare`` — NVIDIA FLARE's simulator (:func:`fedtab.engines.nvflare.run_simulator`).
 
 All of them run :func:`fedtab.job.flow.job_workflow`; sites are built from the same site
@@ -19,38 +22,111 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .spec import ENGINES, JobError, JobSpec, load_job
 
-__all__ = ["run_job", "site_configs", "write_outputs", "WORKFLOW"]
+__all__ = ["SuperLink", "run_job", "site_configs", "site_settings", "write_outputs", "WORKFLOW"]
 
 #: import path of the workflow the distributed engines run
 WORKFLOW = "fedtab.job.flow:job_workflow"
 
 
-def site_configs(spec: JobSpec) -> list[dict[str, Any]]:
+def site_configs(spec: JobSpec, *, check_files: bool = True) -> list[dict[str, Any]]:
     """One flat site config per site (keys of :mod:`fedtab.engines.site_config`).
 
+    With ``check_files=False`` (a deployment whose sites read their own files) a site
+    without ``path`` gets no ``data-path`` and nothing is checked on this machine.
+
     Raises:
-        JobError: a site's file does not exist.
+        JobError: (``check_files``) a site without ``path``, or whose file does not exist.
     """
     out = []
     default_selector = spec.election.selector if spec.election is not None else "lasso"
     for s in spec.sites:
-        if not s.path.is_file():
+        if check_files and s.path is None:
+            raise JobError(f"{spec.source}: [sites.{s.name}] needs path = \"<CSV or Parquet file>\"")
+        if check_files and not s.path.is_file():
             raise JobError(f"{spec.source}: [sites.{s.name}] path: no such file {s.path}")
         selector = s.selector if s.selector is not None else default_selector
-        out.append({"name": s.name, "data-path": str(s.path), "target": spec.target,
-                    "na-values": json.dumps(list(dict.fromkeys([*spec.na_values, *s.na_values]))),
-                    "selector": selector if isinstance(selector, str) else json.dumps(selector),
-                    "test-size": spec.run.test_size, "seed": spec.run.seed})
+        cfg = {"name": s.name, "data-path": None if s.path is None else str(s.path), "target": spec.target,
+               "na-values": json.dumps(list(dict.fromkeys([*spec.na_values, *s.na_values]))),
+               "selector": selector if isinstance(selector, str) else json.dumps(selector),
+               "test-size": spec.run.test_size, "seed": spec.run.seed}
+        out.append({k: v for k, v in cfg.items() if v is not None})
     return out
 
 
+def site_settings(configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{site: settings}``: what the job sets for each site besides where its table is.
+
+    The Flower run config's ``site-settings``: a SuperNode started with only ``name`` and
+    ``data-path`` takes the rest from it (:func:`fedtab.engines.site_config.with_job_settings`).
+    """
+    return {c["name"]: {k: v for k, v in c.items() if k not in ("name", "data-path")} for c in configs}
+
+
+def _superlink_run_config(spec: JobSpec, plan: dict[str, Any], site_keys: Any, insecure: bool) -> dict[str, Any]:
+    """The run config of a job on an existing SuperLink (site keys checked against the job's sites)."""
+    names = [s.name for s in spec.sites]
+    cfg = {"workflow": WORKFLOW, "job": json.dumps(plan), "min-sites": len(names),
+           "site-settings": json.dumps(site_settings(site_configs(spec, check_files=False)))}
+    if site_keys is None:
+        if not insecure:
+            raise JobError("a TLS SuperLink run needs the consortium's site keys (--site-keys site-keys.json from "
+                           "fedtab deploy): they bind each site name to its SuperNode's key")
+        return cfg
+    if insecure:
+        raise JobError("site keys need SuperNode authentication, which an --insecure SuperLink does not do")
+    from ..deploy.keys import load_site_keys
+
+    try:
+        keys = load_site_keys(site_keys)
+    except (ValueError, OSError) as exc:
+        raise JobError(f"site keys {site_keys}: {exc}") from None
+    missing = [n for n in names if n not in keys]
+    if missing:
+        raise JobError(f"site keys {site_keys}: no key for site(s) {', '.join(missing)} of the job")
+    cfg["site-keys"] = json.dumps({n: keys[n] for n in names})  # nodes of other sites are left out
+    return cfg
+
+
+def _run_on_superlink(spec: JobSpec, plan: dict[str, Any], superlink: "SuperLink", workdir: Path,
+                      progress: Callable[[str], None]) -> dict[str, Any]:
+    from ..engines.flower_remote import SuperLinkClient
+
+    client = SuperLinkClient(superlink.address, root_certificates=superlink.root_certificates,
+                             insecure=superlink.insecure, home=workdir / "flwr_home")
+    run_config = _superlink_run_config(spec, plan, superlink.site_keys, superlink.insecure)
+    progress(f"submitting the job to the Flower SuperLink at {superlink.address}")
+    raw = client.run(run_config, timeout=superlink.timeout)
+    raw["deployment"] = {"superlink": superlink.address, "run_id": raw.get("run_id"),
+                         "identity": raw.get("identity"), "excluded_nodes": raw.get("excluded_nodes", {})}
+    return raw
+
+
+@dataclass(frozen=True)
+class SuperLink:
+    """Where a consortium's Flower SuperLink runs and how to trust it (see ``docs/deployment.md``).
+
+    ``address``: ``HOST:PORT``; ``root_certificates``: the consortium's CA certificate
+    (``ca.pem`` of ``fedtab deploy``), required unless ``insecure``; ``site_keys``: the
+    consortium's ``site-keys.json`` (path, JSON text or mapping), required unless
+    ``insecure``; ``timeout``: seconds to wait for the run.
+    """
+
+    address: str
+    root_certificates: str | Path | None = None
+    insecure: bool = False
+    site_keys: Any = None
+    timeout: float = 3600.0
+
+
 def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan: dict[str, Any],
-                progress: Callable[[str], None], deployment: str | None, workdir: Path) -> dict[str, Any]:
+                progress: Callable[[str], None], deployment: str | None, workdir: Path,
+                superlink: SuperLink | None = None) -> dict[str, Any]:
     from .flow import job_workflow
 
     if engine == "local":
@@ -63,12 +139,17 @@ def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan:
             raise JobError(f"{spec.source}: {exc}") from None
         return job_workflow(LocalFederation(sites), {"job": json.dumps(plan)}, progress)
     if engine == "flower":
+        if superlink is not None:
+            return _run_on_superlink(spec, plan, superlink, workdir, progress)
         if deployment == "loopback":
             from ..engines.flower_deploy import LoopbackDeployment
 
             progress("starting a Flower SuperLink and SuperNodes on 127.0.0.1")
-            with LoopbackDeployment(configs, workdir / "flower") as dep:
-                return dep.run(run_config={"workflow": WORKFLOW, "job": json.dumps(plan)})
+            # each SuperNode knows only its name and table, as at a real site; the job brings the rest
+            nodes = [{"name": c["name"], "data-path": c["data-path"]} for c in configs]
+            with LoopbackDeployment(nodes, workdir / "flower") as dep:
+                return _run_on_superlink(spec, plan, SuperLink(dep.address, dep.keys.ca_cert, site_keys=dep.keys.site_keys,
+                                                               timeout=900.0), workdir, progress)
         from ..engines.flower import make_server_app, run_in_process
 
         progress("running on Flower (ServerApp and ClientApps in this process)")
@@ -82,44 +163,62 @@ def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan:
 
 
 def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, deployment: str | None = None,
-            out: str | Path | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run a job file (or its dict) and write ``model.fedtab`` and ``result.json``.
+            out: str | Path | None = None, progress: Callable[[str], None] | None = None,
+            superlink: str | SuperLink | None = None, root_certificates: str | Path | None = None,
+            insecure: bool = False, site_keys: Any = None, timeout: float = 3600.0) -> dict[str, Any]:
+    """Run a job file (or its dict) and write ``model.fedtab``, ``result.json`` and ``report.html``.
 
     Args:
         job: path of the TOML job file, or the same as a dict (paths relative to the cwd).
-        engine: ``local``, ``flower`` or ``nvflare`` (default: the job's ``[run] engine``).
+        engine: ``local``, ``flower`` or ``nvflare`` (default: the job's ``[run] engine``;
+            ``flower`` when ``superlink`` is given).
         deployment: Flower only: ``None`` (in-process ServerApp/ClientApps) or ``"loopback"``.
         out: output directory (default: the job's ``[run] out``).
         progress: called with a short line as each step starts.
+        superlink: Flower only: ``HOST:PORT`` of the consortium's running SuperLink (or a
+            :class:`SuperLink`). Its SuperNodes read their own tables (their node config's
+            ``data-path``), so the job's site ``path`` values are not used; the job's other
+            site settings travel in the run config. The result comes back through the
+            run's log (:mod:`fedtab.engines.flower_remote`).
+        root_certificates, insecure, site_keys, timeout: as :class:`SuperLink` (with a
+            ``superlink`` string).
 
     Returns:
         The ``result.json`` document (``docs/job.md`` lists its keys).
 
     Raises:
-        JobError: the job file is invalid or a site file is missing.
+        JobError: the job file is invalid, a site file is missing, or (``superlink``) the
+            site keys do not cover the job's sites.
         FederationError / ValueError: a step failed (the message names the site or column).
+        fedtab.engines.flower_remote.RunError: a Flower deployment did not start, or its
+            run failed, timed out or left no readable result.
     """
     from .. import __version__
     from .model_file import write_model
 
     say = progress or (lambda _m: None)
     spec = load_job(job)
-    engine = engine or spec.run.engine
+    if isinstance(superlink, str):
+        superlink = SuperLink(superlink, root_certificates, insecure, site_keys, timeout)
+    engine = engine or ("flower" if superlink is not None else spec.run.engine)
     if engine not in ENGINES:
         raise JobError(f"unknown engine {engine!r}; known: {list(ENGINES)}")
-    configs = site_configs(spec)
+    if superlink is not None and (engine != "flower" or deployment is not None):
+        raise JobError("superlink applies to engine 'flower' without another deployment")
+    configs = site_configs(spec, check_files=superlink is None)
     plan = spec.to_dict()
     # what the server needs: steps and settings, not where the sites keep their files
     server_plan = {k: v for k, v in plan.items() if k not in ("sites", "source")}
     out_dir = Path(out) if out is not None else spec.run.out
     with tempfile.TemporaryDirectory(prefix="fedtab-job-") as tmp:
-        raw = _run_engine(spec, engine, configs, server_plan, say, deployment, Path(tmp))
+        raw = _run_engine(spec, engine, configs, server_plan, say, deployment, Path(tmp), superlink)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    files = {s.name: str(s.path) for s in spec.sites}
+    files = {s.name: None if s.path is None or superlink is not None else str(s.path) for s in spec.sites}
     result = {
         "fedtab_version": __version__, "created": created, "job": plan, "engine": engine,
         "sites": {name: {"file": files.get(name), **info} for name, info in raw["sites"].items()},
-        **{k: raw.get(k) for k in ("schema", "imputation", "tuning", "election", "training", "baselines", "steps")},
+        **{k: raw.get(k) for k in ("schema", "imputation", "tuning", "election", "training", "baselines", "steps",
+                                   "deployment")},
         "artifacts": {"model": "model.fedtab", "result": "result.json", "report": "report.html"},
     }
     provenance = {"fedtab_version": __version__, "created": created, "engine": engine, "job": plan,

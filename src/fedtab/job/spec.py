@@ -30,7 +30,7 @@ class SiteSpec:
     """One site: its table (CSV or Parquet), extra missing-value strings, its selector."""
 
     name: str
-    path: Path
+    path: Path | None  # None: the site's own deployment says where its table is (a SuperNode's data-path)
     na_values: list[str] = field(default_factory=list)
     selector: Any = None
 
@@ -227,7 +227,7 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
     target = _typed(doc["target"], None, "str", "target", source)
     sites_raw = doc.get("sites")
     if not isinstance(sites_raw, Mapping) or not sites_raw:
-        raise JobError(f"{source}: the job needs at least one [sites.<name>] table with a path")
+        raise JobError(f"{source}: the job needs at least one [sites.<name>] table")
     base = Path(base_dir)
     sites = []
     for name, raw in sites_raw.items():
@@ -236,12 +236,10 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
         for key in raw:
             if key not in _SITE_KEYS:
                 raise _unknown(f"[sites.{name}] ", key, _SITE_KEYS, source)
-        if "path" not in raw:
-            raise JobError(f"{source}: [sites.{name}] needs path = \"<CSV or Parquet file>\"")
-        path = _typed(raw["path"], None, "Path", f"[sites.{name}] path", source)
+        path = _typed(raw["path"], None, "Path", f"[sites.{name}] path", source) if "path" in raw else None
         sites.append(SiteSpec(
             name=str(name),
-            path=path if path.is_absolute() else base / path,
+            path=path if path is None or path.is_absolute() else base / path,
             na_values=_na_values(raw.get("na_values", []), f"[sites.{name}] na_values", source),
             selector=raw.get("selector"),
         ))
