@@ -18,7 +18,6 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from fedtab.data import classification_table, split_rows  # noqa: E402
 from fedtab.engines import LocalFederation  # noqa: E402
 from fedtab.engines import flower  # noqa: E402
 from fedtab.engines.pipeline import run_pipeline  # noqa: E402
@@ -31,16 +30,8 @@ DEPLOY_RUN = {**RUN, "rounds": 1}
 
 
 @pytest.fixture(scope="module")
-def site_configs(tmp_path_factory) -> list[dict]:
-    root = tmp_path_factory.mktemp("flower_sites")
-    table = classification_table(900, 30, 6, 4, seed=3)
-    parts = split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=0)
-    configs = []
-    for i, part in enumerate(parts):
-        path = root / f"site{i + 1}.csv"
-        part.to_csv(path, index=False)
-        configs.append({"name": f"site-{i + 1}", "data-path": str(path), "target": "target", "selector": "lasso"})
-    return configs
+def site_configs(tmp_path_factory, classification_sites) -> list[dict]:
+    return classification_sites(tmp_path_factory.mktemp("flower_sites"), 900, 30, 6, 4, table_seed=3, split_seed=0)
 
 
 @pytest.fixture(scope="module")

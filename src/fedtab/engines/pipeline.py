@@ -34,6 +34,11 @@ Config keys (hyphens or underscores)::
     secure-aggregation  true/false (default false): every quantity the server only needs
                       summed (descriptions, model updates, confusion matrices, imputation
                       statistics and weights) travels masked (fedtab.privacy.secagg)
+    dp                JSON object {"epsilon", "delta", "bounds", "clip"} (default none):
+                      differential privacy at the sites (fedtab.privacy.dp); every step
+                      (imputation, election, training) spends this ε on its own, so a run
+                      of k steps spends at most k·ε; each step's summary has "privacy"
+                      (ε spent per exchange and in total, from the dp-accounting RDP accountant)
 
 With "tuning" the freedom degree is tuned on a fit/validation split of each site's
 training rows (model, rounds and local-epochs score the masks); "election" then elects
@@ -127,6 +132,7 @@ class PipelineConfig:
     robust: bool = False
     max_site_share: float = DEFAULT_MAX_SITE_SHARE
     secure_aggregation: bool = False
+    dp: dict[str, Any] | None = None
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> "PipelineConfig":
@@ -170,9 +176,18 @@ class PipelineConfig:
                 robust=_flag(c.get("robust", False), "robust"),
                 max_site_share=check_max_site_share(c.get("max_site_share", DEFAULT_MAX_SITE_SHARE)),
                 secure_aggregation=_flag(c.get("secure_aggregation", False), "secure-aggregation"),
+                dp=_dp_setting(c.get("dp")),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"invalid pipeline config: {exc}") from None
+
+
+def _dp_setting(value: Any) -> dict[str, Any] | None:
+    """The ``dp`` key: a JSON object checked by :func:`fedtab.privacy.dp.parse_dp` (empty = no DP)."""
+    from ..privacy.dp import parse_dp
+
+    spec = _json_obj(value, "dp")
+    return dict(spec) if spec and parse_dp(spec) is not None else None
 
 
 def _optional_int(value: Any) -> int | None:
@@ -238,7 +253,7 @@ def _impute(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
     ranges = pooled_ranges(profile_sites(federation)) if rest else {}
     icfg = ImputeConfig(**{"rounds": cfg.impute_rounds, "local_epochs": cfg.impute_local_epochs,
                            "seed": cfg.seed, "robust": cfg.robust, "max_site_share": cfg.max_site_share,
-                           "secure_aggregation": cfg.secure_aggregation, **cfg.impute_config})
+                           "secure_aggregation": cfg.secure_aggregation, "dp": cfg.dp, **cfg.impute_config})
     im = run_imputation(federation, icfg)
     summary = {
         "left_out": dict(im.left_out),
@@ -246,6 +261,7 @@ def _impute(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
         "validation": _jsonable(getattr(im, "validation", None)),
         "best_round": _jsonable(getattr(im, "best_round", None)),
         "history": _jsonable(getattr(im, "history", None)),
+        "privacy": _jsonable(im.privacy),
     }
     if rest:
         low = np.array([ranges[c]["low"] for c in im.columns])
@@ -288,7 +304,7 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
         el = run_election(federation, fd, selector=cfg.selector, aggregation=cfg.aggregation,
                           normalization=cfg.normalization, compat=cfg.compat,
                           describe="train" if "training" in cfg.steps else None, min_holders=cfg.min_holders,
-                          robust=cfg.robust, secure_aggregation=cfg.secure_aggregation)
+                          robust=cfg.robust, secure_aggregation=cfg.secure_aggregation, dp=cfg.dp)
         described = el.described
         res = el.result
         features = res.selected_names
@@ -301,11 +317,12 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
             "compat": cfg.compat,
             "stats": _jsonable(res.stats),
             "sites": el.site_summary(),
+            "privacy": _jsonable(el.privacy),
         }
     if "training" in cfg.steps:
         tr = run_training(federation, features, model=cfg.model, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
                           seed=cfg.seed, described=described, robust=cfg.robust, max_site_share=cfg.max_site_share,
-                          secure_aggregation=cfg.secure_aggregation)
+                          secure_aggregation=cfg.secure_aggregation, dp=cfg.dp)
         out["training"] = {
             "model": tr.model,
             "robust": tr.robust,
@@ -316,6 +333,7 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
             "features": tr.features,
             "classes": tr.classes,
             "params": {k: np.asarray(v).tolist() for k, v in tr.params.items()},
+            "privacy": _jsonable(tr.privacy),
         }
     out["participation"] = list(federation.participation)
     out["dropped"] = dict(federation.dropped)

@@ -54,8 +54,9 @@ import pandas as pd
 from ..impute.graph import FeatureGraph, build_feature_graph
 from ..impute.stats import STAT_ARRAYS, PooledStats, SiteStats, pool_stats, site_stats, suppressed_stats
 from ..privacy.accountant import PrivacyLedger
-from ..privacy.dp import (DP_META, add_noise, clip_rows, clip_update, clip_values, column_bounds, dp_request,
-                          moment_sensitivity, noise_rng, parse_dp, row_radius, stats_sensitivity)
+from ..privacy.dp import (DP_GD_NOISE_SCALE, DP_META, DP_SCHEMA_NOISE_SCALE, add_noise, clip_rows, clip_values,
+                          column_bounds, dp_request, moment_sensitivity, noise_rng, parse_dp, row_radius,
+                          stats_sensitivity)
 from ..privacy.policy import suppress_small
 from ..privacy.secagg import MOMENT_BITS, WEIGHT, SecureAggregator
 from . import validate
@@ -439,22 +440,45 @@ def _fit(site: Site, request: Message) -> Message:
     st, live = _state(site), _live(site)
     cfg: ImputeConfig = st["config"]
     numpy_to_state(live["model"], _weights(request))
-    sse, cnt = _validation_errors(st, live)
-    loss, steps = local_train(
-        live["model"], live["optimizer"], live["train"], live["available"], live["adj"],
-        epochs=cfg.local_epochs, batch_size=cfg.batch_size, mask_fraction=cfg.mask_fraction,
-        structural_share=cfg.structural_share, rng=st["rng"], max_steps=cfg.max_steps_per_round,
-    )
+    dp = request.meta.get(DP_META)
+    if dp is None:
+        sse, cnt = _validation_errors(st, live)
+        loss, steps = local_train(
+            live["model"], live["optimizer"], live["train"], live["available"], live["adj"],
+            epochs=cfg.local_epochs, batch_size=cfg.batch_size, mask_fraction=cfg.mask_fraction,
+            structural_share=cfg.structural_share, rng=st["rng"], max_steps=cfg.max_steps_per_round,
+        )
+    else:  # DP gradient descent (per-row clipping); validation errors are not released under DP
+        from ..impute.dp_train import dp_local_train
+
+        f = len(st["columns"])
+        sse, cnt, loss = np.zeros(f), np.zeros(f), float("nan")
+        steps = dp_local_train(live["model"], live["optimizer"], live["train"], live["available"], live["adj"],
+                               steps=_dp_steps(dp), mask_fraction=cfg.mask_fraction,
+                               structural_share=cfg.structural_share, spec=dp, rng=st["rng"], noise=noise_rng())
     st["optimizer_state"] = optimizer_to_numpy(live["optimizer"])
     weights = state_to_numpy(live["model"])
-    dp = request.meta.get(DP_META)
-    if dp is not None:  # DP-FedAvg; validation errors are not released under DP
-        weights = clip_update(weights, _weights(request), dp, noise_rng())
-        sse, cnt = np.zeros_like(sse), np.zeros_like(cnt)
     arrays = {f"w/{k}": v for k, v in weights.items()}
     arrays.update(val_sse=sse, val_count=cnt)
     return Message("impute_fit", arrays, {"n_train": int(len(live["train"])),
                                          "loss": loss if np.isfinite(loss) and dp is None else None, "steps": steps})
+
+
+def _dp_steps(dp: Mapping[str, Any]) -> int:
+    """The DP gradient steps a fit request asks for (1 to :data:`MAX_DP_STEPS`; each is a
+    release the server's accountant counted, so the site refuses an unbounded number)."""
+    steps = dp.get("steps", 1)
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_DP_STEPS:
+        raise ValueError(f"DP imputation: steps must be an integer in [1, {MAX_DP_STEPS}], got {steps!r}")
+    return steps
+
+
+#: most DP gradient steps one imputation fit request may ask of a site.
+MAX_DP_STEPS = 100
+#: full-batch DP gradient steps per round of a DP run (each is a release the accountant
+#: composes; on AirQuality more steps bought no accuracy over the linear prior and took
+#: budget from the statistics the prior is fitted from — see benchmarks/README.md).
+DP_STEPS_PER_ROUND = 2
 
 
 @handler("impute_eval")
@@ -700,10 +724,14 @@ def run_imputation(
     secure = SecureAggregator(federation) if cfg.secure_aggregation else None
     spec = parse_dp(cfg.dp)
     private = secure is not None or spec is not None  # sums travel masked and/or noised, in their own exchanges
-    ledger, dp_meta = None, None
+    ledger = dp_meta = schema_dp = fit_dp = None
     if spec is not None:
-        ledger = PrivacyLedger.for_plan(spec, {"schema": 3, "stats": len(STAT_ARRAYS), "fit": cfg.rounds})
+        dp_steps = DP_STEPS_PER_ROUND
+        ledger = PrivacyLedger.for_plan(spec, {"schema": 3, "stats": len(STAT_ARRAYS), "fit": cfg.rounds * dp_steps},
+                                        {"schema": DP_SCHEMA_NOISE_SCALE, "fit": DP_GD_NOISE_SCALE})
         dp_meta = dp_request(spec, ledger.noise_multiplier)
+        schema_dp = dp_request(spec, ledger.multiplier("schema"))
+        fit_dp = {**dp_request(spec, ledger.multiplier("fit")), "steps": dp_steps}
 
     # 1. schema + counts (the first exchange of a run also agrees the federation's schema)
     first: dict[str, tuple[list[str], np.ndarray, np.ndarray]] = {}
@@ -750,7 +778,7 @@ def run_imputation(
                 site_means[i, idx] = np.where(first[s][1] > 0, first[s][2] / first[s][1], np.nan)
     scale = None
     if private:  # the moments over the global schema, summed securely and/or noised at the sites
-        moments = _summed(federation, secure, Message("impute_schema", meta=_dp_meta({"global": glob}, dp_meta)),
+        moments = _summed(federation, secure, Message("impute_schema", meta=_dp_meta({"global": glob}, schema_dp)),
                           "impute_schema", {"count": 0 if dp_meta is None else MOMENT_BITS, "sum": MOMENT_BITS,
                                             "sumsq": MOMENT_BITS})
         cnt, sm, sq = np.rint(moments["count"]), moments["sum"], moments["sumsq"]
@@ -849,9 +877,9 @@ def run_imputation(
     best = (np.inf, 0, weights)
     for rnd in range(1, cfg.rounds + 1):
         if private:
-            new, val, train_loss = _private_fit_round(federation, secure, weights, rnd, shapes, dp_meta)
+            new, val, train_loss = _private_fit_round(federation, secure, weights, rnd, shapes, fit_dp)
             if ledger is not None:
-                ledger.spend("fit")
+                ledger.spend("fit", fit_dp["steps"])
         else:
             fitted: dict[str, tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]] = {}
 

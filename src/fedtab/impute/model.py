@@ -64,7 +64,9 @@ class SignedGraphConv(MessagePassing):
     Node dimension is 0: ``x`` is ``(F, B, d)``; ``adj`` is the signed adjacency from
     :func:`graph_tensors` (``adj[i, j] = s_ij w_ij``), ``adj_abs`` its absolute value.
     Passing an ``edge_index`` (2, E) plus ``edge_weight`` (E,) instead runs the generic
-    gather/scatter path (same result, for checking).
+    gather/scatter path (same result, for checking); dense ``(F, F)`` adjacencies run
+    plain matrix products (same result; what per-example gradients under
+    ``torch.func.vmap`` need, see :mod:`.dp_train`).
     """
 
     def __init__(self, dim: int) -> None:
@@ -74,6 +76,8 @@ class SignedGraphConv(MessagePassing):
 
     def forward(self, x: Tensor, adj: Tensor, adj_abs: Tensor | None = None, edge_weight: Tensor | None = None) -> Tensor:
         g = torch.sigmoid(self.gate(x))  # (F, B, 1)
+        if adj_abs is not None and adj.layout == torch.strided:  # dense (F, F): works under torch.func.vmap
+            return torch.einsum("ij,jbd->ibd", adj, self.lin(x) * g) / (torch.einsum("ij,jbd->ibd", adj_abs, g) + 1e-3)
         if adj_abs is None:  # edge_index path
             num = self.propagate(adj, x=self.lin(x) * g, edge_weight=edge_weight)
             den = self.propagate(adj, x=g, edge_weight=edge_weight.abs())

@@ -26,7 +26,8 @@ import numpy as np
 
 __all__ = ["DP_META", "DPRequest", "dp_request", "parse_dp", "noise_rng", "add_noise", "column_bounds",
            "clip_values", "moment_sensitivity", "stats_sensitivity", "row_radius", "clip_rows", "clip_update",
-           "dp_logistic_update", "noisy_scores", "DP_GD_STEPS_PER_EPOCH", "DP_GD_LR", "DP_GD_NOISE_SCALE"]
+           "dp_logistic_update", "noisy_scores", "DP_GD_STEPS_PER_EPOCH", "DP_GD_LR", "DP_GD_NOISE_SCALE",
+           "DP_SCHEMA_NOISE_SCALE"]
 
 #: request meta key of the DP settings.
 DP_META = "dp"
@@ -170,6 +171,10 @@ DP_GD_LR = 0.5
 #: the gradient steps' noise multiplier relative to the run's other releases: hundreds of
 #: steps whose noise is divided by the row count can each take more noise than a few statistics.
 DP_GD_NOISE_SCALE = 4.0
+#: the imputation schema step's noise multiplier relative to the run's other releases: its
+#: raw-unit moments only centre and scale the statistics that are released again (in
+#: z-space, at the base multiplier), so they can take more noise.
+DP_SCHEMA_NOISE_SCALE = 2.0
 
 
 def dp_logistic_update(params: Mapping[str, np.ndarray], X: np.ndarray, y: np.ndarray, *, steps: int,
