@@ -131,3 +131,69 @@ def test_dp_imputation_releases_no_validation_errors():
     kinds = {r.kind for r in fed.traffic.records}
     assert "impute_eval" not in kinds
     assert np.abs(np.nan_to_num(res.pooled.corr)).max() <= 1.0
+
+
+def _neighbouring_rows(seed: int, f: int, radius: float, missing: float) -> tuple[np.ndarray, np.ndarray]:
+    """A random base table and the same table with row 0 replaced by an adversarial row:
+    both rows on the clipping sphere (or inside it), with random missing cells."""
+    from fedtab.privacy.dp import clip_rows
+
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(6, f)) * rng.choice([0.1, 1.0, 30.0], size=(6, 1))
+    base[rng.random(base.shape) < missing] = np.nan
+    other = base.copy()
+    other[0] = rng.normal(size=f) * 100
+    other[0, rng.random(f) < missing] = np.nan
+    return clip_rows(base, radius), clip_rows(other, radius)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_statistics_sensitivities_bound_any_replaced_row(seed):
+    from fedtab.impute.stats import STAT_ARRAYS, site_stats
+    from fedtab.privacy.dp import row_radius, stats_sensitivity
+
+    f = 1 + seed % 7
+    r = row_radius(f)
+    cols = [f"c{i}" for i in range(f)]
+    a, b = _neighbouring_rows(seed, f, r, missing=(seed % 3) * 0.3)
+    sa, sb = site_stats(a, cols), site_stats(b, cols)
+    sens = stats_sensitivity(r, f)
+    for k in STAT_ARRAYS:
+        moved = float(np.linalg.norm(getattr(sa, k) - getattr(sb, k)))
+        assert moved <= sens[k] * (1 + 1e-9), (k, moved, sens[k])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_moment_sensitivities_bound_any_replaced_row(seed):
+    from fedtab.privacy.dp import clip_values, moment_sensitivity
+
+    rng = np.random.default_rng(seed)
+    lo, hi = -rng.uniform(0, 5, 3), rng.uniform(0, 5, 3)
+    a = rng.normal(size=(5, 3)) * 10
+    b = a.copy()
+    b[0] = rng.choice([-1e3, 1e3, np.nan], size=3)  # an extreme or missing replacement
+    a[0, rng.random(3) < 0.3] = np.nan
+
+    def moments(x):
+        x = clip_values(x, lo, hi)
+        obs = ~np.isnan(x)
+        z = np.where(obs, x, 0.0)
+        return {"count": obs.sum(0), "sum": z.sum(0), "sumsq": (z * z).sum(0)}
+
+    ma, mb, sens = moments(a), moments(b), moment_sensitivity(lo, hi)
+    for k in ma:
+        assert float(np.linalg.norm(ma[k] - mb[k])) <= sens[k] * (1 + 1e-9), k
+
+
+def test_dp_describe_does_not_suppress_small_cells(parts):
+    # cell suppression depends on the data (a replaced row can flip it and release a whole
+    # column sum), so under DP the calibrated noise replaces it
+    frame = parts[0].copy()
+    a, b = frame.columns[:2]
+    frame.loc[frame.index[3:], a] = np.nan  # column a observed in 3 rows only
+    site = Site("a", frame, "target", test_size=0)
+    plain = site.handle(Message("describe", meta={"features": [a, b]}))
+    assert plain.arrays["count"][0] == 0 and plain.arrays["sum"][0] == 0  # suppressed
+    noisy = site.handle(Message("describe", meta={"features": [a, b], "dp": {"z": 1e-9, "bounds": [-10, 10]}}))
+    assert noisy.arrays["count"][0] == pytest.approx(3, abs=1e-6)
+    assert noisy.arrays["sum"][0] == pytest.approx(frame[a].clip(-10, 10).sum(), abs=1e-6)

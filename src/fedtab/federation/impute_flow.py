@@ -262,8 +262,9 @@ def _schema(site: Site, request: Message) -> Message:
         lo, hi = column_bounds(dp, site.feature_names)
         train = clip_values(train, lo, hi)
     values = np.where(obs, train, 0.0)
-    count, total, sumsq = suppress_small(obs.sum(0).astype(np.float64), site.policy.min_rows, values.sum(0),
-                                         (values * values).sum(0))
+    count, total, sumsq = obs.sum(0).astype(np.float64), values.sum(0), (values * values).sum(0)
+    if dp is None:  # under DP the noise protects small cells (data-dependent suppression would void it)
+        count, total, sumsq = suppress_small(count, site.policy.min_rows, total, sumsq)
     if dp is not None:
         sens, rng = moment_sensitivity(lo, hi), noise_rng()
         count, total, sumsq = (add_noise(a, sens[k], dp, rng) for k, a in
@@ -321,7 +322,9 @@ def _stats(site: Site, request: Message) -> Message:
         shift = np.zeros(len(cols))
     if dp is not None:
         values = clip_rows(values, row_radius(len(cols)))
-    s = suppressed_stats(site_stats(values, cols, shift), site.policy.min_rows)
+    s = site_stats(values, cols, shift)
+    if dp is None:  # under DP the noise protects small cells (data-dependent suppression would void it)
+        s = suppressed_stats(s, site.policy.min_rows)
     if dp is not None:
         sens, rng = stats_sensitivity(row_radius(len(cols)), len(cols)), noise_rng()
         noisy = {k: add_noise(getattr(s, k), sens[k], dp, rng, symmetric=k in ("pair_count", "pair_sxy"))

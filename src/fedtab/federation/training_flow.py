@@ -188,8 +188,9 @@ def describe_site(site: Site, feats: list[str], part: str = "train", dp: Mapping
     obs = ~np.isnan(X)
     Xz = np.where(obs, X, 0.0)
     labels = sorted({label_key(v) for v in y})
-    count, total, sumsq = suppress_small(obs.sum(axis=0).astype(np.int64), site.policy.min_rows,
-                                         Xz.sum(axis=0), (Xz * Xz).sum(axis=0))
+    count, total, sumsq = obs.sum(axis=0).astype(np.int64), Xz.sum(axis=0), (Xz * Xz).sum(axis=0)
+    if dp is None:  # under DP the noise protects small cells (data-dependent suppression would void it)
+        count, total, sumsq = suppress_small(count, site.policy.min_rows, total, sumsq)
     if dp is not None:
         sens, rng = moment_sensitivity(lo, hi), noise_rng()
         count, total, sumsq = (add_noise(a, sens[k], dp, rng) for k, a in

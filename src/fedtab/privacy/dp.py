@@ -117,11 +117,14 @@ def clip_values(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarra
 
 def moment_sensitivity(lo: np.ndarray, hi: np.ndarray) -> dict[str, float]:
     """L2 sensitivity of per-column (count, sum, sum of squares) of values in ``[lo, hi]``
-    (a replaced row changes each column's count by ≤ 1, sum by ≤ m, sum of squares by ≤ m²,
-    ``m = max(hi - lo, |lo|, |hi|)``: the other row's value may also be missing)."""
-    m = np.maximum(np.asarray(hi) - np.asarray(lo), np.maximum(np.abs(lo), np.abs(hi)))
+    (a missing value counts 0): a replaced row changes each column's count by ≤ 1, its sum
+    by ≤ ``m = max(hi - lo, |lo|, |hi|)`` (the other row's value may be missing) and its
+    sum of squares by ≤ ``a² = max(lo², hi²)`` (two squares in ``[0, a²]``)."""
+    lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    a = np.maximum(np.abs(lo), np.abs(hi))
+    m = np.maximum(hi - lo, a)
     held = m > 0
-    return {"count": math.sqrt(held.sum()), "sum": float(np.linalg.norm(m)), "sumsq": float(np.linalg.norm(m * m))}
+    return {"count": math.sqrt(held.sum()), "sum": float(np.linalg.norm(m)), "sumsq": float(np.linalg.norm(a * a))}
 
 
 def row_radius(n_columns: int) -> float:
@@ -142,10 +145,14 @@ def stats_sensitivity(radius: float, n_columns: int) -> dict[str, float]:
     """L2 sensitivity of each :class:`~fedtab.impute.stats.SiteStats` array over rows of
     L2 norm ≤ ``radius`` (:func:`clip_rows`) with ``n_columns`` columns, under replacement
     of one row: ``x xᵀ`` has Frobenius norm ``‖x‖²``, ``x oᵀ`` at most ``‖x‖ √F``, the
-    observation pattern ``o oᵀ`` at most ``F``."""
+    observation pattern ``o oᵀ`` at most ``F`` (missing entries count 0). A signed array
+    moves by up to twice its norm bound; the arrays whose two rows' contributions have a
+    non-negative inner product (``x²``, ``x xᵀ``, ``x² oᵀ``: ``‖A - B‖² ≤ ‖A‖² + ‖B‖²``)
+    by at most √2 times it, and ``o oᵀ`` (0/1 entries) by at most ``F``."""
     r, f = float(radius), float(n_columns)
-    return {"count": math.sqrt(f), "sum": 2 * r, "sumsq": 2 * r * r, "pair_count": f,
-            "pair_sx": 2 * r * math.sqrt(f), "pair_sxx": 2 * r * r * math.sqrt(f), "pair_sxy": 2 * r * r}
+    root2 = math.sqrt(2.0)
+    return {"count": math.sqrt(f), "sum": 2 * r, "sumsq": root2 * r * r, "pair_count": f,
+            "pair_sx": 2 * r * math.sqrt(f), "pair_sxx": root2 * r * r * math.sqrt(f), "pair_sxy": root2 * r * r}
 
 
 def clip_update(new: Mapping[str, np.ndarray], old: Mapping[str, np.ndarray], spec: Mapping[str, Any],
