@@ -26,7 +26,8 @@ format on (every message is serialised and decoded, so byte counts are real).
    (:func:`~fedtab.data.impute_datasets.heterogeneous_split`), few rounds: end-to-end
    seconds, seconds per round and validation RMSE (z-space, held-out cells).
 
-Run: ``python -m benchmarks.scale`` (``--quick`` for a small run, ``--out DIR``);
+Run: ``python -m benchmarks.scale`` (``--quick`` for a small run, ``--out DIR``, ``--threads N`` BLAS
+threads, default 1: on a shared 2-core machine a second BLAS thread mostly waits for the first);
 writes ``scale.json``, ``scale.md`` and ``scale.png`` to ``benchmarks/results``.
 """
 
@@ -39,7 +40,8 @@ import sys
 import time
 import tracemalloc
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -369,6 +371,12 @@ def _slope(rows: list[dict[str, Any]], d: int, step: str, key: str = "server_sec
 def goals(result: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     """(goal, measured, met) — ``met`` is ``None`` when the run did not measure it."""
     out: list[tuple[str, str, bool | None]] = []
+    meta = result.get("meta") or {}
+    if not meta.get("quick") and meta.get("complete") and not meta.get("noniid_from") and "--sections" not in meta.get(
+            "command", ""):
+        out.append(("full run (`python -m benchmarks.scale`) ≤ 20 minutes on 2 cores",
+                    f"{meta['seconds']:.0f} s wall, {meta['cpu_seconds']:.0f} s CPU, load average "
+                    f"{meta['load_average_start'][0]:.1f} at the start", meta["seconds"] <= 1200))
     el = [r for r in result["election"] if r["step"] == "election" and r["sites"] == 300 and r["features"] == 10000]
     if el:
         s, c = el[0]["server_seconds"], el[0]["server_cpu_seconds"]
@@ -414,9 +422,22 @@ def markdown(result: dict[str, Any]) -> str:
     meta = result["meta"]
     lines = [f"# Scale and non-IID ({'quick' if meta['quick'] else 'full'} run)", "",
              f"Command: `{meta['command']}`; {meta['cpus']} CPU(s) shared with other jobs; total {meta['seconds']:.0f} s wall, "
-             f"{meta['cpu_seconds']:.0f} s CPU of this process." + (
-                 f" Non-IID section from `{meta['noniid_from']}`." if meta.get("noniid_from") else ""), "",
-             "## Goals", "", "| goal | measured | met |", "|---|---|---|"]
+             f"{meta['cpu_seconds']:.0f} s CPU of this process"
+             + (f", {meta['blas_threads']} BLAS thread(s)" if meta.get("blas_threads") else "") + "." + (
+                 f" Non-IID section from `{meta['noniid_from']}`." if meta.get("noniid_from") else ""), ""]
+    if meta.get("load_average_start"):
+        lines += [f"Load average of the machine (1, 5, 15 min) at the start: "
+                  f"{', '.join(f'{x:.1f}' for x in meta['load_average_start'])}; at the end: "
+                  f"{', '.join(f'{x:.1f}' for x in meta['load_average_end'])}.", ""]
+    spent = []
+    for key in ("election", "noniid", "imputation"):
+        pts = [r for r in result[key] if "point_seconds" in r]
+        if pts:
+            spent.append(f"{key} {sum(r['point_seconds'] for r in pts):.0f} s wall / "
+                         f"{sum(r['point_cpu_seconds'] for r in pts):.0f} s CPU")
+    if spent:
+        lines += ["Time per study: " + "; ".join(spent) + ".", ""]
+    lines += ["## Goals", "", "| goal | measured | met |", "|---|---|---|"]
     for g, m, ok in goals(result):
         lines.append(f"| {g} | {m} | {'–' if ok is None else ('yes' if ok else 'NO')} |")
     lines += ["", "## Election and FedAvg by sites × features", "",
@@ -505,6 +526,17 @@ def plot(result: dict[str, Any], path: Path) -> None:
     save_figure(fig, path)
 
 
+@contextmanager
+def _timed() -> Iterator[list[float]]:
+    """Yields a list that holds [wall s, process CPU s] of the block once it has run."""
+    out: list[float] = []
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        yield out
+    finally:
+        out += [time.perf_counter() - t0, time.process_time() - c0]
+
+
 def run(cfg: dict[str, Any], log: Callable[[str], None] = print,
         partial: Callable[[dict[str, Any]], None] | None = None,
         sections: set[str] = frozenset({"election", "noniid", "imputation"})) -> dict[str, Any]:
@@ -515,7 +547,9 @@ def run(cfg: dict[str, Any], log: Callable[[str], None] = print,
     result = {"election": election, "noniid": noniid, "imputation": imputation}
     for d in cfg["grid_features"] if "election" in sections else []:
         for k in cfg["grid_sites"]:
-            rows = grid_point(k, d, cfg["grid_rounds"])
+            with _timed() as took:
+                rows = grid_point(k, d, cfg["grid_rounds"])
+            rows[0]["point_seconds"], rows[0]["point_cpu_seconds"] = took
             election += rows
             if partial:
                 partial(result)
@@ -523,7 +557,10 @@ def run(cfg: dict[str, Any], log: Callable[[str], None] = print,
                 f"peak {rows[0]['peak_server_mb']:.1f}MB | round server {rows[1]['server_seconds']:.4f}s "
                 f"sites {rows[1]['site_seconds']:.3f}s")
     for partition, alpha in PARTITIONS if "noniid" in sections else []:
-        for r in noniid_point(partition, alpha, cfg):
+        with _timed() as took:
+            rows = noniid_point(partition, alpha, cfg)
+        rows[0]["point_seconds"], rows[0]["point_cpu_seconds"] = took
+        for r in rows:
             noniid.append(r)
             log(f"{partition:16s} α={r['alpha']} {r['consensus']:12s} recall {r['signal_recall']:.3f} "
                 f"noise {r['noise_kept']:.3f} jaccard {r['jaccard_pooled']:.3f}  F1 {r['f1']:.3f} "
@@ -532,7 +569,9 @@ def run(cfg: dict[str, Any], log: Callable[[str], None] = print,
             partial(result)
     for f in cfg["impute_columns"] if "imputation" in sections else []:
         for k in cfg["impute_sites"]:
-            r = impute_point(f, k, cfg)
+            with _timed() as took:
+                r = impute_point(f, k, cfg)
+            r["point_seconds"], r["point_cpu_seconds"] = took
             imputation.append(r)
             if partial:
                 partial(result)
@@ -544,6 +583,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (seconds, used by the tests)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="folder for scale.{json,md,png}")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="BLAS/OpenMP threads (threadpoolctl; PyTorch's are 1 already): on a shared 2-core box "
+                         "2 threads made the imputation points 10x slower in wall time than 1")
     ap.add_argument("--sections", default="election,noniid,imputation",
                     help="comma-separated studies to run; the others are kept from an existing scale.json in --out")
     args = ap.parse_args(argv)
@@ -554,13 +596,17 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = QUICK if args.quick else FULL
     t0, c0 = time.perf_counter(), time.process_time()
+    load_start = list(os.getloadavg())
     args.out.mkdir(parents=True, exist_ok=True)
 
     def save(result: dict[str, Any], done: bool = False) -> None:
         result["meta"] = {"quick": bool(args.quick), "config": cfg, "seconds": time.perf_counter() - t0,
+                          "load_average_start": load_start, "load_average_end": list(os.getloadavg()),
+                          "blas_threads": max(1, args.threads),
                           "cpu_seconds": time.process_time() - c0, "complete": done, "cpus": os.cpu_count(),
                           "command": "python -m benchmarks.scale" + (" --quick" if args.quick else "")
-                          + (f" --sections {args.sections}" if sections != {"election", "noniid", "imputation"} else "")}
+                          + (f" --sections {args.sections}" if sections != {"election", "noniid", "imputation"} else "")
+                          + (f" --threads {args.threads}" if args.threads != 1 else "")}
         (args.out / "scale.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
 
     kept: dict[str, Any] = {}
@@ -570,7 +616,10 @@ def main(argv: list[str] | None = None) -> int:
     def merged(result: dict[str, Any]) -> dict[str, Any]:
         return {key: (result[key] if key in sections else kept.get(key, [])) for key in ("election", "noniid", "imputation")}
 
-    result = merged(run(cfg, partial=lambda r: save(merged(r)), sections=sections))
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(max(1, args.threads)):
+        result = merged(run(cfg, partial=lambda r: save(merged(r)), sections=sections))
     save(result, done=True)
     (args.out / "scale.md").write_text(markdown(result))
     plot(result, args.out / "scale.png")

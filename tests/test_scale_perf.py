@@ -166,3 +166,21 @@ def test_name_lists_are_validated_once_not_once_per_site(monkeypatch):
         assert len({id(b.feature_names) for b in outcome.ballots}) == 1
         assert outcome.described is not None and set(outcome.described) == set(fed.sites)
     assert counts[3] == counts[9] <= 3, counts
+
+
+def test_an_all_numeric_declaration_leaves_out_the_kinds_list():
+    from fedtab.federation import agree_schema
+    from fedtab.federation.schema import DECLARED
+
+    fed = _federation(3, 30)
+    run_election(fed, 0.5)
+    assert fed.schema.declaration("s0").kinds == ("numeric",) * 30
+    # a site with a categorical column still declares every kind, and the server keeps them
+    table = classification_table(n_samples=300, n_features=6, n_informative=3, n_redundant=0, seed=0)
+    parts = split_rows(table, [0.5, 0.5], seed=0)
+    parts[0] = parts[0].assign(colour=np.where(parts[0]["f0"] > 0, "red", "blue"))
+    mixed = LocalFederation([Site(f"m{i}", p, "target", selector="anova") for i, p in enumerate(parts)])
+    replies = mixed.ask({n: Message("schema", meta={"schema:declare": True}) for n in mixed.sites})
+    assert "kinds" not in replies["m1"].meta[DECLARED] and replies["m0"].meta[DECLARED]["kinds"][-1] == "categorical"
+    schema = agree_schema(mixed)
+    assert schema.declaration("m0").kinds[-1] == "categorical" and set(schema.declaration("m1").kinds) == {"numeric"}

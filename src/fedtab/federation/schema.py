@@ -97,7 +97,10 @@ class SiteDeclaration:
 
 
 def declare(site: "Site") -> dict[str, Any]:
-    """The site side: its declaration as JSON (names, kinds, target, class labels, rows per part)."""
+    """The site side: its declaration as JSON (names, kinds, target, class labels, rows per part).
+
+    ``kinds`` is left out when every column is numeric (what :func:`parse_declaration`
+    assumes without it): at 10,000 columns that is ~110 kB less per site."""
     from .training_flow import label_key
 
     columns = site.feature_names
@@ -107,7 +110,10 @@ def declare(site: "Site") -> dict[str, Any]:
     if site.target is not None:
         classes = sorted({label_key(v) for v in site.table[site.target].dropna().unique()})
     rows = {"train": len(site.rows("train")), "test": len(site.rows("test")), "all": len(site.table)}
-    return {"columns": columns, "kinds": kinds, "target": site.target, "classes": classes, "rows": rows}
+    out = {"columns": columns, "target": site.target, "classes": classes, "rows": rows}
+    if "categorical" in kinds:  # all numeric (the usual case): omitted, the parser's default
+        out["kinds"] = kinds
+    return out
 
 
 def as_count(value: Any, what: str, upper: int | None = None) -> int:
