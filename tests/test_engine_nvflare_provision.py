@@ -1,8 +1,8 @@
 """fedtab's FLARE project.yml: ``nvflare provision`` accepts it and makes a startup kit per site.
 
-Running the provisioned project (server + 3 clients + a job, in POC mode) does not fit
-the suite's budget on 2 cores; docs/deployment.md gives the exact commands. Here the
-generated file goes through FLARE's real provisioner and the kits are checked: every
+(Running the provisioned project — server + 3 clients started from their kits, a job
+submitted with the admin's kit — is ``tests/test_job.py::test_flare_project_job_matches_local_engine``.)
+Here the generated file goes through FLARE's real provisioner and the kits are checked: every
 site has a client certificate signed by the project's root CA (FLARE's mutual TLS), the
 server's kit names the server host and port the file asked for.
 """
@@ -55,6 +55,22 @@ def test_nvflare_provision_accepts_project_and_makes_a_kit_per_site(tmp_path):
     server = json.loads((prod / "localhost" / "startup" / "fed_server.json").read_text())
     assert server["servers"][0]["admin_port"] == 18003
     assert (prod / "admin@fedtab.org" / "startup").is_dir()
+
+    # a site allows fedtab's components without losing the provisioned defaults (FLARE reads
+    # resources.json instead of resources.json.default once it exists)
+    from fedtab.engines.nvflare import allow_fedtab_components
+    from fedtab.engines.nvflare_remote import find_admin_kit
+
+    default = json.loads((prod / "site-1" / "local" / "resources.json.default").read_text())
+    resources = json.loads(allow_fedtab_components(prod / "site-1").read_text())
+    assert "fedtab.engines." in resources["class_allow_list"]
+    assert set(default["class_allow_list"]) < set(resources["class_allow_list"])
+    assert resources["components"] == default["components"] and resources["components"]
+    # the admin's kit is found from the kit, the provisioned folder or the workspace
+    for where in (prod / "admin@fedtab.org", prod, tmp_path / "ws"):
+        assert find_admin_kit(where) == (prod / "admin@fedtab.org", "admin@fedtab.org")
+    with pytest.raises(ValueError, match="no admin startup kit"):
+        find_admin_kit(prod / "site-1")
 
 
 def test_project_config_rejects_what_flare_would_misread():

@@ -408,6 +408,18 @@ def _flower_binaries() -> bool:
     return all((bin_dir / b).exists() or shutil.which(b) for b in ("flower-superlink", "flower-supernode", "flwr"))
 
 
+def _assert_same_as_local(result: dict, out: Path, local: dict, local_out: Path, sites: Path) -> None:
+    """Same elected columns, predictions within 1e-6 and metrics as the local engine; a report."""
+    assert result["election"]["selected"] == local["election"]["selected"]
+    assert (out / "report.html").is_file()
+    table = pd.read_csv(sites / "va.csv", na_values=["?"])
+    np.testing.assert_allclose(load_model(out / "model.fedtab").predict_proba(table),
+                               load_model(local_out / "model.fedtab").predict_proba(table), atol=1e-6, rtol=0)
+    for key in ("weighted_f1", "accuracy", "auroc"):
+        assert result["training"]["metrics"]["pooled"][key] == pytest.approx(
+            local["training"]["metrics"]["pooled"][key], abs=1e-9)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _flower_binaries(), reason="Flower CLI binaries not installed")
 def test_superlink_job_matches_local_engine_over_tls_and_auth(sites, tmp_path):
@@ -418,7 +430,7 @@ def test_superlink_job_matches_local_engine_over_tls_and_auth(sites, tmp_path):
     pytest.importorskip("flwr")
     from fedtab.engines.flower_deploy import LoopbackDeployment
 
-    elect = {"election": {"freedom_degree": 0.5}}
+    elect = {"election": {"freedom_degree": 0.5}, "training": {"rounds": 1, "local_epochs": 2}}  # few exchanges
     local = run_job({**_job(sites, **elect), "run": {"out": str(tmp_path / "local")}}, engine="local")
     # the job file an analyst holds: site names only, the tables stay with the SuperNodes
     doc = {**_job(sites, **elect), "run": {"out": str(tmp_path / "remote")}}
@@ -443,14 +455,7 @@ def test_superlink_job_matches_local_engine_over_tls_and_auth(sites, tmp_path):
     assert result["deployment"]["excluded_nodes"] == {}
     assert sorted(result["sites"]) == sorted(HEART_SITE_NAMES)
     assert all(s["file"] is None for s in result["sites"].values())
-    assert result["election"]["selected"] == local["election"]["selected"]
-    assert (out / "report.html").is_file()
-    table = pd.read_csv(sites / "va.csv", na_values=["?"])
-    np.testing.assert_allclose(load_model(out / "model.fedtab").predict_proba(table),
-                               load_model(tmp_path / "local" / "model.fedtab").predict_proba(table), atol=1e-6, rtol=0)
-    for key in ("weighted_f1", "accuracy", "auroc"):
-        assert result["training"]["metrics"]["pooled"][key] == pytest.approx(
-            local["training"]["metrics"]["pooled"][key], abs=1e-9)
+    _assert_same_as_local(result, out, local, tmp_path / "local", sites)
 
 
 def test_superlink_run_needs_the_ca_and_site_keys_of_every_job_site(sites, tmp_path):
@@ -471,3 +476,53 @@ def test_superlink_run_needs_the_ca_and_site_keys_of_every_job_site(sites, tmp_p
     assert res.exit_code == 2 and "--engine flower only" in res.output
     res = runner.invoke(app, ["run", "job.toml", "--insecure"])
     assert res.exit_code == 2 and "--superlink only" in res.output
+
+
+def test_flare_project_run_needs_an_admin_kit_and_site_paths(sites, tmp_path):
+    job = _job(sites, election={"freedom_degree": 0.5})
+    with pytest.raises(JobError, match="flare_project applies to engine 'nvflare'"):
+        run_job(job, engine="flower", flare_project=tmp_path)
+    pathless = {**job, "sites": {**job["sites"], "va": {}}}
+    with pytest.raises(JobError, match=r"on a FLARE project every \[sites.<name>\] needs path"):
+        run_job(pathless, engine="nvflare", flare_project=tmp_path)
+    res = runner.invoke(app, ["run", "job.toml", "--engine", "flower", "--flare-project", str(tmp_path)])
+    assert res.exit_code == 2 and "--engine nvflare only" in res.output
+    res = runner.invoke(app, ["run", "job.toml", "--deployment", "loopback", "--superlink", "127.0.0.1:1"])
+    assert res.exit_code == 2 and "give one of" in res.output
+
+
+# ----------------------------------------------------------------------------- a provisioned FLARE project
+def _nvflare_cli() -> bool:
+    return (Path(sys.executable).parent / "nvflare").exists() or shutil.which("nvflare") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _nvflare_cli(), reason="nvflare CLI not installed")
+def test_flare_project_job_matches_local_engine(sites, tmp_path):
+    """``fedtab run JOB --engine nvflare --flare-project KIT``: a FLARE project provisioned from
+    fedtab's project.yml (mutual TLS, a startup kit per participant), server and clients started
+    first and separately from their own startup scripts on 127.0.0.1, the job submitted with the
+    admin's kit through FLARE's API: the local engine's columns and predictions. Processes:
+    setsid, group-killed in the finally, none left over (checked by the environment marker)."""
+    pytest.importorskip("nvflare")
+    from fedtab.engines.nvflare_deploy import LoopbackProject
+
+    elect = {"election": {"freedom_degree": 0.5}, "training": {"rounds": 1, "local_epochs": 2}}  # few exchanges
+    local = run_job({**_job(sites, **elect), "run": {"out": str(tmp_path / "local")}}, engine="local")
+    doc = {**_job(sites, **elect), "run": {"out": str(tmp_path / "flare")}}
+    (tmp_path / "job.toml").write_text(_toml(doc))
+    project = LoopbackProject(HEART_SITE_NAMES, tmp_path / "project", start_timeout=180)
+    try:
+        project.start()
+        res = runner.invoke(app, ["run", str(tmp_path / "job.toml"), "--engine", "nvflare",
+                                  "--flare-project", str(project.admin_kit), "--timeout", "600"])
+    finally:
+        project.stop()
+        leftovers = project.stragglers()
+    assert not leftovers, f"processes left running: {leftovers}"
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "flare"
+    result = json.loads((out / "result.json").read_text())
+    assert result["engine"] == "nvflare" and result["deployment"]["flare_job_id"]
+    assert sorted(result["sites"]) == sorted(HEART_SITE_NAMES)
+    _assert_same_as_local(result, out, local, tmp_path / "local", sites)

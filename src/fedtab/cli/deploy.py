@@ -69,4 +69,12 @@ def deploy_command(
     ]
     for line in lines:
         console.print("  " + line, highlight=False, soft_wrap=True)
-    console.print(f"\n[bold]NVIDIA FLARE[/]: nvflare provision -p {project} -w <workspace>", highlight=False)
+    console.print("\n[bold]NVIDIA FLARE[/] (see docs/deployment.md):", highlight=False)
+    kits = "<workspace>/fedtab/prod_00"
+    for line in [f"nvflare provision -p {project} -w <workspace>",
+                 f"(every participant:) python -c \"from fedtab.engines.nvflare import allow_fedtab_components as a; "
+                 f"a('{kits}/<participant>')\"",
+                 f"{kits}/{flare_server}/startup/start.sh",
+                 *(f"(site {s}:) {kits}/{s}/startup/start.sh" for s in site),
+                 f"fedtab run job.toml --engine nvflare --flare-project {kits}/admin@fedtab.org"]:
+        console.print("  " + line, highlight=False, soft_wrap=True)

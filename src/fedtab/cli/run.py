@@ -28,9 +28,10 @@ def run_command(
     job: Annotated[Path, typer.Argument(help="The job file (TOML): sites, target and steps (see docs/job.md).")],
     engine: Annotated[Optional[str], typer.Option(help="local, flower or nvflare (default: the job's [run] engine, "
                                                   "else local).")] = None,
-    deployment: Annotated[Optional[str], typer.Option(help="Flower only: 'loopback' starts a SuperLink and one "
-                                                      "SuperNode per site on 127.0.0.1 (default: ServerApp and "
-                                                      "ClientApps in this process).")] = None,
+    deployment: Annotated[Optional[str], typer.Option(help="'loopback': Flower: a SuperLink and one SuperNode per "
+                                                      "site on 127.0.0.1 (TLS + auth); FLARE: a provisioned project "
+                                                      "on 127.0.0.1 (default: Flower's apps in this process, FLARE's "
+                                                      "simulator).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Output directory (default: the job's [run] out).")] = None,
     superlink: Annotated[Optional[str], typer.Option(help="Flower only: HOST:PORT of the consortium's running "
                                                      "SuperLink; each SuperNode reads its own table (node config "
@@ -42,27 +43,37 @@ def run_command(
                                                       "key.")] = None,
     insecure: Annotated[bool, typer.Option(help="With --superlink: the SuperLink runs without TLS and SuperNode "
                                                 "authentication (Flower's --insecure); only for trials.")] = False,
-    timeout: Annotated[float, typer.Option(min=1, help="With --superlink: seconds to wait for the run.")] = 3600.0,
+    flare_project: Annotated[Optional[Path], typer.Option(help="NVIDIA FLARE only: the project admin's startup kit "
+                                                          "of a running provisioned project (prod_00/admin@...) or "
+                                                          "the provisioned folder holding it; site paths are read "
+                                                          "at the sites.")] = None,
+    timeout: Annotated[float, typer.Option(min=1, help="With --superlink, --flare-project or --deployment: seconds "
+                                                       "to wait for the run.")] = 3600.0,
 ) -> None:
     """Run a job: one file per site in, model.fedtab, result.json and report.html out."""
-    from ..engines.flower_remote import RunError
+    from ..engines.errors import RunError
     from ..federation.protocol import FederationError
     from ..job import JobError
     from ..job.run import run_job
 
     if deployment not in (None, "loopback"):
         fail(f"--deployment must be 'loopback', got {deployment!r}")
-    if (deployment or superlink) and engine not in (None, "flower"):
-        fail(f"--{'deployment' if deployment else 'superlink'} applies to --engine flower only")
-    if deployment and superlink:
-        fail("give --deployment loopback or --superlink, not both")
+    if deployment and engine == "local":
+        fail("--deployment applies to --engine flower or nvflare")
+    if superlink and engine not in (None, "flower"):
+        fail("--superlink applies to --engine flower only")
+    if flare_project and engine not in (None, "nvflare"):
+        fail("--flare-project applies to --engine nvflare only")
+    if sum(map(bool, (deployment, superlink, flare_project))) > 1:
+        fail("give one of --deployment loopback, --superlink and --flare-project")
     if not superlink and (root_certificates or site_keys or insecure):
         fail("--root-certificates, --site-keys and --insecure apply to --superlink only")
     say, close = step_reporter()
     try:
-        result = run_job(job, engine=engine or ("flower" if deployment or superlink else None), deployment=deployment,
-                         out=out, progress=say, superlink=superlink, root_certificates=root_certificates,
-                         insecure=insecure, site_keys=site_keys, timeout=timeout)
+        engine = engine or ("flower" if deployment or superlink else "nvflare" if flare_project else None)
+        result = run_job(job, engine=engine, deployment=deployment, out=out, progress=say, superlink=superlink,
+                         root_certificates=root_certificates, insecure=insecure, site_keys=site_keys,
+                         flare_project=flare_project, timeout=timeout)
     except (JobError, FederationError, RunError, ValueError, OSError) as exc:
         close()
         fail(str(exc))

@@ -27,8 +27,6 @@ Example::
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -37,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .flower_remote import FLWR_ENV, RunError, SuperLinkClient, flwr_env, toml_value
+from .processes import ProcessOwner
 
 if TYPE_CHECKING:
     from ..deploy.keys import ConsortiumKeys
@@ -56,28 +55,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _descendants(roots: Sequence[int]) -> set[int]:
-    """Every live process below ``roots`` (by parent pid, read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    out: set[int] = set()
-    todo = list(roots)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
 
 
 def _wait_port(port: int, deadline: float, proc: subprocess.Popen, log: Path) -> None:
@@ -116,7 +93,7 @@ def supernode_args(superlink: str, node_config: Mapping[str, Any], port: int, *,
     return [*tls, "--superlink", superlink, "--host", "127.0.0.1", "--port", str(port), "--node-config", node_cfg]
 
 
-class LoopbackDeployment:
+class LoopbackDeployment(ProcessOwner):
     """SuperLink + one SuperNode per node config, all on 127.0.0.1, TLS + auth by default.
 
     Args:
@@ -139,6 +116,7 @@ class LoopbackDeployment:
     def __init__(self, node_configs: Sequence[Mapping[str, Any]], workdir: str | Path, *, app: str | Path | None = None,
                  bin_dir: str | Path | None = None, start_timeout: float = 60.0, insecure: bool = False,
                  keys: "ConsortiumKeys | None" = None) -> None:
+        super().__init__()
         self.node_configs = [dict(c) for c in node_configs]
         self.workdir = Path(workdir)
         self.app = Path(app) if app is not None else None
@@ -150,21 +128,20 @@ class LoopbackDeployment:
         self.port = 0
         self.client: SuperLinkClient | None = None  # the ``flwr`` connection, once started
         self.node_ids: dict[str, int] = {}
-        self._procs: list[subprocess.Popen] = []
-        self._logs: list[Any] = []
 
     # -- processes -----------------------------------------------------------------------
     @property
     def env(self) -> dict[str, str]:
         return flwr_env(self.home, self.bin_dir)
 
+    @property
+    def marker(self) -> str:
+        """Every process of this deployment inherits its ``FLWR_HOME`` (see :meth:`stop`)."""
+        return f"FLWR_HOME={self.home}"
+
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
-        self._logs.append(log)
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir,
-                                start_new_session=True)  # setsid: own process group, killed as a whole
-        self._procs.append(proc)
-        return proc
+        # setsid: own process group, killed as a whole
+        return self._spawn_logged(argv, self.workdir / f"{name}.log", env=self.env, cwd=self.workdir)
 
     def start(self) -> "LoopbackDeployment":
         """Start the SuperLink, register the sites' keys, start the SuperNodes; write
@@ -243,72 +220,9 @@ class LoopbackDeployment:
             _wait_port(node_port, deadline or time.monotonic() + self.start_timeout, proc, self.workdir / f"{name}.log")
         return proc
 
-    def stop(self) -> None:
-        """Kill every process this deployment started, with their descendants (TERM, then KILL).
-
-        SuperExec starts some children in sessions of their own, so besides each
-        process group the descendants found in ``/proc`` are signalled by pid too.
-        """
-        tree = _descendants([p.pid for p in self._procs])
-        for pid in tree:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for proc in self._procs:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 10
-        for proc in self._procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for proc in self._procs:  # children that outlived their leader, or a stuck leader
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        for pid in tree | _descendants(list(tree)) | self._stragglers():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self._procs.clear()
-        for log in self._logs:
-            log.close()
-        self._logs.clear()
-
     def _stragglers(self) -> set[int]:
         """Processes that inherited this deployment's ``FLWR_HOME`` (so were started by it)."""
-        marker = f"FLWR_HOME={self.home}".encode()
-        found = set()
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                env = (entry / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if marker in env:
-                found.add(int(entry.name))
-        return found
-
-    def __enter__(self) -> "LoopbackDeployment":
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return self.stragglers()
 
     # -- runs ------------------------------------------------------------------------------
     @property

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .errors import RunError
 from .result_log import ResultLogError, decode_result
 
 __all__ = ["FLWR_ENV", "RunError", "SuperLinkClient", "flwr_env", "toml_value"]
@@ -52,10 +53,6 @@ def flwr_env(home: str | Path, bin_dir: str | Path) -> dict[str, str]:
     env["FLWR_HOME"] = str(home)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return env
-
-
-class RunError(RuntimeError):
-    """A Flower run could not be submitted, failed, timed out or left no readable result."""
 
 
 def toml_value(v: Any) -> str:

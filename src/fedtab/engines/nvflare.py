@@ -38,6 +38,7 @@ from nvflare.apis.signal import Signal
 
 from ..federation.messages import Message, MessageError
 from ..federation.protocol import Federation, FederationError, Traffic
+from .errors import RunError
 from .pipeline import load_workflow
 from .site_config import build_site
 from .site_state import SiteCache, decode_state, encode_state
@@ -52,7 +53,7 @@ _STATE_FILE = "fedtab_site_state.bin"
 _SITES = SiteCache()
 
 
-class SimulatorError(RuntimeError):
+class SimulatorError(RunError):
     """The FLARE simulator returned a non-zero code or the job wrote no result."""
 
 
@@ -288,13 +289,18 @@ def allow_fedtab_components(site_root: str | Path) -> Path:
     (NVFLARE's own classes by default). A real site adds ``"fedtab.engines."`` to the
     ``class_allow_list`` of its ``local/resources.json``; the simulator copies
     ``<workspace>/local`` into every simulated site, so this writes it there.
-    Existing settings in the file are kept. Returns the file's path.
+    Existing settings are kept: those of ``resources.json``, else of the provisioned
+    ``resources.json.default`` (FLARE reads the first that exists, so a ``resources.json``
+    without the default's components would leave a provisioned site unable to run a job).
+    Returns the file's path.
     """
     from nvflare.app_common.default_component_policy import DEFAULT_CLASS_ALLOW_LIST
 
     path = Path(site_root, "local", "resources.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    resources = json.loads(path.read_text()) if path.is_file() else {}
+    default = path.with_name("resources.json.default")
+    source = path if path.is_file() else default if default.is_file() else None
+    resources = json.loads(source.read_text()) if source is not None else {}
     allowed = list(resources.get("class_allow_list", DEFAULT_CLASS_ALLOW_LIST))
     for prefix in ("fedtab.engines.",):
         if prefix not in allowed:

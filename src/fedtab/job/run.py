@@ -10,7 +10,11 @@ Engines (``[run] engine`` or the ``engine`` argument):
   ``superlink="HOST:PORT"`` the consortium's running SuperLink and SuperNodes
   (:class:`~fedtab.engines.flower_remote.SuperLinkClient`: ``flwr run``, then the result
   read back from the run's log; the loopback deployment is run the same way);
-* ``nvflare`` — NVIDIA FLARE's simulator (:func:`fedtab.engines.nvflare.run_simulator`).
+* ``nvflare`` — NVIDIA FLARE's simulator (:func:`fedtab.engines.nvflare.run_simulator`), or
+  with ``flare_project=KIT`` a running provisioned FLARE project, the job submitted with its
+  admin's startup kit (:func:`fedtab.engines.nvflare_remote.run_on_project`), or with
+  ``deployment="loopback"`` such a project provisioned and started on 127.0.0.1
+  (:class:`~fedtab.engines.nvflare_deploy.LoopbackProject`).
 
 All of them run :func:`fedtab.job.flow.job_workflow`; sites are built from the same site
 configs (:func:`site_configs`), so a job gives the same elected columns and model on each.
@@ -126,7 +130,8 @@ class SuperLink:
 
 def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan: dict[str, Any],
                 progress: Callable[[str], None], deployment: str | None, workdir: Path,
-                superlink: SuperLink | None = None) -> dict[str, Any]:
+                superlink: SuperLink | None = None, flare_project: str | Path | None = None,
+                timeout: float = 3600.0) -> dict[str, Any]:
     from .flow import job_workflow
 
     if engine == "local":
@@ -148,31 +153,51 @@ def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan:
             # each SuperNode knows only its name and table, as at a real site; the job brings the rest
             nodes = [{"name": c["name"], "data-path": c["data-path"]} for c in configs]
             with LoopbackDeployment(nodes, workdir / "flower") as dep:
-                return _run_on_superlink(spec, plan, SuperLink(dep.address, dep.keys.ca_cert, site_keys=dep.keys.site_keys,
-                                                               timeout=900.0), workdir, progress)
+                link = SuperLink(dep.address, dep.keys.ca_cert, site_keys=dep.keys.site_keys, timeout=timeout)
+                return _run_on_superlink(spec, plan, link, workdir, progress)
         from ..engines.flower import make_server_app, run_in_process
 
         progress("running on Flower (ServerApp and ClientApps in this process)")
         return run_in_process(configs, {"job": json.dumps(plan)}, app=make_server_app(job_workflow))
+    # JSON text, not a dict: FLARE takes any dict with a "name" key (a model spec) for a component
+    flare_config = {"job": json.dumps(plan)}
+    if flare_project is not None or deployment == "loopback":
+        from ..engines.nvflare_remote import run_on_project
+
+        if flare_project is not None:
+            progress(f"submitting the job to the FLARE project of {flare_project}")
+            raw = run_on_project(configs, flare_config, flare_project, workdir / "nvflare", workflow=WORKFLOW,
+                                 timeout=timeout)
+        else:
+            from ..engines.nvflare_deploy import LoopbackProject
+
+            progress("provisioning and starting a FLARE server and one client per site on 127.0.0.1")
+            with LoopbackProject([c["name"] for c in configs], workdir / "flare_project") as project:
+                progress("submitting the job to the FLARE project")
+                raw = run_on_project(configs, flare_config, project.admin_kit, workdir / "nvflare",
+                                     workflow=WORKFLOW, timeout=timeout)
+        raw["deployment"] = {"flare_job_id": raw.get("flare_job_id")}
+        return raw
     from ..engines.nvflare import run_simulator
 
     progress("running on the NVIDIA FLARE simulator")
-    flare_sites = [{k: v for k, v in c.items()} for c in configs]
-    # JSON text, not a dict: FLARE takes any dict with a "name" key (a model spec) for a component
-    return run_simulator(flare_sites, {"job": json.dumps(plan)}, workdir / "nvflare", workflow=WORKFLOW)
+    return run_simulator(configs, flare_config, workdir / "nvflare", workflow=WORKFLOW)
 
 
 def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, deployment: str | None = None,
             out: str | Path | None = None, progress: Callable[[str], None] | None = None,
             superlink: str | SuperLink | None = None, root_certificates: str | Path | None = None,
-            insecure: bool = False, site_keys: Any = None, timeout: float = 3600.0) -> dict[str, Any]:
+            insecure: bool = False, site_keys: Any = None, flare_project: str | Path | None = None,
+            timeout: float = 3600.0) -> dict[str, Any]:
     """Run a job file (or its dict) and write ``model.fedtab``, ``result.json`` and ``report.html``.
 
     Args:
         job: path of the TOML job file, or the same as a dict (paths relative to the cwd).
         engine: ``local``, ``flower`` or ``nvflare`` (default: the job's ``[run] engine``;
             ``flower`` when ``superlink`` is given).
-        deployment: Flower only: ``None`` (in-process ServerApp/ClientApps) or ``"loopback"``.
+        deployment: ``None`` (Flower: ServerApp/ClientApps in this process; FLARE: its
+            simulator) or ``"loopback"`` (Flower: a SuperLink and SuperNodes on 127.0.0.1,
+            TLS + auth; FLARE: a provisioned project, server and clients on 127.0.0.1).
         out: output directory (default: the job's ``[run] out``).
         progress: called with a short line as each step starts.
         superlink: Flower only: ``HOST:PORT`` of the consortium's running SuperLink (or a
@@ -180,8 +205,13 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
             ``data-path``), so the job's site ``path`` values are not used; the job's other
             site settings travel in the run config. The result comes back through the
             run's log (:mod:`fedtab.engines.flower_remote`).
-        root_certificates, insecure, site_keys, timeout: as :class:`SuperLink` (with a
+        root_certificates, insecure, site_keys: as :class:`SuperLink` (with a
             ``superlink`` string).
+        flare_project: FLARE only: the project admin's startup kit of a running,
+            provisioned FLARE project (or the provisioned folder holding it, see
+            :func:`fedtab.engines.nvflare_remote.find_admin_kit`). The job's site paths are
+            read at the sites.
+        timeout: seconds to wait for a run on a deployment.
 
     Returns:
         The ``result.json`` document (``docs/job.md`` lists its keys).
@@ -205,13 +235,22 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
         raise JobError(f"unknown engine {engine!r}; known: {list(ENGINES)}")
     if superlink is not None and (engine != "flower" or deployment is not None):
         raise JobError("superlink applies to engine 'flower' without another deployment")
-    configs = site_configs(spec, check_files=superlink is None)
+    if flare_project is not None and (engine != "nvflare" or deployment is not None):
+        raise JobError("flare_project applies to engine 'nvflare' without another deployment")
+    if deployment not in (None, "loopback") or (deployment and engine == "local"):
+        raise JobError(f"deployment {deployment!r} applies to engines 'flower' and 'nvflare' ('loopback')")
+    # on a deployment the sites read their own files: nothing to check on this machine
+    configs = site_configs(spec, check_files=superlink is None and flare_project is None)
+    if flare_project is not None and any("data-path" not in c for c in configs):
+        raise JobError(f"{spec.source}: on a FLARE project every [sites.<name>] needs path = \"<the file at that "
+                       "site>\" (the job carries it to the site)")
     plan = spec.to_dict()
     # what the server needs: steps and settings, not where the sites keep their files
     server_plan = {k: v for k, v in plan.items() if k not in ("sites", "source")}
     out_dir = Path(out) if out is not None else spec.run.out
     with tempfile.TemporaryDirectory(prefix="fedtab-job-") as tmp:
-        raw = _run_engine(spec, engine, configs, server_plan, say, deployment, Path(tmp), superlink)
+        raw = _run_engine(spec, engine, configs, server_plan, say, deployment, Path(tmp), superlink, flare_project,
+                          timeout)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     files = {s.name: None if s.path is None or superlink is not None else str(s.path) for s in spec.sites}
     result = {

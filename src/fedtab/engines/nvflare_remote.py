@@ -1,0 +1,124 @@
+"""Submit a fedtab job to a running, provisioned NVIDIA FLARE project and fetch its result.
+
+The analyst's side of a FLARE deployment (``fedtab run JOB --engine nvflare --flare-project KIT``):
+a project provisioned with ``nvflare provision`` (the ``project.yml`` that ``fedtab deploy``
+writes) gives its project admin a startup kit (``prod_00/admin@fedtab.org``: certificates
+of the project's root CA, ``fed_admin.json``). With it :func:`run_on_project` opens a FLARE
+API session (``nvflare.fuel.flare_api.new_secure_session``, mutual TLS), submits the job
+built by :func:`fedtab.engines.nvflare.build_job`, waits until it is final, aborts it if it
+is not final in time, downloads the server's job workspace and reads the
+``fedtab_result.json`` that :class:`~fedtab.engines.nvflare.FedtabController` wrote there.
+
+Every participant must allow fedtab's components (``"fedtab.engines."`` on the
+``class_allow_list`` of its ``local/resources.json``,
+:func:`fedtab.engines.nvflare.allow_fedtab_components`), and the site paths in the job are
+read at the sites (the FLARE job carries them to each site's executor).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .errors import RunError
+from .nvflare import _RESULT_FILE, build_job
+
+__all__ = ["find_admin_kit", "run_on_project"]
+
+
+def find_admin_kit(path: str | Path) -> tuple[Path, str]:
+    """``(kit folder, user name)`` of the project admin's startup kit at or under ``path``.
+
+    ``path`` is the admin's kit (it holds ``startup/fed_admin.json``), the provisioned
+    folder that holds it (``prod_00``) or the provisioning workspace (``-w`` of
+    ``nvflare provision``). The user name is the kit's ``admin.username``.
+
+    Raises:
+        ValueError: no admin kit there, or several (name the one to use).
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise ValueError(f"FLARE project: no such folder {root}")
+    kits = sorted({f.parent.parent for pattern in ("startup/fed_admin.json", "*/startup/fed_admin.json",
+                                                  "*/prod_*/*/startup/fed_admin.json")
+                   for f in root.glob(pattern)})
+    if not kits:
+        raise ValueError(f"FLARE project {root}: no admin startup kit (startup/fed_admin.json) here; give the "
+                         "project admin's kit, e.g. <workspace>/<project>/prod_00/admin@fedtab.org")
+    if len(kits) > 1:
+        raise ValueError(f"FLARE project {root}: several admin startup kits ({', '.join(map(str, kits))}); give one")
+    kit = kits[0]
+    try:
+        user = json.loads((kit / "startup" / "fed_admin.json").read_text())["admin"]["username"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"FLARE admin kit {kit}: unreadable startup/fed_admin.json ({exc})") from None
+    return kit, str(user)
+
+
+def run_on_project(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None, admin_kit: str | Path,
+                   workdir: str | Path, *, workflow: str = "", timeout: float = 3600.0, connect_timeout: float = 60.0,
+                   name: str = "fedtab") -> dict[str, Any]:
+    """Submit ``build_job(sites, config, workflow=workflow)`` to the project, wait, return its result.
+
+    Args:
+        sites: one site config per FLARE client (``name`` = the client's name in the
+            project; ``data-path`` etc. as read at that site).
+        config: the workflow settings.
+        admin_kit: see :func:`find_admin_kit`.
+        workdir: folder for the exported job and the downloaded workspace (created).
+        timeout: seconds to wait for the job; it is aborted after that.
+        connect_timeout: seconds to try to open the admin session.
+
+    Returns:
+        The workflow's JSON summary plus ``flare_job_id``.
+
+    Raises:
+        ValueError: no usable admin kit.
+        RunError: the server cannot be reached, the job was refused, did not finish in
+            time (then aborted), ended in another state than ``FINISHED:COMPLETED``, or
+            left no result.
+    """
+    from nvflare.fuel.flare_api.flare_api import new_secure_session
+
+    kit, user = find_admin_kit(admin_kit)
+    workdir = Path(workdir)
+    jobs = workdir / "jobs"
+    shutil.rmtree(jobs, ignore_errors=True)
+    build_job(sites, config, name=name, workflow=workflow).export_job(str(jobs))
+    try:
+        session = new_secure_session(user, str(kit), timeout=connect_timeout)
+    except Exception as exc:  # noqa: BLE001 - FLARE raises several types for an unreachable server
+        raise RunError(f"cannot open a FLARE admin session as {user} with {kit}: {type(exc).__name__}: {exc}") from None
+    try:
+        try:
+            job_id = session.submit_job(str(jobs / name))
+        except Exception as exc:  # noqa: BLE001
+            raise RunError(f"the FLARE server refused the job: {type(exc).__name__}: {exc}") from None
+        meta = _wait(session, job_id, timeout)
+        status = str(meta.get("status", ""))
+        if status != "FINISHED:COMPLETED":
+            raise RunError(f"FLARE job {job_id} ended as {status!r}; see the server's and sites' logs (does every "
+                           "participant's local/resources.json allow 'fedtab.engines.'? allow_fedtab_components)")
+        location = session.download_job_result(job_id, str(workdir / "download"))
+        result = Path(location or "", "workspace", _RESULT_FILE)
+        if not location or not result.is_file():
+            raise RunError(f"FLARE job {job_id} completed but its workspace holds no {_RESULT_FILE}")
+        out = json.loads(result.read_text())
+        out["flare_job_id"] = job_id
+        return out
+    finally:
+        session.close()
+
+
+def _wait(session, job_id: str, timeout: float) -> dict[str, Any]:  # noqa: ANN001 - FLARE's Session
+    from nvflare.fuel.flare_api.api_spec import JobTimeout
+
+    try:
+        return session.wait_for_job(job_id, timeout=timeout, poll_interval=1.0)
+    except JobTimeout:
+        try:
+            session.abort_job(job_id)
+        finally:
+            raise RunError(f"FLARE job {job_id} did not finish within {timeout:g} s (aborted)") from None
