@@ -502,9 +502,11 @@ def test_flare_project_job_matches_local_engine(sites, tmp_path):
     """``fedtab run JOB --engine nvflare --flare-project KIT``: a FLARE project provisioned from
     fedtab's project.yml (mutual TLS, a startup kit per participant), server and clients started
     first and separately from their own startup scripts on 127.0.0.1, the job submitted with the
-    admin's kit through FLARE's API: the local engine's columns and predictions. Processes:
+    admin's kit through FLARE's API: the local engine's columns and predictions; then a job
+    with a wrong site path fails with the site's reason. Processes:
     setsid, group-killed in the finally, none left over (checked by the environment marker)."""
     pytest.importorskip("nvflare")
+    from fedtab.engines.errors import RunError
     from fedtab.engines.nvflare_deploy import LoopbackProject
 
     elect = {"election": {"freedom_degree": 0.5}, "training": {"rounds": 1, "local_epochs": 2}}  # few exchanges
@@ -516,6 +518,10 @@ def test_flare_project_job_matches_local_engine(sites, tmp_path):
         project.start()
         res = runner.invoke(app, ["run", str(tmp_path / "job.toml"), "--engine", "nvflare",
                                   "--flare-project", str(project.admin_kit), "--timeout", "600"])
+        # a path the site does not have: the failed job's reason comes back, naming the site and file
+        typo = {**doc, "sites": {**doc["sites"], "va": {"path": str(sites / "no-such.csv")}}}
+        with pytest.raises(RunError, match=r"site 'va'.*no-such\.csv: no such file"):
+            run_job(typo, engine="nvflare", flare_project=project.admin_kit, timeout=300)
     finally:
         project.stop()
         leftovers = project.stragglers()

@@ -48,6 +48,8 @@ __all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "Fla
 TASK_NAME = "fedtab"
 _PAYLOAD = "fedtab"
 _RESULT_FILE = "fedtab_result.json"
+#: written to the server's run directory when the workflow raises (the exception's type and text)
+ERROR_FILE = "fedtab_error.txt"
 _STATE_FILE = "fedtab_site_state.bin"
 
 _SITES = SiteCache()
@@ -168,7 +170,12 @@ class FedtabController(Controller):
         fed = FlareFederation(self, fl_ctx, abort_signal, timeout=self.timeout)
         if len(fed.sites) < self.min_sites:
             raise FederationError(f"{len(fed.sites)} FLARE client(s) connected, {self.min_sites} needed")
-        result = dict(load_workflow(self.workflow)(fed, cfg))
+        try:
+            result = dict(load_workflow(self.workflow)(fed, cfg))
+        except Exception as exc:  # the job fails; its workspace tells an admin who downloads it why
+            run_dir = engine.get_workspace().get_run_dir(fl_ctx.get_job_id())
+            Path(run_dir, ERROR_FILE).write_text(f"{type(exc).__name__}: {exc}")
+            raise
         result["engine"] = "nvflare"
         result["seconds_total"] = time.perf_counter() - t0
         down, up = fed.traffic.total()

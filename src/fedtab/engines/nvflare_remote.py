@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .errors import RunError
-from .nvflare import _RESULT_FILE, build_job
+from .nvflare import _RESULT_FILE, ERROR_FILE, build_job
 
 __all__ = ["find_admin_kit", "run_on_project"]
 
@@ -98,10 +98,13 @@ def run_on_project(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
             raise RunError(f"the FLARE server refused the job: {type(exc).__name__}: {exc}") from None
         meta = _wait(session, job_id, timeout)
         status = str(meta.get("status", ""))
-        if status != "FINISHED:COMPLETED":
-            raise RunError(f"FLARE job {job_id} ended as {status!r}; see the server's and sites' logs (does every "
-                           "participant's local/resources.json allow 'fedtab.engines.'? allow_fedtab_components)")
         location = session.download_job_result(job_id, str(workdir / "download"))
+        if status != "FINISHED:COMPLETED":
+            error = Path(location or "", "workspace", ERROR_FILE)
+            why = f": {error.read_text()[:3000]}" if location and error.is_file() else (
+                "; see the server's and sites' logs (does every participant's local/resources.json allow "
+                "'fedtab.engines.'? allow_fedtab_components)")
+            raise RunError(f"FLARE job {job_id} ended as {status!r}{why}")
         result = Path(location or "", "workspace", _RESULT_FILE)
         if not location or not result.is_file():
             raise RunError(f"FLARE job {job_id} completed but its workspace holds no {_RESULT_FILE}")
@@ -122,3 +125,4 @@ def _wait(session, job_id: str, timeout: float) -> dict[str, Any]:  # noqa: ANN0
             session.abort_job(job_id)
         finally:
             raise RunError(f"FLARE job {job_id} did not finish within {timeout:g} s (aborted)") from None
+

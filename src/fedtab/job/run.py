@@ -55,7 +55,8 @@ def site_configs(spec: JobSpec, *, check_files: bool = True) -> list[dict[str, A
         if check_files and not s.path.is_file():
             raise JobError(f"{spec.source}: [sites.{s.name}] path: no such file {s.path}")
         selector = s.selector if s.selector is not None else default_selector
-        cfg = {"name": s.name, "data-path": None if s.path is None else str(s.path), "target": spec.target,
+        # absolute: a SuperNode, a FLARE client or the simulator reads it from another working directory
+        cfg = {"name": s.name, "data-path": None if s.path is None else str(s.path.resolve()), "target": spec.target,
                "na-values": json.dumps(list(dict.fromkeys([*spec.na_values, *s.na_values]))),
                "selector": selector if isinstance(selector, str) else json.dumps(selector),
                "test-size": spec.run.test_size, "seed": spec.run.seed}
