@@ -93,13 +93,17 @@ def test_combined_pvalue_is_stouffers_weighted_z():
         tally.add_ballot(Ballot.build(np.ones(5, bool), rng.uniform(size=5), int(n[i]), site=f"s{i}", pvalues=p[i]))
     from scipy.stats import norm
 
-    z = norm.isf(p)
-    expect = norm.sf((np.sqrt(n)[:, None] * z).sum(0) / np.sqrt(n.sum()))
-    np.testing.assert_allclose(tally.combined_pvalues(), expect, rtol=1e-9)
-    # one site alone: its own p-value back
-    one = ElectionTally(5)
-    one.add_ballot(Ballot.build(np.ones(5, bool), np.ones(5), 7, site="a", pvalues=p[0]))
-    np.testing.assert_allclose(one.combined_pvalues(), p[0], rtol=1e-9)
+    terms = np.sqrt(n)[:, None] * norm.isf(p)
+    np.testing.assert_allclose(tally.combined_pvalues(), norm.sf(terms.sum(0) / np.sqrt(n.sum())), rtol=1e-9)
+    top = terms.argmax(0)  # robust: the largest positive term of each feature is left out
+    out = (terms > 0) & (np.arange(3)[:, None] == top)
+    expect = norm.sf(np.where(out, 0, terms).sum(0) / np.sqrt(np.where(out, 0, n[:, None]).sum(0)))
+    np.testing.assert_allclose(tally.combined_pvalues(leave_top_out=True), expect, rtol=1e-9)
+    # one site alone: its own p-value back; robust, it can never make a feature consensus
+    one = ElectionTally(2)
+    one.add_ballot(Ballot.build(np.ones(2, bool), np.ones(2), 7, site="a", pvalues=[1e-9, 0.8]))
+    np.testing.assert_allclose(one.combined_pvalues(), [1e-9, 0.8], rtol=1e-6)
+    np.testing.assert_allclose(one.combined_pvalues(leave_top_out=True), [1.0, 0.8], rtol=1e-9)
     # p = 0 is clipped: one site's push on Z is bounded
     assert np.isfinite(z_scores(np.array([0.0, 1.0]))).all() and z_scores(np.array([0.0]))[0] == -norm.ppf(P_FLOOR)
     assert combined_pvalues(np.array([3.0]), np.array([0.0]))[0] == 1.0  # held by nobody: no evidence
@@ -182,7 +186,7 @@ def test_a_selector_without_pvalues_and_bad_settings_are_refused():
         run_election(fed, 0.5, consensus="median")
     with pytest.raises(ValueError, match="consensus_alpha"):
         run_election(fed, 0.5, consensus="stouffer", consensus_alpha=1.0)
-    for kwargs in ({"robust": True}, {"compat": "nvflare"}, {"dp": {"epsilon": 1.0, "delta": 1e-5}}):
+    for kwargs in ({"compat": "nvflare"}, {"dp": {"epsilon": 1.0, "delta": 1e-5}}):
         with pytest.raises(ValueError, match="stouffer"):
             run_election(fed, 0.5, consensus="stouffer", **kwargs)
     assert not fed.traffic.records  # refused before anything was sent
@@ -195,3 +199,21 @@ def test_one_class_sites_still_abstain_under_stouffer():
     sites += [Site(f"s{i}", t, "target", selector="anova") for i, t in enumerate(tables[1:])]
     out = run_election(LocalFederation(sites), 0.5, consensus="stouffer")
     assert "mono" in out.abstained and [b.site for b in out.ballots] == ["s0", "s1"]
+
+
+def test_robust_mode_stops_one_hostile_site_claiming_p_0_everywhere():
+    tables, signal = skewed_tables(n_sites=6, n=3000, alpha=1.0, shift=0.3, seed=0)
+
+    def liar(reply):  # every feature "significant", with the largest weight it may claim
+        return Message(reply.kind, {**reply.arrays, "pvalues": np.zeros(signal.size)},
+                       {**reply.meta, "n_effective": float(reply.meta["n_samples"])})
+
+    def sites():
+        honest = [Site(f"s{i}", t, "target", selector=fdr_selector()) for i, t in enumerate(tables[1:])]
+        return [*honest, Tamper("evil", tables[0], "target", selector=fdr_selector(), tamper=liar)]
+
+    trusting = run_election(LocalFederation(sites()), 0.0, consensus="stouffer")
+    assert trusting.result.mask[~signal].mean() > 0.5  # the plain combination believes it
+    robust = run_election(LocalFederation(sites()), 0.0, consensus="stouffer", robust=True)
+    assert robust.result.aggregation == "median"
+    assert robust.result.mask[signal].sum() >= 5 and robust.result.mask[~signal].sum() <= 1

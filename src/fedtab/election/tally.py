@@ -39,8 +39,10 @@ def normalise_scores(mask: np.ndarray, scores: np.ndarray, normalization: str = 
 class ElectionTally:
     """Accumulates ballots one at a time and elects from running sums.
 
-    Holds seven length-d arrays (holders, selectors, weight sum, two vote sums, and
-    ``Σ √m_i z_ij``, ``Σ m_i`` of the ballots' p-values for ``consensus="stouffer"``), never the ballots, so a server with 1,000 sites uses the memory of one.
+    Holds nine length-d arrays (holders, selectors, weight sum, two vote sums, and for
+    ``consensus="stouffer"`` ``Σ √m_i z_ij``, ``Σ m_i`` and the largest term with its weight
+    for the robust leave-the-top-site-out test),
+    never the ballots, so a server with 1,000 sites uses the memory of one.
 
     Args:
         n_features: d, when every ballot covers the same d features in the same order.
@@ -103,6 +105,8 @@ class ElectionTally:
         self._vote_1 = np.zeros(d)  # Σ norm_ij
         self._evidence = np.zeros(d)  # Σ √m_i · z_ij over ballots with p-values (Stouffer, m = n_effective)
         self._evidence_w = np.zeros(d)  # Σ m_i over the same ballots
+        self._evidence_top = np.zeros(d)  # the largest positive √m_i · z_ij (0 if none): left out of the test
+        self._evidence_top_w = np.zeros(d)  # m_i of that site
         self._without_pvalues: list[str] = []  # the first sites whose ballot carried no p-values (at most 5)
 
     def _grow(self, new: list[str]) -> None:
@@ -112,7 +116,8 @@ class ElectionTally:
             self._index[n] = len(self._names)
             self._names.append(n)
         extra = len(new)
-        for attr in ("held_by", "selected_by", "_weight_n", "_vote_n", "_vote_1", "_evidence", "_evidence_w"):
+        for attr in ("held_by", "selected_by", "_weight_n", "_vote_n", "_vote_1", "_evidence", "_evidence_w",
+                     "_evidence_top", "_evidence_top_w"):
             arr = getattr(self, attr)
             setattr(self, attr, np.concatenate([arr, np.zeros(extra, dtype=arr.dtype)]))
 
@@ -187,9 +192,15 @@ class ElectionTally:
             if cols is None:
                 self._evidence += z
                 self._evidence_w += m
+                top = z > self._evidence_top
+                self._evidence_top[top] = z[top]
+                self._evidence_top_w[top] = m
             else:
                 self._evidence[cols] += z
                 self._evidence_w[cols] += m
+                top = z > self._evidence_top[cols]
+                self._evidence_top[cols[top]] = z[top]
+                self._evidence_top_w[cols[top]] = m
         norm = normalise_scores(b.mask, b.scores, self.normalization)
         if cols is None:
             self.held_by += 1
@@ -217,9 +228,11 @@ class ElectionTally:
         np.divide(num, den, out=out, where=den > 0)
         return out
 
-    def combined_pvalues(self) -> np.ndarray:
+    def combined_pvalues(self, *, leave_top_out: bool = False) -> np.ndarray:
         """``(d,)`` Stouffer p-value per feature from the ballots' p-values (1.0 where no
-        site holds it; see :mod:`fedtab.election.evidence`).
+        site holds it; see :mod:`fedtab.election.evidence`). ``leave_top_out``: each
+        feature's test leaves out the site with the largest positive term, so no single
+        site can make it pass (robust mode; 1.0 where only that site holds evidence).
 
         Raises:
             ValueError: a counted ballot carried no p-values (naming the sites).
@@ -228,7 +241,9 @@ class ElectionTally:
             raise ValueError(f"consensus='stouffer' needs every ballot's p-values; sites {self._without_pvalues} (and maybe more) "
                              "sent none (use a selector built on a test: anova, chi2, or a scikit-learn SelectKBest/"
                              "SelectFdr over one)")
-        return combined_pvalues(self._evidence, self._evidence_w)
+        if not leave_top_out:
+            return combined_pvalues(self._evidence, self._evidence_w)
+        return combined_pvalues(self._evidence - self._evidence_top, self._evidence_w - self._evidence_top_w)
 
     def result(self, freedom_degree: float, aggregation: str = "weighted", *, min_holders: int = 1,
                consensus: str = "intersection", consensus_alpha: float = 0.05) -> ElectionResult:

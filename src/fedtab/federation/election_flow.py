@@ -355,15 +355,18 @@ def elect_from_ballots(
     ``aggregation`` reads ``"median"``. Which features are consensus / disputed is
     decided by the masks as without ``robust``.
 
+    With ``consensus="stouffer"`` and ``robust`` each feature's combined test leaves out
+    the site with the largest term (no single site makes a feature consensus, see
+    :mod:`fedtab.election.evidence`) and the disputed features are ranked by the median vote.
+
     Raises:
-        ValueError: ``robust`` together with ``compat`` (a peer's rule has no robust variant)
-            or with ``consensus="stouffer"`` (combined p-values have no robust variant yet);
+        ValueError: ``robust`` together with ``compat`` (a peer's rule has no robust variant);
             ``"stouffer"`` with a ballot that carries no p-values.
     """
     if robust and compat is not None:
         raise ValueError(f"robust mode elects with fedtab's rule; it cannot be combined with compat={compat!r}")
-    if robust and check_consensus(consensus) != "intersection":
-        raise ValueError(f"robust mode cannot be combined with consensus={consensus!r}")
+    stouffer = check_consensus(consensus) == "stouffer"
+    alpha = check_consensus_alpha(consensus_alpha)
     check_aggregation(aggregation)
     tally = ElectionTally(normalization=check_normalization(normalization), compat=compat)
     for b in ballots:
@@ -380,7 +383,9 @@ def elect_from_ballots(
         cols = [index[n] for n in b.feature_names or ()]
         norm[k, cols] = normalise_scores(b.mask, b.scores, tally.normalization)
     return decide(tally.feature_names, tally.held_by.copy(), tally.selected_by.copy(), robust_votes(norm),
-                  freedom_degree, "median", tally.normalization, tally.n_sites, min_holders=holders)
+                  freedom_degree, "median", tally.normalization, tally.n_sites, min_holders=holders,
+                  evidence=tally.combined_pvalues(leave_top_out=True) if stouffer else None,
+                  consensus_alpha=alpha)
 
 
 def broadcast_mask(federation: Federation, features: list[str], *, describe: str | None = None,
@@ -510,15 +515,16 @@ def run_election(
             mostly sees one class no longer vetoes, and evidence too weak for any one site
             adds up (:mod:`fedtab.election.evidence`). Needs a test-based selector (anova,
             chi2, scikit-learn ``SelectKBest``/``SelectFdr`` over a test); not with
-            ``compat``, ``robust`` or ``dp``.
+            ``compat`` or ``dp``. It trusts each site's p-values; with ``robust=True`` no
+            single site's can make a feature consensus (the top contributor is left out of
+            each feature's test).
         consensus_alpha: the false discovery rate of that consensus (default 0.05).
     """
     check_profile(compat, normalization)
     stouffer = check_consensus(consensus) == "stouffer"
     check_consensus_alpha(consensus_alpha)
-    if stouffer and (compat is not None or robust or dp is not None):
-        raise ValueError("consensus='stouffer' cannot be combined with "
-                         + ("compat" if compat is not None else "robust" if robust else "dp"))
+    if stouffer and (compat is not None or dp is not None):
+        raise ValueError("consensus='stouffer' cannot be combined with " + ("compat" if compat is not None else "dp"))
     if min_holders is not None and (isinstance(min_holders, bool) or not isinstance(min_holders, int)
                                     or min_holders < 1):
         raise ValueError(f"min_holders must be a positive integer, got {min_holders!r}")
