@@ -109,3 +109,12 @@ def test_dp_imputation_accounts_every_gradient_step_and_stays_useful():
     plain = _rmse_of_unheld_column(run_imputation(_sites(0)[0], ImputeConfig(**cfg)), full)
     private = _rmse_of_unheld_column(res, full)
     assert plain < 0.6 and private < 1.5 * plain, (plain, private)
+
+
+@pytest.mark.parametrize("steps", [0, -1, 10**6, 2.5, True, "3"])
+def test_a_site_refuses_an_unbounded_or_malformed_number_of_dp_steps(steps):
+    from fedtab.federation.impute_flow import _dp_steps
+
+    with pytest.raises(ValueError, match="steps must be an integer"):
+        _dp_steps({"z": 1.0, "clip": 1.0, "steps": steps})
+    assert _dp_steps({"z": 1.0, "clip": 1.0, "steps": 3}) == 3

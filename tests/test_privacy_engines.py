@@ -93,3 +93,14 @@ def test_run_config_dp_is_checked_and_reported(site_configs):
     for step in ("election", "training"):
         privacy = result[step]["privacy"]
         assert privacy["epsilon"] == 4 and 0 < privacy["total"] <= 4 + 1e-6, (step, privacy)
+
+
+def test_private_pipeline_never_asks_sites_for_their_observed_min_and_max(site_configs):
+    # job_profile's per-site min/max are two rows' values: a private run must not request them
+    run = {"steps": "imputation,election", "secure-aggregation": True, "impute-rounds": 1,
+           "impute-config": '{"hidden_dim": 4, "n_layers": 1, "n_threads": 1}'}
+    fed = LocalFederation([build_site(c) for c in site_configs])
+    result = run_pipeline(fed, run)
+    kinds = {r.kind for r in fed.traffic.records}
+    assert "job_profile" not in kinds and "impute_apply" in kinds
+    assert result["election"]["kept"] > 0 and set(result["imputation"]["applied"]) == set(result["sites"])

@@ -11,7 +11,9 @@ Config keys (hyphens or underscores)::
     steps             comma list of "imputation", "tuning", "election", "training"
                       (default "election,training"); they run in that order, and
                       with imputation before other steps every site fills its table
-                      first (the label is never imputed)
+                      first (the label is never imputed), clipped to the pooled observed
+                      range — in a private run (secure-aggregation or dp) to dp's public
+                      bounds instead, as the sites' min/max are individual values
     freedom-degree    election freedom degree (default 0.5)
     selector          "" = each site's own selector, else a name / JSON spec / alias
     normalization     "all" (fedtab's rule) or "selected" (FLARE 2.9's normalisation only)
@@ -250,7 +252,9 @@ def _impute(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
     from ..federation.profile_flow import pooled_ranges, profile_sites
 
     rest = [s for s in cfg.steps if s != "imputation"]
-    ranges = pooled_ranges(profile_sites(federation)) if rest else {}
+    # a site's observed min/max are individual values: a private run does not ask for them
+    private = cfg.secure_aggregation or cfg.dp is not None
+    ranges = pooled_ranges(profile_sites(federation)) if rest and not private else {}
     icfg = ImputeConfig(**{"rounds": cfg.impute_rounds, "local_epochs": cfg.impute_local_epochs,
                            "seed": cfg.seed, "robust": cfg.robust, "max_site_share": cfg.max_site_share,
                            "secure_aggregation": cfg.secure_aggregation, "dp": cfg.dp, **cfg.impute_config})
@@ -264,11 +268,27 @@ def _impute(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
         "privacy": _jsonable(im.privacy),
     }
     if rest:
-        low = np.array([ranges[c]["low"] for c in im.columns])
-        high = np.array([ranges[c]["high"] for c in im.columns])
-        integer = np.array([ranges[c]["integer"] for c in im.columns])
+        if private:  # clipped to dp's public bounds when given, else not at all; nothing rounded
+            low, high = _public_bounds(cfg.dp, im.columns)
+            integer = np.zeros(len(im.columns), dtype=bool)
+        else:
+            low = np.array([ranges[c]["low"] for c in im.columns])
+            high = np.array([ranges[c]["high"] for c in im.columns])
+            integer = np.array([ranges[c]["integer"] for c in im.columns])
         summary["applied"] = apply_imputation(federation, im, low, high, integer)
     return summary
+
+
+def _public_bounds(dp: Mapping[str, Any] | None, columns: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(low, high)`` per column from ``dp["bounds"]`` (the float range where none is given)."""
+    bounds = (dp or {}).get("bounds")
+    big = float(np.finfo(np.float64).max)
+    low, high = np.full(len(columns), -big), np.full(len(columns), big)
+    for i, c in enumerate(columns):
+        b = bounds.get(c) if isinstance(bounds, Mapping) else bounds
+        if isinstance(b, (list, tuple)) and len(b) == 2:
+            low[i], high[i] = float(b[0]), float(b[1])
+    return low, high
 
 
 def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineConfig) -> dict[str, Any]:

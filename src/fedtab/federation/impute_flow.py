@@ -481,7 +481,7 @@ MAX_DP_STEPS = 100
 #: full-batch DP gradient steps per round of a DP run (each is a release the accountant
 #: composes; on AirQuality more steps bought no accuracy over the linear prior and took
 #: budget from the statistics the prior is fitted from — see benchmarks/README.md).
-DP_STEPS_PER_ROUND = 2
+DP_STEPS_PER_ROUND = 1
 
 
 @handler("impute_eval")
