@@ -118,10 +118,10 @@ def from_records(content: RecordDict, arrays_key: str = _ARRAYS, header_key: str
 
 # ----------------------------------------------------------------------------- client side
 def _site_for(context: Context):
-    from .site_config import build_site, with_job_settings  # pandas: only when a step needs the site
+    from .site_config import build_lazy_site, with_job_settings  # the table (and pandas) when a step needs it
 
     key = (context.run_id, context.node_id)
-    site, fresh = _SITES.get(key, lambda: build_site(with_job_settings(
+    site, fresh = _SITES.get(key, lambda: build_lazy_site(with_job_settings(
         context.node_config, context.run_config.get("site-settings", ""))))
     if fresh and _STATE_HEADER in context.state:
         site.state = decode_state(from_records(context.state, _STATE_ARRAYS, _STATE_HEADER))
@@ -165,7 +165,7 @@ def handle_message(message: FlwrMessage, context: Context) -> FlwrMessage:
         site = _site_for(context)
         timing["restore"] = time.time() - entered
         if request.kind == _HELLO:
-            reply = Message(_HELLO, meta={"site": site.name, "n_rows": int(len(site.table))})
+            reply = Message(_HELLO, meta={"site": site.name, "n_rows": site.n_rows("all")})
         else:
             reply = site.handle(request)
             timing["work"] = time.time() - entered - timing["restore"]

@@ -29,17 +29,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
-import pandas as pd
 
-from ..data.tables import read_table
 from ..privacy.policy import DisclosurePolicy, policy_from_config
+from ..federation.lazy_site import LazySite
 from ..federation.site import Site
 
-__all__ = ["FixedSplitSite", "JOB_SITE_KEYS", "NVFLARE_LASSO", "SELECTOR_ALIASES", "build_site", "parse_na_values",
-           "parse_selector", "site_config", "site_policy", "with_job_settings"]
+if TYPE_CHECKING:  # pandas when a table is read (not for a step answered from the site's state)
+    import pandas as pd
+
+__all__ = ["FixedSplitSite", "JOB_SITE_KEYS", "NVFLARE_LASSO", "SELECTOR_ALIASES", "build_lazy_site", "build_site",
+           "parse_na_values", "parse_selector", "site_config", "site_policy", "with_job_settings"]
 
 #: FLARE 2.9's ``FeatureElectionExecutor(fs_method="lasso")``: ``Lasso(alpha=0.01)`` regression
 #: on standardised X with the class labels as a continuous target, kept where ``|coef| > 1e-6``.
@@ -68,6 +70,8 @@ class FixedSplitSite(Site):
         if target is not None and target in train.columns:  # drop unlabelled rows per part, before the split
             unlabelled = int(train[target].isna().sum() + test[target].isna().sum())
             train, test = train[train[target].notna()], test[test[target].notna()]
+        import pandas as pd
+
         self._n_train = len(train)
         super().__init__(name, pd.concat([train, test], ignore_index=True), target, test_size=0.0, seed=seed,
                          selector=selector, policy=policy)
@@ -173,10 +177,9 @@ def build_site(config: Mapping[str, Any]) -> Site:
         ValueError: a required key is missing or a value is invalid (naming it).
         fedtab.data.TableError: a data file cannot be read.
     """
-    cfg = site_config(config)
-    missing = [k for k in ("name", "data_path") if not cfg.get(k)]
-    if missing:
-        raise ValueError(f"site config misses {', '.join(k.replace('_', '-') for k in missing)}")
+    from ..data.tables import read_table
+
+    cfg = _checked(config)
     name = str(cfg["name"])
     target = cfg.get("target") or None
     selector = parse_selector(cfg.get("selector") or "lasso")
@@ -189,6 +192,27 @@ def build_site(config: Mapping[str, Any]) -> Site:
                               seed=seed, policy=policy)
     return Site(name, table, target, test_size=float(cfg.get("test_size", 0.2)), seed=seed, selector=selector,
                 policy=policy)
+
+
+def _checked(config: Mapping[str, Any]) -> dict[str, Any]:
+    cfg = site_config(config)
+    missing = [k for k in ("name", "data_path") if not cfg.get(k)]
+    if missing:
+        raise ValueError(f"site config misses {', '.join(k.replace('_', '-') for k in missing)}")
+    return cfg
+
+
+def build_lazy_site(config: Mapping[str, Any]) -> LazySite:
+    """The site of ``config`` as a :class:`~fedtab.federation.lazy_site.LazySite`: its file is
+    read (by :func:`build_site`) only when a request needs the table.
+
+    Raises:
+        ValueError: a required key is missing or the policy is invalid (the rest of the
+            config is checked when the table is read).
+    """
+    cfg = _checked(config)
+    return LazySite(str(cfg["name"]), lambda: build_site(config), target=cfg.get("target") or None,
+                    policy=site_policy(cfg))
 
 
 def site_policy(config: Mapping[str, Any]) -> DisclosurePolicy:

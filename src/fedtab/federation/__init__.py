@@ -1,26 +1,73 @@
 """Sites, messages and the server-side workflows (engine-independent).
 
-Importing this package registers every site-side handler.
+Names are resolved on first access (PEP 562): ``import fedtab.federation.messages`` (a
+Flower ClientApp process does, for every message) costs only that module, not every
+workflow and pandas. A site imports the workflow module of a request's kind when it first
+sees one (:func:`fedtab.federation.site.find_handler`); :func:`register_all` imports all of
+them (every handler and table step registered).
 """
 
-from . import election_flow, secure_flow, training_flow  # noqa: F401  (registers handlers)
-from .election_flow import ElectionOutcome, broadcast_mask, elect_from_ballots, gather_ballots, run_election
-from .messages import Message, MessageError
-from .protocol import Federation, FederationError, QuorumError, SiteError, SiteRefused, collect, exchange
-from .schema import Schema, agree_schema
-from .site import HANDLERS, Site, handler
-from .training_flow import TrainingOutcome, run_training
-from .tuning_flow import TuneOutcome, tune_flow  # noqa: F401  (registers the tuning handlers)
-from .encoding_flow import federated_one_hot  # noqa: F401  (registers the one-hot handlers)
-from .baseline_flow import run_baselines  # noqa: F401  (registers the local-baseline handler)
-from .pooled_anova_flow import run_pooled_anova  # noqa: F401  (registers the class-moments handler)
-from . import profile_flow  # noqa: F401  (registers the column-profile handler)
+from __future__ import annotations
 
-try:  # registered when the imputation capability is present
-    from . import impute_flow  # noqa: F401
-except ImportError as _exc:  # pragma: no cover - only while impute is absent or torch is missing
-    if "impute_flow" not in str(_exc) and "torch" not in str(_exc):
-        raise
+import importlib
+from typing import Any
+
+#: public name -> submodule that defines it
+_EXPORTS = {
+    "ElectionOutcome": "election_flow",
+    "broadcast_mask": "election_flow",
+    "elect_from_ballots": "election_flow",
+    "gather_ballots": "election_flow",
+    "run_election": "election_flow",
+    "Message": "messages",
+    "MessageError": "messages",
+    "Federation": "protocol",
+    "FederationError": "protocol",
+    "QuorumError": "protocol",
+    "SiteError": "protocol",
+    "SiteRefused": "protocol",
+    "collect": "protocol",
+    "exchange": "protocol",
+    "Schema": "schema",
+    "agree_schema": "schema",
+    "HANDLERS": "site",
+    "Site": "site",
+    "handler": "site",
+    "TrainingOutcome": "training_flow",
+    "run_training": "training_flow",
+    "TuneOutcome": "tuning_flow",
+    "tune_flow": "tuning_flow",
+    "federated_one_hot": "encoding_flow",
+    "run_baselines": "baseline_flow",
+    "run_pooled_anova": "pooled_anova_flow",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fedtab.federation' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+def register_all() -> None:
+    """Import every workflow module, registering all handlers and table steps (the
+    imputation module only when torch is installed)."""
+    from .site import HANDLER_HOMES
+
+    for module in HANDLER_HOMES:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            if "torch" not in str(exc):
+                raise
+
 
 __all__ = [
     "ElectionOutcome",
@@ -42,6 +89,7 @@ __all__ = [
     "elect_from_ballots",
     "gather_ballots",
     "handler",
+    "register_all",
     "run_election",
     "run_baselines",
     "run_pooled_anova",

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["numeric_matrix", "fill_with_column_means"]
 
@@ -14,6 +18,8 @@ def numeric_matrix(frame: pd.DataFrame, site: str) -> np.ndarray:
     Raises:
         ValueError: naming the site and the columns that are not numeric.
     """
+    import pandas as pd
+
     # One check per distinct dtype, not per column (a 10,000-column table has one or two).
     dtypes = frame.dtypes
     bad_types = {t for t in set(dtypes) if not (pd.api.types.is_numeric_dtype(t) or pd.api.types.is_bool_dtype(t))}

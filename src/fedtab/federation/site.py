@@ -10,29 +10,53 @@ data and pack the result into a reply. State that must survive between requests
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import traceback
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import pandas as pd
 
 from ..privacy.policy import policy_from_config
-from ..privacy.secagg import SECAGG_META, mask_reply
+from ..privacy.secagg import SECAGG_META
 from .messages import Message
 
-__all__ = ["Site", "handler", "HANDLERS", "TABLE_STEPS", "table_step"]
+if TYPE_CHECKING:  # pandas is imported where a table is used: a Flower ClientApp answering
+    import pandas as pd  # a step from cached arrays never pays for it
+
+__all__ = ["Site", "handler", "HANDLERS", "HANDLER_HOMES", "TABLE_STEPS", "table_step", "find_handler",
+           "find_table_step"]
 
 log = logging.getLogger("fedtab.site")
 
 Handler = Callable[["Site", Message], Message]
 
-#: kind -> handler; filled by the workflow modules when ``fedtab.federation`` is imported.
+#: kind -> handler; filled by the workflow modules when they are imported (all of them
+#: when ``fedtab.federation`` is, or one on demand by :func:`find_handler`).
 HANDLERS: dict[str, Handler] = {}
 
+#: module -> the handler and table-step kinds it registers. :func:`find_handler` imports
+#: only the module a request needs, so a process that answers one message (a Flower
+#: ClientApp) does not import every workflow. ``tests/test_lean_client.py`` checks that
+#: this table equals what the modules register.
+HANDLER_HOMES: dict[str, tuple[str, ...]] = {
+    "fedtab.federation.baseline_flow": ("local_baseline",),
+    "fedtab.federation.election_flow": ("ballot", "set_mask"),
+    "fedtab.federation.encoding_flow": ("category_sets", "one_hot"),
+    "fedtab.federation.impute_flow": ("impute_schema", "impute_setup", "impute_stats", "impute_fit", "impute_eval",
+                                      "impute_apply", "impute_fill"),
+    "fedtab.federation.pooled_anova_flow": ("class_moments",),
+    "fedtab.federation.profile_flow": ("job_profile",),
+    "fedtab.federation.schema": ("schema",),
+    "fedtab.federation.secure_flow": ("secagg_keys", "secagg_unmask"),
+    "fedtab.federation.training_flow": ("describe", "setup", "fit", "evaluate"),
+    "fedtab.federation.tuning_flow": ("ballot_fit", "split_validation"),
+}
+_HOME_OF = {kind: module for module, kinds in HANDLER_HOMES.items() for kind in kinds}
 
-TableStep = Callable[["Site", dict[str, Any]], pd.DataFrame]
+
+TableStep = Callable[["Site", dict[str, Any]], "pd.DataFrame"]
 
 #: kind -> ``fn(site, params) -> new table``: changes of a site's table that a workflow
 #: agreed (one-hot encoding, imputation). See :meth:`Site.apply_table_step`.
@@ -47,6 +71,29 @@ def table_step(kind: str) -> Callable[[TableStep], TableStep]:
         return fn
 
     return register
+
+
+def _registered(registry: dict[str, Any], kind: str) -> Any:
+    fn = registry.get(kind)
+    home = _HOME_OF.get(kind)
+    if fn is None and home is not None:
+        try:
+            importlib.import_module(home)
+        except ImportError as exc:  # e.g. imputation without torch: the caller reports the unknown kind
+            log.debug("handler module %s of %r cannot be imported: %s", home, kind, exc)
+        fn = registry.get(kind)
+    return fn
+
+
+def find_handler(kind: str) -> Handler | None:
+    """The handler registered for ``kind``, importing its workflow module if needed; ``None``
+    if there is none."""
+    return _registered(HANDLERS, kind)
+
+
+def find_table_step(kind: str) -> TableStep | None:
+    """The table step registered as ``kind``, importing its workflow module if needed."""
+    return _registered(TABLE_STEPS, kind)
 
 
 def handler(kind: str) -> Callable[[Handler], Handler]:
@@ -97,6 +144,8 @@ class Site:
         selector: Any = "lasso",
         policy: Any = None,
     ) -> None:
+        import pandas as pd
+
         if not isinstance(table, pd.DataFrame):
             raise ValueError(f"site {name!r}: table must be a pandas DataFrame, got {type(table).__name__}")
         if len(table) == 0:
@@ -158,6 +207,8 @@ class Site:
         if self.target is not None:
             y = self.table[self.target].to_numpy()
             train, test = [], []
+            import pandas as pd
+
             for cls in pd.unique(y):
                 members = rng.permutation(idx[y == cls])
                 k = int(round(len(members) * self.test_size))
@@ -173,6 +224,18 @@ class Site:
             k = int(round(n * self.test_size))
             te, tr = np.sort(perm[:k]), np.sort(perm[k:])
         return tr, te
+
+    def n_rows(self, part: str) -> int:
+        """Number of rows of ``part`` (``"train"``, ``"test"`` or ``"all"``).
+
+        Raises:
+            ValueError: unknown part.
+        """
+        if part == "all":
+            return len(self.table)
+        if part in ("train", "test"):
+            return len(self._split[0 if part == "train" else 1])
+        raise ValueError(f"unknown part {part!r}; expected 'train', 'test' or 'all'")
 
     def rows(self, part: str) -> pd.DataFrame:
         """``part`` = ``"train"``, ``"test"`` or ``"all"``: that slice of the table."""
@@ -207,7 +270,7 @@ class Site:
         Raises:
             ValueError: unknown step kind, or as the step function.
         """
-        fn = TABLE_STEPS.get(kind)
+        fn = find_table_step(kind)
         if fn is None:
             raise ValueError(f"unknown table step {kind!r}; known: {sorted(TABLE_STEPS)}")
         self.replay_table_steps()
@@ -220,7 +283,7 @@ class Site:
         """Apply the recorded table steps this object has not applied yet (after a restart)."""
         steps = self.state.get("table_steps") or []
         for step in steps[self._steps_applied:]:
-            fn = TABLE_STEPS.get(step["kind"])
+            fn = find_table_step(step["kind"])
             if fn is None:
                 raise ValueError(f"unknown table step {step['kind']!r} in the stored state")
             self.table = fn(self, step["params"])
@@ -239,7 +302,7 @@ class Site:
         """
         from .schema import AGREED, DECLARE, DECLARED, declare
 
-        fn = HANDLERS.get(request.kind)
+        fn = find_handler(request.kind)
         if fn is None:
             return Message.error(f"site {self.name!r} has no handler for {request.kind[:80]!r}")
         try:
@@ -258,6 +321,8 @@ class Site:
             if not isinstance(reply, Message):
                 raise TypeError(f"the {request.kind!r} handler returned {type(reply).__name__}, not a Message")
             if SECAGG_META in request.meta and not (reply.is_error or reply.is_refusal):
+                from ..privacy.secagg import mask_reply
+
                 reply = mask_reply(self, request, reply)  # handler -> [secure masking] -> wire
             if meta.get(DECLARE) and not reply.is_error:
                 reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declare(self)})

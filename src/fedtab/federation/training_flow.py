@@ -47,10 +47,9 @@ e.g. GaussianNB) receive no parameters, reply with statistics, and run one round
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
 import numpy as np
-import pandas as pd
 
 from ..learn.metrics import SCORE_BINS, brier_sum, confusion, evaluation_scores, score_histogram
 from ..learn.models import FederatedModel, LogisticRegressionModel, Params, make_model
@@ -67,6 +66,9 @@ from .schema import sort_labels
 from .reduce import DEFAULT_MAX_SITE_SHARE, cap_weights, check_max_site_share, moment_summaries, robust_params, \
     screen_sites, site_median
 from .site import Site, handler
+
+if TYPE_CHECKING:  # pandas only where a table is read: a step answered from cached arrays
+    import pandas as pd  # (a Flower ClientApp's later rounds) never imports it
 
 __all__ = ["TrainingOutcome", "run_training", "describe_site", "describe_checker", "site_matrix", "label_key",
            "part_rows", "PARTS", "evaluation_sums", "checked_sums", "pool_evaluations", "requested_bins", "class_indices"]
@@ -98,7 +100,7 @@ def _features(site: Site, request: Message) -> list[str]:
     return feats
 
 
-def part_rows(site: Site, part: str) -> pd.DataFrame:
+def part_rows(site: Site, part: str) -> "pd.DataFrame":
     """The rows of ``part`` (see :data:`PARTS`); ``fit``/``validation`` need a prior split.
 
     Raises:
@@ -198,7 +200,7 @@ def describe_site(site: Site, feats: list[str], part: str = "train", dp: Mapping
     return Message(
         "describe",
         {"count": count, "sum": total, "sumsq": sumsq},
-        {"classes": labels, "n_train": int(len(y)), "n_test": int(len(part_rows(site, "test"))), "features": feats},
+        {"classes": labels, "n_train": int(len(y)), "n_test": site.n_rows("test"), "features": feats},
     )
 
 
@@ -232,6 +234,11 @@ def _fit(site: Site, request: Message) -> Message:
         if not isinstance(carried, dict):
             raise ValueError("fit: 'setup' must be a JSON object")
         _store_setup(site, carried, request.arrays[_SETUP + "mean"], request.arrays[_SETUP + "std"])
+        if carried.get("part", "train") == "train":  # read the table once: the test rows' matrix rides in the
+            try:  # state, so later fits and the evaluation need neither the file nor pandas
+                _prepared(site, "test")
+            except ValueError:  # e.g. a test label outside the class list: the evaluation reports it
+                pass
     setup = site.state.get("train_setup") or {}
     X, y = _prepared(site, setup.get("part", "train"))
     model = make_model(site.state["train_setup"]["model"])

@@ -33,9 +33,10 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
-import pandas as pd
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
     from ..federation.messages import Message
     from ..federation.site import Site
 
@@ -138,12 +139,14 @@ def policy_from_config(value: Any) -> DisclosurePolicy:
 
 
 # ----------------------------------------------------------------------- helpers
-def is_categorical(series: pd.Series) -> bool:
+def is_categorical(series: "pd.Series") -> bool:
     """Whether the site stores ``series`` as categorical (not a number it could leak)."""
+    import pandas as pd
+
     return not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series)
 
 
-def merged_categories(series: pd.Series, min_rows: int) -> list[str]:
+def merged_categories(series: "pd.Series", min_rows: int) -> list[str]:
     """Sorted categories of ``series`` seen in at least ``min_rows`` rows, plus
     :data:`OTHER_CATEGORY` when rarer ones were merged into it."""
     counts = series.dropna().astype(str).value_counts()
@@ -175,7 +178,7 @@ def _part_rows(site: "Site", part: Any) -> tuple[int | None, str | None]:
         if split is None:
             return 0, None  # the handler reports the missing split as an error
         return len(split[0] if part == "fit" else split[1]), None
-    return len(site.rows(part)), None
+    return site.n_rows(part), None
 
 
 def _agreed_columns(site: "Site") -> set[str] | None:
@@ -286,7 +289,7 @@ def _category_sets(policy: DisclosurePolicy, site: "Site", request: "Message") -
 
 
 def _impute_rows(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    return policy.too_few(len(site.rows("train")), "imputation statistics on part 'train'")
+    return policy.too_few(site.n_rows("train"), "imputation statistics on part 'train'")
 
 
 def _impute_setup(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:

@@ -1,0 +1,157 @@
+"""The lean site path: a process that answers one message imports and reads only what the step needs.
+
+A Flower SuperNode answers every message in a fresh ``flwr-clientapp`` process. These
+tests replay a whole election + training run one message per fresh Python process, the
+site's state carried between them as Flower carries it (``encode_state`` →
+``decode_state``), and check that (1) every reply equals the in-process run's, (2) after
+the first FedAvg round no process imports pandas/scikit-learn or reads the site's file
+(the file is deleted), and (3) the handler table that lets a site import one workflow
+module matches what the modules register.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedtab.data import classification_table, split_rows
+from fedtab.engines import LocalFederation
+from fedtab.engines.pipeline import run_pipeline
+from fedtab.engines.site_config import build_lazy_site, build_site
+from fedtab.engines.site_state import decode_state, encode_state
+from fedtab.federation import register_all
+from fedtab.federation.lazy_site import LazySite
+from fedtab.federation.messages import Message
+from fedtab.federation.site import HANDLER_HOMES, HANDLERS, TABLE_STEPS, Site
+
+RUN = {"steps": "election,training", "freedom-degree": 0.5, "rounds": 3, "local-epochs": 2}
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# One message in a fresh interpreter, as a ClientApp process answers it: build the lazy site
+# from its config, restore the state, answer, store the state; report what got imported.
+REPLAY = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    import fedtab.engines.flower  # what the ClientApp process imports
+    from fedtab.engines.site_config import build_lazy_site
+    from fedtab.engines.site_state import decode_state, encode_state
+    from fedtab.federation.messages import Message
+    d, k = Path(sys.argv[1]), int(sys.argv[2])
+    site = build_lazy_site(json.loads((d / "config.json").read_text()))
+    if k:
+        site.state = decode_state(Message.from_bytes((d / f"{k - 1}_state.bin").read_bytes()))
+    reply = site.handle(Message.from_bytes((d / f"{k}_req.bin").read_bytes()))
+    (d / f"{k}_state.bin").write_bytes(encode_state(site.state)[0].to_bytes())
+    (d / f"{k}_rep.bin").write_bytes(reply.to_bytes())
+    heavy = sorted({m.split(".")[0] for m in sys.modules} & {"pandas", "sklearn", "torch", "pyarrow"})
+    print(json.dumps({"loaded": site.loaded, "heavy": heavy}))
+""")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> tuple[Path, list[str], list[Message]]:
+    """The requests one site received in an in-process run, and its replies."""
+    root = tmp_path_factory.mktemp("lean")
+    table = classification_table(600, 20, 5, 3, seed=5)
+    configs = []
+    for i, part in enumerate(split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=1)):
+        path = root / f"site{i + 1}.csv"
+        part.to_csv(path, index=False)
+        configs.append({"name": f"site-{i + 1}", "data-path": str(path), "target": "target", "selector": "lasso"})
+    sites = [build_site(c) for c in configs]
+    calls: list[tuple[Message, Message]] = []
+    answer = sites[0].handle
+
+    def record(request: Message) -> Message:
+        reply = answer(request)
+        calls.append((request, reply))
+        return reply
+
+    sites[0].handle = record
+    run_pipeline(LocalFederation(sites), RUN)
+    work = root / "replay"
+    work.mkdir()
+    (work / "config.json").write_text(json.dumps(configs[0]))
+    for k, (request, _) in enumerate(calls):
+        (work / f"{k}_req.bin").write_bytes(request.to_bytes())
+    return work, [req.kind for req, _ in calls], [rep for _, rep in calls]
+
+
+def _replay(work: Path, k: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", REPLAY, str(work), str(k)], capture_output=True, text=True,
+                         timeout=300, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _assert_same_reply(got: Message, want: Message) -> None:
+    assert got.kind == want.kind
+    assert got.meta == want.meta
+    assert sorted(got.arrays) == sorted(want.arrays)
+    for name, value in want.arrays.items():
+        np.testing.assert_allclose(got.arrays[name], value, rtol=1e-12, atol=1e-14, err_msg=name)
+
+
+def test_each_message_in_a_fresh_process_answers_as_in_process_and_later_rounds_skip_the_table(recorded):
+    work, kinds, replies = recorded
+    assert kinds[:2] == ["ballot", "set_mask"] and kinds.count("fit") == RUN["rounds"] and kinds[-1] == "evaluate"
+    data = Path(json.loads((work / "config.json").read_text())["data-path"])
+    first_fit = kinds.index("fit")
+    for k, kind in enumerate(kinds):
+        if k == first_fit + 1:
+            data.rename(data.with_suffix(".gone"))  # later steps must not need the site's file
+        report = _replay(work, k)
+        _assert_same_reply(Message.from_bytes((work / f"{k}_rep.bin").read_bytes()), replies[k])
+        if k > first_fit:
+            assert report == {"loaded": False, "heavy": []}, (k, kind)
+        else:
+            assert report["loaded"] and "pandas" in report["heavy"], (k, kind)
+
+
+def test_a_lazy_site_reads_its_table_only_when_asked_and_shares_its_state(recorded, tmp_path):
+    config = json.loads((recorded[0] / "config.json").read_text())
+    config["data-path"] = str(tmp_path / "site.csv")
+    table = classification_table(60, 4, 2, 1, seed=0)
+    table.to_csv(config["data-path"], index=False)
+    loads = []
+    site = LazySite("site-1", lambda: loads.append(1) or build_site(config), target="target")
+    site.state = {"features": ["a"]}
+    assert not site.loaded and site.name == "site-1" and repr(site) == "LazySite('site-1', not read yet)"
+    assert site.n_rows("train") == 48 and site.loaded and loads == [1]  # no counts stored yet: reads the table
+    assert site.real().state is site.state and site.state["site_rows"]["all"] == 60
+    assert isinstance(site.table.shape, tuple) and site.feature_names == list(table.columns[:-1]) and loads == [1]
+    site.state = {"new": 1}
+    assert site.real().state == {"new": 1}
+
+    again = build_lazy_site(config)
+    again.state = decode_state(encode_state({"site_rows": {"train": 48, "test": 12, "all": 60, "steps": 0}})[0])
+    assert again.n_rows("test") == 12 and not again.loaded  # from the stored counts
+    again.state["table_steps"] = [{"kind": "one_hot", "params": {"categories": {}}}]
+    assert again.n_rows("test") == 12 and again.loaded  # a table step since the count: read and replay
+
+
+def test_a_lazy_site_that_loads_another_site_is_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    classification_table(30, 4, 2, 1, seed=0).to_csv(path, index=False)
+    site = LazySite("a", lambda: Site("b", __import__("pandas").read_csv(path), "target"), target="target")
+    with pytest.raises(ValueError, match="named 'b'"):
+        site.real()
+
+
+def test_missing_config_keys_are_named_before_any_file_is_read():
+    with pytest.raises(ValueError, match="data-path"):
+        build_lazy_site({"name": "x"})
+
+
+def test_the_handler_table_matches_what_the_workflow_modules_register():
+    pytest.importorskip("torch")  # the imputation module registers its handlers only with torch
+    register_all()
+    registered = {kind: fn.__module__ for registry in (HANDLERS, TABLE_STEPS) for kind, fn in registry.items()
+                  if fn.__module__.startswith("fedtab.")}
+    homes = {kind: module for module, kinds in HANDLER_HOMES.items() for kind in kinds}
+    assert registered == homes
