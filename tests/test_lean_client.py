@@ -143,9 +143,11 @@ def test_a_lazy_site_that_loads_another_site_is_refused(tmp_path):
         site.real()
 
 
-def test_missing_config_keys_are_named_before_any_file_is_read():
+def test_missing_config_keys_and_files_are_named_before_any_file_is_read(tmp_path):
     with pytest.raises(ValueError, match="data-path"):
         build_lazy_site({"name": "x"})
+    with pytest.raises(ValueError, match=r"'x': data-path .*nowhere.csv: no such file"):
+        build_lazy_site({"name": "x", "data-path": str(tmp_path / "nowhere.csv")})
 
 
 def test_the_handler_table_matches_what_the_workflow_modules_register():

@@ -165,7 +165,7 @@ def handle_message(message: FlwrMessage, context: Context) -> FlwrMessage:
         site = _site_for(context)
         timing["restore"] = time.time() - entered
         if request.kind == _HELLO:
-            reply = Message(_HELLO, meta={"site": site.name, "n_rows": site.n_rows("all")})
+            reply = Message(_HELLO, meta={"site": site.name})  # the file is read by the first step that needs it
         else:
             reply = site.handle(request)
             timing["work"] = time.time() - entered - timing["restore"]

@@ -207,10 +207,16 @@ def build_lazy_site(config: Mapping[str, Any]) -> LazySite:
     read (by :func:`build_site`) only when a request needs the table.
 
     Raises:
-        ValueError: a required key is missing or the policy is invalid (the rest of the
-            config is checked when the table is read).
+        ValueError: a required key is missing, a data file does not exist, or the policy
+            is invalid (the rest of the config and the files' content are checked when the
+            table is read).
     """
+    from pathlib import Path
+
     cfg = _checked(config)
+    for key in ("data_path", "test_path"):
+        if cfg.get(key) and not Path(str(cfg[key])).is_file():
+            raise ValueError(f"site {cfg['name']!r}: {key.replace('_', '-')} {cfg[key]}: no such file")
     return LazySite(str(cfg["name"]), lambda: build_site(config), target=cfg.get("target") or None,
                     policy=site_policy(cfg))
 
