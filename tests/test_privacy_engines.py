@@ -41,9 +41,17 @@ def _rel_diff(a: dict, b: dict) -> float:
     return float(np.max(np.abs(x - y)) / np.max(np.abs(y)))
 
 
+def plain_steps(result: dict) -> list[str]:
+    return [p["step"] for p in result["participation"]]
+
+
 def _assert_secure_equals_plain(result: dict, plain: dict) -> None:
     assert plain["training"]["per_site"], "the plain run reports per-site metrics"
     assert result["training"]["per_site"] == {}, "the secure run must not show any site's metrics"
+    # every secure sum is in the participation log, with the sites whose masked value it holds
+    steps = [p["step"] for p in result["participation"]]
+    assert steps.count("fit") == plain_steps(plain).count("fit") and "evaluate" in steps, steps
+    assert all(p["sites"] == ["site-1", "site-2", "site-3"] for p in result["participation"])
     assert result["election"]["selected"] == plain["election"]["selected"]
     assert result["training"]["features"] == plain["training"]["features"]
     assert _rel_diff(result["training"]["params"], plain["training"]["params"]) < 1e-6

@@ -469,6 +469,9 @@ class SecureAggregator:
             sums[WEIGHT] = signed[offset:offset + 1] / 2.0**FRAC_BITS
         stripped = {s: Message(r.kind, {k: v for k, v in r.arrays.items() if k not in (_Y, _SHARES)},
                                {k: v for k, v in r.meta.items() if k != SECAGG_META}) for s, r in masked.items()}
+        participation = getattr(self.federation, "participation", None)
+        if isinstance(participation, list):  # who is in this sum, as for every other exchange
+            participation.append({"step": kind, "sites": list(survivors)})
         return SecureSum(sums, stripped, survivors, dropped)
 
 
