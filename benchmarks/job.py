@@ -25,7 +25,7 @@ site configs (:func:`fedtab.job.run.site_configs`, :func:`fedtab.engines.site_co
 Run: ``python -m benchmarks.job`` (``--seeds 0 1 2`` for several samples; ``--quick`` for
 tests: 150 Heart rows, 3 rounds, no tuning and no imputation); writes ``job.json`` and
 ``job.md`` (``--out``; the job's own ``result.json``, ``report.html`` and model file go
-to ``<out>/job-run``).
+to ``<work>/seed<N>/job-run``, ``--work``, by default a temporary folder removed at the end).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -225,12 +227,30 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     help="with --tune: keep the smallest mask within this validation F1 of the best")
     ap.add_argument("--quick", action="store_true", help="heart, 150 rows, 3 rounds, no tuning, no imputation")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--work", type=Path, default=None,
+                    help="folder for the site files and each job's run folder (default: a temporary folder, removed)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    work = args.work or Path(tempfile.mkdtemp(prefix="fedtab_job_bench_"))
+    try:
+        runs = _runs(args, work)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    shown = [a for i, a in enumerate(argv) if a not in ("--out", "--work") and (i == 0 or argv[i - 1] not in ("--out", "--work"))]
+    command = " ".join(["python -m benchmarks.job", *shown])
+    (args.out / "job.json").write_text(json.dumps({"command": command, "runs": runs}, indent=1))
+    md = markdown(runs, command)
+    (args.out / "job.md").write_text(md)
+    print(md)
+    return runs
+
+
+def _runs(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     runs = []
     for seed in args.seeds:
-        workdir = args.out / "job-work" / f"seed{seed}"
+        workdir = work / f"seed{seed}"
         if args.quick:
             runs.append(run("heart", rows=args.rows or 150, seed=seed, impute=False, rounds=3, tune=False,
                             workdir=workdir))
@@ -238,12 +258,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             runs.append(run(args.dataset, rows=args.rows, seed=seed, impute=not args.no_impute,
                             tolerance=args.tolerance, tune=args.tune, freedom_degree=args.freedom_degree,
                             workdir=workdir))
-    shown = [a for i, a in enumerate(argv) if a != "--out" and (i == 0 or argv[i - 1] != "--out")]
-    command = " ".join(["python -m benchmarks.job", *shown])
-    (args.out / "job.json").write_text(json.dumps({"command": command, "runs": runs}, indent=1))
-    md = markdown(runs, command)
-    (args.out / "job.md").write_text(md)
-    print(md)
     return runs
 
 

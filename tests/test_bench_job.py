@@ -7,7 +7,7 @@ from benchmarks import job
 
 
 def test_quick_run_writes_results_and_report(tmp_path):
-    job.main(["--quick", "--out", str(tmp_path)])
+    job.main(["--quick", "--out", str(tmp_path), "--work", str(tmp_path / "work")])
     out = json.loads((tmp_path / "job.json").read_text())
     assert out["command"] == "python -m benchmarks.job --quick" and len(out["runs"]) == 1
     r = out["runs"][0]
@@ -24,5 +24,5 @@ def test_quick_run_writes_results_and_report(tmp_path):
     ids = []
     parser = HTMLParser()
     parser.handle_starttag = lambda tag, attrs: ids.append(dict(attrs).get("id")) if tag == "section" else None
-    parser.feed((tmp_path / "job-work" / "seed0" / "job-run" / "report.html").read_text())
+    parser.feed((tmp_path / "work" / "seed0" / "job-run" / "report.html").read_text())
     assert {"metrics", "baselines", "steps"} <= set(ids)
