@@ -70,7 +70,6 @@ def run_command(
         fail("--root-certificates, --site-keys and --insecure apply to --superlink only")
     say, close = step_reporter()
     try:
-        engine = engine or ("flower" if deployment or superlink else "nvflare" if flare_project else None)
         result = run_job(job, engine=engine, deployment=deployment, out=out, progress=say, superlink=superlink,
                          root_certificates=root_certificates, insecure=insecure, site_keys=site_keys,
                          flare_project=flare_project, timeout=timeout)

@@ -3,8 +3,9 @@
 The analyst's side of a deployment (``fedtab run JOB --engine flower --superlink HOST:PORT``):
 :class:`SuperLinkClient` describes the connection in a throwaway ``$FLWR_HOME/config.toml``
 (address plus ``root-certificates``, or ``insecure`` only when asked), starts the run with
-``flwr run``, polls ``flwr ls`` until the run is final (``flwr run`` returns as soon as
-the run is submitted and exits 0 even if the run later fails) and reads the result back
+``flwr run``, follows the run's log stream until the run is final and checks its status
+with ``flwr ls`` (``flwr run`` returns as soon as the run is submitted and exits 0 even if
+the run later fails), and reads the result back
 from the run's log (``flwr log RUN --show``), where fedtab's ServerApp writes it when
 the run config says ``result-log = true`` (:mod:`fedtab.engines.result_log`). Only the
 SuperLink's Control API is used, so the analyst needs no access to the coordinator's
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -190,6 +192,40 @@ class SuperLinkClient:
             time.sleep(poll)
         raise RunError(f"Flower run {run_id} on {self.address} did not finish within {timeout:g} s")
 
+    def follow(self, run_id: int, *, timeout: float, min_interval: float = 5.0) -> str:
+        """Wait until the run is final by following its log; returns its status.
+
+        ``flwr log RUN --stream`` is one process that the SuperLink answers until the run
+        finishes, so a long run costs one process instead of a ``flwr ls`` every few
+        seconds. When the stream ends (run finished, or the connection dropped) the status
+        is asked once; a stream that ends early is restarted, at most every
+        ``min_interval`` seconds.
+
+        Raises:
+            RunError: the run was not final within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RunError(f"Flower run {run_id} on {self.address} did not finish within {timeout:g} s")
+            started = time.monotonic()
+            proc = subprocess.Popen([str(self.bin_dir / "flwr"), "log", str(run_id), CONNECTION, "--stream"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env, cwd=self.home,
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                pass
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            status = self.status(run_id)
+            if status.startswith("finished"):
+                return status
+            time.sleep(max(0.0, min_interval - (time.monotonic() - started)))
+
     def failure(self, run_id: int, what: str, logs: str | Path | None = None) -> RunError:
         """A :class:`RunError` for run ``run_id`` with the tail of its ServerApp log."""
         tail = self.log(run_id)[-3000:]
@@ -198,7 +234,7 @@ class SuperLinkClient:
 
     def run(self, run_config: Mapping[str, Any], *, app: str | Path | None = None, timeout: float = 3600.0,
             status_every: float = 5.0) -> dict[str, Any]:
-        """Submit, wait and return the run's JSON result read from its log.
+        """Submit, wait (:meth:`follow`) and return the run's JSON result read from its log.
 
         Sets ``result-log = true`` in the run config (fedtab's ServerApp then prints the
         result into its log). The returned dict gains ``run_id``.
@@ -209,7 +245,7 @@ class SuperLinkClient:
         """
         run_id = self.submit({**dict(run_config), "result-log": True}, app=app)
         try:
-            status = self.wait(run_id, timeout=timeout, status_every=status_every)
+            status = self.follow(run_id, timeout=timeout, min_interval=status_every)
         except RunError:
             raise self.failure(run_id, f"did not finish within {timeout:g} s") from None
         if status != "finished:completed":

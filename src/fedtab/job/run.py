@@ -194,8 +194,9 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
 
     Args:
         job: path of the TOML job file, or the same as a dict (paths relative to the cwd).
-        engine: ``local``, ``flower`` or ``nvflare`` (default: the job's ``[run] engine``;
-            ``flower`` when ``superlink`` is given).
+        engine: ``local``, ``flower`` or ``nvflare`` (default: ``flower`` with ``superlink``,
+            ``nvflare`` with ``flare_project``, else the job's ``[run] engine`` — ``flower``
+            instead of ``local`` with a ``deployment``).
         deployment: ``None`` (Flower: ServerApp/ClientApps in this process; FLARE: its
             simulator) or ``"loopback"`` (Flower: a SuperLink and SuperNodes on 127.0.0.1,
             TLS + auth; FLARE: a provisioned project, server and clients on 127.0.0.1).
@@ -231,7 +232,9 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
     spec = load_job(job)
     if isinstance(superlink, str):
         superlink = SuperLink(superlink, root_certificates, insecure, site_keys, timeout)
-    engine = engine or ("flower" if superlink is not None else spec.run.engine)
+    if engine is None:  # a deployment without an engine: the job's engine, Flower if that is "local"
+        engine = "flower" if superlink is not None else "nvflare" if flare_project is not None else spec.run.engine
+        engine = "flower" if deployment is not None and engine == "local" else engine
     if engine not in ENGINES:
         raise JobError(f"unknown engine {engine!r}; known: {list(ENGINES)}")
     if superlink is not None and (engine != "flower" or deployment is not None):
