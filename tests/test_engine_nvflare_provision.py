@@ -71,6 +71,13 @@ def test_nvflare_provision_accepts_project_and_makes_a_kit_per_site(tmp_path):
         assert find_admin_kit(where) == (prod / "admin@fedtab.org", "admin@fedtab.org")
     with pytest.raises(ValueError, match="no admin startup kit"):
         find_admin_kit(prod / "site-1")
+    # no server runs on the kit's port: a one-line RunError, not a hang or a FLARE traceback
+    from fedtab.engines.errors import RunError
+    from fedtab.engines.nvflare_remote import run_on_project
+
+    with pytest.raises(RunError, match="cannot open a FLARE admin session as admin@fedtab.org"):
+        run_on_project([{"name": s, "data-path": f"/data/{s}.csv"} for s in SITES], {}, prod, tmp_path / "run",
+                       connect_timeout=2)
 
 
 def test_project_config_rejects_what_flare_would_misread():

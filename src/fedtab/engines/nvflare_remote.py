@@ -98,7 +98,12 @@ def run_on_project(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
             raise RunError(f"the FLARE server refused the job: {type(exc).__name__}: {exc}") from None
         meta = _wait(session, job_id, timeout)
         status = str(meta.get("status", ""))
-        location = session.download_job_result(job_id, str(workdir / "download"))
+        try:
+            location = session.download_job_result(job_id, str(workdir / "download"))
+        except Exception:  # noqa: BLE001 - a failed job may have no workspace to download
+            if status == "FINISHED:COMPLETED":
+                raise
+            location = None
         if status != "FINISHED:COMPLETED":
             error = Path(location or "", "workspace", ERROR_FILE)
             why = f": {error.read_text()[:3000]}" if location and error.is_file() else (
