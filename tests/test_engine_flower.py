@@ -48,6 +48,26 @@ def _assert_same(result: dict, ref: dict) -> None:
     assert result["training"]["weighted_f1"] == pytest.approx(ref["training"]["weighted_f1"], abs=1e-12)
 
 
+def test_the_flower_app_declares_every_pipeline_key():
+    """``flwr run --run-config`` (Flower's ``fuse_dicts``) rejects keys the app does not declare: every
+    setting of the pipeline must be declared, and the declared defaults must parse."""
+    import dataclasses
+    import tomllib
+
+    from flwr.common.config import fuse_dicts
+
+    from fedtab.engines.pipeline import PipelineConfig
+
+    declared = tomllib.loads((flower.app_dir() / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    keys = {f.name.replace("_", "-") for f in dataclasses.fields(PipelineConfig)}
+    assert keys - set(declared) == set()
+    overrides = {"compat": "nvflare", "robust": True, "max-site-share": 0.4, "min-holders": 3}
+    cfg = PipelineConfig.from_mapping(fuse_dicts(declared, overrides))
+    assert (cfg.compat, cfg.robust, cfg.max_site_share, cfg.min_holders) == ("nvflare", True, 0.4, 3)
+    plain = PipelineConfig.from_mapping(declared)
+    assert (plain.compat, plain.robust, plain.min_holders) == (None, False, None)
+
+
 def test_records_round_trip_without_pickle():
     msg = Message("ballot", {"mask": np.array([True, False]), "scores": np.arange(3.0), "names": np.array(["a", "b"])},
                   {"n_samples": 7, "nested": {"x": [1, 2]}})
