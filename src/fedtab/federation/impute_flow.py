@@ -55,9 +55,8 @@ from ..impute.graph import FeatureGraph, build_feature_graph
 from ..impute.stats import STAT_ARRAYS, PooledStats, SiteStats, pool_stats, site_stats, suppressed_stats
 from ..privacy.accountant import PrivacyLedger
 from ..privacy.dp import (DP_GD_NOISE_SCALE, DP_META, DP_SCHEMA_NOISE_SCALE, add_noise, clip_rows, clip_values,
-                          column_bounds, dp_request, moment_sensitivity, noise_rng, parse_dp, row_radius,
+                          column_bounds, dp_request, noise_rng, parse_dp, release_moments, row_radius,
                           stats_sensitivity)
-from ..privacy.policy import suppress_small
 from ..privacy.secagg import MOMENT_BITS, WEIGHT, SecureAggregator
 from . import validate
 from .messages import Message
@@ -258,17 +257,13 @@ def _schema(site: Site, request: Message) -> Message:
     if empty:
         raise ValueError(f"site {site.name!r}: columns with no observed training value {empty[:8]}")
     dp = request.meta.get(DP_META)
+    lo = hi = None  # public bounds, under dp
     if dp is not None:
         lo, hi = column_bounds(dp, site.feature_names)
         train = clip_values(train, lo, hi)
     values = np.where(obs, train, 0.0)
-    count, total, sumsq = obs.sum(0).astype(np.float64), values.sum(0), (values * values).sum(0)
-    if dp is None:  # under DP the noise protects small cells (data-dependent suppression would void it)
-        count, total, sumsq = suppress_small(count, site.policy.min_rows, total, sumsq)
-    if dp is not None:
-        sens, rng = moment_sensitivity(lo, hi), noise_rng()
-        count, total, sumsq = (add_noise(a, sens[k], dp, rng) for k, a in
-                               (("count", count), ("sum", total), ("sumsq", sumsq)))
+    count, total, sumsq = release_moments(obs.sum(0).astype(np.float64), values.sum(0), (values * values).sum(0),
+                                          min_rows=site.policy.min_rows, dp=dp, lo=lo, hi=hi)
     meta = {"columns": site.feature_names, "n_train": len(train), "n_valid": len(site.rows("test"))}
     if request.meta.get("columns_only"):  # secure aggregation: the sums follow in a secure exchange
         return Message("impute_schema", {}, meta)

@@ -55,8 +55,7 @@ from ..learn.metrics import SCORE_BINS, brier_sum, confusion, evaluation_scores,
 from ..learn.models import FederatedModel, LogisticRegressionModel, Params, make_model
 from ..privacy.accountant import PrivacyLedger
 from ..privacy.dp import (DP_GD_LR, DP_GD_NOISE_SCALE, DP_GD_STEPS_PER_EPOCH, DP_META, add_noise, clip_update, clip_values,
-                          column_bounds, dp_logistic_update, dp_request, moment_sensitivity, noise_rng, parse_dp)
-from ..privacy.policy import suppress_small
+                          column_bounds, dp_logistic_update, dp_request, noise_rng, parse_dp, release_moments)
 from ..privacy.secagg import MOMENT_BITS, SecureAggregator
 from . import validate
 from .local_data import numeric_matrix
@@ -184,19 +183,15 @@ def describe_site(site: Site, feats: list[str], part: str = "train", dp: Mapping
     each of the three arrays is a Gaussian release (:mod:`fedtab.privacy.dp`).
     """
     X, y = site_matrix(site, feats, part)
+    lo = hi = None  # public bounds, under dp
     if dp is not None:
         lo, hi = column_bounds(dp, feats, held=[f for f in feats if f in site.table.columns])
         X = clip_values(X, lo, hi)
     obs = ~np.isnan(X)
     Xz = np.where(obs, X, 0.0)
     labels = sorted({label_key(v) for v in y})
-    count, total, sumsq = obs.sum(axis=0).astype(np.int64), Xz.sum(axis=0), (Xz * Xz).sum(axis=0)
-    if dp is None:  # under DP the noise protects small cells (data-dependent suppression would void it)
-        count, total, sumsq = suppress_small(count, site.policy.min_rows, total, sumsq)
-    if dp is not None:
-        sens, rng = moment_sensitivity(lo, hi), noise_rng()
-        count, total, sumsq = (add_noise(a, sens[k], dp, rng) for k, a in
-                               (("count", count), ("sum", total), ("sumsq", sumsq)))
+    count, total, sumsq = release_moments(obs.sum(axis=0).astype(np.int64), Xz.sum(axis=0), (Xz * Xz).sum(axis=0),
+                                          min_rows=site.policy.min_rows, dp=dp, lo=lo, hi=hi)
     return Message(
         "describe",
         {"count": count, "sum": total, "sumsq": sumsq},

@@ -27,7 +27,7 @@ import numpy as np
 __all__ = ["DP_META", "DPRequest", "dp_request", "parse_dp", "noise_rng", "add_noise", "column_bounds",
            "clip_values", "moment_sensitivity", "stats_sensitivity", "row_radius", "clip_rows", "clip_update",
            "dp_logistic_update", "noisy_scores", "DP_GD_STEPS_PER_EPOCH", "DP_GD_LR", "DP_GD_NOISE_SCALE",
-           "DP_SCHEMA_NOISE_SCALE"]
+           "DP_SCHEMA_NOISE_SCALE", "release_moments"]
 
 #: request meta key of the DP settings.
 DP_META = "dp"
@@ -125,6 +125,26 @@ def moment_sensitivity(lo: np.ndarray, hi: np.ndarray) -> dict[str, float]:
     m = np.maximum(hi - lo, a)
     held = m > 0
     return {"count": math.sqrt(held.sum()), "sum": float(np.linalg.norm(m)), "sumsq": float(np.linalg.norm(a * a))}
+
+
+def release_moments(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, *, min_rows: int,
+                    dp: Mapping[str, Any] | None, lo: np.ndarray | None = None, hi: np.ndarray | None = None,
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-column ``(count, sum, sum of squares)`` as a site releases them.
+
+    Without ``dp``: cells counted from fewer than ``min_rows`` rows are zeroed
+    (:func:`fedtab.privacy.policy.suppress_small`). With ``dp`` (values already clipped into
+    ``[lo, hi]``): each array is a Gaussian release at :func:`moment_sensitivity` and nothing
+    is suppressed (data-dependent suppression would void the guarantee; the noise protects
+    small cells).
+    """
+    if dp is None:
+        from .policy import suppress_small
+
+        return suppress_small(count, min_rows, total, sumsq)  # type: ignore[return-value]
+    sens, rng = moment_sensitivity(lo, hi), noise_rng()
+    return tuple(add_noise(a, sens[k], dp, rng)  # type: ignore[return-value]
+                 for k, a in (("count", count), ("sum", total), ("sumsq", sumsq)))
 
 
 def row_radius(n_columns: int) -> float:
