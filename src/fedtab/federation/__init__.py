@@ -40,6 +40,8 @@ _EXPORTS = {
     "federated_one_hot": "encoding_flow",
     "run_baselines": "baseline_flow",
     "run_pooled_anova": "pooled_anova_flow",
+    "PooledScoreTest": "score_test_flow",
+    "run_pooled_score_test": "score_test_flow",
 }
 
 
@@ -76,6 +78,7 @@ __all__ = [
     "HANDLERS",
     "Message",
     "MessageError",
+    "PooledScoreTest",
     "QuorumError",
     "Schema",
     "SiteError",
@@ -93,5 +96,6 @@ __all__ = [
     "run_election",
     "run_baselines",
     "run_pooled_anova",
+    "run_pooled_score_test",
     "run_training",
 ]

@@ -49,6 +49,7 @@ HANDLER_HOMES: dict[str, tuple[str, ...]] = {
     "fedtab.federation.pooled_anova_flow": ("class_moments",),
     "fedtab.federation.profile_flow": ("job_profile",),
     "fedtab.federation.schema": ("schema",),
+    "fedtab.federation.score_test_flow": ("score_sums",),
     "fedtab.federation.secure_flow": ("secagg_keys", "secagg_unmask"),
     "fedtab.federation.training_flow": ("describe", "setup", "fit", "evaluate"),
     "fedtab.federation.tuning_flow": ("ballot_fit", "split_validation"),

@@ -70,7 +70,8 @@ if TYPE_CHECKING:  # pandas only where a table is read: a step answered from cac
     import pandas as pd  # (a Flower ClientApp's later rounds) never imports it
 
 __all__ = ["TrainingOutcome", "run_training", "describe_site", "describe_checker", "site_matrix", "label_key",
-           "part_rows", "PARTS", "evaluation_sums", "checked_sums", "pool_evaluations", "requested_bins", "class_indices"]
+           "part_rows", "PARTS", "pooled_standardisation", "evaluation_sums", "checked_sums", "pool_evaluations",
+           "requested_bins", "class_indices"]
 
 #: row parts a request may name.
 PARTS = ("train", "test", "fit", "validation", "all")
@@ -197,6 +198,20 @@ def describe_site(site: Site, feats: list[str], part: str = "train", dp: Mapping
         {"count": count, "sum": total, "sumsq": sumsq},
         {"classes": labels, "n_train": int(len(y)), "n_test": site.n_rows("test"), "features": feats},
     )
+
+
+def pooled_standardisation(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, *, floor: bool = True
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, std)`` ``(d,)`` of each column from summed per-column ``count``/``sum``/``sumsq``
+    (observed cells): 0 where nothing was observed; with ``floor`` a std that is not above
+    1e-12 becomes 1 (a constant column stays 0 after standardising)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / np.maximum(count, 1), 0.0)
+        var = np.where(count > 0, sumsq / np.maximum(count, 1) - mean**2, 0.0)
+    std = np.sqrt(np.maximum(var, 0.0))
+    if floor:
+        std[~(std > 1e-12)] = 1.0
+    return mean, std
 
 
 @handler("describe")
@@ -797,11 +812,9 @@ def run_training(
         count, mean, var, left_out = _robust_moments(moments, feats, max_site_share)
         mean = np.where(count > 0, mean, 0.0)
         var = np.where(count > 0, var, 0.0)
+        std = np.sqrt(np.maximum(var, 0.0))
     else:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.where(count > 0, total / np.maximum(count, 1), 0.0)
-            var = np.where(count > 0, sumsq / np.maximum(count, 1) - mean**2, 0.0)
-    std = np.sqrt(np.maximum(var, 0.0))
+        mean, std = pooled_standardisation(count, total, sumsq, floor=False)
     if dp_spec is not None and dp_spec.get("bounds") is not None:  # keep noisy moments within the bounds
         lo, hi = column_bounds(dp_spec, feats)
         mean, std = np.clip(mean, lo, hi), np.minimum(std, hi - lo)

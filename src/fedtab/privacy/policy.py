@@ -20,7 +20,8 @@ Rules (the numbers are the defaults):
   row subsets chosen by the server, and, once a schema is agreed
   (``site.state["schema"]``, :mod:`fedtab.federation.schema`), only over its columns;
   they return aggregates only.
-* caps on server-chosen work: ``max_rounds`` fit requests per setup, ``max_local_epochs``,
+* caps on server-chosen work: ``max_rounds`` fit requests (and as many ``score_sums``
+  requests of the score test) per setup, ``max_local_epochs``,
   ``max_evaluations`` evaluations per site session (a binary-search probe of the
   test rows needs hundreds), ``max_param`` for any numeric parameter of a
   server-chosen selector.
@@ -242,18 +243,31 @@ def _epochs(policy: DisclosurePolicy, epochs: Any) -> str | None:
     return None
 
 
-def _fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+def _setup_part(site: "Site", request: "Message", counter: str, state_key: str) -> tuple[str | None, Any]:
+    """``(refusal or None, row part)`` of a request that may carry its workflow's setup
+    (``meta["setup"]``); a new setup restarts the request counter ``counter``."""
     setup = request.meta.get("setup")
     if isinstance(setup, dict):
-        site.state["policy_counts"] = {**site.state.get("policy_counts", {}), "fit": 0}
-        reason = _check_features(site, setup.get("features"))
-        part = setup.get("part", "train")
-    else:
-        part = (site.state.get("train_setup") or {}).get("part", "train")
-        reason = None
+        site.state["policy_counts"] = {**site.state.get("policy_counts", {}), counter: 0}
+        return _check_features(site, setup.get("features")), setup.get("part", "train")
+    return None, (site.state.get(state_key) or {}).get("part", "train")
+
+
+def _fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    reason, part = _setup_part(site, request, "fit", "train_setup")
     reason = reason or _epochs(policy, request.meta.get("epochs")) or _check_part(policy, site, part, "a model update")
     if reason is None and _count(site, "fit") > policy.max_rounds:
         reason = f"more fit rounds than the site's cap max_rounds={policy.max_rounds}"
+    return reason
+
+
+def _score_sums(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """The score test's sums (:mod:`fedtab.federation.score_test_flow`): the agreed columns, at
+    least ``min_rows`` rows, at most ``max_rounds`` requests per setup."""
+    reason, part = _setup_part(site, request, "score_sums", "score_setup")
+    reason = reason or _check_part(policy, site, part, "score-test sums")
+    if reason is None and _count(site, "score_sums") > policy.max_rounds:
+        reason = f"more score-test requests than the site's cap max_rounds={policy.max_rounds}"
     return reason
 
 
@@ -324,6 +338,7 @@ _CHECKS = {
     "describe": _describe,
     "set_mask": _describe,
     "fit": _fit,
+    "score_sums": _score_sums,
     "evaluate": _evaluate,
     "local_baseline": _local_baseline,
     "category_sets": _category_sets,

@@ -1,0 +1,284 @@
+"""Pooled forward selection by score tests: the multivariate signal a marginal test misses.
+
+Feature Election, its Stouffer consensus and the pooled ANOVA
+(:mod:`~fedtab.federation.pooled_anova_flow`) all test one feature at a time. A column
+that separates the classes only together with others has no marginal effect, and no
+marginal test finds it (on ``benchmarks/scale.py``'s table 9 of the 20 informative
+columns). Forward selection by Rao score tests in a logistic model
+(:mod:`fedtab.election.score_test`) finds them, and every quantity it needs is a sum over
+rows: the server runs the procedure on the *pooled* rows exactly, whatever the label
+skew (a site that saw one class contributes its sums like any other).
+
+Exchanges, each on the protocol path (agreed schema → site policy → handler → validation
+of every reply → sum):
+
+1. ``"describe"`` (the training workflow's) — per feature count/sum/sum of squares and
+   the class labels; the server fixes the pooled mean/std and the two classes.
+2. ``"score_sums"`` × (Newton iterations + 1) per step — the server sends the
+   coefficients of the current model (intercept + selected columns, by index into the
+   agreed features); each site replies ``grad`` (m,), ``hess`` (m, m) and ``loglik`` of its
+   training rows, and, when the request sets ``with_score``, ``score`` (d,),
+   ``info_diag`` (d,) and ``info_cross`` (d, m). The first request carries the setup
+   (features, classes, mean/std, row part), which the site stores.
+
+A site standardises with the pooled mean/std and fills missing cells (and features it
+lacks) with the pooled mean, i.e. 0 — the training workflow's convention — so the
+result equals :func:`~fedtab.election.score_test.pooled_score_selection` on the stacked,
+mean-filled, standardised training rows. A column a site observed in fewer than its
+``min_rows`` rows is treated as missing there (its ``"describe"`` reply suppressed it too).
+
+Validation (each reply, before anything is summed; a rejected reply names its site):
+exact names and shapes, finite values, ``n`` equal to the rows the site declared, a
+symmetric positive semi-definite ``hess``, and bounds that honest sums cannot exceed
+given the site's own described moments: ``|Σ (y − p)| ≤ n``, ``Σ w ≤ n/4``,
+``Σ w z_j² ≤ ¼ Σ z_j²``, ``|Σ z_j (y − p)| ≤ √(n Σ z_j²)``, Cauchy-Schwarz between the
+information pieces, ``loglik ≤ 0``, and the selected columns' score pieces equal to the
+rows of ``grad``/``hess``. Within those bounds a lying site still moves the sums (no
+robust reducer exists for this step).
+
+Disclosure: per step, sums over each site's rows at coefficients the server chooses —
+gradients and information matrices of the logistic model (``d·(m + 2) + m² + m + 1``
+floats), no row. Each reply is a weighted sum of the site's rows, so a server asking
+many times about few rows learns more; the site's policy bounds it (``min_rows``, at most
+``max_rounds`` such requests per setup).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..election.score_test import NEWTON_KEYS, SCORE_KEYS, ScoreSelection, forward_score_selection, site_sums
+from . import validate
+from .messages import Message
+from .protocol import Federation, exchange, set_quorum
+from .schema import agree_schema, sort_labels
+from .site import Site, handler
+from .training_flow import class_indices, describe_checker, pooled_standardisation, site_matrix
+
+__all__ = ["PooledScoreTest", "run_pooled_score_test"]
+
+_SETUP = "setup:"
+#: relative tolerance of the bounds an honest reply meets (float rounding of its sums)
+_TOL = 1e-6
+
+
+# ----------------------------------------------------------------------------- site side
+def _site_design(site: Site, setup: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``(Z, y)``: the site's rows of the setup's part standardised with the pooled mean/std,
+    missing cells and columns observed in fewer than ``min_rows`` rows at 0; ``y`` 0/1."""
+    X, y_raw = site_matrix(site, list(setup["features"]), str(setup["part"]))
+    observed = (~np.isnan(X)).sum(axis=0)
+    Z = (X - setup["mean"]) / setup["std"]  # a new array (site_matrix's may be a read-only view)
+    Z[:, (observed > 0) & (observed < site.policy.min_rows)] = np.nan  # suppressed as in "describe"
+    Z[np.isnan(Z)] = 0.0
+    return Z, class_indices(y_raw, list(setup["classes"])).astype(np.float64)
+
+
+@handler("score_sums")
+def _score_sums(site: Site, request: Message) -> Message:
+    carried = request.meta.get("setup")
+    if carried is not None:  # the first request carries the setup (no separate exchange)
+        if not isinstance(carried, dict) or not isinstance(carried.get("features"), list) \
+                or not isinstance(carried.get("classes"), list) or len(carried["classes"]) != 2:
+            raise ValueError("score_sums: 'setup' must hold the features and the two classes")
+        d = len(carried["features"])
+        mean, std = (np.asarray(request.arrays.get(_SETUP + k), dtype=np.float64) for k in ("mean", "std"))
+        if mean.shape != (d,) or std.shape != (d,) or not (np.isfinite(mean).all() and (std > 0).all()):
+            raise ValueError(f"score_sums: setup mean/std must be ({d},) finite with std > 0")
+        site.state["score_setup"] = {"features": list(carried["features"]), "classes": list(carried["classes"]),
+                                     "part": str(carried.get("part", "train")), "mean": mean, "std": std}
+    setup = site.state.get("score_setup")
+    if setup is None:
+        raise ValueError("the score test is not set up on this site (its first request carries the setup)")
+    cache = setup.setdefault("_cache", {})
+    if "Z" not in cache:
+        cache["Z"], cache["y"] = _site_design(site, setup)
+    selected = request.meta.get("selected")
+    if not isinstance(selected, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in selected):
+        raise ValueError("score_sums: 'selected' must be a list of column indices")
+    sums = site_sums(cache["Z"], cache["y"], selected, np.asarray(request.arrays.get("coef")),
+                     bool(request.meta.get("with_score", False)))
+    return Message("score_sums", sums, {"n": int(len(cache["y"]))})
+
+
+# ----------------------------------------------------------------------------- server side
+@dataclass(frozen=True)
+class PooledScoreTest:
+    """Result of :func:`run_pooled_score_test`.
+
+    Attributes:
+        feature_names: the ``d`` features tested; mask: ``(d,)`` bool, the selection.
+        selected: names in order of entry.
+        z / p: ``(d,)`` score statistic and p-value at entry (selected features) or at
+            the last test (the others).
+        steps: per step ``{"added": names, "z", "p": at entry, "coef": the model they were
+            tested against (intercept, then the earlier selected in order of entry),
+            "loglik", "newton_iterations"}``.
+        coef: the model refitted on every selected feature (intercept first, in order of
+            entry; standardised units); mean / std: the pooled standardisation.
+        classes: the two class labels; ``positive`` is ``classes[1]``.
+        n_rows: pooled rows; converged / stopped / exchanges: see
+            :class:`~fedtab.election.score_test.ScoreSelection`.
+        participation: per exchange ``{"step", "sites"}``.
+    """
+
+    feature_names: list[str]
+    mask: np.ndarray
+    selected: list[str]
+    z: np.ndarray
+    p: np.ndarray
+    steps: list[dict[str, Any]]
+    coef: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+    classes: list[str]
+    n_rows: int
+    converged: bool
+    stopped: str
+    exchanges: int
+    participation: list[dict[str, Any]]
+
+    @property
+    def selected_names(self) -> list[str]:
+        """The selected features in table order (what :func:`~fedtab.federation.run_training` takes)."""
+        return [n for n, keep in zip(self.feature_names, self.mask) if keep]
+
+
+def _column_energy(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, mean: np.ndarray, std: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``(Σ z², its rounding scale)`` per column of one site, from its described moments."""
+    scale = (sumsq + mean**2 * count) / std**2
+    return np.maximum((sumsq - 2 * mean * total + mean**2 * count) / std**2, 0.0), scale
+
+
+def _checker(n_rows: Mapping[str, int], energy: Mapping[str, tuple[np.ndarray, np.ndarray]], d: int,
+             selected: list[int], with_score: bool):
+    """Validator of one ``"score_sums"`` exchange (see the module docstring)."""
+    m = len(selected) + 1
+    keys = set(NEWTON_KEYS) | (set(SCORE_KEYS) if with_score else set())
+    shapes = {"grad": (m,), "hess": (m, m), "loglik": (1,), "score": (d,), "info_diag": (d,), "info_cross": (d, m)}
+
+    def check(site: str, reply: Message) -> None:
+        n = validate.integer(reply.meta.get("n"), "score rows", equal=n_rows[site])
+        if set(reply.arrays) != keys:
+            raise ValueError(f"score sums must be exactly {sorted(keys)}, got {sorted(reply.arrays)[:8]}")
+        a = {k: validate.array(reply, k, shapes[k]) for k in keys}
+        s2, scale = energy[site]
+        tol_s2 = _TOL * scale + 1e-9
+        H = a["hess"]
+        diag = np.diag(H)
+        cap = np.concatenate([[n / 4.0], s2[selected] / 4.0]) + _TOL * np.concatenate([[n], scale[selected]]) + 1e-9
+        root = np.sqrt(np.maximum(diag, 0.0))
+        if np.any(np.abs(H - H.T) > _TOL * np.outer(root, root) + 1e-9):
+            raise ValueError("the information matrix 'hess' is not symmetric")
+        if np.any(diag < -1e-9) or np.any(diag > cap):
+            raise ValueError("the information matrix 'hess' has a diagonal outside [0, n/4] / [0, Σz²/4]")
+        if np.any(np.abs(H) > np.outer(root, root) * (1 + _TOL) + 1e-9) \
+                or np.linalg.eigvalsh(H).min() < -_TOL * max(float(diag.sum()), 1.0):
+            raise ValueError("the information matrix 'hess' is not positive semi-definite")
+        g_cap = np.sqrt(n * np.concatenate([[float(n)], s2[selected] + tol_s2[selected]])) * (1 + _TOL) + 1e-9
+        if np.any(np.abs(a["grad"]) > g_cap):
+            raise ValueError("the gradient 'grad' exceeds what the site's rows allow")
+        if a["loglik"][0] > 1e-9:
+            raise ValueError("a positive log-likelihood")
+        if not with_score:
+            return
+        info = a["info_diag"]
+        if np.any(info < -1e-9) or np.any(info > s2 / 4.0 + tol_s2):
+            raise ValueError("'info_diag' outside [0, Σz²/4] of the site's described columns")
+        if np.any(np.abs(a["score"]) > np.sqrt(n * (s2 + tol_s2)) * (1 + _TOL) + 1e-9):
+            raise ValueError("the score 'score' exceeds what the site's rows allow")
+        C = a["info_cross"]
+        bound = np.sqrt(np.maximum(info, 0.0)[:, None] * np.maximum(diag, 0.0)[None, :])
+        if np.any(np.abs(C) > bound * (1 + _TOL) + 1e-9):
+            raise ValueError("'info_cross' breaks Cauchy-Schwarz against 'info_diag' and 'hess'")
+        if selected and not (np.allclose(C[selected], H[1:], rtol=_TOL, atol=1e-9)
+                             and np.allclose(info[selected], diag[1:], rtol=_TOL, atol=1e-9)
+                             and np.allclose(a["score"][selected], a["grad"][1:], rtol=_TOL, atol=1e-9)):
+            raise ValueError("the selected columns' score pieces disagree with 'grad'/'hess'")
+
+    return check
+
+
+def run_pooled_score_test(
+    federation: Federation,
+    alpha: float = 0.05,
+    *,
+    max_steps: int = 10,
+    features: list[str] | None = None,
+    part: str = "train",
+    ridge: float = 1e-8,
+    tol: float = 1e-8,
+    max_newton: int = 25,
+    min_sites: int | None = None,
+) -> PooledScoreTest:
+    """Forward selection by score tests on the sites' pooled rows (module docstring).
+
+    Args:
+        alpha: FDR level of each step's Benjamini-Hochberg correction, in (0, 1].
+        max_steps: most steps that admit features.
+        features: the features to test (default: every column of the agreed schema).
+        part: the sites' row part to use (``"train"``; ``"fit"`` after a fit/validation split).
+        ridge / tol / max_newton: as :func:`~fedtab.election.score_test.forward_score_selection`.
+        min_sites: quorum (as :func:`~fedtab.federation.run_training`); a site dropped
+            mid-run leaves the remaining steps' sums.
+
+    Returns:
+        :class:`PooledScoreTest`; ``.selected_names`` feeds ``run_training``.
+
+    Raises:
+        SiteError / SiteRefused: a site failed, refused or sent a rejected reply (naming it).
+        ValueError: the pooled target does not have exactly two classes (a continuous or
+            single-class target), no features, or bad arguments.
+    """
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    set_quorum(federation, min_sites)
+    p0 = len(federation.participation)
+    if features is None:
+        schema = federation.schema or agree_schema(federation)
+        feats = list(schema.columns)
+    else:
+        feats = [str(f) for f in features]
+        if len(set(feats)) != len(feats):
+            raise ValueError("features must be distinct names")
+    if not feats:
+        raise ValueError("the score test needs at least one feature")
+    described = exchange(federation, Message("describe", meta={"features": feats, "part": part}),
+                         describe_checker(federation, feats, part))
+    moments = {s: tuple(np.asarray(r.arrays[k], dtype=np.float64) for k in ("count", "sum", "sumsq"))
+               for s, r in described.items()}
+    count, total, sumsq = (sum(m[i] for m in moments.values()) for i in range(3))
+    mean, std = pooled_standardisation(count, total, sumsq)
+    classes = sort_labels({str(c) for r in described.values() for c in r.meta.get("classes", [])})
+    if len(classes) != 2:
+        raise ValueError(f"the pooled score test needs a binary target: the sites' training rows hold "
+                         f"{len(classes)} class label(s) {classes[:5]}{' …' if len(classes) > 5 else ''}")
+    n_rows = {s: int(r.meta["n_train"]) for s, r in described.items()}
+    energy = {s: _column_energy(*m, mean, std) for s, m in moments.items()}
+    d = len(feats)
+    setup = {"features": feats, "classes": classes, "part": part}
+    first = [True]
+
+    def sums(selected: list[int], coef: np.ndarray, with_score: bool) -> dict[str, np.ndarray]:
+        arrays: dict[str, np.ndarray] = {"coef": np.asarray(coef, dtype=np.float64)}
+        meta: dict[str, Any] = {"selected": [int(i) for i in selected], "with_score": bool(with_score)}
+        if first[0]:
+            arrays.update({_SETUP + "mean": mean, _SETUP + "std": std})
+            meta["setup"] = setup
+        replies = exchange(federation, Message("score_sums", arrays, meta),
+                           _checker(n_rows, energy, d, list(selected), with_score))
+        first[0] = False
+        keys = NEWTON_KEYS + (SCORE_KEYS if with_score else ())
+        return {k: sum(np.asarray(r.arrays[k], dtype=np.float64) for r in replies.values()) for k in keys}
+
+    run: ScoreSelection = forward_score_selection(sums, d, alpha, max_steps=max_steps, ridge=ridge, tol=tol,
+                                                  max_newton=max_newton)
+    steps = [{"added": [feats[i] for i in s.added], "z": s.z, "p": s.p, "coef": s.coef, "loglik": s.loglik,
+              "newton_iterations": s.newton_iterations} for s in run.steps]
+    return PooledScoreTest(feats, run.mask, [feats[i] for i in run.selected], run.z, run.p, steps, run.coef, mean,
+                           std, classes, int(sum(n_rows[s] for s in federation.participation[-1]["sites"])),
+                           run.converged, run.stopped, run.exchanges + 1, federation.participation[p0:])
