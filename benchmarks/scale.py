@@ -21,7 +21,9 @@ format on (every message is serialised and decoded, so byte counts are real).
    and Jaccard agreement with the same selector on the pooled rows (also per ``fd``); F1 of FedAvg on the elected mask against
    centralised training (pooled rows, pooled ANOVA mask, same logistic model) and
    local-only training (each site alone, its own mask), all scored on the union of
-   the sites' test rows.
+   the sites' test rows. Next to the elections, the pooled forward selection by score
+   tests (:func:`~fedtab.federation.score_test_flow.run_pooled_score_test`), compared
+   with the same procedure on the stacked training rows.
 3. **Imputation** — FedHF-Impute for F columns × K sites, 60 % column availability
    (:func:`~fedtab.data.impute_datasets.heterogeneous_split`), few rounds: end-to-end
    seconds, seconds per round and validation RMSE (z-space, held-out cells).
@@ -51,6 +53,8 @@ from fedtab.engines.local import LocalFederation
 from fedtab.federation.election_flow import run_election
 from fedtab.federation.messages import Message
 from fedtab.federation.pooled_anova_flow import run_pooled_anova
+from fedtab.federation.score_test_flow import run_pooled_score_test
+from fedtab.election.score_test import pooled_table_selection
 from fedtab.federation.protocol import Federation
 from fedtab.federation.site import Site
 from fedtab.federation.training_flow import run_training
@@ -64,6 +68,9 @@ NONIID_FD = 0.5
 #: the election's consensus rules compared on every partition: the plain rule (default) and
 #: ``consensus="stouffer"`` (combined p-values, :mod:`fedtab.election.evidence`)
 CONSENSUS = ("intersection", "stouffer")
+#: every row of the non-IID table: the two consensus rules, then the pooled forward selection by
+#: score tests (``run_pooled_score_test``: no election, a multivariate test on the pooled sums)
+METHODS = (*CONSENSUS, "score_test")
 
 
 def noniid_selector() -> Any:
@@ -274,8 +281,9 @@ def _fit_predict(train: pd.DataFrame, test: pd.DataFrame, features: list[str]) -
 
 
 def noniid_point(partition: str, alpha: float | None, cfg: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
-    """One row per consensus rule (:data:`CONSENSUS`) for one partition; the first row also
-    holds ``pooled_anova`` (the pooled F test from per-class sums, for reference)."""
+    """One row per method (:data:`METHODS`: each consensus rule, then the pooled score test) for
+    one partition; the first row also holds ``pooled_anova`` (the pooled F test from per-class
+    sums, for reference)."""
     k, d, n = cfg["noniid_sites"], cfg["noniid_features"], cfg["noniid_rows"]
     frame, n_inf = signal_table(n, d, seed)
     rng = np.random.default_rng(seed + 7)
@@ -321,10 +329,29 @@ def noniid_point(partition: str, alpha: float | None, cfg: dict[str, Any], seed:
                 scores.append(_weighted_f1(y_test, _fit_predict(s.rows("train"), test, own)))
                 weights.append(b.n_samples)
             local = float(np.average(scores, weights=weights))
-        rows.append({**common, "consensus": consensus, "signal_recall": float(mask[signal].mean()),
+        rows.append({**common, "method": consensus, "consensus": consensus,
+                     "signal_recall": float(mask[signal].mean()),
                      "noise_kept": float(mask[~signal].mean()), "jaccard_pooled": jaccard(mask, ref),
                      "f1": float(trained.pooled["weighted_f1"]), "f1_local": local, "kept": int(mask.sum()),
                      "jaccard_by_fd": curve})
+    # the pooled forward selection by score tests: exact pooled sums, so its own pooled reference is
+    # the same procedure on the stacked training rows (Jaccard 1 up to float rounding)
+    before = len(fed.traffic.records)
+    with _timed() as took:
+        score = run_pooled_score_test(fed, alpha=0.05)
+    moved = fed.traffic.records[before:]
+    at = {n: i for i, n in enumerate(score.feature_names)}
+    score_mask = np.asarray([score.mask[at[n]] for n in names], dtype=bool)
+    own = pooled_table_selection(train_tables, TARGET, names, positive=1, alpha=0.05).mask
+    score_f1 = run_training(fed, score.selected_names, rounds=cfg["noniid_rounds"], local_epochs=2).pooled["weighted_f1"]
+    central_own = _weighted_f1(y_test, _fit_predict(pooled_train, test, [f for f, m in zip(names, own) if m]))
+    rows.append({**common, "method": "score_test", "pooled_recall": float(own[signal].mean()),
+                 "pooled_kept": int(own.sum()), "signal_recall": float(score_mask[signal].mean()),
+                 "noise_kept": float(score_mask[~signal].mean()), "jaccard_pooled": jaccard(score_mask, own),
+                 "f1": float(score_f1), "f1_central_own_mask": central_own, "f1_local": local, "kept": int(score_mask.sum()),
+                 "steps": [len(st["added"]) for st in score.steps], "exchanges": score.exchanges,
+                 "seconds": took[0], "cpu_seconds": took[1],
+                 "bytes_per_site": sum(r.bytes_up + r.bytes_down for r in moved) / k})
     # for reference: the pooled ANOVA F test from per-class sums (same FDR level) instead of an election
     anova = run_pooled_anova(fed, alpha=0.05)
     at = {n: i for i, n in enumerate(anova.feature_names)}
@@ -392,14 +419,17 @@ def goals(result: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     out.append(("FedAvg round server time linear in K (exponent of CPU s vs K ≤ 1.15)", text or "not run",
                 all(v <= 1.15 for v in lin) if lin else None))
     for r in [r for r in result["noniid"] if r["partition"] == "label_skew" and r["alpha"] == 0.1]:
-        how = "plain rule" if r.get("consensus", "intersection") == "intersection" else f"consensus={r['consensus']!r}"
+        how = _method_label(r)
+        ceiling = ("the same procedure on the pooled rows" if _method(r) == "score_test" else "the pooled selector itself")
         out.append((f"K = 30, label skew α = 0.1 ({how}): signal recall ≥ 0.90",
-                    f"{r['signal_recall']:.3f} (the pooled selector itself: {r['pooled_recall']:.3f}; "
+                    f"{r['signal_recall']:.3f} ({ceiling}: {r['pooled_recall']:.3f}; "
                     f"{r['signal_recall'] / max(r['pooled_recall'], 1e-12):.0%} of it), noise kept {r['noise_kept']:.4f}, "
                     f"Jaccard pooled {r['jaccard_pooled']:.3f}", r["signal_recall"] >= 0.9))
         gap = r["f1_central"] - r["f1"]
+        own = (f"; centralised on its own pooled mask {r['f1_central_own_mask']:.3f}"
+               if r.get("f1_central_own_mask") is not None else "")
         out.append((f"… ({how}) F1 within 0.02 of centralised",
-                    f"F1 {r['f1']:.3f} vs {r['f1_central']:.3f} (gap {gap:+.3f}); local-only {r['f1_local']:.3f}",
+                    f"F1 {r['f1']:.3f} vs {r['f1_central']:.3f} (gap {gap:+.3f}){own}; local-only {r['f1_local']:.3f}",
                     gap <= 0.02))
     imp = [r for r in result["imputation"] if r["columns"] == 1000 and r["sites"] == 20]
     if imp:
@@ -408,6 +438,16 @@ def goals(result: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     else:
         out.append(("imputation, 1,000 columns × 20 sites < 10 min end to end", "not run", None))
     return out
+
+
+def _method(r: Mapping[str, Any]) -> str:
+    """The row's method (:data:`METHODS`; rows of older results only name their consensus)."""
+    return str(r.get("method", r.get("consensus", "intersection")))
+
+
+def _method_label(r: Mapping[str, Any]) -> str:
+    m = _method(r)
+    return {"intersection": "plain rule", "score_test": "pooled score test"}.get(m, f"consensus={m!r}")
 
 
 def _fmt(v: Any, p: int = 3) -> str:
@@ -454,19 +494,37 @@ def markdown(result: dict[str, Any]) -> str:
               f"d = {meta['config']['noniid_features']}", "",
               f"ANOVA F with 5 % FDR (SelectFdr) per site, fd = {NONIID_FD}, one-class sites abstain; pooled = the same "
               "selector on all training rows; F1 is weighted F1 on the union of the sites' test rows (local = each site "
-              "alone with its own mask, sample-weighted mean). Consensus `intersection` is the plain rule (the default); "
+              "alone with its own mask, sample-weighted mean). Method `intersection` is the plain rule (the default); "
               "`stouffer` is `run_election(..., consensus=\"stouffer\")`: the consensus is the features whose combined "
-              "p-value over the sites passes Benjamini-Hochberg at 5 % (`fedtab.election.evidence`). Signal recall is "
-              "over the 2 % informative columns; the pooled selector's own recall is the ceiling of any election with "
-              "this selector (make_classification's informative columns are not all marginally separable).", "",
-              "| partition | α | consensus | signal recall | pooled recall | noise kept | Jaccard pooled | F1 fed | "
-              "F1 central | F1 local | one-class sites | smallest site |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "p-value over the sites passes Benjamini-Hochberg at 5 % (`fedtab.election.evidence`). `score_test` is no "
+              "election: `run_pooled_score_test(fed, alpha=0.05)`, forward selection by score tests in a logistic model "
+              "from the sites' summed gradients and information matrices (`fedtab.election.score_test`); its *pooled* "
+              "columns (recall, Jaccard, F1 central own mask) compare it with the same procedure run on the stacked "
+              "training rows, which it equals up to float rounding, not with the ANOVA selector. `F1 central` is always "
+              "centralised training on the pooled ANOVA mask (the issue's reference); `F1 central own` is centralised "
+              "training on the method's own pooled mask. Signal recall is over the 2 % informative columns; the pooled "
+              "ANOVA selector's recall is the ceiling of any election with this selector (make_classification's "
+              "informative columns are not all marginally separable).", "",
+              "| partition | α | method | signal recall | pooled recall | noise kept | Jaccard pooled | F1 fed | "
+              "F1 central | F1 central own | F1 local | one-class sites | smallest site |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["noniid"]:
         alpha = "∞" if r["iid"] else _fmt(r["alpha"], 1)
-        lines.append(f"| {r['partition']} | {alpha} | {r.get('consensus', 'intersection')} | {_fmt(r['signal_recall'])} | "
+        own = r.get("f1_central_own_mask", r["f1_central"])
+        lines.append(f"| {r['partition']} | {alpha} | {_method(r)} | {_fmt(r['signal_recall'])} | "
                      f"{_fmt(r.get('pooled_recall'))} | {_fmt(r['noise_kept'], 4)} | "
-                     f"{_fmt(r['jaccard_pooled'])} | {_fmt(r['f1'])} | {_fmt(r['f1_central'])} | {_fmt(r['f1_local'])} | "
-                     f"{r['one_class_sites']} | {r['min_site_rows']} |")
+                     f"{_fmt(r['jaccard_pooled'])} | {_fmt(r['f1'])} | {_fmt(r['f1_central'])} | {_fmt(own)} | "
+                     f"{_fmt(r['f1_local'])} | {r['one_class_sites']} | {r['min_site_rows']} |")
+    score_rows = [r for r in result["noniid"] if _method(r) == "score_test"]
+    if score_rows:
+        lines += ["", "Cost of the pooled score test (in-process, wire format on): features admitted per step, "
+                  "exchanges (1 describe + Newton iterations + 1 score exchange per step), wall and CPU seconds of "
+                  "`run_pooled_score_test`, bytes per site both ways:", "",
+                  "| partition | α | per step | exchanges | seconds | CPU s | bytes/site |", "|---|---|---|---|---|---|---|"]
+        for r in score_rows:
+            alpha = "∞" if r["iid"] else _fmt(r["alpha"], 1)
+            lines.append(f"| {r['partition']} | {alpha} | {' + '.join(map(str, r['steps'])) or '–'} | {r['exchanges']} | "
+                         f"{r['seconds']:.1f} | {r['cpu_seconds']:.1f} | {r['bytes_per_site']:,.0f} |")
     anova_rows = [r for r in result["noniid"] if "pooled_anova" in r]
     if anova_rows:
         lines += ["", "For reference, the pooled ANOVA F test from per-class sums (`run_pooled_anova`, same 5 % FDR) in "
@@ -478,14 +536,15 @@ def markdown(result: dict[str, Any]) -> str:
             alpha = "∞" if r["iid"] else _fmt(r["alpha"], 1)
             lines.append(f"| {r['partition']} | {alpha} | {_fmt(a['signal_recall'])} | {_fmt(a['noise_kept'], 4)} | "
                          f"{_fmt(a['jaccard_pooled'])} | {_fmt(a['f1'])} | {_fmt(r['f1_central'])} |")
-    fds = [c["freedom_degree"] for c in result["noniid"][0]["jaccard_by_fd"]] if result["noniid"] else []
+    by_fd = [r for r in result["noniid"] if "jaccard_by_fd" in r]
+    fds = [c["freedom_degree"] for c in by_fd[0]["jaccard_by_fd"]] if by_fd else []
     if fds:
-        lines += ["", "Jaccard agreement with the pooled selector by freedom degree:", "",
+        lines += ["", "Jaccard agreement with the pooled selector by freedom degree (elections only):", "",
                   "| partition | α | consensus | " + " | ".join(f"fd {fd:g}" for fd in fds) + " |",
                   "|---|---|---|" + "---|" * len(fds)]
-        for r in result["noniid"]:
+        for r in by_fd:
             alpha = "∞" if r["iid"] else _fmt(r["alpha"], 1)
-            lines.append(f"| {r['partition']} | {alpha} | {r.get('consensus', 'intersection')} | "
+            lines.append(f"| {r['partition']} | {alpha} | {_method(r)} | "
                          + " | ".join(f"{c['jaccard']:.3f}" for c in r["jaccard_by_fd"]) + " |")
     lines += ["", "## Imputation, 60 % column availability", "",
               "| columns | sites | rounds | seconds | s/round | RMSE (z, validation) |", "|---|---|---|---|---|---|"]
@@ -507,19 +566,23 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.plot([3, 300], [1e-3, 1e-1], "k:", label="∝ K")
         ax.set(xscale="log", yscale="log", xlabel="sites K", ylabel="server CPU seconds", title=step)
         ax.legend()
-    ni = [r for r in result["noniid"] if r.get("consensus", "intersection") == "intersection"]
-    by = {(r["partition"], r["alpha"]): r for r in result["noniid"] if r.get("consensus") == "stouffer"}
+    ni = [r for r in result["noniid"] if _method(r) == "intersection"]
+    by = {m: {(r["partition"], r["alpha"]): r for r in result["noniid"] if _method(r) == m} for m in METHODS}
     labels = [f"{r['partition']}\nα={'∞' if r['iid'] else _fmt(r['alpha'], 1)}" if r["partition"] == "label_skew"
               else r["partition"] for r in ni]
     xs = np.arange(len(ni))
-    bars = [("F1 plain rule", [r["f1"] for r in ni]),
-            ("F1 stouffer", [by.get((r["partition"], r["alpha"]), {}).get("f1", 0) for r in ni]),
-            ("F1 central", [r["f1_central"] for r in ni]), ("F1 local", [r["f1_local"] for r in ni])]
+
+    def of(method: str, key: str, missing: float = 0.0) -> list[float]:
+        return [by[method].get((r["partition"], r["alpha"]), {}).get(key, missing) for r in ni]
+
+    bars = [("F1 plain rule", of("intersection", "f1")), ("F1 stouffer", of("stouffer", "f1")),
+            ("F1 score test", of("score_test", "f1")), ("F1 central", [r["f1_central"] for r in ni]),
+            ("F1 local", [r["f1_local"] for r in ni])]
     for i, (key, vals) in enumerate(bars):
-        axes[2].bar(xs + (i - 1.5) * 0.2, vals, 0.2, label=key)
-    axes[2].plot(xs, [r["jaccard_pooled"] for r in ni], "kD", label="Jaccard pooled (plain)")
-    axes[2].plot(xs, [by.get((r["partition"], r["alpha"]), {}).get("jaccard_pooled", np.nan) for r in ni], "r*",
-                 label="Jaccard pooled (stouffer)")
+        axes[2].bar(xs + (i - 2) * 0.16, vals, 0.16, label=key)
+    axes[2].plot(xs, of("intersection", "signal_recall", np.nan), "kD", label="signal recall (plain)")
+    axes[2].plot(xs, of("stouffer", "signal_recall", np.nan), "r*", label="signal recall (stouffer)")
+    axes[2].plot(xs, of("score_test", "signal_recall", np.nan), "g^", label="signal recall (score test)")
     axes[2].set_xticks(xs, labels, fontsize=7)
     axes[2].set(ylim=(0, 1.05), title=f"non-IID (K = {result['meta']['config']['noniid_sites'] if 'meta' in result else 30})")
     axes[2].legend(fontsize=6)
@@ -562,7 +625,7 @@ def run(cfg: dict[str, Any], log: Callable[[str], None] = print,
         rows[0]["point_seconds"], rows[0]["point_cpu_seconds"] = took
         for r in rows:
             noniid.append(r)
-            log(f"{partition:16s} α={r['alpha']} {r['consensus']:12s} recall {r['signal_recall']:.3f} "
+            log(f"{partition:16s} α={r['alpha']} {_method(r):12s} recall {r['signal_recall']:.3f} "
                 f"noise {r['noise_kept']:.3f} jaccard {r['jaccard_pooled']:.3f}  F1 {r['f1']:.3f} "
                 f"central {r['f1_central']:.3f} local {r['f1_local']:.3f}")
         if partial:

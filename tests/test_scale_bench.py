@@ -23,22 +23,26 @@ def test_quick_run_writes_json_md_png(tmp_path):
     # bytes per site: a FedAvg round moves the model both ways, the election the names and scores
     first = [r for r in result["election"] if r["sites"] == cfg["grid_sites"][0]]
     assert first[0]["bytes_per_site"] > first[1]["bytes_per_site"] > 8 * first[1]["kept"]
-    assert [(r["partition"], r["alpha"], r["consensus"]) for r in result["noniid"]] == [
+    assert [(r["partition"], r["alpha"], r["method"]) for r in result["noniid"]] == [
         (p, a, c) for p, a in [("label_skew", None), ("label_skew", 1.0), ("label_skew", 0.1), ("quantity_skew", None),
-                               ("covariate_shift", None)] for c in scale.CONSENSUS]
+                               ("covariate_shift", None)] for c in scale.METHODS]
     for row in result["noniid"]:
         assert NONIID_KEYS <= set(row)
         for key in ("signal_recall", "noise_kept", "jaccard_pooled", "f1", "f1_central", "f1_local"):
             assert 0.0 <= row[key] <= 1.0, (key, row)
-        assert len(row["jaccard_by_fd"]) == len(scale.DEFAULT_FREEDOM_DEGREES)
+        if row["method"] in scale.CONSENSUS:
+            assert len(row["jaccard_by_fd"]) == len(scale.DEFAULT_FREEDOM_DEGREES)
     iid = result["noniid"][0]
     assert iid["f1"] > 0.6 and iid["f1_central"] > 0.6 and iid["one_class_sites"] == 0
     # Dirichlet(0.1) label skew leaves sites that saw one class; they abstain instead of voting noise
-    assert result["noniid"][4]["one_class_sites"] >= 1
+    assert result["noniid"][2 * len(scale.METHODS)]["one_class_sites"] >= 1
+    # the pooled score test runs on exact pooled sums: it equals the same procedure on the stacked rows
+    score = [r for r in result["noniid"] if r["method"] == "score_test"]
+    assert len(score) == 5 and all(r["jaccard_pooled"] == 1.0 and r["exchanges"] > 2 for r in score)
     for row in result["imputation"]:
         assert IMPUTE_KEYS <= set(row) and row["seconds"] > 0 and 0 < row["rmse"] < 2
     md = (tmp_path / "scale.md").read_text()
-    assert "## Goals" in md and "Jaccard" in md and "| label_skew | 0.1 | stouffer |" in md
+    assert "## Goals" in md and "Jaccard" in md and "| label_skew | 0.1 | stouffer |" in md and "| label_skew | 0.1 | score_test |" in md
     assert (tmp_path / "scale.png").stat().st_size > 10_000
     # the pooled ANOVA from per-class sums is the pooled selector's own test: full agreement
     anova = [r["pooled_anova"] for r in result["noniid"] if "pooled_anova" in r]

@@ -34,15 +34,16 @@ procedure on one pooled matrix) run the same code.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from .evidence import benjamini_hochberg
 
 __all__ = ["ScoreStep", "ScoreSelection", "site_sums", "newton_step", "score_statistics", "forward_score_selection",
-           "pooled_score_selection", "NEWTON_KEYS", "SCORE_KEYS", "COLLINEAR"]
+           "pooled_score_selection", "pooled_table_selection", "NEWTON_KEYS", "SCORE_KEYS", "COLLINEAR"]
 
 #: arrays of a Newton reply: ``grad`` (m,), ``hess`` (m, m), ``loglik`` (1,)
 NEWTON_KEYS = ("grad", "hess", "loglik")
@@ -270,3 +271,28 @@ def pooled_score_selection(Z: np.ndarray, y: np.ndarray, alpha: float = 0.05, **
     y = np.asarray(y, dtype=np.float64)
     return forward_score_selection(lambda sel, coef, full: site_sums(Z, y, sel, coef, full), Z.shape[1], alpha,
                                    **options)  # type: ignore[arg-type]
+
+
+def pooled_table_selection(tables: Sequence[Any], target: str, feature_names: Sequence[str], positive: Any,
+                           alpha: float = 0.05, **options: float) -> ScoreSelection:
+    """:func:`pooled_score_selection` on the rows of all ``tables`` stacked, prepared as the
+    federated workflow prepares each site's rows: columns ``feature_names`` (a column a
+    table lacks is missing there), standardised with the pooled mean/std of the observed
+    cells, missing cells 0; ``y = (target == positive)``. For simulations: the federated
+    mask equals this one's.
+
+    Raises:
+        ValueError: no tables, a table without ``target``, or as :func:`forward_score_selection`.
+    """
+    import pandas as pd
+
+    if not tables or any(target not in t.columns for t in tables):
+        raise ValueError(f"pooled_table_selection needs tables that each hold the target {target!r}")
+    pooled = pd.concat(list(tables), ignore_index=True)
+    X = pooled.reindex(columns=list(feature_names)).to_numpy(dtype=np.float64, na_value=np.nan)
+    with warnings.catch_warnings():  # an all-missing column: mean/std NaN, then 0 and 1
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, std = np.nanmean(X, axis=0), np.nanstd(X, axis=0)
+    std = np.where(std > 1e-12, std, 1.0)
+    Z = np.nan_to_num((X - np.nan_to_num(mean)) / std)
+    return pooled_score_selection(Z, (pooled[target] == positive).to_numpy(np.float64), alpha, **options)
