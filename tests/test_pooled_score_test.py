@@ -8,7 +8,7 @@ import pytest
 
 from fedtab.election.score_test import pooled_score_selection, score_statistics, site_sums
 from fedtab.engines.local import LocalFederation
-from fedtab.federation import Message, SiteError, SiteRefused, run_pooled_anova, run_pooled_score_test, run_training
+from fedtab.federation import FederationError, Message, SiteError, SiteRefused, run_pooled_anova, run_pooled_score_test, run_training
 from fedtab.federation.site import Site
 from fedtab.privacy import DisclosurePolicy
 
@@ -200,3 +200,41 @@ def test_score_statistics_contract():
         score_statistics(s["score"][:2], s["info_diag"], s["info_cross"], s["hess"])
     with pytest.raises(ValueError, match="alpha"):
         pooled_score_selection(Z, y, alpha=1.5)
+
+
+class _Recorder(LocalFederation):
+    """Keeps every ``score_sums`` reply as the server received it; optionally shifts site
+    ``s1``'s masked vector (a corrupted contribution to the secure sum)."""
+
+    def __init__(self, sites, shift=0):
+        super().__init__(sites)
+        self.seen, self.shift = [], shift
+
+    def ask(self, requests):
+        out = super().ask(requests)
+        for site, reply in out.items():
+            if reply.kind == "score_sums":
+                if site == "s1" and self.shift:
+                    y = np.array(reply.arrays["secagg:y"])
+                    y[0] += np.uint64(self.shift)
+                    reply = out[site] = Message(reply.kind, {**reply.arrays, "secagg:y": y}, reply.meta)
+                self.seen.append(reply)
+        return out
+
+
+def test_secure_aggregation_gives_the_plain_result_from_totals_only():
+    t = _conditional_table(n=900, noise=4, seed=7)
+    parts = _label_skewed_parts(t.target.to_numpy())[:3]  # two one-class sites and a mixed one
+    parts[2] = np.setdiff1d(np.arange(len(t)), np.r_[parts[0], parts[1]])
+    plain = run_pooled_score_test(LocalFederation(_sites(t, parts)))
+    fed = _Recorder(_sites(t, parts))
+    secure = run_pooled_score_test(fed, secure_aggregation=True)
+    assert secure.selected == plain.selected and {"x1", "x2"} <= set(secure.selected)
+    np.testing.assert_allclose(secure.z, plain.z, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(secure.coef, plain.coef, rtol=1e-5, atol=1e-6)
+    assert secure.n_rows == plain.n_rows == len(t)
+    # the server received masked vectors only: no site's sums in the clear
+    assert fed.seen and all(set(r.arrays) == {"secagg:y", "secagg:shares"} for r in fed.seen)
+    # a corrupted contribution makes the total implausible: refused (no site can be named)
+    with pytest.raises(FederationError, match="secure sum of the sites' score sums is implausible"):
+        run_pooled_score_test(_Recorder(_sites(t, parts), shift=2**60), secure_aggregation=True)

@@ -40,7 +40,9 @@ Disclosure: per step, sums over each site's rows at coefficients the server choo
 gradients and information matrices of the logistic model (``d·(m + 2) + m² + m + 1``
 floats), no row. Each reply is a weighted sum of the site's rows, so a server asking
 many times about few rows learns more; the site's policy bounds it (``min_rows``, at most
-``max_rounds`` such requests per setup).
+``max_rounds`` such requests per setup). With ``secure_aggregation=True`` every reply is
+masked (:mod:`fedtab.privacy.secagg`) and the server learns the totals only; they are
+validated against the same bounds over the pooled rows.
 """
 
 from __future__ import annotations
@@ -51,12 +53,14 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..election.score_test import NEWTON_KEYS, SCORE_KEYS, ScoreSelection, forward_score_selection, site_sums
+from ..privacy.secagg import FRAC_BITS, SecureAggregator
 from . import validate
 from .messages import Message
-from .protocol import Federation, exchange, set_quorum
+from .protocol import Federation, FederationError, exchange, set_quorum
 from .schema import agree_schema, sort_labels
 from .site import Site, handler
-from .training_flow import class_indices, describe_checker, pooled_standardisation, site_matrix
+from .training_flow import SECURE_SUM, class_indices, describe_checker, pooled_standardisation, secure_describe, \
+    site_matrix
 
 __all__ = ["PooledScoreTest", "run_pooled_score_test"]
 
@@ -155,8 +159,9 @@ def _column_energy(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, mean
 
 
 def _checker(n_rows: Mapping[str, int], energy: Mapping[str, tuple[np.ndarray, np.ndarray]], d: int,
-             selected: list[int], with_score: bool):
-    """Validator of one ``"score_sums"`` exchange (see the module docstring)."""
+             selected: list[int], with_score: bool, slack: float = 1e-9):
+    """Validator of one ``"score_sums"`` exchange (see the module docstring); ``slack`` is the
+    absolute tolerance of every bound (fixed-point rounding of a secure sum needs more)."""
     m = len(selected) + 1
     keys = set(NEWTON_KEYS) | (set(SCORE_KEYS) if with_score else set())
     shapes = {"grad": (m,), "hess": (m, m), "loglik": (1,), "score": (d,), "info_diag": (d,), "info_cross": (d, m)}
@@ -167,37 +172,37 @@ def _checker(n_rows: Mapping[str, int], energy: Mapping[str, tuple[np.ndarray, n
             raise ValueError(f"score sums must be exactly {sorted(keys)}, got {sorted(reply.arrays)[:8]}")
         a = {k: validate.array(reply, k, shapes[k]) for k in keys}
         s2, scale = energy[site]
-        tol_s2 = _TOL * scale + 1e-9
+        tol_s2 = _TOL * scale + slack
         H = a["hess"]
         diag = np.diag(H)
-        cap = np.concatenate([[n / 4.0], s2[selected] / 4.0]) + _TOL * np.concatenate([[n], scale[selected]]) + 1e-9
+        cap = np.concatenate([[n / 4.0], s2[selected] / 4.0]) + _TOL * np.concatenate([[n], scale[selected]]) + slack
         root = np.sqrt(np.maximum(diag, 0.0))
-        if np.any(np.abs(H - H.T) > _TOL * np.outer(root, root) + 1e-9):
+        if np.any(np.abs(H - H.T) > _TOL * np.outer(root, root) + slack):
             raise ValueError("the information matrix 'hess' is not symmetric")
-        if np.any(diag < -1e-9) or np.any(diag > cap):
+        if np.any(diag < -slack) or np.any(diag > cap):
             raise ValueError("the information matrix 'hess' has a diagonal outside [0, n/4] / [0, Σz²/4]")
-        if np.any(np.abs(H) > np.outer(root, root) * (1 + _TOL) + 1e-9) \
+        if np.any(np.abs(H) > np.outer(root, root) * (1 + _TOL) + slack) \
                 or np.linalg.eigvalsh(H).min() < -_TOL * max(float(diag.sum()), 1.0):
             raise ValueError("the information matrix 'hess' is not positive semi-definite")
-        g_cap = np.sqrt(n * np.concatenate([[float(n)], s2[selected] + tol_s2[selected]])) * (1 + _TOL) + 1e-9
+        g_cap = np.sqrt(n * np.concatenate([[float(n)], s2[selected] + tol_s2[selected]])) * (1 + _TOL) + slack
         if np.any(np.abs(a["grad"]) > g_cap):
             raise ValueError("the gradient 'grad' exceeds what the site's rows allow")
-        if a["loglik"][0] > 1e-9:
+        if a["loglik"][0] > slack:
             raise ValueError("a positive log-likelihood")
         if not with_score:
             return
         info = a["info_diag"]
-        if np.any(info < -1e-9) or np.any(info > s2 / 4.0 + tol_s2):
+        if np.any(info < -slack) or np.any(info > s2 / 4.0 + tol_s2):
             raise ValueError("'info_diag' outside [0, Σz²/4] of the site's described columns")
-        if np.any(np.abs(a["score"]) > np.sqrt(n * (s2 + tol_s2)) * (1 + _TOL) + 1e-9):
+        if np.any(np.abs(a["score"]) > np.sqrt(n * (s2 + tol_s2)) * (1 + _TOL) + slack):
             raise ValueError("the score 'score' exceeds what the site's rows allow")
         C = a["info_cross"]
         bound = np.sqrt(np.maximum(info, 0.0)[:, None] * np.maximum(diag, 0.0)[None, :])
-        if np.any(np.abs(C) > bound * (1 + _TOL) + 1e-9):
+        if np.any(np.abs(C) > bound * (1 + _TOL) + slack):
             raise ValueError("'info_cross' breaks Cauchy-Schwarz against 'info_diag' and 'hess'")
-        if selected and not (np.allclose(C[selected], H[1:], rtol=_TOL, atol=1e-9)
-                             and np.allclose(info[selected], diag[1:], rtol=_TOL, atol=1e-9)
-                             and np.allclose(a["score"][selected], a["grad"][1:], rtol=_TOL, atol=1e-9)):
+        if selected and not (np.allclose(C[selected], H[1:], rtol=_TOL, atol=slack)
+                             and np.allclose(info[selected], diag[1:], rtol=_TOL, atol=slack)
+                             and np.allclose(a["score"][selected], a["grad"][1:], rtol=_TOL, atol=slack)):
             raise ValueError("the selected columns' score pieces disagree with 'grad'/'hess'")
 
     return check
@@ -214,6 +219,7 @@ def run_pooled_score_test(
     tol: float = 1e-8,
     max_newton: int = 25,
     min_sites: int | None = None,
+    secure_aggregation: bool = False,
 ) -> PooledScoreTest:
     """Forward selection by score tests on the sites' pooled rows (module docstring).
 
@@ -225,12 +231,20 @@ def run_pooled_score_test(
         ridge / tol / max_newton: as :func:`~fedtab.election.score_test.forward_score_selection`.
         min_sites: quorum (as :func:`~fedtab.federation.run_training`); a site dropped
             mid-run leaves the remaining steps' sums.
+        secure_aggregation: every reply (the description and every ``"score_sums"``) is
+            summed by :class:`~fedtab.privacy.secagg.SecureAggregator`: the server learns
+            only the totals (and each site's row count and class labels). The totals are
+            validated with the same bounds over the pooled rows, but a bad total cannot be
+            traced to a site. Each exchange costs one more (the unmasking); the result
+            equals the plain run's up to fixed-point rounding (2⁻²⁴ per site and entry).
 
     Returns:
         :class:`PooledScoreTest`; ``.selected_names`` feeds ``run_training``.
 
     Raises:
         SiteError / SiteRefused: a site failed, refused or sent a rejected reply (naming it).
+        FederationError: with ``secure_aggregation``, a secure sum failed or its total is
+            implausible.
         ValueError: the pooled target does not have exactly two classes (a continuous or
             single-class target), no features, or bad arguments.
     """
@@ -247,8 +261,12 @@ def run_pooled_score_test(
             raise ValueError("features must be distinct names")
     if not feats:
         raise ValueError("the score test needs at least one feature")
-    described = exchange(federation, Message("describe", meta={"features": feats, "part": part}),
-                         describe_checker(federation, feats, part))
+    describe = Message("describe", meta={"features": feats, "part": part})
+    secure = SecureAggregator(federation) if secure_aggregation else None
+    if secure is not None:
+        described = secure_describe(secure, {s: describe for s in secure.peers})
+    else:
+        described = exchange(federation, describe, describe_checker(federation, feats, part))
     moments = {s: tuple(np.asarray(r.arrays[k], dtype=np.float64) for k in ("count", "sum", "sumsq"))
                for s, r in described.items()}
     count, total, sumsq = (sum(m[i] for m in moments.values()) for i in range(3))
@@ -257,7 +275,7 @@ def run_pooled_score_test(
     if len(classes) != 2:
         raise ValueError(f"the pooled score test needs a binary target: the sites' training rows hold "
                          f"{len(classes)} class label(s) {classes[:5]}{' …' if len(classes) > 5 else ''}")
-    n_rows = {s: int(r.meta["n_train"]) for s, r in described.items()}
+    n_rows = {s: int(r.meta.get("n_train", 0)) for s, r in described.items()}
     energy = {s: _column_energy(*m, mean, std) for s, m in moments.items()}
     d = len(feats)
     setup = {"features": feats, "classes": classes, "part": part}
@@ -269,16 +287,41 @@ def run_pooled_score_test(
         if first[0]:
             arrays.update({_SETUP + "mean": mean, _SETUP + "std": std})
             meta["setup"] = setup
-        replies = exchange(federation, Message("score_sums", arrays, meta),
-                           _checker(n_rows, energy, d, list(selected), with_score))
-        first[0] = False
+        request = Message("score_sums", arrays, meta)
         keys = NEWTON_KEYS + (SCORE_KEYS if with_score else ())
+        if secure is not None:
+            replies = {SECURE_SUM: _secure_sums(secure, request, keys, energy[SECURE_SUM], d, list(selected),
+                                                with_score)}
+            n_rows[SECURE_SUM] = int(replies[SECURE_SUM].meta["n"])
+        else:
+            replies = exchange(federation, request, _checker(n_rows, energy, d, list(selected), with_score))
+        first[0] = False
         return {k: sum(np.asarray(r.arrays[k], dtype=np.float64) for r in replies.values()) for k in keys}
 
     run: ScoreSelection = forward_score_selection(sums, d, alpha, max_steps=max_steps, ridge=ridge, tol=tol,
                                                   max_newton=max_newton)
     steps = [{"added": [feats[i] for i in s.added], "z": s.z, "p": s.p, "coef": s.coef, "loglik": s.loglik,
               "newton_iterations": s.newton_iterations} for s in run.steps]
+    last = federation.participation[-1]["sites"]
+    n_total = n_rows[SECURE_SUM] if secure is not None else sum(n_rows[s] for s in last)
     return PooledScoreTest(feats, run.mask, [feats[i] for i in run.selected], run.z, run.p, steps, run.coef, mean,
-                           std, classes, int(sum(n_rows[s] for s in federation.participation[-1]["sites"])),
-                           run.converged, run.stopped, run.exchanges + 1, federation.participation[p0:])
+                           std, classes, int(n_total), run.converged, run.stopped, run.exchanges + 1,
+                           federation.participation[p0:])
+
+
+def _secure_sums(secure: SecureAggregator, request: Message, keys: tuple[str, ...],
+                 energy: tuple[np.ndarray, np.ndarray], d: int, selected: list[int], with_score: bool) -> Message:
+    """One ``"score_sums"`` exchange through a secure sum: the validated total as one reply.
+
+    Raises:
+        FederationError: the secure sum failed, or the total breaks the bounds of the pooled rows.
+    """
+    summed = secure.ask({s: request for s in secure.peers}, "score_sums", {k: FRAC_BITS for k in keys})
+    n = sum(validate.integer(r.meta.get("n"), f"site {s!r}: score rows") for s, r in summed.replies.items())
+    total = Message("score_sums", {k: summed.sums[k] for k in keys}, {"n": n})
+    slack = 4.0 * len(summed.survivors) * 2.0 ** -FRAC_BITS  # fixed-point rounding of the sum
+    try:
+        _checker({SECURE_SUM: n}, {SECURE_SUM: energy}, d, selected, with_score, slack)(SECURE_SUM, total)
+    except ValueError as exc:
+        raise FederationError(f"the secure sum of the sites' score sums is implausible: {exc}") from None
+    return total
