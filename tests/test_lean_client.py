@@ -49,7 +49,7 @@ REPLAY = textwrap.dedent("""
     reply = site.handle(Message.from_bytes((d / f"{k}_req.bin").read_bytes()))
     (d / f"{k}_state.bin").write_bytes(encode_state(site.state)[0].to_bytes())
     (d / f"{k}_rep.bin").write_bytes(reply.to_bytes())
-    heavy = sorted({m.split(".")[0] for m in sys.modules} & {"pandas", "sklearn", "torch", "pyarrow"})
+    heavy = sorted({m.split(".")[0] for m in sys.modules} & {"pandas", "sklearn", "torch", "pyarrow", "scipy"})
     print(json.dumps({"loaded": site.loaded, "heavy": heavy}))
 """)
 
