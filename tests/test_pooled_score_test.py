@@ -238,3 +238,24 @@ def test_secure_aggregation_gives_the_plain_result_from_totals_only():
     # a corrupted contribution makes the total implausible: refused (no site can be named)
     with pytest.raises(FederationError, match="secure sum of the sites' score sums is implausible"):
         run_pooled_score_test(_Recorder(_sites(t, parts), shift=2**60), secure_aggregation=True)
+
+
+def test_one_vs_rest_is_the_union_of_each_class_against_the_rest():
+    from fedtab.data.synthetic import classification_table
+    from fedtab.election.score_test import pooled_table_selection
+
+    t = classification_table(900, 12, 4, 0, n_classes=3, seed=8)
+    parts = [np.flatnonzero(t.target == c) for c in (0, 1)] + [np.flatnonzero(t.target == 2)]  # one class per site
+    sites = _sites(t, parts)
+    with pytest.raises(ValueError, match="one_vs_rest=True"):
+        run_pooled_score_test(LocalFederation(sites))
+    out = run_pooled_score_test(LocalFederation(sites), one_vs_rest=True)
+    assert list(out.by_class) == ["0", "1", "2"] and out.stopped == "one-vs-rest" and out.n_rows == len(t)
+    union = np.zeros(len(out.feature_names), dtype=bool)
+    for c, run in out.by_class.items():
+        ref = pooled_table_selection([s.rows("train") for s in sites], "target", out.feature_names, positive=int(c))
+        assert [out.feature_names[i] for i in ref.selected] == run.selected, c
+        np.testing.assert_allclose(run.p, ref.p, rtol=1e-8, atol=1e-12)
+        union |= ref.mask
+    assert out.mask.tolist() == union.tolist() and set(out.selected) == set(out.selected_names)
+    assert {s["class"] for s in out.steps} <= {"0", "1", "2"} and out.mask[:4].sum() >= 3

@@ -47,7 +47,7 @@ validated against the same bounds over the pooled rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -62,23 +62,26 @@ from .site import Site, handler
 from .training_flow import SECURE_SUM, class_indices, describe_checker, pooled_standardisation, secure_describe, \
     site_matrix
 
-__all__ = ["PooledScoreTest", "run_pooled_score_test"]
+__all__ = ["PooledScoreTest", "run_pooled_score_test", "MAX_CLASSES"]
 
 _SETUP = "setup:"
+#: most classes :func:`run_pooled_score_test` runs one-vs-rest over (more looks like a continuous target)
+MAX_CLASSES = 50
 #: relative tolerance of the bounds an honest reply meets (float rounding of its sums)
 _TOL = 1e-6
 
 
 # ----------------------------------------------------------------------------- site side
 def _site_design(site: Site, setup: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """``(Z, y)``: the site's rows of the setup's part standardised with the pooled mean/std,
-    missing cells and columns observed in fewer than ``min_rows`` rows at 0; ``y`` 0/1."""
+    """``(Z, labels)``: the site's rows of the setup's part standardised with the pooled mean/std,
+    missing cells and columns observed in fewer than ``min_rows`` rows at 0; ``labels`` the
+    positions of the rows' classes in the agreed class list."""
     X, y_raw = site_matrix(site, list(setup["features"]), str(setup["part"]))
     observed = (~np.isnan(X)).sum(axis=0)
     Z = (X - setup["mean"]) / setup["std"]  # a new array (site_matrix's may be a read-only view)
     Z[:, (observed > 0) & (observed < site.policy.min_rows)] = np.nan  # suppressed as in "describe"
     Z[np.isnan(Z)] = 0.0
-    return Z, class_indices(y_raw, list(setup["classes"])).astype(np.float64)
+    return Z, class_indices(y_raw, list(setup["classes"]))
 
 
 @handler("score_sums")
@@ -86,8 +89,8 @@ def _score_sums(site: Site, request: Message) -> Message:
     carried = request.meta.get("setup")
     if carried is not None:  # the first request carries the setup (no separate exchange)
         if not isinstance(carried, dict) or not isinstance(carried.get("features"), list) \
-                or not isinstance(carried.get("classes"), list) or len(carried["classes"]) != 2:
-            raise ValueError("score_sums: 'setup' must hold the features and the two classes")
+                or not isinstance(carried.get("classes"), list) or len(carried["classes"]) < 2:
+            raise ValueError("score_sums: 'setup' must hold the features and the classes")
         d = len(carried["features"])
         mean, std = (np.asarray(request.arrays.get(_SETUP + k), dtype=np.float64) for k in ("mean", "std"))
         if mean.shape != (d,) or std.shape != (d,) or not (np.isfinite(mean).all() and (std > 0).all()):
@@ -99,13 +102,16 @@ def _score_sums(site: Site, request: Message) -> Message:
         raise ValueError("the score test is not set up on this site (its first request carries the setup)")
     cache = setup.setdefault("_cache", {})
     if "Z" not in cache:
-        cache["Z"], cache["y"] = _site_design(site, setup)
-    selected = request.meta.get("selected")
+        cache["Z"], cache["labels"] = _site_design(site, setup)
+    selected, positive = request.meta.get("selected"), request.meta.get("positive", 1)
     if not isinstance(selected, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in selected):
         raise ValueError("score_sums: 'selected' must be a list of column indices")
-    sums = site_sums(cache["Z"], cache["y"], selected, np.asarray(request.arrays.get("coef")),
+    if not isinstance(positive, int) or isinstance(positive, bool) or not 0 <= positive < len(setup["classes"]):
+        raise ValueError("score_sums: 'positive' must be the index of one of the agreed classes")
+    y = (cache["labels"] == positive).astype(np.float64)
+    sums = site_sums(cache["Z"], y, selected, np.asarray(request.arrays.get("coef")),
                      bool(request.meta.get("with_score", False)))
-    return Message("score_sums", sums, {"n": int(len(cache["y"]))})
+    return Message("score_sums", sums, {"n": int(len(y))})
 
 
 # ----------------------------------------------------------------------------- server side
@@ -123,10 +129,14 @@ class PooledScoreTest:
             "loglik", "newton_iterations"}``.
         coef: the model refitted on every selected feature (intercept first, in order of
             entry; standardised units); mean / std: the pooled standardisation.
-        classes: the two class labels; ``positive`` is ``classes[1]``.
+        classes: the class labels; with two, ``positive`` is ``classes[1]``.
         n_rows: pooled rows; converged / stopped / exchanges: see
             :class:`~fedtab.election.score_test.ScoreSelection`.
         participation: per exchange ``{"step", "sites"}``.
+        by_class: one-vs-rest only: ``{class: PooledScoreTest}`` of each class against the
+            rest. The top level then holds the union: ``selected`` in order of first entry
+            (classes in order), ``z``/``p`` of the class with the smallest p per feature,
+            every step with its ``"class"``, ``coef`` empty, ``stopped = "one-vs-rest"``.
     """
 
     feature_names: list[str]
@@ -144,6 +154,7 @@ class PooledScoreTest:
     stopped: str
     exchanges: int
     participation: list[dict[str, Any]]
+    by_class: dict[str, "PooledScoreTest"] = field(default_factory=dict)
 
     @property
     def selected_names(self) -> list[str]:
@@ -220,6 +231,7 @@ def run_pooled_score_test(
     max_newton: int = 25,
     min_sites: int | None = None,
     secure_aggregation: bool = False,
+    one_vs_rest: bool = False,
 ) -> PooledScoreTest:
     """Forward selection by score tests on the sites' pooled rows (module docstring).
 
@@ -237,6 +249,9 @@ def run_pooled_score_test(
             validated with the same bounds over the pooled rows, but a bad total cannot be
             traced to a site. Each exchange costs one more (the unmasking); the result
             equals the plain run's up to fixed-point rounding (2⁻²⁴ per site and entry).
+        one_vs_rest: with more than two classes, run the selection once per class against
+            the rest (same describe, one forward selection each) and keep the union
+            (``PooledScoreTest.by_class``). Each run controls its own FDR at ``alpha``.
 
     Returns:
         :class:`PooledScoreTest`; ``.selected_names`` feeds ``run_training``.
@@ -245,8 +260,9 @@ def run_pooled_score_test(
         SiteError / SiteRefused: a site failed, refused or sent a rejected reply (naming it).
         FederationError: with ``secure_aggregation``, a secure sum failed or its total is
             implausible.
-        ValueError: the pooled target does not have exactly two classes (a continuous or
-            single-class target), no features, or bad arguments.
+        ValueError: fewer than two classes in the pooled target, more than two without
+            ``one_vs_rest``, more than :data:`MAX_CLASSES` (a continuous target), no
+            features, or bad arguments.
     """
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")
@@ -272,18 +288,20 @@ def run_pooled_score_test(
     count, total, sumsq = (sum(m[i] for m in moments.values()) for i in range(3))
     mean, std = pooled_standardisation(count, total, sumsq)
     classes = sort_labels({str(c) for r in described.values() for c in r.meta.get("classes", [])})
-    if len(classes) != 2:
-        raise ValueError(f"the pooled score test needs a binary target: the sites' training rows hold "
-                         f"{len(classes)} class label(s) {classes[:5]}{' …' if len(classes) > 5 else ''}")
+    if len(classes) < 2 or (len(classes) > 2 and not one_vs_rest) or len(classes) > MAX_CLASSES:
+        raise ValueError(f"the pooled score test needs a binary target (or one_vs_rest=True for up to {MAX_CLASSES} "
+                         f"classes): the sites' training rows hold {len(classes)} class label(s) "
+                         f"{classes[:5]}{' …' if len(classes) > 5 else ''}")
     n_rows = {s: int(r.meta.get("n_train", 0)) for s, r in described.items()}
     energy = {s: _column_energy(*m, mean, std) for s, m in moments.items()}
     d = len(feats)
     setup = {"features": feats, "classes": classes, "part": part}
-    first = [True]
+    first, positive = [True], [1]
 
     def sums(selected: list[int], coef: np.ndarray, with_score: bool) -> dict[str, np.ndarray]:
         arrays: dict[str, np.ndarray] = {"coef": np.asarray(coef, dtype=np.float64)}
-        meta: dict[str, Any] = {"selected": [int(i) for i in selected], "with_score": bool(with_score)}
+        meta: dict[str, Any] = {"selected": [int(i) for i in selected], "with_score": bool(with_score),
+                                "positive": positive[0]}
         if first[0]:
             arrays.update({_SETUP + "mean": mean, _SETUP + "std": std})
             meta["setup"] = setup
@@ -298,15 +316,40 @@ def run_pooled_score_test(
         first[0] = False
         return {k: sum(np.asarray(r.arrays[k], dtype=np.float64) for r in replies.values()) for k in keys}
 
-    run: ScoreSelection = forward_score_selection(sums, d, alpha, max_steps=max_steps, ridge=ridge, tol=tol,
-                                                  max_newton=max_newton)
-    steps = [{"added": [feats[i] for i in s.added], "z": s.z, "p": s.p, "coef": s.coef, "loglik": s.loglik,
-              "newton_iterations": s.newton_iterations} for s in run.steps]
-    last = federation.participation[-1]["sites"]
-    n_total = n_rows[SECURE_SUM] if secure is not None else sum(n_rows[s] for s in last)
-    return PooledScoreTest(feats, run.mask, [feats[i] for i in run.selected], run.z, run.p, steps, run.coef, mean,
-                           std, classes, int(n_total), run.converged, run.stopped, run.exchanges + 1,
-                           federation.participation[p0:])
+    def result(run: ScoreSelection, exchanges: int) -> PooledScoreTest:
+        steps = [{"added": [feats[i] for i in s.added], "z": s.z, "p": s.p, "coef": s.coef, "loglik": s.loglik,
+                  "newton_iterations": s.newton_iterations} for s in run.steps]
+        last = federation.participation[-1]["sites"]
+        n_total = n_rows[SECURE_SUM] if secure is not None else sum(n_rows[s] for s in last)
+        return PooledScoreTest(feats, run.mask, [feats[i] for i in run.selected], run.z, run.p, steps, run.coef, mean,
+                               std, classes, int(n_total), run.converged, run.stopped, exchanges,
+                               federation.participation[p0:])
+
+    options = {"max_steps": max_steps, "ridge": ridge, "tol": tol, "max_newton": max_newton}
+    if len(classes) == 2:
+        run = forward_score_selection(sums, d, alpha, **options)  # type: ignore[arg-type]
+        return result(run, run.exchanges + 1)
+    by_class = {}
+    for k, label in enumerate(classes):
+        positive[0] = k
+        run = forward_score_selection(sums, d, alpha, **options)  # type: ignore[arg-type]
+        by_class[label] = result(run, run.exchanges)
+    return _union(by_class, 1 + sum(r.exchanges for r in by_class.values()))
+
+
+def _union(by_class: dict[str, PooledScoreTest], exchanges: int) -> PooledScoreTest:
+    """The one-vs-rest result: the union of the per-class selections (see :class:`PooledScoreTest`)."""
+    runs = list(by_class.values())
+    first = runs[0]
+    p = np.stack([r.p for r in runs])
+    best = p.argmin(axis=0)
+    cols = np.arange(p.shape[1])
+    selected = list(dict.fromkeys(n for r in runs for n in r.selected))
+    steps = [{**s, "class": label} for label, r in by_class.items() for s in r.steps]
+    return PooledScoreTest(first.feature_names, np.logical_or.reduce([r.mask for r in runs]), selected,
+                           np.stack([r.z for r in runs])[best, cols], p[best, cols], steps, np.zeros(0), first.mean,
+                           first.std, first.classes, first.n_rows, all(r.converged for r in runs), "one-vs-rest",
+                           exchanges, runs[-1].participation, dict(by_class))
 
 
 def _secure_sums(secure: SecureAggregator, request: Message, keys: tuple[str, ...],
