@@ -259,3 +259,12 @@ def test_one_vs_rest_is_the_union_of_each_class_against_the_rest():
         union |= ref.mask
     assert out.mask.tolist() == union.tolist() and set(out.selected) == set(out.selected_names)
     assert {s["class"] for s in out.steps} <= {"0", "1", "2"} and out.mask[:4].sum() >= 3
+
+
+def test_perfect_separation_stops_the_selection_cleanly():
+    rng = np.random.default_rng(0)
+    t = pd.DataFrame(rng.normal(size=(600, 5)), columns=[f"c{i}" for i in range(5)])
+    t["target"] = (t.c0 > 0).astype(int)  # c0 alone separates the classes: no maximum-likelihood fit exists
+    out = run_pooled_score_test(LocalFederation(_sites(t, np.array_split(np.arange(600), 3))))
+    assert out.stopped == "separation" and not out.converged and out.selected[0] == "c0"
+    assert np.isfinite(out.coef).all() and np.abs(out.coef).max() <= 50

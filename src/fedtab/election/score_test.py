@@ -43,12 +43,15 @@ import numpy as np
 from .evidence import benjamini_hochberg
 
 __all__ = ["ScoreStep", "ScoreSelection", "site_sums", "newton_step", "score_statistics", "forward_score_selection",
-           "pooled_score_selection", "pooled_table_selection", "NEWTON_KEYS", "SCORE_KEYS", "COLLINEAR"]
+           "pooled_score_selection", "pooled_table_selection", "NEWTON_KEYS", "SCORE_KEYS", "COLLINEAR", "MAX_COEF"]
 
 #: arrays of a Newton reply: ``grad`` (m,), ``hess`` (m, m), ``loglik`` (1,)
 NEWTON_KEYS = ("grad", "hess", "loglik")
 #: arrays a score reply adds: ``score`` (d,), ``info_diag`` (d,), ``info_cross`` (d, m)
 SCORE_KEYS = ("score", "info_diag", "info_cross")
+#: a fitted coefficient (standardised units) beyond this means the selected columns separate
+#: the classes (no maximum-likelihood estimate): the selection stops there
+MAX_COEF = 50.0
 #: a feature whose conditional information ``v_j`` is below this fraction of ``Σ w z_j²``
 #: is (numerically) a combination of the selected ones and is not tested
 COLLINEAR = 1e-8
@@ -171,8 +174,9 @@ class ScoreSelection:
         coef: ``(|selected| + 1,)`` the model refitted on every selected column (intercept
             first, columns in order of entry); loglik: its log-likelihood.
         converged: every Newton fit converged (``False``: selection stopped at a fit that did not).
-        stopped: why it stopped: ``"no feature passes"``, ``"max_steps"``, ``"all selected"``
-            or ``"not converged"``.
+        stopped: why it stopped: ``"no feature passes"``, ``"max_steps"``, ``"all selected"``,
+            ``"not converged"`` or ``"separation"`` (the selected columns separate the classes
+            perfectly; they are kept, and ``coef``/``loglik`` are the last finite iterate's).
         exchanges: how many summed replies were asked for (each a round trip when federated).
     """
 
@@ -189,8 +193,10 @@ class ScoreSelection:
 
 
 def _fit(sums: SumSource, selected: list[int], coef: np.ndarray, *, ridge: float, tol: float,
-         max_iter: int) -> tuple[np.ndarray, float, int, bool, int]:
-    """Newton's method with step halving; ``(coef, loglik, iterations, converged, exchanges)``."""
+         max_iter: int) -> tuple[np.ndarray, float, int, str, int]:
+    """Newton's method with step halving; ``(coef, loglik, iterations, status, exchanges)``,
+    status ``"converged"``, ``"not converged"`` or ``"separation"`` (a coefficient beyond
+    :data:`MAX_COEF`: the selected columns separate the classes, the MLE does not exist)."""
     prev_coef = prev_ll = step = None
     exchanges = 0
     for it in range(1, max_iter + 1):
@@ -204,9 +210,11 @@ def _fit(sums: SumSource, selected: list[int], coef: np.ndarray, *, ridge: float
         step = newton_step(s["grad"], s["hess"], ridge)
         prev_coef, prev_ll = coef, ll
         coef = coef + step
+        if not np.all(np.abs(coef) <= MAX_COEF):
+            return prev_coef, ll, it, "separation", exchanges
         if float(np.abs(step).max()) < tol:
-            return coef, ll, it, True, exchanges
-    return coef, float(prev_ll if prev_ll is not None else -np.inf), max_iter, False, exchanges
+            return coef, ll, it, "converged", exchanges
+    return coef, float(prev_ll if prev_ll is not None else -np.inf), max_iter, "not converged", exchanges
 
 
 def forward_score_selection(sums: SumSource, d: int, alpha: float = 0.05, *, max_steps: int = 10,
@@ -235,10 +243,10 @@ def forward_score_selection(sums: SumSource, d: int, alpha: float = 0.05, *, max
     exchanges = 0
     stopped, converged = "max_steps", True
     for _ in range(max_steps + 1):
-        coef, ll, iters, ok, n = _fit(sums, selected, coef, ridge=ridge, tol=tol, max_iter=max_newton)
+        coef, ll, iters, status, n = _fit(sums, selected, coef, ridge=ridge, tol=tol, max_iter=max_newton)
         exchanges += n
-        if not ok:
-            converged, stopped = False, "not converged"
+        if status != "converged":
+            converged, stopped = False, status
             break
         if len(steps) == max_steps:
             break
