@@ -247,8 +247,9 @@ def run_pooled_score_test(
             summed by :class:`~fedtab.privacy.secagg.SecureAggregator`: the server learns
             only the totals (and each site's row count and class labels). The totals are
             validated with the same bounds over the pooled rows, but a bad total cannot be
-            traced to a site. Each exchange costs one more (the unmasking); the result
-            equals the plain run's up to fixed-point rounding (2⁻²⁴ per site and entry).
+            traced to a site. Each sum costs one more exchange (the unmasking), the session
+            one key exchange; the result equals the plain run's up to fixed-point rounding
+            (2⁻²⁴ per site and entry).
         one_vs_rest: with more than two classes, run the selection once per class against
             the rest (same describe, one forward selection each) and keep the union
             (``PooledScoreTest.by_class``). Each run controls its own FDR at ``alpha``.
