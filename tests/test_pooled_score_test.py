@@ -217,7 +217,7 @@ class _Recorder(LocalFederation):
             if reply.kind == "score_sums":
                 if site == "s1" and self.shift:
                     y = np.array(reply.arrays["secagg:y"])
-                    y[0] += np.uint64(self.shift)
+                    y[:1] += np.uint64(self.shift)  # modulo 2**64, as the masked sum is
                     reply = out[site] = Message(reply.kind, {**reply.arrays, "secagg:y": y}, reply.meta)
                 self.seen.append(reply)
         return out
@@ -269,3 +269,21 @@ def test_perfect_separation_stops_the_selection_cleanly():
     out = run_pooled_score_test(LocalFederation(_sites(t, np.array_split(np.arange(600), 3))))
     assert out.stopped == "separation" and not out.converged and out.selected[0] == "c0"
     assert np.isfinite(out.coef).all() and np.abs(out.coef).max() <= 50
+
+
+def _score_workflow(federation, run_config):
+    out = run_pooled_score_test(federation, alpha=0.05)
+    return {"selected": out.selected, "p": out.p.tolist(), "stopped": out.stopped}
+
+
+def test_flower_apps_in_fresh_processes_match_the_local_engine(tmp_path, classification_sites):
+    """Every message in a fresh ClientApp process: the setup survives in Flower's Context.state."""
+    pytest.importorskip("flwr")
+    from fedtab.engines import flower
+    from fedtab.engines.site_config import build_site
+
+    configs = classification_sites(tmp_path, 600, 12, 4, 0, table_seed=4, split_seed=0)
+    local = _score_workflow(LocalFederation([build_site(c) for c in configs]), {})
+    result = flower.run_in_process(configs, {}, app=flower.make_server_app(_score_workflow), fresh_processes=True)
+    assert result["selected"] == local["selected"] and len(local["selected"]) >= 2
+    np.testing.assert_allclose(result["p"], local["p"], rtol=1e-9, atol=1e-15)
