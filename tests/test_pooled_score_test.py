@@ -287,3 +287,25 @@ def test_flower_apps_in_fresh_processes_match_the_local_engine(tmp_path, classif
     result = flower.run_in_process(configs, {}, app=flower.make_server_app(_score_workflow), fresh_processes=True)
     assert result["selected"] == local["selected"] and len(local["selected"]) >= 2
     np.testing.assert_allclose(result["p"], local["p"], rtol=1e-9, atol=1e-15)
+
+
+def test_a_site_answers_only_a_well_formed_request():
+    t = _conditional_table(n=200, noise=2, seed=9)
+    site = Site("s", t, "target", test_size=0)
+    coef = {"coef": np.zeros(1)}
+    assert "not set up" in site.handle(Message("score_sums", coef, {"selected": []})).meta["error"]
+    names = site.feature_names
+    setup = {"features": names, "classes": ["0", "1"], "part": "train"}
+    arrays = {**coef, "setup:mean": np.zeros(len(names)), "setup:std": np.ones(len(names))}
+    ok = site.handle(Message("score_sums", arrays, {"selected": [], "setup": setup, "with_score": True}))
+    assert set(ok.arrays) == {"grad", "hess", "loglik", "score", "info_diag", "info_cross"} and ok.meta["n"] == 200
+    for meta, arr, why in [({"selected": [99]}, {"coef": np.zeros(2)}, "distinct column indices"),
+                           ({"selected": []}, {"coef": np.zeros(3)}, "coef must have 1"),
+                           ({"selected": [], "positive": 5}, coef, "positive"),
+                           ({"selected": "0"}, coef, "list of column indices"),
+                           ({"selected": [], "setup": setup}, {**coef, "setup:std": np.zeros(len(names))}, "std > 0")]:
+        reply = site.handle(Message("score_sums", arr, meta))
+        assert reply.is_error and why in reply.meta["error"], (meta, reply.meta)
+    site.state["schema"] = {"columns": names[:2]}  # once a schema is agreed, only its columns
+    refused = site.handle(Message("score_sums", arrays, {"selected": [], "setup": setup}))
+    assert refused.is_refusal and "not in the agreed schema" in refused.meta["reason"]
