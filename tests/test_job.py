@@ -131,6 +131,17 @@ def test_imputed_values_stay_in_range_and_integer_columns_stay_integer(engines_r
     assert set(filled["sex"]) <= {0.0, 1.0}
 
 
+def test_the_election_consensus_of_a_job_file_reaches_the_election(sites, tmp_path):
+    runs = {}
+    for consensus, alpha in (("intersection", 0.05), ("stouffer", 0.05), ("stouffer", 0.6)):
+        job = _job(sites, election={"selector": "anova", "freedom_degree": 0.0, "consensus": consensus,
+                                    "consensus_alpha": alpha}, training={"rounds": 1, "local_epochs": 1},
+                   run={"out": str(tmp_path / f"{consensus}{alpha}")})
+        runs[consensus, alpha] = run_job(job, engine="local")["election"]["selected"]
+    assert len({tuple(v) for v in runs.values()}) == 3, runs  # each setting elected a different mask
+    assert set(runs["stouffer", 0.05]) < set(runs["stouffer", 0.6])  # a looser FDR keeps more
+
+
 def test_the_issues_example_job_file_runs_as_written(sites, tmp_path):
     """docs/job.md's job block is the issue's example, byte for byte; it runs on small site files."""
     text = (ROOT / "docs" / "job.md").read_text()
@@ -308,6 +319,8 @@ def test_model_file_round_trip_holds_provenance_and_no_pickle(plain_model):
     ({"target": "y", "sites": {"a": {"path": "a.csv"}}, "election": {"tune": "grid", "freedom_degree": 0.5}},
      "either tune or freedom_degree"),
     ({"target": "y", "sites": {"a": {"path": "a.csv"}}, "training": {"model": "xgboost"}}, "unknown model"),
+    ({"target": "y", "sites": {"a": {"path": "a.csv"}}, "election": {"consensus": "majority"}}, "unknown consensus"),
+    ({"target": "y", "sites": {"a": {"path": "a.csv"}}, "election": {"consensus_alpha": 2}}, "consensus_alpha"),
 ])
 def test_job_file_errors_name_the_key(doc, fragment):
     with pytest.raises(JobError, match=re.escape(fragment)):

@@ -8,15 +8,22 @@ gathers a JSON-able summary. It imports no engine.
 
 Config keys (hyphens or underscores)::
 
-    steps             comma list of "imputation", "tuning", "election", "training"
-                      (default "election,training"); they run in that order, and
+    steps             comma list of "imputation", "tuning", "election", "score-test",
+                      "training" (default "election,training"); they run in that order, and
                       with imputation before other steps every site fills its table
                       first (the label is never imputed), clipped to the pooled observed
                       range — in a private run (secure-aggregation or dp) to dp's public
-                      bounds instead, as the sites' min/max are individual values
+                      bounds instead, as the sites' min/max are individual values;
+                      "score-test" selects the columns instead of the election (not both):
+                      forward selection by score tests on the pooled sums
+                      (fedtab.federation.score_test_flow; no DP or robust mode)
     freedom-degree    election freedom degree (default 0.5)
     selector          "" = each site's own selector, else a name / JSON spec / alias
     normalization     "all" (fedtab's rule) or "selected" (FLARE 2.9's normalisation only)
+    consensus         "intersection" (the rule, default) or "stouffer": the election's
+                      consensus from the sites' combined p-values (fedtab.election.evidence)
+    consensus-alpha   false discovery rate of consensus "stouffer" (default 0.05)
+    score-test-alpha  false discovery rate of each score-test step (default 0.05)
     compat            "" = fedtab's rule, or "nvflare" / "flash" / "flower": a peer's whole
                       server rule, exactly (see fedtab.election.compat)
     aggregation       "weighted" or "uniform"
@@ -69,7 +76,7 @@ from .site_config import parse_selector
 
 __all__ = ["PipelineConfig", "load_workflow", "run_pipeline", "STEPS"]
 
-STEPS = ("election", "tuning", "training", "imputation")
+STEPS = ("election", "tuning", "training", "imputation", "score-test")
 
 
 def load_workflow(path: str) -> Any:
@@ -118,6 +125,9 @@ class PipelineConfig:
     steps: tuple[str, ...] = ("election", "training")
     freedom_degree: float = 0.5
     selector: Any = None
+    consensus: str = "intersection"
+    consensus_alpha: float = 0.05
+    score_test_alpha: float = 0.05
     normalization: str = "all"
     compat: str | None = None
     aggregation: str = "weighted"
@@ -153,6 +163,9 @@ class PipelineConfig:
         bad = [s for s in steps if s not in STEPS]
         if bad:
             raise ValueError(f"unknown pipeline steps {bad}; known: {list(STEPS)}")
+        if "score-test" in steps and "election" in steps:
+            raise ValueError("steps 'election' and 'score-test' both select the columns; give one of them")
+        from ..election.evidence import check_consensus, check_consensus_alpha
         selector = c.get("selector") or None
         model = c.get("model", "logistic")
         if isinstance(model, str) and model.strip().startswith("{"):
@@ -162,6 +175,9 @@ class PipelineConfig:
                 steps=tuple(steps),
                 freedom_degree=float(c.get("freedom_degree", 0.5)),
                 selector=parse_selector(selector) if selector is not None else None,
+                consensus=check_consensus(str(c.get("consensus") or "intersection")),
+                consensus_alpha=check_consensus_alpha(float(c.get("consensus_alpha", 0.05))),
+                score_test_alpha=check_consensus_alpha(float(c.get("score_test_alpha", 0.05))),
                 normalization=str(c.get("normalization", "all")),
                 compat=check_profile(c.get("compat") or None, str(c.get("normalization", "all"))),
                 aggregation=str(c.get("aggregation", "weighted")),
@@ -279,6 +295,25 @@ def _impute(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
     return summary
 
 
+def _score_test(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
+    """The pooled score-test selection (one-vs-rest with more than two classes).
+
+    Raises:
+        ValueError: with ``dp`` or ``robust`` (the score test has neither mode), or from
+            the selection (a continuous or single-class target, ...).
+    """
+    if cfg.dp is not None or cfg.robust:
+        raise ValueError("the score-test step has no DP or robust mode; use the election for a dp or robust run")
+    from ..federation.score_test_flow import run_pooled_score_test
+
+    st = run_pooled_score_test(federation, alpha=cfg.score_test_alpha, secure_aggregation=cfg.secure_aggregation,
+                               one_vs_rest=True)
+    return {"selected": list(st.selected_names), "kept": len(st.selected_names), "entered": list(st.selected),
+            "feature_names": list(st.feature_names), "mask": [bool(m) for m in st.mask],
+            "p": _jsonable(st.p), "alpha": cfg.score_test_alpha, "stopped": _jsonable(st.stopped),
+            "exchanges": int(st.exchanges)}
+
+
 def _public_bounds(dp: Mapping[str, Any] | None, columns: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """``(low, high)`` per column from ``dp["bounds"]`` (the float range where none is given)."""
     bounds = (dp or {}).get("bounds")
@@ -297,7 +332,8 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
     Returns:
         ``{"sites", "steps", "seconds", "election"?, "tuning"?, "training"?, "imputation"?}``;
         ``election`` has ``selected`` (names), ``kept``, ``mask`` (over the global feature
-        order) and ``stats``; ``training`` has ``weighted_f1``, ``pooled``, ``per_site``,
+        order) and ``stats``; ``score_test`` has ``selected``, ``entered`` (order of
+        entry), ``mask``, ``p``, ``stopped`` and ``exchanges``; ``training`` has ``weighted_f1``, ``pooled``, ``per_site``,
         ``features``, ``classes`` and ``params`` (lists); ``imputation`` has the validation
         RMSE and the best round; ``participation`` lists per exchange the sites whose
         reply was used (``{"step", "sites"}``) and ``dropped`` the sites left out, with why;
@@ -324,7 +360,8 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
         el = run_election(federation, fd, selector=cfg.selector, aggregation=cfg.aggregation,
                           normalization=cfg.normalization, compat=cfg.compat,
                           describe="train" if "training" in cfg.steps else None, min_holders=cfg.min_holders,
-                          robust=cfg.robust, secure_aggregation=cfg.secure_aggregation, dp=cfg.dp)
+                          robust=cfg.robust, secure_aggregation=cfg.secure_aggregation, dp=cfg.dp,
+                          consensus=cfg.consensus, consensus_alpha=cfg.consensus_alpha)
         described = el.described
         res = el.result
         features = res.selected_names
@@ -339,6 +376,9 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
             "sites": el.site_summary(),
             "privacy": _jsonable(el.privacy),
         }
+    if "score-test" in cfg.steps:
+        out["score_test"] = _score_test(federation, cfg)
+        features = out["score_test"]["selected"]
     if "training" in cfg.steps:
         tr = run_training(federation, features, model=cfg.model, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
                           seed=cfg.seed, described=described, robust=cfg.robust, max_site_share=cfg.max_site_share,

@@ -234,7 +234,9 @@ def job_workflow(federation: Federation, config: Mapping[str, Any],
         def election_step() -> Any:
             return run_election(federation, fd, aggregation=el_cfg.get("aggregation", "weighted"),
                                 normalization=el_cfg.get("normalization", "all"),
-                                compat=el_cfg.get("compat"), describe="train")
+                                compat=el_cfg.get("compat"), describe="train",
+                                consensus=el_cfg.get("consensus", "intersection"),
+                                consensus_alpha=float(el_cfg.get("consensus_alpha", 0.05)))
 
         outcome = steps.run("election", election_step)
         res = outcome.result

@@ -62,6 +62,8 @@ class ElectionSpec:
     compat: str | None = None
     tolerance: float = 0.01
     validation_size: float = 0.25
+    consensus: str = "intersection"
+    consensus_alpha: float = 0.05
 
 
 @dataclass
@@ -172,6 +174,7 @@ def _na_values(value: Any, where: str, source: str) -> list[str]:
 
 
 def _check_choices(spec: JobSpec) -> None:
+    from ..election.evidence import check_consensus, check_consensus_alpha
     from ..election.rule import check_aggregation, check_normalization, check_profile
     from ..election.selectors import make_selector
     from ..learn.models import make_model
@@ -191,6 +194,8 @@ def _check_choices(spec: JobSpec) -> None:
             check_aggregation(e.aggregation)
             check_normalization(e.normalization)
             check_profile(e.compat, e.normalization)
+            check_consensus(e.consensus)
+            check_consensus_alpha(e.consensus_alpha)
             make_selector(e.selector)
         for s in spec.sites:
             if s.selector is not None:
