@@ -97,20 +97,48 @@ def _assert_same_reply(got: Message, want: Message) -> None:
         np.testing.assert_allclose(got.arrays[name], value, rtol=1e-12, atol=1e-14, err_msg=name)
 
 
-def test_each_message_in_a_fresh_process_answers_as_in_process_and_later_rounds_skip_the_table(recorded):
+def test_each_message_in_a_fresh_process_answers_as_in_process_and_later_steps_skip_the_table(recorded):
     work, kinds, replies = recorded
     assert kinds[:2] == ["ballot", "set_mask"] and kinds.count("fit") == RUN["rounds"] and kinds[-1] == "evaluate"
     data = Path(json.loads((work / "config.json").read_text())["data-path"])
-    first_fit = kinds.index("fit")
     for k, kind in enumerate(kinds):
-        if k == first_fit + 1:
-            data.write_text("unrelated\n1\n")  # later steps must not read the site's file
+        if k == 1:
+            data.write_text("unrelated\n1\n")  # after the ballot no step may read the site's file
         report = _replay(work, k)
         _assert_same_reply(Message.from_bytes((work / f"{k}_rep.bin").read_bytes()), replies[k])
-        if k > first_fit:
+        if k:  # set_mask (the training description), every round and the evaluation: from the state
             assert report == {"loaded": False, "heavy": []}, (k, kind)
         else:
             assert report["loaded"] and "pandas" in report["heavy"], (k, kind)
+
+
+def test_the_stored_matrices_are_the_tables_and_give_way_to_a_table_step_or_a_big_table(monkeypatch, tmp_path):
+    from fedtab.federation import training_flow as tf
+
+    table = classification_table(80, 5, 2, 1, seed=3)
+    table["target"] = table["target"].map({0: "no", 1: "yes"})
+    path = tmp_path / "s.csv"
+    table.to_csv(path, index=False)
+    config = {"name": "s", "data-path": str(path), "target": "target"}
+    site = build_lazy_site(config)
+    assert site.keeps_matrices and not build_site(config).keeps_matrices
+    assert tf.store_part_matrices(site)
+    real = build_site(config)
+    for part in ("train", "test"):
+        for feats in (real.feature_names, ["f3", "absent", "f0"]):
+            got_X, got_y = tf.site_matrix(site, feats, part)
+            site.state["table_steps"] = [{"kind": "nothing", "params": {}}]  # stale: the table is read
+            assert tf._stored_matrix(site, feats, part) is None
+            site.state["table_steps"] = []
+            want_X, want_y = tf.site_matrix(real, feats, part)
+            np.testing.assert_array_equal(got_X, want_X)
+            assert [tf.label_key(v) for v in want_y] == list(got_y)
+    assert tf._stored_matrix(site, ["f0"], "fit") is None  # fit/validation parts: from their split
+    monkeypatch.setattr(tf, "MATRIX_CACHE_CELLS", 80 * 5 - 1)
+    assert not tf.store_part_matrices(site) and tf.MATRIX_KEY not in site.state
+    monkeypatch.setattr(tf, "MATRIX_CACHE_CELLS", 10**6)
+    real.table["f1"] = "text"  # a column still to encode: nothing stored, the steps that need it say so
+    assert not tf.store_part_matrices(real) and tf.MATRIX_KEY not in real.state
 
 
 def test_a_lazy_site_reads_its_table_only_when_asked_and_shares_its_state(recorded, tmp_path):

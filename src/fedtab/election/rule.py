@@ -36,10 +36,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas only for explain(): a site answering set_mask never imports it
+    import pandas as pd
 
 from .ballot import Ballot, check_freedom_degree
 
@@ -175,9 +177,11 @@ class ElectionResult:
         """Names of the elected features, in the global order."""
         return [n for n, keep in zip(self.feature_names, self.mask) if keep]
 
-    def explain(self) -> pd.DataFrame:
+    def explain(self) -> "pd.DataFrame":
         """One row per feature: held_by, selected_by, vote, disputed rank, kept, reason
         (and ``combined_p`` with ``consensus="stouffer"``)."""
+        import pandas as pd
+
         table = pd.DataFrame(
             {
                 "feature": list(self.feature_names),

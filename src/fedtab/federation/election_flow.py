@@ -34,7 +34,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping
 
 import numpy as np
-import pandas as pd
 
 from ..election.ballot import Ballot
 from ..election.evidence import check_consensus, check_consensus_alpha
@@ -63,6 +62,8 @@ def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
     """
     if len(y) < min_site_rows:
         return f"{len(y)} training rows, fewer than min_site_rows={min_site_rows}"
+    import pandas as pd  # here: the election module is also imported for set_mask, which needs no pandas
+
     values = pd.unique(np.asarray(y))
     if values.size < 2:
         if not values.size:
@@ -129,6 +130,10 @@ def _ballot(site: Site, request: Message) -> Message:
         held = site.feature_set
         columns = [c for c in columns if c in held]
     frame, y = site.xy("train", columns)
+    if site.keeps_matrices:  # a ClientApp process per message: spare set_mask and the first round the file
+        from .training_flow import store_part_matrices
+
+        store_part_matrices(site)
     return ballot_reply(site, "ballot", request.meta.get("selector"), frame, y,
                         _min_rows(request.meta.get("min_site_rows", 0)), request.meta.get(DP_META),
                         pvalues=request.meta.get("pvalues") is True)
@@ -146,7 +151,9 @@ def _set_mask(site: Site, request: Message) -> Message:
     if not isinstance(features, list) or not set(map(type, features)) <= {str}:
         raise ValueError("set_mask needs a list of feature names")
     site.state["features"] = list(features)
-    held_set = site.feature_set
+    from .training_flow import held_features  # the stored matrices' columns: no table read
+
+    held_set = held_features(site)
     held = [f for f in features if f in held_set]
     meta: dict[str, Any] = {"kept": len(features), "held": len(held)}
     part = request.meta.get("describe")

@@ -33,8 +33,12 @@ class LazySite(Site):
 
     ``state`` is shared with the real site once loaded. Row counts for the policy checks
     come from ``state["site_rows"]`` (written when the real site loads) while no table step
-    was agreed since; otherwise the site loads.
+    was agreed since; otherwise the site loads. When it reads its table for the ballot it
+    also stores its numeric matrices (``keeps_matrices``), so ``set_mask`` and the first
+    FedAvg round need neither the file nor pandas.
     """
+
+    keeps_matrices = True
 
     def __init__(self, name: str, load: Callable[[], Site], *, target: str | None = None, policy: Any = None) -> None:
         # Site.__init__ is not called: it validates and splits a table this object does not read yet.

@@ -134,6 +134,11 @@ class Site:
             ``test_size`` outside ``[0, 1)``, no labelled row.
     """
 
+    #: whether the site keeps its numeric matrices in ``state`` when it reads its table for
+    #: the ballot (:func:`fedtab.federation.training_flow.store_part_matrices`): only worth
+    #: it for a site rebuilt in a fresh process per message (a :class:`LazySite`)
+    keeps_matrices: bool = False
+
     def __init__(
         self,
         name: str,

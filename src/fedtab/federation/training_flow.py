@@ -117,8 +117,75 @@ def part_rows(site: Site, part: str) -> "pd.DataFrame":
     return site.rows(part)
 
 
+#: ``Site.state`` key of the numeric matrices a site that answers each message in a fresh
+#: process (:class:`~fedtab.federation.lazy_site.LazySite`) stores when it reads its table
+#: for the ballot: ``{"steps", "features", "train": {"X", "y"}, "test": {"X", "y"}}`` —
+#: every feature column it holds, labels as :func:`label_key` strings, ``steps`` = table
+#: steps applied. ``set_mask`` (the training description) and the first FedAvg round then
+#: read neither the file nor import pandas. Not stored beyond :data:`MATRIX_CACHE_CELLS`.
+MATRIX_KEY = "part_matrix"
+#: the most cells (train + test) kept in :data:`MATRIX_KEY` (8 MB of float64); larger
+#: tables are read again by the steps that need them
+MATRIX_CACHE_CELLS = 1_000_000
+
+
+def store_part_matrices(site: Site) -> bool:
+    """Store the train/test matrices of every feature column in ``site.state[MATRIX_KEY]``.
+
+    Returns whether they were stored: not for a table over :data:`MATRIX_CACHE_CELLS`
+    cells, with non-numeric feature columns or without a target (those steps read the
+    table as before).
+    """
+    features = list(site.feature_names)
+    if site.target is None or site.n_rows("all") * len(features) > MATRIX_CACHE_CELLS:
+        site.state.pop(MATRIX_KEY, None)
+        return False
+    entry: dict[str, Any] = {"steps": len(site.state.get("table_steps") or []), "features": features}
+    for part in ("train", "test"):
+        rows = site.rows(part)
+        try:
+            X = numeric_matrix(rows[features], site.name)
+        except ValueError:  # a column still to encode: the steps that need the matrix will say so
+            site.state.pop(MATRIX_KEY, None)
+            return False
+        entry[part] = {"X": X, "y": np.asarray([label_key(v) for v in rows[site.target].to_numpy()], dtype=str)}
+    site.state[MATRIX_KEY] = entry
+    return True
+
+
+def held_features(site: Site) -> frozenset[str] | set[str]:
+    """The feature columns ``site`` holds: from :data:`MATRIX_KEY` when it is current
+    (no table read), else :attr:`Site.feature_set`."""
+    entry = site.state.get(MATRIX_KEY)
+    if isinstance(entry, dict) and entry.get("steps") == len(site.state.get("table_steps") or []):
+        return set(entry["features"])
+    return site.feature_set
+
+
+def _stored_matrix(site: Site, features: list[str], part: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(X, labels)`` of ``part`` over ``features`` from :data:`MATRIX_KEY`, if it is current."""
+    entry = site.state.get(MATRIX_KEY)
+    if (not isinstance(entry, dict) or part not in ("train", "test") or part not in entry
+            or entry.get("steps") != len(site.state.get("table_steps") or [])):
+        return None
+    pos = {f: i for i, f in enumerate(entry["features"])}
+    X_all, y = entry[part]["X"], entry[part]["y"]
+    idx = [pos.get(f, -1) for f in features]
+    if all(i >= 0 for i in idx):
+        return X_all[:, idx], y
+    X = np.full((X_all.shape[0], len(features)), np.nan)
+    held = [k for k, i in enumerate(idx) if i >= 0]
+    X[:, held] = X_all[:, [idx[k] for k in held]]
+    return X, y
+
+
 def site_matrix(site: Site, features: list[str], part: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(X, y_raw)`` over ``features`` (absent columns all-NaN), raw labels."""
+    """``(X, y_raw)`` over ``features`` (absent columns all-NaN), raw labels (or their
+    :func:`label_key` strings when answered from :data:`MATRIX_KEY`: every caller maps
+    labels through :func:`label_key`)."""
+    stored = _stored_matrix(site, features, part)
+    if stored is not None:
+        return stored
     rows = part_rows(site, part)
     held = site.feature_set  # a set: `f in rows.columns` costs ~6 µs per name on a pandas index
     present = [f for f in features if f in held]
