@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..learn.models import sigmoid
 from .evidence import benjamini_hochberg
 
 __all__ = ["ScoreStep", "ScoreSelection", "site_sums", "newton_step", "score_statistics", "forward_score_selection",
@@ -94,7 +95,7 @@ def site_sums(Z: np.ndarray, y: np.ndarray, selected: list[int] | np.ndarray, co
     A[:, 0] = 1.0
     A[:, 1:] = Z[:, sel]
     eta = A @ coef
-    p = 0.5 * (1.0 + np.tanh(0.5 * eta))  # the logistic function, without overflow
+    p = sigmoid(eta)
     r = y - p
     w = p * (1.0 - p)
     wa = A * w[:, None]

@@ -153,20 +153,25 @@ def store_part_matrices(site: Site) -> bool:
     return True
 
 
+def _current_matrices(site: Site) -> dict[str, Any] | None:
+    """``site.state[MATRIX_KEY]`` if no table step was applied since it was stored, else ``None``."""
+    entry = site.state.get(MATRIX_KEY)
+    if isinstance(entry, dict) and entry.get("steps") == len(site.state.get("table_steps") or []):
+        return entry
+    return None
+
+
 def held_features(site: Site) -> frozenset[str] | set[str]:
     """The feature columns ``site`` holds: from :data:`MATRIX_KEY` when it is current
     (no table read), else :attr:`Site.feature_set`."""
-    entry = site.state.get(MATRIX_KEY)
-    if isinstance(entry, dict) and entry.get("steps") == len(site.state.get("table_steps") or []):
-        return set(entry["features"])
-    return site.feature_set
+    entry = _current_matrices(site)
+    return set(entry["features"]) if entry is not None else site.feature_set
 
 
 def _stored_matrix(site: Site, features: list[str], part: str) -> tuple[np.ndarray, np.ndarray] | None:
     """``(X, labels)`` of ``part`` over ``features`` from :data:`MATRIX_KEY`, if it is current."""
-    entry = site.state.get(MATRIX_KEY)
-    if (not isinstance(entry, dict) or part not in ("train", "test") or part not in entry
-            or entry.get("steps") != len(site.state.get("table_steps") or [])):
+    entry = _current_matrices(site)
+    if entry is None or part not in ("train", "test") or part not in entry:
         return None
     pos = {f: i for i, f in enumerate(entry["features"])}
     X_all, y = entry[part]["X"], entry[part]["y"]

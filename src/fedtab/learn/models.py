@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["Params", "FederatedModel", "LogisticRegressionModel", "MODELS", "make_model", "fedavg"]
+__all__ = ["Params", "FederatedModel", "LogisticRegressionModel", "MODELS", "make_model", "fedavg", "sigmoid"]
 
 Params = dict[str, np.ndarray]
 
@@ -85,7 +85,7 @@ class FederatedModel(ABC):
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
 
-def _sigmoid(z: np.ndarray) -> np.ndarray:
+def sigmoid(z: np.ndarray) -> np.ndarray:
     """``1 / (1 + e^−z)`` without overflow for large ``|z|``."""
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
@@ -148,7 +148,7 @@ class LogisticRegressionModel(FederatedModel):
             if k == 1:
                 z = z[:, 0]
                 loss = np.logaddexp(0, z).sum() - (t * z).sum()
-                r = (_sigmoid(z) - t)[:, None]
+                r = (sigmoid(z) - t)[:, None]
             else:
                 lsm = _log_softmax(z)
                 loss = -(onehot * lsm).sum()
@@ -169,7 +169,7 @@ class LogisticRegressionModel(FederatedModel):
     def predict_proba(self, params: Params, X: np.ndarray) -> np.ndarray:
         z = self._logits(params, X)
         if z.shape[1] == 1:
-            p1 = _sigmoid(z[:, 0])
+            p1 = sigmoid(z[:, 0])
             return np.column_stack([1 - p1, p1])
         return np.exp(_log_softmax(z))
 
