@@ -40,7 +40,7 @@ noise columns then pass. In robust mode (``run_election(..., robust=True)``) eac
 feature's test leaves out the site with the largest positive term ``√m_i · z_ij``: no
 single site's p-values can make a feature consensus (a feature only one site supports
 never is). That costs power when one site holds most of the evidence for a feature
-(in ``tests/test_election_stouffer.py``'s 10-site label-skew example, where one site
+(in ``tests/election/test_election_stouffer.py``'s 10-site label-skew example, where one site
 holds most of the evidence, 3 of the 6 signal columns were then elected instead of 6);
 on the benchmark's 30-site partitions all 11 columns stayed consensus. Two colluding sites
 can still push (the second's term stays in).

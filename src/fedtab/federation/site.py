@@ -38,7 +38,7 @@ HANDLERS: dict[str, Handler] = {}
 
 #: module -> the handler and table-step kinds it registers. :func:`find_handler` imports
 #: only the module a request needs, so a process that answers one message (a Flower
-#: ClientApp) does not import every workflow. ``tests/test_lean_client.py`` checks that
+#: ClientApp) does not import every workflow. ``tests/engines/test_lean_client.py`` checks that
 #: this table equals what the modules register.
 HANDLER_HOMES: dict[str, tuple[str, ...]] = {
     "fedtab.federation.baseline_flow": ("local_baseline",),

@@ -31,7 +31,7 @@ from fedtab.federation.messages import Message
 from fedtab.federation.site import HANDLER_HOMES, HANDLERS, TABLE_STEPS, Site
 
 RUN = {"steps": "election,training", "freedom-degree": 0.5, "rounds": 3, "local-epochs": 2}
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 # One message in a fresh interpreter, as a ClientApp process answers it: build the lazy site
 # from its config, restore the state, answer, store the state; report what got imported.

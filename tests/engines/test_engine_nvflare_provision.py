@@ -1,7 +1,7 @@
 """fedtab's FLARE project.yml: ``nvflare provision`` accepts it and makes a startup kit per site.
 
 (Running the provisioned project — server + 3 clients started from their kits, a job
-submitted with the admin's kit — is ``tests/test_job.py::test_flare_project_job_matches_local_engine``.)
+submitted with the admin's kit — is ``tests/job/test_job.py::test_flare_project_job_matches_local_engine``.)
 Here the generated file goes through FLARE's real provisioner and the kits are checked: every
 site has a client certificate signed by the project's root CA (FLARE's mutual TLS), the
 server's kit names the server host and port the file asked for.

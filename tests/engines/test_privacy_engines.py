@@ -20,7 +20,7 @@ from fedtab.engines.site_config import build_site
 
 RUN = {"steps": "election,training", "freedom-degree": 0.5, "rounds": 2, "local-epochs": 1}
 SECURE = {**RUN, "secure-aggregation": True}
-FLOWER_APP = Path(__file__).resolve().parents[1] / "src" / "fedtab" / "engines" / "flower_app" / "pyproject.toml"
+FLOWER_APP = Path(__file__).resolve().parents[2] / "src" / "fedtab" / "engines" / "flower_app" / "pyproject.toml"
 
 
 @pytest.fixture(scope="module")

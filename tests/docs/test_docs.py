@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", ROOT / "benchmarks" / "README.md", *(ROOT / "docs").glob("*.md")])
 LINKED_ONLY = [ROOT / "src" / "fedtab" / "engines" / "flower_app" / "README.md"]  # links checked, no blocks
 KNOWN = {"python", "toml", "bash", "text"}
@@ -191,7 +191,7 @@ def check_command(argv: list[str]) -> None:
         unknown = set(_flags(args)) - _argparse_options(_parse_args_run_supernode())
         assert not unknown, f"flower-supernode: unknown options {unknown}"
     else:
-        raise AssertionError(f"no rule for the program {prog!r} (extend tests/test_docs.py and docs/README.md)")
+        raise AssertionError(f"no rule for the program {prog!r} (extend tests/docs/test_docs.py and docs/README.md)")
 
 
 # ----- python / toml rules ---------------------------------------------------------------
@@ -254,7 +254,7 @@ def test_code_blocks(page, example_sites, tmp_path, monkeypatch):
                 pytest.xfail(f"{b.where}: {pending} ({type(exc).__name__}: {exc})")
             raise AssertionError(f"{b.where}: {type(exc).__name__}: {exc}") from exc
         if pending:
-            pytest.fail(f"{b.where} passes now: remove it from PENDING in tests/test_docs.py", pytrace=False)
+            pytest.fail(f"{b.where} passes now: remove it from PENDING in tests/docs/test_docs.py", pytrace=False)
 
 
 def run_block(b: Block, work: Path, namespace: dict) -> None:

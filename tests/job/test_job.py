@@ -27,7 +27,7 @@ from fedtab.job import JobError, load_job
 from fedtab.job.model_file import ModelFileError, PredictionError, load_model
 from fedtab.job.run import run_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 TINY_IMPUTE = {"rounds": 2, "local_epochs": 1, "hidden_dim": 8, "n_layers": 1}
