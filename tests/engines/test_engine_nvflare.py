@@ -30,7 +30,8 @@ def site_configs(tmp_path_factory) -> list[dict]:
     parts = split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=1)
     configs = []
     for i, part in enumerate(parts):
-        train, test = part.iloc[: int(0.8 * len(part))], part.iloc[int(0.8 * len(part)) :]
+        # a stratified held-out file: every class with enough rows for the sites' floor (min_rows=10)
+        train, test = split_rows(part, [0.8, 0.2], stratify="target", seed=i)
         train_path, test_path = root / f"site{i + 1}_train.csv", root / f"site{i + 1}_test.csv"
         train.to_csv(train_path, index=False)
         test.to_csv(test_path, index=False)

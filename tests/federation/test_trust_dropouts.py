@@ -66,7 +66,9 @@ def test_a_handler_calling_sys_exit_is_an_error_reply_not_the_end_of_the_server(
     from fedtab.federation.site import HANDLERS, handler
 
     if "__exit__" not in HANDLERS:
-        handler("__exit__")(lambda site, request: (_ for _ in ()).throw(SystemExit(3)))
+        from fedtab.privacy.gate import Releases
+
+        handler("__exit__", Releases(part=None))(lambda site, request: (_ for _ in ()).throw(SystemExit(3)))
     fed = LocalFederation(_sites(parts, how="exit"))
     out = run_training(fed, rounds=2, min_sites=2)
     assert "SystemExit" in out.dropped["bad"]

@@ -41,7 +41,7 @@ def test_test_rows_are_never_used_for_the_choice():
     a, b = _fed(), _fed()
     for name in b.sites:  # scramble the test rows of one copy: labels and features
         site = b.site(name)
-        test_idx = site._split[1]
+        test_idx = site.parts.indices("test")
         rng = np.random.default_rng(0)
         cols = site.feature_names
         site.table.loc[test_idx, cols] = rng.normal(size=(len(test_idx), len(cols))) * 50
@@ -54,8 +54,9 @@ def test_test_rows_are_never_used_for_the_choice():
 
 def test_hill_climb_and_ballot_reuse_with_gnb():
     fed = _fed()
-    split_validation(fed, 0.25, 0)
     ballots = gather_fit_ballots(fed, "anova")
+    split = split_validation(fed)  # the sites' own parts, from the schema the ballots agreed
+    assert all(split[n]["n_validation"] == fed.site(n).n_rows("fold:0") > 0 for n in fed.sites)
     out = tune_flow(fed, ballots=ballots, model="gnb", tune_method="hill-climb", apply=False)
     assert out.tuning.method == "hill-climb" and out.ballots is ballots
     assert all(0.05 <= c["freedom_degree"] <= 1 for c in out.tuning.curve())

@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedtab.privacy import DisclosurePolicy
+
 pytest.importorskip("dp_accounting")
 
 from fedtab.data import classification_table, split_rows  # noqa: E402
@@ -47,7 +49,9 @@ def test_site_adds_calibrated_noise_to_clipped_values(parts):
     frame = parts[0].copy()
     a, b = frame.columns[:2]
     frame.loc[frame.index[0], a] = 1e6  # an outlier: clipping bounds its influence
-    site = Site("a", frame, "target", test_size=0)
+    # a site whose own noise floor (ε ≤ 100 per release) is below the z asked for, and a budget for 300 draws
+    site = Site("a", frame, "target", test_size=0,
+                policy=DisclosurePolicy(max_epsilon_per_release=100.0, epsilon_budget=1e9))
     z, bounds = 0.5, [-10.0, 10.0]
     req = Message("describe", meta={"features": [a, b], "dp": {"z": z, "bounds": bounds, "clip": 1.0}})
     draws = np.stack([site.handle(req).arrays["sum"] for _ in range(300)])
@@ -191,9 +195,11 @@ def test_dp_describe_does_not_suppress_small_cells(parts):
     frame = parts[0].copy()
     a, b = frame.columns[:2]
     frame.loc[frame.index[3:], a] = np.nan  # column a observed in 3 rows only
-    site = Site("a", frame, "target", test_size=0)
+    # a site that accepts nearly no noise (its floor z ≈ 1e-3 at ε ≤ 10⁶ per release)
+    site = Site("a", frame, "target", test_size=0, policy=DisclosurePolicy(max_epsilon_per_release=1e6,
+                                                                            epsilon_budget=1e9))
     plain = site.handle(Message("describe", meta={"features": [a, b]}))
     assert plain.arrays["count"][0] == 0 and plain.arrays["sum"][0] == 0  # suppressed
     noisy = site.handle(Message("describe", meta={"features": [a, b], "dp": {"z": 1e-9, "bounds": [-10, 10]}}))
-    assert noisy.arrays["count"][0] == pytest.approx(3, abs=1e-6)
-    assert noisy.arrays["sum"][0] == pytest.approx(frame[a].clip(-10, 10).sum(), abs=1e-6)
+    assert noisy.arrays["count"][0] == pytest.approx(3, abs=0.05)  # z 1e-9 raised to the floor 1e-3: Δ = √2
+    assert noisy.arrays["sum"][0] == pytest.approx(frame[a].clip(-10, 10).sum(), abs=0.5)  # Δ = 20·√2

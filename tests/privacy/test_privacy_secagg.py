@@ -3,6 +3,8 @@
 from typing import Callable, Mapping
 
 import numpy as np
+
+from fedtab.privacy.gate import COUNT, Releases
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -28,7 +30,7 @@ def test_shamir_any_t_shares_recover_the_secret_and_fewer_do_not(secret, n, data
 
 
 if "probe_stats" not in HANDLERS:
-    @handler("probe_stats")
+    @handler("probe_stats", Releases(part="=all", aggregates=("sum", "count"), meta={"n": COUNT}))
     def _probe(site: Site, request: Message) -> Message:
         x = site.table.to_numpy(dtype=float)
         return Message("probe_stats", {"sum": x.sum(0), "count": np.array([float(len(x))])}, {"n": len(x)})

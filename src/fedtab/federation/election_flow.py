@@ -42,6 +42,7 @@ from ..election.tally import ElectionTally, normalise_scores
 from .local_data import fill_with_column_means, numeric_matrix
 from ..privacy.accountant import PrivacyLedger
 from ..privacy.dp import DP_META, dp_request, noise_rng, noisy_scores, parse_dp
+from ..privacy.gate import COUNT, LABELS, NAMES, NUMBER, TEXT, Releases
 from ..privacy.secagg import SecureAggregator
 from . import validate
 from .messages import Message
@@ -68,8 +69,7 @@ def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
     if values.size < 2:
         if not values.size:
             return "no training rows"
-        value = values[0].item() if isinstance(values[0], np.generic) else values[0]
-        return f"the training rows hold a single target value ({value!r})"
+        return "the training rows hold a single target value"
     return None
 
 
@@ -105,7 +105,7 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
         if dp is not None:
             raise ValueError("p-values cannot be sent with a differentially private ballot")
         if sel.pvalues is None:
-            raise ValueError(f"selector {selector.name!r} computes no p-values; consensus='stouffer' needs a selector "
+            raise ValueError(f"selector {selector.name!r} computes no p-values; consensus=stouffer needs a selector "
                              "built on a test (anova, chi2, or a scikit-learn SelectKBest/SelectFdr over one)")
         from ..election.evidence import effective_rows
         from ..election.selectors import is_regression_target
@@ -123,7 +123,13 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
     )
 
 
-@handler("ballot")
+#: a ballot over the training part: the selector's mask and scores (and p-values)
+BALLOT_RELEASES = Releases(part="=train", aggregates=("mask", "scores", "pvalues"),
+                           meta={"feature_names": NAMES, "n_samples": COUNT, "selector": TEXT, "n_effective": NUMBER,
+                                 "abstain": TEXT}, dp=("mask", "scores"), dp_releases=1)
+
+
+@handler("ballot", BALLOT_RELEASES)
 def _ballot(site: Site, request: Message) -> Message:
     columns = request.meta.get("features")
     if columns is not None:
@@ -145,7 +151,11 @@ def _min_rows(value: Any) -> int:
     return value
 
 
-@handler("set_mask")
+@handler("set_mask", Releases(part="describe", default_part=None, cells={"count": ("sum", "sumsq")},
+                              meta={"kept": COUNT, "held": COUNT, "describe": {"classes": LABELS, "n_train": COUNT,
+                                                                               "n_test": COUNT, "features": NAMES}},
+                              dp=True,
+                              dp_releases=lambda r: 3 if r.meta.get("describe") is not None else 0))
 def _set_mask(site: Site, request: Message) -> Message:
     features = request.meta.get("features")
     if not isinstance(features, list) or not set(map(type, features)) <= {str}:

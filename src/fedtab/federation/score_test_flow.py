@@ -54,6 +54,8 @@ import numpy as np
 
 from ..election.score_test import NEWTON_KEYS, SCORE_KEYS, ScoreSelection, forward_score_selection, site_sums
 from ..privacy.secagg import FRAC_BITS, SecureAggregator
+from ..errors import SiteFault
+from ..privacy.gate import COUNT, Releases
 from . import validate
 from .messages import Message
 from .protocol import Federation, FederationError, exchange, set_quorum
@@ -84,30 +86,37 @@ def _site_design(site: Site, setup: Mapping[str, Any]) -> tuple[np.ndarray, np.n
     return Z, class_indices(y_raw, list(setup["classes"]))
 
 
-@handler("score_sums")
+def _score_part(site: Site, request: Message) -> str:
+    carried = request.meta.get("setup")
+    if isinstance(carried, dict):
+        return str(carried.get("part", "train"))
+    return str((site.state.get("score_setup") or {}).get("part", "train"))
+
+
+@handler("score_sums", Releases(part=_score_part, aggregates=(*NEWTON_KEYS, *SCORE_KEYS), meta={"n": COUNT}))
 def _score_sums(site: Site, request: Message) -> Message:
     carried = request.meta.get("setup")
     if carried is not None:  # the first request carries the setup (no separate exchange)
         if not isinstance(carried, dict) or not isinstance(carried.get("features"), list) \
                 or not isinstance(carried.get("classes"), list) or len(carried["classes"]) < 2:
-            raise ValueError("score_sums: 'setup' must hold the features and the classes")
+            raise SiteFault("score_sums: 'setup' must hold the features and the classes")
         d = len(carried["features"])
         mean, std = (np.asarray(request.arrays.get(_SETUP + k), dtype=np.float64) for k in ("mean", "std"))
         if mean.shape != (d,) or std.shape != (d,) or not (np.isfinite(mean).all() and (std > 0).all()):
-            raise ValueError(f"score_sums: setup mean/std must be ({d},) finite with std > 0")
+            raise SiteFault(f"score_sums: setup mean/std must be ({d},) finite with std > 0")
         site.state["score_setup"] = {"features": list(carried["features"]), "classes": list(carried["classes"]),
                                      "part": str(carried.get("part", "train")), "mean": mean, "std": std}
     setup = site.state.get("score_setup")
     if setup is None:
-        raise ValueError("the score test is not set up on this site (its first request carries the setup)")
+        raise SiteFault("the score test is not set up on this site (its first request carries the setup)")
     cache = setup.setdefault("_cache", {})
     if "Z" not in cache:
         cache["Z"], cache["labels"] = _site_design(site, setup)
     selected, positive = request.meta.get("selected"), request.meta.get("positive", 1)
     if not isinstance(selected, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in selected):
-        raise ValueError("score_sums: 'selected' must be a list of column indices")
+        raise SiteFault("score_sums: 'selected' must be a list of column indices")
     if not isinstance(positive, int) or isinstance(positive, bool) or not 0 <= positive < len(setup["classes"]):
-        raise ValueError("score_sums: 'positive' must be the index of one of the agreed classes")
+        raise SiteFault("score_sums: 'positive' must be the index of one of the agreed classes")
     y = (cache["labels"] == positive).astype(np.float64)
     sums = site_sums(cache["Z"], y, selected, np.asarray(request.arrays.get("coef")),
                      bool(request.meta.get("with_score", False)))

@@ -51,12 +51,14 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
 import numpy as np
 
-from ..learn.metrics import SCORE_BINS, brier_sum, confusion, evaluation_scores, score_histogram
+from ..learn.metrics import (SCORE_BINS, brier_sum, confusion, evaluation_scores, pooled_auroc, rank_pairs,
+                             score_histogram)
 from ..learn.models import FederatedModel, LogisticRegressionModel, Params, make_model
 from ..privacy.accountant import PrivacyLedger
 from ..privacy.dp import (DP_GD_LR, DP_GD_NOISE_SCALE, DP_GD_STEPS_PER_EPOCH, DP_META, add_noise, clip_update, clip_values,
                           column_bounds, dp_logistic_update, dp_request, noise_rng, parse_dp, release_moments)
-from ..privacy.secagg import MOMENT_BITS, SecureAggregator
+from ..privacy.gate import COUNT, FLAG, LABELS, NAMES, SMOOTHED, Releases
+from ..privacy.secagg import MOMENT_BITS, SECAGG_META, SecureAggregator
 from . import validate
 from .local_data import numeric_matrix
 from .messages import Message
@@ -73,7 +75,7 @@ __all__ = ["TrainingOutcome", "run_training", "describe_site", "describe_checker
            "part_rows", "PARTS", "pooled_standardisation", "evaluation_sums", "checked_sums", "pool_evaluations",
            "requested_bins", "class_indices"]
 
-#: row parts a request may name.
+#: row parts a request may name besides ``fold:k`` / ``fit:k`` (see :mod:`fedtab.federation.parts`).
 PARTS = ("train", "test", "fit", "validation", "all")
 
 _PARAM = "param:"
@@ -101,20 +103,21 @@ def _features(site: Site, request: Message) -> list[str]:
 
 
 def part_rows(site: Site, part: str) -> "pd.DataFrame":
-    """The rows of ``part`` (see :data:`PARTS`); ``fit``/``validation`` need a prior split.
+    """The rows of ``part``: one of the site's fixed parts (:mod:`fedtab.federation.parts`).
 
     Raises:
-        ValueError: unknown part, or ``fit``/``validation`` before ``"split_validation"``.
+        ValueError: not a part of the site.
     """
-    if part in ("fit", "validation"):
-        split = site.state.get("fit_validation")
-        if split is None:
-            raise ValueError(f"part {part!r} needs a fit/validation split first ('split_validation' request)")
-        train = site.rows("train")
-        return train.iloc[split[0] if part == "fit" else split[1]]
-    if part not in PARTS:
-        raise ValueError(f"unknown part {part!r}; expected one of {PARTS}")
     return site.rows(part)
+
+
+def check_part(part: str) -> str:
+    """``part`` if it names a row part (``train``, ``test``, ``all``, ``fold:k``, ``fit:k``,
+    ``fit``, ``validation``); ``ValueError`` otherwise."""
+    from .parts import canonical_part
+
+    canonical_part(part)
+    return part
 
 
 #: ``Site.state`` key of the numeric matrices a site that answers each message in a fresh
@@ -286,9 +289,15 @@ def pooled_standardisation(count: np.ndarray, total: np.ndarray, sumsq: np.ndarr
     return mean, std
 
 
-@handler("describe")
+#: the description: per-feature moments over a part (counts suppressed below min_rows)
+DESCRIBE_RELEASES = Releases(part="part", default_part="train", cells={"count": ("sum", "sumsq")},
+                             meta={"classes": LABELS, "n_train": COUNT, "n_test": COUNT, "features": NAMES},
+                             dp=True, dp_releases=3)
+
+
+@handler("describe", DESCRIBE_RELEASES)
 def _describe(site: Site, request: Message) -> Message:
-    return describe_site(site, _features(site, request), str(request.meta.get("part", "train")),
+    return describe_site(site, _features(site, request), str(request.meta.get("part") or "train"),
                          request.meta.get(DP_META))
 
 
@@ -303,13 +312,27 @@ def _store_setup(site: Site, meta: Mapping[str, Any], mean: Any, std: Any) -> No
     }
 
 
-@handler("setup")
+@handler("setup", Releases(part=None, meta={"ok": FLAG}))
 def _setup(site: Site, request: Message) -> Message:
     _store_setup(site, request.meta, request.arrays["mean"], request.arrays["std"])
     return Message("setup", meta={"ok": True})
 
 
-@handler("fit")
+def _fit_part(site: Site, request: Message) -> str:
+    carried = request.meta.get("setup")
+    if isinstance(carried, dict):
+        return str(carried.get("part", "train"))
+    return str((site.state.get("train_setup") or {}).get("part", "train"))
+
+
+def _fit_releases(request: Message) -> int:
+    """Gaussian releases of one fit under DP: its gradient steps (DP gradient descent) or 1 (DP-FedAvg)."""
+    steps = (request.meta.get(DP_META) or {}).get("steps", 1)
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1 else 1
+
+
+@handler("fit", Releases(part=_fit_part, model=_PARAM, meta={"n_samples": COUNT}, dp=True,
+                         dp_releases=_fit_releases))
 def _fit(site: Site, request: Message) -> Message:
     carried = request.meta.get("setup")
     if carried is not None:  # the first round carries the setup (no separate exchange)
@@ -361,10 +384,12 @@ def requested_bins(meta: Mapping[str, Any]) -> int | None:
 
 
 def evaluation_sums(model: FederatedModel, params: Params, X: np.ndarray, y: np.ndarray, n_classes: int,
-                    bins: int | None) -> dict[str, np.ndarray]:
+                    bins: int | None, pairs: bool = True) -> dict[str, np.ndarray]:
     """A site's evaluation sums on ``(X, y)``: ``confusion`` and, when ``bins`` is set and the
     model has ``predict_proba``, ``brier_sum`` (shape ``(1,)``) and, for two classes,
-    ``score_hist`` ``(2, bins)`` (:func:`fedtab.learn.metrics.score_histogram`)."""
+    ``score_hist`` ``(2, bins)`` (:func:`fedtab.learn.metrics.score_histogram`) and
+    ``rank_pairs`` ``(1,)`` (:func:`fedtab.learn.metrics.rank_pairs`; not with ``pairs=False``, as
+    in a secure sum, where the pooled histogram is exact and a per-site count would be left over)."""
     pred = model.predict(params, X) if len(y) else np.zeros(0, dtype=np.int64)
     out = {"confusion": confusion(y, pred, n_classes)}
     proba_of = getattr(model, "predict_proba", None)
@@ -373,16 +398,27 @@ def evaluation_sums(model: FederatedModel, params: Params, X: np.ndarray, y: np.
         out["brier_sum"] = np.array([brier_sum(y, proba)])
         if n_classes == 2:
             out["score_hist"] = score_histogram(y, np.clip(proba[:, 1], 0.0, 1.0), bins)
+            if pairs:
+                out["rank_pairs"] = np.array([rank_pairs(y, proba[:, 1])])  # the site's own pairs, exactly
     return out
 
 
-@handler("evaluate")
+#: an evaluation: per-class counts of the part (classes below min_rows refused), score
+#: histograms smoothed to runs of min_rows rows
+EVALUATE_RELEASES = Releases(part="part", default_part="test", per_class=True,
+                             aggregates=("confusion", "brier_sum", "rank_pairs"),
+                             histograms=("score_hist",), meta={"n": COUNT, SMOOTHED: FLAG}, dp=True,
+                             dp_releases=lambda r: 2 if r.meta.get("score_bins") is not None else 1)
+
+
+@handler("evaluate", EVALUATE_RELEASES)
 def _evaluate(site: Site, request: Message) -> Message:
-    part = request.meta.get("part", "test")
+    part = request.meta.get("part") or "test"
     X, y = _prepared(site, part)
     setup = site.state["train_setup"]
     model = make_model(setup["model"])
-    sums = evaluation_sums(model, _params_from(request), X, y, len(setup["classes"]), requested_bins(request.meta))
+    sums = evaluation_sums(model, _params_from(request), X, y, len(setup["classes"]), requested_bins(request.meta),
+                           pairs=SECAGG_META not in request.meta)
     dp = request.meta.get(DP_META)
     if dp is not None:  # a replaced row moves one count between cells (Δ = √2) and its Brier term by ≤ 2
         rng = noise_rng()
@@ -500,8 +536,9 @@ def _counts(value: Any, shape: tuple[int, int]) -> np.ndarray | None:
     return a.astype(np.int64)
 
 
-def checked_sums(name: str, reply: Message, n_classes: int, bins: int | None) -> tuple[np.ndarray, Any, Any]:
-    """``(confusion, score_hist or None, brier_sum or None)`` of a site's evaluation reply.
+def checked_sums(name: str, reply: Message, n_classes: int, bins: int | None) -> tuple[np.ndarray, Any, Any, Any]:
+    """``(confusion, score_hist or None, brier_sum or None, rank_pairs or None)`` of a site's
+    evaluation reply.
 
     Raises:
         FederationError: naming ``name``, when the confusion matrix is not ``(C, C)``
@@ -515,26 +552,62 @@ def checked_sums(name: str, reply: Message, n_classes: int, bins: int | None) ->
                               f"({n_classes}, {n_classes}) non-negative counts")
     hist = brier = None
     if bins is not None and "score_hist" in reply.arrays:
-        hist = _counts(reply.arrays["score_hist"], (2, bins))
-        if n_classes != 2 or hist is None or not np.array_equal(hist.sum(axis=1), cm.sum(axis=1)):
-            got = np.shape(reply.arrays["score_hist"])
-            raise FederationError(f"site {name!r}: score histogram of shape {got} does not match its confusion "
-                                  f"matrix (expected (2, {bins}) counts with the same class totals)")
+        # counts spread evenly over runs of bins by the site's release gate: non-negative, not integers
+        h = np.asarray(reply.arrays["score_hist"])
+        totals = cm.sum(axis=1)
+        ok = (n_classes == 2 and h.shape == (2, bins) and h.dtype.kind in "iuf" and bool(np.isfinite(h).all())
+              and not (h < 0).any()
+              # a secure sum rounds each bin to 2**-16: within 1e-3 over 1,000s of bins
+              and bool(np.all(np.abs(h.sum(axis=1, dtype=np.float64) - totals) <= 1e-6 * np.maximum(totals, 1)
+                              + bins * 2.0 ** -MOMENT_BITS)))
+        if not ok:
+            raise FederationError(f"site {name!r}: score histogram of shape {h.shape} does not match its confusion "
+                                  f"matrix (expected (2, {bins}) non-negative counts with the same class totals)")
+        hist = h.astype(np.float64)
     if bins is not None and "brier_sum" in reply.arrays:
         b = np.asarray(reply.arrays["brier_sum"], dtype=np.float64)
         if b.shape != (1,) or not np.isfinite(b).all() or not 0 <= b[0] <= 2 * cm.sum() + 1e-9:
             raise FederationError(f"site {name!r}: invalid Brier sum {b.tolist()} for {int(cm.sum())} rows")
         brier = float(b[0])
-    return cm, hist, brier
+    pairs = None
+    if hist is not None and "rank_pairs" in reply.arrays:
+        r = np.asarray(reply.arrays["rank_pairs"], dtype=np.float64)
+        most = float(cm[1].sum()) * float(cm[0].sum())
+        if r.shape != (1,) or not np.isfinite(r).all() or not -1e-9 <= r[0] <= most * (1 + 1e-12) + 1e-9:
+            raise FederationError(f"site {name!r}: invalid rank pairs for {int(cm[1].sum())} positives and "
+                                  f"{int(cm[0].sum())} negatives")
+        pairs = float(r[0])
+    return cm, hist, brier, pairs
 
 
-def pool_evaluations(sums: Mapping[str, tuple[np.ndarray, Any, Any]]) -> dict[str, Any]:
+def pool_evaluations(sums: Mapping[str, tuple[np.ndarray, Any, Any]], smoothed: bool = False) -> dict[str, Any]:
     """``{"pooled", "per_site"}`` of :func:`~fedtab.learn.metrics.evaluation_scores` from the sites'
-    checked sums; a ranking or Brier metric is pooled only when every site sent its sum."""
+    checked sums; a ranking or Brier metric is pooled only when every site sent its sum.
+
+    ``smoothed``: a site's release gate spread histogram counts over runs of bins
+    (:func:`fedtab.privacy.gate.smooth_histogram`): the AUROC / PR-AUC are then computed from
+    the smoothed counts and their error bounds (which assume exact bin counts) are ``None``.
+    """
     per_site = {name: evaluation_scores(*s) for name, s in sums.items()}
     parts = list(zip(*sums.values()))
     pooled = [sum(p[1:], p[0]) if all(v is not None for v in p) else None for p in parts]
-    return {"pooled": evaluation_scores(*pooled), "per_site": per_site}
+    out = {"pooled": evaluation_scores(*pooled[:3]), "per_site": per_site}
+    if len(parts) > 3 and pooled[1] is not None and all(v is not None for v in parts[3]) \
+            and out["pooled"].get("auroc") is not None:  # pairs inside each site exactly, across sites binned
+        auroc, bound = pooled_auroc(parts[1], parts[3])
+        out["pooled"]["auroc"], out["pooled"]["auroc_error_bound"] = auroc, bound
+    if smoothed:  # per-site AUROCs from exact rank pairs keep their bound (0)
+        for scores in (out["pooled"], *per_site.values()):
+            for key in ("auroc_error_bound", "pr_auc_error_bound"):
+                if key in scores and not (key == "auroc_error_bound" and scores is not out["pooled"]
+                                          and scores[key] == 0.0):
+                    scores[key] = None
+    return out
+
+
+def was_smoothed(replies: Mapping[str, Message]) -> bool:
+    """Whether any reply says its release gate smoothed a histogram."""
+    return any(r.meta.get(SMOOTHED) is True for r in replies.values())
 
 
 def _evaluate_detail(federation: Federation, params: Params, n_classes: int, part: str = "test",
@@ -561,10 +634,10 @@ def _evaluate_detail(federation: Federation, params: Params, n_classes: int, par
             fields: dict[str, int | None] = {"confusion": 0 if dp_meta is None else MOMENT_BITS}
             if bins is not None and has_proba:
                 fields["brier_sum"] = MOMENT_BITS
-                if n_classes == 2:
-                    fields["score_hist"] = 0
+                if n_classes == 2:  # smoothed by the sites' release gates: fractional counts
+                    fields["score_hist"] = MOMENT_BITS
             summed = secure.ask({s: request for s in secure.peers}, "evaluate", fields, on_error=on_error or "raise")
-            replies = {SECURE_SUM: Message("evaluate", {k: np.rint(v) if k != "brier_sum" else v
+            replies = {SECURE_SUM: Message("evaluate", {k: np.rint(v) if k == "confusion" else np.maximum(v, 0.0)
                                                         for k, v in summed.sums.items()})}
         else:
             replies = collect(federation.broadcast(request), "evaluate", on_error or "raise")
@@ -572,7 +645,8 @@ def _evaluate_detail(federation: Federation, params: Params, n_classes: int, par
             replies = {name: Message("evaluate", {"confusion": np.maximum(np.rint(r.arrays["confusion"]), 0)})
                        for name, r in replies.items() if "confusion" in r.arrays}
         metrics = pool_evaluations({name: checked_sums(name, reply, n_classes, bins)
-                                    for name, reply in replies.items()})
+                                    for name, reply in replies.items()},
+                                   smoothed=was_smoothed(summed.replies if secure is not None else replies))
         if secure is not None:
             metrics["per_site"] = {}
         return metrics
@@ -586,7 +660,7 @@ def _evaluate_detail(federation: Federation, params: Params, n_classes: int, par
         sums[site] = checked_sums(site, reply, n_classes, bins)
 
     replies = exchange(federation, request, check, on_error=on_error)
-    return pool_evaluations({name: sums[name] for name in replies})
+    return pool_evaluations({name: sums[name] for name in replies}, smoothed=was_smoothed(replies))
 
 
 def _evaluate_all(federation: Federation, params: Params, n_classes: int, part: str = "test",
@@ -815,8 +889,7 @@ def run_training(
     max_site_share = check_max_site_share(max_site_share)
     fm: FederatedModel = make_model(model)
     spec = {"name": fm.name, "params": fm.get_params()}
-    if train_part not in PARTS or eval_part not in PARTS:
-        raise ValueError(f"train_part and eval_part must be in {PARTS}")
+    check_part(train_part), check_part(eval_part)
     set_quorum(federation, min_sites)
     p0 = len(federation.participation)
     dropped0 = set(federation.dropped)
