@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedtab.federation.protocol import set_options
+
 from fedtab.privacy import DisclosurePolicy
 
 pytest.importorskip("dp_accounting")
@@ -99,14 +101,15 @@ def test_dp_fedavg_clips_the_update_before_noising():
 
 def test_dp_training_reports_the_privacy_spent_and_rejects_exact_models(parts):
     fed = LocalFederation([Site(f"s{i}", p, "target") for i, p in enumerate(parts)])
-    out = run_training(fed, list(parts[0].columns[:3]), rounds=3, local_epochs=1,
-                       dp={"epsilon": 4.0, "delta": 1e-5, "bounds": [-10, 10]})
+    set_options(fed, dp={"epsilon": 4.0, "delta": 1e-5, "bounds": [-10, 10]})
+    out = run_training(fed, list(parts[0].columns[:3]), rounds=3, local_epochs=1)
     assert out.privacy["total"] == pytest.approx(4.0, rel=0.01)
     # logistic regression: DP gradient descent, 4 steps per local epoch, each step one release
-    assert out.privacy["releases"] == {"describe": 3, "fit": 12, "evaluate": 1}
-    assert set(out.privacy["steps"]) == {"describe", "fit", "evaluate"}
+    assert out.privacy["releases"] == {"training.describe": 3, "training.fit": 12, "training.evaluate": 1}
+    assert set(out.privacy["steps"]) == {"training.describe", "training.fit", "training.evaluate"}
+    set_options(fed, dp={"epsilon": 1.0, "bounds": [-10, 10]})
     with pytest.raises(ValueError, match="exact-aggregation model 'gnb'"):
-        run_training(fed, list(parts[0].columns[:1]), model="gnb", dp={"epsilon": 1.0, "bounds": [-10, 10]})
+        run_training(fed, list(parts[0].columns[:1]), model="gnb")
 
 
 def test_dp_ballots_are_noisy_and_accounted(parts):
@@ -116,8 +119,9 @@ def test_dp_ballots_are_noisy_and_accounted(parts):
     assert not np.array_equal(a.arrays["scores"], b.arrays["scores"])
     assert ((a.arrays["scores"] >= 0) & (a.arrays["scores"] <= 1)).all()
     assert np.array_equal(a.arrays["mask"], a.arrays["scores"] > 0.5)
-    outcome = run_election(fed, 0.5, describe="train", dp={"epsilon": 2.0, "bounds": [-10, 10]})
-    assert outcome.privacy["releases"] == {"ballot": 1, "describe": 3}
+    set_options(fed, dp={"epsilon": 2.0, "bounds": [-10, 10]})
+    outcome = run_election(fed, 0.5, describe="train")
+    assert outcome.privacy["releases"] == {"election.ballot": 1, "election.describe": 3}
     assert outcome.privacy["total"] == pytest.approx(2.0, rel=0.01)
 
 

@@ -114,8 +114,9 @@ def test_category_sets_refused_for_numeric_columns_and_rare_categories_merged():
     assert reply.meta["categories"] == {"color": ["blue", "red", OTHER_CATEGORY]}  # 'mauve' (3 rows) merged
     cats = federated_one_hot(fed, ["color"])
     assert cats == {"color": [OTHER_CATEGORY, "blue", "green", "red"]}
-    a = fed.site("a").table
-    assert a[f"color={OTHER_CATEGORY}"].sum() == 3 and "color=mauve" not in a.columns
+    a = fed.site("a").table  # its (other) bucket holds 3 rows, fewer than min_rows: encoded as missing
+    assert a[f"color={OTHER_CATEGORY}"].sum() == 0 and "color=mauve" not in a.columns
+    assert a[["color=blue", "color=red"]].sum().tolist() == [27, 30]
 
 
 def test_gnb_statistics_suppress_small_classes():

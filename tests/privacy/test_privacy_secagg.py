@@ -4,6 +4,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from fedtab.federation.protocol import set_options
 from fedtab.privacy.gate import COUNT, Releases
 import pandas as pd
 import pytest
@@ -228,9 +229,9 @@ def test_secure_election_and_training_equal_the_plain_run(seed_sites, model):
     runs = {}
     for secure in (False, True):
         fed = Tampering(LocalFederation([Site(f"s{i}", p, "target") for i, p in enumerate(seed_sites)]))
-        elected = run_election(fed, 0.5, describe="train", secure_aggregation=secure)
-        runs[secure] = (run_training(fed, described=elected.described, model=model, rounds=3,
-                                     secure_aggregation=secure), fed)
+        set_options(fed, secure_aggregation=secure)
+        elected = run_election(fed, 0.5, describe="train")
+        runs[secure] = (run_training(fed, described=elected.described, model=model, rounds=3), fed)
     (plain, _), (secure, fed) = runs[False], runs[True]
     for k in plain.params:
         assert np.max(np.abs(secure.params[k] - plain.params[k])) <= 1e-6 * np.max(np.abs(plain.params[k]))

@@ -83,6 +83,7 @@ def elect_command(
     from ..engines.local import LocalFederation
     from ..federation import FederationError, Site, run_election, run_training
     from ..federation.encoding_flow import federated_one_hot
+    from ..federation.protocol import set_options
     from ..learn.models import make_model
     from ..report.output import OutputError, atomic_dir, check_writable
 
@@ -123,6 +124,8 @@ def elect_command(
         sites = [Site(n, f, target, test_size=test_size, seed=seed, selector=s, policy={"min_rows": min_rows})
                  for n, f, s in zip(names, frames, sel_names)]
         fed = LocalFederation(sites, min_sites=min_sites, timeout=timeout)
+        set_options(fed, secure_aggregation=secure_aggregation, robust=robust, max_site_share=max_site_share,
+                    min_holders=min_holders)
         categorical = sorted({str(c) for f in frames for c in f.columns
                               if c != target and not (pd.api.types.is_numeric_dtype(f[c]) or pd.api.types.is_bool_dtype(f[c]))})
         if categorical:
@@ -138,8 +141,7 @@ def elect_command(
             freedom_degree = float(tuned.tuning.freedom_degree)
         with console.status("sites are voting"):
             outcome = run_election(fed, freedom_degree, aggregation=aggregation, normalization=normalization,
-                                   compat=compat, min_holders=min_holders, robust=robust, consensus=consensus,
-                                   consensus_alpha=consensus_alpha)
+                                   compat=compat, consensus=consensus, consensus_alpha=consensus_alpha)
         result = outcome.result
         doc = {"sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), sel_names, tables)],
                "categorical_columns": categorical, **result.to_dict(), "min_holders": result.min_holders}
@@ -160,15 +162,11 @@ def elect_command(
         if train or tune != "none":
             with console.status("training on all columns (FedAvg)"):
                 all_cols = list(dict.fromkeys(c for s in sites for c in s.feature_names))
-                full = run_training(fed, all_cols, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed,
-                                    robust=robust, max_site_share=max_site_share,
-                                    secure_aggregation=secure_aggregation)
+                full = run_training(fed, all_cols, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
             trained = None
             if result.selected_names:
                 with console.status("training on the elected columns (FedAvg)"):
-                    trained = run_training(fed, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed,
-                                           robust=robust, max_site_share=max_site_share,
-                                           secure_aggregation=secure_aggregation)
+                    trained = run_training(fed, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
             doc["training"] = {
                 "model": model,
                 "robust": robust,

@@ -62,7 +62,7 @@ HANDLER_HOMES: dict[str, tuple[str, ...]] = {
     "fedtab.federation.schema": ("schema",),
     "fedtab.federation.score_test_flow": ("score_sums",),
     "fedtab.federation.secure_flow": ("secagg_keys", "secagg_unmask"),
-    "fedtab.federation.training_flow": ("describe", "setup", "fit", "evaluate"),
+    "fedtab.federation.training.site": ("describe", "setup", "fit", "evaluate"),
     "fedtab.federation.tuning_flow": ("ballot_fit",),
 }
 _HOME_OF = {kind: module for module, kinds in HANDLER_HOMES.items() for kind in kinds}
@@ -274,7 +274,7 @@ class Site:
         """The label key of every row (``None`` for an unsupervised site)."""
         if self.target is None:
             return None
-        from .training_flow import label_key
+        from .training.site import label_key
 
         return np.asarray([label_key(v) for v in self.table[self.target].to_numpy()], dtype=str)
 
@@ -362,7 +362,7 @@ class Site:
             agreed = schema.get("columns") if isinstance(schema, dict) else None
             names = list(agreed) if isinstance(agreed, list) else []
             try:
-                from .training_flow import held_features
+                from .training.site import held_features
 
                 names += list(held_features(self))
             except Exception:  # noqa: BLE001 - an unreadable table has no names to add
