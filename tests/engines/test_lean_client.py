@@ -144,23 +144,25 @@ def test_the_stored_matrices_are_the_tables_and_give_way_to_a_table_step_or_a_bi
 def test_a_lazy_site_reads_its_table_only_when_asked_and_shares_its_state(recorded, tmp_path):
     config = json.loads((recorded[0] / "config.json").read_text())
     config["data-path"] = str(tmp_path / "site.csv")
-    table = classification_table(60, 4, 2, 1, seed=0)
+    table = classification_table(120, 4, 2, 1, seed=0)  # 60 per class: a test part of 12 per class
     table.to_csv(config["data-path"], index=False)
     loads = []
     site = LazySite("site-1", lambda: loads.append(1) or build_site(config), target="target")
     site.state = {"features": ["a"]}
     assert not site.loaded and site.name == "site-1" and repr(site) == "LazySite('site-1', not read yet)"
-    assert site.n_rows("train") == 48 and site.loaded and loads == [1]  # no counts stored yet: reads the table
-    assert site.real().state is site.state and site.state["site_rows"]["all"] == 60
+    assert site.n_rows("train") == 96 and site.loaded and loads == [1]  # no counts stored yet: reads the table
+    assert site.real().state is site.state and site.state["site_rows"]["parts"]["all"] == 120
+    assert site.state["site_rows"]["classes"]["test"] == site.real().class_counts("test")
     assert isinstance(site.table.shape, tuple) and site.feature_names == list(table.columns[:-1]) and loads == [1]
     site.state = {"new": 1}
     assert site.real().state == {"new": 1}
 
     again = build_lazy_site(config)
-    again.state = decode_state(encode_state({"site_rows": {"train": 48, "test": 12, "all": 60, "steps": 0}})[0])
-    assert again.n_rows("test") == 12 and not again.loaded  # from the stored counts
+    stored = {"site_rows": {"parts": {"train": 96, "test": 24, "all": 120}, "classes": {}, "steps": 0}}
+    again.state = decode_state(encode_state(stored)[0])
+    assert again.n_rows("test") == 24 and not again.loaded  # from the stored counts
     again.state["table_steps"] = [{"kind": "one_hot", "params": {"categories": {}}}]
-    assert again.n_rows("test") == 12 and again.loaded  # a table step since the count: read and replay
+    assert again.n_rows("test") == 24 and again.loaded  # a table step since the count: read and replay
 
 
 def test_a_lazy_site_that_loads_another_site_is_refused(tmp_path):
