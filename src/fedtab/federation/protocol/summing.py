@@ -148,7 +148,11 @@ class SecureSums(SummingStrategy):
     def exchange(self, federation: Federation, requests: Mapping[str, Message], spec: SumSpec,
                  check: Check | None, *, kind: str, step: str | None, on_error: str | None = None) -> Summed:
         quorum = federation.min_sites is not None or on_error == "skip"
-        peers = self.aggregator.peers  # the key exchange (first call) follows the same quorum
+        if federation.schema is None:  # replies are validated against the agreed schema: agree it first
+            from ..schema import agree_schema
+
+            agree_schema(federation)
+        peers = self.aggregator.peers  # the key exchange (first call)
         requests = {s: r for s, r in requests.items() if s in peers}
         try:
             summed = self.aggregator.ask(requests, kind, dict(spec.fields), weighted=spec.weighted, weight=spec.weight,
@@ -162,6 +166,9 @@ class SecureSums(SummingStrategy):
         for site in summed.dropped:
             if site not in federation.dropped and federation.min_sites is not None:
                 federation.drop(site, f"{kind}: no masked reply in the secure sum")
+        for site in getattr(summed, "late", ()):  # its value is in this sum; it takes no further part
+            if site not in federation.dropped and federation.min_sites is not None:
+                federation.drop(site, f"{kind}: did not answer the unmasking of the secure sum")
         if federation.min_sites is not None and len(summed.survivors) < federation.min_sites:
             raise QuorumError(f"{kind} step: {len(summed.survivors)} site(s) in the secure sum, the quorum is "
                               f"{federation.min_sites}")
