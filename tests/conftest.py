@@ -1,4 +1,4 @@
-"""Shared fixtures."""
+"""Shared fixtures, and the ``requires`` marker."""
 
 import numpy as np
 import pytest
@@ -36,3 +36,15 @@ def imputation_site_configs(tmp_path):
         part.to_csv(tmp_path / f"imp{i}.csv", index=False)
         configs.append({"name": f"site-{i + 1}", "data-path": str(tmp_path / f"imp{i}.csv"), "target": ""})
     return configs
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "requires(*modules): skip unless each module imports (checked at setup)")
+
+
+def pytest_runtest_setup(item):
+    """``@pytest.mark.requires("torch", ...)``: ``pytest.importorskip`` each module when the test runs,
+    not when its file is collected (collection stays fast; a missing or broken install still skips)."""
+    for mark in item.iter_markers("requires"):
+        for name in mark.args:
+            pytest.importorskip(name)
