@@ -16,10 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedtab.engines import LocalFederation
-from fedtab.engines.pipeline import run_pipeline
-from fedtab.engines.site_config import build_site
 from fedtab.federation.messages import Message
+from tests.builders import local_reference, write_classification_sites
 
 pytestmark = pytest.mark.requires("flwr")
 
@@ -37,13 +35,14 @@ def flower():
 
 
 @pytest.fixture(scope="module")
-def site_configs(tmp_path_factory, classification_sites) -> list[dict]:
-    return classification_sites(tmp_path_factory.mktemp("flower_sites"), 900, 30, 6, 4, table_seed=3, split_seed=0)
+def site_configs(tmp_path_factory) -> list[dict]:
+    return write_classification_sites(tmp_path_factory.mktemp("flower_sites"), 900, 30, 6, 4, table_seed=3,
+                                      split_seed=0)
 
 
 @pytest.fixture(scope="module")
 def reference(site_configs) -> dict:
-    return run_pipeline(LocalFederation([build_site(c) for c in site_configs]), RUN)
+    return local_reference(site_configs, RUN)
 
 
 def _assert_same(result: dict, ref: dict) -> None:
@@ -105,7 +104,7 @@ def test_in_process_site_failure_is_named(site_configs, flower):
 def test_in_process_tuning_then_election_matches_local_engine(site_configs, flower):
     run = {"steps": "tuning,election,training", "rounds": 1, "local-epochs": 1,
            "tuning-config": '{"grid": [0.0, 0.5, 1.0]}'}
-    ref = run_pipeline(LocalFederation([build_site(c) for c in site_configs]), run)
+    ref = local_reference(site_configs, run)
     result = flower.run_in_process(site_configs, run, fresh_processes=True)
     assert result["tuning"]["freedom_degree"] == ref["tuning"]["freedom_degree"]
     assert result["tuning"]["selected"] == ref["tuning"]["selected"]
@@ -118,7 +117,7 @@ def test_in_process_imputation_matches_local_engine(tmp_path, imputation_site_co
     configs = imputation_site_configs
     run = {"steps": "imputation", "impute-rounds": 2,
            "impute-config": '{"hidden_dim": 8, "n_layers": 1, "n_threads": 1}'}
-    ref = run_pipeline(LocalFederation([build_site(c) for c in configs]), run)
+    ref = local_reference(configs, run)
     # as on a SuperNode, every message meets a fresh process: the imputer's model, Adam
     # moments and random state must come back from Context.state (arrays + JSON only)
     result = flower.run_in_process(configs, run, fresh_processes=True)
@@ -227,7 +226,7 @@ def test_tls_refuses_supernode_of_another_ca(tls_deployment, tmp_path):
 @needs_flower_cli
 def test_tls_auth_deployment_matches_local_engine_and_binds_sites_to_keys(tls_deployment, site_configs):
     dep = tls_deployment
-    reference = run_pipeline(LocalFederation([build_site(c) for c in site_configs]), DEPLOY_RUN)
+    reference = local_reference(site_configs, DEPLOY_RUN)
     result = dep.run(DEPLOY_RUN, timeout=600)  # bounded; generous for a 2-core box shared with other jobs
     assert result["engine"] == "flower" and result["identity"] == "key"
     assert result["sites"] == ["site-1", "site-2", "site-3"]
@@ -246,7 +245,7 @@ def test_loopback_deployment_runs_imputation(imputation_site_configs, tmp_path):
     pytest.importorskip("torch")
     run = {"steps": "imputation", "impute-rounds": 2,
            "impute-config": '{"hidden_dim": 8, "n_layers": 1, "n_threads": 1}'}
-    reference = run_pipeline(LocalFederation([build_site(c) for c in imputation_site_configs]), run)
+    reference = local_reference(imputation_site_configs, run)
     result = _run_on_loopback(imputation_site_configs, run, tmp_path / "deployment", timeout=600)
     _assert_same_imputation(result, reference)
 

@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 
 from fedtab.data import classification_table, split_rows
-from fedtab.engines import LocalFederation
-from fedtab.engines.pipeline import run_pipeline
-from fedtab.engines.site_config import build_site
+from tests.builders import local_reference
 
 # fedtab.engines.nvflare imports NVIDIA FLARE (~1 s): inside the tests, not at collection
 pytestmark = pytest.mark.requires("nvflare")
@@ -41,7 +39,7 @@ def site_configs(tmp_path_factory) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def reference(site_configs) -> dict:
-    return run_pipeline(LocalFederation([build_site(c) for c in site_configs]), TUNED_RUN)
+    return local_reference(site_configs, TUNED_RUN)
 
 
 def test_build_job_rejects_unknown_site_arguments(site_configs):
@@ -88,7 +86,7 @@ def test_simulator_runs_imputation(tmp_path, imputation_site_configs):
     configs = imputation_site_configs
     run = {"steps": "imputation", "impute-rounds": 2,
            "impute-config": {"hidden_dim": 8, "n_layers": 1, "n_threads": 1}}
-    ref = run_pipeline(LocalFederation([build_site(c) for c in configs]), run)
+    ref = local_reference(configs, run)
     result = run_simulator(configs, run, tmp_path / "flare", threads=2)
     assert result["imputation"]["columns"] == ref["imputation"]["columns"]
     # a float32 RMSE of the same computation: rel 1e-6 is ~8 eps32

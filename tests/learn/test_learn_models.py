@@ -6,16 +6,14 @@ import sys
 import numpy as np
 import pytest
 
-from fedtab import LocalFederation, Site
-from fedtab.data import classification_table, split_rows
 from fedtab.federation import run_training
 from fedtab.learn import MODELS, SGDClassifierModel, communication_report, make_model, param_reduction, round_cost, traffic_summary
+from tests.builders import classification_parts, federation
 
 
 def _fed(classes=3, seed=0, n=900, d=12):
-    table = classification_table(n, d, 6, 2, n_classes=classes, class_sep=1.5, seed=seed)
-    parts = split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=seed)
-    return LocalFederation([Site(f"s{i}", p, "target", seed=i) for i, p in enumerate(parts)])
+    _, parts = classification_parts(n, d, 6, 2, seed=seed, n_classes=classes, class_sep=1.5)
+    return federation(parts, seed=range(3))
 
 
 def test_models_are_registered():
