@@ -135,6 +135,73 @@ def _assert_same_imputation(result: dict, ref: dict) -> None:
                                                                          rel=1e-5)
 
 
+def test_config_strings_survive_flowers_key_value_parser():
+    from flwr.common.config import parse_config_args
+
+    from fedtab.engines.flower_deploy import _toml_value
+
+    cfg = {"impute-config": '{"hidden_dim": 8, "n_layers": 1}', "data-path": "/tmp/a b/site.csv",
+           "note": "it's", "rounds": 3, "fd": 0.5, "flag": True}
+    line = " ".join(f"{k}={_toml_value(v)}" for k, v in cfg.items())
+    assert parse_config_args([line]) == cfg
+    with pytest.raises(ValueError, match="cannot carry"):
+        _toml_value("""both ' and " quotes""")
+
+
+def test_auth_site_identity_comes_from_the_key_not_the_declared_name(site_configs, reference, tmp_path, flower):
+    """In process, with the keys a SuperLink with SuperNode auth would report: a member's
+    node declaring another site's name and a node with an unknown key are named in
+    ``excluded_nodes`` and left out; the three genuine sites run as without them."""
+    import json
+
+    from fedtab.deploy.keys import write_consortium_keys
+
+    keys = write_consortium_keys(tmp_path, ["site-1", "site-2", "site-3", "site-4", "outsider"])
+    pem = {s: _pem(keys.site_public[s]) for s in keys.site_public}
+    member_keys = {s: fp for s, fp in keys.fingerprints().items() if s != "outsider"}
+    # the impostors come first, so they answer the site-naming hello before the genuine site-2
+    nodes = [{**site_configs[1], "name": "site-2"}, {**site_configs[0], "name": "site-1"}, *site_configs]
+    node_keys = [pem["site-4"], pem["outsider"], pem["site-1"], pem["site-2"], pem["site-3"]]
+    result = flower.run_in_process(nodes, {**RUN, "min-sites": 3, "site-keys": json.dumps(member_keys)},
+                                   public_keys=node_keys)
+    assert result["identity"] == "key"
+    assert result["sites"] == ["site-1", "site-2", "site-3"]
+    assert result["excluded_nodes"] == {
+        "1000": "claims site 'site-2' but authenticated with the key of site 'site-4'",
+        "1001": f"its key {keys.fingerprints()['outsider']} belongs to no site of this consortium"}
+    _assert_same(result, reference)
+
+
+def test_auth_swapped_keys_are_excluded_never_renamed(site_configs, flower):
+    """Keys swapped between two sites: both nodes are excluded with the reason (never
+    silently taken for the other site) and the remaining site still runs."""
+    import json
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from fedtab.deploy.keys import fingerprint
+
+    pub = [ec.generate_private_key(ec.SECP384R1()).public_key() for _ in site_configs]
+    pem = [k.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo) for k in pub]
+    swapped = {"site-1": fingerprint(pub[1]), "site-2": fingerprint(pub[0]), "site-3": fingerprint(pub[2])}
+    result = flower.run_in_process(site_configs, {"steps": "election", "min-sites": 1,
+                                                  "site-keys": json.dumps(swapped)}, public_keys=pem)
+    assert result["sites"] == ["site-3"]
+    assert result["excluded_nodes"] == {
+        "1000": "claims site 'site-1' but authenticated with the key of site 'site-2'",
+        "1001": "claims site 'site-2' but authenticated with the key of site 'site-1'"}
+
+
+def _pem(openssh_pub: Path) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_ssh_public_key(openssh_pub.read_bytes())
+    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+# ----------------------------------------------------------------------------- loopback deployments
+# (the module's TLS deployment comes last, so that no test runs while it idles)
 def _flower_binaries() -> bool:
     bin_dir = Path(os.sys.executable).parent
     return all((bin_dir / b).exists() or shutil.which(b) for b in ("flower-superlink", "flower-supernode", "flwr"))
@@ -158,6 +225,18 @@ def _run_on_loopback(configs: list[dict], run: dict, workdir: Path, timeout: flo
 
 
 needs_flower_cli = pytest.mark.skipif(not _flower_binaries(), reason="Flower CLI binaries not installed")
+
+
+@pytest.mark.slow
+@needs_flower_cli
+def test_loopback_deployment_runs_imputation(imputation_site_configs, tmp_path):
+    """FedHF-Impute on real SuperNodes, where each message runs in a new ClientApp process."""
+    pytest.importorskip("torch")
+    run = {"steps": "imputation", "impute-rounds": 2,
+           "impute-config": '{"hidden_dim": 8, "n_layers": 1, "n_threads": 1}'}
+    reference = local_reference(imputation_site_configs, run)
+    result = _run_on_loopback(imputation_site_configs, run, tmp_path / "deployment", timeout=600)
+    _assert_same_imputation(result, reference)
 
 
 @pytest.fixture(scope="module")
@@ -236,80 +315,3 @@ def test_tls_auth_deployment_matches_local_engine_and_binds_sites_to_keys(tls_de
     assert list(result["excluded_nodes"]) == [intruder]
     assert "claims site 'site-2'" in result["excluded_nodes"][intruder]
     assert "'site-4'" in result["excluded_nodes"][intruder]
-
-
-@pytest.mark.slow
-@needs_flower_cli
-def test_loopback_deployment_runs_imputation(imputation_site_configs, tmp_path):
-    """FedHF-Impute on real SuperNodes, where each message runs in a new ClientApp process."""
-    pytest.importorskip("torch")
-    run = {"steps": "imputation", "impute-rounds": 2,
-           "impute-config": '{"hidden_dim": 8, "n_layers": 1, "n_threads": 1}'}
-    reference = local_reference(imputation_site_configs, run)
-    result = _run_on_loopback(imputation_site_configs, run, tmp_path / "deployment", timeout=600)
-    _assert_same_imputation(result, reference)
-
-
-def test_config_strings_survive_flowers_key_value_parser():
-    from flwr.common.config import parse_config_args
-
-    from fedtab.engines.flower_deploy import _toml_value
-
-    cfg = {"impute-config": '{"hidden_dim": 8, "n_layers": 1}', "data-path": "/tmp/a b/site.csv",
-           "note": "it's", "rounds": 3, "fd": 0.5, "flag": True}
-    line = " ".join(f"{k}={_toml_value(v)}" for k, v in cfg.items())
-    assert parse_config_args([line]) == cfg
-    with pytest.raises(ValueError, match="cannot carry"):
-        _toml_value("""both ' and " quotes""")
-
-
-def test_auth_site_identity_comes_from_the_key_not_the_declared_name(site_configs, reference, tmp_path, flower):
-    """In process, with the keys a SuperLink with SuperNode auth would report: a member's
-    node declaring another site's name and a node with an unknown key are named in
-    ``excluded_nodes`` and left out; the three genuine sites run as without them."""
-    import json
-
-    from fedtab.deploy.keys import write_consortium_keys
-
-    keys = write_consortium_keys(tmp_path, ["site-1", "site-2", "site-3", "site-4", "outsider"])
-    pem = {s: _pem(keys.site_public[s]) for s in keys.site_public}
-    member_keys = {s: fp for s, fp in keys.fingerprints().items() if s != "outsider"}
-    # the impostors come first, so they answer the site-naming hello before the genuine site-2
-    nodes = [{**site_configs[1], "name": "site-2"}, {**site_configs[0], "name": "site-1"}, *site_configs]
-    node_keys = [pem["site-4"], pem["outsider"], pem["site-1"], pem["site-2"], pem["site-3"]]
-    result = flower.run_in_process(nodes, {**RUN, "min-sites": 3, "site-keys": json.dumps(member_keys)},
-                                   public_keys=node_keys)
-    assert result["identity"] == "key"
-    assert result["sites"] == ["site-1", "site-2", "site-3"]
-    assert result["excluded_nodes"] == {
-        "1000": "claims site 'site-2' but authenticated with the key of site 'site-4'",
-        "1001": f"its key {keys.fingerprints()['outsider']} belongs to no site of this consortium"}
-    _assert_same(result, reference)
-
-
-def test_auth_swapped_keys_are_excluded_never_renamed(site_configs, flower):
-    """Keys swapped between two sites: both nodes are excluded with the reason (never
-    silently taken for the other site) and the remaining site still runs."""
-    import json
-
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    from fedtab.deploy.keys import fingerprint
-
-    pub = [ec.generate_private_key(ec.SECP384R1()).public_key() for _ in site_configs]
-    pem = [k.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo) for k in pub]
-    swapped = {"site-1": fingerprint(pub[1]), "site-2": fingerprint(pub[0]), "site-3": fingerprint(pub[2])}
-    result = flower.run_in_process(site_configs, {"steps": "election", "min-sites": 1,
-                                                  "site-keys": json.dumps(swapped)}, public_keys=pem)
-    assert result["sites"] == ["site-3"]
-    assert result["excluded_nodes"] == {
-        "1000": "claims site 'site-1' but authenticated with the key of site 'site-2'",
-        "1001": "claims site 'site-2' but authenticated with the key of site 'site-1'"}
-
-
-def _pem(openssh_pub: Path) -> bytes:
-    from cryptography.hazmat.primitives import serialization
-
-    key = serialization.load_ssh_public_key(openssh_pub.read_bytes())
-    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
