@@ -1,10 +1,19 @@
 """Shared fixtures, and the ``requires`` marker (shared plain builders: ``tests/builders.py``)."""
 
-import numpy as np
-import pytest
+import os
 
-from fedtab.data import classification_table, split_rows
-from tests.builders import write_csvs
+# One thread per OpenMP/BLAS pool, here and in every process the tests start (engines' site
+# processes, benchmarks), set before numpy/scikit-learn/torch load them: the tables are tiny, and
+# two OpenMP threads on a 2-core machine that other jobs also load spin at every barrier (the
+# HistGradientBoosting Markov-blanket test: 0.2 s with one thread, 7 s to 65 s with two under load).
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from fedtab.data import classification_table, split_rows  # noqa: E402
+from tests.builders import write_csvs  # noqa: E402
 
 
 @pytest.fixture
