@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-pytest.importorskip("nvflare")
+pytestmark = pytest.mark.requires("nvflare")
 
 
 @pytest.mark.slow

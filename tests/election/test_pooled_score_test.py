@@ -14,6 +14,7 @@ from fedtab.federation import (FederationError, Message, SiteError, SiteRefused,
                                run_training)
 from fedtab.federation.site import Site
 from fedtab.privacy import DisclosurePolicy
+from tests.builders import write_classification_sites
 
 
 def _conditional_table(n=1500, noise=8, seed=0):
@@ -281,13 +282,13 @@ def _score_workflow(federation, run_config):
     return {"selected": out.selected, "p": out.p.tolist(), "stopped": out.stopped}
 
 
-def test_flower_apps_in_fresh_processes_match_the_local_engine(tmp_path, classification_sites):
+def test_flower_apps_in_fresh_processes_match_the_local_engine(tmp_path):
     """Every message in a fresh ClientApp process: the setup survives in Flower's Context.state."""
     pytest.importorskip("flwr")
     from fedtab.engines import flower
     from fedtab.engines.site_config import build_site
 
-    configs = classification_sites(tmp_path, 600, 12, 4, 0, table_seed=4, split_seed=0)
+    configs = write_classification_sites(tmp_path, 600, 12, 4, 0, table_seed=4, split_seed=0)
     local = _score_workflow(LocalFederation([build_site(c) for c in configs]), {})
     result = flower.run_in_process(configs, {}, app=flower.make_server_app(_score_workflow), fresh_processes=True)
     assert result["selected"] == local["selected"] and len(local["selected"]) >= 2

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedtab.data import classification_table, split_rows
+from fedtab.data import classification_table
 from fedtab.engines import LocalFederation
 from fedtab.engines.pipeline import run_pipeline
 from fedtab.engines.site_config import build_lazy_site, build_site
@@ -29,6 +29,7 @@ from fedtab.federation import register_all
 from fedtab.federation.lazy_site import LazySite
 from fedtab.federation.messages import Message
 from fedtab.federation.site import HANDLER_HOMES, HANDLERS, TABLE_STEPS, Site
+from tests.builders import write_classification_sites
 
 RUN = {"steps": "election,training", "freedom-degree": 0.5, "rounds": 3, "local-epochs": 2}
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -58,12 +59,7 @@ REPLAY = textwrap.dedent("""
 def recorded(tmp_path_factory) -> tuple[Path, list[str], list[Message]]:
     """The requests one site received in an in-process run, and its replies."""
     root = tmp_path_factory.mktemp("lean")
-    table = classification_table(600, 20, 5, 3, seed=5)
-    configs = []
-    for i, part in enumerate(split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=1)):
-        path = root / f"site{i + 1}.csv"
-        part.to_csv(path, index=False)
-        configs.append({"name": f"site-{i + 1}", "data-path": str(path), "target": "target", "selector": "lasso"})
+    configs = write_classification_sites(root, 600, 20, 5, 3, table_seed=5, split_seed=1)
     sites = [build_site(c) for c in configs]
     calls: list[tuple[Message, Message]] = []
     answer = sites[0].handle

@@ -8,11 +8,12 @@ from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, brier_score_loss, confusion_matrix, roc_auc_score
 
 from fedtab import LocalFederation, Site, run_training
-from fedtab.data import classification_table, split_rows
+from fedtab.data import classification_table
 from fedtab.federation import HANDLERS, FederationError, Message, run_baselines
 from fedtab.learn import make_model
 from fedtab.privacy import DisclosurePolicy
 from fedtab.learn.metrics import brier_sum, evaluation_scores, ranking_scores, score_histogram
+from tests.builders import classification_parts, federation
 
 
 @settings(max_examples=60, deadline=None)
@@ -47,10 +48,9 @@ def test_histograms_pool_exactly_and_one_class_gives_none():
 
 
 def _make_fed(n_classes=2, seed=0, n=600, policy=None):
-    table = classification_table(n, 12, 4, 2, 0, n_classes=n_classes, seed=seed, class_sep=0.8)
-    parts = split_rows(table, [0.6, 0.3, 0.1], stratify="target", seed=seed)
+    table, parts = classification_parts(n, 12, 4, 2, [0.6, 0.3, 0.1], seed=seed, n_classes=n_classes, class_sep=0.8)
     parts[1] = parts[1].drop(columns=["f0"]) if "f0" in parts[1] else parts[1].drop(columns=[parts[1].columns[0]])
-    fed = LocalFederation([Site(f"s{i}", p, "target", policy=policy) for i, p in enumerate(parts)])
+    fed = federation(parts, policy=policy)
     return fed, [c for c in table.columns if c != "target"]
 
 

@@ -5,15 +5,14 @@ import pytest
 
 from fedtab import LocalFederation, Site
 from fedtab.privacy import DisclosurePolicy
-from fedtab.data import classification_table, split_rows
+from fedtab.data import classification_table
 from fedtab.federation import FederationError, run_training, tune_flow
 from fedtab.federation.tuning_flow import gather_fit_ballots, split_validation
+from tests.builders import classification_parts, federation
 
 
 def _fed(seed=0, n=900):
-    table = classification_table(n, 30, 5, 3, 0, seed=seed, class_sep=1.5)
-    parts = split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=seed)
-    return LocalFederation([Site(f"s{i}", p, "target", seed=i) for i, p in enumerate(parts)])
+    return federation(classification_parts(n, 30, 5, 3, seed=seed, class_sep=1.5)[1], seed=range(3))
 
 
 OPTS = dict(rounds=3, local_epochs=3, grid=(0.0, 0.25, 0.5, 0.75, 1.0), refine_step=0.0)

@@ -9,14 +9,13 @@ import pytest
 from fedtab.federation.protocol import set_options
 
 from fedtab.privacy import DisclosurePolicy
+from fedtab.engines.local import LocalFederation
+from fedtab.federation import Message, Site, run_election, run_training
+from fedtab.privacy.accountant import PrivacyLedger, calibrate, epsilon_of
+from fedtab.privacy.dp import clip_update, noise_rng, parse_dp
+from tests.builders import classification_parts
 
-pytest.importorskip("dp_accounting")
-
-from fedtab.data import classification_table, split_rows  # noqa: E402
-from fedtab.engines.local import LocalFederation  # noqa: E402
-from fedtab.federation import Message, Site, run_election, run_training  # noqa: E402
-from fedtab.privacy.accountant import PrivacyLedger, calibrate, epsilon_of  # noqa: E402
-from fedtab.privacy.dp import clip_update, noise_rng, parse_dp  # noqa: E402
+pytestmark = pytest.mark.requires("dp_accounting")  # imported when a test runs, not at collection
 
 
 def test_calibration_spends_the_target_and_composition_is_sublinear():
@@ -43,8 +42,7 @@ def test_dp_settings_are_validated():
 
 @pytest.fixture(scope="module")
 def parts():
-    table = classification_table(900, 12, 4, 2, 0, shuffle=False, seed=0)
-    return split_rows(table, (0.5, 0.3, 0.2), stratify="target", seed=0)
+    return classification_parts(900, 12, 4, 2, shuffle=False)[1]
 
 
 def test_site_adds_calibrated_noise_to_clipped_values(parts):

@@ -114,9 +114,14 @@ def test_category_sets_refused_for_numeric_columns_and_rare_categories_merged():
     assert reply.meta["categories"] == {"color": ["blue", "red", OTHER_CATEGORY]}  # 'mauve' (3 rows) merged
     cats = federated_one_hot(fed, ["color"])
     assert cats == {"color": [OTHER_CATEGORY, "blue", "green", "red"]}
-    a = fed.site("a").table  # its (other) bucket holds 3 rows, fewer than min_rows: encoded as missing
-    assert a[f"color={OTHER_CATEGORY}"].sum() == 0 and "color=mauve" not in a.columns
-    assert a[["color=blue", "color=red"]].sum().tolist() == [27, 30]
+    a = fed.site("a").table
+    # a's (other) bucket holds only the 3 'mauve' rows (< min_rows): an indicator with 3 ones would
+    # single them out, so they are encoded as missing (all indicators 0); every other row has one 1
+    indicators = a[[f"color={c}" for c in cats["color"]]]
+    assert "color=mauve" not in a.columns and a[f"color={OTHER_CATEGORY}"].sum() == 0
+    assert (indicators.sum(axis=1) == 0).sum() == 3 and indicators.sum().sum() == 57
+    b = fed.site("b").table  # b holds no rare value: its (other) column is all zero, green keeps its own
+    assert b["color=green"].sum() == 10 and b[f"color={OTHER_CATEGORY}"].sum() == 0
 
 
 def test_gnb_statistics_suppress_small_classes():

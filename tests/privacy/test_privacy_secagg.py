@@ -262,9 +262,17 @@ def test_secure_imputation_equals_the_plain_run():
     assert np.allclose(b.mean, a.mean, rtol=1e-6) and np.allclose(b.std, a.std, rtol=1e-6)
     assert np.nanmax(np.abs(b.pooled.corr - a.pooled.corr)) < 1e-6
     assert np.array_equal(b.pooled.pair_count, a.pooled.pair_count)
-    for k in a.weights:  # float32 weights: rounding of the float32 cast dominates
-        assert np.max(np.abs(b.weights[k] - a.weights[k])) <= 1e-6 * max(np.max(np.abs(a.weights[k])), 1e-3)
-    assert abs(b.validation["overall"] - a.validation["overall"]) < 1e-6 * a.validation["overall"]
+    # float32 weights: round 1's averages differ by the float32 cast (<= 1 ulp; the fixed-point error,
+    # 2**-25 per site / the row count, is far smaller) and round 2's training mixes that error over the
+    # whole network, so it scales with the model's largest weight, not each tensor's (a bias of 7e-3 moved
+    # 8e-9). Measured <= 0.5 eps32 * that scale across CPU kernels; one site with 5 rows fewer moves the
+    # weights by 1e-2 of it.
+    eps32 = float(np.finfo(np.float32).eps)
+    scale = eps32 * max(np.max(np.abs(w)) for w in a.weights.values())
+    for k in a.weights:
+        assert np.max(np.abs(b.weights[k] - a.weights[k])) <= 16 * scale, k
+    # the RMSE of float32 predictions: measured 8e-9 relative; 8 eps32 (~1e-6)
+    assert abs(b.validation["overall"] - a.validation["overall"]) < 8 * eps32 * a.validation["overall"]
     assert b.validation["per_site"] == {}
 
 
