@@ -25,7 +25,7 @@ from fedtab.federation import FederationError, Site, gather_ballots, run_electio
 from fedtab.federation.training_flow import label_key, site_matrix
 from fedtab.learn.metrics import confusion, scores_from_confusion
 from fedtab.learn.models import make_model
-from fedtab.testing import GARBAGE, POISON, HostileSite
+from fedtab.testing import GARBAGE, MALFORMED_CLASS_MOMENTS, POISON, HostileSite
 
 HONEST = [f"honest-{i}" for i in range(1, 5)]
 HOSTILE = "mallory"
@@ -209,3 +209,141 @@ def test_poison_hurts_without_robust(step: str, training_baseline, honest_ballot
         return
     honest, reported = _train(_training_sites(step, "rows_reversed"), False, honest_ballots)
     assert abs(honest - training_baseline[0]) > F1_TOL or abs(reported - training_baseline[1]) > F1_TOL
+
+
+# ----------------------------------------------------------------------------- overflowing sums, malformed moments
+# (issue 20 item 7). Sums of 1e250 (``overflow``): their squares overflow float64, which once turned a
+# moments check into ``inf - inf`` that passed. Now the forger is rejected by name; under a quorum it is
+# dropped, every honest site stays, and the result equals the run without it.
+QUORUM = 3
+
+
+def _honest_sites() -> list[Site]:
+    return [s for s in _training_sites() if s.name != HOSTILE]
+
+
+def _only_mallory_dropped(fed: LocalFederation) -> None:
+    assert set(fed.dropped) == {HOSTILE}, fed.dropped
+    assert "honest-" not in fed.dropped[HOSTILE]
+    assert all(set(p["sites"]) >= set(HONEST) for p in fed.participation), fed.participation
+
+
+def _close(a, b) -> None:
+    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), rtol=1e-9, atol=1e-12)
+
+
+def _training_run(sites: list[Site], min_sites: int | None = None):
+    fed = LocalFederation(sites)
+    return fed, run_training(fed, rounds=2, local_epochs=3, min_sites=min_sites)
+
+
+def _score_run(sites: list[Site], min_sites: int | None = None):
+    from fedtab.federation.score_test_flow import run_pooled_score_test
+
+    fed = LocalFederation(sites)
+    return fed, run_pooled_score_test(fed, 0.05, max_steps=3, min_sites=min_sites)
+
+
+def _anova_run(sites: list[Site], min_sites: int | None = None):
+    from fedtab.federation import run_pooled_anova
+
+    fed = LocalFederation(sites)
+    return fed, run_pooled_anova(fed, 0.05, min_sites=min_sites)
+
+
+def _impute_run(step: str | None, attack: str | None, min_sites: int | None = None, honest_only: bool = False):
+    from fedtab.federation.impute_flow import ImputeConfig, run_imputation
+
+    tables, _ = _impute_data()
+    sites = [HostileSite(n, t, step=step, attack=attack, test_size=0.2) if n == HOSTILE and step is not None
+             else Site(n, t, test_size=0.2) for n, t in tables.items() if not (honest_only and n == HOSTILE)]
+    fed = LocalFederation(sites)
+    cfg = ImputeConfig(**{k: v for k, v in _IMPUTE.items()})
+    return fed, run_imputation(fed, cfg, min_sites=min_sites)
+
+
+def _same_training(a, b) -> None:
+    for k in a.params:
+        _close(a.params[k], b.params[k])
+    _close(a.mean, b.mean)
+    _close(a.std, b.std)
+    assert a.pooled == b.pooled
+
+
+def _same_score_test(a, b) -> None:
+    assert a.selected == b.selected
+    _close(a.z, b.z)
+    _close(a.coef, b.coef)
+    _close(a.mean, b.mean)
+
+
+def _same_anova(a, b) -> None:
+    assert a.feature_names == b.feature_names and a.classes == b.classes and a.n_rows == b.n_rows
+    _close(a.f, b.f)
+    assert a.mask.tolist() == b.mask.tolist()
+
+
+def _same_imputation(a, b) -> None:
+    assert a.columns == b.columns
+    _close(a.mean, b.mean)
+    _close(a.std, b.std)
+    for k in a.weights:
+        np.testing.assert_allclose(a.weights[k], b.weights[k], rtol=1e-5, atol=1e-7)
+
+
+#: (workflow, attacked step) -> the run, and how the result is compared with the run without the forger
+OVERFLOW_CASES = {
+    ("training", "describe"): (_training_run, _same_training),
+    ("score_test", "describe"): (_score_run, _same_score_test),
+    ("score_test", "score_sums"): (_score_run, _same_score_test),
+    ("anova", "class_moments"): (_anova_run, _same_anova),
+}
+
+
+@pytest.mark.parametrize(("workflow", "step"), [*OVERFLOW_CASES, ("imputation", "impute_stats")],
+                         ids=lambda v: str(v))
+def test_overflowing_sums_are_rejected_by_name(workflow: str, step: str) -> None:
+    with pytest.raises(FederationError) as info:
+        if workflow == "imputation":
+            pytest.importorskip("torch")
+            _impute_run(step, "overflow")
+        else:
+            OVERFLOW_CASES[workflow, step][0](_training_sites(step, "overflow"))
+    _rejected(info.value)
+
+
+@pytest.mark.parametrize(("workflow", "step"), list(OVERFLOW_CASES), ids=lambda v: str(v))
+def test_overflowing_sums_drop_the_forger_under_a_quorum(workflow: str, step: str) -> None:
+    run, same = OVERFLOW_CASES[workflow, step]
+    fed, out = run(_training_sites(step, "overflow"), QUORUM)
+    _only_mallory_dropped(fed)
+    if step == "score_sums":  # its description came first and is in both runs: compare with a reply rejected outright
+        _, ref = run(_training_sites(step, "nan"), QUORUM)
+    else:
+        _, ref = run(_honest_sites())
+    same(out, ref)
+
+
+def test_overflowing_imputation_sums_drop_the_forger_under_a_quorum() -> None:
+    pytest.importorskip("torch")
+    fed, out = _impute_run("impute_stats", "overflow", QUORUM)
+    _only_mallory_dropped(fed)
+    _, ref = _impute_run(None, None, honest_only=True)
+    _same_imputation(out, ref)
+
+
+def test_overflowing_sums_leave_the_score_test_to_the_honest_sites() -> None:
+    """The issue's case: forged 1e250 moments once made every *honest* score reply look bad."""
+    fed, out = _score_run(_training_sites("describe", "overflow"), QUORUM)
+    assert out.participation[-1]["sites"] == HONEST and len(out.selected) > 0
+
+
+@pytest.mark.parametrize("attack", MALFORMED_CLASS_MOMENTS)
+def test_malformed_class_moments_are_rejected_by_name(attack: str) -> None:
+    with pytest.raises(FederationError) as info:
+        _anova_run(_training_sites("class_moments", attack))
+    _rejected(info.value)
+    assert "invalid class moments" in str(info.value)
+    fed, out = _anova_run(_training_sites("class_moments", attack), QUORUM)
+    _only_mallory_dropped(fed)
+    _same_anova(out, _anova_run(_honest_sites())[1])

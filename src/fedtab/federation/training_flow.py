@@ -63,7 +63,7 @@ from .messages import Message
 from .protocol import Federation, FederationError, collect, exchange, set_quorum
 from .schema import sort_labels
 from .reduce import DEFAULT_MAX_SITE_SHARE, cap_weights, check_max_site_share, moment_summaries, robust_params, \
-    screen_sites, site_median
+    screen_sites, site_median, usable_counts
 from .site import Site, handler
 
 if TYPE_CHECKING:  # pandas only where a table is read: a step answered from cached arrays
@@ -625,7 +625,7 @@ def _robust_moments(moments: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarr
     left_out = screen_sites({n: v[0] for n, v in summary.items()}, {n: v[1] for n, v in summary.items()},
                             columns=feats, what="describe")
     kept = [n for n in moments if n not in left_out]
-    counts = np.stack([moments[n][0] for n in kept])
+    counts = np.stack([usable_counts(moments[n][0]) for n in kept])  # noisy (DP) counts below 1: none
     w = cap_weights(counts, max_site_share)
     m = np.nan_to_num(np.stack([summary[n][0] for n in kept]))
     sd = np.nan_to_num(np.stack([summary[n][1] for n in kept]))
@@ -644,7 +644,7 @@ def _robust_exact(fm: FederatedModel, updates: list[tuple[Params, int]], names: 
                                      np.ravel(p["sumsq"]))
     left_out = screen_sites({n: v[0] for n, v in per.items()}, {n: v[1] for n, v in per.items()}, what="fit")
     kept = [(p, n) for name, (p, n) in zip(names, updates) if name not in left_out]
-    rows = np.array([float(np.asarray(p["count"]).sum()) for p, _ in kept])
+    rows = np.array([float(usable_counts(p["count"]).sum()) for p, _ in kept])
     share = cap_weights(rows, max_site_share)
     scale = share * rows.sum() / np.maximum(rows, 1e-300)
     scaled = [({k: np.asarray(v, dtype=np.float64) * f for k, v in p.items()}, n) for (p, n), f in zip(kept, scale)]

@@ -12,15 +12,26 @@ Steps (:data:`STEPS`, each a set of message kinds): ``ballot`` (election ballots
 ``describe`` (feature moments for standardisation), ``fit`` (FedAvg updates),
 ``evaluate`` (confusion matrices), ``impute_stats`` (imputation schema counts/sums and
 sufficient statistics), ``impute_fit`` (GNN weights; the training rows it claims are
-sent in ``impute_setup``); ``training`` and ``imputation`` attack every step of that workflow.
+sent in ``impute_setup``), ``score_sums`` (the pooled score test's sums),
+``class_moments`` (the pooled ANOVA's per-class moments); ``training`` and
+``imputation`` attack every step of that workflow.
 
 Attacks: *garbage* (:data:`GARBAGE`) — ``scaled`` (float arrays ×10⁶), ``negated``,
 ``nan`` (every number NaN), ``deep_meta`` (a meta value nested 5,000 deep),
 ``huge_shape`` (every array stretched to ~10⁶ entries), ``huge_count`` (every integer
-in the meta becomes 10⁴⁰⁰); *poison* (:data:`POISON`, consistent-looking) — ``rows``
-(claims 10⁶× its rows, every count and sum scaled alike), ``reversed`` (scores and
-masks inverted, parameters negated, a perfect confusion matrix, correlations of every
-other column mirrored), ``rows_reversed`` (both).
+in the meta becomes 10⁴⁰⁰), ``overflow`` (every float array of sums, not counts,
+rescaled so its largest entry is 10²⁵⁰: sums whose squares overflow float64); *poison* (:data:`POISON`,
+consistent-looking) — ``rows`` (claims 10⁶× its rows, every count and sum scaled
+alike), ``reversed`` (scores and masks inverted, parameters negated, a perfect
+confusion matrix, correlations of every other column mirrored), ``rows_reversed``
+(both); *malformed class moments* (:data:`MALFORMED_CLASS_MOMENTS`, the pooled ANOVA's
+reply only) — fractional or negative counts, counts beyond their class's rows, class
+rows that do not sum to the declared rows, an undeclared class or feature, mis-shaped
+arrays, a negative sum of squares, sums its counts cannot produce.
+
+Careless users' files (:func:`hostile_model_files`, :func:`hostile_job_files`): a valid
+``model.fedtab`` rewritten into corrupted, nested, oversized variants, and job files that
+write outside their folder or nest too deep; each must give a one-line error.
 """
 
 from __future__ import annotations
@@ -36,7 +47,8 @@ from ..federation.messages import Message
 from ..federation.schema import DECLARED
 from ..federation.site import Site
 
-__all__ = ["ATTACKS", "GARBAGE", "POISON", "STEPS", "HostileSite", "corrupt"]
+__all__ = ["ATTACKS", "GARBAGE", "MALFORMED_CLASS_MOMENTS", "OVERFLOW", "POISON", "STEPS", "HostileSite",
+           "corrupt", "hostile_job_files", "hostile_model_files"]
 
 STEPS: dict[str, frozenset[str]] = {
     "ballot": frozenset({"ballot"}),
@@ -45,14 +57,23 @@ STEPS: dict[str, frozenset[str]] = {
     "evaluate": frozenset({"evaluate"}),
     "impute_stats": frozenset({"impute_schema", "impute_stats"}),
     "impute_fit": frozenset({"impute_fit", "impute_setup"}),
+    "score_sums": frozenset({"score_sums"}),
+    "class_moments": frozenset({"class_moments"}),
 }
 #: every step of a workflow at once (what a real attacker would do; used by the benchmark).
 STEPS["training"] = STEPS["ballot"] | STEPS["describe"] | STEPS["fit"] | STEPS["evaluate"]
 STEPS["imputation"] = STEPS["impute_stats"] | STEPS["impute_fit"]
-GARBAGE = ("scaled", "negated", "nan", "deep_meta", "huge_shape", "huge_count")
+GARBAGE = ("scaled", "negated", "nan", "deep_meta", "huge_shape", "huge_count", "overflow")
 POISON = ("rows", "reversed", "rows_reversed")
-ATTACKS = GARBAGE + POISON
+MALFORMED_CLASS_MOMENTS = ("fractional_counts", "negative_counts", "counts_beyond_class_rows", "class_rows_mismatch",
+                           "undeclared_class", "undeclared_feature", "wrong_shape", "negative_sumsq",
+                           "impossible_moments")
+ATTACKS = GARBAGE + POISON + MALFORMED_CLASS_MOMENTS
+#: the largest entry of every float array under the ``overflow`` attack (its square overflows float64)
+OVERFLOW = 1e250
 
+#: arrays that count rows (kept by the ``overflow`` attack, which forges sums)
+_COUNTS = frozenset({"count", "pair_count", "n_class", "confusion", "score_hist", "val_count", "param:count"})
 #: how many times the rows a poisoning site claims.
 ROWS_FACTOR = 10**6
 _DEPTH = 5000
@@ -64,10 +85,12 @@ _ROW_CLAIMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "describe": (("count", "sum", "sumsq"), ("n_train", "n_test")),
     "fit": (("param:count", "param:sum", "param:sumsq"), ("n_samples",)),
     "evaluate": (("confusion", "score_hist", "brier_sum"), ("n",)),
-    "impute_schema": (("count", "sum"), ("n_train", "n_valid")),
+    "impute_schema": (("count", "sum", "sumsq"), ("n_train", "n_valid")),
     "impute_stats": (("count", "sum", "sumsq", "pair_count", "pair_sx", "pair_sxx", "pair_sxy"), ()),
     "impute_setup": ((), ("n_train", "n_valid")),
     "impute_fit": ((), ("n_train",)),
+    "class_moments": (("count", "sum", "sumsq", "n_class"), ("n",)),
+    "score_sums": (("grad", "hess", "loglik", "score", "info_diag", "info_cross"), ("n",)),
 }
 
 
@@ -123,6 +146,40 @@ def _huge(v: np.ndarray) -> np.ndarray:
     return np.resize(v, (first, *v.shape[1:]) if v.ndim else (first,))
 
 
+def _overflow(v: np.ndarray) -> np.ndarray:
+    """``v`` as float64 rescaled so its largest ``|entry|`` is :data:`OVERFLOW` (all-zero arrays kept)."""
+    peak = float(np.max(np.abs(v))) if v.size else 0.0
+    return v.astype(np.float64) * (OVERFLOW / peak) if peak > 0 and np.isfinite(peak) else v
+
+
+def _malformed(msg: Message, attack: str) -> Message:
+    """A ``"class_moments"`` reply broken in one way (see :data:`MALFORMED_CLASS_MOMENTS`)."""
+    a = {k: np.array(v, dtype=np.float64 if k in ("sum", "sumsq") else v.dtype) for k, v in msg.arrays.items()}
+    meta = dict(msg.meta)
+    count = a["count"].astype(np.float64)
+    if attack == "fractional_counts":
+        count[0, 0] += 0.5
+        a["count"] = count
+    elif attack == "negative_counts":
+        count[0, 0] = -1.0
+        a["count"] = count
+    elif attack == "counts_beyond_class_rows":
+        a["count"] = count + 1  # one more observed value than the class has rows
+    elif attack == "class_rows_mismatch":
+        a["n_class"] = a["n_class"] + 1
+    elif attack == "undeclared_class":
+        meta["classes"] = [*meta["classes"][:-1], "never-declared"]
+    elif attack == "undeclared_feature":
+        meta["feature_names"] = [*meta["feature_names"][:-1], "never-declared"]
+    elif attack == "wrong_shape":
+        a["sum"] = a["sum"][:, :-1]
+    elif attack == "negative_sumsq":
+        a["sumsq"][0, 0] = -1.0
+    elif attack == "impossible_moments":  # a sum no values its count and sum of squares allow could give
+        a["sum"][0, 0] = 10.0 * (np.sqrt(a["count"][0, 0] * a["sumsq"][0, 0]) + 1.0)
+    return Message(msg.kind, a, meta)
+
+
 def corrupt(reply: Message, attack: str) -> Message:
     """``reply`` rewritten by ``attack`` (one of :data:`ATTACKS`).
 
@@ -144,6 +201,11 @@ def corrupt(reply: Message, attack: str) -> Message:
     if attack == "huge_count":
         return Message(kind, reply.arrays, {k: (10**400 if isinstance(v, int) and not isinstance(v, bool) else v)
                                             for k, v in reply.meta.items()})
+    if attack == "overflow":  # the sums, not the counts (a count of 1e250 is refused for its own sake)
+        return Message(kind, {k: (_overflow(v) if v.dtype.kind == "f" and k not in _COUNTS else v)
+                              for k, v in reply.arrays.items()}, reply.meta)
+    if attack in MALFORMED_CLASS_MOMENTS:
+        return _malformed(reply, attack) if kind == "class_moments" else reply
     if attack == "rows":
         return _scale_claims(kind, reply)
     if attack == "reversed":
