@@ -133,3 +133,26 @@ def test_dp_imputation_survives_counts_the_noise_took_below_one(seeded_noise):
                                                dp={"epsilon": 0.5, "bounds": [-5, 5]}))
         assert _Recording.smallest < 1  # some site's noisy count fell below one row
         assert np.isfinite(res.mean).all() and np.all(np.abs(res.mean) <= 5)
+
+
+def test_noisy_descriptions_are_validated_and_a_forger_is_named(seeded_noise):
+    from fedtab.federation import FederationError, Message
+
+    class Forger(Site):
+        def handle(self, request):
+            reply = super().handle(request)
+            if reply.kind == "describe" and not reply.is_error:
+                reply = Message("describe", {**reply.arrays, "sum": np.full_like(reply.arrays["sum"], 1e300)},
+                                reply.meta)
+            return reply
+
+    table = classification_table(400, 8, 4, 2, seed=0)
+    parts = split_rows(table, [0.2] * 5, stratify="target", seed=0)
+    sites = [Site(f"h{i}", p, "target") for i, p in enumerate(parts[:4])] + [Forger("mallory", parts[4], "target")]
+    dp = {"epsilon": 1.0, "delta": 1e-5, "bounds": [-10, 10]}
+    with pytest.raises(FederationError, match="site 'mallory': noisy feature sums are beyond the range") as info:
+        run_training(LocalFederation(sites), rounds=1, dp=dp)
+    assert "'h" not in str(info.value)
+    fed = LocalFederation(sites)
+    run_training(fed, rounds=1, dp=dp, min_sites=3)
+    assert list(fed.dropped) == ["mallory"]

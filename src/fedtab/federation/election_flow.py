@@ -431,9 +431,9 @@ def broadcast_mask(federation: Federation, features: list[str], *, describe: str
         return secure_describe(secure, {s: Message("set_mask", meta=meta) for s in secure.peers}, "set_mask",
                                unpack=_described_from)
     out: dict[str, Message] = {}
-    # noisy (DP) moments are not integer counts: only their shapes are checked, by the reduction
-    check_described = (describe_checker(federation, list(features), str(describe))
-                       if describe is not None and dp_meta is None else None)
+    # noisy (DP) moments are not integer counts: only their names, shapes and magnitude are checked
+    check_described = (describe_checker(federation, list(features), str(describe), noisy=dp_meta is not None)
+                       if describe is not None else None)
 
     def check(site: str, reply: Message) -> None:
         validate.integer(reply.meta.get("kept"), "kept", equal=len(features))

@@ -390,9 +390,12 @@ def _evaluate(site: Site, request: Message) -> Message:
     return Message("evaluate", sums, {"n": int(len(y))})
 
 
-def describe_checker(federation: Federation, features: list[str] | None, part: str,
+def describe_checker(federation: Federation, features: list[str] | None, part: str, noisy: bool = False,
                      ) -> Callable[[str, Message], None]:
-    """Validator of ``"describe"`` replies over ``features`` (``None``: the site's choice) on ``part``."""
+    """Validator of ``"describe"`` replies over ``features`` (``None``: the site's choice) on ``part``.
+
+    With ``noisy`` (DP releases: counts are not integers, moments need not be consistent)
+    only the names, rows, shapes, finiteness and the magnitude of the sums are checked."""
 
     expected = None if features is None else list(features)
     checked_for: list[Any] = []  # the schema the expected list was validated against (once, not per site)
@@ -411,6 +414,10 @@ def describe_checker(federation: Federation, features: list[str] | None, part: s
         n = validate.integer(reply.meta.get("n_train"), f"{part} rows", equal=schema.rows(site, part))
         validate.integer(reply.meta.get("n_test"), "test rows", equal=schema.rows(site, "test"))
         count, total, sumsq = (validate.array(reply, k, (d,)) for k in ("count", "sum", "sumsq"))
+        if noisy:
+            for k, a in (("counts", count), ("sums", total), ("sums of squares", sumsq)):
+                validate.bounded(a, f"noisy feature {k}")
+            return
         validate.counts(count, n, "feature counts")
         held = schema.column_set(site)
         if not held.issuperset(feats) and [f for f, c in zip(feats, count) if c > 0 and f not in held]:
@@ -845,12 +852,9 @@ def run_training(
         if secure is not None:
             described = secure_describe(secure, {s: Message("describe", meta=meta) for s in secure.peers},
                                         on_error=on_error or "raise")
-        elif dp_meta is not None:  # noisy moments: not integer counts, so no exact-count validation
-            described = collect(federation.broadcast(Message("describe", meta=meta)), "describe", on_error or "raise")
-        else:
-            described = exchange(federation, Message("describe", meta=meta),
-                                 lambda site, reply: describe_checker(federation, features, train_part)(site, reply),
-                                 on_error=on_error)
+        else:  # noisy (DP) moments are not integer counts: only their names, shapes and magnitude are checked
+            check = describe_checker(federation, features, train_part, noisy=dp_meta is not None)
+            described = exchange(federation, Message("describe", meta=meta), check, on_error=on_error)
     else:
         if not described:
             raise ValueError("described holds no site replies")
