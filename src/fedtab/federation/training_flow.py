@@ -52,10 +52,11 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 import numpy as np
 
 from ..learn.metrics import SCORE_BINS, brier_sum, confusion, evaluation_scores, score_histogram
-from ..learn.models import FederatedModel, LogisticRegressionModel, Params, make_model
+from ..learn.models import FederatedModel, LogisticRegressionModel, Params, make_model, model_cost
 from ..privacy.accountant import PrivacyLedger
 from ..privacy.dp import (DP_GD_LR, DP_GD_NOISE_SCALE, DP_GD_STEPS_PER_EPOCH, DP_META, add_noise, clip_update, clip_values,
                           column_bounds, dp_logistic_update, dp_request, noise_rng, parse_dp, release_moments)
+from ..privacy.policy import DisclosurePolicy
 from ..privacy.secagg import MOMENT_BITS, SecureAggregator
 from . import validate
 from .local_data import numeric_matrix
@@ -898,6 +899,10 @@ def run_training(
     setup_meta = {"features": feats, "classes": class_list, "model": spec, "part": train_part}
     setup_arrays = {_SETUP + "mean": mean, _SETUP + "std": std}
 
+    size = model_cost(fm, len(feats), len(class_list)).size  # before the server allocates it
+    if not size <= DisclosurePolicy().max_size:
+        raise ValueError(f"model {fm.name!r} would hold ~{size:.1e} parameters, more than a site accepts by default "
+                         f"(max_size={DisclosurePolicy().max_size:g})")
     params = fm.init(len(feats), len(class_list), seed)
     template = fm.update_template(len(feats), len(class_list))
     exact_check = exact_statistics_checker(len(class_list), len(feats)) if fm.exact else None

@@ -24,7 +24,11 @@ Rules (the numbers are the defaults):
   requests of the score test) per setup, ``max_local_epochs``,
   ``max_evaluations`` evaluations per site session (a binary-search probe of the
   test rows needs hundreds), ``max_param`` for any numeric parameter of a
-  server-chosen selector.
+  server-chosen selector or model (numbers nested in lists and dicts too; lists hold at
+  most :data:`MAX_LIST_PARAM` entries), and ``max_work`` / ``max_size`` for the compute a
+  server-chosen selector or model needs on the site's rows, estimated before anything runs
+  (:func:`fedtab.election.selectors.selector_cost`, :func:`fedtab.learn.models.model_cost`);
+  a refusal names the parameter at fault.
 """
 
 from __future__ import annotations
@@ -41,8 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..federation.messages import Message
     from ..federation.site import Site
 
-__all__ = ["DisclosurePolicy", "OTHER_CATEGORY", "PARTS", "is_categorical", "merged_categories", "suppress_small",
-           "policy_from_config"]
+__all__ = ["DisclosurePolicy", "MAX_LIST_PARAM", "OTHER_CATEGORY", "PARTS", "is_categorical", "merged_categories",
+           "suppress_small", "policy_from_config"]
 
 #: the merged category every rare category of a column is reported (and encoded) as.
 OTHER_CATEGORY = "(other)"
@@ -50,6 +54,9 @@ OTHER_CATEGORY = "(other)"
 #: the row parts a request may name: the site's own split (and the fit/validation split
 #: of its training rows that the site draws itself).
 PARTS = ("train", "test", "fit", "validation")
+
+#: most entries of a list-valued parameter of a server-chosen selector or model (hidden layer sizes, ...)
+MAX_LIST_PARAM = 64
 
 
 @dataclass(frozen=True)
@@ -62,8 +69,14 @@ class DisclosurePolicy:
         max_rounds: most ``fit``/``impute_fit`` requests answered per setup.
         max_local_epochs: most local epochs a request may ask for.
         max_evaluations: most ``evaluate``/``impute_eval`` requests answered in total.
-        max_param: bound on every numeric parameter of a server-chosen selector.
+        max_param: bound on every numeric parameter of a server-chosen selector or model,
+            numbers inside list- and dict-valued parameters included.
         allow_server_selector: whether the server may choose the selector at all.
+        max_work: most work (≈ arithmetic operations, :class:`fedtab.learn.models.Cost`) a
+            server-chosen selector or model may need on the site's rows; the default (1e13,
+            hours of one core) is far above every shipped benchmark.
+        max_size: most numbers such a selector or model may hold at once (parameters, tree
+            nodes); the default 1e9 is 8 GB of float64.
 
     Raises:
         ValueError: a negative or non-integer limit.
@@ -75,14 +88,17 @@ class DisclosurePolicy:
     max_evaluations: int = 500
     max_param: float = 10_000.0
     allow_server_selector: bool = True
+    max_work: float = 1e13
+    max_size: float = 1e9
 
     def __post_init__(self) -> None:
         for name in ("min_rows", "max_rounds", "max_local_epochs", "max_evaluations"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"disclosure policy: {name} must be a non-negative integer, got {value!r}")
-        if not self.max_param > 0:
-            raise ValueError(f"disclosure policy: max_param must be positive, got {self.max_param!r}")
+        for name in ("max_param", "max_work", "max_size"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"disclosure policy: {name} must be positive, got {getattr(self, name)!r}")
 
     # ----- construction --------------------------------------------------------------
     @classmethod
@@ -210,22 +226,78 @@ def _check_features(site: "Site", features: Any) -> str | None:
     return None
 
 
-def _check_selector(policy: DisclosurePolicy, spec: Any) -> str | None:
+def _too_big(params: Any, cap: float) -> list[str]:
+    """Top-level names of ``params`` holding a number above ``cap`` (or not finite) anywhere
+    inside, or a list longer than :data:`MAX_LIST_PARAM`."""
+    if not isinstance(params, Mapping):
+        return []
+    big = []
+    for name, value in params.items():
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, bool) or v is None or isinstance(v, str):
+                continue
+            if isinstance(v, (int, float, np.integer, np.floating)):
+                if not abs(float(v)) <= cap:
+                    big.append(str(name))
+                    break
+            elif isinstance(v, (list, tuple)):
+                if len(v) > MAX_LIST_PARAM:
+                    big.append(str(name))
+                    break
+                stack.extend(v)
+            elif isinstance(v, Mapping):
+                stack.extend(v.values())
+    return big
+
+
+def _check_selector(policy: DisclosurePolicy, spec: Any, site: "Site | None" = None, part: str = "train"
+                    ) -> str | None:
     if spec is None:
         return None
     if not policy.allow_server_selector:
         return "the site does not let the server choose its selector"
     params = spec.get("params", {}) if isinstance(spec, dict) else {}
-    big = [k for k, v in (params or {}).items()
-           if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) > policy.max_param]
+    big = _too_big(params or {}, policy.max_param)
     if big:
         return f"selector parameters {big} exceed the site's cap max_param={policy.max_param:g}"
-    return None
+    if site is None:
+        return None
+    from ..election.selectors import selector_cost  # imports scikit-learn: only where a selector is chosen
+
+    try:
+        cost = selector_cost(spec, int(_part_rows(site, part)[0] or 0), len(site.feature_names))
+    except ValueError:
+        return None  # a spec that cannot be built: the handler reports it
+    return cost.refusal(policy.max_work, policy.max_size, "selector", spec)
+
+
+def _check_model(policy: DisclosurePolicy, site: "Site", spec: Any, features: Any, classes: Any, part: Any,
+                 epochs: Any) -> str | None:
+    """A server-chosen model spec (training setup, local baseline): its parameters within
+    ``max_param`` and its estimated cost on the part's rows within ``max_work``/``max_size``."""
+    if spec is None:
+        return None
+    big = _too_big(spec.get("params") if isinstance(spec, dict) else None, policy.max_param)
+    if big:
+        return f"model parameters {big} exceed the site's cap max_param={policy.max_param:g}"
+    if not isinstance(features, list) or not isinstance(classes, list) or part not in PARTS:
+        return None  # the handler reports the malformed request
+    from ..learn.models import model_cost
+
+    rows = int(_part_rows(site, part)[0] or 0)
+    n_epochs = epochs if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 else 1
+    try:
+        cost = model_cost(spec, len(features), max(len(classes), 2), rows, n_epochs)
+    except ValueError:
+        return None  # a spec that cannot be built: the handler reports it
+    return cost.refusal(policy.max_work, policy.max_size, "model", spec)
 
 
 def _ballot(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
     part = "fit" if request.kind == "ballot_fit" else "train"
-    return (_check_selector(policy, request.meta.get("selector"))
+    return (_check_selector(policy, request.meta.get("selector"), site, part)
             or _check_features(site, request.meta.get("features"))
             or _check_part(policy, site, part, "a ballot"))
 
@@ -256,9 +328,20 @@ def _setup_part(site: "Site", request: "Message", counter: str, state_key: str) 
 def _fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
     reason, part = _setup_part(site, request, "fit", "train_setup")
     reason = reason or _epochs(policy, request.meta.get("epochs")) or _check_part(policy, site, part, "a model update")
+    carried = request.meta.get("setup")
+    setup = carried if isinstance(carried, dict) else site.state.get("train_setup") or {}
+    reason = reason or _check_model(policy, site, setup.get("model"), setup.get("features"), setup.get("classes"),
+                                    part, request.meta.get("epochs", 1))
     if reason is None and _count(site, "fit") > policy.max_rounds:
         reason = f"more fit rounds than the site's cap max_rounds={policy.max_rounds}"
     return reason
+
+
+def _training_setup(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """A stand-alone training ``"setup"``: the agreed columns and a model within the caps."""
+    meta = request.meta
+    return _check_features(site, meta.get("features")) or _check_model(
+        policy, site, meta.get("model"), meta.get("features"), meta.get("classes"), meta.get("part", "train"), 1)
 
 
 def _score_sums(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
@@ -287,9 +370,12 @@ def _evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str
 
 def _local_baseline(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
     """A local-only model trained on the training rows and scored on the test rows."""
-    return (_check_features(site, request.meta.get("features")) or _epochs(policy, request.meta.get("epochs"))
+    meta = request.meta
+    return (_check_features(site, meta.get("features")) or _epochs(policy, meta.get("epochs"))
             or _check_part(policy, site, "train", "a local baseline")
-            or _evaluation_part(policy, site, "test"))
+            or _evaluation_part(policy, site, "test")
+            or _check_model(policy, site, meta.get("model"), meta.get("features"), meta.get("classes"), "train",
+                            meta.get("epochs", 1)))
 
 
 def _category_sets(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
@@ -338,6 +424,7 @@ _CHECKS = {
     "describe": _describe,
     "set_mask": _describe,
     "fit": _fit,
+    "setup": _training_setup,
     "score_sums": _score_sums,
     "evaluate": _evaluate,
     "local_baseline": _local_baseline,
