@@ -26,6 +26,7 @@ from fedtab.federation.training_flow import label_key, site_matrix
 from fedtab.learn.metrics import confusion, scores_from_confusion
 from fedtab.learn.models import make_model
 from fedtab.testing import GARBAGE, MALFORMED_CLASS_MOMENTS, POISON, HostileSite
+from fedtab.testing.hostile import JOB_FILE_ATTACKS, MODEL_FILE_ATTACKS
 
 HONEST = [f"honest-{i}" for i in range(1, 5)]
 HOSTILE = "mallory"
@@ -347,3 +348,99 @@ def test_malformed_class_moments_are_rejected_by_name(attack: str) -> None:
     fed, out = _anova_run(_training_sites("class_moments", attack), QUORUM)
     _only_mallory_dropped(fed)
     _same_anova(out, _anova_run(_honest_sites())[1])
+
+
+# ----------------------------------------------------------------------------- careless users' files
+# (issue 20 item 7): every model-file and job-file failure is one line and exit code 2, never a traceback.
+def _one_line_exit_2(res) -> str:
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2, res.output[-2000:]
+    assert "Traceback" not in res.output and len(lines) == 1, res.output[-2000:]
+    return lines[0]
+
+
+def _model_section(feats: list[str]) -> dict:
+    """A tiny mlp model with an imputer over ``feats``, as the job workflow hands it to write_model."""
+    from fedtab.impute.model import GNNConfig, GNNImputer, state_to_numpy
+    from fedtab.learn.mlp import MLPModel
+
+    f = len(feats)
+    cfg = GNNConfig(f, hidden_dim=4, n_layers=1)
+    weights = state_to_numpy(GNNImputer(cfg))
+    imputer = {"mean": np.zeros(f), "std": np.ones(f), "edge_index": np.array([[0, 1], [1, 0]]),
+               "weight": np.array([0.5, 0.5]), "sign": np.ones(2), "low": np.full(f, -10.0), "high": np.full(f, 10.0),
+               "integer": np.zeros(f, bool), "weights": weights, "weight_dtypes": {k: v.dtype.str for k, v in weights.items()},
+               "columns": feats, "model_config": cfg.to_dict()}
+    mlp = MLPModel(hidden=[4])
+    return {"mean": np.zeros(f), "std": np.ones(f), "params": mlp.init(f, 2), "model": {"name": "mlp", "params":
+            mlp.get_params()}, "schema": {"columns": feats}, "encoded_columns": feats, "features": feats,
+            "classes": ["0", "1"], "imputer": imputer}
+
+
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory):
+    pytest.importorskip("torch")
+    from fedtab.job.model_file import write_model
+    from fedtab.testing import hostile_model_files
+
+    d = tmp_path_factory.mktemp("model_files")
+    feats = ["a", "b", "c"]
+    good = write_model(d / "good.fedtab", _model_section(feats), {"job": {"na_values": ["?"]}})
+    table = d / "rows.csv"
+    pd.DataFrame({"a": [1.0, 2.0], "b": [0.5, np.nan]}).to_csv(table, index=False)  # c absent: imputed
+    return good, hostile_model_files(good, d / "bad"), table
+
+
+def test_the_valid_model_file_predicts(model_files):
+    from typer.testing import CliRunner
+
+    from fedtab.cli import app
+
+    good, files, table = model_files
+    assert set(files) == set(MODEL_FILE_ATTACKS)
+    res = CliRunner().invoke(app, ["predict", str(good), str(table)])
+    assert res.exit_code == 0 and "probability_1" in res.output, res.output
+
+
+@pytest.mark.parametrize("attack", MODEL_FILE_ATTACKS)
+def test_a_broken_model_file_is_one_line_and_exit_2(attack, model_files):
+    from typer.testing import CliRunner
+
+    from fedtab.cli import app
+    from fedtab.job.model_file import ModelFileError, load_model
+
+    _, files, table = model_files
+    with pytest.raises(ModelFileError) as info:
+        load_model(files[attack])
+    assert "\n" not in str(info.value) and str(files[attack]) in str(info.value)
+    line = _one_line_exit_2(CliRunner().invoke(app, ["predict", str(files[attack]), str(table)]))
+    assert line.startswith("error:") and files[attack].name in line
+
+
+@pytest.mark.parametrize("attack", JOB_FILE_ATTACKS)
+def test_a_broken_job_file_is_one_line_and_exit_2(attack, tmp_path):
+    from typer.testing import CliRunner
+
+    from fedtab.cli import app
+    from fedtab.job import JobError, load_job
+    from fedtab.testing import hostile_job_files
+
+    files = hostile_job_files(tmp_path / "job")
+    pd.DataFrame({"x": [1.0, 2.0], "y": [0, 1]}).to_csv(tmp_path / "job" / "a.csv", index=False)
+    with pytest.raises(JobError):
+        load_job(files[attack])
+    line = _one_line_exit_2(CliRunner().invoke(app, ["run", str(files[attack])]))
+    assert line.startswith("error:") and files[attack].name in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job"]  # nothing written next to (or through) the folder
+    assert not (tmp_path / "job-outside").exists()
+
+
+def test_an_output_outside_the_job_folder_is_the_callers_choice(tmp_path):
+    from fedtab.job import load_job
+    from fedtab.testing import hostile_job_files
+
+    files = hostile_job_files(tmp_path / "job")
+    assert load_job(files["out_parent"], out_given=True).target == "y"  # --out given: the file's out is unused
+    inside = tmp_path / "job" / "inside.toml"
+    inside.write_text(files["out_parent"].read_text().replace("../escaped", "runs/../run-out"))
+    assert load_job(inside).run.out.resolve() == (tmp_path / "job" / "run-out").resolve()

@@ -36,8 +36,11 @@ write outside their folder or nest too deep; each must give a one-line error.
 
 from __future__ import annotations
 
+import io
 import json
 import struct
+import zipfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,8 +50,8 @@ from ..federation.messages import Message
 from ..federation.schema import DECLARED
 from ..federation.site import Site
 
-__all__ = ["ATTACKS", "GARBAGE", "MALFORMED_CLASS_MOMENTS", "OVERFLOW", "POISON", "STEPS", "HostileSite",
-           "corrupt", "hostile_job_files", "hostile_model_files"]
+__all__ = ["ATTACKS", "GARBAGE", "JOB_FILE_ATTACKS", "MALFORMED_CLASS_MOMENTS", "MODEL_FILE_ATTACKS", "OVERFLOW",
+           "POISON", "STEPS", "HostileSite", "corrupt", "hostile_job_files", "hostile_model_files"]
 
 STEPS: dict[str, frozenset[str]] = {
     "ballot": frozenset({"ballot"}),
@@ -69,6 +72,14 @@ MALFORMED_CLASS_MOMENTS = ("fractional_counts", "negative_counts", "counts_beyon
                            "undeclared_class", "undeclared_feature", "wrong_shape", "negative_sumsq",
                            "impossible_moments")
 ATTACKS = GARBAGE + POISON + MALFORMED_CLASS_MOMENTS
+#: the broken variants :func:`hostile_model_files` and :func:`hostile_job_files` write
+MODEL_FILE_ATTACKS = ("corrupted_array", "corrupted_manifest", "truncated", "deep_manifest", "nested_manifest",
+                      "huge_mlp", "deep_mlp", "infinite_mlp", "huge_imputer", "unknown_imputer_setting",
+                      "many_dimensions", "huge_total", "many_arrays", "provenance_list", "na_values_number",
+                      "schema_columns_number", "categories_number", "imputer_weights_renamed",
+                      "imputer_weight_reshaped")
+JOB_FILE_ATTACKS = ("out_parent", "out_absolute", "out_through_link", "deep_toml", "nested_toml", "not_toml",
+                    "not_utf8")
 #: the largest entry of every float array under the ``overflow`` attack (its square overflows float64)
 OVERFLOW = 1e250
 
@@ -256,3 +267,122 @@ class HostileSite(Site):
             declared["rows"] = {p: int(n) * ROWS_FACTOR for p, n in dict(declared.get("rows", {})).items()}
             reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declared})
         return reply
+
+
+# ----------------------------------------------------------------------------- careless users' files
+def _zip_members(path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as zf:
+        return {i.filename: zf.read(i) for i in zf.infolist()}
+
+
+def _write_zip(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+def _with_manifest(members: dict[str, bytes], edit) -> dict[str, bytes]:
+    manifest = json.loads(members["manifest.json"])
+    edit(manifest)
+    return {**members, "manifest.json": json.dumps(manifest).encode()}
+
+
+def _damaged(path: Path, member: str, out: Path) -> Path:
+    """``path`` with a few bytes of ``member``'s compressed data overwritten (its CRC no longer holds)."""
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(member)
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    at = start + max(info.compress_size // 2 - 4, 0)
+    raw[at:at + 8] = bytes(255 - b for b in raw[at:at + 8])
+    out.write_bytes(bytes(raw))
+    return out
+
+
+def _set_in(manifest: dict, keys: tuple[str, ...], value: Any) -> None:
+    target = manifest
+    for k in keys[:-1]:
+        target = target[k]
+    target[keys[-1]] = value
+
+
+def hostile_model_files(good: str | Path, out_dir: str | Path) -> dict[str, Path]:
+    """Broken variants of the valid model file ``good`` (an ``mlp`` model with an imputer), by name.
+
+    Each must be refused by :func:`fedtab.job.load_model` with one ``ModelFileError`` line and
+    by ``fedtab predict`` with exit code 2: corrupted members, nesting past the limit (and past
+    Python's recursion limit), model and imputer specs that would allocate absurd memory,
+    declarations beyond the array limits, a manifest of the wrong structure.
+    """
+    good, out = Path(good), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    members = _zip_members(good)
+    weight = next(k for k in members if k.startswith("arrays/model/"))
+    files = {"corrupted_array": _damaged(good, weight, out / "corrupted_array.fedtab"),
+             "corrupted_manifest": _damaged(good, "manifest.json", out / "corrupted_manifest.fedtab")}
+    (out / "truncated.fedtab").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    files["truncated"] = out / "truncated.fedtab"
+    text = members["manifest.json"].decode()
+    for name, depth in (("deep_manifest", 100_000), ("nested_manifest", 100)):
+        deep = text.rstrip().rstrip("}") + ', "nested": ' + "[" * depth + "]" * depth + "}"
+        files[name] = _write_zip(out / f"{name}.fedtab", {**members, "manifest.json": deep.encode()})
+    edits: dict[str, Any] = {
+        "huge_mlp": lambda m: _set_in(m, ("model", "params", "hidden"), [10**9]),
+        "deep_mlp": lambda m: _set_in(m, ("model", "params", "hidden"), [8] * 100_000),
+        "infinite_mlp": lambda m: _set_in(m, ("model", "params", "hidden"), ["@@INF@@"]),
+        "huge_imputer": lambda m: _set_in(m, ("imputer", "model_config", "hidden_dim"), 10**9),
+        "unknown_imputer_setting": lambda m: _set_in(m, ("imputer", "model_config", "width"), 3),
+        "many_dimensions": lambda m: _set_in(m, ("arrays", "standardise/mean", "shape"), [1] * 100),
+        "huge_total": lambda m: m["arrays"].update({f"x{i}": {"shape": [2**26], "dtype": "<f4"} for i in range(5)}),
+        "many_arrays": lambda m: m["arrays"].update({f"x{i}": {"shape": [1], "dtype": "<f4"} for i in range(5000)}),
+        "provenance_list": lambda m: m.update(provenance=[1, 2]),
+        "na_values_number": lambda m: _set_in(m, ("provenance", "job"), {"na_values": 5}),
+        "schema_columns_number": lambda m: _set_in(m, ("schema", "columns"), 5),
+        "categories_number": lambda m: _set_in(m, ("schema", "categories"), {"a": 5}),
+        "imputer_weights_renamed": lambda m: _set_in(m, ("imputer", "weights"), ["nothing"]),
+    }
+    for name, edit in edits.items():
+        broken = _with_manifest(members, edit)
+        if name == "infinite_mlp":  # JSON 1e400 reads back as inf
+            broken["manifest.json"] = broken["manifest.json"].replace(b'"@@INF@@"', b"1e400")
+        files[name] = _write_zip(out / f"{name}.fedtab", broken)
+    w = next(k for k in members if k.startswith("arrays/imputer/w/"))  # a weight of another shape, declared so
+    arr = np.zeros(3, np.float32)
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    key = w[len("arrays/"):-len(".npy")]
+    broken = _with_manifest({**members, w: buf.getvalue()},
+                            lambda m: m["arrays"].update({key: {"shape": [3], "dtype": arr.dtype.str}}))
+    files["imputer_weight_reshaped"] = _write_zip(out / "imputer_weight_reshaped.fedtab", broken)
+    return files
+
+
+def hostile_job_files(folder: str | Path) -> dict[str, Path]:
+    """Job files in ``folder`` that a careless (or hostile) author could write, by name: an ``out``
+    outside the job's folder (``..``, absolute, through a symbolic link), TOML nested past the
+    limit and past Python's recursion limit, bytes that are not UTF-8, text that is not TOML.
+    Each must make ``fedtab run`` exit 2 with one line and write nothing."""
+    d = Path(folder)
+    d.mkdir(parents=True, exist_ok=True)
+    head = 'target = "y"\n[sites.a]\npath = "a.csv"\n'
+    outside = d.parent / f"{d.name}-outside"
+    try:
+        (d / "link").symlink_to(outside, target_is_directory=True)
+    except FileExistsError:
+        pass
+    texts = {
+        "out_parent": head + '[run]\nout = "../escaped"\n',
+        "out_absolute": head + f'[run]\nout = {json.dumps(str(outside))}\n',
+        "out_through_link": head + '[run]\nout = "link/run-out"\n',
+        "deep_toml": head + "selector = " + "[" * 20_000 + "]" * 20_000 + "\n",
+        "nested_toml": head + "selector = " + "[" * 60 + "]" * 60 + "\n",
+        "not_toml": head + "[run\n",
+    }
+    files = {}
+    for name, text in texts.items():
+        files[name] = d / f"{name}.toml"
+        files[name].write_text(text)
+    files["not_utf8"] = d / "not_utf8.toml"
+    files["not_utf8"].write_bytes(b'target = "\xff\xfe"\n')
+    return files
