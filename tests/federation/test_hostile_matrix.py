@@ -9,6 +9,13 @@ honest sites' own held-out rows with the returned model, not on what the sites r
 (plus, for the training workflow, the reported pooled F1). Garbage must be handled in both
 modes; poison with ``robust=True``. ``test_poison_hurts_without_robust`` shows the
 tolerances bite: the same poison without robust mode moves the result past them.
+
+Issue 20 item 7 extends it: sums whose squares overflow float64 (``overflow``, every step;
+in the description, the score test's sums, the imputation statistics and the pooled ANOVA's
+class moments the forger is named and, under a quorum, dropped -- every honest site stays
+and the result equals the run without it), malformed class moments, and careless users'
+files: every broken model file and job file (:func:`fedtab.testing.hostile_model_files`,
+:func:`fedtab.testing.hostile_job_files`) is one line and exit code 2 on the CLI.
 """
 
 from __future__ import annotations
