@@ -9,6 +9,13 @@ honest sites' own held-out rows with the returned model, not on what the sites r
 (plus, for the training workflow, the reported pooled F1). Garbage must be handled in both
 modes; poison with ``robust=True``. ``test_poison_hurts_without_robust`` shows the
 tolerances bite: the same poison without robust mode moves the result past them.
+
+Issue 20 item 7 extends it: sums whose squares overflow float64 (``overflow``, every step;
+in the description, the score test's sums, the imputation statistics and the pooled ANOVA's
+class moments the forger is named and, under a quorum, dropped -- every honest site stays
+and the result equals the run without it), malformed class moments, and careless users'
+files: every broken model file and job file (:func:`fedtab.testing.hostile_model_files`,
+:func:`fedtab.testing.hostile_job_files`) is one line and exit code 2 on the CLI.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from fedtab.federation import FederationError, Site, gather_ballots, run_electio
 from fedtab.federation.training_flow import label_key, site_matrix
 from fedtab.learn.metrics import confusion, scores_from_confusion
 from fedtab.learn.models import make_model
-from fedtab.testing import GARBAGE, POISON, HostileSite
+from fedtab.testing import GARBAGE, MALFORMED_CLASS_MOMENTS, POISON, HostileSite
+from fedtab.testing.hostile import JOB_FILE_ATTACKS, MODEL_FILE_ATTACKS
 
 HONEST = [f"honest-{i}" for i in range(1, 5)]
 HOSTILE = "mallory"
@@ -212,3 +220,237 @@ def test_poison_hurts_without_robust(step: str, training_baseline, honest_ballot
         return
     honest, reported = _train(_training_sites(step, "rows_reversed"), False, honest_ballots)
     assert abs(honest - training_baseline[0]) > F1_TOL or abs(reported - training_baseline[1]) > F1_TOL
+
+
+# ----------------------------------------------------------------------------- overflowing sums, malformed moments
+# (issue 20 item 7). Sums of 1e250 (``overflow``): their squares overflow float64, which once turned a
+# moments check into ``inf - inf`` that passed. Now the forger is rejected by name; under a quorum it is
+# dropped, every honest site stays, and the result equals the run without it.
+QUORUM = 3
+
+
+def _honest_sites() -> list[Site]:
+    return [s for s in _training_sites() if s.name != HOSTILE]
+
+
+def _only_mallory_dropped(fed: LocalFederation) -> None:
+    assert set(fed.dropped) == {HOSTILE}, fed.dropped
+    assert "honest-" not in fed.dropped[HOSTILE]
+    assert all(set(p["sites"]) >= set(HONEST) for p in fed.participation), fed.participation
+
+
+def _close(a, b) -> None:
+    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), rtol=1e-9, atol=1e-12)
+
+
+def _training_run(sites: list[Site], min_sites: int | None = None):
+    fed = LocalFederation(sites)
+    return fed, run_training(fed, rounds=2, local_epochs=3, min_sites=min_sites)
+
+
+def _score_run(sites: list[Site], min_sites: int | None = None):
+    from fedtab.federation.score_test_flow import run_pooled_score_test
+
+    fed = LocalFederation(sites)
+    return fed, run_pooled_score_test(fed, 0.05, max_steps=3, min_sites=min_sites)
+
+
+def _anova_run(sites: list[Site], min_sites: int | None = None):
+    from fedtab.federation import run_pooled_anova
+
+    fed = LocalFederation(sites)
+    return fed, run_pooled_anova(fed, 0.05, min_sites=min_sites)
+
+
+def _impute_run(step: str | None, attack: str | None, min_sites: int | None = None, honest_only: bool = False):
+    from fedtab.federation.impute_flow import ImputeConfig, run_imputation
+
+    tables, _ = _impute_data()
+    sites = [HostileSite(n, t, step=step, attack=attack, test_size=0.2) if n == HOSTILE and step is not None
+             else Site(n, t, test_size=0.2) for n, t in tables.items() if not (honest_only and n == HOSTILE)]
+    fed = LocalFederation(sites)
+    cfg = ImputeConfig(**{k: v for k, v in _IMPUTE.items()})
+    return fed, run_imputation(fed, cfg, min_sites=min_sites)
+
+
+def _same_training(a, b) -> None:
+    for k in a.params:
+        _close(a.params[k], b.params[k])
+    _close(a.mean, b.mean)
+    _close(a.std, b.std)
+    assert a.pooled == b.pooled
+
+
+def _same_score_test(a, b) -> None:
+    assert a.selected == b.selected
+    _close(a.z, b.z)
+    _close(a.coef, b.coef)
+    _close(a.mean, b.mean)
+
+
+def _same_anova(a, b) -> None:
+    assert a.feature_names == b.feature_names and a.classes == b.classes and a.n_rows == b.n_rows
+    _close(a.f, b.f)
+    assert a.mask.tolist() == b.mask.tolist()
+
+
+def _same_imputation(a, b) -> None:
+    assert a.columns == b.columns
+    _close(a.mean, b.mean)
+    _close(a.std, b.std)
+    for k in a.weights:
+        np.testing.assert_allclose(a.weights[k], b.weights[k], rtol=1e-5, atol=1e-7)
+
+
+#: (workflow, attacked step) -> the run, and how the result is compared with the run without the forger
+OVERFLOW_CASES = {
+    ("training", "describe"): (_training_run, _same_training),
+    ("score_test", "describe"): (_score_run, _same_score_test),
+    ("score_test", "score_sums"): (_score_run, _same_score_test),
+    ("anova", "class_moments"): (_anova_run, _same_anova),
+}
+
+
+@pytest.mark.parametrize(("workflow", "step"), [*OVERFLOW_CASES, ("imputation", "impute_stats")],
+                         ids=lambda v: str(v))
+def test_overflowing_sums_are_rejected_by_name(workflow: str, step: str) -> None:
+    with pytest.raises(FederationError) as info:
+        if workflow == "imputation":
+            pytest.importorskip("torch")
+            _impute_run(step, "overflow")
+        else:
+            OVERFLOW_CASES[workflow, step][0](_training_sites(step, "overflow"))
+    _rejected(info.value)
+
+
+@pytest.mark.parametrize(("workflow", "step"), list(OVERFLOW_CASES), ids=lambda v: str(v))
+def test_overflowing_sums_drop_the_forger_under_a_quorum(workflow: str, step: str) -> None:
+    run, same = OVERFLOW_CASES[workflow, step]
+    fed, out = run(_training_sites(step, "overflow"), QUORUM)
+    _only_mallory_dropped(fed)
+    if step == "score_sums":  # its description came first and is in both runs: compare with a reply rejected outright
+        _, ref = run(_training_sites(step, "nan"), QUORUM)
+    else:
+        _, ref = run(_honest_sites())
+    same(out, ref)
+
+
+def test_overflowing_imputation_sums_drop_the_forger_under_a_quorum() -> None:
+    pytest.importorskip("torch")
+    fed, out = _impute_run("impute_stats", "overflow", QUORUM)
+    _only_mallory_dropped(fed)
+    _, ref = _impute_run(None, None, honest_only=True)
+    _same_imputation(out, ref)
+
+
+def test_overflowing_sums_leave_the_score_test_to_the_honest_sites() -> None:
+    """The issue's case: forged 1e250 moments once made every *honest* score reply look bad."""
+    fed, out = _score_run(_training_sites("describe", "overflow"), QUORUM)
+    assert out.participation[-1]["sites"] == HONEST and len(out.selected) > 0
+
+
+@pytest.mark.parametrize("attack", MALFORMED_CLASS_MOMENTS)
+def test_malformed_class_moments_are_rejected_by_name(attack: str) -> None:
+    with pytest.raises(FederationError) as info:
+        _anova_run(_training_sites("class_moments", attack))
+    _rejected(info.value)
+    assert "invalid class moments" in str(info.value)
+    fed, out = _anova_run(_training_sites("class_moments", attack), QUORUM)
+    _only_mallory_dropped(fed)
+    _same_anova(out, _anova_run(_honest_sites())[1])
+
+
+# ----------------------------------------------------------------------------- careless users' files
+# (issue 20 item 7): every model-file and job-file failure is one line and exit code 2, never a traceback.
+def _one_line_exit_2(res) -> str:
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2, res.output[-2000:]
+    assert "Traceback" not in res.output and len(lines) == 1, res.output[-2000:]
+    return lines[0]
+
+
+def _model_section(feats: list[str]) -> dict:
+    """A tiny mlp model with an imputer over ``feats``, as the job workflow hands it to write_model."""
+    from fedtab.impute.model import GNNConfig, GNNImputer, state_to_numpy
+    from fedtab.learn.mlp import MLPModel
+
+    f = len(feats)
+    cfg = GNNConfig(f, hidden_dim=4, n_layers=1)
+    weights = state_to_numpy(GNNImputer(cfg))
+    imputer = {"mean": np.zeros(f), "std": np.ones(f), "edge_index": np.array([[0, 1], [1, 0]]),
+               "weight": np.array([0.5, 0.5]), "sign": np.ones(2), "low": np.full(f, -10.0), "high": np.full(f, 10.0),
+               "integer": np.zeros(f, bool), "weights": weights, "weight_dtypes": {k: v.dtype.str for k, v in weights.items()},
+               "columns": feats, "model_config": cfg.to_dict()}
+    mlp = MLPModel(hidden=[4])
+    return {"mean": np.zeros(f), "std": np.ones(f), "params": mlp.init(f, 2), "model": {"name": "mlp", "params":
+            mlp.get_params()}, "schema": {"columns": feats}, "encoded_columns": feats, "features": feats,
+            "classes": ["0", "1"], "imputer": imputer}
+
+
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory):
+    pytest.importorskip("torch")
+    from fedtab.job.model_file import write_model
+    from fedtab.testing import hostile_model_files
+
+    d = tmp_path_factory.mktemp("model_files")
+    feats = ["a", "b", "c"]
+    good = write_model(d / "good.fedtab", _model_section(feats), {"job": {"na_values": ["?"]}})
+    table = d / "rows.csv"
+    pd.DataFrame({"a": [1.0, 2.0], "b": [0.5, np.nan]}).to_csv(table, index=False)  # c absent: imputed
+    return good, hostile_model_files(good, d / "bad"), table
+
+
+def test_the_valid_model_file_predicts(model_files):
+    from typer.testing import CliRunner
+
+    from fedtab.cli import app
+
+    good, files, table = model_files
+    assert set(files) == set(MODEL_FILE_ATTACKS)
+    res = CliRunner().invoke(app, ["predict", str(good), str(table)])
+    assert res.exit_code == 0 and "probability_1" in res.output, res.output
+
+
+@pytest.mark.parametrize("attack", MODEL_FILE_ATTACKS)
+def test_a_broken_model_file_is_one_line_and_exit_2(attack, model_files):
+    from typer.testing import CliRunner
+
+    from fedtab.cli import app
+    from fedtab.job.model_file import ModelFileError, load_model
+
+    _, files, table = model_files
+    with pytest.raises(ModelFileError) as info:
+        load_model(files[attack])
+    assert "\n" not in str(info.value) and str(files[attack]) in str(info.value)
+    line = _one_line_exit_2(CliRunner().invoke(app, ["predict", str(files[attack]), str(table)]))
+    assert line.startswith("error:") and files[attack].name in line
+
+
+@pytest.mark.parametrize("attack", JOB_FILE_ATTACKS)
+def test_a_broken_job_file_is_one_line_and_exit_2(attack, tmp_path):
+    from typer.testing import CliRunner
+
+    from fedtab.cli import app
+    from fedtab.job import JobError, load_job
+    from fedtab.testing import hostile_job_files
+
+    files = hostile_job_files(tmp_path / "job")
+    pd.DataFrame({"x": [1.0, 2.0], "y": [0, 1]}).to_csv(tmp_path / "job" / "a.csv", index=False)
+    with pytest.raises(JobError):
+        load_job(files[attack])
+    line = _one_line_exit_2(CliRunner().invoke(app, ["run", str(files[attack])]))
+    assert line.startswith("error:") and files[attack].name in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job"]  # nothing written next to (or through) the folder
+    assert not (tmp_path / "job-outside").exists()
+
+
+def test_an_output_outside_the_job_folder_is_the_callers_choice(tmp_path):
+    from fedtab.job import load_job
+    from fedtab.testing import hostile_job_files
+
+    files = hostile_job_files(tmp_path / "job")
+    assert load_job(files["out_parent"], out_given=True).target == "y"  # --out given: the file's out is unused
+    inside = tmp_path / "job" / "inside.toml"
+    inside.write_text(files["out_parent"].read_text().replace("../escaped", "runs/../run-out"))
+    assert load_job(inside).run.out.resolve() == (tmp_path / "job" / "run-out").resolve()

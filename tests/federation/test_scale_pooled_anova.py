@@ -60,7 +60,7 @@ def test_bad_replies_and_single_class_are_named():
             out = super().ask(requests)
             out["s1"] = Message("class_moments", {"count": -np.ones((1, 40)), "sum": np.zeros((1, 40)),
                                                   "sumsq": np.zeros((1, 40))},
-                                {"classes": ["1"], "feature_names": out["s1"].meta["feature_names"]})
+                                {**out["s1"].meta, "classes": ["1"]})  # its schema declaration kept
             return out
 
     with pytest.raises(FederationError, match="site 's1': invalid class moments"):

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from ..learn.models import STEP_OVERHEAD, Cost, count_param, driver
 from .selectors import SELECTORS, Selection, Selector, _check_xy, _is_regression
 
 __all__ = ["LassoCVSelector"]
@@ -33,6 +34,13 @@ class LassoCVSelector(Selector):
         self.task = task
         self.tol = tol
         self.seed = seed
+
+    def cost(self, n_rows: int, n_features: int) -> Cost:
+        """``Cs`` strengths × (``cv`` folds + the refit) lasso fits of at most 5,000 passes each."""
+        cs, cv = count_param(self.Cs, "Cs"), count_param(self.cv, "cv")
+        fits = max(cs, 1.0) * (max(cv, 1.0) + 1.0)
+        return Cost(fits * (5000.0 * n_rows * n_features + STEP_OVERHEAD), float(n_rows * n_features),
+                    driver({"Cs": (cs, 10), "cv": (cv, 3)}))
 
     def select(self, X: Any, y: Any) -> Selection:
         from sklearn.linear_model import LassoCV, LogisticRegressionCV  # lazy: keeps `import fedtab` cheap

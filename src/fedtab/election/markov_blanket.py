@@ -40,9 +40,12 @@ this size). With ``model="linear"`` a permutation changes the logits by
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
+
+from ..learn.models import STEP_OVERHEAD, Cost, count_param, driver
 
 # scipy.stats and scikit-learn are imported inside the methods (keeps `import fedtab` cheap).
 
@@ -93,6 +96,28 @@ class MarkovBlanketSelector(Selector):
         self.task = task
         self.seed = seed
         self.max_shrink_rounds = max_shrink_rounds
+
+    def cost(self, n_rows: int, n_features: int) -> Cost:
+        """Each test (the grow test and up to ``max_shrink_rounds`` shrink tests; ``None``: up to one
+        per feature) fits ``n_splits`` models on at most ``max_rows`` rows and re-predicts every
+        feature's ``n_repeats`` permutations of the held-out rows."""
+        splits, repeats = count_param(self.n_splits, "n_splits"), count_param(self.n_repeats, "n_repeats")
+        rows = min(float(n_rows), count_param(self.max_rows, "max_rows"))
+        trees = count_param(self.n_trees, "n_trees")
+        rounds = n_features if self.max_shrink_rounds is None else count_param(self.max_shrink_rounds,
+                                                                                 "max_shrink_rounds")
+        depth = math.log2(rows + 1)
+        if self.model == "forest":
+            fit, predict = trees * (rows * depth * math.sqrt(n_features) + STEP_OVERHEAD), trees * depth
+        elif self.model == "boosting":  # 100 boosting iterations of histogram trees
+            fit, predict = 100.0 * (rows * n_features + STEP_OVERHEAD), 100.0 * depth
+        else:
+            fit, predict = 300.0 * rows * n_features + STEP_OVERHEAD, 1.0
+        per_test = splits * fit + n_features * repeats * rows * predict + splits * STEP_OVERHEAD
+        size = splits * (trees * 2.0 * rows if self.model == "forest" else float(n_features)) + rows * n_features
+        return Cost((1.0 + rounds) * per_test, size,
+                    driver({"n_splits": (splits, 5), "n_repeats": (repeats, 1), "n_trees": (trees, 30),
+                            "max_rows": (rows, 5000), "max_shrink_rounds": (rounds, 1)}))
 
     # ------------------------------------------------------------------ internals
     def _fit(self, X: np.ndarray, y: np.ndarray, regression: bool) -> Any:

@@ -33,6 +33,8 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.feature_selection import SelectorMixin
 
+from ..learn.models import STEP_OVERHEAD, Cost, count_param, driver
+
 # The models are imported inside the methods that use them, and ``fedtab`` imports this
 # module only on first use (``fedtab.election.make_selector`` etc. are lazy): importing
 # ``fedtab`` stays cheap, which matters where every message starts a new process
@@ -51,6 +53,7 @@ __all__ = [
     "CallableSelector",
     "SELECTORS",
     "make_selector",
+    "selector_cost",
     "selector_spec",
 ]
 
@@ -121,6 +124,11 @@ class Selector(SelectorMixin, BaseEstimator):
     def select(self, X: Any, y: Any) -> Selection:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def cost(self, n_rows: int, n_features: int) -> Cost:
+        """What :meth:`select` on ``(n_rows, n_features)`` costs, estimated before it runs
+        (:class:`~fedtab.learn.models.Cost`). The default: a hundred passes over the table."""
+        return Cost(100.0 * n_rows * n_features + STEP_OVERHEAD, float(n_rows * n_features), "rows × features")
+
     def fit(self, X: Any, y: Any) -> "Selector":
         """Run :meth:`select` and keep ``support_`` ``(d,)`` bool and ``scores_`` ``(d,)`` float
         (and ``pvalues_`` for a selector built on a test).
@@ -183,6 +191,10 @@ class LassoSelector(Selector):
             return Lasso(alpha=self.alpha, max_iter=5000, random_state=self.seed)
         return LogisticRegression(l1_ratio=1.0, solver="saga", C=self.C, max_iter=2000, random_state=self.seed, tol=1e-3)
 
+    def cost(self, n_rows: int, n_features: int) -> Cost:
+        """At most 5,000 coordinate-descent (or 2,000 SAGA) passes over the standardised table."""
+        return Cost(5000.0 * n_rows * n_features + STEP_OVERHEAD, float(n_rows * n_features), "rows × features")
+
     def select(self, X: Any, y: Any) -> Selection:
         from sklearn.preprocessing import StandardScaler
 
@@ -224,8 +236,15 @@ class _RankingSelector(Selector):
         self.task = task
         self.seed = seed
 
+    #: passes over the table one selection makes (the univariate tests: a few)
+    _passes = 3.0
+
     def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
+
+    def cost(self, n_rows: int, n_features: int) -> Cost:
+        return Cost(self._passes * n_rows * n_features + STEP_OVERHEAD, float(n_rows * n_features),
+                    "rows × features")
 
     def _test(self, X: np.ndarray, y: np.ndarray, regression: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """(scores, p-values or ``None``); selectors built on a test override this."""
@@ -253,6 +272,12 @@ class RandomForestSelector(_RankingSelector):
         super().__init__(k=k, task=task, seed=seed)
         self.n_estimators = n_estimators
 
+    def cost(self, n_rows: int, n_features: int) -> Cost:
+        """Per tree about ``n·log₂n`` split evaluations per feature; a fully grown tree holds up to ``2n`` nodes."""
+        trees = count_param(self.n_estimators, "n_estimators")
+        per_tree = n_rows * math.log2(n_rows + 1) * n_features + STEP_OVERHEAD
+        return Cost(trees * per_tree, trees * 2.0 * n_rows, driver({"n_estimators": (trees, 100)}))
+
     def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
         from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
@@ -264,6 +289,7 @@ class MutualInfoSelector(_RankingSelector):
     """Mutual information with the target (k-NN estimator); keeps the top ``k`` (default half)."""
 
     name = "mutual_info"
+    _passes = 30.0  # nearest-neighbour searches: ~n·log n per feature; counted as 30 passes
 
     def _scores(self, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
         from sklearn.feature_selection import mutual_info_classif, mutual_info_regression
@@ -390,6 +416,23 @@ SELECTORS: dict[str, type[Selector]] = {
     cls.name: cls
     for cls in (LassoSelector, ElasticNetSelector, RandomForestSelector, MutualInfoSelector, AnovaSelector, Chi2Selector)
 }
+
+
+def selector_cost(spec: Any, n_rows: int, n_features: int) -> Cost:
+    """The :class:`~fedtab.learn.models.Cost` of running ``spec`` (as :func:`make_selector`
+    takes it) on a site's ``(n_rows, n_features)`` table, before anything runs.
+
+    Pure: only the selector's constructor runs (it stores its arguments).
+
+    Raises:
+        ValueError: an unknown selector, bad parameters, or a count parameter that is not a
+            finite non-negative number.
+    """
+    sel = make_selector(spec)
+    try:
+        return sel.cost(int(n_rows), int(n_features))
+    except (TypeError, OverflowError) as exc:
+        raise ValueError(f"selector {sel.name!r}: {exc}") from None
 
 
 def make_selector(spec: Any) -> Selector:

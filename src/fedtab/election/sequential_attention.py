@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..learn.models import STEP_OVERHEAD, Cost, count_param, driver
 from .selectors import SELECTORS, Selection, Selector, _check_xy, _is_regression
 
 __all__ = ["SequentialAttentionSelector"]
@@ -65,6 +66,20 @@ class SequentialAttentionSelector(Selector):
         if not 0 < kk <= d:
             raise ValueError(f"k must be in 1..{d} (or a fraction in (0, 1)), got {self.k!r}")
         return kk
+
+    def cost(self, n_rows: int, n_features: int) -> Cost:
+        """``(phases + 1) · steps_per_phase`` Adam steps of a batch through the network
+        ``d -> hidden... -> classes`` and the feature logits (≈ 6 operations per parameter and row)."""
+        k = max(min(n_features, math.ceil(n_features / 2)), 1)
+        phases = max(1.0, min(float(k), count_param(self.n_phases, "n_phases") if self.n_phases else min(k, 10)))
+        steps = (phases + 1.0) * count_param(self.steps_per_phase, "steps_per_phase")
+        widths = [float(n_features), *(count_param(h, "hidden") for h in self.hidden), 2.0]
+        size = float(sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))) + n_features
+        batch = min(max(count_param(self.batch_size, "batch_size"), 1.0), max(float(n_rows), 1.0))
+        widest = max(widths[1:-1], default=0.0)
+        factors = {"hidden": (widest * max(len(widths) - 2, 1), 64), "steps_per_phase": (steps / (phases + 1), 150),
+                   "n_phases": (phases, 10), "batch_size": (batch, 256)}
+        return Cost(steps * (6.0 * batch * size + STEP_OVERHEAD), size, driver(factors))
 
     def select(self, X: Any, y: Any) -> Selection:
         from ..learn.torch_threads import torch_threads

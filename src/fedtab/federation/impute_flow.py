@@ -5,7 +5,7 @@ reply validated by :func:`~fedtab.federation.protocol.exchange` and the checks b
 before it is reduced):
 
 1. ``impute_schema``  -> each site: its column names, row counts, per-column observed
-   count and sum over its training rows. Server: global schema + pooled means.
+   count, sum and sum of squares over its training rows. Server: global schema + pooled means.
 2. ``impute_stats``   (shift = pooled means) -> each site: :class:`SiteStats`.
    Server: exact pooled Pearson correlations, global mean/std, feature graph and
    the linear prior (a factor model fitted to the known pooled correlations,
@@ -33,7 +33,8 @@ site's declared ones (plus its target, if any); every count is an integer no lar
 than the training rows it declared, and the same in the counting and statistics
 steps; co-observed counts are at most each column's count; the statistics are taken
 about the shift the server sent; sums of squares imply no negative variance and no
-correlation outside [-1, 1]; model weights have the expected names and shapes, are
+correlation outside [-1, 1] (checked overflow-safe, so a forged sum of 1e300 is rejected
+before the server centres on it); model weights have the expected names and shapes, are
 finite and of plausible magnitude; validation error counts fit the declared
 validation rows. A rejected site is named (and dropped while the quorum holds).
 Nothing here imports an engine; :func:`run_imputation` only uses
@@ -62,7 +63,7 @@ from ..privacy.gate import COUNT, NAMES, NUMBER, Releases
 from . import validate
 from .messages import Message
 from .protocol import Federation, FederationError, collect, exchange, set_quorum
-from .reduce import DEFAULT_MAX_SITE_SHARE, cap_weights, robust_params, screen_sites, site_median
+from .reduce import DEFAULT_MAX_SITE_SHARE, cap_weights, robust_params, screen_sites, site_median, usable_counts
 from .site import Site, handler, table_step
 
 __all__ = ["ImputeConfig", "ImputationResult", "apply_imputation", "run_imputation", "validate_site_table", "site_rng"]
@@ -271,8 +272,9 @@ def _schema(site: Site, request: Message) -> Message:
         return Message("impute_schema", {}, meta)
     glob = request.meta.get("global")
     if glob is None:
-        arrays = {"count": count, "sum": total, **({"sumsq": sumsq} if dp is not None else {})}
-        return Message("impute_schema", arrays, meta)
+        # the sum of squares lets the server check the sums (Cauchy-Schwarz) before it centres on them;
+        # it discloses nothing the statistics step does not (their sumsq about the shift gives it)
+        return Message("impute_schema", {"count": count, "sum": total, "sumsq": sumsq}, meta)
     # secure aggregation: the moments over the global schema (zeros for columns not held), to be summed
     idx = _global_index(site, glob)
     arrays = {k: _embed(v, idx, len(glob)) for k, v in (("count", count), ("sum", total), ("sumsq", sumsq))}
@@ -582,7 +584,7 @@ def _robust_pool(stats: Mapping[str, SiteStats], glob: list[str], max_site_share
     left_out = screen_sites({s: p.mean for s, p in own.items()}, {s: p.std for s, p in own.items()},
                             {s: p.corr for s, p in own.items()}, columns=glob, what="imputation statistics")
     kept = [s for s in stats if s not in left_out]
-    rows = np.array([float(stats[s].count.max()) for s in kept])
+    rows = np.array([float(usable_counts(stats[s].count).max(initial=0.0)) for s in kept])
     scale = cap_weights(rows, max_site_share) * rows.sum() / np.maximum(rows, 1e-300)
     scaled = [SiteStats(columns=stats[s].columns, shift=stats[s].shift,
                         **{k: getattr(stats[s], k) * f for k in STAT_ARRAYS}) for s, f in zip(kept, scale)]
@@ -779,7 +781,9 @@ def run_imputation(
             first[s] = (list(cols), np.zeros(0), np.zeros(0))
             return
         c_ = validate.counts(validate.array(r, "count", (len(cols),)), n, "column counts")
-        first[s] = (list(cols), c_, validate.array(r, "sum", (len(cols),)))
+        total = validate.array(r, "sum", (len(cols),))
+        validate.moments(c_, total, validate.array(r, "sumsq", (len(cols),)), "column moments")
+        first[s] = (list(cols), c_, total)
 
     replies = exchange(federation, Message("impute_schema", meta={"columns_only": True} if private else {}),
                        check_counts)
@@ -818,14 +822,15 @@ def run_imputation(
         )
     if ledger is not None:
         ledger.spend("schema", 3)
-        cnt = np.where(cnt >= 1, cnt, 0.0)  # post-processing: noisy counts below 1
-    if np.any(cnt == 0):
+        cnt = usable_counts(cnt)  # post-processing: noisy counts below 1 are none
+    if np.any(cnt == 0) and spec is None:
         raise FederationError(f"columns without any observed value: {[glob[i] for i in np.flatnonzero(cnt == 0)][:8]}")
-    shift = sm / cnt
+    shift = np.divide(sm, cnt, out=np.zeros_like(sm), where=cnt > 0)
     if robust:  # the median site's mean: a site's claimed sums cannot move the centring
         shift = np.where(np.isnan(site_median(site_means)), shift, site_median(site_means))
-    if spec is not None:
-        shift = np.clip(shift, *column_bounds(spec, glob))
+    if spec is not None:  # a count the noise took below 1: the middle of the public bounds
+        lo, hi = column_bounds(spec, glob)
+        shift = np.clip(np.where(cnt > 0, shift, 0.5 * (lo + hi)), lo, hi)
 
     # 2. sufficient statistics -> pooled correlations -> graph
     left_out: dict[str, str] = {}

@@ -8,7 +8,15 @@ ANOVA F statistic only needs per-class counts, sums and sums of squares, so the
 server can compute the *pooled* test exactly:
 
 1. ``"class_moments"`` — each site replies, per class label and feature, the count,
-   sum and sum of squares of its observed training values (no rows).
+   sum and sum of squares of its observed training values (no rows), and its rows per
+   class. The exchange runs on the protocol path
+   (:func:`~fedtab.federation.protocol.exchange`), and every reply is validated before
+   anything is summed, like ``"describe"``: exactly the columns and class labels the site
+   declared in the agreed schema, ``n`` equal to the rows it declared for the part, the
+   per-class rows integers summing to ``n``, every count an integer no larger than its
+   class's rows, and per class and feature consistent, overflow-safe moments
+   (:func:`~fedtab.federation.validate.moments`). A rejected reply names its site, and
+   the federation's quorum (``min_sites``) decides whether the run goes on without it.
 2. The server sums them by label and feature name and computes, per feature,
    ``F = [Σ_c n_c (m_c − m)² / (C − 1)] / [Σ_c Σ (x − m_c)² / (N − C)]`` and its p-value,
    then keeps the features that pass Benjamini-Hochberg at ``alpha`` (scikit-learn's
@@ -23,13 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
-from ..privacy.gate import LABELS, NAMES, Releases
+from ..privacy.gate import COUNT, LABELS, NAMES, Releases
+from . import validate
 from .messages import Message
-from .protocol import Federation, FederationError, collect
+from .protocol import Federation, FederationError, exchange, set_quorum
 from .site import Site, handler
 from .training_flow import label_key, site_matrix
 
-__all__ = ["PooledAnova", "class_moments", "pooled_anova", "run_pooled_anova"]
+__all__ = ["PooledAnova", "class_moments", "class_moments_checker", "pooled_anova", "run_pooled_anova"]
 
 
 def class_moments(X: np.ndarray, labels: list[str]) -> dict[str, np.ndarray]:
@@ -46,13 +55,17 @@ def class_moments(X: np.ndarray, labels: list[str]) -> dict[str, np.ndarray]:
 
 
 @handler("class_moments", Releases(part="part", default_part="train", per_class=True,
-                                   cells={"count": ("sum", "sumsq")}, meta={"classes": LABELS, "feature_names": NAMES}))
+                                   cells={"count": ("sum", "sumsq")}, aggregates=("n_class",),
+                                   meta={"classes": LABELS, "feature_names": NAMES, "n": COUNT}))
 def _class_moments(site: Site, request: Message) -> Message:
     features = site.feature_names
     X, y = site_matrix(site, features, str(request.meta.get("part") or "train"))
     labels = [label_key(v) for v in y]
-    return Message("class_moments", class_moments(X, labels),
-                   {"classes": sorted(set(labels)), "feature_names": features})
+    moments = class_moments(X, labels)
+    classes = sorted(set(labels))
+    keys = np.asarray(labels, dtype=object)
+    moments["n_class"] = np.array([int((keys == c).sum()) for c in classes], dtype=np.int64)
+    return Message("class_moments", moments, {"classes": classes, "feature_names": features, "n": int(len(labels))})
 
 
 @dataclass(frozen=True)
@@ -106,26 +119,65 @@ def pooled_anova(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, alpha:
     return f, p, mask
 
 
-def run_pooled_anova(federation: Federation, alpha: float = 0.05, *, part: str = "train") -> PooledAnova:
+def class_moments_checker(federation: Federation, part: str):
+    """Validator of ``"class_moments"`` replies on row part ``part`` (see the module docstring).
+
+    Every failure is a ``ValueError`` starting ``invalid class moments:`` (the protocol path
+    names the site)."""
+    keys = {"count", "sum", "sumsq", "n_class"}
+
+    def check(site: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
+        try:
+            feats = schema.check_features(site, reply.meta.get("feature_names"), exact=True,
+                                          what="class-moment features")
+            labels = schema.check_classes(site, reply.meta.get("classes"))
+            n = validate.integer(reply.meta.get("n"), f"{part} rows", equal=schema.rows(site, part))
+            if set(reply.arrays) != keys:
+                raise ValueError(f"arrays must be exactly {sorted(keys)}")
+            c, d = len(labels), len(feats)
+            count, total, sumsq = (validate.array(reply, k, (c, d)) for k in ("count", "sum", "sumsq"))
+            rows = validate.counts(validate.array(reply, "n_class", (c,)), n, "class rows")
+            if rows.sum() != n:
+                raise ValueError(f"class rows do not sum to the {n} {part} rows declared")
+            validate.counts(count, n, "class counts")
+            if np.any(count > rows[:, None]):
+                raise ValueError("a class count exceeds the rows of its class")
+            validate.moments(count.ravel(), total.ravel(), sumsq.ravel(), "class moments")
+        except (ValueError, FederationError) as exc:
+            raise ValueError(f"invalid class moments: {str(exc).removeprefix(f'site {site!r}: ')}") from None
+
+    return check
+
+
+def run_pooled_anova(federation: Federation, alpha: float = 0.05, *, part: str = "train",
+                     min_sites: int | None = None) -> PooledAnova:
     """Gather every site's per-class moments and run the pooled ANOVA F test with FDR control.
 
     Features are aligned by name (ordered union; a site contributes nothing to features
     it lacks), classes by label key (``1`` and ``1.0`` agree).
 
+    Args:
+        min_sites: quorum (as :func:`~fedtab.federation.run_training`): a site that fails or
+            sends rejected moments is dropped, named, while at least ``min_sites`` remain.
+
     Raises:
-        FederationError: a site failed or sent moments of the wrong shape (naming it).
+        SiteError: a site failed or sent moments that fail validation (naming it; with a
+            quorum, only when too few sites are left -- :class:`QuorumError`).
         ValueError: fewer than 2 classes across the sites, ``alpha`` outside (0, 1].
     """
-    replies = collect(federation.broadcast(Message("class_moments", meta={"part": part})), "class_moments")
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    set_quorum(federation, min_sites)
+    replies = exchange(federation, Message("class_moments", meta={"part": part}),
+                       lambda site, reply: class_moments_checker(federation, part)(site, reply))
     names: dict[str, int] = {}
     classes: dict[str, int] = {}
     parts = []
-    for site, reply in replies.items():
-        feats, labels = reply.meta.get("feature_names"), reply.meta.get("classes")
-        arrays = [np.asarray(reply.arrays.get(a), dtype=np.float64) for a in ("count", "sum", "sumsq")]
-        if not isinstance(feats, list) or not isinstance(labels, list) or any(
-                a.shape != (len(labels), len(feats)) or not np.isfinite(a).all() for a in arrays) or (arrays[0] < 0).any():
-            raise FederationError(f"site {site!r}: invalid class moments")
+    for reply in replies.values():
+        feats, labels = reply.meta["feature_names"], reply.meta["classes"]
+        arrays = [np.asarray(reply.arrays[a], dtype=np.float64) for a in ("count", "sum", "sumsq")]
         for f in feats:
             names.setdefault(str(f), len(names))
         for c in labels:

@@ -44,6 +44,7 @@ __all__ = [
     "robust_votes",
     "screen_sites",
     "moment_summaries",
+    "usable_counts",
 ]
 
 log = logging.getLogger("fedtab.federation.reduce")
@@ -185,13 +186,29 @@ def robust_votes(normalised: np.ndarray) -> np.ndarray:
     return np.nan_to_num(np.atleast_1d(v), nan=0.0)
 
 
-def moment_summaries(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row mean and population std from count/sum/sum-of-squares (NaN where count is 0)."""
+def usable_counts(count: np.ndarray | float) -> np.ndarray:
+    """``count`` as float64 with every entry below 1 (or not finite) read as 0.
+
+    Noisy (DP) counts can be negative or tiny; a reducer that divides by a count or
+    weights by it uses this first, so one convention holds everywhere: fewer than one
+    row counts as none (post-processing, no privacy cost)."""
     c = np.asarray(count, dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(c > 0, total / c, np.nan)
-        var = np.where(c > 0, sumsq / c - mean**2, np.nan)
-    return mean, np.sqrt(np.maximum(var, 0.0))
+    return np.where(np.isfinite(c) & (c >= 1), c, 0.0)
+
+
+def moment_summaries(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row mean and population std from count/sum/sum-of-squares (NaN where the count is
+    below 1, see :func:`usable_counts`). Overflow-safe: the sums are divided by the count
+    before anything is squared, and ``std = √(E[x²] − mean²)`` is taken as
+    ``√E[x²]·√(1 − (mean/√E[x²])²)``."""
+    c = usable_counts(count)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        mean = np.where(c > 0, np.asarray(total, dtype=np.float64) / np.where(c > 0, c, 1.0), np.nan)
+        rms = np.sqrt(np.maximum(np.where(c > 0, np.asarray(sumsq, dtype=np.float64) / np.where(c > 0, c, 1.0),
+                                          np.nan), 0.0))
+        ratio = np.where(rms > 0, mean / np.where(rms > 0, rms, 1.0), 0.0)
+        std = rms * np.sqrt(np.maximum(1.0 - ratio * ratio, 0.0))
+    return mean, np.where(c > 0, std, np.nan)
 
 
 def screen_sites(

@@ -174,9 +174,18 @@ class PooledScoreTest:
 
 def _column_energy(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, mean: np.ndarray, std: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]:
-    """``(Σ z², its rounding scale)`` per column of one site, from its described moments."""
-    scale = (sumsq + mean**2 * count) / std**2
-    return np.maximum((sumsq - 2 * mean * total + mean**2 * count) / std**2, 0.0), scale
+    """``(Σ z², its rounding scale)`` per column of one site, from its described moments.
+
+    Overflow-safe: ``Σ (x − m)² = n·(v + (μ − m)²)`` with the site's own per-row mean ``μ``
+    and variance ``v``, each divided by ``std`` before it is squared (no sum is squared)."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        n = np.maximum(np.asarray(count, dtype=np.float64), 0.0)
+        mu = np.where(n > 0, total / np.maximum(n, 1.0), 0.0)
+        msq = np.where(n > 0, sumsq / np.maximum(n, 1.0), 0.0)
+        spread = np.sqrt(np.maximum(msq - mu * mu, 0.0)) / std  # |μ| <= √msq once the moments are validated
+        shift = (mu - mean) / std
+        rms, centre = np.sqrt(np.maximum(msq, 0.0)) / std, mean / std
+        return n * (spread * spread + shift * shift), n * (rms * rms + centre * centre)
 
 
 def _checker(n_rows: Mapping[str, int], energy: Mapping[str, tuple[np.ndarray, np.ndarray]], d: int,
@@ -193,6 +202,8 @@ def _checker(n_rows: Mapping[str, int], energy: Mapping[str, tuple[np.ndarray, n
             raise ValueError(f"score sums must be exactly {sorted(keys)}, got {sorted(reply.arrays)[:8]}")
         a = {k: validate.array(reply, k, shapes[k]) for k in keys}
         s2, scale = energy[site]
+        if not (np.isfinite(s2).all() and np.isfinite(scale).all()):
+            raise ValueError("its described moments are too large to bound its score sums")
         tol_s2 = _TOL * scale + slack
         H = a["hess"]
         diag = np.diag(H)
@@ -205,7 +216,9 @@ def _checker(n_rows: Mapping[str, int], energy: Mapping[str, tuple[np.ndarray, n
         if np.any(np.abs(H) > np.outer(root, root) * (1 + _TOL) + slack) \
                 or np.linalg.eigvalsh(H).min() < -_TOL * max(float(diag.sum()), 1.0):
             raise ValueError("the information matrix 'hess' is not positive semi-definite")
-        g_cap = np.sqrt(n * np.concatenate([[float(n)], s2[selected] + tol_s2[selected]])) * (1 + _TOL) + slack
+        # √n·√Σz², never n·Σz² (no product of site-derived sums is formed before its root)
+        g_cap = np.sqrt(n) * np.sqrt(np.concatenate([[float(n)], s2[selected] + tol_s2[selected]])) * (1 + _TOL) \
+            + slack
         if np.any(np.abs(a["grad"]) > g_cap):
             raise ValueError("the gradient 'grad' exceeds what the site's rows allow")
         if a["loglik"][0] > slack:
@@ -215,10 +228,10 @@ def _checker(n_rows: Mapping[str, int], energy: Mapping[str, tuple[np.ndarray, n
         info = a["info_diag"]
         if np.any(info < -slack) or np.any(info > s2 / 4.0 + tol_s2):
             raise ValueError("'info_diag' outside [0, Σz²/4] of the site's described columns")
-        if np.any(np.abs(a["score"]) > np.sqrt(n * (s2 + tol_s2)) * (1 + _TOL) + slack):
+        if np.any(np.abs(a["score"]) > np.sqrt(n) * np.sqrt(s2 + tol_s2) * (1 + _TOL) + slack):
             raise ValueError("the score 'score' exceeds what the site's rows allow")
         C = a["info_cross"]
-        bound = np.sqrt(np.maximum(info, 0.0)[:, None] * np.maximum(diag, 0.0)[None, :])
+        bound = np.sqrt(np.maximum(info, 0.0))[:, None] * np.sqrt(np.maximum(diag, 0.0))[None, :]
         if np.any(np.abs(C) > bound * (1 + _TOL) + slack):
             raise ValueError("'info_cross' breaks Cauchy-Schwarz against 'info_diag' and 'hess'")
         if selected and not (np.allclose(C[selected], H[1:], rtol=_TOL, atol=slack)

@@ -199,18 +199,22 @@ def pool_stats(stats: Sequence[SiteStats], columns: Sequence[str] | None = None)
         sxx[ix] += s.pair_sxx
         sxy[ix] += s.pair_sxy
     shift = np.nan_to_num(shift)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         m = sm / cnt
         var = np.maximum(sq / cnt - m * m, 0.0)
         std = np.where(cnt >= 2, np.sqrt(var), np.nan)
         mean = np.where(cnt > 0, m + shift, np.nan)
-        sy, syy = sx.T, sxx.T
-        cov = pc * sxy - sx * sy
-        vx = pc * sxx - sx * sx
-        vy = pc * syy - sy * sy
-        den = np.sqrt(np.maximum(vx, 0.0) * np.maximum(vy, 0.0))
+        # per co-observed row (sums divided by the count first): no product of two sums is formed,
+        # so sums near the float range cannot overflow the correlation
+        n = np.where(pc > 0, pc, 1.0)
+        mx, qx, qxy = sx / n, sxx / n, sxy / n
+        my, qy = mx.T, qx.T
+        cov = qxy - mx * my
+        vx = qx - mx * mx
+        vy = qy - my * my
+        den = np.sqrt(np.maximum(vx, 0.0)) * np.sqrt(np.maximum(vy, 0.0))
         # relative tolerance: a variance that is rounding noise counts as zero
-        tiny = 1e-12 * np.maximum(pc * np.maximum(sxx, syy), 1e-300)
+        tiny = 1e-12 * np.maximum(np.maximum(qx, qy), 1e-300 / n**2)
         ok = (pc >= 2) & (vx > tiny) & (vy > tiny)
         corr = np.where(ok, cov / np.where(ok, den, 1.0), np.nan)
     corr = np.clip(corr, -1.0, 1.0)

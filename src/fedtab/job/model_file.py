@@ -5,13 +5,22 @@ Reading: :func:`load_model` validates everything before any of it is used, becau
 file may come from someone else:
 
 * the zip holds exactly ``manifest.json`` and the arrays the manifest lists (any other
-  member, a path with ``..`` or ``/`` at its start, a duplicate name is rejected);
-* sizes are checked from the zip directory *before* reading (manifest ≤ 16 MiB, each
-  array ≤ 256 MiB uncompressed and no more elements than its declared shape);
+  member, a path with ``..`` or ``/`` at its start, a duplicate name is rejected); a
+  member that cannot be decompressed (bad CRC, broken deflate stream, encryption) is a
+  corrupted member;
+* sizes are checked from the zip directory *before* reading (manifest ≤ 16 MiB and nested
+  at most :data:`MAX_DEPTH` levels, at most :data:`MAX_ARRAYS` arrays of at most
+  :data:`MAX_NDIM` dimensions, each array ≤ 256 MiB uncompressed and no more elements than
+  its declared shape, all of them ≤ :data:`MAX_TOTAL`);
+* the manifest's structure is checked (schema, categories, features, classes, provenance);
+* what the model spec (and the imputer's network) would allocate is estimated before it is
+  built (:func:`fedtab.learn.models.model_cost`): a spec that needs far more numbers than
+  the file's arrays hold (``mlp`` with ``hidden = [10**9]``) is refused unbuilt;
 * arrays are read with ``numpy.load(allow_pickle=False)``; only bool/int/float dtypes;
   each array must have the shape and dtype the manifest declares, and those shapes must
-  agree with the features, classes and the model (``make_model(spec).init`` shapes);
-* every failure is a :class:`ModelFileError` naming the file and what is wrong.
+  agree with the features, classes and the model (``make_model(spec).init`` shapes) and the
+  imputer's network;
+* every failure is a :class:`ModelFileError` naming the file and what is wrong, in one line.
 
 :class:`FedtabModel` (what :func:`load_model` returns) predicts on a DataFrame with the
 schema's columns: categories one-hot encoded with the agreed lists, the imputer (if any)
@@ -24,12 +33,15 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
+
+from .spec import nesting_depth
 
 __all__ = ["FORMAT", "FedtabModel", "ModelFileError", "PredictionError", "load_model", "write_model"]
 
@@ -38,7 +50,20 @@ VERSION = 1
 MANIFEST = "manifest.json"
 MAX_MANIFEST = 16 * 2**20
 MAX_ARRAY = 256 * 2**20
+#: all arrays of a model file together, uncompressed
+MAX_TOTAL = 2**30
+#: most arrays a manifest may declare, and most dimensions of one
+MAX_ARRAYS = 4096
+MAX_NDIM = 8
+#: deepest nesting of lists/objects in manifest.json (a written one needs 5)
+MAX_DEPTH = 32
+#: a model spec may need at most this many times the numbers the file's model arrays hold (plus
+#: :data:`_SPEC_SLACK`): an estimate, not an exact count, but ``hidden = [10**9]`` is far beyond it
+_SPEC_FACTOR = 4
+_SPEC_SLACK = 2**20
 _KINDS = "biuf"
+#: what reading a damaged zip member can raise (zipfile, zlib and the OS all report it differently)
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError, ValueError)
 
 
 class ModelFileError(ValueError):
@@ -99,25 +124,52 @@ def write_model(path: str | Path, model: Mapping[str, Any], provenance: Mapping[
 
 
 # ----------------------------------------------------------------------------- reading
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(x, str) for x in value)
+
+
+def _check_declared(declared: Mapping[str, Any], fail) -> None:
+    """Shapes and dtypes of the declared arrays, and their total size, before anything is read."""
+    if len(declared) > MAX_ARRAYS:
+        fail(f"the manifest declares {len(declared)} arrays (limit {MAX_ARRAYS})")
+    total = 0.0
+    for name, decl in declared.items():
+        shape, dtype = decl.get("shape"), decl.get("dtype")
+        if (not isinstance(shape, list) or len(shape) > MAX_NDIM
+                or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n for n in shape)
+                or not isinstance(dtype, str)):
+            fail(f"array {name!r}: bad declared shape/dtype (at most {MAX_NDIM} non-negative integer dimensions)")
+        try:
+            dt = np.dtype(dtype)
+        except (TypeError, ValueError):
+            fail(f"array {name!r}: unknown dtype {dtype[:40]!r}")
+        if dt.kind not in _KINDS:
+            fail(f"array {name!r}: dtype {dtype[:40]!r} is not bool/int/float")
+        total += float(np.prod(shape, dtype=np.float64)) * dt.itemsize
+    if total > MAX_TOTAL:
+        fail(f"the arrays declare {total:.3g} bytes together (limit {MAX_TOTAL})")
+
+
+def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, fail) -> bytes:
+    """The bytes of one member (at most ``limit``); a damaged member is one clear error."""
+    try:
+        with zf.open(info) as fh:
+            return fh.read(limit)
+    except _ZIP_ERRORS as exc:
+        fail(f"member {info.filename!r} is corrupted ({type(exc).__name__}: {str(exc)[:120]})")
+    raise AssertionError  # pragma: no cover - fail() raised
+
+
 def _read_arrays(zf: zipfile.ZipFile, declared: Mapping[str, Any], fail) -> dict[str, np.ndarray]:
     out = {}
     for name, decl in declared.items():
         info = zf.getinfo(f"arrays/{name}.npy")
-        shape, dtype = decl.get("shape"), decl.get("dtype")
-        if (not isinstance(shape, list) or not all(isinstance(n, int) and 0 <= n for n in shape)
-                or not isinstance(dtype, str)):
-            fail(f"array {name!r}: bad declared shape/dtype")
-        try:
-            dt = np.dtype(dtype)
-        except TypeError:
-            fail(f"array {name!r}: unknown dtype {dtype!r}")
-        if dt.kind not in _KINDS:
-            fail(f"array {name!r}: dtype {dtype!r} is not bool/int/float")
+        shape, dtype = decl["shape"], decl["dtype"]
+        dt = np.dtype(dtype)
         size = int(np.prod(shape, dtype=np.float64)) * dt.itemsize
         if size > MAX_ARRAY or info.file_size > MAX_ARRAY or info.file_size > size + 4096:
             fail(f"array {name!r}: {info.file_size} bytes for a declared {shape} {dtype} array (limit {MAX_ARRAY})")
-        with zf.open(info) as fh:
-            data = fh.read(MAX_ARRAY + 4097)
+        data = _member(zf, info, MAX_ARRAY + 4097, fail)
         try:
             a = np.load(io.BytesIO(data), allow_pickle=False)
         except ValueError as exc:
@@ -133,9 +185,42 @@ def _read_arrays(zf: zipfile.ZipFile, declared: Mapping[str, Any], fail) -> dict
     return out
 
 
-def _check_shapes(m: dict[str, Any], arrays: dict[str, np.ndarray], fail) -> None:
-    from ..learn.models import make_model
+def _check_structure(m: dict[str, Any], fail) -> None:
+    """The manifest's JSON parts: the types every later step relies on."""
+    schema = m["schema"]
+    if not isinstance(schema, dict) or not _strings(schema.get("columns")):
+        fail("schema must hold the column list (a list of names)")
+    cats = schema.get("categories", {})
+    if not isinstance(cats, dict) or not all(isinstance(k, str) and _strings(v) for k, v in cats.items()):
+        fail("schema categories must map column names to lists of category names")
+    if not _strings(m["encoded_columns"]):
+        fail("encoded_columns must be a list of names")
+    prov = m.get("provenance", {})
+    job = prov.get("job", {}) if isinstance(prov, dict) else None
+    if not isinstance(prov, dict) or not isinstance(job, dict) or not (
+            "na_values" not in job or job["na_values"] is None or _strings(job["na_values"])):
+        fail("provenance must be an object (its job's na_values a list of strings)")
+    if m.get("imputer") is not None and not isinstance(m["imputer"], dict):
+        fail("imputer must be an object or null")
 
+
+def _check_model_spec(spec: Any, d: int, c: int, arrays: Mapping[str, np.ndarray], fail) -> Any:
+    """The model built from ``spec`` -- after its estimated size was checked against the file's arrays."""
+    from ..learn.models import make_model, model_cost
+
+    held = sum(a.size for k, a in arrays.items() if k.startswith("model/"))
+    try:
+        size = model_cost(spec, d, c).size
+        if not size <= _SPEC_FACTOR * held + _SPEC_SLACK:
+            fail(f"model: the spec needs ~{size:.2g} parameters, the file holds {held}")
+        return make_model(spec)
+    except (ValueError, TypeError, OverflowError) as exc:
+        if isinstance(exc, ModelFileError):
+            raise
+        fail(f"model: {exc}")
+
+
+def _check_shapes(m: dict[str, Any], arrays: dict[str, np.ndarray], fail) -> None:
     feats, classes = m["features"], m["classes"]
     if (not isinstance(feats, list) or not feats or not all(isinstance(f, str) for f in feats)
             or len(set(feats)) != len(feats)):
@@ -148,17 +233,12 @@ def _check_shapes(m: dict[str, Any], arrays: dict[str, np.ndarray], fail) -> Non
             fail(f"{k} has shape {arrays[k].shape}, expected ({d},) for {d} features")
     if not (arrays["standardise/std"] > 0).all():
         fail("standardise/std must be positive")
-    try:
-        fm = make_model(m["model"])
-    except (ValueError, TypeError) as exc:
-        fail(f"model: {exc}")
+    _check_structure(m, fail)
+    fm = _check_model_spec(m["model"], d, c, arrays, fail)
     template = {k: tuple(v.shape) for k, v in fm.init(d, c).items()}
     got = {k[len("model/"):]: a.shape for k, a in arrays.items() if k.startswith("model/")}
     if got != template:
         fail(f"model parameters {got} do not match a {fm.name} model over {d} features and {c} classes {template}")
-    schema = m["schema"]
-    if not isinstance(schema, dict) or not isinstance(schema.get("columns"), list):
-        fail("schema must hold the column list")
     unknown = [f for f in feats if f not in m["encoded_columns"]]
     if unknown:
         fail(f"features {unknown[:5]} are not in the schema")
@@ -181,25 +261,60 @@ def _check_shapes(m: dict[str, Any], arrays: dict[str, np.ndarray], fail) -> Non
             fail("imputer edge weights/signs do not match its edge list")
         if (arrays["imputer/low"] > arrays["imputer/high"]).any():
             fail("imputer ranges have low > high")
+        _check_imputer_network(im, f, arrays, fail)
+
+
+def _check_imputer_network(im: Mapping[str, Any], f: int, arrays: Mapping[str, np.ndarray], fail) -> None:
+    """The imputer's network config within what its weights can hold, then its weights' names and
+    shapes against the network it builds (so predicting cannot fail on them later)."""
+    cfg = im.get("model_config")
+    names = {k[len("imputer/w/"):]: a for k, a in arrays.items() if k.startswith("imputer/w/")}
+    if not isinstance(cfg, dict) or cfg.get("n_features") != f:
+        fail(f"imputer model_config must be an object with n_features = {f}")
+    hidden, layers, rank = cfg.get("hidden_dim", 64), cfg.get("n_layers", 3), cfg.get("prior_rank", 0)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (hidden, layers, rank)) \
+            or hidden < 1 or rank > f:
+        fail("imputer model_config: hidden_dim, n_layers and prior_rank must be integers in range")
+    held = sum(a.size for a in names.values())
+    need = f * hidden + layers * 4.0 * hidden * (hidden + 1)  # the embedding and each layer's four linear maps
+    if not need <= _SPEC_FACTOR * held + _SPEC_SLACK:
+        fail(f"imputer: its network needs ~{need:.2g} weights, the file holds {held}")
+    if rank > 0 and not ({"imputer/prior_W", "imputer/prior_psi"} <= set(arrays)
+                         and arrays["imputer/prior_W"].shape == (f, rank) and arrays["imputer/prior_psi"].shape == (f,)):
+        fail(f"imputer: a prior of rank {rank} needs imputer/prior_W ({f}, {rank}) and imputer/prior_psi ({f},)")
+    try:
+        from ..impute.model import GNNConfig, GNNImputer
+    except ImportError:  # without torch the imputer cannot run anyway; predicting says so
+        return
+    try:
+        state = GNNImputer(GNNConfig(**cfg)).state_dict()
+    except (TypeError, ValueError, RuntimeError) as exc:
+        fail(f"imputer model_config: {type(exc).__name__}: {str(exc)[:160]}")
+    expected = {k: tuple(v.shape) for k, v in state.items()}
+    got = {k: tuple(a.shape) for k, a in names.items()}
+    if got != expected or not _strings(im.get("weights")) or sorted(im["weights"]) != sorted(got):
+        fail(f"imputer weights {sorted(got)[:4]}... do not match its network ({len(expected)} tensors)")
 
 
 def load_model(path: str | Path) -> "FedtabModel":
     """Read and validate a model file (see the module docstring for what is checked).
 
     Raises:
-        ModelFileError: missing, not a zip, unexpected members, oversized or malformed
-            arrays, pickled content, shapes that do not fit together.
+        ModelFileError: missing, not a zip, a corrupted member, unexpected members, a manifest
+            nested too deep or of the wrong structure, oversized or malformed arrays, pickled
+            content, a model spec that would allocate far more than the file holds, shapes
+            that do not fit together. Always one line naming the file.
     """
     p = Path(path)
 
     def fail(msg: str) -> None:
-        raise ModelFileError(f"{p}: {msg}")
+        raise ModelFileError(f"{p}: {' '.join(str(msg).split())}")
 
     if not p.is_file():
         fail("no such model file")
     try:
         zf = zipfile.ZipFile(p)
-    except (zipfile.BadZipFile, OSError) as exc:
+    except _ZIP_ERRORS as exc:
         fail(f"not a fedtab model file (not a zip archive: {exc})")
     with zf:
         names = [i.filename for i in zf.infolist()]
@@ -210,18 +325,25 @@ def load_model(path: str | Path) -> "FedtabModel":
         info = zf.getinfo(MANIFEST)
         if info.file_size > MAX_MANIFEST:
             fail(f"manifest.json is {info.file_size} bytes (limit {MAX_MANIFEST})")
+        raw = _member(zf, info, MAX_MANIFEST + 1, fail)
         try:
-            m = json.loads(zf.read(info)[: MAX_MANIFEST + 1])
+            m = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             fail(f"manifest.json is not valid JSON ({exc})")
+        except RecursionError:
+            fail(f"manifest.json is nested deeper than {MAX_DEPTH} levels")
+        if nesting_depth(m, MAX_DEPTH) > MAX_DEPTH:
+            fail(f"manifest.json is nested deeper than {MAX_DEPTH} levels")
         if not isinstance(m, dict) or m.get("format") != FORMAT:
             fail(f"manifest.json is not a {FORMAT} manifest")
         if m.get("version") != VERSION:
-            fail(f"model file version {m.get('version')!r} is not supported (this fedtab reads version {VERSION})")
+            fail(f"model file version {str(m.get('version'))[:20]!r} is not supported (this fedtab reads version "
+                 f"{VERSION})")
         declared = m.get("arrays")
         if not isinstance(declared, dict) or not all(isinstance(k, str) and isinstance(v, dict)
                                                       for k, v in declared.items()):
             fail("manifest 'arrays' must map names to {shape, dtype}")
+        _check_declared(declared, fail)
         expected = {MANIFEST} | {f"arrays/{k}.npy" for k in declared}
         extra = sorted(set(names) - expected)
         if extra:

@@ -200,7 +200,8 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
         deployment: ``None`` (Flower: ServerApp/ClientApps in this process; FLARE: its
             simulator) or ``"loopback"`` (Flower: a SuperLink and SuperNodes on 127.0.0.1,
             TLS + auth; FLARE: a provisioned project, server and clients on 127.0.0.1).
-        out: output directory (default: the job's ``[run] out``).
+        out: output directory (default: the job's ``[run] out``, which a job *file* may set
+            only inside its own folder; ``out`` may be anywhere).
         progress: called with a short line as each step starts.
         superlink: Flower only: ``HOST:PORT`` of the consortium's running SuperLink (or a
             :class:`SuperLink`). Its SuperNodes read their own tables (their node config's
@@ -229,7 +230,7 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
     from .model_file import write_model
 
     say = progress or (lambda _m: None)
-    spec = load_job(job)
+    spec = load_job(job, out_given=out is not None)  # a job file's own out stays in its folder
     if isinstance(superlink, str):
         superlink = SuperLink(superlink, root_certificates, insecure, site_keys, timeout)
     if engine is None:  # a deployment without an engine: the job's engine, Flower if that is "local"

@@ -3,7 +3,12 @@
 The keys, their types and defaults are listed in ``docs/job.md``. Parsing never reads a
 site's table; :func:`load_job` only resolves paths relative to the job file. Every error
 is a :class:`JobError` whose message names the key at fault (``[training] rounds``) and,
-for an unknown key, the closest valid one.
+for an unknown key, the closest valid one -- one line, also for a file that cannot be read,
+is not TOML, or nests deeper than :data:`MAX_DEPTH` levels.
+
+A job *file* writes only inside its own folder: ``[run] out`` must resolve (symbolic links
+followed) to the job file's folder or below it; an output elsewhere is given by the
+caller (``fedtab run --out``, ``run_job(..., out=...)``), never by the file.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ __all__ = ["JobError", "JobSpec", "SiteSpec", "ImputeSpec", "ElectionSpec", "Tra
 
 ENGINES = ("local", "flower", "nvflare")
 TUNERS = ("none", "grid", "hill-climb")
+#: deepest nesting of tables/arrays in a job (a real one needs 4: sites.<name>.selector.params)
+MAX_DEPTH = 16
 
 
 class JobError(ValueError):
@@ -223,15 +230,47 @@ def _check_choices(spec: JobSpec) -> None:
         raise JobError(f"{src}: {exc}") from None
 
 
-def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = "<dict>") -> JobSpec:
+def nesting_depth(doc: Any, limit: int = MAX_DEPTH) -> int:
+    """Nesting depth of tables/arrays (dicts and lists) in a parsed document, counted up to
+    ``limit + 1`` (iterative: a hostile document cannot exhaust the stack)."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, Mapping):
+            v = list(v.values())
+        if isinstance(v, (list, tuple)):
+            deepest = max(deepest, d)
+            if d <= limit:
+                stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
+def _check_out(out: Path, base: Path, source: str) -> None:
+    """A job file's ``[run] out`` must lie in the job's folder (symbolic links resolved)."""
+    folder = base.resolve()
+    if not (base / out).resolve().is_relative_to(folder):
+        raise JobError(f"{source}: [run] out must be inside the job's folder {folder} (a job file writes only "
+                       "there); give the output directory on the command line (--out) to write elsewhere")
+
+
+def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = "<dict>", *,
+              confine_out: bool = False) -> JobSpec:
     """Validate a job document (the parsed TOML) and resolve site paths against ``base_dir``.
+
+    Args:
+        confine_out: ``[run] out`` must resolve inside ``base_dir`` (what :func:`load_job`
+            asks of a job file).
 
     Raises:
         JobError: an unknown key (with the closest valid key), a missing ``target`` or
-            ``sites``, a value of the wrong type, an unknown selector/model/engine/tuner.
+            ``sites``, a value of the wrong type, an unknown selector/model/engine/tuner,
+            nesting deeper than :data:`MAX_DEPTH`, or (``confine_out``) an ``out``
+            outside ``base_dir``.
     """
     if not isinstance(doc, Mapping):
         raise JobError(f"{source}: a job must be a table of keys, got {type(doc).__name__}")
+    if nesting_depth(doc) > MAX_DEPTH:
+        raise JobError(f"{source}: the job nests tables or arrays deeper than {MAX_DEPTH} levels")
     for key in doc:
         if key not in _TOP:
             raise _unknown("", key, _TOP, source)
@@ -259,6 +298,8 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
         ))
     sections = {k: _section(cls, doc[k], k, source) for k, cls in _SECTIONS.items() if k in doc}
     run = sections.get("run", RunSpec())
+    if confine_out:
+        _check_out(run.out, base, source)
     if not run.out.is_absolute():
         run.out = base / run.out
     spec = JobSpec(
@@ -275,11 +316,16 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
     return spec
 
 
-def load_job(path_or_doc: str | Path | Mapping[str, Any]) -> JobSpec:
+def load_job(path_or_doc: str | Path | Mapping[str, Any], *, out_given: bool = False) -> JobSpec:
     """Read and validate a job file (TOML), or validate a dict (paths relative to the cwd).
 
+    Args:
+        out_given: the caller chose the output directory (``--out``), so a job file's
+            ``[run] out`` is not held to the job's folder (it is not used).
+
     Raises:
-        JobError: the file is missing or not valid TOML, or as :func:`parse_job`.
+        JobError: the file is missing, unreadable, not valid TOML or nested too deep, its
+            ``[run] out`` lies outside its folder (unless ``out_given``), or as :func:`parse_job`.
     """
     if isinstance(path_or_doc, Mapping):
         return parse_job(path_or_doc)
@@ -289,5 +335,9 @@ def load_job(path_or_doc: str | Path | Mapping[str, Any]) -> JobSpec:
     try:
         doc = tomllib.loads(p.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise JobError(f"{p}: not a valid TOML file ({exc})") from None
-    return parse_job(doc, p.parent, source=str(p))
+        raise JobError(f"{p}: not a valid TOML file ({' '.join(str(exc).split())})") from None
+    except RecursionError:
+        raise JobError(f"{p}: the job nests tables or arrays deeper than {MAX_DEPTH} levels") from None
+    except OSError as exc:
+        raise JobError(f"{p}: cannot read the job file ({exc.strerror or exc})") from None
+    return parse_job(doc, p.parent, source=str(p), confine_out=not out_given)

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .models import FederatedModel, Params
+from .models import STEP_OVERHEAD, Cost, FederatedModel, Params
 
 __all__ = ["GaussianNBModel", "gnb_statistics", "gnb_from_statistics"]
 
@@ -106,6 +106,11 @@ class GaussianNBModel(FederatedModel):
 
     def update_template(self, n_features: int, n_classes: int) -> dict[str, tuple[int, ...]]:
         return {"count": (n_classes,), "sum": (n_classes, n_features), "sumsq": (n_classes, n_features)}
+
+    def cost(self, n_features: int, n_classes: int, n_rows: int = 1, epochs: int = 1) -> Cost:
+        """One pass over the rows (sums per class), whatever ``epochs``."""
+        size = float(n_classes * (2 * n_features + 1))
+        return Cost(3.0 * n_rows * n_features + STEP_OVERHEAD, size, "rows × features")
 
     def local_update(self, params: Params, X: np.ndarray, y: np.ndarray, *, epochs: int = 1, seed: int = 0) -> Params:
         n_classes = len(params["log_prior"]) if "log_prior" in params else int(np.max(y)) + 1

@@ -7,12 +7,13 @@ works without it. Parameters travel as float32 numpy arrays named like the
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Sequence
 
 import numpy as np
 
-from .models import FederatedModel, Params
+from .models import STEP_OVERHEAD, Cost, FederatedModel, Params, driver
 from .torch_threads import torch_threads
 
 __all__ = ["MLPModel"]
@@ -91,6 +92,19 @@ class MLPModel(FederatedModel):
     def n_params(self, n_features: int, n_classes: int) -> int:
         sizes = [n_features, *self.hidden, n_classes]
         return int(sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:])))
+
+    def cost(self, n_features: int, n_classes: int, n_rows: int = 1, epochs: int = 1) -> Cost:
+        """Per step a forward and backward pass of ``batch_size`` rows (≈ 6 operations per
+        parameter and row); ``epochs · ceil(n_rows / batch_size)`` steps, at most ``max_steps``."""
+        size = float(self.n_params(n_features, n_classes))
+        batch = max(float(self.batch_size), 1.0)
+        steps = max(int(epochs), 1) * max(math.ceil(n_rows / batch), 1)
+        if self.max_steps is not None:
+            steps = min(steps, max(int(self.max_steps), 0))
+        work = steps * (6.0 * min(batch, max(n_rows, 1)) * size + STEP_OVERHEAD)
+        widest = max(self.hidden, default=0)
+        return Cost(work, size, driver({"hidden": (widest * max(len(self.hidden), 1), 64), "epochs": (epochs, 1),
+                                        "batch_size": (batch, 64)}))
 
     def local_update(self, params: Params, X: np.ndarray, y: np.ndarray, *, epochs: int, seed: int = 0) -> Params:
         with torch_threads(self.n_threads):

@@ -8,18 +8,85 @@ already standardised with the federation's global mean/std and have no NaN;
 labels are class indices ``0..C-1`` of the class list agreed by all sites.
 
 Register new models in :data:`MODELS`; the training workflow builds them by name.
+
+:func:`model_cost` estimates, before anything is built, what a model spec costs a site
+(:class:`Cost`: work and size), so a site can refuse a server-chosen spec that would hang it
+or exhaust its memory (``DisclosurePolicy.max_work``/``max_size``), and a model file can be
+refused before its model is allocated.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Params", "FederatedModel", "LogisticRegressionModel", "MODELS", "make_model", "fedavg", "sigmoid"]
+__all__ = ["Params", "Cost", "FederatedModel", "LogisticRegressionModel", "MODELS", "make_model", "model_cost",
+           "fedavg", "sigmoid", "STEP_OVERHEAD", "count_param", "driver"]
 
 Params = dict[str, np.ndarray]
+
+#: work charged for every optimiser step, iteration or estimator whatever its size (Python and
+#: library overhead, about a millisecond): a spec asking for 10**9 tiny steps is not cheap.
+STEP_OVERHEAD = 1e6
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A rough estimate of what a selector or model spec costs a site, known before it is built.
+
+    Attributes:
+        work: arithmetic operations of the whole computation (≈ multiply-adds: passes over
+            the rows times the numbers each touches, plus :data:`STEP_OVERHEAD` per step,
+            iteration or estimator).
+        size: numbers held at once (parameters, tree nodes, ...).
+        driver: the hyper-parameter that makes it large (the one most above its default,
+            or ``"rows × features"`` when none is), named in a refusal.
+    """
+
+    work: float
+    size: float
+    driver: str
+
+    def refusal(self, max_work: float, max_size: float, kind: str, spec: Any) -> str | None:
+        """Why a site with these caps refuses to run ``spec`` (a ``kind`` = "selector"/"model"), or ``None``."""
+        name = spec.get("name") if isinstance(spec, Mapping) else spec
+        what = f"{kind} {str(name)[:80]!r}"
+        if not self.size <= max_size:
+            return (f"{what} would hold ~{self.size:.1e} numbers (parameter {self.driver!r}), more than the site's "
+                    f"cap max_size={max_size:g}")
+        if not self.work <= max_work:
+            return (f"{what} needs ~{self.work:.1e} operations (parameter {self.driver!r}), more than the site's "
+                    f"cap max_work={max_work:g}")
+        return None
+
+
+def count_param(value: Any, what: str) -> float:
+    """``value`` as a non-negative finite number (a size or count hyper-parameter); ``ValueError`` otherwise."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{what} must be a number, got {type(value).__name__}") from None
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"{what} must be a finite non-negative number")
+    return v
+
+
+def driver(factors: Mapping[str, tuple[Any, Any]], fallback: str = "rows × features") -> str:
+    """The name in ``factors`` (``{name: (value, default)}``) whose value is most above its
+    default (ratio > 1), else ``fallback``. Used by the cost estimates to name their culprit."""
+    best, ratio = fallback, 1.0
+    for name, (value, default) in factors.items():
+        try:
+            r = float(value) / max(float(default), 1.0)
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if r > ratio:
+            best, ratio = name, r
+    return best
 
 
 def fedavg(updates: Sequence[tuple[Params, int]]) -> Params:
@@ -83,6 +150,31 @@ class FederatedModel(ABC):
 
     def get_params(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def cost(self, n_features: int, n_classes: int, n_rows: int = 1, epochs: int = 1) -> Cost:
+        """What ``epochs`` local epochs on ``n_rows`` rows cost (see :class:`Cost`).
+
+        The default charges two passes per epoch over every parameter for every row; models
+        override it with their own estimate (and must, when :meth:`init` would allocate a
+        size the estimate exists to refuse)."""
+        size = float(self.n_params(n_features, n_classes))
+        return Cost(max(epochs, 1) * (2.0 * n_rows * size + STEP_OVERHEAD), size, driver({"epochs": (epochs, 1)}))
+
+
+def model_cost(spec: Any, n_features: int, n_classes: int, n_rows: int = 1, epochs: int = 1) -> Cost:
+    """The :class:`Cost` of training ``spec`` (as :func:`make_model` takes it) for ``epochs``
+    local epochs on ``n_rows`` rows of ``n_features`` inputs and ``n_classes`` classes.
+
+    Pure: only the constructor runs (it stores hyper-parameters), nothing is allocated.
+
+    Raises:
+        ValueError: an unknown model, bad parameters, or a size that is not a finite number.
+    """
+    fm = make_model(spec)
+    try:
+        return fm.cost(int(n_features), int(n_classes), int(n_rows), int(epochs))
+    except (TypeError, OverflowError) as exc:
+        raise ValueError(f"model {fm.name!r}: {exc}") from None
 
 
 def sigmoid(z: np.ndarray) -> np.ndarray:
@@ -166,6 +258,12 @@ class LogisticRegressionModel(FederatedModel):
         theta = minimize_lbfgs(loss_grad, theta0, maxiter=max(int(epochs), 1))
         return {"coef": theta[: k * d].reshape(k, d), "intercept": theta[k * d :].copy()}
 
+    def cost(self, n_features: int, n_classes: int, n_rows: int = 1, epochs: int = 1) -> Cost:
+        """Per epoch one L-BFGS iteration: about two loss-and-gradient passes over the rows."""
+        size = float((1 if n_classes == 2 else n_classes) * (n_features + 1))
+        iterations = max(int(epochs), 1)
+        return Cost(iterations * (4.0 * n_rows * size + STEP_OVERHEAD), size, driver({"epochs": (epochs, 1)}))
+
     def predict_proba(self, params: Params, X: np.ndarray) -> np.ndarray:
         z = self._logits(params, X)
         if z.shape[1] == 1:
@@ -201,5 +299,5 @@ def make_model(spec: Any) -> FederatedModel:
         raise ValueError(f"unknown model {spec!r}; known: {sorted(MODELS)}")
     try:
         return cls(**params)
-    except TypeError as exc:
+    except (TypeError, OverflowError) as exc:
         raise ValueError(f"bad parameters for model {spec!r}: {exc}") from None

@@ -6,9 +6,11 @@ multinomial (softmax) for more than two classes so that one parameter set is ave
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .models import LogisticRegressionModel, Params
+from .models import STEP_OVERHEAD, Cost, LogisticRegressionModel, Params, driver
 
 __all__ = ["SGDClassifierModel"]
 
@@ -46,6 +48,13 @@ class SGDClassifierModel(LogisticRegressionModel):
         p = super().get_params()
         p.pop("l2", None)
         return p
+
+    def cost(self, n_features: int, n_classes: int, n_rows: int = 1, epochs: int = 1) -> Cost:
+        """Per epoch one pass over the rows in ``ceil(n_rows / batch_size)`` steps."""
+        size = float((1 if n_classes == 2 else n_classes) * (n_features + 1))
+        steps = max(int(epochs), 1) * max(math.ceil(n_rows / max(float(self.batch_size), 1.0)), 1)
+        work = max(int(epochs), 1) * 2.0 * n_rows * size + steps * STEP_OVERHEAD
+        return Cost(work, size, driver({"epochs": (epochs, 1), "batch_size": (32, self.batch_size)}))
 
     def local_update(self, params: Params, X: np.ndarray, y: np.ndarray, *, epochs: int, seed: int = 0) -> Params:
         W = np.array(params["coef"], dtype=np.float64)

@@ -25,7 +25,11 @@ enforces the rest on what each handler declares it releases:
   ``score_sums`` and imputation rounds) per run, ``max_evaluations`` evaluations per
   part per period, ``max_releases_per_part`` releases per part per period,
   ``max_local_epochs``, ``max_score_bins`` bins of a score histogram, ``max_param`` for
-  any numeric parameter of a server-chosen selector.
+  any numeric parameter of a server-chosen selector or model (numbers nested in lists
+  and dicts too; lists hold at most :data:`MAX_LIST_PARAM` entries), and ``max_work`` /
+  ``max_size`` for the compute a server-chosen selector or model needs on the site's rows,
+  estimated before anything runs (:func:`fedtab.election.selectors.selector_cost`,
+  :func:`fedtab.learn.models.model_cost`); a refusal names the parameter at fault.
 * differential privacy on the site's terms: a request's noise multiplier can only add
   noise — the site answers with at least the multiplier whose single release spends
   ``max_epsilon_per_release`` (at ``delta``) and refuses once the period's releases would
@@ -47,15 +51,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..federation.messages import Message
     from ..federation.site import Site
 
-__all__ = ["DisclosurePolicy", "OTHER_CATEGORY", "PARTS", "coarse_range", "is_categorical", "merged_categories",
-           "suppress_small",
-           "policy_from_config"]
+__all__ = ["DisclosurePolicy", "MAX_LIST_PARAM", "OTHER_CATEGORY", "PARTS", "coarse_range", "is_categorical",
+           "merged_categories", "suppress_small", "policy_from_config"]
 
 #: the merged category every rare category of a column is reported (and encoded) as.
 OTHER_CATEGORY = "(other)"
 
 #: the row parts a request may name besides ``fold:k`` / ``fit:k`` (see :mod:`fedtab.federation.parts`).
 PARTS = ("train", "test", "fit", "validation", "all")
+
+#: most entries of a list-valued parameter of a server-chosen selector or model (hidden layer sizes, ...)
+MAX_LIST_PARAM = 64
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,8 @@ class DisclosurePolicy:
         max_rounds: most ``fit`` (and ``score_sums``, ``impute_fit``) requests answered per run.
         max_local_epochs: most local epochs a request may ask for.
         max_evaluations: most ``evaluate``/``impute_eval`` requests answered per part per period.
-        max_param: bound on every numeric parameter of a server-chosen selector.
+        max_param: bound on every numeric parameter of a server-chosen selector or model,
+            numbers inside list- and dict-valued parameters included.
         allow_server_selector: whether the server may choose the selector at all.
         max_score_bins: most bins of a score histogram an evaluation may ask for.
         max_releases_per_part: most replies computed over one part per period.
@@ -78,6 +85,11 @@ class DisclosurePolicy:
         epsilon_budget: most ε the site spends per period, composed over its releases.
         delta: the δ of the site's own privacy accounting.
         period_days: length of the ledger's period.
+        max_work: most work (≈ arithmetic operations, :class:`fedtab.learn.models.Cost`) a
+            server-chosen selector or model may need on the site's rows; the default (1e13,
+            hours of one core) is far above every shipped benchmark.
+        max_size: most numbers such a selector or model may hold at once (parameters, tree
+            nodes); the default 1e9 is 8 GB of float64.
 
     Raises:
         ValueError: a negative or non-integer limit.
@@ -96,6 +108,8 @@ class DisclosurePolicy:
     epsilon_budget: float = 64.0
     delta: float = 1e-5
     period_days: int = 365
+    max_work: float = 1e13
+    max_size: float = 1e9
 
     def __post_init__(self) -> None:
         for name in ("min_rows", "max_rounds", "max_local_epochs", "max_evaluations", "max_score_bins",
@@ -105,7 +119,8 @@ class DisclosurePolicy:
                 raise ValueError(f"disclosure policy: {name} must be a non-negative integer, got {value!r}")
         if self.period_days < 1:
             raise ValueError("disclosure policy: period_days must be at least 1")
-        for name in ("max_param", "max_model_abs", "max_epsilon_per_release", "epsilon_budget"):
+        for name in ("max_param", "max_model_abs", "max_epsilon_per_release", "epsilon_budget", "max_work",
+                     "max_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"disclosure policy: {name} must be positive, got {value!r}")
@@ -246,21 +261,87 @@ def _check_features(site: "Site", features: Any) -> str | None:
     return None
 
 
-def _check_selector(policy: DisclosurePolicy, spec: Any) -> str | None:
+def _rows_of(site: "Site", part: Any) -> int:
+    """Rows of ``part`` at the site, 0 for a part it does not have (the gate reports that)."""
+    try:
+        return site.n_rows(str(part))
+    except (ValueError, KeyError, TypeError):
+        return 0
+
+
+def _too_big(params: Any, cap: float) -> list[str]:
+    """Top-level names of ``params`` holding a number above ``cap`` (or not finite) anywhere
+    inside, or a list longer than :data:`MAX_LIST_PARAM`."""
+    if not isinstance(params, Mapping):
+        return []
+    big = []
+    for name, value in params.items():
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, bool) or v is None or isinstance(v, str):
+                continue
+            if isinstance(v, (int, float, np.integer, np.floating)):
+                if not abs(float(v)) <= cap:
+                    big.append(str(name))
+                    break
+            elif isinstance(v, (list, tuple)):
+                if len(v) > MAX_LIST_PARAM:
+                    big.append(str(name))
+                    break
+                stack.extend(v)
+            elif isinstance(v, Mapping):
+                stack.extend(v.values())
+    return big
+
+
+def _check_selector(policy: DisclosurePolicy, spec: Any, site: "Site | None" = None, part: str = "train"
+                    ) -> str | None:
     if spec is None:
         return None
     if not policy.allow_server_selector:
         return "the site does not let the server choose its selector"
     params = spec.get("params", {}) if isinstance(spec, dict) else {}
-    big = [k for k, v in (params or {}).items()
-           if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) > policy.max_param]
+    big = _too_big(params or {}, policy.max_param)
     if big:
         return f"selector parameters {big} exceed the site's cap max_param={policy.max_param:g}"
-    return None
+    if site is None:
+        return None
+    from ..election.selectors import selector_cost  # imports scikit-learn: only where a selector is chosen
+
+    try:
+        cost = selector_cost(spec, _rows_of(site, part), len(site.feature_names))
+    except ValueError:
+        return None  # a spec that cannot be built: the handler reports it
+    return cost.refusal(policy.max_work, policy.max_size, "selector", spec)
+
+
+def _check_model(policy: DisclosurePolicy, site: "Site", spec: Any, features: Any, classes: Any, part: Any,
+                 epochs: Any) -> str | None:
+    """A server-chosen model spec (training setup, local baseline): its parameters within
+    ``max_param`` and its estimated cost on the part's rows within ``max_work``/``max_size``."""
+    if spec is None:
+        return None
+    big = _too_big(spec.get("params") if isinstance(spec, dict) else None, policy.max_param)
+    if big:
+        return f"model parameters {big} exceed the site's cap max_param={policy.max_param:g}"
+    if not isinstance(features, list) or not isinstance(classes, list) or part not in PARTS:
+        return None  # the handler reports the malformed request
+    from ..learn.models import model_cost
+
+    rows = _rows_of(site, part)
+    n_epochs = epochs if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 else 1
+    try:
+        cost = model_cost(spec, len(features), max(len(classes), 2), rows, n_epochs)
+    except ValueError:
+        return None  # a spec that cannot be built: the handler reports it
+    return cost.refusal(policy.max_work, policy.max_size, "model", spec)
 
 
 def _ballot(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    return _check_selector(policy, request.meta.get("selector")) or _check_features(site, request.meta.get("features"))
+    part = "fit" if request.kind == "ballot_fit" else "train"
+    return (_check_selector(policy, request.meta.get("selector"), site, part)
+            or _check_features(site, request.meta.get("features")))
 
 
 def _describe(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
@@ -277,8 +358,18 @@ def _fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | No
     setup = request.meta.get("setup")
     reason = _check_features(site, setup.get("features")) if isinstance(setup, dict) else None
     reason = reason or _epochs(policy, request.meta.get("epochs"))
+    setup = setup if isinstance(setup, dict) else site.state.get("train_setup") or {}
+    reason = reason or _check_model(policy, site, setup.get("model"), setup.get("features"), setup.get("classes"),
+                                    setup.get("part", "train"), request.meta.get("epochs", 1))
     # a new setup does not reset the count: the ledger counts per run (issue 20)
     return reason or _charge_run(policy, site, "fit", "fit rounds")
+
+
+def _training_setup(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """A stand-alone training ``"setup"``: the agreed columns and a model within the caps."""
+    meta = request.meta
+    return _check_features(site, meta.get("features")) or _check_model(
+        policy, site, meta.get("model"), meta.get("features"), meta.get("classes"), meta.get("part", "train"), 1)
 
 
 def _score_sums(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
@@ -325,8 +416,12 @@ def _evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str
 
 def _local_baseline(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
     """A local-only model trained on the training rows and scored on the test rows."""
-    return (_check_features(site, request.meta.get("features")) or _epochs(policy, request.meta.get("epochs"))
-            or _score_bins(policy, request) or _charge_evaluation(policy, site, "test"))
+    meta = request.meta
+    return (_check_features(site, meta.get("features")) or _epochs(policy, meta.get("epochs"))
+            or _score_bins(policy, request)
+            or _check_model(policy, site, meta.get("model"), meta.get("features"), meta.get("classes"), "train",
+                            meta.get("epochs", 1))
+            or _charge_evaluation(policy, site, "test"))
 
 
 def _category_sets(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
@@ -364,6 +459,7 @@ _CHECKS = {
     "set_mask": _describe,
     "class_moments": _describe,
     "fit": _fit,
+    "setup": _training_setup,
     "score_sums": _score_sums,
     "evaluate": _evaluate,
     "local_baseline": _local_baseline,

@@ -12,21 +12,35 @@ Steps (:data:`STEPS`, each a set of message kinds): ``ballot`` (election ballots
 ``describe`` (feature moments for standardisation), ``fit`` (FedAvg updates),
 ``evaluate`` (confusion matrices), ``impute_stats`` (imputation schema counts/sums and
 sufficient statistics), ``impute_fit`` (GNN weights; the training rows it claims are
-sent in ``impute_setup``); ``training`` and ``imputation`` attack every step of that workflow.
+sent in ``impute_setup``), ``score_sums`` (the pooled score test's sums),
+``class_moments`` (the pooled ANOVA's per-class moments); ``training`` and
+``imputation`` attack every step of that workflow.
 
 Attacks: *garbage* (:data:`GARBAGE`) — ``scaled`` (float arrays ×10⁶), ``negated``,
 ``nan`` (every number NaN), ``deep_meta`` (a meta value nested 5,000 deep),
 ``huge_shape`` (every array stretched to ~10⁶ entries), ``huge_count`` (every integer
-in the meta becomes 10⁴⁰⁰); *poison* (:data:`POISON`, consistent-looking) — ``rows``
-(claims 10⁶× its rows, every count and sum scaled alike), ``reversed`` (scores and
-masks inverted, parameters negated, a perfect confusion matrix, correlations of every
-other column mirrored), ``rows_reversed`` (both).
+in the meta becomes 10⁴⁰⁰), ``overflow`` (every float array of sums, not counts,
+rescaled so its largest entry is 10²⁵⁰: sums whose squares overflow float64); *poison* (:data:`POISON`,
+consistent-looking) — ``rows`` (claims 10⁶× its rows, every count and sum scaled
+alike), ``reversed`` (scores and masks inverted, parameters negated, a perfect
+confusion matrix, correlations of every other column mirrored), ``rows_reversed``
+(both); *malformed class moments* (:data:`MALFORMED_CLASS_MOMENTS`, the pooled ANOVA's
+reply only) — fractional or negative counts, counts beyond their class's rows, class
+rows that do not sum to the declared rows, an undeclared class or feature, mis-shaped
+arrays, a negative sum of squares, sums its counts cannot produce.
+
+Careless users' files (:func:`hostile_model_files`, :func:`hostile_job_files`): a valid
+``model.fedtab`` rewritten into corrupted, nested, oversized variants, and job files that
+write outside their folder or nest too deep; each must give a one-line error.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import struct
+import zipfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,7 +50,8 @@ from ..federation.messages import Message
 from ..federation.schema import DECLARED
 from ..federation.site import Site
 
-__all__ = ["ATTACKS", "GARBAGE", "POISON", "STEPS", "HostileSite", "corrupt"]
+__all__ = ["ATTACKS", "GARBAGE", "JOB_FILE_ATTACKS", "MALFORMED_CLASS_MOMENTS", "MODEL_FILE_ATTACKS", "OVERFLOW",
+           "POISON", "STEPS", "HostileSite", "corrupt", "hostile_job_files", "hostile_model_files"]
 
 STEPS: dict[str, frozenset[str]] = {
     "ballot": frozenset({"ballot"}),
@@ -45,14 +60,31 @@ STEPS: dict[str, frozenset[str]] = {
     "evaluate": frozenset({"evaluate"}),
     "impute_stats": frozenset({"impute_schema", "impute_stats"}),
     "impute_fit": frozenset({"impute_fit", "impute_setup"}),
+    "score_sums": frozenset({"score_sums"}),
+    "class_moments": frozenset({"class_moments"}),
 }
 #: every step of a workflow at once (what a real attacker would do; used by the benchmark).
 STEPS["training"] = STEPS["ballot"] | STEPS["describe"] | STEPS["fit"] | STEPS["evaluate"]
 STEPS["imputation"] = STEPS["impute_stats"] | STEPS["impute_fit"]
-GARBAGE = ("scaled", "negated", "nan", "deep_meta", "huge_shape", "huge_count")
+GARBAGE = ("scaled", "negated", "nan", "deep_meta", "huge_shape", "huge_count", "overflow")
 POISON = ("rows", "reversed", "rows_reversed")
-ATTACKS = GARBAGE + POISON
+MALFORMED_CLASS_MOMENTS = ("fractional_counts", "negative_counts", "counts_beyond_class_rows", "class_rows_mismatch",
+                           "undeclared_class", "undeclared_feature", "wrong_shape", "negative_sumsq",
+                           "impossible_moments")
+ATTACKS = GARBAGE + POISON + MALFORMED_CLASS_MOMENTS
+#: the broken variants :func:`hostile_model_files` and :func:`hostile_job_files` write
+MODEL_FILE_ATTACKS = ("corrupted_array", "corrupted_manifest", "truncated", "deep_manifest", "nested_manifest",
+                      "huge_mlp", "deep_mlp", "infinite_mlp", "huge_imputer", "unknown_imputer_setting",
+                      "many_dimensions", "huge_total", "many_arrays", "provenance_list", "na_values_number",
+                      "schema_columns_number", "categories_number", "imputer_weights_renamed",
+                      "imputer_weight_reshaped")
+JOB_FILE_ATTACKS = ("out_parent", "out_absolute", "out_through_link", "deep_toml", "nested_toml", "not_toml",
+                    "not_utf8")
+#: the largest entry of every float array under the ``overflow`` attack (its square overflows float64)
+OVERFLOW = 1e250
 
+#: arrays that count rows (kept by the ``overflow`` attack, which forges sums)
+_COUNTS = frozenset({"count", "pair_count", "n_class", "confusion", "score_hist", "val_count", "param:count"})
 #: how many times the rows a poisoning site claims.
 ROWS_FACTOR = 10**6
 _DEPTH = 5000
@@ -64,10 +96,12 @@ _ROW_CLAIMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "describe": (("count", "sum", "sumsq"), ("n_train", "n_test")),
     "fit": (("param:count", "param:sum", "param:sumsq"), ("n_samples",)),
     "evaluate": (("confusion", "score_hist", "brier_sum"), ("n",)),
-    "impute_schema": (("count", "sum"), ("n_train", "n_valid")),
+    "impute_schema": (("count", "sum", "sumsq"), ("n_train", "n_valid")),
     "impute_stats": (("count", "sum", "sumsq", "pair_count", "pair_sx", "pair_sxx", "pair_sxy"), ()),
     "impute_setup": ((), ("n_train", "n_valid")),
     "impute_fit": ((), ("n_train",)),
+    "class_moments": (("count", "sum", "sumsq", "n_class"), ("n",)),
+    "score_sums": (("grad", "hess", "loglik", "score", "info_diag", "info_cross"), ("n",)),
 }
 
 
@@ -123,6 +157,40 @@ def _huge(v: np.ndarray) -> np.ndarray:
     return np.resize(v, (first, *v.shape[1:]) if v.ndim else (first,))
 
 
+def _overflow(v: np.ndarray) -> np.ndarray:
+    """``v`` as float64 rescaled so its largest ``|entry|`` is :data:`OVERFLOW` (all-zero arrays kept)."""
+    peak = float(np.max(np.abs(v))) if v.size else 0.0
+    return v.astype(np.float64) * (OVERFLOW / peak) if peak > 0 and np.isfinite(peak) else v
+
+
+def _malformed(msg: Message, attack: str) -> Message:
+    """A ``"class_moments"`` reply broken in one way (see :data:`MALFORMED_CLASS_MOMENTS`)."""
+    a = {k: np.array(v, dtype=np.float64 if k in ("sum", "sumsq") else v.dtype) for k, v in msg.arrays.items()}
+    meta = dict(msg.meta)
+    count = a["count"].astype(np.float64)
+    if attack == "fractional_counts":
+        count[0, 0] += 0.5
+        a["count"] = count
+    elif attack == "negative_counts":
+        count[0, 0] = -1.0
+        a["count"] = count
+    elif attack == "counts_beyond_class_rows":
+        a["count"] = count + 1  # one more observed value than the class has rows
+    elif attack == "class_rows_mismatch":
+        a["n_class"] = a["n_class"] + 1
+    elif attack == "undeclared_class":
+        meta["classes"] = [*meta["classes"][:-1], "never-declared"]
+    elif attack == "undeclared_feature":
+        meta["feature_names"] = [*meta["feature_names"][:-1], "never-declared"]
+    elif attack == "wrong_shape":
+        a["sum"] = a["sum"][:, :-1]
+    elif attack == "negative_sumsq":
+        a["sumsq"][0, 0] = -1.0
+    elif attack == "impossible_moments":  # a sum no values its count and sum of squares allow could give
+        a["sum"][0, 0] = 10.0 * (np.sqrt(a["count"][0, 0] * a["sumsq"][0, 0]) + 1.0)
+    return Message(msg.kind, a, meta)
+
+
 def corrupt(reply: Message, attack: str) -> Message:
     """``reply`` rewritten by ``attack`` (one of :data:`ATTACKS`).
 
@@ -144,6 +212,11 @@ def corrupt(reply: Message, attack: str) -> Message:
     if attack == "huge_count":
         return Message(kind, reply.arrays, {k: (10**400 if isinstance(v, int) and not isinstance(v, bool) else v)
                                             for k, v in reply.meta.items()})
+    if attack == "overflow":  # the sums, not the counts (a count of 1e250 is refused for its own sake)
+        return Message(kind, {k: (_overflow(v) if v.dtype.kind == "f" and k not in _COUNTS else v)
+                              for k, v in reply.arrays.items()}, reply.meta)
+    if attack in MALFORMED_CLASS_MOMENTS:
+        return _malformed(reply, attack) if kind == "class_moments" else reply
     if attack == "rows":
         return _scale_claims(kind, reply)
     if attack == "reversed":
@@ -194,3 +267,122 @@ class HostileSite(Site):
             declared["rows"] = {p: int(n) * ROWS_FACTOR for p, n in dict(declared.get("rows", {})).items()}
             reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declared})
         return reply
+
+
+# ----------------------------------------------------------------------------- careless users' files
+def _zip_members(path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as zf:
+        return {i.filename: zf.read(i) for i in zf.infolist()}
+
+
+def _write_zip(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+def _with_manifest(members: dict[str, bytes], edit) -> dict[str, bytes]:
+    manifest = json.loads(members["manifest.json"])
+    edit(manifest)
+    return {**members, "manifest.json": json.dumps(manifest).encode()}
+
+
+def _damaged(path: Path, member: str, out: Path) -> Path:
+    """``path`` with a few bytes of ``member``'s compressed data overwritten (its CRC no longer holds)."""
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(member)
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    at = start + max(info.compress_size // 2 - 4, 0)
+    raw[at:at + 8] = bytes(255 - b for b in raw[at:at + 8])
+    out.write_bytes(bytes(raw))
+    return out
+
+
+def _set_in(manifest: dict, keys: tuple[str, ...], value: Any) -> None:
+    target = manifest
+    for k in keys[:-1]:
+        target = target[k]
+    target[keys[-1]] = value
+
+
+def hostile_model_files(good: str | Path, out_dir: str | Path) -> dict[str, Path]:
+    """Broken variants of the valid model file ``good`` (an ``mlp`` model with an imputer), by name.
+
+    Each must be refused by :func:`fedtab.job.load_model` with one ``ModelFileError`` line and
+    by ``fedtab predict`` with exit code 2: corrupted members, nesting past the limit (and past
+    Python's recursion limit), model and imputer specs that would allocate absurd memory,
+    declarations beyond the array limits, a manifest of the wrong structure.
+    """
+    good, out = Path(good), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    members = _zip_members(good)
+    weight = next(k for k in members if k.startswith("arrays/model/"))
+    files = {"corrupted_array": _damaged(good, weight, out / "corrupted_array.fedtab"),
+             "corrupted_manifest": _damaged(good, "manifest.json", out / "corrupted_manifest.fedtab")}
+    (out / "truncated.fedtab").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    files["truncated"] = out / "truncated.fedtab"
+    text = members["manifest.json"].decode()
+    for name, depth in (("deep_manifest", 100_000), ("nested_manifest", 100)):
+        deep = text.rstrip().rstrip("}") + ', "nested": ' + "[" * depth + "]" * depth + "}"
+        files[name] = _write_zip(out / f"{name}.fedtab", {**members, "manifest.json": deep.encode()})
+    edits: dict[str, Any] = {
+        "huge_mlp": lambda m: _set_in(m, ("model", "params", "hidden"), [10**9]),
+        "deep_mlp": lambda m: _set_in(m, ("model", "params", "hidden"), [8] * 100_000),
+        "infinite_mlp": lambda m: _set_in(m, ("model", "params", "hidden"), ["@@INF@@"]),
+        "huge_imputer": lambda m: _set_in(m, ("imputer", "model_config", "hidden_dim"), 10**9),
+        "unknown_imputer_setting": lambda m: _set_in(m, ("imputer", "model_config", "width"), 3),
+        "many_dimensions": lambda m: _set_in(m, ("arrays", "standardise/mean", "shape"), [1] * 100),
+        "huge_total": lambda m: m["arrays"].update({f"x{i}": {"shape": [2**26], "dtype": "<f4"} for i in range(5)}),
+        "many_arrays": lambda m: m["arrays"].update({f"x{i}": {"shape": [1], "dtype": "<f4"} for i in range(5000)}),
+        "provenance_list": lambda m: m.update(provenance=[1, 2]),
+        "na_values_number": lambda m: _set_in(m, ("provenance", "job"), {"na_values": 5}),
+        "schema_columns_number": lambda m: _set_in(m, ("schema", "columns"), 5),
+        "categories_number": lambda m: _set_in(m, ("schema", "categories"), {"a": 5}),
+        "imputer_weights_renamed": lambda m: _set_in(m, ("imputer", "weights"), ["nothing"]),
+    }
+    for name, edit in edits.items():
+        broken = _with_manifest(members, edit)
+        if name == "infinite_mlp":  # JSON 1e400 reads back as inf
+            broken["manifest.json"] = broken["manifest.json"].replace(b'"@@INF@@"', b"1e400")
+        files[name] = _write_zip(out / f"{name}.fedtab", broken)
+    w = next(k for k in members if k.startswith("arrays/imputer/w/"))  # a weight of another shape, declared so
+    arr = np.zeros(3, np.float32)
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    key = w[len("arrays/"):-len(".npy")]
+    broken = _with_manifest({**members, w: buf.getvalue()},
+                            lambda m: m["arrays"].update({key: {"shape": [3], "dtype": arr.dtype.str}}))
+    files["imputer_weight_reshaped"] = _write_zip(out / "imputer_weight_reshaped.fedtab", broken)
+    return files
+
+
+def hostile_job_files(folder: str | Path) -> dict[str, Path]:
+    """Job files in ``folder`` that a careless (or hostile) author could write, by name: an ``out``
+    outside the job's folder (``..``, absolute, through a symbolic link), TOML nested past the
+    limit and past Python's recursion limit, bytes that are not UTF-8, text that is not TOML.
+    Each must make ``fedtab run`` exit 2 with one line and write nothing."""
+    d = Path(folder)
+    d.mkdir(parents=True, exist_ok=True)
+    head = 'target = "y"\n[sites.a]\npath = "a.csv"\n'
+    outside = d.parent / f"{d.name}-outside"
+    try:
+        (d / "link").symlink_to(outside, target_is_directory=True)
+    except FileExistsError:
+        pass
+    texts = {
+        "out_parent": head + '[run]\nout = "../escaped"\n',
+        "out_absolute": head + f'[run]\nout = {json.dumps(str(outside))}\n',
+        "out_through_link": head + '[run]\nout = "link/run-out"\n',
+        "deep_toml": head + "selector = " + "[" * 20_000 + "]" * 20_000 + "\n",
+        "nested_toml": head + "selector = " + "[" * 60 + "]" * 60 + "\n",
+        "not_toml": head + "[run\n",
+    }
+    files = {}
+    for name, text in texts.items():
+        files[name] = d / f"{name}.toml"
+        files[name].write_text(text)
+    files["not_utf8"] = d / "not_utf8.toml"
+    files["not_utf8"].write_bytes(b'target = "\xff\xfe"\n')
+    return files

@@ -18,7 +18,8 @@ from typing import Any, Callable, Literal, Mapping
 import numpy as np
 
 from ...learn.metrics import SCORE_BINS
-from ...learn.models import FederatedModel, Params, make_model
+from ...learn.models import FederatedModel, Params, make_model, model_cost
+from ...privacy.policy import DisclosurePolicy
 from .. import validate
 from ..messages import Message
 from ..protocol import Federation, run_ledger, set_quorum
@@ -178,6 +179,10 @@ def run_training(
     dp_fit = dp_fit_settings(federation, fm, ledger, local_epochs) if ledger is not None else None
     has_proba = getattr(fm, "predict_proba", None) is not None
 
+    size = model_cost(fm, len(feats), len(class_list)).size  # before the server allocates it
+    if not size <= DisclosurePolicy().max_size:
+        raise ValueError(f"model {fm.name!r} would hold ~{size:.1e} parameters, more than a site accepts by default "
+                         f"(max_size={DisclosurePolicy().max_size:g})")
     params: Params = fm.init(len(feats), len(class_list), seed)
     template = fm.update_template(len(feats), len(class_list))
     n_up = int(sum(np.prod(v) for v in template.values()))

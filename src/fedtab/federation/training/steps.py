@@ -30,7 +30,7 @@ from ...privacy.secagg import MOMENT_BITS
 from .. import validate
 from ..messages import Message
 from ..protocol import SECURE_SUM, Federation, FederationError, SumSpec, exchange, exchange_sums
-from ..reduce import cap_weights, moment_summaries, robust_params, screen_sites, site_median
+from ..reduce import cap_weights, moment_summaries, robust_params, screen_sites, site_median, usable_counts
 from ..schema import sort_labels
 from .site import PARAM, SETUP, params_from, params_to
 
@@ -101,8 +101,8 @@ def describe_checker(federation: Federation, features: list[str] | None, part: s
 
     Exact replies: the features are the ones asked for and the site declared; the row
     counts are the declared ones; counts are integers within them, zero for columns the site
-    does not hold, and the moments are consistent. Noisy (DP) replies: the shapes and the
-    finiteness. The arrays are checked only when present (a secure sum sends them masked).
+    does not hold, and the moments are consistent. Noisy (DP) replies: the shapes, the
+    finiteness and ``|x| <= MAX_SUM``. The arrays are checked only when present (a secure sum sends them masked).
     """
     expected = None if features is None else list(features)
     checked_for: list[Any] = []  # the schema the expected list was validated against (once, not per site)
@@ -125,7 +125,9 @@ def describe_checker(federation: Federation, features: list[str] | None, part: s
         if "count" not in reply.arrays:
             return
         count, total, sumsq = (validate.array(reply, k, (d,)) for k in ("count", "sum", "sumsq"))
-        if noisy:
+        if noisy:  # DP releases: not integer counts; only their magnitude can be checked
+            for k, a in (("counts", count), ("sums", total), ("sums of squares", sumsq)):
+                validate.bounded(a, f"noisy feature {k}")
             return
         validate.counts(count, n, "feature counts")
         held = schema.column_set(site)
@@ -244,7 +246,7 @@ def _robust_moments(moments: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarr
     left_out = screen_sites({n: v[0] for n, v in summary.items()}, {n: v[1] for n, v in summary.items()},
                             columns=feats, what="describe")
     kept = [n for n in moments if n not in left_out]
-    counts = np.stack([moments[n][0] for n in kept])
+    counts = np.stack([usable_counts(moments[n][0]) for n in kept])  # noisy (DP) counts below 1: none
     w = cap_weights(counts, max_site_share)
     m = np.nan_to_num(np.stack([summary[n][0] for n in kept]))
     sd = np.nan_to_num(np.stack([summary[n][1] for n in kept]))
@@ -336,7 +338,7 @@ def _robust_exact(fm: FederatedModel, updates: list[tuple[Params, int]], names: 
                                      np.ravel(p["sumsq"]))
     left_out = screen_sites({n: v[0] for n, v in per.items()}, {n: v[1] for n, v in per.items()}, what="fit")
     kept = [(p, n) for name, (p, n) in zip(names, updates) if name not in left_out]
-    rows = np.array([float(np.asarray(p["count"]).sum()) for p, _ in kept])
+    rows = np.array([float(usable_counts(p["count"]).sum()) for p, _ in kept])
     share = cap_weights(rows, max_site_share)
     scale = share * rows.sum() / np.maximum(rows, 1e-300)
     scaled = [({k: np.asarray(v, dtype=np.float64) * f for k, v in p.items()}, n) for (p, n), f in zip(kept, scale)]
@@ -489,6 +491,9 @@ def evaluate(federation: Federation, params: Params, n_classes: int, part: str =
             fields["score_hist"] = MOMENT_BITS
     if opts.robust:
         replies = exchange(federation, request, check, on_error=on_error, step="evaluate")
+        if dp is not None:  # post-processing of noisy counts, as below
+            replies = {s: Message("evaluate", {"confusion": np.maximum(np.rint(r.arrays["confusion"]), 0)})
+                       for s, r in replies.items() if "confusion" in r.arrays}
         sums = {s: checked_sums(s, r, n_classes, bins) for s, r in replies.items()}
         metrics = pool_evaluations(sums, smoothed=was_smoothed(replies))
         metrics["pooled"] = {**metrics["pooled"], **median_scores(metrics["per_site"])}
