@@ -24,7 +24,7 @@ def test_shamir_any_t_shares_recover_the_secret_and_fewer_do_not(secret, n, data
     pick = data.draw(st.permutations(range(n)))
     assert shamir.combine([shares[i] for i in pick[:t]]) == secret
     assert shamir.combine([shares[i] for i in pick[: t - 1]]) != secret
-    assert all(shamir.share_from_bytes(shamir.share_to_bytes(y)) == y for _, y in shares)
+    assert all(len(y) == shamir.SHARE_BYTES for _, y in shares) and sorted(x for x, _ in shares) == list(range(1, n + 1))
 
 
 if "probe_stats" not in HANDLERS:
@@ -151,8 +151,10 @@ def test_forged_shares_are_detected_and_outvoted():
         return forge(name, req, reply)
 
     fed = Tampering(LocalFederation(_sites(cols=5)), forge_and_drop)
-    with pytest.raises(FederationError, match="do not match its commitment"):
+    # each share is checked against its dealer's commitment: the forger is named even then
+    with pytest.raises(FederationError, match="site 's4': its share of site 's.'.s self-mask does not match") as err:
         _ask(SecureAggregator(fed), fed)
+    assert set(err.value.sites) == {"s4"}
 
 
 def test_a_share_altered_in_transit_does_not_authenticate():
@@ -164,9 +166,11 @@ def test_a_share_altered_in_transit_does_not_authenticate():
         return reply
 
     fed = Tampering(LocalFederation(_sites(cols=5)), tamper)
-    result = _ask(SecureAggregator(fed), fed)  # s1 cannot decrypt and is left out of the unmasking
-    errors = [r.meta["error"] for n, q, r in fed.seen if q.kind == "secagg_unmask" and r.is_error]
-    assert errors == ["ValueError: the share from site 's0' does not authenticate (forged or altered)"]
+    result = _ask(SecureAggregator(fed), fed)  # s1 leaves out the share it cannot decrypt, naming s0
+    unreadable = [r.meta["unreadable"] for n, q, r in fed.seen if q.kind == "secagg_unmask"]
+    assert unreadable.count({}) == 4
+    assert {"s0": "the share from site 's0' does not authenticate (forged or altered)"} in unreadable
+    assert result.unreadable == {"s0": ["s1"]} and result.faults == {}
     assert np.allclose(result.sums["sum"], _plain_sum(fed.inner._sites.values()), rtol=1e-6)
 
 
@@ -195,9 +199,9 @@ def test_replayed_messages_are_refused():
     unmask_req = next(q for n, q, r in fed.seen if n == "s0" and q.kind == "secagg_unmask")
     keys_req = next(q for n, q, r in fed.seen if n == "s0" and q.kind == "secagg_keys")
     site = fed.inner.site("s0")
-    assert "replayed" in site.handle(masked_req).meta["error"]
-    assert "replayed" in site.handle(unmask_req).meta["error"]
-    assert "replayed" in site.handle(keys_req).meta["error"]
+    for request in (masked_req, unmask_req, keys_req):  # refused: nothing is computed or revealed
+        reply = site.handle(request)
+        assert reply.is_refusal and "replayed" in reply.meta["reason"], reply.meta
     # a reply replayed from an earlier sum is not accepted into the next one
     old = {n: r for n, q, r in fed.seen if q.kind == "probe_stats"}
 
@@ -259,8 +263,11 @@ def test_secure_imputation_equals_the_plain_run():
     assert np.allclose(b.mean, a.mean, rtol=1e-6) and np.allclose(b.std, a.std, rtol=1e-6)
     assert np.nanmax(np.abs(b.pooled.corr - a.pooled.corr)) < 1e-6
     assert np.array_equal(b.pooled.pair_count, a.pooled.pair_count)
-    for k in a.weights:  # float32 weights: rounding of the float32 cast dominates
-        assert np.max(np.abs(b.weights[k] - a.weights[k])) <= 1e-6 * max(np.max(np.abs(a.weights[k])), 1e-3)
+    # float32 weights, trained on from the aggregate: a few float32 ulps of drift per weight, so
+    # compared relative to the model's largest weight (a one-element bias near 0 alone would not do)
+    scale = max(float(np.max(np.abs(w))) for w in a.weights.values())
+    for k in a.weights:
+        assert np.max(np.abs(b.weights[k] - a.weights[k])) <= 1e-6 * scale, k
     assert abs(b.validation["overall"] - a.validation["overall"]) < 1e-6 * a.validation["overall"]
     assert b.validation["per_site"] == {}
 

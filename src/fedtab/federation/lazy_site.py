@@ -76,7 +76,7 @@ class LazySite(Site):
             self.__dict__["_state"] = value
             if self._site is not None:
                 self._site.state = value
-        elif name in ("name", "target", "policy"):
+        elif name in ("name", "target", "policy", "identity"):
             self.__dict__[name] = value
         else:  # table, _steps_applied ...: the loaded site's
             setattr(self.real(), name, value)

@@ -50,7 +50,7 @@ HANDLER_HOMES: dict[str, tuple[str, ...]] = {
     "fedtab.federation.profile_flow": ("job_profile",),
     "fedtab.federation.schema": ("schema",),
     "fedtab.federation.score_test_flow": ("score_sums",),
-    "fedtab.federation.secure_flow": ("secagg_keys", "secagg_unmask"),
+    "fedtab.federation.secure_flow": ("secagg_keys", "secagg_sign", "secagg_unmask"),
     "fedtab.federation.training_flow": ("describe", "setup", "fit", "evaluate"),
     "fedtab.federation.tuning_flow": ("ballot_fit", "split_validation"),
 }
@@ -133,6 +133,11 @@ class Site:
         ValueError: empty table, missing target column, duplicate column names,
             ``test_size`` outside ``[0, 1)``, no labelled row.
     """
+
+    #: the site's :class:`~fedtab.privacy.identity.SiteIdentity` (identity key and verified
+    #: consortium key list) for secure aggregation; set by whoever builds the site, never by
+    #: a request. ``None``: the site refuses to take part in secure sums.
+    identity: Any = None
 
     #: whether the site keeps its numeric matrices in ``state`` when it reads its table for
     #: the ballot (:func:`fedtab.federation.training_flow.store_part_matrices`): only worth

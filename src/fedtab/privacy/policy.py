@@ -64,6 +64,12 @@ class DisclosurePolicy:
         max_evaluations: most ``evaluate``/``impute_eval`` requests answered in total.
         max_param: bound on every numeric parameter of a server-chosen selector.
         allow_server_selector: whether the server may choose the selector at all.
+        min_peers: fewest peers (the site included) a secure-aggregation request may
+            name; a smaller (or self-only) peer set is refused.
+        require_secure_aggregation: refuse any request for quantities the server needs
+            only summed (:data:`fedtab.privacy.secagg.SUMMED_KINDS`) unless it arrives with
+            secure masking.
+        require_dp: the same, unless it arrives with DP settings.
 
     Raises:
         ValueError: a negative or non-integer limit.
@@ -75,9 +81,12 @@ class DisclosurePolicy:
     max_evaluations: int = 500
     max_param: float = 10_000.0
     allow_server_selector: bool = True
+    min_peers: int = 3
+    require_secure_aggregation: bool = False
+    require_dp: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("min_rows", "max_rounds", "max_local_epochs", "max_evaluations"):
+        for name in ("min_rows", "max_rounds", "max_local_epochs", "max_evaluations", "min_peers"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"disclosure policy: {name} must be a non-negative integer, got {value!r}")
@@ -110,8 +119,11 @@ class DisclosurePolicy:
     # ----- the check before every handler -------------------------------------------
     def refusal(self, site: "Site", request: "Message") -> str | None:
         """Why ``site`` refuses ``request`` under this policy, or ``None`` to answer it."""
-        check = _CHECKS.get(request.kind)
-        return None if check is None else check(self, site, request)
+        for check in (*_EVERY_REQUEST, _CHECKS.get(request.kind)):
+            reason = None if check is None else check(self, site, request)
+            if reason is not None:
+                return reason
+        return None
 
     def too_few(self, n: int, what: str) -> str | None:
         if n < self.min_rows:
@@ -348,3 +360,27 @@ _CHECKS = {
     "impute_fit": _impute_fit,
     "impute_eval": _impute_eval,
 }
+
+
+def _secure_terms(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """The site's terms for sums: a masking request must pass the secure-aggregation checks
+    (verified peers, ``min_peers``, a majority threshold; :func:`fedtab.privacy.secagg.masking_refusal`);
+    with ``require_secure_aggregation`` / ``require_dp`` a request for quantities the server
+    needs only summed must arrive masked / with DP settings."""
+    from .dp import DP_META
+    from .secagg import SECAGG_META, is_summed_request, masking_refusal
+
+    if SECAGG_META in request.meta:
+        reason = masking_refusal(site, request, policy.min_peers)
+        if reason is not None:
+            return reason
+    if (policy.require_secure_aggregation or policy.require_dp) and is_summed_request(request):
+        if policy.require_secure_aggregation and SECAGG_META not in request.meta:
+            return f"this site answers {request.kind!r} only with secure aggregation (require_secure_aggregation)"
+        if policy.require_dp and not isinstance(request.meta.get(DP_META), dict):
+            return f"this site answers {request.kind!r} only with differential privacy (require_dp)"
+    return None
+
+
+#: checks every request passes, whatever its kind, before the kind's own check
+_EVERY_REQUEST = (_secure_terms,)
