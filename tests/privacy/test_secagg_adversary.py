@@ -26,7 +26,7 @@ from fedtab.federation.protocol import QuorumError, SiteError, SiteRefused
 from fedtab.federation.site import HANDLERS, handler
 from fedtab.privacy import DisclosurePolicy, shamir
 from fedtab.privacy.identity import IdentityError, SiteIdentity, provision, read_key_list, signed_message
-from fedtab.privacy.secagg import SECAGG_META, SUMMED_KINDS, SecureAggregator, _prg
+from fedtab.privacy.secagg import SECAGG_META, SUMMED_KINDS, SecureAggregator, _self_mask
 
 KIND = "adv_stats"
 
@@ -244,7 +244,7 @@ def test_survivor_list_lie_is_refused_and_recovers_nothing():
     k = peers.index("s1")
     b1 = shamir.combine([(peers.index(h) + 1, answers[h].arrays["b_shares"][k].tobytes()) for h in ("s2", "s3", "s4")])
     y1 = masked["s1"].arrays["secagg:y"]
-    guess = (y1 - _prg(b1, len(y1))).view(np.int64)[:-1] / 2.0**24  # best the server can do without the seeds
+    guess = (y1 - _self_mask(b1, len(y1))).view(np.int64)[:-1] / 2.0**24  # best the server can do without the seeds
     truth = sites[1].table.to_numpy().sum(0)
     assert not np.any(np.isclose(guess, truth, rtol=1e-3))
     # the honest sum is all the server learned

@@ -268,10 +268,11 @@ class SiteIdentity:
     """
 
     name: str
-    private_key: ec.EllipticCurvePrivateKey | None = None
+    private_key: ec.EllipticCurvePrivateKey | None = field(default=None, repr=False)
     key_list: KeyList | None = None
     _load: Callable[[], tuple[ec.EllipticCurvePrivateKey, KeyList]] | None = field(default=None, repr=False)
     _problem: str | None = field(default=None, repr=False)
+    _checked: bool = field(default=False, repr=False)
 
     @classmethod
     def from_files(cls, name: str, identity_key: str | Path, consortium_keys: str | Path,
@@ -286,6 +287,9 @@ class SiteIdentity:
         return cls(str(name), _problem=str(problem))
 
     def _ready(self) -> None:
+        if self._checked:
+            return
+        self._checked = True
         if self._load is not None:
             load, self._load = self._load, None
             try:

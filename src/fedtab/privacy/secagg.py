@@ -21,7 +21,8 @@ them up.
    vector ``y_i = enc(x_i) + PRG(b_i) + Σ_{j>i} PRG(s_ij) - Σ_{j<i} PRG(s_ij)  (mod 2**64)``:
    ``enc`` is fixed-point (``round(x * 2**frac)``, per array), ``s_ij`` a seed both sites
    derive from their X25519 shared secret and the label (HKDF-SHA256), PRG a ChaCha20
-   keystream, ``b_i`` a fresh random self-mask seed. The site also sends Shamir shares of
+   keystream, ``b_i`` a fresh random 128-bit self-mask seed (its ChaCha20 key is derived
+   with HKDF; one 16-byte Shamir chunk). The site also sends Shamir shares of
    ``b_i`` (threshold ``t``; :mod:`fedtab.privacy.shamir`), each with a random salt and
    encrypted for its recipient with AES-GCM under a key derived from their shared secret,
    a SHA-256 commitment to each (share, salt) and a SHA-256 commitment to ``b_i``.
@@ -111,8 +112,9 @@ SUMMED_KINDS = frozenset({"describe", "set_mask", "fit", "evaluate", "class_mome
 
 _PK, _SPK, _KSIG, _ID = "secagg:pk", "secagg:spk", "secagg:ksig", "secagg:id"
 _Y, _SHARES, _HASHES, _SIGS = "secagg:y", "secagg:shares", "secagg:share_hashes", "secagg:sigs"
+_SEED = 16  # bytes of a self-mask seed: one Shamir chunk; the mask's ChaCha20 key is derived from it
 _NONCE, _SALT, _TAG = 12, 16, 16
-_CT_BYTES = _NONCE + shamir.SHARE_BYTES + _SALT + _TAG  # nonce + (share + salt) + GCM tag
+_CT_BYTES = _NONCE + _SEED + _SALT + _TAG  # nonce + (share + salt) + GCM tag
 _STATE = "secagg"
 _RANGE_BITS = 62  # |sum of encoded values| stays below 2**62 (room for the sign in int64)
 _MAX_SUBSETS = 50
@@ -137,6 +139,11 @@ def _prg(seed: bytes, n: int) -> np.ndarray:
 def _shared(sk_hex: str, pk: bytes) -> bytes:
     private = X25519PrivateKey.from_private_bytes(bytes.fromhex(sk_hex))
     return private.exchange(X25519PublicKey.from_public_bytes(pk))
+
+
+def _self_mask(seed: bytes, n: int) -> np.ndarray:
+    """The self-mask of ``n`` words from a 16-byte seed (ChaCha20 under an HKDF-derived key)."""
+    return _prg(_hkdf(seed, "fedtab-secagg/self-mask"), n)
 
 
 def _pair_seed(shared: bytes, session: str, label: str) -> bytes:
@@ -395,8 +402,8 @@ def mask_reply(site: "Site", request: "Message", reply: "Message") -> "Message":
                          "secure aggregation")
     y = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
-    b = os.urandom(shamir.SECRET_BYTES)
-    y = y + _prg(b, len(y))
+    b = os.urandom(_SEED)
+    y = y + _self_mask(b, len(y))
     me = peers.index(site.name)
     shares = shamir.split(b, len(peers), t)
     cts = np.zeros((len(peers), _CT_BYTES), dtype=np.uint8)
@@ -531,7 +538,7 @@ def unmask_reply(site: "Site", request: "Message") -> "Message":
         return Message.refusal(str(exc))
     lab["unmasked"] = True  # from here on, never answer this label again
     dropped = [p for p in peers if p not in survivors]
-    b_shares = np.zeros((len(survivors), shamir.SHARE_BYTES), dtype=np.uint8)
+    b_shares = np.zeros((len(survivors), _SEED), dtype=np.uint8)
     salts = np.zeros((len(survivors), _SALT), dtype=np.uint8)
     unreadable: dict[str, str] = {}
     for k, sender in enumerate(survivors):
@@ -550,8 +557,8 @@ def unmask_reply(site: "Site", request: "Message") -> "Message":
         if hashlib.sha256(raw).digest() != commits[j].tobytes():
             unreadable[sender] = f"the share from site {sender!r} does not match its commitment (forged)"
             continue
-        b_shares[k] = np.frombuffer(raw[:shamir.SHARE_BYTES], dtype=np.uint8)
-        salts[k] = np.frombuffer(raw[shamir.SHARE_BYTES:], dtype=np.uint8)
+        b_shares[k] = np.frombuffer(raw[:_SEED], dtype=np.uint8)
+        salts[k] = np.frombuffer(raw[_SEED:], dtype=np.uint8)
     if unreadable:
         log.warning("site %s, secure sum %s: %s", site.name, label, "; ".join(unreadable.values()))
     seeds = np.zeros((len(dropped), 32), dtype=np.uint8)
@@ -892,7 +899,7 @@ class SecureAggregator:
                 if not culprits:
                     raise FederationError(f"{text} (too few answers)")
                 raise SiteError(f"{text} ({_text(culprits)})", culprits)
-            total -= _prg(b, length)
+            total -= _self_mask(b, length)
         for a, ans in answers.items():
             for k, d in enumerate(dropped):
                 total -= np.uint64(_sign(a, d) % 2**64) * _prg(ans.arrays["seeds"][k].tobytes(), length)
@@ -963,7 +970,7 @@ def _unmask_check(label: str, survivors: list[str], n_dropped: int) -> Callable[
         if reply.meta.get("label") != label or not isinstance(unreadable, dict) \
                 or not set(unreadable) <= set(survivors):
             raise ValueError("malformed unmask reply (label or unreadable shares)")
-        for name, shape in (("b_shares", (len(survivors), shamir.SHARE_BYTES)), ("b_salts", (len(survivors), _SALT)),
+        for name, shape in (("b_shares", (len(survivors), _SEED)), ("b_salts", (len(survivors), _SALT)),
                             ("seeds", (n_dropped, 32))):
             a = reply.arrays.get(name)
             if a is None or a.dtype != np.uint8 or a.shape != shape:
