@@ -509,8 +509,10 @@ def _fail(mode: str, fed: LocalFederation, name: str, release: threading.Event):
 
 
 @pytest.mark.parametrize("n", [3, 4])
-@pytest.mark.parametrize("mode,reason", [("error", "RuntimeError: disk full"), ("refuse", "refused: secure aggregation over"),
-                                         ("hang", "no reply within"), ("malformed", "masked values of the wrong length")])
+@pytest.mark.parametrize("mode,reason", [("error", "RuntimeError: disk full"),
+                                         ("refuse", "refused: secure aggregation over"),
+                                         ("hang", "no reply within"),
+                                         ("malformed", "masked values of the wrong length")])
 def test_quorum_drops_a_site_failing_before_masking(n, mode, reason):
     release = threading.Event()
     sites = _sites(n)

@@ -86,7 +86,8 @@ def deploy_command(
     for line in [f"nvflare provision -p {project} -w <workspace>",
                  f"(every participant:) python -c \"from fedtab.engines.nvflare import allow_fedtab_components as a; "
                  f"a('{kits}/<participant>')\"",
-                 *(f"(site {s}:) copy those files into {kits}/{s}/local/ and write {kits}/{s}/local/fedtab-identity.json: "
+                 *(f"(site {s}:) copy those files into {kits}/{s}/local/ and write "
+                   f"{kits}/{s}/local/fedtab-identity.json: "
                    f"{{\"identity-key\": \"{s}.key\", \"consortium-keys\": \"site-keys.json\", "
                    f"\"root-certificates\": \"ca.pem\"}}" for s in site),
                  f"{kits}/{flare_server}/startup/start.sh",

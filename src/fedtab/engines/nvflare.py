@@ -45,8 +45,8 @@ from .pipeline import load_workflow
 from .site_config import IDENTITY_KEYS, build_site, site_config
 from .site_state import SiteCache, decode_state, encode_state
 
-__all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "FlareFederation", "SimulatorError", "build_job",
-           "provision_identities", "run_simulator"]
+__all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "FlareFederation", "SimulatorError",
+           "build_job", "provision_identities", "run_simulator"]
 
 TASK_NAME = "fedtab"
 _PAYLOAD = "fedtab"

@@ -254,8 +254,8 @@ def new_session(site: "Site", session: str) -> dict[str, np.ndarray]:
     private, signer = X25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     pk, spk = private.public_key().public_bytes_raw(), signer.public_key().public_bytes_raw()
     sig = site.identity.sign(_key_message(session, site.name, pk, spk))
-    sessions[session] = {"sk": private.private_bytes_raw().hex(), "pk": pk.hex(), "ssk": signer.private_bytes_raw().hex(),
-                         "spk": spk.hex(), "labels": {}, "verified": {}}
+    sessions[session] = {"sk": private.private_bytes_raw().hex(), "pk": pk.hex(),
+                         "ssk": signer.private_bytes_raw().hex(), "spk": spk.hex(), "labels": {}, "verified": {}}
     return {"pk": np.frombuffer(pk, dtype=np.uint8), "spk": np.frombuffer(spk, dtype=np.uint8),
             "sig": np.frombuffer(sig, dtype=np.uint8), "id": np.frombuffer(site.identity.public_der, dtype=np.uint8)}
 
@@ -321,7 +321,8 @@ def _verified_peers(site: "Site", st: dict[str, Any], session: str, peers: list[
     return [pks[j].tobytes() for j in range(n)]
 
 
-def _checked_masking(site: "Site", request: "Message", min_peers: int) -> tuple[dict, dict, list[str], int, list[bytes]]:
+def _checked_masking(site: "Site", request: "Message",
+                     min_peers: int) -> tuple[dict, dict, list[str], int, list[bytes]]:
     """``(spec, session state, peers, threshold, session keys)`` of a masking request.
 
     Raises:
@@ -832,7 +833,6 @@ class SecureAggregator:
         keys = self._keys or {}
         late: dict[str, str] = {}
         faults: dict[str, str] = {}
-        unreadable_of: dict[str, list[str]] = {}
 
         message = _survivor_message(self.session, label, t, peers, survivors)
 
@@ -874,31 +874,8 @@ class SecureAggregator:
         total = np.zeros(length, dtype=np.uint64)
         for s in survivors:
             total += masked[s].arrays[_Y]
-        for k, owner in enumerate(survivors):
-            shares, unreadable = [], []
-            for holder, ans in answers.items():
-                if owner in ans.meta["unreadable"]:
-                    unreadable.append(holder)
-                    continue
-                share, salt = ans.arrays["b_shares"][k].tobytes(), ans.arrays["b_salts"][k].tobytes()
-                if hashlib.sha256(share + salt).digest() != masked[owner].arrays[_HASHES][peers.index(holder)].tobytes():
-                    faults[holder] = f"its share of site {owner!r}'s self-mask does not match {owner!r}'s commitment"
-                    continue
-                shares.append((peers.index(holder) + 1, share))
-            if unreadable:
-                unreadable_of[owner] = unreadable
-            b = _rebuild(shares, t, masked[owner].meta[SECAGG_META]["commit"])
-            if b is None:
-                if len(shares) >= t:
-                    why = "its self-mask shares do not match its commitment (inconsistent shares)"
-                    raise SiteError(f"{kind} (secure sum): site {owner!r}: {why}", {owner: why})
-                culprits = {h: faults[h] for h in faults if h != owner and h in answers} or \
-                    ({owner: f"its encrypted shares could not be read by {unreadable} (forged or altered)"}
-                     if unreadable else {})
-                text = f"{kind} (secure sum): {len(shares)} valid shares of site {owner!r}'s self-mask, threshold is {t}"
-                if not culprits:
-                    raise FederationError(f"{text} (too few answers)")
-                raise SiteError(f"{text} ({_text(culprits)})", culprits)
+        seeds, unreadable_of = _self_mask_seeds(kind, t, peers, masked, answers, faults)
+        for b in seeds.values():
             total -= _self_mask(b, length)
         for a, ans in answers.items():
             for k, d in enumerate(dropped):
@@ -937,6 +914,53 @@ class _one_step:
 
 def _text(reasons: Mapping[str, str]) -> str:
     return "; ".join(f"site {s!r}: {e}" for s, e in reasons.items())
+
+
+def _self_mask_seeds(kind: str, t: int, peers: list[str], masked: Mapping[str, "Message"],
+                     answers: Mapping[str, "Message"],
+                     faults: dict[str, str]) -> tuple[dict[str, bytes], dict[str, list[str]]]:
+    """Every survivor's self-mask seed from ``t`` of its shares that match their dealer's
+    commitments; ``(seeds, unreadable: {dealer: recipients who could not read its share})``.
+    A share that does not match names its holder in ``faults``.
+
+    Raises:
+        SiteError: a dealer whose valid shares do not rebuild its committed seed, or a seed
+            left with fewer than ``t`` valid shares because of forgers or unreadable
+            shares (naming them).
+        FederationError: too few answers to rebuild a seed.
+    """
+    from ..federation.protocol import FederationError, SiteError
+
+    survivors = sorted(masked)
+    seeds: dict[str, bytes] = {}
+    unreadable_of: dict[str, list[str]] = {}
+    for k, owner in enumerate(survivors):
+        shares, unreadable = [], []
+        for holder, ans in answers.items():
+            if owner in ans.meta["unreadable"]:
+                unreadable.append(holder)
+                continue
+            share, salt = ans.arrays["b_shares"][k].tobytes(), ans.arrays["b_salts"][k].tobytes()
+            if hashlib.sha256(share + salt).digest() != masked[owner].arrays[_HASHES][peers.index(holder)].tobytes():
+                faults[holder] = f"its share of site {owner!r}'s self-mask does not match {owner!r}'s commitment"
+                continue
+            shares.append((peers.index(holder) + 1, share))
+        if unreadable:
+            unreadable_of[owner] = unreadable
+        b = _rebuild(shares, t, masked[owner].meta[SECAGG_META]["commit"])
+        if b is None:
+            if len(shares) >= t:
+                why = "its self-mask shares do not match its commitment (inconsistent shares)"
+                raise SiteError(f"{kind} (secure sum): site {owner!r}: {why}", {owner: why})
+            culprits = {h: faults[h] for h in faults if h != owner and h in answers} or \
+                ({owner: f"its encrypted shares could not be read by {unreadable} (forged or altered)"}
+                 if unreadable else {})
+            text = f"{kind} (secure sum): {len(shares)} valid shares of site {owner!r}'s self-mask, threshold is {t}"
+            if not culprits:
+                raise FederationError(f"{text} (too few answers)")
+            raise SiteError(f"{text} ({_text(culprits)})", culprits)
+        seeds[owner] = b
+    return seeds, unreadable_of
 
 
 def _masked_check(label: str, n: int, fracs: Mapping[str, int], weighted: bool) -> Callable[[str, "Message"], None]:
