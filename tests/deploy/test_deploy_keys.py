@@ -80,6 +80,14 @@ def test_fedtab_deploy_writes_keys_and_flare_project_and_never_replaces_a_ca(tmp
     assert fps["site-1"] == fingerprint((out / "sites" / "site-1.pub").read_bytes())
     assert "site-1" in (out / "flare" / "project.yml").read_text()
     assert "--enable-supernode-auth" in res.output and str(out / "site-keys.json") in res.output
+    # the key list's CA signature, checked as a site checks it, and the node-config keys that load it
+    from fedtab.privacy.identity import read_key_list
+
+    assert read_key_list(out / "site-keys.json", out / "ca.pem").fingerprints == fps
+    text = " ".join(res.output.split())
+    for key in ("identity-key='<dir>/site-1.key'", "consortium-keys='<dir>/site-keys.json'",
+                "root-certificates='<dir>/ca.pem'", "site-2/local/fedtab-identity.json"):
+        assert key in text, key
     ca = (out / "ca.pem").read_bytes()
     again = runner.invoke(app, ["deploy", str(out), "--site", "site-1"])
     assert again.exit_code == 2 and "ca.key exists" in again.output

@@ -239,7 +239,7 @@ def test_secure_aggregation_gives_the_plain_result_from_totals_only():
     np.testing.assert_allclose(secure.coef, plain.coef, rtol=1e-5, atol=1e-6)
     assert secure.n_rows == plain.n_rows == len(t)
     # the server received masked vectors only: no site's sums in the clear
-    assert fed.seen and all(set(r.arrays) == {"secagg:y", "secagg:shares"} for r in fed.seen)
+    assert fed.seen and all(set(r.arrays) == {"secagg:y", "secagg:shares", "secagg:share_hashes"} for r in fed.seen)
     # a corrupted contribution makes the total implausible: refused (no site can be named)
     with pytest.raises(FederationError, match="secure sum of the sites' score sums is implausible"):
         corrupt = _Recorder(_sites(t, parts), shift=2**60)

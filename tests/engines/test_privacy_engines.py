@@ -74,6 +74,25 @@ def test_flower_in_process_secure_run_equals_local(site_configs, plain):
     _assert_secure_equals_plain(result, plain)
 
 
+def test_flower_secure_run_with_deployed_identities_and_the_consistency_round(site_configs, plain, tmp_path):
+    """Identities as `fedtab deploy` writes them, read by each fresh ClientApp from its node
+    config; the survivor-list signatures cross Flower like every other message."""
+    flower = pytest.importorskip("fedtab.engines.flower")
+    from fedtab.deploy.keys import write_consortium_keys
+
+    keys = write_consortium_keys(tmp_path / "consortium", [c["name"] for c in site_configs])
+    configs = [{**c, **{k.replace("-", "_"): v for k, v in keys.identity_config(c["name"]).items()}}
+               for c in site_configs]  # underscore forms, as a FLARE-style config might give them
+    result = flower.run_in_process(configs, SECURE, fresh_processes=True)
+    _assert_secure_equals_plain(result, plain)
+    kinds = [e["kind"] for e in result["exchanges"]]
+    assert kinds.count("secagg_sign") == kinds.count("secagg_unmask") > kinds.count("fit") >= 2  # one per secure sum
+    # a node whose key list does not verify refuses every secure sum, saying why
+    (tmp_path / "consortium" / "site-keys.json.sig").write_bytes(b"not a signature")
+    with pytest.raises(Exception, match="CA signature does not verify"):
+        flower.run_in_process(configs, SECURE, fresh_processes=True)
+
+
 @pytest.mark.slow
 def test_flare_simulator_secure_run_equals_local(site_configs, plain, tmp_path):
     nvflare = pytest.importorskip("fedtab.engines.nvflare")

@@ -1,9 +1,10 @@
 """The quorum holds in every mode (issue 21): plain, secure sums, DP, robust reducers × a site
 that raises, refuses, hangs, lacks the target, or (secure) drops after masking.
 
-Three sites, ``min_sites=2``: the failing one is dropped and named in ``dropped`` with its
+Four sites, ``min_sites=3``: the failing one is dropped and named in ``dropped`` with its
 reason, the run completes on the others, and (plain, secure, robust) its model equals the
-same run on the two honest sites alone.
+same run on the three honest sites alone. (Three honest sites, because a site takes part in
+a secure sum only over at least ``min_peers=3`` peers, itself included.)
 """
 
 import threading
@@ -49,17 +50,17 @@ class Faulty(Site):
 
 @pytest.fixture(scope="module")
 def parts():
-    table = classification_table(900, 8, 4, 2, 0, seed=3, class_sep=1.2)
-    return split_rows(table, [0.4, 0.35, 0.25], stratify="target", seed=3)
+    table = classification_table(1200, 8, 4, 2, 0, seed=3, class_sep=1.2)
+    return split_rows(table, [0.3, 0.25, 0.25, 0.2], stratify="target", seed=3)
 
 
 def _federation(parts, how: str | None, mode: str) -> LocalFederation:
-    sites = [Site("s0", parts[0], "target"), Site("s1", parts[1], "target")]
+    sites = [Site(f"s{i}", parts[i], "target") for i in range(3)]
     if how is not None:
-        bad = Faulty("bad", parts[2], "target")
+        bad = Faulty("bad", parts[3], "target")
         bad.how = how
         sites.append(bad)
-    fed = LocalFederation(sites, min_sites=2, timeout=5.0 if how == "hangs" else None)
+    fed = LocalFederation(sites, min_sites=3, timeout=5.0 if how == "hangs" else None)
     set_options(fed, **MODES[mode])
     return fed
 
@@ -80,7 +81,7 @@ def test_a_failing_site_is_dropped_and_named_in_every_mode(parts, mode, how):
     finally:
         _RELEASE.set()
     assert "bad" in out.dropped and out.dropped["bad"], out.dropped
-    assert set(fed.active) == {"s0", "s1"}
+    assert set(fed.active) == {"s0", "s1", "s2"}
     if how != "drops_after_masking":  # a site dropping after masking is still in that round's sum
         assert all("bad" not in p["sites"] for p in out.participation[-1:])
     if mode in ("plain", "secure", "robust") and how != "drops_after_masking":

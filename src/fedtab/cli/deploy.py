@@ -11,6 +11,10 @@ Writes into ``OUT``:
 * ``site-keys.json`` — ``{site: public-key fingerprint}``; its path (on the SuperLink's
   machine) or content is the ``site-keys`` run-config value that binds each site name to
   its key;
+* ``site-keys.json.sig`` — the CA's signature of ``site-keys.json``: every site gets both
+  files and ``ca.pem``, checks the signature, and trusts only that list's keys for secure
+  aggregation (node-config ``identity-key``, ``consortium-keys``, ``root-certificates``;
+  a site's authentication key is also its identity key);
 * ``flare/project.yml`` — the NVIDIA FLARE project for ``nvflare provision``.
 
 Then prints the commands that start the SuperLink, register the keys, start each
@@ -27,6 +31,12 @@ import typer
 from . import console, fail
 
 __all__ = ["deploy_command"]
+
+
+def _identity(site: str) -> str:
+    """A site's secure-aggregation node-config keys, as paths at that site."""
+    return (f"identity-key='<dir>/{site}.key' consortium-keys='<dir>/site-keys.json' "
+            "root-certificates='<dir>/ca.pem'")
 
 
 def deploy_command(
@@ -54,15 +64,17 @@ def deploy_command(
     except ValueError as exc:
         fail(str(exc))
     address = f"{(host or ['127.0.0.1'])[0]}:9093"
-    console.print(f"wrote {keys.folder}: ca.pem, superlink.pem/.key, sites/<site>.key/.pub, site-keys.json, "
+    console.print(f"wrote {keys.folder}: ca.pem, superlink.pem/.key, sites/<site>.key/.pub, site-keys.json(.sig), "
                   f"{project.relative_to(out)}", highlight=False)
+    console.print("each site keeps in one folder <dir>: ca.pem, site-keys.json, site-keys.json.sig and its own "
+                  "sites/<site>.key (absolute paths in the node config)", highlight=False)
     console.print("\n[bold]Flower[/] (see docs/deployment.md):", highlight=False)
     lines = [
         f"flower-superlink --ssl-ca-certfile {keys.ca_cert} --ssl-certfile {keys.superlink_cert} "
         f"--ssl-keyfile {keys.superlink_key} --enable-supernode-auth --port {address.rsplit(':', 1)[1]}",
         *(f"flwr supernode register {keys.site_public[s]} <connection>" for s in site),
         *(f"(site {s}:) flower-supernode --superlink {address} --root-certificates ca.pem "
-          f"--auth-supernode-private-key {s}.key --node-config \"name='{s}' data-path='...'\""
+          f"--auth-supernode-private-key {s}.key --node-config \"name='{s}' data-path='...' {_identity(s)}\""
           for s in site),
         f"fedtab run job.toml --engine flower --superlink {address} --root-certificates {keys.ca_cert} "
         f"--site-keys {keys.site_keys}",
@@ -74,6 +86,10 @@ def deploy_command(
     for line in [f"nvflare provision -p {project} -w <workspace>",
                  f"(every participant:) python -c \"from fedtab.engines.nvflare import allow_fedtab_components as a; "
                  f"a('{kits}/<participant>')\"",
+                 *(f"(site {s}:) copy those files into {kits}/{s}/local/ and write "
+                   f"{kits}/{s}/local/fedtab-identity.json: "
+                   f"{{\"identity-key\": \"{s}.key\", \"consortium-keys\": \"site-keys.json\", "
+                   f"\"root-certificates\": \"ca.pem\"}}" for s in site),
                  f"{kits}/{flare_server}/startup/start.sh",
                  *(f"(site {s}:) {kits}/{s}/startup/start.sh" for s in site),
                  f"fedtab run job.toml --engine nvflare --flare-project {kits}/admin@fedtab.org"]:

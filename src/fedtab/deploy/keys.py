@@ -14,6 +14,11 @@ A consortium needs three kinds of material, all made here with ``cryptography``:
 ``site-keys.json`` maps each site name to the SHA-256 fingerprint of its public key
 (:func:`fingerprint`); the ServerApp receives it as the ``site-keys`` run-config value
 and names a node by the key it authenticated with, never by the name it declares.
+``site-keys.json.sig`` is the CA's detached signature of that file: each site checks it
+with ``ca.pem`` and then trusts the list for secure aggregation, where a site's
+authentication key doubles as its identity (signing) key
+(:mod:`fedtab.privacy.identity`; :meth:`ConsortiumKeys.identity_config` gives a site's
+node-config keys).
 
 Private keys are written with mode 0600. In a real consortium each site generates its
 own key pair (:func:`write_site_key`) and sends only the ``.pub`` file to the coordinator.
@@ -22,7 +27,6 @@ own key pair (:func:`write_site_key`) and sends only the ``.pub`` file to the co
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import ipaddress
 import json
 import os
@@ -36,10 +40,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ..privacy.identity import fingerprint, parse_key_list, sign_key_list
+
 __all__ = [
     "ConsortiumKeys",
     "fingerprint",
     "load_site_keys",
+    "sign_site_keys",
     "write_consortium_keys",
     "write_site_key",
 ]
@@ -61,32 +68,17 @@ class ConsortiumKeys:
     site_private: dict[str, Path]
     site_public: dict[str, Path]
     site_keys: Path  # site-keys.json: {site: fingerprint}
+    site_keys_signature: Path  # site-keys.json.sig: the CA's signature of site-keys.json
 
     def fingerprints(self) -> dict[str, str]:
         """``{site: fingerprint}`` as stored in ``site-keys.json``."""
         return load_site_keys(self.site_keys)
 
-
-def fingerprint(public_key: bytes | ec.EllipticCurvePublicKey) -> str:
-    """``"sha256:<hex>"`` of a public key's DER SubjectPublicKeyInfo.
-
-    Accepts a key object or its PEM (as Flower's ``NodeInfo.public_key`` holds it) or
-    OpenSSH (as ``sites/<site>.pub`` holds it) encoding, so both sides agree.
-
-    Raises:
-        ValueError: the bytes are not a PEM or OpenSSH public key.
-    """
-    if isinstance(public_key, (bytes, bytearray)):
-        data = bytes(public_key)
-        try:
-            key = (serialization.load_pem_public_key(data) if data.lstrip().startswith(b"-----")
-                   else serialization.load_ssh_public_key(data))
-        except Exception as exc:  # noqa: BLE001 - cryptography raises several types
-            raise ValueError(f"not a PEM or OpenSSH public key: {exc}") from None
-    else:
-        key = public_key
-    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return "sha256:" + hashlib.sha256(der).hexdigest()
+    def identity_config(self, site: str) -> dict[str, str]:
+        """Site ``site``'s node-config keys for secure aggregation (paths on this machine):
+        ``identity-key``, ``consortium-keys``, ``root-certificates``."""
+        return {"identity-key": str(self.site_private[site]), "consortium-keys": str(self.site_keys),
+                "root-certificates": str(self.ca_cert)}
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> Path:
@@ -197,14 +189,34 @@ def write_consortium_keys(folder: str | Path, sites: Iterable[str], *, hosts: It
         private[site], public[site] = write_site_key(site, folder / "sites")
     site_keys = folder / "site-keys.json"
     site_keys.write_text(json.dumps({s: fingerprint(public[s].read_bytes()) for s in sites}, indent=2) + "\n")
+    signature = _write(folder / "site-keys.json.sig", sign_key_list(site_keys.read_bytes(), ca_key))
     return ConsortiumKeys(
         folder=folder,
         ca_cert=_write(folder / "ca.pem", ca_cert.public_bytes(pem)),
         ca_key=_write(folder / "ca.key", _key_pem(ca_key), private=True),
         superlink_cert=_write(folder / "superlink.pem", link_cert.public_bytes(pem)),
         superlink_key=_write(folder / "superlink.key", _key_pem(link_key), private=True),
-        site_private=private, site_public=public, site_keys=site_keys,
+        site_private=private, site_public=public, site_keys=site_keys, site_keys_signature=signature,
     )
+
+
+def sign_site_keys(site_keys: str | Path, ca_key: str | Path) -> Path:
+    """(Re-)sign a key list after editing it (a site joined): writes ``<site_keys>.sig``, the
+    CA's detached signature of the file's bytes, and returns its path.
+
+    Raises:
+        ValueError: the CA key cannot be read, or the file is not a valid key list.
+    """
+    site_keys = Path(site_keys)
+    data = site_keys.read_bytes()
+    load_site_keys(data.decode())
+    try:
+        key = serialization.load_pem_private_key(Path(ca_key).read_bytes(), None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ValueError(f"CA key {ca_key}: {exc}") from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"CA key {ca_key} is not an EC private key")
+    return _write(Path(f"{site_keys}.sig"), sign_key_list(data, key))
 
 
 def load_site_keys(source: str | Path | Mapping[str, str]) -> dict[str, str]:
@@ -227,23 +239,4 @@ def load_site_keys(source: str | Path | Mapping[str, str]) -> dict[str, str]:
             raw = json.loads(text)
         except ValueError as exc:
             raise ValueError(f"site-keys is not valid JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ValueError("site-keys must map site names to public keys or fingerprints")
-    out: dict[str, str] = {}
-    for site, value in raw.items():
-        if not isinstance(value, str):
-            raise ValueError(f"site-keys: the key of site {site!r} must be a string")
-        value = value.strip()
-        if re.fullmatch(r"sha256:[0-9a-f]{64}", value):
-            out[str(site)] = value
-        else:
-            try:
-                out[str(site)] = fingerprint(value.encode())
-            except ValueError as exc:
-                raise ValueError(f"site-keys: site {site!r}: {exc}") from None
-    owners: dict[str, str] = {}
-    for site, fp in out.items():
-        if fp in owners:
-            raise ValueError(f"site-keys: sites {owners[fp]!r} and {site!r} share one public key")
-        owners[fp] = site
-    return out
+    return parse_key_list(raw)  # its IdentityError is a ValueError

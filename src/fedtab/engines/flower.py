@@ -244,6 +244,9 @@ class FlowerFederation(Federation):
         self.excluded: dict[int, str] = {}
         self._site_of_key = {fp: site for site, fp in (site_keys or {}).items()}
         self.bound = site_keys is not None
+        #: ``{site: key fingerprint}`` (the consortium's key list) when given: secure aggregation
+        #: checks each site's identity key against it
+        self.site_keys = dict(site_keys) if site_keys else None
         deadline = time.monotonic() + wait_seconds
         self._node_of: dict[str, int] = {}
         problems: dict[int, str] = {}
@@ -600,8 +603,31 @@ def run_in_process(node_configs: Sequence[Mapping[str, Any]], run_config: Mappin
     """Run ``app`` (default :data:`server_app`) against :data:`client_app` nodes in this process.
 
     ``public_keys``: each node's authentication key (PEM), see :class:`InProcessGrid`.
-    Returns the JSON summary the ServerApp produced.
+    Node configs without secure-aggregation identities get them from a consortium written
+    to a temporary folder for the call (:func:`fedtab.deploy.keys.write_consortium_keys`),
+    as ``fedtab deploy`` would have made them. Returns the JSON summary the ServerApp produced.
     """
+    import tempfile
+
+    from .site_config import IDENTITY_KEYS, site_config
+
+    if any(site_config(c).get(k) for c in node_configs for k in IDENTITY_KEYS):
+        return _run_in_process(node_configs, run_config, app, fresh_processes, public_keys)
+    from ..deploy.keys import write_consortium_keys
+
+    with tempfile.TemporaryDirectory(prefix="fedtab-identities-") as tmp:
+        try:
+            keys = write_consortium_keys(tmp, [str(c.get("name", "")) for c in node_configs])
+        except ValueError as exc:  # names unfit for key files: the sites then refuse secure sums, saying why
+            log.warning("no secure-aggregation identities for the in-process nodes: %s", exc)
+            return _run_in_process(node_configs, run_config, app, fresh_processes, public_keys)
+        configs = [{**keys.identity_config(str(c.get("name"))), **c} for c in node_configs]
+        return _run_in_process(configs, run_config, app, fresh_processes, public_keys)
+
+
+def _run_in_process(node_configs: Sequence[Mapping[str, Any]], run_config: Mapping[str, Any] | None,
+                    app: ServerApp | None, fresh_processes: bool,
+                    public_keys: Sequence[bytes | None] | None) -> dict[str, Any]:
     from flwr.common.constant import SUPERLINK_NODE_ID
     from flwr.supercore.task_identity import TaskIdentity
 

@@ -35,13 +35,18 @@ class LocalFederation(Federation):
         min_sites: quorum (see :mod:`fedtab.federation.protocol`): ``None`` = every
             site must answer every step; ``k`` = failing sites are dropped while ``k``
             remain.
+        identities: when no site has an identity (``Site.identity``), give every site one
+            from a consortium made in memory here, where the sites are built
+            (:func:`fedtab.privacy.identity.provision`), so secure aggregation works
+            without a deployment; :attr:`site_keys` is then that consortium's key list.
+            ``False`` leaves the sites as they are.
 
     Raises:
         ValueError: no sites, two sites with the same name, a bad timeout or quorum.
     """
 
     def __init__(self, sites: Sequence[Site], *, wire: bool = True, timeout: float | None = None,
-                 min_sites: int | None = None) -> None:
+                 min_sites: int | None = None, identities: bool = True) -> None:
         super().__init__()
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -56,6 +61,14 @@ class LocalFederation(Federation):
         if len(set(names)) != len(names):
             raise ValueError(f"site names must be unique, got {names}")
         self._sites = {s.name: s for s in sites}
+        #: ``{site: identity-key fingerprint}`` of the consortium provisioned here (else ``None``)
+        self.site_keys: dict[str, str] | None = None
+        if identities and all(getattr(s, "identity", None) is None for s in sites):
+            from ..privacy.identity import provision
+
+            for name, identity in provision(names).items():
+                self._sites[name].identity = identity
+            self.site_keys = dict(next(iter(self._sites.values())).identity.key_list.fingerprints)
         self.wire = wire
         #: wall seconds spent on each site's side so far (decoding the request, the
         #: handler, encoding the reply); the rest of a run's wall time is the server's.

@@ -10,7 +10,9 @@ import this module.
   the server's run directory and, if given, to ``result_path``.
 * :class:`FedtabExecutor` builds the client's :class:`~fedtab.federation.site.Site` from
   its job arguments (keys of :mod:`fedtab.engines.site_config`; the site name is the
-  FLARE client name) and answers with :meth:`Site.handle`. Per-site state survives
+  FLARE client name) and answers with :meth:`Site.handle`. Its secure-aggregation
+  identity comes from the site's own ``local/fedtab-identity.json`` (:data:`IDENTITY_FILE`),
+  never from the job, which the server side writes. Per-site state survives
   between tasks even when FLARE rebuilds the executor: the live site is kept per
   process and job, and its state is also written to the client's run directory after
   every task (arrays + JSON, see :mod:`fedtab.engines.site_state`).
@@ -40,10 +42,11 @@ from ..federation.messages import Message, MessageError
 from ..federation.protocol import Federation, FederationError, Traffic
 from .errors import RunError
 from .pipeline import load_workflow
-from .site_config import build_site
+from .site_config import IDENTITY_KEYS, build_site, site_config
 from .site_state import SiteCache, decode_state, encode_state
 
-__all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "FlareFederation", "SimulatorError", "build_job", "run_simulator"]
+__all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "FlareFederation", "SimulatorError",
+           "build_job", "provision_identities", "run_simulator"]
 
 TASK_NAME = "fedtab"
 _PAYLOAD = "fedtab"
@@ -51,6 +54,11 @@ _RESULT_FILE = "fedtab_result.json"
 #: written to the server's run directory when the workflow raises (the exception's type and text)
 ERROR_FILE = "fedtab_error.txt"
 _STATE_FILE = "fedtab_site_state.bin"
+#: the site's secure-aggregation identity, in its own ``local/`` folder (not the job's):
+#: ``{"identity-key": ..., "consortium-keys": ..., "root-certificates": ...}`` (site-config
+#: keys, see :mod:`fedtab.engines.site_config`; relative paths are files in ``local/``), or
+#: ``{site: {...}}`` for several sites
+IDENTITY_FILE = "fedtab-identity.json"
 
 _SITES = SiteCache()
 
@@ -224,7 +232,7 @@ class FedtabExecutor(Executor):
                   "selector": self.selector, "test_size": self.test_size, "seed": self.seed,
                   "na_values": self.na_values, "min_rows": self.min_rows, "policy": self.policy, "folds": self.folds,
                   "state_dir": self.state_dir}
-        site, fresh = _SITES.get((job_id, name), lambda: build_site(config))
+        site, fresh = _SITES.get((job_id, name), lambda: build_site({**config, **_local_identity(fl_ctx, name)}))
         state_file = self._state_file(fl_ctx)
         if fresh and state_file.is_file():
             site.state = decode_state(Message.from_bytes(state_file.read_bytes()))
@@ -251,6 +259,23 @@ class FedtabExecutor(Executor):
         out = make_reply(ReturnCode.OK)
         out[_PAYLOAD] = reply.to_bytes()
         return out
+
+
+def _local_identity(fl_ctx: FLContext, name: str) -> dict[str, Any]:
+    """The site's identity config keys from its ``local/`` :data:`IDENTITY_FILE` (``{}`` if none)."""
+    path = Path(fl_ctx.get_engine().get_workspace().get_site_config_dir(), IDENTITY_FILE)
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{path}: not valid JSON: {exc}") from None
+    entry = doc.get(name, doc) if isinstance(doc, dict) else None
+    if not isinstance(entry, dict):
+        raise ValueError(f"{path}: must be a JSON object of site-config keys")
+    # relative paths name files in the site's local/ folder
+    return {k: str(path.parent / str(v)) for k, v in entry.items()
+            if site_config({k: v}).keys() <= set(IDENTITY_KEYS) and v not in (None, "")}
 
 
 # ----------------------------------------------------------------------------- jobs
@@ -323,6 +348,24 @@ def allow_fedtab_components(site_root: str | Path) -> Path:
     return path
 
 
+def provision_identities(site_root: str | Path, sites: Sequence[str], keys_folder: str | Path) -> Path | None:
+    """Give simulated sites secure-aggregation identities: a consortium written to
+    ``keys_folder`` (as ``fedtab deploy`` makes it) and ``site_root/local/`` :data:`IDENTITY_FILE`
+    naming each site's files (the simulator copies ``local/`` into every site). Returns the
+    file, or ``None`` when the names are unfit for key files (the sites then refuse secure
+    sums, saying why)."""
+    from ..deploy.keys import write_consortium_keys
+
+    try:
+        keys = write_consortium_keys(keys_folder, sites)
+    except ValueError:
+        return None
+    path = Path(site_root, "local", IDENTITY_FILE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({s: keys.identity_config(s) for s in sites}, indent=2))
+    return path
+
+
 def run_simulator(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None, workspace: str | Path, *,
                   threads: int | None = None, log_config: str | None = "concise", **job_kwargs: Any) -> dict[str, Any]:
     """Build the job, run it in FLARE's simulator and return the workflow's summary.
@@ -337,6 +380,7 @@ def run_simulator(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] 
     result_path.unlink(missing_ok=True)
     job = build_job(sites, config, result_path=str(result_path), **job_kwargs)
     allow_fedtab_components(workspace / "sim")
+    provision_identities(workspace / "sim", [str(s["name"]) for s in sites], workspace / "identities")
     rc = job.simulator_run(str(workspace / "sim"), threads=threads or len(sites), log_config=log_config)
     if rc not in (0, None):
         raise SimulatorError(f"FLARE simulator returned {rc}; logs under {workspace / 'sim'}")

@@ -28,6 +28,19 @@ Keys (hyphens and underscores are interchangeable)::
     state-dir   the site's state folder: its ledger (what it answered and released,
                 fedtab.privacy.ledger) is kept there across runs and restarts; without
                 it the ledger lives with the site object (one process, one run)
+
+Secure aggregation (the site's own configuration, never the job's or the server's)::
+
+    identity-key        the site's identity key: ``fedtab deploy``'s sites/<site>.key
+                        (EC P-384, OpenSSH or PEM; the SuperNode's authentication key)
+    consortium-keys     the consortium's key list, ``fedtab deploy``'s site-keys.json
+    root-certificates   the consortium CA certificate (ca.pem) whose signature of the key
+                        list the site checks
+    consortium-keys-signature
+                        that signature (default: <consortium-keys>.sig)
+
+A site with none of them refuses secure aggregation; one with some but not all refuses it
+naming what is missing (see :mod:`fedtab.privacy.identity`).
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+from ..privacy.identity import SiteIdentity
 from ..privacy.policy import DisclosurePolicy, policy_from_config
 from ..federation.lazy_site import LazySite
 from ..federation.site import Site, site_ledger
@@ -45,8 +59,9 @@ from ..federation.site import Site, site_ledger
 if TYPE_CHECKING:  # pandas when a table is read (not for a step answered from the site's state)
     import pandas as pd
 
-__all__ = ["FixedSplitSite", "JOB_SITE_KEYS", "NVFLARE_LASSO", "SELECTOR_ALIASES", "build_lazy_site", "build_site",
-           "parse_na_values", "parse_selector", "site_config", "site_policy", "with_job_settings"]
+__all__ = ["FixedSplitSite", "IDENTITY_KEYS", "JOB_SITE_KEYS", "NVFLARE_LASSO", "SELECTOR_ALIASES", "build_lazy_site",
+           "build_site", "parse_na_values", "parse_selector", "site_config", "site_identity", "site_policy",
+           "with_job_settings"]
 
 #: FLARE 2.9's ``FeatureElectionExecutor(fs_method="lasso")``: ``Lasso(alpha=0.01)`` regression
 #: on standardised X with the class labels as a continuous target, kept where ``|coef| > 1e-6``.
@@ -197,10 +212,13 @@ def build_site(config: Mapping[str, Any]) -> Site:
     folds, state_dir = _folds(cfg), cfg.get("state_dir") or None
     table = read_table(str(cfg["data_path"]), na_values)
     if cfg.get("test_path"):
-        return FixedSplitSite(name, table, read_table(str(cfg["test_path"]), na_values), target, selector=selector,
-                              seed=seed, policy=policy, folds=folds, state_dir=state_dir)
-    return Site(name, table, target, test_size=float(cfg.get("test_size", 0.2)), seed=seed, selector=selector,
-                policy=policy, folds=folds, state_dir=state_dir)
+        site: Site = FixedSplitSite(name, table, read_table(str(cfg["test_path"]), na_values), target,
+                                    selector=selector, seed=seed, policy=policy, folds=folds, state_dir=state_dir)
+    else:
+        site = Site(name, table, target, test_size=float(cfg.get("test_size", 0.2)), seed=seed, selector=selector,
+                    policy=policy, folds=folds, state_dir=state_dir)
+    site.identity = site_identity(cfg)
+    return site
 
 
 def _folds(cfg: Mapping[str, Any]) -> int:
@@ -240,7 +258,29 @@ def build_lazy_site(config: Mapping[str, Any]) -> LazySite:
     site = LazySite(str(cfg["name"]), lambda: build_site(config), target=cfg.get("target") or None,
                     policy=site_policy(cfg))
     site.ledger = site_ledger(site, cfg.get("state_dir") or None)
+    site.identity = site_identity(cfg)
     return site
+
+
+#: the (normalised) site-config keys of a site's secure-aggregation identity
+IDENTITY_KEYS = ("identity_key", "consortium_keys", "root_certificates", "consortium_keys_signature")
+
+
+def site_identity(config: Mapping[str, Any]) -> SiteIdentity | None:
+    """The secure-aggregation identity of a (normalised) site config, read when first used:
+    ``None`` without any identity key; an unusable identity naming what is missing when
+    only some are set."""
+    cfg = site_config(config)
+    given = {k: str(cfg[k]) for k in IDENTITY_KEYS if cfg.get(k) not in (None, "")}
+    if not given:
+        return None
+    name = str(cfg.get("name", ""))
+    missing = [k.replace("_", "-") for k in IDENTITY_KEYS[:3] if k not in given]
+    if missing:
+        return SiteIdentity.unusable(name, f"the site config sets {', '.join(k.replace('_', '-') for k in given)} "
+                                           f"but not {', '.join(missing)}")
+    return SiteIdentity.from_files(name, given["identity_key"], given["consortium_keys"], given["root_certificates"],
+                                   given.get("consortium_keys_signature"))
 
 
 def site_policy(config: Mapping[str, Any]) -> DisclosurePolicy:

@@ -81,7 +81,7 @@ class LazySite(Site):
             self.__dict__["_state"] = value
             if self._site is not None:
                 self._site.state = value
-        elif name in ("name", "target", "policy", "ledger", "run_id"):
+        elif name in ("name", "target", "policy", "ledger", "run_id", "identity"):
             self.__dict__[name] = value
             if name in ("ledger", "run_id") and self._site is not None:
                 setattr(self._site, name, value)

@@ -1,31 +1,40 @@
 """Site handlers of secure aggregation's own exchanges (``fedtab.privacy.secagg``).
 
-``"secagg_keys"`` starts a session (a fresh X25519 key pair; the reply is the public
-key) and ``"secagg_unmask"`` answers the unmasking round. The masking itself is not an
-exchange of its own: any request that carries ``meta["secagg"]`` has its reply masked
-by :meth:`~fedtab.federation.site.Site.handle` after the handler ran.
+``"secagg_keys"`` starts a session (a fresh X25519 key pair signed with the site's
+identity key; refused by a site without a verified consortium key list),
+``"secagg_sign"`` is the consistency round (the site signs the survivor list it was
+told, once per sum) and ``"secagg_unmask"`` answers the unmasking round (only for the
+list it signed, when enough survivors signed it too). The masking itself is not an
+exchange of its own: any request that carries ``meta["secagg"]`` is checked by the
+site's policy before its handler runs and has its reply masked by
+:meth:`~fedtab.federation.site.Site.handle` after.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from ..privacy.secagg import new_session, unmask_reply
+from ..privacy.secagg import new_session, refused, sign_survivors, unmask_reply
 from .messages import Message
-from ..privacy.gate import TEXT, Releases
+from ..privacy.gate import STRUCT, TEXT, Releases
 from .site import Site, handler
 
 __all__: list[str] = []
 
 
-@handler("secagg_keys", Releases(part=None, keys=("pk",)))
+@handler("secagg_keys", Releases(part=None, keys=("pk", "spk", "sig", "id")))
+@refused
 def _keys(site: Site, request: Message) -> Message:
     session = request.meta.get("session")
-    if not isinstance(session, str) or not session:
+    if not isinstance(session, str) or not session or len(session) > 128:
         raise ValueError("secagg_keys needs a session id")
-    return Message("secagg_keys", {"pk": np.frombuffer(new_session(site, session), dtype=np.uint8)})
+    return Message("secagg_keys", new_session(site, session))
 
 
-@handler("secagg_unmask", Releases(part=None, keys=("b_shares", "seeds"), meta={"label": TEXT}))
+@handler("secagg_sign", Releases(part=None, keys=("sig",), meta={"label": TEXT}))
+def _sign(site: Site, request: Message) -> Message:
+    return sign_survivors(site, request)
+
+
+@handler("secagg_unmask", Releases(part=None, keys=("b_shares", "b_salts", "seeds"),
+                                   meta={"label": TEXT, "unreadable": STRUCT}))  # {dealer: why its share failed}
 def _unmask(site: Site, request: Message) -> Message:
     return unmask_reply(site, request)

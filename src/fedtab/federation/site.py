@@ -61,7 +61,7 @@ HANDLER_HOMES: dict[str, tuple[str, ...]] = {
     "fedtab.federation.profile_flow": ("job_profile",),
     "fedtab.federation.schema": ("schema",),
     "fedtab.federation.score_test_flow": ("score_sums",),
-    "fedtab.federation.secure_flow": ("secagg_keys", "secagg_unmask"),
+    "fedtab.federation.secure_flow": ("secagg_keys", "secagg_sign", "secagg_unmask"),
     "fedtab.federation.training.site": ("describe", "setup", "fit", "evaluate"),
     "fedtab.federation.tuning_flow": ("ballot_fit",),
 }
@@ -190,6 +190,11 @@ class Site:
         ValueError: empty table, missing target column, duplicate column names,
             ``test_size`` outside ``[0, 1)``, no labelled row.
     """
+
+    #: the site's :class:`~fedtab.privacy.identity.SiteIdentity` (identity key and verified
+    #: consortium key list) for secure aggregation; set by whoever builds the site, never by
+    #: a request. ``None``: the site refuses to take part in secure sums.
+    identity: Any = None
 
     #: whether the site keeps its numeric matrices in ``state`` when it reads its table for
     #: the ballot (:func:`fedtab.federation.training_flow.store_part_matrices`): only worth
@@ -377,6 +382,11 @@ class Site:
         extra = {self.name, "train", "test", "all", "fit", "validation", OTHER_CATEGORY, *HANDLERS}
         if request is not None:  # what the server sent may be echoed: its keys and its strings
             extra.update(_strings(request.meta))
+            extra.update(map(str, request.arrays))
+            decl = RELEASES.get(request.kind)  # the array names the reply may carry: protocol words
+            if decl is not None:
+                extra.update({*decl.cells, *(a for v in decl.cells.values() for a in v), *decl.histograms,
+                              *decl.aggregates, *decl.keys})
         def more() -> list[str]:
             spec = self.selector
             name = spec.get("name") if isinstance(spec, dict) else spec if isinstance(spec, str) else None

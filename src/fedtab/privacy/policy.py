@@ -90,6 +90,12 @@ class DisclosurePolicy:
             hours of one core) is far above every shipped benchmark.
         max_size: most numbers such a selector or model may hold at once (parameters, tree
             nodes); the default 1e9 is 8 GB of float64.
+        min_peers: fewest peers (the site included) a secure-aggregation request may
+            name; a smaller (or self-only) peer set is refused.
+        require_secure_aggregation: refuse any request for quantities the server needs
+            only summed (:data:`fedtab.privacy.secagg.SUMMED_KINDS`) unless it arrives with
+            secure masking.
+        require_dp: the same, unless it arrives with DP settings.
 
     Raises:
         ValueError: a negative or non-integer limit.
@@ -110,10 +116,13 @@ class DisclosurePolicy:
     period_days: int = 365
     max_work: float = 1e13
     max_size: float = 1e9
+    min_peers: int = 3
+    require_secure_aggregation: bool = False
+    require_dp: bool = False
 
     def __post_init__(self) -> None:
         for name in ("min_rows", "max_rounds", "max_local_epochs", "max_evaluations", "max_score_bins",
-                     "max_releases_per_part", "period_days"):
+                     "max_releases_per_part", "period_days", "min_peers"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"disclosure policy: {name} must be a non-negative integer, got {value!r}")
@@ -153,8 +162,11 @@ class DisclosurePolicy:
     # ----- the check before every handler -------------------------------------------
     def refusal(self, site: "Site", request: "Message") -> str | None:
         """Why ``site`` refuses ``request`` under this policy, or ``None`` to answer it."""
-        check = _CHECKS.get(request.kind)
-        return None if check is None else check(self, site, request)
+        for check in (*_EVERY_REQUEST, _CHECKS.get(request.kind)):
+            reason = None if check is None else check(self, site, request)
+            if reason is not None:
+                return reason
+        return None
 
     def too_few(self, n: int, what: str) -> str | None:
         if n < self.min_rows:
@@ -468,3 +480,27 @@ _CHECKS = {
     "impute_fit": _impute_fit,
     "impute_eval": _impute_eval,
 }
+
+
+def _secure_terms(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """The site's terms for sums: a masking request must pass the secure-aggregation checks
+    (verified peers, ``min_peers``, a majority threshold; :func:`fedtab.privacy.secagg.masking_refusal`);
+    with ``require_secure_aggregation`` / ``require_dp`` a request for quantities the server
+    needs only summed must arrive masked / with DP settings."""
+    from .dp import DP_META
+    from .secagg import SECAGG_META, is_summed_request, masking_refusal
+
+    if SECAGG_META in request.meta:
+        reason = masking_refusal(site, request, policy.min_peers)
+        if reason is not None:
+            return reason
+    if (policy.require_secure_aggregation or policy.require_dp) and is_summed_request(request):
+        if policy.require_secure_aggregation and SECAGG_META not in request.meta:
+            return f"this site answers {request.kind!r} only with secure aggregation (require_secure_aggregation)"
+        if policy.require_dp and not isinstance(request.meta.get(DP_META), dict):
+            return f"this site answers {request.kind!r} only with differential privacy (require_dp)"
+    return None
+
+
+#: checks every request passes, whatever its kind, before the kind's own check
+_EVERY_REQUEST = (_secure_terms,)

@@ -147,7 +147,6 @@ class SecureSums(SummingStrategy):
 
     def exchange(self, federation: Federation, requests: Mapping[str, Message], spec: SumSpec,
                  check: Check | None, *, kind: str, step: str | None, on_error: str | None = None) -> Summed:
-        quorum = federation.min_sites is not None or on_error == "skip"
         if federation.schema is None:  # replies are validated against the agreed schema: agree it first
             from ..schema import agree_schema
 
@@ -156,7 +155,8 @@ class SecureSums(SummingStrategy):
         requests = {s: r for s, r in requests.items() if s in peers}
         try:
             summed = self.aggregator.ask(requests, kind, dict(spec.fields), weighted=spec.weighted, weight=spec.weight,
-                                         drop_meta=spec.drop_meta, on_error="skip" if quorum else "raise")
+                                         drop_meta=spec.drop_meta,
+                                         on_error="skip" if on_error == "skip" else "raise")  # quorum: drops, naming why
         except SiteError:
             raise
         except FederationError as exc:
