@@ -30,7 +30,7 @@ from sklearn.datasets import make_classification
 
 from fedtab import LocalFederation, Site
 from fedtab.data.synthetic import split_rows
-from fedtab.election.tuning import plot_tuning_curve
+from fedtab.report.plots import plot_tuning_curve
 from fedtab.federation import run_training, tune_flow
 from fedtab.federation.tuning_flow import gather_fit_ballots  # the sites draw their own fit/validation parts
 

@@ -137,18 +137,28 @@ def f1_of_flare_model(data: dict[str, tuple[pd.DataFrame, pd.DataFrame]], mask: 
     return float(f1_score(np.concatenate(y_true), np.concatenate(y_pred), average="weighted"))
 
 
-def pipeline_config(rounds: int, fd: float) -> dict[str, Any]:
-    return {"steps": "election,training", "freedom-degree": fd, "normalization": "selected", "rounds": rounds,
-            "local-epochs": 5}
+def job_plan(rounds: int, fd: float) -> dict[str, Any]:
+    """The job every fedtab run makes: an election (FLARE's normalisation) and ``rounds`` of FedAvg,
+    no column profile and no baselines (FLARE's job has neither): ``rounds + 3`` exchanges."""
+    from fedtab.job.spec import parse_job
+
+    return parse_job({"target": TARGET, "election": {"freedom_degree": fd, "normalization": "selected"},
+                      "training": {"rounds": rounds, "local_epochs": 5}, "schema": {"profile": False},
+                      "evaluation": {"baselines": False}}, sites_required=False).plan()
+
+
+def run_config(rounds: int, fd: float) -> dict[str, Any]:
+    """The engines' run config of :func:`job_plan` (the plan as JSON under ``job``)."""
+    return {"job": json.dumps(job_plan(rounds, fd))}
 
 
 def run_fedtab_local(configs: list[dict[str, Any]], cfg: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     from fedtab.engines import LocalFederation
-    from fedtab.engines.pipeline import run_pipeline
     from fedtab.engines.site_config import build_site
+    from fedtab.job.workflow import engine_workflow
 
     t0 = time.perf_counter()
-    result = run_pipeline(LocalFederation([build_site(c) for c in configs]), cfg)
+    result = engine_workflow(LocalFederation([build_site(c) for c in configs]), cfg)
     return time.perf_counter() - t0, result
 
 
@@ -369,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = example_data(n_per_site)
         configs = write_data(data, work / "data")
-        cfg = pipeline_config(rounds, fd)
+        cfg = run_config(rounds, fd)
         names = [c for c in next(iter(data.values()))[0].columns if c != TARGET]
 
         flare = run_nvflare_example(work / "data", work / "flare_example", rounds, fd)
@@ -381,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         def add(name: str, seconds: float, result: dict[str, Any]) -> None:
             selected = result["election"]["selected"]
             runs.append(_row(name, seconds, len(selected), selected == flare_selected,
-                             result["training"]["weighted_f1"]))
+                             result["training"]["metrics"]["pooled"]["weighted_f1"]))
 
         if "local" not in skip:
             add("fedtab-local", *run_fedtab_local(configs, cfg))

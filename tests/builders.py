@@ -18,7 +18,7 @@ from fedtab.engines.local import LocalFederation
 from fedtab.federation.site import Site
 
 __all__ = ["classification_parts", "make_sites", "federation", "write_csvs", "write_site_configs",
-           "write_classification_sites", "local_reference"]
+           "write_classification_sites"]
 
 
 def classification_parts(n: int, d: int, informative: int, redundant: int,
@@ -72,12 +72,3 @@ def write_classification_sites(root: Path, n: int, d: int, informative: int, red
     ``root`` and their engine site configs (``site-1`` ... ``site-3``)."""
     _, parts = classification_parts(n, d, informative, redundant, seed=table_seed, split_seed=split_seed)
     return write_site_configs(parts, root, selector=selector)
-
-
-def local_reference(configs: Sequence[dict], run: dict) -> dict:
-    """The in-process engine's result of pipeline ``run`` over engine site ``configs``: what the
-    engine tests compare Flower and FLARE runs with."""
-    from fedtab.engines.pipeline import run_pipeline
-    from fedtab.engines.site_config import build_site
-
-    return run_pipeline(LocalFederation([build_site(c) for c in configs]), run)

@@ -35,3 +35,44 @@ def pytest_runtest_setup(item):
     for mark in item.iter_markers("requires"):
         for name in mark.args:
             pytest.importorskip(name)
+
+
+def make_job_plan(target: str | None = "target", **sections) -> dict:
+    """A job plan (``JobSpec.plan()``) as the engines carry it in their run config, validated.
+
+    By default the pipeline-sized job the engine tests compare: no column profile and no
+    baselines (``schema.profile`` / ``evaluation.baselines`` false), so a job of an election
+    and training costs rounds + 3 exchanges; ``sections`` are the job's tables by name.
+    """
+    from fedtab.job.spec import parse_job
+
+    doc = {"schema": {"profile": False}, "evaluation": {"baselines": False}, **sections}
+    if target is not None:
+        doc["target"] = target
+    return parse_job(doc, sites_required=False).plan()
+
+
+def run_config(plan: dict, **engine_keys) -> dict:
+    """The run config of ``plan`` (the plan as JSON under ``job``) plus engine keys (``min-sites``...)."""
+    import json
+
+    return {"job": json.dumps(plan), **engine_keys}
+
+
+def run_locally(site_configs: list[dict], plan: dict, **kwargs) -> dict:
+    """``plan`` on the in-process engine, sites built from ``site_configs``: the job's result."""
+    from fedtab.engines.local import LocalFederation
+    from fedtab.engines.site_config import build_site
+    from fedtab.job.spec import spec_from_plan
+    from fedtab.job.workflow import run_workflow
+
+    return run_workflow(LocalFederation([build_site(c) for c in site_configs]), spec_from_plan(plan), **kwargs).result
+
+
+@pytest.fixture(scope="session")
+def jobs():
+    """The job builders for tests and module-scoped fixtures: ``jobs.plan`` (:func:`make_job_plan`),
+    ``jobs.config`` (:func:`run_config`), ``jobs.local`` (:func:`run_locally`)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(plan=make_job_plan, config=run_config, local=run_locally)

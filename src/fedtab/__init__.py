@@ -16,8 +16,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "ElectionResult": ".election", "ElectionTally": ".election", "elect": ".election", "elect_ballots": ".election",
     "LocalFederation": ".engines.local", "Message": ".federation", "Site": ".federation",
-    "run_election": ".federation", "run_training": ".federation", "FederatedImputer": ".imputer",
-    "FederatedFeatureElection": ".election.estimator",  # imports scikit-learn
+    "run_election": ".federation", "run_training": ".federation",
+    "FederatedImputer": ".estimators", "FederatedFeatureElection": ".estimators",  # import scikit-learn
     "run_job": ".job.run", "load_model": ".job.model_file",  # the consortium job (docs/job.md)
 }
 

@@ -40,7 +40,7 @@ def test_flower_bare_replays_fedtabs_exchanges_and_fedtab_reports_clientapp_stag
     from fedtab.engines import flower
 
     configs = vs_nvflare.write_data(vs_nvflare.example_data(300), tmp_path / "data")  # test parts above the floor
-    result = flower.run_in_process(configs, vs_nvflare.pipeline_config(1, 0.5))
+    result = flower.run_in_process(configs, vs_nvflare.run_config(1, 0.5))
     assert [e["kind"] for e in result["exchanges"]] == ["ballot", "set_mask", "fit", "evaluate"]
     for e in result["exchanges"]:
         assert e["bytes_down"] > 0 and e["bytes_up"] > 0

@@ -113,3 +113,13 @@ def test_elect_rejects_unknown_tuner_and_model(site_files):
     assert res.exit_code == 2 and "--tune" in res.output
     res = runner.invoke(app, ["elect", str(site_files[0]), "--target", "target", "--model", "xgboost"])
     assert res.exit_code == 2 and "unknown model" in res.output
+
+
+def test_elect_help_is_readable_at_80_columns():
+    res = runner.invoke(app, ["elect", "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert res.exit_code == 0
+    lines = res.output.splitlines()
+    assert max(map(len, lines)) <= 80 and "\\[" not in res.output
+    for option in ("--target", "--selector", "--freedom-degree", "--tune", "--robust", "--min-sites", "--timeout",
+                   "--secure-aggregation", "--consensus-alpha", "--pooled-comparison"):
+        assert any(line.lstrip().startswith(option) or f", {option}" in line for line in lines), option

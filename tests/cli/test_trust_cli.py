@@ -76,7 +76,10 @@ def test_quorum_and_min_holders_reach_the_result(files, tmp_path):
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "o" / "result.json").read_text())
     assert doc["min_holders"] == 2 and doc["dropped"] == {}
-    assert doc["participation"][0] == {"step": "ballot", "sites": ["site0", "site1"]}
+    assert doc["trust"]["min_sites"] == 2 and doc["trust"]["min_holders"] == 2
+    election = next(p for p in doc["participation"]["steps"] if p["step"] == "election")
+    assert election == {"step": "election", "sites": ["site0", "site1"], "dropped": {}}
+    assert {"step": "ballot", "sites": ["site0", "site1"]} in doc["participation"]["exchanges"]
     _one_line_error(_elect([*files, "--min-sites", "3", "--out", tmp_path / "p"]), "--min-sites 3")
 
 

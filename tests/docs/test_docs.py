@@ -214,10 +214,14 @@ def check_toml(code: str, where: str, workdir: Path) -> dict:
         from fedtab.job import parse_job
 
         parse_job(doc, workdir, source=where)
-    elif "min-sites" in doc or "steps" in doc:
-        from fedtab.engines.pipeline import PipelineConfig
+    elif "min-sites" in doc or "job" in doc:  # a Flower run config: the engine's keys and the job plan
+        from fedtab.engines.flower import RUN_CONFIG_KEYS
+        from fedtab.job.spec import spec_from_plan
 
-        PipelineConfig.from_mapping(doc)
+        unknown = set(doc) - set(RUN_CONFIG_KEYS)
+        assert not unknown, f"{where}: run-config keys {sorted(unknown)} are not the Flower app's"
+        if doc.get("job"):
+            spec_from_plan(doc["job"], source=where)
     return doc
 
 

@@ -351,9 +351,10 @@ def _two_sites():
     return classification_parts(300, 12, 3, 2, [0.5, 0.5], seed=4, split_seed=0)[1]
 
 
-def test_workflow_and_pipeline_elect_with_the_profile():
+def test_workflow_and_job_elect_with_the_profile(jobs):
     from fedtab import LocalFederation, Site, run_election
-    from fedtab.engines.pipeline import PipelineConfig, run_pipeline
+    from fedtab.job.spec import JobError, spec_from_plan
+    from fedtab.job.workflow import run_workflow
 
     parts = _two_sites()
     sites = [Site(f"s{i}", t, "target", selector="anova") for i, t in enumerate(parts)]
@@ -362,12 +363,13 @@ def test_workflow_and_pipeline_elect_with_the_profile():
     assert outcome.result.compat == "nvflare"
     expected = elect_ballots(outcome.ballots, 0.28, compat="nvflare")
     np.testing.assert_array_equal(outcome.result.mask, expected.mask)
-    summary = run_pipeline(fed, {"steps": "election", "freedom-degree": 0.28, "compat": "nvflare"})
+    plan = jobs.plan(election={"freedom_degree": 0.28, "compat": "nvflare"}, training=None)
+    summary = run_workflow(fed, spec_from_plan(plan)).result
     assert summary["election"]["compat"] == "nvflare"
     assert summary["election"]["mask"] == expected.mask.tolist()
-    assert PipelineConfig.from_mapping({"compat": ""}).compat is None  # a TOML run config cannot hold None
-    with pytest.raises(ValueError, match="unknown compat profile"):
-        PipelineConfig.from_mapping({"compat": "flare"})
+    assert jobs.plan(election={})["election"]["compat"] is None  # no compat key: fedtab's rule
+    with pytest.raises(JobError, match="unknown compat profile"):
+        jobs.plan(election={"compat": "flare"})
 
 
 def test_cli_compat_option(tmp_path):

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from fedtab.election.tuning import TuningPoint, choose_parsimonious, grid_tune, hill_climb, plot_tuning_curve, tune
+from fedtab.election.tuning import TuningPoint, choose_parsimonious, grid_tune, hill_climb, tune
+from fedtab.report.plots import plot_tuning_curve
 
 D = 40
 

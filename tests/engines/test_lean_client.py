@@ -22,7 +22,6 @@ import pytest
 
 from fedtab.data import classification_table
 from fedtab.engines import LocalFederation
-from fedtab.engines.pipeline import run_pipeline
 from fedtab.engines.site_config import build_lazy_site, build_site
 from fedtab.engines.site_state import decode_state, encode_state
 from fedtab.federation import register_all
@@ -31,7 +30,7 @@ from fedtab.federation.messages import Message
 from fedtab.federation.site import HANDLER_HOMES, HANDLERS, TABLE_STEPS, Site
 from tests.builders import write_classification_sites
 
-RUN = {"steps": "election,training", "freedom-degree": 0.5, "rounds": 3, "local-epochs": 2}
+JOB = {"election": {"freedom_degree": 0.5}, "training": {"rounds": 3, "local_epochs": 2}}
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 # One message in a fresh interpreter, as a ClientApp process answers it: build the lazy site
@@ -56,7 +55,7 @@ REPLAY = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> tuple[Path, list[str], list[Message]]:
+def recorded(tmp_path_factory, jobs) -> tuple[Path, list[str], list[Message]]:
     """The requests one site received in an in-process run, and its replies."""
     root = tmp_path_factory.mktemp("lean")
     configs = write_classification_sites(root, 600, 20, 5, 3, table_seed=5, split_seed=1)
@@ -70,7 +69,10 @@ def recorded(tmp_path_factory) -> tuple[Path, list[str], list[Message]]:
         return reply
 
     sites[0].handle = record
-    run_pipeline(LocalFederation(sites), RUN)
+    from fedtab.job.spec import spec_from_plan
+    from fedtab.job.workflow import run_workflow
+
+    run_workflow(LocalFederation(sites), spec_from_plan(jobs.plan(**JOB)))
     work = root / "replay"
     work.mkdir()
     (work / "config.json").write_text(json.dumps(configs[0]))

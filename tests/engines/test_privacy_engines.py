@@ -1,5 +1,5 @@
-"""Secure aggregation and DP through the engines' run config: the in-process engine,
-Flower's in-process grid and the FLARE simulator give the same pooled result.
+"""Secure aggregation and DP through the job plan in the engines' run config: the in-process
+engine, Flower's in-process grid and the FLARE simulator give the same pooled result.
 
 The secure run's pooled model must equal the plain local run's (fixed-point error below
 1e-6 relative), and the server must have learned no per-site evaluation (only sums
@@ -8,31 +8,24 @@ travel masked), so a flag silently dropped on the way fails.
 
 from __future__ import annotations
 
-import tomllib
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from fedtab.engines import LocalFederation
-from fedtab.engines.pipeline import PipelineConfig, run_pipeline
 from fedtab.engines.site_config import build_site
-from tests.builders import local_reference, write_classification_sites
 
-RUN = {"steps": "election,training", "freedom-degree": 0.5, "rounds": 2, "local-epochs": 1}
-SECURE = {**RUN, "secure-aggregation": True}
-FLOWER_APP = Path(__file__).resolve().parents[2] / "src" / "fedtab" / "engines" / "flower_app" / "pyproject.toml"
+JOB = {"election": {"freedom_degree": 0.5}, "training": {"rounds": 2, "local_epochs": 1}}
+SECURE = {**JOB, "privacy": {"secure_aggregation": True}}
 
 
 @pytest.fixture(scope="module")
-def site_configs(tmp_path_factory) -> list[dict]:
-    return write_classification_sites(tmp_path_factory.mktemp("secure_sites"), 600, 20, 5, 3, table_seed=11,
-                                      split_seed=2)
+def site_configs(tmp_path_factory, classification_sites) -> list[dict]:
+    return classification_sites(tmp_path_factory.mktemp("secure_sites"), 600, 20, 5, 3, table_seed=11, split_seed=2)
 
 
 @pytest.fixture(scope="module")
-def plain(site_configs) -> dict:
-    return local_reference(site_configs, RUN)
+def plain(site_configs, jobs) -> dict:
+    return jobs.local(site_configs, jobs.plan(**JOB))
 
 
 def _rel_diff(a: dict, b: dict) -> float:
@@ -43,93 +36,78 @@ def _rel_diff(a: dict, b: dict) -> float:
     return float(np.max(np.abs(x - y)) / np.max(np.abs(y)))
 
 
-def plain_steps(result: dict) -> list[str]:
-    return [p["step"] for p in result["participation"]]
-
-
 def _assert_secure_equals_plain(result: dict, plain: dict) -> None:
-    assert plain["training"]["per_site"], "the plain run reports per-site metrics"
-    assert result["training"]["per_site"] == {}, "the secure run must not show any site's metrics"
+    assert plain["training"]["metrics"]["per_site"], "the plain run reports per-site metrics"
+    assert result["training"]["metrics"]["per_site"] == {}, "the secure run must not show any site's metrics"
+    assert result["privacy"] == {"secure_aggregation": True, "dp": None}
     # every secure sum is in the participation log, with the sites whose masked value it holds
-    steps = [p["step"] for p in result["participation"]]
-    assert steps.count("fit") == plain_steps(plain).count("fit") and "evaluate" in steps, steps
-    assert all(p["sites"] == ["site-1", "site-2", "site-3"] for p in result["participation"])
+    steps = [p["step"] for p in result["participation"]["exchanges"]]
+    plain_steps = [p["step"] for p in plain["participation"]["exchanges"]]
+    assert steps.count("fit") == plain_steps.count("fit") and "evaluate" in steps, steps
+    assert all(p["sites"] == ["site-1", "site-2", "site-3"] for p in result["participation"]["exchanges"])
     assert result["election"]["selected"] == plain["election"]["selected"]
     assert result["training"]["features"] == plain["training"]["features"]
-    assert _rel_diff(result["training"]["params"], plain["training"]["params"]) < 1e-6
+    assert _rel_diff(result["model"]["params"], plain["model"]["params"]) < 1e-6
     for key in ("weighted_f1", "accuracy"):
-        assert result["training"]["pooled"][key] == pytest.approx(plain["training"]["pooled"][key], rel=1e-6)
+        assert result["training"]["metrics"]["pooled"][key] == pytest.approx(
+            plain["training"]["metrics"]["pooled"][key], rel=1e-6)
 
 
-def test_local_engine_secure_run_config_equals_plain(site_configs, plain):
-    result = local_reference(site_configs, SECURE)
+def test_local_engine_secure_run_config_equals_plain(site_configs, plain, jobs):
+    result = jobs.local(site_configs, jobs.plan(**SECURE))
     _assert_secure_equals_plain(result, plain)
 
 
-def test_flower_in_process_secure_run_equals_local(site_configs, plain):
+def test_flower_in_process_secure_run_equals_local(site_configs, plain, jobs):
     flower = pytest.importorskip("fedtab.engines.flower")
     # fresh processes: each site's session keys must survive in Flower's Context.state
-    result = flower.run_in_process(site_configs, SECURE, fresh_processes=True)
+    result = flower.run_in_process(site_configs, jobs.config(jobs.plan(**SECURE)), fresh_processes=True)
     assert result["engine"] == "flower"
     _assert_secure_equals_plain(result, plain)
 
 
-def test_flower_secure_run_with_deployed_identities_and_the_consistency_round(site_configs, plain, tmp_path):
-    """Identities as `fedtab deploy` writes them, read by each fresh ClientApp from its node
-    config; the survivor-list signatures cross Flower like every other message."""
-    flower = pytest.importorskip("fedtab.engines.flower")
-    from fedtab.deploy.keys import write_consortium_keys
-
-    keys = write_consortium_keys(tmp_path / "consortium", [c["name"] for c in site_configs])
-    configs = [{**c, **{k.replace("-", "_"): v for k, v in keys.identity_config(c["name"]).items()}}
-               for c in site_configs]  # underscore forms, as a FLARE-style config might give them
-    result = flower.run_in_process(configs, SECURE, fresh_processes=True)
-    _assert_secure_equals_plain(result, plain)
-    kinds = [e["kind"] for e in result["exchanges"]]
-    assert kinds.count("secagg_sign") == kinds.count("secagg_unmask") > kinds.count("fit") >= 2  # one per secure sum
-    # a node whose key list does not verify refuses every secure sum, saying why
-    (tmp_path / "consortium" / "site-keys.json.sig").write_bytes(b"not a signature")
-    with pytest.raises(Exception, match="CA signature does not verify"):
-        flower.run_in_process(configs, SECURE, fresh_processes=True)
-
-
 @pytest.mark.slow
-def test_flare_simulator_secure_run_equals_local(site_configs, plain, tmp_path):
+def test_flare_simulator_secure_run_equals_local(site_configs, plain, tmp_path, jobs):
     nvflare = pytest.importorskip("fedtab.engines.nvflare")
-    result = nvflare.run_simulator(site_configs, SECURE, tmp_path, threads=3)
+    result = nvflare.run_simulator(site_configs, jobs.config(jobs.plan(**SECURE)), tmp_path, threads=3)
     assert result["engine"] == "nvflare"
     _assert_secure_equals_plain(result, plain)
 
 
-def test_flower_app_declares_the_privacy_keys():
-    # `flwr run --run-config` rejects keys the app does not declare
-    declared = tomllib.loads(FLOWER_APP.read_text())["tool"]["flwr"]["app"]["config"]
-    assert declared["secure-aggregation"] is False and declared["dp"] == ""
-    cfg = PipelineConfig.from_mapping(declared)
-    assert cfg.secure_aggregation is False and cfg.dp is None
+def test_job_dp_is_checked_and_its_total_budget_is_split_over_the_steps(site_configs, jobs):
+    from fedtab.job.spec import JobError
+
+    with pytest.raises(JobError, match="epsilon"):
+        jobs.plan(privacy={"dp": {"epsilon": -1}})
+    with pytest.raises(JobError, match=r"unknown key \[privacy\] dp.'sigma'"):
+        jobs.plan(privacy={"dp": {"epsilon": 1, "sigma": 3}})
+    with pytest.raises(JobError, match=r"\[privacy\] dp must be a table"):
+        jobs.plan(privacy={"dp": [1, 2]})
+    assert jobs.plan(privacy={"dp": {"epsilon": float("inf")}})["privacy"]["dp"] is None  # ε = ∞: no noise
+    plan = jobs.plan(**{**JOB, "training": {"rounds": 1, "local_epochs": 1}},
+                     privacy={"dp": {"epsilon": 4, "delta": 1e-5, "bounds": [-10, 10]}})
+    result = jobs.local(site_configs, plan)
+    dp = result["privacy"]["dp"]
+    assert dp["epsilon"] == 4 and dp["delta"] == 1e-5
+    assert set(dp["steps"]) == {"election", "training"}
+    for step, share in dp["steps"].items():  # each step calibrated to its half of the budget
+        assert share["epsilon"] == 2 and share["delta"] == 5e-6
+        assert 0 < share["epsilon_spent"] <= 2 + 1e-6, (step, share)
+        assert result[step]["privacy"]["epsilon"] == 2
+    assert dp["epsilon_spent"] == pytest.approx(sum(s["epsilon_spent"] for s in dp["steps"].values()))
+    assert 0 < dp["epsilon_spent"] <= 4 + 1e-6
 
 
-def test_run_config_dp_is_checked_and_reported(site_configs):
-    with pytest.raises(ValueError, match="epsilon"):
-        PipelineConfig.from_mapping({"dp": '{"epsilon": -1}'})
-    with pytest.raises(ValueError, match="unknown settings"):
-        PipelineConfig.from_mapping({"dp": '{"epsilon": 1, "sigma": 3}'})
-    with pytest.raises(ValueError, match="dp"):
-        PipelineConfig.from_mapping({"dp": "[1, 2]"})
-    assert PipelineConfig.from_mapping({"dp": '{"epsilon": "inf"}'}).dp is None  # ε = ∞: no noise
-    run = {**RUN, "rounds": 1, "dp": '{"epsilon": 4, "delta": 1e-5, "bounds": [-10, 10]}'}
-    result = local_reference(site_configs, run)
-    for step in ("election", "training"):
-        privacy = result[step]["privacy"]
-        assert privacy["epsilon"] == 4 and 0 < privacy["total"] <= 4 + 1e-6, (step, privacy)
-
-
-def test_private_pipeline_never_asks_sites_for_their_observed_min_and_max(site_configs):
-    # job_profile's per-site min/max are two rows' values: a private run must not request them
-    run = {"steps": "imputation,election", "secure-aggregation": True, "impute-rounds": 1,
-           "impute-config": '{"hidden_dim": 4, "n_layers": 1, "n_threads": 1}'}
+def test_private_job_never_asks_sites_for_their_observed_ranges(site_configs, jobs):
+    # job_profile's coarse ranges are released in the clear: a private job must not request them
+    pytest.importorskip("torch")
+    plan = jobs.plan(schema={}, evaluation={}, election={}, training=None, privacy={"secure_aggregation": True},
+                     impute={"rounds": 1, "local_epochs": 1, "hidden_dim": 4, "n_layers": 1, "n_threads": 1})
     fed = LocalFederation([build_site(c) for c in site_configs])
-    result = run_pipeline(fed, run)
+    from fedtab.job.spec import spec_from_plan
+    from fedtab.job.workflow import run_workflow
+
+    result = run_workflow(fed, spec_from_plan(plan)).result
     kinds = {r.kind for r in fed.traffic.records}
     assert "job_profile" not in kinds and "impute_apply" in kinds
-    assert result["election"]["kept"] > 0 and set(result["imputation"]["applied"]) == set(result["sites"])
+    assert result["election"]["kept"] > 0 and set(result["imputation"]["imputed_cells"]) == set(result["sites"])

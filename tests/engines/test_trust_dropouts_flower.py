@@ -1,6 +1,7 @@
 """Dropouts on a Flower deployment (issue 10, item 5): a SuperNode killed mid-training.
 
-The run goes on with the others (``min-sites`` quorum), names the lost site in ``dropped``
+The run goes on with the others (the job's ``[trust] min_sites`` quorum), names the lost site in
+``participation.dropped``
 and does not wait out the per-exchange ``timeout``: the killed node, even one killed
 while pushing its reply, costs about the stragglers' grace.
 """
@@ -35,7 +36,7 @@ def _replies_sent(log: Path) -> int:
 
 
 @pytest.mark.skipif(not _flower_binaries(), reason="Flower CLI binaries not installed")
-def test_flower_run_survives_a_supernode_killed_mid_training(tmp_path, monkeypatch):
+def test_flower_run_survives_a_supernode_killed_mid_training(tmp_path, monkeypatch, jobs):
     pytest.importorskip("flwr")
     monkeypatch.setenv("PYTHONUNBUFFERED", "1")  # the SuperNode log watched below must not lag behind
     from fedtab.engines.flower_deploy import LoopbackDeployment
@@ -43,7 +44,8 @@ def test_flower_run_survives_a_supernode_killed_mid_training(tmp_path, monkeypat
     _, parts = classification_parts(300, 8, 3, 2, [0.34, 0.33, 0.33], seed=1, class_sep=1.5)
     configs = write_site_configs(parts, tmp_path, first=0, selector="anova")
     # a 600 s per-exchange timeout the run must NOT wait out: the dead node gets the grace only
-    run = {"steps": "training", "rounds": 2, "local-epochs": 1, "min-sites": 2, "timeout": 600}
+    plan = jobs.plan(training={"rounds": 2, "local_epochs": 1}, trust={"min_sites": 2, "timeout": 600})
+    run = jobs.config(plan, **{"min-sites": 2})
     dep = LoopbackDeployment(configs, tmp_path / "deployment", start_timeout=90)
     result: dict = {}
     failure: list[BaseException] = []
@@ -72,10 +74,11 @@ def test_flower_run_survives_a_supernode_killed_mid_training(tmp_path, monkeypat
     finally:
         dep.stop()
     assert not failure, failure
-    assert result["sites"] == ["site-0", "site-1", "site-2"]
-    assert list(result["dropped"]) == ["site-2"], result["participation"]
-    assert result["participation"][0]["sites"] == ["site-0", "site-1", "site-2"]
-    assert result["participation"][-1] == {"step": "evaluate", "sites": ["site-0", "site-1"]}
-    training = result["training"]
-    assert set(training["per_site"]) == {"site-0", "site-1"}
-    assert training["weighted_f1"] > 0.7  # the survivors' model is a real one
+    assert list(result["sites"]) == ["site-0", "site-1", "site-2"]
+    assert list(result["participation"]["dropped"]) == ["site-2"], result["participation"]
+    exchanges = result["participation"]["exchanges"]
+    assert exchanges[0]["sites"] == ["site-0", "site-1", "site-2"]
+    assert exchanges[-1] == {"step": "evaluate", "sites": ["site-0", "site-1"]}
+    metrics = result["training"]["metrics"]
+    assert set(metrics["per_site"]) == {"site-0", "site-1"}
+    assert metrics["pooled"]["weighted_f1"] > 0.7  # the survivors' model is a real one

@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedtab.election.ballot import Ballot
-from fedtab.engines.pipeline import PipelineConfig
 from fedtab.federation.election_flow import elect_from_ballots
 from fedtab.federation.reduce import (cap_weights, check_max_site_share, robust_params, robust_votes, screen_sites,
                                       site_median, trimmed_mean)
@@ -121,11 +120,14 @@ def test_robust_vote_resists_a_big_reversed_ballot():
     assert elect_from_ballots(honest, 0.5, robust=True).selected_names == elect_from_ballots(honest, 0.5).selected_names
 
 
-def test_pipeline_reads_robust_settings():
-    cfg = PipelineConfig.from_mapping({"robust": "true", "max-site-share": "0.3"})
-    assert cfg.robust is True and cfg.max_site_share == 0.3
-    assert PipelineConfig.from_mapping({}).robust is False
-    with pytest.raises(ValueError, match="robust"):
-        PipelineConfig.from_mapping({"robust": "maybe"})
-    with pytest.raises(ValueError, match="max_site_share"):
-        PipelineConfig.from_mapping({"max-site-share": "nan"})
+def test_the_job_reads_robust_settings():
+    from fedtab.job.spec import JobError, spec_from_plan
+
+    base = {"target": "y", "election": {}}
+    spec = spec_from_plan({**base, "trust": {"robust": True, "max_site_share": 0.3}})
+    assert spec.trust.robust is True and spec.trust.max_site_share == 0.3
+    assert spec_from_plan(base).trust.robust is False
+    with pytest.raises(JobError, match=r"\[trust\] robust must be true or false"):
+        spec_from_plan({**base, "trust": {"robust": "maybe"}})
+    with pytest.raises(JobError, match="max_site_share"):
+        spec_from_plan({**base, "trust": {"max_site_share": float("nan")}})

@@ -137,10 +137,14 @@ def test_a_stand_alone_setup_request_is_still_answered():
     assert fed.site("s0").state["train_setup"]["features"] == feats
 
 
-def test_pipeline_election_and_training_take_rounds_plus_three_exchanges():
-    from fedtab.engines.pipeline import run_pipeline
+def test_a_job_of_election_and_training_takes_rounds_plus_three_exchanges(jobs):
+    """Steps a job does not need cost no exchange: without the column profile and the baselines, an
+    election and training is ballot, set_mask (which also describes), fit x rounds, evaluate."""
+    from fedtab.job.spec import spec_from_plan
+    from fedtab.job.workflow import run_workflow
 
     fed, _ = make_fed()
-    out = run_pipeline(fed, {"steps": "election,training", "rounds": 4, "local-epochs": 2})
+    out = run_workflow(fed, spec_from_plan(jobs.plan(election={}, training={"rounds": 4, "local_epochs": 2}))).result
     assert _exchanges(fed) == ["ballot", "set_mask"] + ["fit"] * 4 + ["evaluate"]
     assert out["training"]["features"] == out["election"]["selected"]
+    assert [s["step"] for s in out["steps"]] == ["election", "training"]

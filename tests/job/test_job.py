@@ -377,19 +377,23 @@ def test_version_flag():
     assert res.exit_code == 0 and res.output.strip() == f"fedtab {__version__}"
 
 
-def test_the_engine_pipeline_imputes_before_it_elects_and_trains(sites):
-    """engines.pipeline (what Flower's and FLARE's default ServerApp/controller run) used to impute after training."""
+def test_the_step_loop_imputes_before_it_elects_and_trains(sites):
+    """The one step loop (what Flower's ServerApp and FLARE's controller run) imputes first, whatever the
+    order of the job's tables; the pipeline it replaced used to impute after training."""
     pytest.importorskip("torch")
     from fedtab.engines.local import LocalFederation
-    from fedtab.engines.pipeline import run_pipeline
     from fedtab.engines.site_config import build_site
     from fedtab.job.run import site_configs
+    from fedtab.job.workflow import run_workflow
 
-    fed = LocalFederation([build_site(c) for c in site_configs(load_job(_job(sites)))])
-    out = run_pipeline(fed, {"steps": "training,imputation,election", "impute-rounds": 1, "rounds": 1,
-                             "impute-config": {"hidden_dim": 8, "n_layers": 1}})
+    doc = {"training": {"rounds": 1, "local_epochs": 1}, "impute": {"rounds": 1, "hidden_dim": 8, "n_layers": 1},
+           "election": {"freedom_degree": 0.5}}
+    spec = load_job({**_job(sites), **doc})
+    fed = LocalFederation([build_site(c) for c in site_configs(spec)])
+    out = run_workflow(fed, spec).result
+    assert [s["step"] for s in out["steps"]][:3] == ["schema", "imputation", "election"]
     assert "disease" not in out["imputation"]["columns"]
-    assert out["imputation"]["applied"]["va"]["imputed"] > 0
+    assert out["imputation"]["imputed_cells"]["va"] > 0
     for site in fed._sites.values():
         assert not site.table.drop(columns="disease").isna().any().any(), site.name
         assert set(out["imputation"]["columns"]) <= set(site.table.columns)

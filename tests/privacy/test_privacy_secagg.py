@@ -306,18 +306,22 @@ def test_cli_elect_with_secure_aggregation_matches_the_plain_run(tmp_path):
     assert res.exit_code == 2 and "cannot be combined with --tune" in res.output
 
 
-def test_pipeline_run_config_turns_secure_aggregation_on(seed_sites):
-    from fedtab.engines.pipeline import PipelineConfig, run_pipeline
+def test_the_job_turns_secure_aggregation_on(seed_sites, jobs):
+    from fedtab.job.spec import JobError, spec_from_plan
+    from fedtab.job.workflow import run_workflow
 
-    assert PipelineConfig.from_mapping({"secure-aggregation": "true"}).secure_aggregation is True
-    assert PipelineConfig.from_mapping({"secure_aggregation": False}).secure_aggregation is False
-    with pytest.raises(ValueError, match="secure-aggregation must be true or false"):
-        PipelineConfig.from_mapping({"secure-aggregation": "maybe"})
+    job = {"election": {}, "training": {"rounds": 2}}
+    assert spec_from_plan(jobs.plan(**job, privacy={"secure_aggregation": True})).privacy.secure_aggregation is True
+    assert spec_from_plan(jobs.plan(**job)).privacy.secure_aggregation is False
+    with pytest.raises(JobError, match=r"\[privacy\] secure_aggregation must be true or false"):
+        jobs.plan(**job, privacy={"secure_aggregation": "maybe"})
     out = {}
     for flag in (False, True):
         fed = Tampering(LocalFederation([Site(f"s{i}", p, "target") for i, p in enumerate(seed_sites)]))
-        out[flag] = run_pipeline(fed, {"rounds": 2, "secure-aggregation": flag})
+        out[flag] = run_workflow(fed, spec_from_plan(jobs.plan(**job, privacy={"secure_aggregation": flag}))).result
         kinds = {q.kind for _, q, _ in fed.seen}
         assert ("secagg_unmask" in kinds) == flag
-    assert out[True]["training"]["weighted_f1"] == out[False]["training"]["weighted_f1"]
-    assert out[True]["training"]["per_site"] == {}
+        assert out[flag]["privacy"]["secure_aggregation"] is flag
+    pooled = {flag: r["training"]["metrics"]["pooled"] for flag, r in out.items()}
+    assert pooled[True]["weighted_f1"] == pooled[False]["weighted_f1"]
+    assert out[True]["training"]["metrics"]["per_site"] == {}

@@ -15,13 +15,25 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-__all__ = ["app", "fail", "finite_number", "console", "err_console"]
+__all__ = ["PlainHelp", "app", "fail", "finite_number", "console", "err_console"]
 
 # never print local variables in a traceback: they hold the sites' rows
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Federated feature election, imputation and training for tabular data.")
 console = Console()
 err_console = Console(stderr=True)
+
+
+class PlainHelp(typer.core.TyperCommand):
+    """A command whose ``--help`` is click's plain two-column text: readable at 80 columns for a
+    command with many options (rich's table leaves each option's help a narrow column)."""
+
+    def format_help(self, ctx, formatter):  # noqa: ANN001, ANN201 - click's signature
+        import click
+
+        click.Command.format_help(self, ctx, formatter)
+        # typer escapes "[default: ...]" for rich markup even when click renders the text
+        formatter.buffer[:] = [part.replace("\\[", "[") for part in formatter.buffer]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -72,7 +84,7 @@ def _register_commands() -> None:
             mod = importlib.import_module(f"{__name__}.{module}")
         except ImportError:
             continue
-        app.command(name)(getattr(mod, function))
+        app.command(name, **getattr(mod, "COMMAND_SETTINGS", {}))(getattr(mod, function))
 
 
 _register_commands()

@@ -3,9 +3,11 @@
 100 features from ``make_classification`` (12 informative + 8 redundant + 80 noise,
 ``shuffle=False``, so the signal is the first 20 columns), rows split 50/30/20
 (stratified) over three sites that trust different selectors: Lasso, random forest,
-mutual information. Ballots are gathered once; for each freedom degree the server
-elects, tells the sites, and trains a FedAvg logistic regression on the elected
-columns, scored by weighted F1 on the sites' held-out test splits (pooled).
+mutual information. Every run is a :class:`~fedtab.job.spec.JobSpec` on the job's step loop
+over one in-process federation: first the model on all features, then for each freedom
+degree an election (the first one gathers the ballots, the others elect from them) and a
+FedAvg logistic regression on the elected columns, scored by weighted F1 on the sites'
+held-out test splits (pooled).
 """
 
 from __future__ import annotations
@@ -21,12 +23,10 @@ from rich.table import Table
 
 from ..data.synthetic import classification_table, split_rows
 from ..engines.local import LocalFederation
-from ..federation.election_flow import gather_ballots, run_election
 from ..federation.site import Site
-from ..federation.training_flow import run_training
 from . import console
 
-__all__ = ["DemoConfig", "run_demo", "demo_command", "SIGNAL_FEATURES"]
+__all__ = ["DemoConfig", "demo_spec", "run_demo", "demo_command", "SIGNAL_FEATURES"]
 
 #: signal columns of the demo table (informative + redundant, first 20 with shuffle=False)
 SIGNAL_FEATURES = 20
@@ -57,8 +57,26 @@ def _selector_name(spec: Any) -> str:
     return str(spec)
 
 
+def demo_spec(cfg: DemoConfig, sites: list[str], *, freedom_degree: float | None = None, train: bool = True) -> Any:
+    """The job of one demo run: an election at ``freedom_degree`` (none when ``None``) and/or the
+    training, on numeric tables (no profile exchange, no baselines)."""
+    from ..job.spec import (ElectionSpec, EvaluationSpec, JobSpec, RunSpec, SchemaSpec, SiteSpec, TrainingSpec,
+                            check_spec)
+
+    return check_spec(JobSpec(
+        target="target", sites=[SiteSpec(n, None, selector=sel) for n, sel in zip(sites, cfg.selectors)],
+        election=None if freedom_degree is None else ElectionSpec(selector=cfg.selectors[0],
+                                                                  freedom_degree=freedom_degree),
+        training=TrainingSpec("logistic", cfg.rounds, cfg.local_epochs) if train else None,
+        run=RunSpec(seed=cfg.seed), schema=SchemaSpec(profile=False), evaluation=EvaluationSpec(baselines=False),
+        source="fedtab demo"))
+
+
 def run_demo(config: DemoConfig | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the experiment and return the ``result.json`` document (see the README)."""
+    from ..job.outputs import Outputs
+    from ..job.workflow import run_workflow
+
     cfg = config or DemoConfig()
     say = progress or (lambda _msg: None)
     table = classification_table(cfg.n_samples, 100, 12, 8, 0, shuffle=False, seed=cfg.seed)
@@ -67,42 +85,31 @@ def run_demo(config: DemoConfig | None = None, progress: Callable[[str], None] |
         Site(f"site-{i + 1}", part, "target", seed=cfg.seed, selector=sel)
         for i, (part, sel) in enumerate(zip(parts, cfg.selectors))
     ]
+    names = [s.name for s in sites]
     fed = LocalFederation(sites)
     features = [c for c in table.columns if c != "target"]
     signal = set(features[:SIGNAL_FEATURES])
 
-    say("gathering ballots")
-    ballots = gather_ballots(fed)
-    site_rows = []
-    for b, sel in zip(ballots, cfg.selectors):
-        chosen = {n for n, m in zip(b.feature_names or (), b.mask) if m}
-        site_rows.append(
-            {
-                "name": b.site,
-                "selector": _selector_name(sel),
-                "n_samples": b.n_samples,
-                "selected": len(chosen),
-                "signal_selected": len(chosen & signal),
-            }
-        )
-
     say("training on all features")
-    full = run_training(fed, features, rounds=cfg.rounds, local_epochs=cfg.local_epochs, seed=cfg.seed)
-    sweep = []
+    full = run_workflow(fed, demo_spec(cfg, names)).outcomes["training"]
+    sweep, ballots, site_rows = [], None, []
     stats: dict[str, int] = {}
     for fd in cfg.freedom_degrees:
-        say(f"freedom degree {fd:g}: electing and training")
-        outcome = run_election(fed, fd, ballots=ballots)
+        say(f"freedom degree {fd:g}: electing and training" if ballots else "gathering ballots")
+        outcome = run_workflow(fed, demo_spec(cfg, names, freedom_degree=float(fd), train=False),
+                               outputs=Outputs(ballots=ballots)).outcomes["election"]
+        if ballots is None:
+            ballots = outcome.ballots
+            for b, sel in zip(ballots, cfg.selectors):
+                chosen = {n for n, m in zip(b.feature_names or (), b.mask) if m}
+                site_rows.append({"name": b.site, "selector": _selector_name(sel), "n_samples": b.n_samples,
+                                  "selected": len(chosen), "signal_selected": len(chosen & signal)})
         stats = outcome.result.stats
         kept = set(outcome.result.selected_names)
-        row: dict[str, Any] = {
-            "freedom_degree": float(fd),
-            "kept": len(kept),
-            "signal": len(kept & signal),
-            "noise": len(kept - signal),
-        }
-        if kept:
-            trained = run_training(fed, rounds=cfg.rounds, local_epochs=cfg.local_epochs, seed=cfg.seed)
+        row: dict[str, Any] = {"freedom_degree": float(fd), "kept": len(kept), "signal": len(kept & signal),
+                               "noise": len(kept - signal)}
+        if kept:  # on the elected columns the sites were told
+            trained = run_workflow(fed, demo_spec(cfg, names)).outcomes["training"]
             row.update(f1=trained.pooled["weighted_f1"], n_params=trained.n_params)
         else:
             row.update(f1=0.0, n_params=0)

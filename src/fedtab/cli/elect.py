@@ -1,18 +1,44 @@
-"""``fedtab elect``: Feature Election on real site tables (one file per site)."""
+"""``fedtab elect``: Feature Election on real site tables (one file per site).
+
+A thin command: its options build a :class:`~fedtab.job.spec.JobSpec` (:func:`elect_spec`),
+the site files become sites as in ``fedtab run`` (:func:`fedtab.job.run.site_configs`), and
+the job's step loop runs them in this process. The output folder holds ``result.json`` (the
+election in this command's vocabulary, plus the job's ``privacy``, ``trust`` and
+``participation``), ``report.html`` and ``elected_columns.txt``.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
-import pandas as pd
 import typer
 from rich.table import Table
 
-from . import console, fail, finite_number
+from . import PlainHelp, console, fail, finite_number
 
-__all__ = ["elect_command", "max_site_share_option"]
+__all__ = ["elect_command", "elect_spec", "max_site_share_option", "option_text"]
+
+#: how the command is registered: its 27 options print as plain text, readable at 80 columns
+COMMAND_SETTINGS = {"cls": PlainHelp}
+
+#: job keys -> the options that set them, for error messages in this command's words
+OPTIONS = {"[election] freedom_degree": "--freedom-degree", "[election] tune": "--tune",
+           "[election] aggregation": "--aggregation", "[election] normalization": "--normalization",
+           "[election] compat": "--compat", "[election] consensus_alpha": "--consensus-alpha",
+           "[election] consensus": "--consensus", "[training] rounds": "--rounds",
+           "[training] local_epochs": "--local-epochs", "[training] model": "--model", "[run] test_size": "--test-size",
+           "[privacy] secure_aggregation": "--secure-aggregation", "[trust] min_sites": "--min-sites",
+           "[trust] min_holders": "--min-holders", "[trust] timeout": "--timeout", "[trust] robust": "--robust",
+           "[trust] max_site_share": "--max-site-share"}
+
+
+def option_text(message: str, options: dict[str, str] = OPTIONS) -> str:
+    """``message`` (a :class:`~fedtab.job.spec.JobError`) with job keys replaced by the options."""
+    for key, option in options.items():
+        message = message.replace(key, option)
+    return message
 
 
 def max_site_share_option(value: float) -> float:
@@ -25,167 +51,207 @@ def max_site_share_option(value: float) -> float:
         raise typer.BadParameter(str(exc).replace("max_site_share", "--max-site-share")) from None
 
 
+def elect_spec(tables: list[Path], names: list[str], selectors: list[str], target: str, *, options: dict[str, Any]
+               ) -> Any:
+    """The validated :class:`~fedtab.job.spec.JobSpec` of ``fedtab elect`` (``options``: the command's).
+
+    Raises:
+        JobError: an invalid option, naming its job key.
+    """
+    from ..job.spec import (ElectionSpec, EvaluationSpec, JobSpec, PrivacySpec, RunSpec, SiteSpec, TrainingSpec,
+                            TrustSpec, check_spec)
+
+    o = options
+    tuned = o["tune"] != "none"
+    return check_spec(JobSpec(
+        target=target,
+        sites=[SiteSpec(n, p, na_values=list(o["na_value"] or []), selector=s, min_rows=o["min_rows"])
+               for n, p, s in zip(names, tables, selectors)],
+        election=ElectionSpec(selector=selectors[0], freedom_degree=None if tuned else o["freedom_degree"],
+                              tune=o["tune"], aggregation=o["aggregation"], normalization=o["normalization"],
+                              compat=o["compat"], tolerance=o["tolerance"], consensus=o["consensus"],
+                              consensus_alpha=o["consensus_alpha"]),
+        training=TrainingSpec(o["model"], o["rounds"], o["local_epochs"]) if o["train"] or tuned else None,
+        run=RunSpec(seed=o["seed"], out=o["out"], test_size=o["test_size"]),
+        privacy=PrivacySpec(secure_aggregation=o["secure_aggregation"]),
+        trust=TrustSpec(robust=o["robust"], max_site_share=o["max_site_share"], min_sites=o["min_sites"],
+                        timeout=o["timeout"], min_holders=o["min_holders"]),
+        evaluation=EvaluationSpec(baselines=False, all_columns=True),
+        source="fedtab elect"))
+
+
+def _site_names(tables: list[Path]) -> list[str]:
+    """File stems, made unique (``a``, ``a-2``...)."""
+    names: list[str] = []
+    for p in tables:
+        stem = p.name.split(".")[0] or "site"
+        name, k = stem, 2
+        while name in names:
+            name, k = f"{stem}-{k}", k + 1
+        names.append(name)
+    return names
+
+
+#: what the spinner says while each step of the job runs
+_STATUS = {"schema": "reading the sites' column profiles (names, kinds, coarse ranges; no rows)",
+           "categories": "agreeing categories of the text columns (sites send category sets, no rows)",
+           "tuning": "tuning the freedom degree on validation rows", "election": "sites are voting",
+           "training": "training on the elected columns (FedAvg)", "all_columns": "training on all columns (FedAvg)"}
+
+
+def _document(outputs: Any, spec: Any, selectors: list[str], tables: list[Path]) -> dict[str, Any]:
+    """``result.json`` of ``fedtab elect`` from the job's outputs."""
+    outcome, r = outputs.outcomes["election"], outputs.result
+    result = outcome.result
+    doc: dict[str, Any] = {
+        "sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), selectors, tables)],
+        "categorical_columns": list((r["schema"] or {}).get("categorical", [])), **result.to_dict(),
+        "min_holders": result.min_holders, "election": {**result.to_dict(), "features": result.explain_records()}}
+    if r["tuning"] is not None:
+        doc["tuning"] = r["tuning"]
+    trained, full = outputs.outcomes.get("training"), outputs.outcomes.get("all_columns")
+    if full is not None:
+        doc["training"] = {
+            "model": trained.model, "robust": trained.robust, "left_out": {**full.left_out, **trained.left_out},
+            "rounds": spec.training.rounds, "features": trained.features, "classes": trained.classes,
+            "metrics": trained.metrics, "all_features": {"f1": full.pooled["weighted_f1"], "n_params": full.n_params},
+            "elected": {"f1": trained.pooled["weighted_f1"], "n_params": trained.n_params,
+                        "per_site_f1": {k: v["weighted_f1"] for k, v in trained.per_site.items()}}}
+    for key in ("privacy", "trust", "participation", "steps"):
+        doc[key] = r[key]
+    doc["dropped"] = r["participation"]["dropped"]
+    return doc
+
+
 def elect_command(
     tables: Annotated[list[Path], typer.Argument(help="One CSV/Parquet file per site (at least one).")],
     target: Annotated[str, typer.Option("--target", "-t", help="Label column, present at every site.")],
-    selector: Annotated[
-        Optional[list[str]],
-        typer.Option("--selector", "-s", help="Selector name for all sites, or repeat once per site in file order. "
-                     "Known: lasso, elastic_net, random_forest, mutual_info, anova, chi2 (and any registered)."),
-    ] = None,
-    freedom_degree: Annotated[float, typer.Option("--freedom-degree", "--fd", min=0.0, max=1.0, callback=finite_number,
-                                                  help="Share of disputed features admitted by vote (0 = intersection, 1 = union).")] = 0.5,
+    selector: Annotated[Optional[list[str]], typer.Option(
+        "--selector", "-s", help="Selector for all sites, or repeat once per site in file order: lasso, "
+                                 "elastic_net, random_forest, mutual_info, anova, chi2 (or any registered).")] = None,
+    freedom_degree: Annotated[float, typer.Option(
+        "--freedom-degree", "--fd", min=0.0, max=1.0, callback=finite_number,
+        help="Share of disputed features admitted by vote (0 = intersection, 1 = union).")] = 0.5,
     aggregation: Annotated[str, typer.Option(help="Site weights: 'weighted' (by rows) or 'uniform'.")] = "weighted",
-    normalization: Annotated[str, typer.Option(help="'all' (fedtab) or 'selected' (NVIDIA FLARE's normalisation only).")] = "all",
-    compat: Annotated[Optional[str], typer.Option(help="Elect with a peer's whole server rule, exactly: 'nvflare', "
-                                                  "'flash' or 'flower' (default: fedtab's rule).")] = None,
-    tune: Annotated[str, typer.Option(help="Choose fd on validation rows: 'none' (use --freedom-degree), 'grid' "
-                                      "(smallest mask within --tolerance of the best) or 'hill-climb' (the peers' search).")] = "none",
-    model: Annotated[str, typer.Option(help="Model trained by the federation: logistic, sgd, gnb (exact) or mlp.")] = "logistic",
-    tolerance: Annotated[float, typer.Option(min=0.0, help="Grid tuning: F1 slack within which the smallest mask wins.")] = 0.01,
-    train: Annotated[bool, typer.Option(help="Train the model on all and on the elected columns (always on with --tune).")] = True,
+    normalization: Annotated[str, typer.Option(
+        help="'all' (fedtab) or 'selected' (NVIDIA FLARE's normalisation only).")] = "all",
+    compat: Annotated[Optional[str], typer.Option(
+        help="Elect with a peer's whole server rule, exactly: 'nvflare', 'flash' or 'flower' (default: "
+             "fedtab's rule).")] = None,
+    tune: Annotated[str, typer.Option(
+        help="Choose fd on validation rows: 'none' (use --freedom-degree), 'grid' (smallest mask within "
+             "--tolerance of the best) or 'hill-climb' (the peers' search).")] = "none",
+    model: Annotated[str, typer.Option(help="Model trained by the federation: logistic, sgd, gnb (exact) or "
+                                            "mlp.")] = "logistic",
+    tolerance: Annotated[float, typer.Option(min=0.0, help="Grid tuning: F1 slack within which the smallest "
+                                                           "mask wins.")] = 0.01,
+    train: Annotated[bool, typer.Option(help="Train the model on all and on the elected columns (always on with "
+                                             "--tune).")] = True,
     rounds: Annotated[int, typer.Option(min=1, help="FedAvg rounds when training.")] = 10,
     local_epochs: Annotated[int, typer.Option(min=1, help="Local epochs per FedAvg round.")] = 5,
-    test_size: Annotated[float, typer.Option(min=0.0, max=0.9, help="Share of each site's rows held out for testing.")] = 0.2,
+    test_size: Annotated[float, typer.Option(min=0.0, max=0.9, help="Share of each site's rows held out for "
+                                                                    "testing.")] = 0.2,
     seed: Annotated[int, typer.Option(help="Seed of the train/test splits and selectors.")] = 0,
-    min_rows: Annotated[int, typer.Option(min=1, help="Every site's disclosure floor: no number computed over fewer "
-                                          "rows leaves a site (its policy's min_rows).")] = 10,
+    min_rows: Annotated[int, typer.Option(min=1, help="Every site's disclosure floor: no number computed over "
+                                                      "fewer rows leaves a site.")] = 10,
     robust: Annotated[bool, typer.Option("--robust", help="Robust reducers: median vote, screened and capped "
-                                         "moments, coordinate-wise median FedAvg, median scores (docs/trust.md).")] = False,
+                                                          "moments, median FedAvg and scores (docs/trust.md).")] = False,
     max_site_share: Annotated[float, typer.Option(callback=max_site_share_option,
                                                   help="With --robust: most of a pooled sum one site may carry.")] = 0.5,
-    out: Annotated[Path, typer.Option(help="Output directory: result.json, report.html and elected_columns.txt.")] = Path("fedtab-elect"),
-    na_value: Annotated[Optional[list[str]], typer.Option(help="Extra strings read as missing (repeatable), e.g. '?'.")] = None,
+    out: Annotated[Path, typer.Option(help="Output directory: result.json, report.html and "
+                                           "elected_columns.txt.")] = Path("fedtab-elect"),
+    na_value: Annotated[Optional[list[str]], typer.Option(help="Extra strings read as missing (repeatable), e.g. "
+                                                               "'?'.")] = None,
     min_holders: Annotated[Optional[int], typer.Option(min=1, help="Sites that must hold a feature for it to be "
                                                        "consensus (default 2 with two or more sites).")] = None,
-    min_sites: Annotated[Optional[int], typer.Option(min=1, help="Quorum: a site that fails or sends a rejected reply "
-                                                     "is dropped (named) while this many remain (default: all).")] = None,
+    min_sites: Annotated[Optional[int], typer.Option(min=1, help="Quorum: a site that fails or sends a rejected "
+                                                     "reply is dropped (named) while this many remain (default: "
+                                                     "all).")] = None,
     timeout: Annotated[Optional[float], typer.Option(min=0.001, callback=finite_number,
-                                                     help="Seconds each site may take per exchange (default: no limit).")] = None,
+                                                     help="Seconds each site may take per exchange (default: no "
+                                                          "limit).")] = None,
     secure_aggregation: Annotated[bool, typer.Option(
-        "--secure-aggregation", help="Training sends only masked sums (descriptions, updates, evaluation "
-                                     "counts); the server learns no single site's. Not with --tune.")] = False,
-    consensus: Annotated[str, typer.Option(help="'intersection' (the rule) or 'stouffer': consensus = features whose "
-                                           "combined p-value over the sites passes Benjamini-Hochberg (for label-"
-                                           "skewed sites; needs a test-based selector such as anova or chi2).")
-                         ] = "intersection",
+        "--secure-aggregation", help="Sums the server needs (descriptions, updates, evaluation counts) travel "
+                                     "masked: it learns no single site's. Not with --tune.")] = False,
+    consensus: Annotated[str, typer.Option(
+        help="'intersection' (the rule) or 'stouffer': consensus = features whose combined p-value passes "
+             "Benjamini-Hochberg (label-skewed sites; needs a test-based selector such as anova).")
+    ] = "intersection",
     consensus_alpha: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite_number,
                                                    help="False discovery rate of --consensus stouffer.")] = 0.05,
     pooled_comparison: Annotated[bool, typer.Option(
-        "--pooled-comparison", help="Simulation (all files on this machine): also run the selector on all sites' "
-                                    "training rows stacked and report the Jaccard agreement per freedom degree.")] = False,
+        "--pooled-comparison", help="Simulation (all files here): also run the selector on all sites' training "
+                                    "rows stacked; Jaccard agreement per freedom degree.")] = False,
 ) -> None:
     """Feature Election on real tables: one file per site, each site votes with its own selector."""
     from ..data.tables import TableError, read_table
-    from ..election.evidence import check_consensus, check_consensus_alpha
-    from ..election.rule import check_aggregation, check_normalization, check_profile
-    from ..election.selectors import make_selector
     from ..engines.local import LocalFederation
-    from ..federation import FederationError, Site, run_election, run_training
-    from ..federation.encoding_flow import federated_one_hot
-    from ..federation.protocol import set_options
-    from ..learn.models import make_model
+    from ..engines.site_config import build_site
+    from ..federation import FederationError
+    from ..job.run import site_configs
+    from ..job.workflow import run_workflow
     from ..report.output import OutputError, atomic_dir, check_writable
 
+    options = dict(locals())
     try:
         check_writable(out)
-        check_aggregation(aggregation)
-        check_normalization(normalization)
-        check_profile(compat, normalization)
-        check_consensus(consensus)
-        check_consensus_alpha(consensus_alpha)
-        make_model(model)
-        if tune not in ("none", "grid", "hill-climb"):
-            fail(f"--tune must be 'none', 'grid' or 'hill-climb', got {tune!r}")
-        if secure_aggregation and tune != "none":
-            fail("--secure-aggregation cannot be combined with --tune (tuning scores each site's validation F1)")
         sel_names = selector or ["lasso"]
         if len(sel_names) not in (1, len(tables)):
             fail(f"give one --selector for all sites or one per site ({len(tables)}), got {len(sel_names)}")
-        if len(sel_names) == 1:
-            sel_names = sel_names * len(tables)
+        sel_names = sel_names * len(tables) if len(sel_names) == 1 else sel_names
         if pooled_comparison and len(set(sel_names)) > 1:
             fail("--pooled-comparison needs one --selector shared by every site")
-        for s in sel_names:
-            make_selector(s)
         if min_sites is not None and min_sites > len(tables):
             fail(f"--min-sites {min_sites} is more than the {len(tables)} site file(s)")
         frames = [read_table(p, na_values=na_value) for p in tables]
         lacking = [str(p) for p, f in zip(tables, frames) if target not in f.columns]
         if lacking:
             fail(f"target column {target!r} is missing at: {', '.join(lacking)} (the sites need a common target)")
-        names: list[str] = []
-        for p in tables:
-            stem = p.name.split(".")[0] or "site"
-            name, k = stem, 2
-            while name in names:
-                name, k = f"{stem}-{k}", k + 1
-            names.append(name)
-        sites = [Site(n, f, target, test_size=test_size, seed=seed, selector=s, policy={"min_rows": min_rows})
-                 for n, f, s in zip(names, frames, sel_names)]
-        fed = LocalFederation(sites, min_sites=min_sites, timeout=timeout)
-        set_options(fed, secure_aggregation=secure_aggregation, robust=robust, max_site_share=max_site_share,
-                    min_holders=min_holders)
-        categorical = sorted({str(c) for f in frames for c in f.columns
-                              if c != target and not (pd.api.types.is_numeric_dtype(f[c]) or pd.api.types.is_bool_dtype(f[c]))})
-        if categorical:
-            with console.status(f"agreeing categories of {len(categorical)} columns (sites send category sets, no rows)"):
-                federated_one_hot(fed, categorical)
-        if tune != "none":
-            from ..federation.tuning_flow import tune_flow
-
-            with console.status(f"tuning the freedom degree ({tune}) on validation rows"):
-                tuned = tune_flow(fed, model=model, tune_method=tune, rounds=rounds, local_epochs=local_epochs,
-                                  tolerance=tolerance, aggregation=aggregation,
-                                  normalization=normalization, compat=compat, seed=seed, apply=False)
-            freedom_degree = float(tuned.tuning.freedom_degree)
-        with console.status("sites are voting"):
-            outcome = run_election(fed, freedom_degree, aggregation=aggregation, normalization=normalization,
-                                   compat=compat, consensus=consensus, consensus_alpha=consensus_alpha)
-        result = outcome.result
-        doc = {"sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), sel_names, tables)],
-               "categorical_columns": categorical, **result.to_dict(), "min_holders": result.min_holders}
-        doc["election"] = {**result.to_dict(), "features": result.explain_records()}
-        if pooled_comparison:
-            from ..election.agreement import DEFAULT_FREEDOM_DEGREES, pooled_agreement, pooled_mask
-
-            with console.status("running the selector on the pooled training rows (simulation)"):
-                names_in = list(result.feature_names)
-                ref = pooled_mask([s.rows("train") for s in sites], target, sel_names[0], names_in)
-                doc["election"]["pooled_agreement"] = pooled_agreement(
-                    outcome.ballots, ref, feature_names=names_in,
-                    freedom_degrees=sorted({*DEFAULT_FREEDOM_DEGREES, float(freedom_degree)}), aggregation=aggregation,
-                    normalization=normalization, compat=compat, consensus=consensus, consensus_alpha=consensus_alpha,
-                    min_holders=result.min_holders)
-        if tune != "none":
-            doc["tuning"] = tuned.tuning.to_dict()
-        if train or tune != "none":
-            with console.status("training on all columns (FedAvg)"):
-                all_cols = list(dict.fromkeys(c for s in sites for c in s.feature_names))
-                full = run_training(fed, all_cols, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
-            trained = None
-            if result.selected_names:
-                with console.status("training on the elected columns (FedAvg)"):
-                    trained = run_training(fed, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
-            doc["training"] = {
-                "model": model,
-                "robust": robust,
-                "left_out": {**full.left_out, **(trained.left_out if trained is not None else {})},
-                "rounds": rounds,
-                **({} if trained is None else {"features": trained.features, "classes": trained.classes,
-                                                "metrics": trained.metrics}),
-                "all_features": {"f1": full.pooled["weighted_f1"], "n_params": full.n_params},
-                "elected": None if trained is None else {"f1": trained.pooled["weighted_f1"], "n_params": trained.n_params,
-                                                          "per_site_f1": {k: v["weighted_f1"] for k, v in trained.per_site.items()}},
-            }
-        doc["participation"] = fed.participation
-        doc["dropped"] = fed.dropped
+        spec = elect_spec(tables, _site_names(tables), sel_names, target, options=options)
+        fed = LocalFederation([build_site(c) for c in site_configs(spec)])
+        with console.status("starting") as status:
+            outputs = run_workflow(fed, spec, progress=lambda step: status.update(_STATUS.get(step, step)))
+            doc = _document(outputs, spec, sel_names, tables)
+            if pooled_comparison:
+                status.update("running the selector on the pooled training rows (simulation)")
+                doc["election"]["pooled_agreement"] = _pooled_agreement(fed, outputs, spec, sel_names[0])
     except (TableError, FederationError, ValueError, OutputError) as exc:
-        fail(str(exc))
+        fail(option_text(str(exc)))
         return
+    _print_summary(doc, outputs.outcomes["election"].result, freedom_degree=doc["freedom_degree"], tuned=tune,
+                   model=model)
+    try:
+        with atomic_dir(out) as tmp:
+            (tmp / "result.json").write_text(json.dumps(doc, indent=2))
+            selected = doc["selected"]
+            (tmp / "elected_columns.txt").write_text("\n".join(selected) + ("\n" if selected else ""))
+            from ..report import write_report
 
-    rule = f"compat={compat}" if compat else f"normalization={normalization}"
-    tab = Table(title=f"Feature Election (fd={freedom_degree:g}, {aggregation}, {rule})")
+            write_report({**outputs.result, "election": doc["election"]}, tmp / "report.html")
+    except OSError as exc:
+        fail(f"cannot write to {out}: {exc}")
+    for name, why in doc["dropped"].items():
+        console.print(f"site {name!r} was left out: {why}", style="yellow", markup=False, highlight=False)
+    console.print(f"wrote {out / 'result.json'}, {out / 'report.html'} and {out / 'elected_columns.txt'}")
+
+
+def _pooled_agreement(fed: Any, outputs: Any, spec: Any, selector: str) -> list[dict[str, Any]]:
+    """The Jaccard agreement of the election with the selector on the pooled training rows."""
+    from ..election.agreement import DEFAULT_FREEDOM_DEGREES, pooled_agreement, pooled_mask
+
+    outcome, e = outputs.outcomes["election"], spec.election
+    result = outcome.result
+    names = list(result.feature_names)
+    ref = pooled_mask([fed.site(s).rows("train") for s in fed.sites], spec.target, selector, names)
+    return pooled_agreement(outcome.ballots, ref, feature_names=names,
+                            freedom_degrees=sorted({*DEFAULT_FREEDOM_DEGREES, float(result.freedom_degree)}),
+                            aggregation=e.aggregation, normalization=e.normalization, compat=e.compat,
+                            consensus=e.consensus, consensus_alpha=e.consensus_alpha, min_holders=result.min_holders)
+
+
+def _print_summary(doc: dict[str, Any], result: Any, *, freedom_degree: float, tuned: str, model: str) -> None:
+    rule = f"compat={result.compat}" if result.compat else f"normalization={result.normalization}"
+    tab = Table(title=f"Feature Election (fd={freedom_degree:g}, {result.aggregation}, {rule})")
     for col in ("site", "selector", "rows (train)", "selected"):
         tab.add_column(col)
     for s in doc["sites"]:
@@ -195,25 +261,9 @@ def elect_command(
     console.print(f"intersection {st['intersection']}, union {st['union']}, disputed {st['disputed']} → "
                   f"[bold]{st['kept']}[/] of {st['features']} columns elected")
     if "tuning" in doc:
-        console.print(f"tuned freedom degree ({tune}): {freedom_degree:g}")
+        console.print(f"tuned freedom degree ({tuned}): {freedom_degree:g}")
     if "training" in doc:
         t = doc["training"]
-        line = f"{model} trained by the federation, weighted F1: all columns {t['all_features']['f1']:.3f} ({t['all_features']['n_params']} params)"
-        if t["elected"]:
-            line += f", elected {t['elected']['f1']:.3f} ({t['elected']['n_params']} params)"
-        console.print(line)
-    try:
-        with atomic_dir(out) as tmp:
-            (tmp / "result.json").write_text(json.dumps(doc, indent=2))
-            (tmp / "elected_columns.txt").write_text("\n".join(result.selected_names)
-                                                     + ("\n" if result.selected_names else ""))
-            from ..report import write_report
-
-            held = {site.name: site.feature_names for site in sites}
-            write_report({**doc, "sites": {s["name"]: {"n_train": s["n_samples"], "columns": held.get(s["name"], [])}
-                                           for s in doc["sites"]}}, tmp / "report.html")
-    except OSError as exc:
-        fail(f"cannot write to {out}: {exc}")
-    for name, why in doc["dropped"].items():
-        console.print(f"[yellow]site {name!r} was left out: {why}[/]", highlight=False)
-    console.print(f"wrote {out / 'result.json'}, {out / 'report.html'} and {out / 'elected_columns.txt'}")
+        console.print(f"{model} trained by the federation, weighted F1: all columns {t['all_features']['f1']:.3f} "
+                      f"({t['all_features']['n_params']} params), elected {t['elected']['f1']:.3f} "
+                      f"({t['elected']['n_params']} params)")

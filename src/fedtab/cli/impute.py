@@ -1,14 +1,17 @@
 """``fedtab impute a.csv b.parquet ... --out DIR``: federated imputation of site CSV files.
 
 Each CSV is one site (file stem = site name). Columns are matched by name; a column
-missing from a file is structurally unavailable at that site. Writes to ``DIR``:
+missing from a file is structurally unavailable at that site. A thin command: its options
+are a :class:`~fedtab.estimators.FederatedImputer`'s, whose ``fit`` builds the
+:class:`~fedtab.job.spec.JobSpec` of the imputation and runs the job's step loop. Writes to ``DIR``:
 
 * ``<site>.imputed.csv`` — the site's rows over the global schema, every gap filled;
 * ``result.json`` + ``report.html`` — the sites, their columns and the imputation quality per
   column against mean fill, in the job's vocabulary (``docs/job.md``);
 * ``report.json`` — settings, schema, validation RMSE (z-space) per site and per column,
   the training curve, the feature graph (edges with correlations), the linear prior's
-  rank and per-column noise variance, traffic bytes;
+  rank and per-column noise variance, traffic bytes, and the job's ``privacy``, ``trust``
+  and ``participation``;
 * ``training_curve.png`` and ``feature_graph.png``.
 
 Bad input exits with code 2 and a one-line error, never a traceback.
@@ -26,7 +29,7 @@ import typer
 
 from ..report.output import OutputError
 from . import err_console, fail, finite_number
-from .elect import max_site_share_option
+from .elect import max_site_share_option, option_text
 
 __all__ = ["impute_command", "read_site_csv", "ImputeInputError"]
 
@@ -140,7 +143,7 @@ def impute_command(
     console = err_console
     try:
         from ..federation.protocol import FederationError
-        from ..imputer import FederatedImputer
+        from ..estimators import FederatedImputer
         from ..report.output import atomic_dir, check_writable
 
         check_writable(out)
@@ -196,6 +199,7 @@ def impute_command(
                 },
                 "seconds": res.seconds,
                 "bytes": {"down": res.bytes[0], "up": res.bytes[1]},
+                **{k: imp.job_result_[k] for k in ("privacy", "trust", "participation")},
             }
             (tmp / "report.json").write_text(json.dumps(report, indent=1))
             from ..job.run import write_outputs
@@ -210,7 +214,7 @@ def impute_command(
     except typer.Exit:
         raise
     except (ImputeInputError, ValueError, FederationError) as exc:
-        fail(str(exc))
+        fail(option_text(str(exc)))
     except OutputError as exc:
         fail(str(exc))
     except OSError as exc:

@@ -90,5 +90,11 @@ def run_command(
     auroc = f", AUROC {ev['auroc']:.3f}" if ev.get("auroc") is not None else ""
     console.print(f"{result['training']['model']}: weighted F1 {ev['weighted_f1']:.3f}, accuracy {ev['accuracy']:.3f}"
                   f"{auroc} on {ev.get('n', '?')} test rows", highlight=False)
+    dp = (result.get("privacy") or {}).get("dp")
+    if dp is not None:
+        console.print(f"differential privacy: ε spent {dp['epsilon_spent']:.3g} of the job's {dp['epsilon']:g} "
+                      f"(δ = {dp['delta']:g})", highlight=False)
+    for name, why in ((result.get("participation") or {}).get("dropped") or {}).items():
+        console.print(f"site {name!r} was left out: {why}", style="yellow", markup=False, highlight=False)
     where = Path(out) if out is not None else Path(result["job"]["run"]["out"])
     console.print(f"wrote {', '.join(str(where / f) for f in result['artifacts'].values())}", highlight=False)

@@ -11,8 +11,8 @@ _SELECTOR_NAMES = ("SELECTORS", "Selection", "Selector", "make_selector")
 
 def __getattr__(name: str):
     # the selectors and the front door import scikit-learn: loaded on first use only
-    if name == "FederatedFeatureElection":
-        from .estimator import FederatedFeatureElection
+    if name == "FederatedFeatureElection":  # the old path of the front door (fedtab.estimators)
+        from ..estimators import FederatedFeatureElection
 
         return FederatedFeatureElection
     if name in _SELECTOR_NAMES:

@@ -20,7 +20,6 @@ Both return a :class:`TuningResult` holding the whole curve (fd → score, kept)
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -34,7 +33,6 @@ __all__ = [
     "grid_tune",
     "hill_climb",
     "tune",
-    "plot_tuning_curve",
 ]
 
 #: fd values the grid search scores before refining.
@@ -234,18 +232,3 @@ def tune(mask_of: MaskOf, score_of: ScoreOf, method: str = "grid", **options: An
     if method in ("hill-climb", "hill_climb", "hillclimb"):
         return hill_climb(mask_of, score_of, **options)
     raise ValueError(f"unknown tuning method {method!r}; expected 'grid' or 'hill-climb'")
-
-
-def plot_tuning_curve(results: Sequence[TuningResult] | TuningResult, path: str | Path, title: str = "") -> Path:
-    """Plot score and kept features against fd for one or more results; mark each choice.
-
-    Writes a PNG at ``path`` (matplotlib, Agg backend) and returns the path.
-    """
-    from ..report.plots import save_figure, tuning_curve_figure
-
-    if isinstance(results, TuningResult):
-        results = [results]
-    runs = [{"method": r.method, "curve": r.curve(), "freedom_degree": r.freedom_degree, "kept": r.kept,
-             "score": r.score} for r in results]
-    fig = tuning_curve_figure(runs, title)
-    return save_figure(fig, path)

@@ -10,8 +10,8 @@ import this module.
   site is cached in the process and its state is also stored in Flower's
   ``Context.state`` (arrays + JSON, see :mod:`fedtab.engines.site_state`), because a
   SuperNode starts a fresh ClientApp process for every message.
-* :data:`server_app` wraps the Grid in :class:`FlowerFederation` and runs
-  :func:`fedtab.engines.pipeline.run_pipeline` with the run config; with a
+* :data:`server_app` wraps the Grid in :class:`FlowerFederation` and runs the job whose
+  plan is the run config's ``job`` (:func:`fedtab.job.workflow.engine_workflow`); with a
   ``result-path`` in the run config it writes the JSON summary there.
   :func:`make_server_app` builds one around any ``workflow(federation, run_config)``.
 * Payloads are a Flower ``RecordDict`` of an ``ArrayRecord`` (each array saved by
@@ -54,6 +54,7 @@ __all__ = [
     "FlowerFederation",
     "InProcessGrid",
     "MESSAGE_TYPE",
+    "RUN_CONFIG_KEYS",
     "app_dir",
     "client_app",
     "from_records",
@@ -447,6 +448,10 @@ def _mean_timing(timings: Iterable[Mapping[str, float]]) -> dict[str, float]:
 
 Workflow = Callable[[Federation, Mapping[str, Any]], dict[str, Any]]
 
+#: the run-config keys of the Flower app (declared in ``flower_app/pyproject.toml``; ``flwr run
+#: --run-config`` refuses any other): the job plan and what the ServerApp and ClientApps read
+RUN_CONFIG_KEYS = ("job", "min-sites", "timeout", "site-keys", "result-path", "result-log", "site-settings")
+
 
 def _site_keys(text: str) -> dict[str, str]:
     from ..deploy.keys import load_site_keys
@@ -463,17 +468,18 @@ def _truthy(value: Any) -> bool:
 
 
 def make_server_app(workflow: Workflow | None = None) -> ServerApp:
-    """A ServerApp running ``workflow(federation, run_config)`` on a :class:`FlowerFederation`.
+    """A ServerApp running ``workflow(federation, run_config)`` on a :class:`FlowerFederation`
+    (default: the job loop, :func:`fedtab.job.workflow.engine_workflow`, which runs the job whose
+    plan is the run config's ``job``, JSON text of :meth:`fedtab.job.spec.JobSpec.plan`).
 
-    Run-config keys read here: ``min-sites`` (nodes to wait for), ``timeout`` (seconds
-    per request round), ``result-path`` (write the workflow's JSON summary there),
+    Run-config keys read here (:data:`RUN_CONFIG_KEYS`): ``min-sites`` (nodes to wait for;
+    the job's quorum is its ``[trust] min_sites``), ``timeout`` (seconds per request round
+    until the job's ``[trust] timeout`` applies), ``result-path`` (write the workflow's JSON summary there),
     ``site-keys`` (JSON ``{site: public-key fingerprint or public key}``: name each node
     by the key it authenticated with, see :class:`FlowerFederation`),
     ``result-log`` (true: also print the summary into the ServerApp's log, where
-    ``flwr log`` fetches it, see :mod:`fedtab.engines.result_log`),
-    ``workflow`` (``"fedtab.<module>:<function>"`` to run instead of ``workflow``, e.g.
-    ``"fedtab.job.flow:job_workflow"``, see :func:`~fedtab.engines.pipeline.load_workflow`);
-    the rest goes to the workflow (see :mod:`fedtab.engines.pipeline`). The summary
+    ``flwr log`` fetches it, see :mod:`fedtab.engines.result_log`); ``site-settings`` is
+    read by the ClientApps; the rest (``job``) goes to the workflow. The summary
     gains ``engine``, ``seconds_total``, ``bytes``, ``exchanges`` (per request/reply
     exchange of the workflow, see :attr:`FlowerFederation.exchanges`), ``identity`` (``"key"`` or
     ``"declared"``) and ``excluded_nodes`` (``{node id: reason}``).
@@ -482,19 +488,17 @@ def make_server_app(workflow: Workflow | None = None) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        from .pipeline import run_pipeline  # the server's imports stay out of every ClientApp process
-
         cfg = dict(context.run_config)
         t0 = time.perf_counter()
         keys = str(cfg.get("site-keys", "") or "")
         fed = FlowerFederation(grid, min_sites=int(cfg.get("min-sites", 1)), timeout=float(cfg.get("timeout", 600)),
                                site_keys=_site_keys(keys) if keys else None)
-        if cfg.get("workflow"):
-            from .pipeline import load_workflow
+        if workflow is None:
+            from ..job.workflow import engine_workflow  # the server's imports stay out of every ClientApp process
 
-            chosen = load_workflow(str(cfg["workflow"]))
+            chosen: Workflow = engine_workflow
         else:
-            chosen = workflow or run_pipeline
+            chosen = workflow
         result = dict(chosen(fed, cfg))
         result["engine"] = "flower"
         result["seconds_total"] = time.perf_counter() - t0

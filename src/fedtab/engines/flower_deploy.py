@@ -21,7 +21,7 @@ update checks and runtime dependency installation are switched off.
 Example::
 
     with LoopbackDeployment(node_configs, workdir) as dep:  # TLS + auth, keys in workdir/keys
-        result = dep.run(run_config={"freedom-degree": 0.5})
+        result = dep.run(run_config={"job": json.dumps(spec.plan())})  # a JobSpec's plan
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Needs the ``nvflare`` extra (``pip install fedtab[nvflare]``); ``import fedtab`` does not
 import this module.
 
-* :class:`FedtabController` runs :func:`fedtab.engines.pipeline.run_pipeline` (or any
-  workflow given by its import path) on a :class:`FlareFederation`, whose
+* :class:`FedtabController` runs the job of its ``config["job"]`` (the plan, see
+  :func:`fedtab.job.workflow.engine_workflow`) on a :class:`FlareFederation`, whose
   :meth:`~FlareFederation.ask` sends each request as a FLARE task to the named clients
   and waits for all of them. It writes the JSON summary to ``fedtab_result.json`` in
   the server's run directory and, if given, to ``result_path``.
@@ -41,7 +41,6 @@ from nvflare.apis.signal import Signal
 from ..federation.messages import Message, MessageError
 from ..federation.protocol import Federation, FederationError, Traffic
 from .errors import RunError
-from .pipeline import load_workflow
 from .site_config import IDENTITY_KEYS, build_site, site_config
 from .site_state import SiteCache, decode_state, encode_state
 
@@ -138,22 +137,20 @@ class FlareFederation(Federation):
 
 
 class FedtabController(Controller):
-    """Runs a fedtab workflow on the job's clients.
+    """Runs a fedtab job on the job's clients (:func:`fedtab.job.workflow.engine_workflow`).
 
     Args:
-        config: the workflow settings (see :mod:`fedtab.engines.pipeline`), a dict.
-        workflow: ``"module:function"`` of a ``fn(federation, config) -> dict`` (default:
-            :func:`~fedtab.engines.pipeline.run_pipeline`).
+        config: ``{"job": plan}``, the job plan (:meth:`fedtab.job.spec.JobSpec.plan`) as JSON
+            text (the mapping itself may be JSON text too).
         min_sites: clients that must be connected before the workflow starts.
         timeout: seconds per request round.
         result_path: also write the JSON summary there.
     """
 
-    def __init__(self, config: Any = None, workflow: str = "", min_sites: int = 1, timeout: float = 600.0,
+    def __init__(self, config: Any = None, min_sites: int = 1, timeout: float = 600.0,
                  result_path: str = "") -> None:
         super().__init__(task_check_period=0.05)
         self.config = config if config is not None else {}
-        self.workflow = workflow
         self.min_sites = min_sites
         self.timeout = timeout
         self.result_path = result_path
@@ -179,7 +176,9 @@ class FedtabController(Controller):
         if len(fed.sites) < self.min_sites:
             raise FederationError(f"{len(fed.sites)} FLARE client(s) connected, {self.min_sites} needed")
         try:
-            result = dict(load_workflow(self.workflow)(fed, cfg))
+            from ..job.workflow import engine_workflow
+
+            result = dict(engine_workflow(fed, cfg))
         except Exception as exc:  # the job fails; its workspace tells an admin who downloads it why
             run_dir = engine.get_workspace().get_run_dir(fl_ctx.get_job_id())
             Path(run_dir, ERROR_FILE).write_text(f"{type(exc).__name__}: {exc}")
@@ -280,14 +279,14 @@ def _local_identity(fl_ctx: FLContext, name: str) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- jobs
 def build_job(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None = None, *, name: str = "fedtab",
-              workflow: str = "", timeout: float = 600.0, result_path: str = "",
+              timeout: float = 600.0, result_path: str = "",
               task_request_interval: float | None = 0.2):
     """A ``FedJob`` running the workflow on one :class:`FedtabExecutor` per site.
 
     Args:
         sites: one site config per client (``name`` becomes the FLARE client name; the
             other keys are :class:`FedtabExecutor` arguments, hyphens allowed).
-        config: the workflow settings (see :mod:`fedtab.engines.pipeline`).
+        config: ``{"job": plan}`` (see :class:`FedtabController`).
         task_request_interval: FLARE's ``server.task_request_interval``, the seconds a
             client waits before asking for its next task (FLARE's default is 2 s, which
             then dominates a workflow of many short steps); ``None`` keeps FLARE's default.
@@ -305,7 +304,7 @@ def build_job(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | No
     if task_request_interval is not None:
         job.to_server({"server": {"task_request_interval": float(task_request_interval)}})
     # FLARE reads "{...}" strings in job configs as variable references: pass dicts, not JSON text.
-    job.to_server(FedtabController(config=dict(config or {}), workflow=workflow, min_sites=len(sites),
+    job.to_server(FedtabController(config=dict(config or {}), min_sites=len(sites),
                                    timeout=timeout, result_path=result_path))
     allowed = {"data_path", "target", "test_path", "selector", "test_size", "seed", "na_values", "min_rows", "policy",
                "folds", "state_dir"}

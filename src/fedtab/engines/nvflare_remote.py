@@ -58,14 +58,14 @@ def find_admin_kit(path: str | Path) -> tuple[Path, str]:
 
 
 def run_on_project(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None, admin_kit: str | Path,
-                   workdir: str | Path, *, workflow: str = "", timeout: float = 3600.0, connect_timeout: float = 60.0,
+                   workdir: str | Path, *, timeout: float = 3600.0, connect_timeout: float = 60.0,
                    name: str = "fedtab") -> dict[str, Any]:
-    """Submit ``build_job(sites, config, workflow=workflow)`` to the project, wait, return its result.
+    """Submit ``build_job(sites, config)`` to the project, wait, return its result.
 
     Args:
         sites: one site config per FLARE client (``name`` = the client's name in the
             project; ``data-path`` etc. as read at that site).
-        config: the workflow settings.
+        config: ``{"job": plan}`` (see :class:`~fedtab.engines.nvflare.FedtabController`).
         admin_kit: see :func:`find_admin_kit`.
         workdir: folder for the exported job and the downloaded workspace (created).
         timeout: seconds to wait for the job; it is aborted after that.
@@ -86,7 +86,7 @@ def run_on_project(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
     workdir = Path(workdir)
     jobs = workdir / "jobs"
     shutil.rmtree(jobs, ignore_errors=True)
-    build_job(sites, config, name=name, workflow=workflow).export_job(str(jobs))
+    build_job(sites, config, name=name).export_job(str(jobs))
     try:
         session = new_secure_session(user, str(kit), timeout=connect_timeout)
     except Exception as exc:  # noqa: BLE001 - FLARE raises several types for an unreachable server

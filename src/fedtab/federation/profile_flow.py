@@ -25,7 +25,7 @@ from ..errors import SiteFault
 from ..privacy.gate import COUNT, LABELS, NAMES, STRUCT, TEXT, Releases
 from ..privacy.policy import coarse_range
 from .messages import Message
-from .protocol import Federation, FederationError, collect
+from .protocol import Federation, FederationError, exchange
 from .site import Site, handler
 from .training_flow import label_key
 
@@ -65,35 +65,38 @@ def _profile(site: Site, request: Message) -> Message:
 
 
 def profile_sites(federation: Federation) -> dict[str, dict[str, Any]]:
-    """``{site: profile}`` (one ``job_profile`` exchange), each reply validated.
+    """``{site: profile}`` (one ``job_profile`` exchange on the protocol path), each reply validated.
 
     Raises:
-        FederationError: a site failed, or sent names, kinds, arrays or counts that do not
-            fit together (naming the site).
+        SiteError / QuorumError: a site failed, or sent names, kinds, arrays or counts that do
+            not fit together (naming the site), beyond what the federation's quorum allows
+            (within it, the site is dropped and left out of the profiles).
     """
-    replies = collect(federation.broadcast(Message("job_profile")), "job_profile")
-    out = {}
-    for s, r in replies.items():
+    out: dict[str, dict[str, Any]] = {}
+
+    def check(s: str, r: Message) -> None:
         cols, kinds = r.meta.get("columns"), r.meta.get("kinds")
         if (not isinstance(cols, list) or not all(isinstance(c, str) for c in cols) or len(set(cols)) != len(cols)
                 or not isinstance(kinds, list) or len(kinds) != len(cols)
                 or not all(k in ("numeric", "categorical") for k in kinds)):
-            raise FederationError(f"site {s!r}: invalid column profile")
+            raise FederationError("invalid column profile")
         arrays = {}
         for k in ("low", "high", "integer", "observed"):
             a = np.asarray(r.arrays.get(k))
             if a.shape != (len(cols),) or (a.dtype.kind == "f" and not np.isfinite(a).all()):
-                raise FederationError(f"site {s!r}: profile array {k!r} has shape {a.shape} or non-finite values")
+                raise FederationError(f"profile array {k!r} has shape {a.shape} or non-finite values")
             arrays[k] = a
         counts = {k: r.meta.get(k) for k in ("rows", "unlabelled", "train", "test")}
         if not all(isinstance(v, int) and v >= 0 for v in counts.values()) or counts["train"] + counts["test"] != counts["rows"]:
-            raise FederationError(f"site {s!r}: invalid row counts {counts}")
+            raise FederationError(f"invalid row counts {counts}")
         classes = r.meta.get("classes")
         if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
-            raise FederationError(f"site {s!r}: invalid class labels")
+            raise FederationError("invalid class labels")
         out[s] = {"columns": cols, "kinds": kinds, "classes": classes, "selector": str(r.meta.get("selector")),
                   **counts, **arrays}
-    return out
+
+    replies = exchange(federation, Message("job_profile"), check)
+    return {s: out[s] for s in replies}
 
 
 def pooled_ranges(profiles: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -16,8 +16,12 @@ Engines (``[run] engine`` or the ``engine`` argument):
   ``deployment="loopback"`` such a project provisioned and started on 127.0.0.1
   (:class:`~fedtab.engines.nvflare_deploy.LoopbackProject`).
 
-All of them run :func:`fedtab.job.flow.job_workflow`; sites are built from the same site
-configs (:func:`site_configs`), so a job gives the same elected columns and model on each.
+All of them run the one step loop :func:`fedtab.job.workflow.run_workflow` on the job's
+:class:`~fedtab.job.spec.JobSpec` (the distributed engines read it back from the plan in their
+run config, :func:`fedtab.job.workflow.engine_workflow`); sites are built from the same site
+configs (:func:`site_configs`), each reading its table when a step first needs it, so a job
+gives the same elected columns and model on each, and a site whose table cannot be used fails
+(and, under ``[trust] min_sites``, is dropped and named) like any site that cannot answer.
 Outputs in ``[run] out``: ``model.fedtab``, ``result.json`` and ``report.html``.
 """
 
@@ -32,10 +36,11 @@ from typing import Any, Callable, Mapping
 
 from .spec import ENGINES, JobError, JobSpec, load_job
 
-__all__ = ["SuperLink", "run_job", "site_configs", "site_settings", "write_outputs", "WORKFLOW"]
+__all__ = ["SuperLink", "run_job", "site_configs", "site_settings", "write_outputs", "RESULT_KEYS"]
 
-#: import path of the workflow the distributed engines run
-WORKFLOW = "fedtab.job.flow:job_workflow"
+#: keys of the engine's result copied into ``result.json`` (besides the sites)
+RESULT_KEYS = ("schema", "imputation", "tuning", "election", "training", "baselines", "all_columns", "steps",
+               "privacy", "trust", "participation", "deployment")
 
 
 def site_configs(spec: JobSpec, *, check_files: bool = True) -> list[dict[str, Any]]:
@@ -76,7 +81,7 @@ def site_settings(configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _superlink_run_config(spec: JobSpec, plan: dict[str, Any], site_keys: Any, insecure: bool) -> dict[str, Any]:
     """The run config of a job on an existing SuperLink (site keys checked against the job's sites)."""
     names = [s.name for s in spec.sites]
-    cfg = {"workflow": WORKFLOW, "job": json.dumps(plan), "min-sites": len(names),
+    cfg = {"job": json.dumps(plan), "min-sites": len(names),
            "site-settings": json.dumps(site_settings(site_configs(spec, check_files=False)))}
     if site_keys is None:
         if not insecure:
@@ -133,17 +138,16 @@ def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan:
                 progress: Callable[[str], None], deployment: str | None, workdir: Path,
                 superlink: SuperLink | None = None, flare_project: str | Path | None = None,
                 timeout: float = 3600.0) -> dict[str, Any]:
-    from .flow import job_workflow
-
     if engine == "local":
         from ..engines.local import LocalFederation
-        from ..engines.site_config import build_site
+        from ..engines.site_config import build_lazy_site
+        from .workflow import run_workflow
 
         try:
-            sites = [build_site(c) for c in configs]
+            sites = [build_lazy_site(c) for c in configs]
         except ValueError as exc:
             raise JobError(f"{spec.source}: {exc}") from None
-        return job_workflow(LocalFederation(sites), {"job": json.dumps(plan)}, progress)
+        return run_workflow(LocalFederation(sites), spec, progress=progress).result
     if engine == "flower":
         if superlink is not None:
             return _run_on_superlink(spec, plan, superlink, workdir, progress)
@@ -156,10 +160,10 @@ def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan:
             with LoopbackDeployment(nodes, workdir / "flower") as dep:
                 link = SuperLink(dep.address, dep.keys.ca_cert, site_keys=dep.keys.site_keys, timeout=timeout)
                 return _run_on_superlink(spec, plan, link, workdir, progress)
-        from ..engines.flower import make_server_app, run_in_process
+        from ..engines.flower import run_in_process
 
         progress("running on Flower (ServerApp and ClientApps in this process)")
-        return run_in_process(configs, {"job": json.dumps(plan)}, app=make_server_app(job_workflow))
+        return run_in_process(configs, {"job": json.dumps(plan)})
     # JSON text, not a dict: FLARE takes any dict with a "name" key (a model spec) for a component
     flare_config = {"job": json.dumps(plan)}
     if flare_project is not None or deployment == "loopback":
@@ -167,22 +171,20 @@ def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan:
 
         if flare_project is not None:
             progress(f"submitting the job to the FLARE project of {flare_project}")
-            raw = run_on_project(configs, flare_config, flare_project, workdir / "nvflare", workflow=WORKFLOW,
-                                 timeout=timeout)
+            raw = run_on_project(configs, flare_config, flare_project, workdir / "nvflare", timeout=timeout)
         else:
             from ..engines.nvflare_deploy import LoopbackProject
 
             progress("provisioning and starting a FLARE server and one client per site on 127.0.0.1")
             with LoopbackProject([c["name"] for c in configs], workdir / "flare_project") as project:
                 progress("submitting the job to the FLARE project")
-                raw = run_on_project(configs, flare_config, project.admin_kit, workdir / "nvflare",
-                                     workflow=WORKFLOW, timeout=timeout)
+                raw = run_on_project(configs, flare_config, project.admin_kit, workdir / "nvflare", timeout=timeout)
         raw["deployment"] = {"flare_job_id": raw.get("flare_job_id")}
         return raw
     from ..engines.nvflare import run_simulator
 
     progress("running on the NVIDIA FLARE simulator")
-    return run_simulator(configs, flare_config, workdir / "nvflare", workflow=WORKFLOW)
+    return run_simulator(configs, flare_config, workdir / "nvflare")
 
 
 def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, deployment: str | None = None,
@@ -231,6 +233,8 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
 
     say = progress or (lambda _m: None)
     spec = load_job(job, out_given=out is not None)  # a job file's own out stays in its folder
+    if spec.training is None:
+        raise JobError(f"{spec.source}: a job run needs the training step (its model file)")
     if isinstance(superlink, str):
         superlink = SuperLink(superlink, root_certificates, insecure, site_keys, timeout)
     if engine is None:  # a deployment without an engine: the job's engine, Flower if that is "local"
@@ -250,8 +254,7 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
         raise JobError(f"{spec.source}: on a FLARE project every [sites.<name>] needs path = \"<the file at that "
                        "site>\" (the job carries it to the site)")
     plan = spec.to_dict()
-    # what the server needs: steps and settings, not where the sites keep their files
-    server_plan = {k: v for k, v in plan.items() if k not in ("sites", "source")}
+    server_plan = spec.plan()  # what the server needs: steps and settings, not where the sites keep their files
     out_dir = Path(out) if out is not None else spec.run.out
     with tempfile.TemporaryDirectory(prefix="fedtab-job-") as tmp:
         raw = _run_engine(spec, engine, configs, server_plan, say, deployment, Path(tmp), superlink, flare_project,
@@ -261,8 +264,7 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
     result = {
         "fedtab_version": __version__, "created": created, "job": plan, "engine": engine,
         "sites": {name: {"file": files.get(name), **info} for name, info in raw["sites"].items()},
-        **{k: raw.get(k) for k in ("schema", "imputation", "tuning", "election", "training", "baselines", "steps",
-                                   "deployment")},
+        **{k: raw.get(k) for k in RESULT_KEYS},
         "artifacts": {"model": "model.fedtab", "result": "result.json", "report": "report.html"},
     }
     provenance = {"fedtab_version": __version__, "created": created, "engine": engine, "job": plan,

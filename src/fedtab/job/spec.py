@@ -1,10 +1,14 @@
-"""The job file: a TOML document (or a dict) -> a validated :class:`JobSpec`.
+"""The job file: a TOML document (or a dict) -> a validated :class:`JobSpec`, the only settings object.
 
-The keys, their types and defaults are listed in ``docs/job.md``. Parsing never reads a
-site's table; :func:`load_job` only resolves paths relative to the job file. Every error
-is a :class:`JobError` whose message names the key at fault (``[training] rounds``) and,
-for an unknown key, the closest valid one -- one line, also for a file that cannot be read,
-is not TOML, or nests deeper than :data:`MAX_DEPTH` levels.
+Every front door builds a :class:`JobSpec` and runs :func:`fedtab.job.workflow.run_workflow`:
+``fedtab run`` / ``elect`` / ``impute`` / ``demo``, the Flower ServerApp and the FLARE
+controller (which read it back from the plan in their run config, :func:`spec_from_plan`),
+and the estimators' ``fit``. The keys, their types and defaults are listed in
+``docs/job.md``. Parsing never reads a site's table; :func:`load_job` only resolves paths
+relative to the job file. Every error is a :class:`JobError` whose message names the key
+at fault (``[training] rounds``) and, for an unknown key, the closest valid one -- one
+line, also for a file that cannot be read, is not TOML, or nests deeper than
+:data:`MAX_DEPTH` levels.
 
 A job *file* writes only inside its own folder: ``[run] out`` must resolve (symbolic links
 followed) to the job file's folder or below it; an output elsewhere is given by the
@@ -14,18 +18,25 @@ caller (``fedtab run --out``, ``run_job(..., out=...)``), never by the file.
 from __future__ import annotations
 
 import difflib
+import json
+import math
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 __all__ = ["JobError", "JobSpec", "SiteSpec", "ImputeSpec", "ElectionSpec", "TrainingSpec", "RunSpec",
-           "ENGINES", "TUNERS", "load_job", "parse_job"]
+           "PrivacySpec", "TrustSpec", "SchemaSpec", "EvaluationSpec", "ENGINES", "TUNERS", "METHODS", "DP_KEYS",
+           "check_spec", "load_job", "parse_job", "spec_from_plan"]
 
 ENGINES = ("local", "flower", "nvflare")
 TUNERS = ("none", "grid", "hill-climb")
 #: deepest nesting of tables/arrays in a job (a real one needs 4: sites.<name>.selector.params)
 MAX_DEPTH = 16
+#: how ``[election]`` selects the columns: the Feature Election vote, or forward selection by pooled score tests
+METHODS = ("vote", "score-test")
+#: keys of ``[privacy] dp``
+DP_KEYS = ("epsilon", "delta", "bounds", "clip")
 
 
 class JobError(ValueError):
@@ -47,7 +58,9 @@ class SiteSpec:
 
 @dataclass
 class ImputeSpec:
-    """FedHF-Impute settings (fields of :class:`fedtab.federation.impute_flow.ImputeConfig`)."""
+    """FedHF-Impute settings: the fields of :class:`fedtab.federation.impute_flow.ImputeConfig`
+    (``prior`` is its ``use_prior``; the seed is ``[run] seed``; robust mode, secure aggregation
+    and DP come from ``[trust]`` and ``[privacy]``)."""
 
     rounds: int = 20
     local_epochs: int = 2
@@ -58,11 +71,26 @@ class ImputeSpec:
     mask_fraction: float = 0.4
     prior: bool = True
     prior_rank: int | None = None
+    prior_max_rank: int = 20
+    min_abs_corr: float = 0.05
+    dropout: float = 0.0
+    weight_decay: float = 1e-5
+    batch_size: int = 64
+    structural_share: float = 0.5
+    max_steps_per_round: int | None = None
+    validation_mask_fraction: float = 0.2
+    keep_best: bool = True
+    block_unavailable: bool = False
+    n_threads: int | None = None
 
 
 @dataclass
 class ElectionSpec:
-    """Feature Election settings; ``tune`` chooses the freedom degree, else ``freedom_degree`` is used."""
+    """How the columns are selected. ``method="vote"``: Feature Election (``tune`` chooses the
+    freedom degree, else ``freedom_degree`` is used; ``grid``: the tuning grid); ``"score-test"``:
+    forward selection by score tests on the pooled sums at false discovery rate ``score_test_alpha``.
+    ``grid`` / ``refine_step``: the grid tuner's freedom degrees (``None`` = 0, 0.1, ..., 1) and the
+    step of its refinement around the best one (0 = none)."""
 
     selector: Any = "lasso"
     freedom_degree: float | None = None
@@ -73,6 +101,10 @@ class ElectionSpec:
     tolerance: float = 0.01
     consensus: str = "intersection"
     consensus_alpha: float = 0.05
+    method: str = "vote"
+    score_test_alpha: float = 0.05
+    grid: list | None = None
+    refine_step: float = 0.025
 
 
 @dataclass
@@ -95,16 +127,74 @@ class RunSpec:
 
 
 @dataclass
-class JobSpec:
-    """A validated job. ``impute`` / ``election`` are ``None`` when their table is absent."""
+class PrivacySpec:
+    """What the server may learn. ``secure_aggregation``: every quantity the server needs only
+    summed travels masked. ``dp``: ``{"epsilon", "delta", "bounds", "clip"}``, the run's *total*
+    differential-privacy budget, split over the steps that release (``None`` = no DP)."""
 
-    target: str
+    secure_aggregation: bool = False
+    dp: dict | None = None
+
+    @property
+    def private(self) -> bool:
+        """Whether the run hides single sites' values (secure aggregation or DP)."""
+        return self.secure_aggregation or self.dp is not None
+
+
+@dataclass
+class TrustSpec:
+    """What the server trusts. ``robust``: robust reducers (median vote, screened and capped
+    sums, median FedAvg) with ``max_site_share`` the ceiling on one site's share of a pooled sum;
+    ``min_sites``: the quorum (a site that fails, times out or is rejected is dropped, named, while
+    this many remain; ``None`` = every site must answer); ``timeout``: seconds a site may take per
+    exchange (``None`` = the engine's); ``min_holders``: sites that must hold a column for it to be
+    election consensus (``None`` = 2 with two or more sites)."""
+
+    robust: bool = False
+    max_site_share: float = 0.5
+    min_sites: int | None = None
+    timeout: float | None = None
+    min_holders: int | None = None
+
+
+@dataclass
+class SchemaSpec:
+    """``profile``: the column-profile exchange of the schema step (kinds, integer flags, coarse
+    ranges, row counts; text columns are one-hot encoded with agreed categories). ``None`` = yes,
+    except in a private run (``[privacy]``), which never asks for it; ``False`` = no exchange: the
+    schema is what the sites declare in the first step's exchange (numeric tables only)."""
+
+    profile: bool | None = None
+
+
+@dataclass
+class EvaluationSpec:
+    """``baselines``: also score the majority class and each site's local-only model (one
+    exchange; ``None`` = yes, except in a private run, where they would release each site's own
+    scores). ``all_columns``: also train the model on every column, to compare with the selected
+    ones (a second training run)."""
+
+    baselines: bool | None = None
+    all_columns: bool = False
+
+
+@dataclass
+class JobSpec:
+    """A validated job. ``impute`` / ``election`` are ``None`` when their table is absent;
+    ``training`` is ``None`` only in a plan or a programmatic spec (a job file always trains),
+    and ``target`` only when nothing is supervised (imputation alone)."""
+
+    target: str | None
     sites: list[SiteSpec]
     na_values: list[str] = field(default_factory=list)
     impute: ImputeSpec | None = None
     election: ElectionSpec | None = None
-    training: TrainingSpec = field(default_factory=TrainingSpec)
+    training: TrainingSpec | None = field(default_factory=TrainingSpec)
     run: RunSpec = field(default_factory=RunSpec)
+    privacy: PrivacySpec = field(default_factory=PrivacySpec)
+    trust: TrustSpec = field(default_factory=TrustSpec)
+    schema: SchemaSpec = field(default_factory=SchemaSpec)
+    evaluation: EvaluationSpec = field(default_factory=EvaluationSpec)
     source: str = "<dict>"
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,14 +205,26 @@ class JobSpec:
                 return str(v)
             if isinstance(v, dict):
                 return {k: plain(x) for k, x in v.items()}
-            if isinstance(v, list):
+            if isinstance(v, (list, tuple)):
                 return [plain(x) for x in v]
             return v
 
         return plain(asdict(self))
 
+    def plan(self) -> dict[str, Any]:
+        """What the server needs (:meth:`to_dict` without where the sites keep their files):
+        the steps and settings and the site names, as the engines carry it in their run config
+        (:func:`spec_from_plan` reads it back)."""
+        plan = {k: v for k, v in self.to_dict().items() if k not in ("sites", "source")}
+        plan["sites"] = {s.name: {} for s in self.sites}
+        return plan
 
-_SECTIONS: dict[str, type] = {"impute": ImputeSpec, "election": ElectionSpec, "training": TrainingSpec, "run": RunSpec}
+
+_SECTIONS: dict[str, type] = {"impute": ImputeSpec, "election": ElectionSpec, "training": TrainingSpec, "run": RunSpec,
+                              "privacy": PrivacySpec, "trust": TrustSpec, "schema": SchemaSpec,
+                              "evaluation": EvaluationSpec}
+#: sections a job has even when its table is absent (their defaults)
+_ALWAYS = ("training", "run", "privacy", "trust", "schema", "evaluation")
 _TOP = ("target", "na_values", "sites", *_SECTIONS)
 _SITE_KEYS = ("path", "na_values", "selector", "min_rows")
 
@@ -138,9 +240,9 @@ def _typed(value: Any, default: Any, annotation: str, where: str, source: str) -
     def bad(kind: str) -> JobError:
         return JobError(f"{source}: {where} must be {kind}, got {value!r}")
 
+    if value is None and annotation.endswith("| None"):
+        return None
     if annotation in ("int", "int | None"):
-        if value is None and "None" in annotation:
-            return None
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad("an integer")
         return value
@@ -148,10 +250,19 @@ def _typed(value: Any, default: Any, annotation: str, where: str, source: str) -
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad("a number")
         return float(value)
-    if annotation == "bool":
+    if annotation in ("bool", "bool | None"):
         if not isinstance(value, bool):
             raise bad("true or false")
         return value
+    if annotation == "list | None":
+        if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  for v in value):
+            raise bad("a list of numbers")
+        return [float(v) for v in value]
+    if annotation == "dict | None":
+        if not isinstance(value, Mapping):
+            raise bad("a table (an inline table { ... } in TOML)")
+        return dict(value)
     if annotation == "str":
         if not isinstance(value, str):
             raise bad("a string")
@@ -190,44 +301,154 @@ def _na_values(value: Any, where: str, source: str) -> list[str]:
     return list(value)
 
 
-def _check_choices(spec: JobSpec) -> None:
+def _dp(value: Any, source: str) -> dict[str, Any] | None:
+    """``[privacy] dp``: ``{epsilon, delta, bounds, clip}`` checked by :func:`fedtab.privacy.dp.parse_dp`."""
+    from ..privacy.dp import parse_dp
+
+    if value is None:
+        return None
+    for key in value:
+        if key not in DP_KEYS:
+            raise _unknown("[privacy] dp.", key, DP_KEYS, source)
+    if not isinstance(value, Mapping):
+        raise JobError(f"{source}: [privacy] dp must be a table {{epsilon, delta, bounds, clip}}, got {value!r}")
+    try:
+        dp = parse_dp(value)
+    except (TypeError, ValueError) as exc:
+        raise JobError(f"{source}: [privacy] {exc}") from None
+    if dp is not None and dp["bounds"] is not None:
+        _check_bounds(dp["bounds"], source)
+    return dp
+
+
+def _check_bounds(bounds: Any, source: str) -> None:
+    """``[lo, hi]`` for every column, or ``{column: [lo, hi]}``, with finite ``lo < hi``."""
+    def pair(b: Any, where: str) -> None:
+        ok = (isinstance(b, (list, tuple)) and len(b) == 2
+              and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in b)
+              and b[0] < b[1])
+        if not ok:
+            raise JobError(f"{source}: [privacy] dp.bounds{where} must be [low, high] with low < high, got {b!r}")
+
+    if isinstance(bounds, Mapping):
+        for column, b in bounds.items():
+            pair(b, f".{column}")
+    else:
+        pair(bounds, "")
+
+
+def _positive_int(value: Any, where: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise JobError(f"{where} must be a positive integer, got {value!r}")
+
+
+def _check_election(spec: JobSpec) -> None:
     from ..election.evidence import check_consensus, check_consensus_alpha
     from ..election.rule import check_aggregation, check_normalization, check_profile
+    from ..election.selectors import make_selector
+
+    e = spec.election
+    assert e is not None
+    if e.method not in METHODS:
+        raise JobError(f"[election] method must be one of {list(METHODS)}, got {e.method!r}")
+    if e.tune not in TUNERS:
+        raise JobError(f"[election] tune must be one of {list(TUNERS)}, got {e.tune!r}")
+    if e.tune != "none" and e.freedom_degree is not None:
+        raise JobError("[election] give either tune or freedom_degree, not both")
+    if e.freedom_degree is not None and not 0 <= e.freedom_degree <= 1:
+        raise JobError(f"[election] freedom_degree must be in [0, 1], got {e.freedom_degree}")
+    if e.grid is not None and (not e.grid or not all(0 <= g <= 1 for g in e.grid)):
+        raise JobError(f"[election] grid must be freedom degrees in [0, 1], got {e.grid}")
+    if not 0 <= e.refine_step < 1:
+        raise JobError(f"[election] refine_step must be in [0, 1), got {e.refine_step}")
+    check_aggregation(e.aggregation)
+    check_normalization(e.normalization)
+    check_profile(e.compat, e.normalization)
+    check_consensus(e.consensus)
+    check_consensus_alpha(e.consensus_alpha)
+    if not 0 < e.score_test_alpha < 1:
+        raise JobError(f"[election] score_test_alpha must be a number in (0, 1), got {e.score_test_alpha}")
+    make_selector(e.selector)
+    if e.method == "score-test":
+        if e.tune != "none":
+            raise JobError("[election] tune applies to method = \"vote\" (the score test has no freedom degree)")
+        if spec.privacy.dp is not None or spec.trust.robust:
+            raise JobError("[election] method = \"score-test\" has no DP or robust mode; use method = \"vote\" "
+                           "in a job with [privacy] dp or [trust] robust")
+    elif e.tune != "none" and spec.privacy.private:
+        raise JobError("[privacy] secure_aggregation or dp cannot be combined with [election] tune (tuning scores "
+                       "every site's validation F1 in the clear; give freedom_degree instead)")
+
+
+def _check_guarantees(spec: JobSpec) -> None:
+    t, p = spec.trust, spec.privacy
+    from ..federation.reduce import check_max_site_share
+
+    check_max_site_share(t.max_site_share)
+    _positive_int(t.min_sites, "[trust] min_sites")
+    _positive_int(t.min_holders, "[trust] min_holders")
+    if t.min_sites is not None and spec.sites and t.min_sites > len(spec.sites):
+        raise JobError(f"[trust] min_sites = {t.min_sites} but the job has {len(spec.sites)} site(s)")
+    if t.timeout is not None and not (math.isfinite(t.timeout) and t.timeout > 0):
+        raise JobError(f"[trust] timeout must be a positive number of seconds, got {t.timeout}")
+    if t.robust and p.secure_aggregation:
+        raise JobError("[trust] robust cannot be combined with [privacy] secure_aggregation: the robust reducers "
+                       "need each site's values, secure aggregation shows the server only their sum")
+    if p.private and spec.schema.profile:
+        raise JobError("[schema] profile = true sends each site's coarse column ranges in the clear: not in a job "
+                       "with [privacy] secure_aggregation or dp")
+    if p.private and spec.evaluation.baselines:
+        raise JobError("[evaluation] baselines = true scores each site's own model in the clear: not in a job "
+                       "with [privacy] secure_aggregation or dp")
+    if p.dp is not None and spec.training is not None:
+        from ..learn.models import make_model
+
+        if make_model(spec.training.model).exact:
+            raise JobError(f"[privacy] dp is not available for the exact-aggregation model "
+                           f"{make_model(spec.training.model).name!r}")
+
+
+def check_spec(spec: JobSpec) -> JobSpec:
+    """Validate a :class:`JobSpec` however it was built (a job file, a plan, a command's options,
+    an estimator's parameters); returns it.
+
+    Raises:
+        JobError: naming the key at fault (``[trust] min_sites``) and the source.
+    """
     from ..election.selectors import make_selector
     from ..learn.models import make_model
 
     src = spec.source
+    spec.privacy.dp = _dp(spec.privacy.dp, src)
     try:
+        if spec.target is None and (spec.training is not None or spec.election is not None):
+            raise JobError("the job needs target = \"<label column>\" (it elects or trains)")
         if spec.election is not None:
-            e = spec.election
-            if e.tune not in TUNERS:
-                raise JobError(f"[election] tune must be one of {list(TUNERS)}, got {e.tune!r}")
-            if e.tune != "none" and e.freedom_degree is not None:
-                raise JobError("[election] give either tune or freedom_degree, not both")
-            if e.freedom_degree is not None and not 0 <= e.freedom_degree <= 1:
-                raise JobError(f"[election] freedom_degree must be in [0, 1], got {e.freedom_degree}")
-            check_aggregation(e.aggregation)
-            check_normalization(e.normalization)
-            check_profile(e.compat, e.normalization)
-            check_consensus(e.consensus)
-            check_consensus_alpha(e.consensus_alpha)
-            make_selector(e.selector)
+            _check_election(spec)
         for s in spec.sites:
             if s.selector is not None:
                 make_selector(s.selector)
-        make_model(spec.training.model)
+        if spec.training is not None:
+            make_model(spec.training.model)
         if spec.run.engine not in ENGINES:
             raise JobError(f"[run] engine must be one of {list(ENGINES)}, got {spec.run.engine!r}")
-        if not 0 < spec.run.test_size < 1:
+        if not 0 < spec.run.test_size < 1 and not (spec.run.test_size == 0 and spec.training is None):
             raise JobError(f"[run] test_size must be in (0, 1), got {spec.run.test_size}")
-        for where, n in (("[training] rounds", spec.training.rounds), ("[training] local_epochs", spec.training.local_epochs),
-                         *((("[impute] rounds", spec.impute.rounds),) if spec.impute else ())):
-            if n < 1:
-                raise JobError(f"{where} must be at least 1, got {n}")
+        if spec.training is not None:
+            for where, n in (("[training] rounds", spec.training.rounds),
+                             ("[training] local_epochs", spec.training.local_epochs)):
+                if n < 1:
+                    raise JobError(f"{where} must be at least 1, got {n}")
+        if spec.impute is not None:  # rounds = 0: the linear prior alone
+            from .steps.imputation import impute_config
+
+            impute_config(spec).validate()
+        _check_guarantees(spec)
     except JobError as exc:
         raise JobError(f"{src}: {exc}") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise JobError(f"{src}: {exc}") from None
+    return spec
 
 
 def nesting_depth(doc: Any, limit: int = MAX_DEPTH) -> int:
@@ -254,8 +475,12 @@ def _check_out(out: Path, base: Path, source: str) -> None:
 
 
 def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = "<dict>", *,
-              confine_out: bool = False) -> JobSpec:
+              sites_required: bool = True, confine_out: bool = False) -> JobSpec:
     """Validate a job document (the parsed TOML) and resolve site paths against ``base_dir``.
+
+    A section given as ``None`` (JSON ``null``, as in :meth:`JobSpec.to_dict`) is absent;
+    ``"training": null`` means no training step. ``sites_required=False`` (a server's plan)
+    accepts a job without ``[sites]``.
 
     Args:
         confine_out: ``[run] out`` must resolve inside ``base_dir`` (what :func:`load_job`
@@ -274,11 +499,12 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
     for key in doc:
         if key not in _TOP:
             raise _unknown("", key, _TOP, source)
-    if "target" not in doc:
+    no_training = "training" in doc and doc["training"] is None
+    if "target" not in doc and not (no_training and doc.get("election") is None):
         raise JobError(f"{source}: the job needs target = \"<label column>\"")
-    target = _typed(doc["target"], None, "str", "target", source)
-    sites_raw = doc.get("sites")
-    if not isinstance(sites_raw, Mapping) or not sites_raw:
+    target = None if doc.get("target") is None else _typed(doc["target"], None, "str", "target", source)
+    sites_raw = doc.get("sites", {} if not sites_required else None)
+    if not isinstance(sites_raw, Mapping) or (sites_required and not sites_raw):
         raise JobError(f"{source}: the job needs at least one [sites.<name>] table")
     base = Path(base_dir)
     sites = []
@@ -288,7 +514,7 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
         for key in raw:
             if key not in _SITE_KEYS:
                 raise _unknown(f"[sites.{name}] ", key, _SITE_KEYS, source)
-        path = _typed(raw["path"], None, "Path", f"[sites.{name}] path", source) if "path" in raw else None
+        path = _typed(raw["path"], None, "Path", f"[sites.{name}] path", source) if raw.get("path") else None
         sites.append(SiteSpec(
             name=str(name),
             path=path if path is None or path.is_absolute() else base / path,
@@ -296,7 +522,7 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
             selector=raw.get("selector"),
             min_rows=_min_rows(raw.get("min_rows"), f"[sites.{name}] min_rows", source),
         ))
-    sections = {k: _section(cls, doc[k], k, source) for k, cls in _SECTIONS.items() if k in doc}
+    sections = {k: _section(cls, doc[k], k, source) for k, cls in _SECTIONS.items() if doc.get(k) is not None}
     run = sections.get("run", RunSpec())
     if confine_out:
         _check_out(run.out, base, source)
@@ -308,12 +534,33 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
         na_values=_na_values(doc.get("na_values", []), "na_values", source),
         impute=sections.get("impute"),
         election=sections.get("election"),
-        training=sections.get("training", TrainingSpec()),
+        training=None if no_training else sections.get("training", TrainingSpec()),
         run=run,
+        **{k: sections.get(k, _SECTIONS[k]()) for k in ("privacy", "trust", "schema", "evaluation")},
         source=source,
     )
-    _check_choices(spec)
-    return spec
+    return check_spec(spec)
+
+
+def spec_from_plan(plan: Mapping[str, Any] | str, source: str = "the job plan") -> JobSpec:
+    """The :class:`JobSpec` of a plan: :meth:`JobSpec.plan` or :meth:`JobSpec.to_dict` output, as a
+    dict or JSON text (an engine's run config holds only strings).
+
+    Raises:
+        JobError: not valid JSON, not an object, or as :func:`parse_job`.
+    """
+    try:
+        raw = json.loads(plan) if isinstance(plan, str) else plan
+    except json.JSONDecodeError as exc:
+        raise JobError(f"{source} is not valid JSON: {exc}") from None
+    if not isinstance(raw, Mapping):
+        raise JobError(f"{source} must be a JSON object (JobSpec.plan()), got {type(raw).__name__}")
+    doc = {k: v for k, v in raw.items() if k != "source"}
+    sites = doc.get("sites")
+    if isinstance(sites, list):  # to_dict() form: [{name, path, ...}]
+        doc["sites"] = {str(s.get("name")): {k: v for k, v in s.items() if k != "name" and v not in (None, [])}
+                        for s in sites if isinstance(s, Mapping)}
+    return parse_job(doc, source=source, sites_required=False)
 
 
 def load_job(path_or_doc: str | Path | Mapping[str, Any], *, out_given: bool = False) -> JobSpec:

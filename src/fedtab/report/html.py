@@ -7,8 +7,8 @@ string that comes from the sites (site and column names, class labels, reasons) 
 escaped, so a column called ``<script>`` is shown as text, never run.
 
 Sections, each a ``<section id=...>`` with an ``<h2>`` heading (stable, for tests and
-links; :data:`SECTIONS`): ``sites``, ``imputation``, ``election``, ``tuning``, ``metrics``,
-``baselines``, ``steps``. A section whose data is absent says so in one line.
+links; :data:`SECTIONS`): ``sites``, ``guarantees``, ``imputation``, ``election``, ``tuning``,
+``metrics``, ``baselines``, ``steps``. A section whose data is absent says so in one line.
 
 Result keys read (all optional): those of the job's ``result.json`` (``docs/job.md``) —
 ``sites`` (list of ``{name, rows, rows_train, rows_test, rows_without_label, columns}``),
@@ -20,7 +20,8 @@ selected, votes, rank, reason, chosen_by}``, and in a simulation ``pooled_agreem
 ``id="pooled-agreement"``), ``tuning`` (``method``, ``freedom_degree``,
 ``score``, ``kept``, ``curve``), ``training`` (``model``), ``evaluation`` (``pooled``,
 ``per_site``: :func:`fedtab.learn.metrics.evaluation_scores` dicts), ``baselines``
-(:func:`fedtab.federation.baseline_flow.run_baselines`), ``schema.classes``, ``steps``
+(:func:`fedtab.federation.baseline_flow.run_baselines`), ``privacy`` / ``trust`` /
+``participation`` (:mod:`fedtab.job.guarantees`), ``schema.classes``, ``steps``
 (``{name, seconds, bytes_down, bytes_up}``), ``fedtab_version`` and ``job``. The names of
 the Python objects are accepted too: ``sites`` as ``{name: {...}}``, election rows of
 :meth:`ElectionResult.explain` (``feature``, ``kept``, ``vote``, ``held_by``,
@@ -40,6 +41,7 @@ __all__ = ["write_report", "render_report", "site_summaries", "SECTIONS"]
 #: section id -> heading, in page order.
 SECTIONS: dict[str, str] = {
     "sites": "Sites and their columns",
+    "guarantees": "Privacy, trust and participation: what the server could learn, which sites took part",
     "imputation": "Imputation quality per column",
     "election": "Feature election: why each column was kept or dropped",
     "tuning": "Tuning of the freedom degree",
@@ -158,6 +160,54 @@ def _sites(result: Mapping[str, Any]) -> str:
         held = [set(s["columns"]) for s in sites]
         out.append(_table(["Column", *(s["name"] for s in sites)],
                           [[_e(c), *("✓" if c in h else "" for h in held)] for c in union]))
+    return "".join(out)
+
+
+def _default(value: Any, default: str) -> str:
+    return _e(default) if value is None else _num(value)
+
+
+def _guarantees(result: Mapping[str, Any]) -> str:
+    """The job's ``privacy``, ``trust`` and ``participation`` (:mod:`fedtab.job.guarantees`)."""
+    privacy, trust, part = (result.get(k) for k in ("privacy", "trust", "participation"))
+    if not any(isinstance(x, Mapping) for x in (privacy, trust, part)):
+        return _absent("No privacy, trust or participation record in this result.")
+    out = []
+    if isinstance(privacy, Mapping):
+        secure = bool(privacy.get("secure_aggregation"))
+        out.append("<p>Secure aggregation: " + ("<strong>on</strong> — the server saw only sums over the sites, "
+                                               "never one site's statistics, updates or scores." if secure else
+                                               "off — the server saw each site's statistics and updates.") + "</p>")
+        dp = privacy.get("dp")
+        if isinstance(dp, Mapping):
+            out.append(f"<p>Differential privacy: budget ε = {_num(dp.get('epsilon'))}, δ = {_e(dp.get('delta'))} for "
+                       f"the whole run; spent ε = <strong>{_num(dp.get('epsilon_spent'))}</strong>. Each step that "
+                       "releases noisy values gets an equal share and spends at most it.</p>")
+            steps = dp.get("steps") if isinstance(dp.get("steps"), Mapping) else {}
+            out.append(_table(["Step", "ε share", "ε spent", "Noise multiplier"],
+                              [[_e(k), _num(v.get("epsilon")), _num(v.get("epsilon_spent")),
+                                _num(v.get("noise_multiplier"))] for k, v in steps.items() if isinstance(v, Mapping)],
+                              num_cols=(1, 2, 3)))
+        else:
+            out.append("<p>Differential privacy: off.</p>")
+    if isinstance(trust, Mapping):
+        rows = [["Robust reducers", "on" if trust.get("robust") else "off"],
+                ["Largest share of a pooled sum one site may carry (robust)", _num(trust.get("max_site_share"))],
+                ["Quorum (sites that must remain)", _default(trust.get("min_sites"), "every site")],
+                ["Seconds a site may take per exchange", _default(trust.get("timeout"), "the engine's")],
+                ["Sites that must hold a column for consensus", _default(trust.get("min_holders"), "2")]]
+        out.append(_table(["Trust setting", "Value"], rows))
+    if isinstance(part, Mapping):
+        steps = [s for s in part.get("steps") or [] if isinstance(s, Mapping)]
+        if steps:
+            out.append(_table(["Step", "Sites that took part", "Sites dropped (why)"],
+                              [[_e(s.get("step", "")), ", ".join(_e(x) for x in s.get("sites") or []) or "—",
+                                "; ".join(f"{_e(k)}: {_e(v)}" for k, v in (s.get("dropped") or {}).items()) or "—"]
+                               for s in steps]))
+        dropped = part.get("dropped") or {}
+        out.append("<p>" + ("Sites left out of the run: " + "; ".join(f"<strong>{_e(k)}</strong> ({_e(v)})"
+                                                                     for k, v in dropped.items())
+                            if dropped else "No site was left out of the run.") + "</p>")
     return "".join(out)
 
 
@@ -376,7 +426,7 @@ def _steps(result: Mapping[str, Any]) -> str:
             + _table(["Step", "Seconds", "Sent to sites", "Received from sites"], rows, num_cols=(1, 2, 3)))
 
 
-_RENDER = {"sites": _sites, "imputation": _imputation, "election": _election, "tuning": _tuning,
+_RENDER = {"sites": _sites, "guarantees": _guarantees, "imputation": _imputation, "election": _election, "tuning": _tuning,
            "metrics": _metrics, "baselines": _baselines, "steps": _steps}
 
 

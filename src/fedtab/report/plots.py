@@ -12,7 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["plot_sweep", "plt", "save_figure", "figure_data_uri", "tuning_curve_figure", "metric_by_site_figure"]
+__all__ = ["plot_sweep", "plot_tuning_curve", "plt", "save_figure", "figure_data_uri", "tuning_curve_figure",
+           "metric_by_site_figure"]
 
 
 def save_figure(fig: Any, path: str | Path, *, dpi: int = 110) -> Path:
@@ -121,3 +122,16 @@ def plot_sweep(sweep: Sequence[dict[str, Any]], path: str | Path, *, title: str 
         labels.append(line.get_label())
     ax.legend(handles, labels, loc="upper left", fontsize=8)
     return save_figure(fig, path, dpi=120)
+
+
+def plot_tuning_curve(results: Sequence[Any] | Any, path: str | Path, title: str = "") -> Path:
+    """Plot score and kept features against fd for one or more
+    :class:`~fedtab.election.tuning.TuningResult` s; mark each choice.
+
+    Writes a PNG at ``path`` (matplotlib, Agg backend) and returns the path.
+    """
+    if not isinstance(results, (list, tuple)):
+        results = [results]
+    runs = [{"method": r.method, "curve": r.curve(), "freedom_degree": r.freedom_degree, "kept": r.kept,
+             "score": r.score} for r in results]
+    return save_figure(tuning_curve_figure(runs, title), path)

@@ -12,10 +12,11 @@
 from .exchange import Validator, collect, exchange, exchange_sums
 from .federation import (Federation, FederationError, QuorumError, SiteError, SiteRefused, Traffic, TrafficLog,
                          check_min_sites, reject_text, set_quorum)
-from .options import PrivacyOptions, RunOptions, TrustOptions, plan_run_ledger, run_ledger, set_options
+from .options import (PrivacyOptions, RunOptions, TrustOptions, plan_run_ledger, run_ledger, set_options,
+                      set_step_dp)
 from .summing import SECURE_SUM, PlainSums, SecureSums, Summed, SummingStrategy, SumSpec
 
 __all__ = ["Federation", "FederationError", "QuorumError", "SiteError", "SiteRefused", "Traffic", "TrafficLog",
            "check_min_sites", "reject_text", "set_quorum", "collect", "exchange", "exchange_sums", "Validator",
-           "RunOptions", "PrivacyOptions", "TrustOptions", "set_options", "run_ledger", "plan_run_ledger", "SumSpec", "Summed",
+           "RunOptions", "PrivacyOptions", "TrustOptions", "set_options", "set_step_dp", "run_ledger", "plan_run_ledger", "SumSpec", "Summed",
            "SummingStrategy", "PlainSums", "SecureSums", "SECURE_SUM"]

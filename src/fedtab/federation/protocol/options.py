@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from ..reduce import DEFAULT_MAX_SITE_SHARE
 
-__all__ = ["RunOptions", "PrivacyOptions", "TrustOptions", "set_options", "run_ledger", "plan_run_ledger"]
+__all__ = ["RunOptions", "PrivacyOptions", "TrustOptions", "set_options", "set_step_dp", "run_ledger", "plan_run_ledger"]
 
 log = logging.getLogger("fedtab.federation")
 
@@ -123,6 +123,27 @@ def set_options(federation: "Federation", options: RunOptions | None = None, **s
     federation._summing = None
     federation.privacy_ledger = None
     return opts
+
+
+def set_step_dp(federation: "Federation", dp: Mapping[str, Any] | None) -> RunOptions:
+    """Give the next step of a run its own DP budget ``dp`` (``None``: no DP), keeping every
+    other option and the summing strategy (a secure-aggregation session is not restarted).
+
+    A job splits its total budget over its releasing steps this way
+    (:func:`fedtab.job.guarantees.dp_for`, basic composition); the previous step's
+    accountant, if it spent anything, is kept in ``federation.privacy_spent``.
+
+    Raises:
+        ValueError: invalid DP settings (as :class:`RunOptions`).
+    """
+    opts = federation.options
+    new = RunOptions(replace(opts.privacy, dp=None if dp is None else dict(dp)), opts.trust)
+    ledger = federation.privacy_ledger
+    if ledger is not None and any(ledger.spent.values()):
+        federation.privacy_spent.append(ledger.report())
+    federation._options = new
+    federation.privacy_ledger = None
+    return new
 
 
 def run_ledger(federation: "Federation", plan: Mapping[str, int],

@@ -6,21 +6,27 @@ A simulation study in three lines::
     fe.get_support(), fe.feature_names_out_
     fe.explain()
 
-``fit`` wraps each table in a :class:`~fedtab.federation.site.Site` (every row votes) and
-runs :func:`~fedtab.federation.election_flow.run_election` over an in-process
-:class:`~fedtab.engines.local.LocalFederation`: the same ballots, wire format,
-validation and rule as a deployment on Flower or FLARE.
+``fit`` wraps each table in a :class:`~fedtab.federation.site.Site` (every row votes), builds
+the :class:`~fedtab.job.spec.JobSpec` of an election (:meth:`FederatedFeatureElection.job_spec`)
+and runs the job's step loop over an in-process :class:`~fedtab.engines.local.LocalFederation`:
+the same ballots, wire format, validation and rule as a deployment on Flower or FLARE.
+Tables follow the estimators' input contract (:mod:`fedtab.estimators.tables`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, clone
 from sklearn.feature_selection import SelectorMixin
 from sklearn.utils.validation import check_is_fitted
+
+from .tables import site_tables
+
+if TYPE_CHECKING:
+    from ..job.spec import JobSpec
 
 __all__ = ["FederatedFeatureElection"]
 
@@ -78,7 +84,8 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
     ``ballots_`` (one :class:`~fedtab.election.ballot.Ballot` per site), ``site_names_``,
     ``feature_names_in_`` (the global feature order: ordered union of the sites'
     columns), ``n_features_in_``, ``support_`` and ``feature_names_out_`` (the elected
-    names, in the global order).
+    names, in the global order), ``job_result_`` (the run's ``steps``, ``privacy``, ``trust``
+    and ``participation``, as in a job's ``result.json``).
     """
 
     def __init__(self, selector: Any = "lasso", freedom_degree: float = 0.5, aggregation: str = "weighted",
@@ -97,28 +104,24 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
         """Elect from one table per site.
 
         Args:
-            tables: a list of DataFrames (sites ``site0``, ``site1``...), a dict
-                name -> DataFrame, or one DataFrame (one site). Columns are matched by
-                name; sites may hold different columns (``compat`` profiles need the same).
+            tables: one table per site (:mod:`fedtab.estimators.tables`): a list of
+                DataFrames or 2-D arrays (sites ``site0``, ``site1``...), a dict name -> table,
+                or one table (one site). Columns are matched by name; sites may hold different
+                columns (``compat`` profiles need the same).
             target: the label column's name in every table, or one label array per site
                 (a list in site order or a dict by name; the tables then hold only features).
 
         Raises:
             ValueError: no tables, a missing target, a bad setting (unknown aggregation,
-                compat, fd outside [0, 1]).
+                compat, fd outside [0, 1]; a :class:`~fedtab.job.spec.JobError`).
             fedtab.federation.protocol.FederationError: a site's selector failed or sent an
                 invalid ballot (naming the site).
         """
         from ..engines.local import LocalFederation
-        from ..federation.election_flow import run_election
         from ..federation.site import Site
-        from .ballot import check_freedom_degree
-        from .rule import check_aggregation, check_normalization, check_profile
+        from ..job.workflow import run_workflow
 
-        check_freedom_degree(self.freedom_degree)
-        check_aggregation(self.aggregation)
-        check_profile(self.compat, check_normalization(self.normalization))
-        named = _named_tables(tables)
+        named = site_tables(tables)
         names = list(named)
         if target is None:
             raise ValueError("fit needs the target: a column name or one label array per site")
@@ -135,11 +138,12 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
                     raise ValueError(f"site {name!r}: target has shape {y.shape}, the table {len(frame)} rows")
                 frames[name] = frame.assign(**{column: y})
         selectors = _per_site(self.selector, names, "selector")
+        spec = self.job_spec(column, dict(zip(names, selectors)))
         sites = [Site(name, frame, column, test_size=0.0, selector=_own_copy(sel))
                  for (name, frame), sel in zip(frames.items(), selectors)]
-        outcome = run_election(LocalFederation(sites), self.freedom_degree, aggregation=self.aggregation,
-                               normalization=self.normalization, compat=self.compat, consensus=self.consensus,
-                               consensus_alpha=self.consensus_alpha)
+        outputs = run_workflow(LocalFederation(sites), spec)
+        outcome = outputs.outcomes["election"]
+        self.job_result_ = {k: outputs.result[k] for k in ("steps", "privacy", "trust", "participation")}
         self.result_ = outcome.result
         self.ballots_ = outcome.ballots
         self.site_names_ = names
@@ -152,8 +156,28 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
             self._compare_with_pooled(sites, column, selectors, outcome.ballots)
         return self
 
+    def job_spec(self, target: str, selectors: Mapping[str, Any]) -> "JobSpec":
+        """The validated job :meth:`fit` runs: an election (no training) at this estimator's
+        settings over sites ``selectors`` (name -> selector), every row voting.
+
+        Raises:
+            fedtab.job.spec.JobError: a bad setting, naming it.
+        """
+        from ..job.spec import (ElectionSpec, EvaluationSpec, JobSpec, RunSpec, SchemaSpec, SiteSpec,
+                                check_spec)
+        from ..election.ballot import check_freedom_degree
+
+        check_freedom_degree(self.freedom_degree)
+        election = ElectionSpec(selector=next(iter(selectors.values())), freedom_degree=self.freedom_degree,
+                                aggregation=self.aggregation, normalization=self.normalization, compat=self.compat,
+                                consensus=self.consensus, consensus_alpha=self.consensus_alpha)
+        return check_spec(JobSpec(target=target, sites=[SiteSpec(n, None, selector=s) for n, s in selectors.items()],
+                                  election=election, training=None, run=RunSpec(test_size=0.0),
+                                  schema=SchemaSpec(profile=False), evaluation=EvaluationSpec(baselines=False),
+                                  source=type(self).__name__))
+
     def _compare_with_pooled(self, sites: list[Any], column: str, selectors: list[Any], ballots: list[Any]) -> None:
-        from .agreement import DEFAULT_FREEDOM_DEGREES, pooled_agreement, pooled_mask
+        from ..election.agreement import DEFAULT_FREEDOM_DEGREES, pooled_agreement, pooled_mask
 
         if any(s is not selectors[0] and s != selectors[0] for s in selectors):
             raise ValueError("pooled_comparison needs one selector shared by every site, got one per site")
@@ -169,14 +193,15 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
         """The fitted election as the result data :func:`fedtab.report.write_report` reads:
         ``election`` (settings, stats, ``features`` = :meth:`ElectionResult.explain_records`
         and, with ``pooled_comparison``, ``pooled_agreement`` = the Jaccard agreement per
-        freedom degree) and ``sites`` (training rows and columns of each voting site)."""
+        freedom degree), ``sites`` (training rows and columns of each voting site) and the run's
+        ``steps``, ``privacy``, ``trust`` and ``participation`` (``job_result_``)."""
         check_is_fitted(self, "result_")
         election = {**self.result_.to_dict(), "features": self.result_.explain_records()}
         if getattr(self, "pooled_agreement_", None) is not None:
             election["pooled_agreement"] = self.pooled_agreement_.to_dict("records")
         sites = {b.site: {"n_train": b.n_samples, "columns": list(b.feature_names or self.feature_names_in_)}
                  for b in self.ballots_}
-        return {"election": election, "sites": sites, "abstained": dict(self.abstained_)}
+        return {"election": election, "sites": sites, "abstained": dict(self.abstained_), **self.job_result_}
 
     def write_report(self, path: Any) -> Any:
         """Write the self-contained ``report.html`` of :meth:`report_data` to ``path``; returns the path."""
@@ -201,21 +226,3 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True  # transform only picks columns
         return tags
-
-
-def _named_tables(tables: Any) -> dict[str, pd.DataFrame]:
-    if isinstance(tables, pd.DataFrame):
-        return {"site0": tables}
-    if isinstance(tables, Mapping):
-        out = {str(k): v for k, v in tables.items()}
-    elif isinstance(tables, Sequence) and not isinstance(tables, (str, bytes)):
-        out = {f"site{i}": t for i, t in enumerate(tables)}
-    else:
-        raise ValueError(f"tables must be a DataFrame, a list of DataFrames or a dict name -> DataFrame, "
-                         f"got {type(tables).__name__}")
-    if not out:
-        raise ValueError("fit needs at least one site table")
-    bad = [k for k, t in out.items() if not isinstance(t, pd.DataFrame)]
-    if bad:
-        raise ValueError(f"sites {bad}: each table must be a pandas DataFrame")
-    return out

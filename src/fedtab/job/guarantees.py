@@ -1,0 +1,135 @@
+"""The job's guarantees, read from its :class:`~fedtab.job.spec.JobSpec` once: the quorum and
+timeout of the federation, each step's share of the DP budget, and what ``result.json``
+records about them (``privacy``, ``trust``, ``participation``).
+
+The privacy budget ``[privacy] dp`` is the run's *total*: :func:`dp_for` splits ε and δ
+equally over the steps that release (:func:`releasing_steps`), so by basic composition the
+steps together spend at most the total. Each step calibrates its own noise to its share with
+the dp-accounting RDP accountant and reports what it spent; :func:`privacy_record` adds them
+up. (One accountant composing every release of the run would spend the budget more tightly;
+this is the one place to swap it in.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from ..federation.protocol import Federation
+    from .outputs import Outputs
+    from .spec import JobSpec
+
+__all__ = ["apply_options", "apply_trust", "dp_for", "participation_record", "privacy_record", "releasing_steps", "trust_record"]
+
+
+def apply_trust(federation: "Federation", spec: "JobSpec") -> None:
+    """Set the run's quorum (``[trust] min_sites``) and per-exchange timeout (``[trust] timeout``)
+    on ``federation``; unset values keep the federation's own.
+
+    Raises:
+        ValueError: ``min_sites`` above the federation's sites.
+    """
+    from ..federation.protocol import set_quorum
+
+    set_quorum(federation, spec.trust.min_sites)
+    if spec.trust.timeout is not None:
+        federation.timeout = float(spec.trust.timeout)
+
+
+def apply_options(federation: "Federation", spec: "JobSpec") -> None:
+    """Fix the run's options on ``federation`` from ``[privacy]`` and ``[trust]``
+    (:func:`fedtab.federation.protocol.set_options`): how sums travel (secure aggregation
+    or plain), the robust reducers, ``max_site_share`` and ``min_holders``. DP starts off;
+    each releasing step sets its share of the budget (:func:`dp_for`) before it runs.
+
+    Raises:
+        ValueError: settings that cannot hold together (robust with secure aggregation).
+    """
+    from ..federation.protocol import set_options
+
+    t = spec.trust
+    kwargs: dict[str, Any] = {"secure_aggregation": spec.privacy.secure_aggregation, "robust": t.robust,
+                              "min_holders": t.min_holders}
+    if t.max_site_share is not None:
+        kwargs["max_site_share"] = t.max_site_share
+    set_options(federation, **kwargs)
+
+
+def releasing_steps(spec: "JobSpec") -> list[str]:
+    """The steps of ``spec`` that make DP releases, in run order (the tuning, the score test and
+    the baselines have no DP mode; :func:`~fedtab.job.spec.check_spec` refuses or skips them)."""
+    steps = []
+    if spec.impute is not None:
+        steps.append("imputation")
+    if spec.election is not None and spec.election.method == "vote":
+        steps.append("election")
+    if spec.training is not None:
+        steps.append("training")
+        if spec.evaluation.all_columns:
+            steps.append("all_columns")
+    return steps
+
+
+def dp_for(spec: "JobSpec", step: str) -> dict[str, Any] | None:
+    """The ``dp`` argument of ``step``'s workflow: the total budget's equal share (ε/k, δ/k over the
+    k releasing steps), or ``None`` without ``[privacy] dp``.
+
+    Raises:
+        ValueError: ``step`` makes no DP release in this job.
+    """
+    dp = spec.privacy.dp
+    if dp is None:
+        return None
+    steps = releasing_steps(spec)
+    if step not in steps:
+        raise ValueError(f"step {step!r} makes no DP release in this job")
+    return {**dp, "epsilon": dp["epsilon"] / len(steps), "delta": dp["delta"] / len(steps)}
+
+
+def privacy_record(spec: "JobSpec", reports: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
+    """``result["privacy"]``: ``secure_aggregation`` and ``dp`` (``None``, or the budget ``epsilon`` /
+    ``delta``, ``epsilon_spent`` by the whole run, and per step its share and what it spent)."""
+    dp = spec.privacy.dp
+    out: dict[str, Any] = {"secure_aggregation": spec.privacy.secure_aggregation, "dp": None}
+    if dp is None:
+        return out
+    steps = {}
+    for step in releasing_steps(spec):
+        share = dp_for(spec, step)
+        assert share is not None
+        report = reports.get(step) or {}
+        steps[step] = {"epsilon": share["epsilon"], "delta": share["delta"], "epsilon_spent": report.get("total"),
+                       "noise_multiplier": report.get("noise_multiplier"), "releases": report.get("releases", {})}
+    spent = [s["epsilon_spent"] for s in steps.values() if s["epsilon_spent"] is not None]
+    out["dp"] = {"epsilon": dp["epsilon"], "delta": dp["delta"], "epsilon_spent": float(sum(spent)),
+                 "bounds": dp.get("bounds"), "clip": dp.get("clip"), "steps": steps}
+    return out
+
+
+def trust_record(spec: "JobSpec") -> dict[str, Any]:
+    """``result["trust"]``: ``robust``, ``min_sites``, ``max_site_share``, ``timeout``, ``min_holders``
+    as the job set them (``None`` = the default: every site must answer, the engine's timeout,
+    2 holders with two or more sites)."""
+    return asdict(spec.trust)
+
+
+def participation_record(federation: "Federation", spans: Sequence[tuple[str, int, Mapping[str, str]]]
+                         ) -> dict[str, Any]:
+    """``result["participation"]``: per step that exchanged with the sites (``spans``: ``(step, index
+    of its first exchange in Federation.participation, sites dropped before it)``, in run order) the
+    sites whose replies every exchange of the step used (``sites``) and the sites it dropped
+    (``dropped``: site -> reason); ``dropped``: every site left out of the run; ``exchanges``: one
+    ``{"step", "sites"}`` per exchange (:attr:`Federation.participation`)."""
+    log = list(federation.participation)
+    ends = [start for _, start, _ in spans[1:]] + [len(log)]
+    afters = [before for _, _, before in spans[1:]] + [dict(federation.dropped)]
+    steps = []
+    for (name, start, before), end, after in zip(spans, ends, afters):
+        exchanges = log[start:end]
+        dropped = {s: r for s, r in after.items() if s not in before}
+        if not exchanges and not dropped:
+            continue
+        sites = [s for s in exchanges[0]["sites"] if all(s in e["sites"] for e in exchanges)] if exchanges else []
+        steps.append({"step": name, "sites": sites, "dropped": dropped})
+    return {"steps": steps, "dropped": dict(federation.dropped), "exchanges": log}

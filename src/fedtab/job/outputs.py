@@ -1,0 +1,47 @@
+"""What a job's steps produce, step by step (:class:`Outputs`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = ["Outputs", "RESULT_KEYS"]
+
+#: the step sections of a job's result, each ``None`` until (unless) its step runs
+RESULT_KEYS = ("sites", "schema", "imputation", "tuning", "election", "training", "baselines", "all_columns")
+
+
+@dataclass
+class Outputs:
+    """The outputs so far of one run of :func:`fedtab.job.workflow.run_workflow`.
+
+    Attributes:
+        result: the JSON-able sections of ``result.json`` (:data:`RESULT_KEYS`, then
+            ``steps``, ``privacy``, ``trust``, ``participation`` and ``model``).
+        outcomes: the workflows' own outcome objects by step (``ElectionOutcome``,
+            ``TrainingOutcome``, ``ImputationResult``, ``TuneOutcome``, ``PooledScoreTest``),
+            for callers in this process (the estimators, the commands).
+        features: the columns the next step works on (after encoding, then the selected
+            ones); ``None`` = whatever the sites hold (no profile was asked for).
+        ranges / integer: pooled coarse range per encoded column and the integer columns
+            (from the profile; what imputed values are clipped to and rounded).
+        freedom_degree: the election's (tuned or given).
+        described: the training's description gathered by the election's ``set_mask``.
+        ballots: ballots to elect from instead of gathering them (a sweep over freedom
+            degrees reuses the first run's, see ``fedtab demo``).
+        imputer: the model file's imputer section, once imputation ran.
+        privacy: each releasing step's DP report (:meth:`PrivacyLedger.report`).
+        hooks: the caller's callbacks; ``"imputation"``: ``fn(round, rounds, info)``.
+    """
+
+    result: dict[str, Any] = field(default_factory=lambda: dict.fromkeys(RESULT_KEYS))
+    outcomes: dict[str, Any] = field(default_factory=dict)
+    features: list[str] | None = None
+    ranges: dict[str, list[float]] = field(default_factory=dict)
+    integer: list[str] = field(default_factory=list)
+    freedom_degree: float | None = None
+    described: dict[str, Any] | None = None
+    ballots: list[Any] | None = None
+    imputer: dict[str, Any] | None = None
+    privacy: dict[str, Any] = field(default_factory=dict)
+    hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)

@@ -1,0 +1,43 @@
+"""The job's steps, one module each, in run order (:data:`STEPS`).
+
+Each step is a :class:`Step`: a name (its row in ``result["steps"]``), ``needed(spec, out)``
+(a step the job does not need is skipped and costs no exchange) and ``run(federation, spec,
+out)``, which reads the :class:`~fedtab.job.spec.JobSpec` and the outputs so far
+(:class:`~fedtab.job.outputs.Outputs`) and adds its own. The steps are the only place that
+turns the spec's settings into the workflows' keyword arguments (secure aggregation, DP,
+robust mode, ``min_holders``); the quorum and the timeout are set once per run by
+:func:`fedtab.job.guarantees.apply_trust`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from ...federation.protocol import Federation
+    from ..outputs import Outputs
+    from ..spec import JobSpec
+
+__all__ = ["STEPS", "Step"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the job: ``run(federation, spec, out)`` when ``needed(spec, out)``."""
+
+    name: str
+    needed: Callable[["JobSpec", "Outputs"], bool]
+    run: Callable[["Federation", "JobSpec", "Outputs"], Any]
+
+
+def _steps() -> tuple[Step, ...]:
+    from . import categories, election, evaluation, imputation, schema, score_test, training, tuning
+
+    return (schema.STEP, categories.STEP, imputation.STEP, tuning.STEP, election.STEP, score_test.STEP,
+            training.STEP, evaluation.BASELINES, evaluation.ALL_COLUMNS)
+
+
+#: schema → categories → imputation (never the label) → tuning → election or score test → training
+#: (with the final evaluation) → baselines → all-columns comparison
+STEPS: tuple[Step, ...] = _steps()

@@ -1,0 +1,40 @@
+"""Step 2, the categories: text columns get one agreed category list and every site one-hot encodes.
+
+Each site sends only the *set* of categories it observes per text column (no counts); the
+server takes the sorted union and every site encodes with it (a category below a site's
+``min_rows`` becomes ``(other)`` or missing there, see :mod:`fedtab.federation.encoding_flow`).
+Runs only when the schema step found text columns.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import Step
+
+if TYPE_CHECKING:
+    from ...federation.protocol import Federation
+    from ..outputs import Outputs
+    from ..spec import JobSpec
+
+__all__ = ["STEP"]
+
+
+def _needed(spec: "JobSpec", out: "Outputs") -> bool:
+    schema = out.result["schema"]
+    return bool(schema and schema.get("categorical"))
+
+
+def _run(federation: "Federation", spec: "JobSpec", out: "Outputs") -> None:
+    from ...federation.encoding_flow import agree_categories, encode_categories
+    from .schema import set_columns
+
+    schema = out.result["schema"]
+    cats = agree_categories(federation, schema["categorical"])
+    if cats:
+        encode_categories(federation, cats, same_width=False)
+    schema["categories"] = cats
+    set_columns(out)
+
+
+STEP = Step("categories", _needed, _run)

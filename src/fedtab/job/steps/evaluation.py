@@ -1,0 +1,49 @@
+"""Step 7, the comparisons (``[evaluation]``): what the federated model is measured against.
+
+* ``baselines`` (one exchange): the majority class and each site's local-only model of the
+  same kind, scored on the same test rows (:func:`fedtab.federation.baseline_flow.run_baselines`);
+  by default on, except in a private run (they release each site's own scores).
+* ``all_columns``: the model trained on every column too (a second training run, with its own
+  DP share), to compare with the selected columns.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..outputs import Outputs
+from . import Step
+
+if TYPE_CHECKING:
+    from ...federation.protocol import Federation
+    from ..spec import JobSpec
+
+__all__ = ["ALL_COLUMNS", "BASELINES"]
+
+
+def _wants_baselines(spec: "JobSpec", out: Outputs) -> bool:
+    if spec.training is None:
+        return False
+    return spec.evaluation.baselines if spec.evaluation.baselines is not None else not spec.privacy.private
+
+
+def _baselines(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
+    from ...federation.baseline_flow import run_baselines
+
+    out.result["baselines"] = run_baselines(federation, out.outcomes["training"])
+
+
+def _all_columns(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
+    from .training import summary, train
+
+    elected = out.result["election"]
+    columns = list(elected["feature_names"]) if elected else out.features  # every column the selection saw
+    tr = train(federation, spec, columns, "all_columns")
+    out.outcomes["all_columns"] = tr
+    out.privacy["all_columns"] = tr.privacy
+    out.result["all_columns"] = summary(tr)
+
+
+BASELINES = Step("baselines", _wants_baselines, _baselines)
+ALL_COLUMNS = Step("all_columns", lambda spec, out: spec.training is not None and spec.evaluation.all_columns,
+                   _all_columns)

@@ -1,0 +1,53 @@
+"""Step 6, the training (``[training]``) with the final evaluation on the sites' test rows.
+
+FedAvg (or exact aggregation) of the model on the selected columns (all columns without a
+selection step), then one ``evaluate`` exchange: metrics pooled and per site. Robust mode and
+``max_site_share`` come from ``[trust]``, secure aggregation and the step's DP share from
+``[privacy]``; a description gathered by the election is reused.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..guarantees import dp_for
+from ..outputs import Outputs
+from . import Step
+
+if TYPE_CHECKING:
+    from ...federation.protocol import Federation
+    from ...federation.training import TrainingOutcome
+    from ..spec import JobSpec
+
+__all__ = ["STEP", "summary", "train"]
+
+
+def train(federation: "Federation", spec: "JobSpec", features: list[str] | None, step: str,
+          described: Any = None) -> "TrainingOutcome":
+    """:func:`~fedtab.federation.training_flow.run_training` with the job's model and guarantees
+    (``step``: whose DP share it spends, ``"training"`` or ``"all_columns"``)."""
+    from ...federation.protocol import set_step_dp
+    from ...federation.training import run_training
+
+    tr = spec.training
+    assert tr is not None
+    set_step_dp(federation, dp_for(spec, step))  # robust, max_site_share, secure sums: the run's options
+    return run_training(federation, features, model=tr.model, rounds=tr.rounds, local_epochs=tr.local_epochs,
+                        seed=spec.run.seed, described=described)
+
+
+def summary(tr: "TrainingOutcome") -> dict[str, Any]:
+    """The JSON-able ``result["training"]`` of a training outcome (no parameters: they are in the model file)."""
+    return {"model": tr.model, "rounds": tr.rounds, "local_epochs": tr.local_epochs, "features": list(tr.features),
+            "classes": list(tr.classes), "n_params": tr.n_params, "history": tr.history, "metrics": tr.metrics,
+            "robust": tr.robust, "left_out": dict(tr.left_out), "privacy": tr.privacy}
+
+
+def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
+    tr = train(federation, spec, out.features, "training", out.described)
+    out.outcomes["training"] = tr
+    out.privacy["training"] = tr.privacy
+    out.result["training"] = summary(tr)
+
+
+STEP = Step("training", lambda spec, out: spec.training is not None, _run)

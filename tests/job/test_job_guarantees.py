@@ -1,0 +1,342 @@
+"""The job file carries every guarantee (issue 21, items 1-5): ``[privacy]``, ``[trust]`` and
+``[election] method`` are validated, reach the workflows from one place, are recorded in
+``result.json`` and ``report.html``, and give the same model on every engine."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedtab.job.guarantees import dp_for, releasing_steps
+from fedtab.job.run import run_job
+from fedtab.job.spec import (DP_KEYS, JobError, JobSpec, check_spec, load_job, parse_job, spec_from_plan, _SECTIONS)
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = {"target": "y", "sites": {"a": {"path": "a.csv"}, "b": {"path": "b.csv"}, "c": {"path": "c.csv"}}}
+GUARDED = {"privacy": {"secure_aggregation": True}, "trust": {"min_sites": 2, "timeout": 600, "min_holders": 2}}
+
+
+# ----------------------------------------------------------------------------- item 1: the spec
+def test_privacy_trust_and_method_parse_and_travel_in_the_plan():
+    spec = load_job({**BASE, "privacy": {"dp": {"epsilon": 8.0, "delta": 1e-5, "bounds": [-10.0, 10.0]}},
+                     "trust": {"min_sites": 2, "timeout": 600, "min_holders": 2, "robust": True,
+                               "max_site_share": 0.4},
+                     "election": {"method": "vote", "score_test_alpha": 0.1}})
+    assert spec.privacy.dp == {"epsilon": 8.0, "delta": 1e-5, "bounds": [-10.0, 10.0], "clip": 1.0}
+    assert (spec.trust.min_sites, spec.trust.timeout, spec.trust.robust) == (2, 600.0, True)
+    assert spec.election.method == "vote" and spec.election.score_test_alpha == 0.1
+    assert load_job({**BASE, "election": {"method": "score-test"}}).election.method == "score-test"
+    back = spec_from_plan(json.dumps(spec.plan()))
+    assert back.plan() == spec.plan() and [s.name for s in back.sites] == ["a", "b", "c"]
+    assert all(s.path is None for s in back.sites)  # the server never learns where the tables are
+    assert spec_from_plan(spec.to_dict()).to_dict()["privacy"] == spec.to_dict()["privacy"]
+
+
+@pytest.mark.parametrize("doc, fragment", [
+    ({"privcy": {}}, "unknown key 'privcy' (did you mean 'privacy'?)"),
+    ({"trust": {"min_site": 2}}, "unknown key [trust] 'min_site' (did you mean 'min_sites'?)"),
+    ({"privacy": {"secure_aggregaton": True}}, "(did you mean 'secure_aggregation'?)"),
+    ({"privacy": {"dp": {"epsilom": 1}}}, "unknown key [privacy] dp.'epsilom' (did you mean 'epsilon'?)"),
+    ({"privacy": {"dp": {"epsilon": 0}}}, "[privacy] dp needs epsilon > 0"),
+    ({"privacy": {"dp": {"epsilon": 1, "bounds": [3, 1]}}}, "[privacy] dp.bounds must be [low, high]"),
+    ({"privacy": {"dp": {"epsilon": 1, "bounds": {"x": [0, "a"]}}}}, "[privacy] dp.bounds.x must be [low, high]"),
+    ({"privacy": {"dp": 8}}, "[privacy] dp must be a table"),
+    ({"privacy": {"secure_aggregation": "yes"}}, "[privacy] secure_aggregation must be true or false"),
+    ({"trust": {"min_sites": 4}}, "[trust] min_sites = 4 but the job has 3 site(s)"),
+    ({"trust": {"min_sites": 0}}, "[trust] min_sites must be a positive integer"),
+    ({"trust": {"timeout": -1}}, "[trust] timeout must be a positive number of seconds"),
+    ({"trust": {"timeout": "soon"}}, "[trust] timeout must be a number"),
+    ({"trust": {"max_site_share": 1.5}}, "max_site_share must be in (0, 1]"),
+    ({"trust": {"robust": True}, "privacy": {"secure_aggregation": True}},
+     "[trust] robust cannot be combined with [privacy] secure_aggregation"),
+    ({"election": {"tune": "grid"}, "privacy": {"secure_aggregation": True}},
+     "cannot be combined with [election] tune"),
+    ({"election": {"method": "score-test"}, "privacy": {"dp": {"epsilon": 1}}}, "has no DP or robust mode"),
+    ({"schema": {"profile": True}, "privacy": {"secure_aggregation": True}}, "[schema] profile = true sends"),
+    ({"evaluation": {"baselines": True}, "privacy": {"dp": {"epsilon": 1}}}, "[evaluation] baselines = true"),
+    ({"training": {"model": "gnb"}, "privacy": {"dp": {"epsilon": 1}}}, "dp is not available for the exact"),
+    ({"election": {"method": "lasso"}}, "[election] method must be one of ['vote', 'score-test']"),
+])
+def test_guarantee_errors_are_one_line_and_name_the_key(doc, fragment):
+    with pytest.raises(JobError, match=re.escape(fragment)) as err:
+        load_job({**BASE, **doc})
+    assert "\n" not in str(err.value)
+
+
+def test_a_spec_built_in_code_is_checked_like_a_job_file():
+    from fedtab.job.spec import SiteSpec, TrustSpec
+
+    spec = JobSpec(target="y", sites=[SiteSpec("a", None)], trust=TrustSpec(min_sites=2), source="my code")
+    with pytest.raises(JobError, match=re.escape("my code: [trust] min_sites = 2 but the job has 1 site(s)")):
+        check_spec(spec)
+
+
+def _documented_keys() -> str:
+    return (ROOT / "docs" / "job.md").read_text()
+
+
+def test_docs_job_md_documents_every_key():
+    text = _documented_keys()
+    table = text[text.index("### Keys"):text.index("## Running it")]
+    for section, cls in _SECTIONS.items():
+        row = next((line for line in table.splitlines() if line.startswith(f"| `[{section}]`")), None)
+        assert row is not None, f"docs/job.md has no row for [{section}]"
+        for f in fields(cls):
+            assert f"`{f.name}`" in row, f"docs/job.md's [{section}] row does not document {f.name!r}"
+    for key in DP_KEYS:
+        assert f"`{key}`" in text[text.index("### Privacy and trust"):]
+
+
+def test_docs_privacy_and_trust_block_is_a_valid_job():
+    text = _documented_keys()
+    block = re.search(r"### Privacy and trust\n\n```toml\n(.*?)```", text, re.S).group(1)
+    spec = parse_job({**BASE, **tomllib.loads(block)})
+    assert spec.privacy.secure_aggregation and spec.privacy.dp["epsilon"] == 8.0 and spec.trust.min_sites == 2
+
+
+# ----------------------------------------------------------------------------- item 3: one place per setting
+#: the workflows whose keyword arguments carry a setting; only the job's step modules call them
+WORKFLOWS = {"run_election", "run_training", "run_imputation", "run_pooled_score_test", "tune_flow", "run_baselines",
+             "ImputeConfig"}
+
+
+def test_only_the_step_modules_turn_settings_into_workflow_arguments():
+    """Front doors (job/, cli/, estimators/, engines/) never call a workflow themselves: the step modules
+    under job/steps/ are the one place where the spec's settings become keyword arguments."""
+    calls = []
+    for package in ("job", "cli", "estimators", "engines"):
+        for path in sorted((ROOT / "src" / "fedtab" / package).rglob("*.py")):
+            if path.parent.name == "steps":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call):
+                    name = getattr(node.func, "id", getattr(node.func, "attr", None))
+                    if name in WORKFLOWS:
+                        calls.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
+    assert calls == []
+
+
+def test_the_dp_budget_is_split_so_the_steps_never_spend_more_than_the_total():
+    spec = load_job({**BASE, "impute": {}, "election": {}, "evaluation": {"all_columns": True},
+                     "privacy": {"dp": {"epsilon": 6.0, "delta": 1e-5}}})
+    assert releasing_steps(spec) == ["imputation", "election", "training", "all_columns"]
+    shares = [dp_for(spec, s) for s in releasing_steps(spec)]
+    assert sum(s["epsilon"] for s in shares) == pytest.approx(6.0) and sum(s["delta"] for s in shares) <= 1e-5
+    with pytest.raises(ValueError, match="makes no DP release"):
+        dp_for(spec, "tuning")
+    assert dp_for(load_job(BASE), "training") is None
+
+
+@pytest.fixture(scope="module")
+def site_files(tmp_path_factory, classification_sites) -> list[dict]:
+    return classification_sites(tmp_path_factory.mktemp("guarded_sites"), 600, 10, 4, 2, table_seed=7, split_seed=3)
+
+
+def _job(configs: list[dict], out: Path, **sections) -> dict:
+    doc = {"target": "target", "sites": {c["name"]: {"path": c["data-path"]} for c in configs},
+           "election": {"freedom_degree": 0.5}, "training": {"rounds": 2, "local_epochs": 1},
+           "run": {"out": str(out)}}
+    doc.update(sections)
+    return doc
+
+
+def test_every_guarantee_reaches_its_workflow(site_files, tmp_path, monkeypatch):
+    """The spec's settings arrive as the workflows' arguments: captured at the workflows themselves."""
+    import fedtab.federation.election_flow as election_flow
+    import fedtab.federation.training_flow as training_flow
+
+    seen = {}
+    for module, name in ((election_flow, "run_election"), (training_flow, "run_training")):
+        real = getattr(module, name)
+
+        def spy(federation, *a, _real=real, _name=name, **kw):
+            seen[_name] = {**kw, "min_sites": federation.min_sites, "timeout": federation.timeout}
+            return _real(federation, *a, **kw)
+
+        monkeypatch.setattr(module, name, spy)
+    run_job(_job(site_files, tmp_path, trust={"robust": True, "max_site_share": 0.45, "min_sites": 2,
+                                               "timeout": 300, "min_holders": 2},
+                 privacy={"dp": {"epsilon": 6.0, "delta": 1e-5, "bounds": [-10, 10]}}))
+    el, tr = seen["run_election"], seen["run_training"]
+    assert (el["robust"], el["min_holders"], el["secure_aggregation"]) == (True, 2, False)
+    assert (tr["robust"], tr["max_site_share"], tr["secure_aggregation"]) == (True, 0.45, False)
+    assert el["dp"]["epsilon"] == tr["dp"]["epsilon"] == 3.0 and el["dp"]["bounds"] == [-10, 10]
+    assert el["min_sites"] == tr["min_sites"] == 2 and el["timeout"] == tr["timeout"] == 300.0
+
+
+# ----------------------------------------------------------------------------- items 4 and 5
+def test_a_dp_job_spends_within_its_budget_and_records_it(site_files, tmp_path):
+    result = run_job(_job(site_files, tmp_path, privacy={"dp": {"epsilon": 4.0, "delta": 1e-5, "bounds": [-10, 10]}}))
+    dp = result["privacy"]["dp"]
+    assert dp["epsilon"] == 4.0 and 0 < dp["epsilon_spent"] <= 4.0 + 1e-9
+    assert set(dp["steps"]) == {"election", "training"}
+    assert all(0 < s["epsilon_spent"] <= s["epsilon"] + 1e-9 for s in dp["steps"].values())
+    assert [s["step"] for s in result["steps"]] == ["election", "training"]  # no profile, no baselines: private
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["privacy"] == result["privacy"] and saved["trust"]["min_sites"] is None
+
+
+def test_result_json_and_report_record_privacy_trust_and_participation(site_files, tmp_path):
+    from html.parser import HTMLParser
+
+    result = run_job(_job(site_files, tmp_path, **GUARDED))
+    assert result["privacy"] == {"secure_aggregation": True, "dp": None}
+    assert result["trust"] == {"robust": False, "max_site_share": 0.5, "min_sites": 2, "timeout": 600.0,
+                               "min_holders": 2}
+    steps = result["participation"]["steps"]
+    assert [s["step"] for s in steps] == ["election", "training"]
+    assert all(s["sites"] == ["site-1", "site-2", "site-3"] and s["dropped"] == {} for s in steps)
+    assert result["participation"]["dropped"] == {}
+    assert result["training"]["metrics"]["per_site"] == {}  # only masked sums reached the server
+
+    class Section(HTMLParser):
+        inside, text = False, []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "section":
+                self.inside = dict(attrs).get("id") == "guarantees"
+
+        def handle_data(self, data):
+            if self.inside:
+                self.text.append(data)
+
+    page = Section()
+    page.feed((tmp_path / "report.html").read_text())
+    text = " ".join("".join(page.text).split())
+    assert "Secure aggregation: on" in text and "Differential privacy: off" in text
+    assert "Quorum" in text and "No site was left out of the run." in text
+
+
+def _predictions(out: Path, table: pd.DataFrame) -> np.ndarray:
+    from fedtab.job.model_file import load_model
+
+    return load_model(out / "model.fedtab").predict_proba(table)
+
+
+ENGINES = [pytest.param("local"), pytest.param("flower"),
+           pytest.param("nvflare", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(scope="module")
+def guarded_runs(site_files, tmp_path_factory) -> dict:
+    """The same job with [privacy] and [trust] on the in-process engine and Flower's in-process apps."""
+    pytest.importorskip("flwr")
+    runs = {}
+    for engine in ("local", "flower"):
+        out = tmp_path_factory.mktemp(f"guarded_{engine}")
+        runs[engine] = (run_job(_job(site_files, out, **GUARDED), engine=engine), out)
+    return runs
+
+
+def _assert_same_model(result: dict, out: Path, ref: dict, ref_out: Path, table: pd.DataFrame) -> None:
+    assert result["election"]["selected"] == ref["election"]["selected"]
+    np.testing.assert_allclose(_predictions(out, table), _predictions(ref_out, table), atol=1e-6, rtol=0)
+    for key in ("privacy", "trust"):
+        assert result[key] == ref[key]
+    assert [s["sites"] for s in result["participation"]["steps"]] == [
+        s["sites"] for s in ref["participation"]["steps"]]
+
+
+def test_a_guarded_job_gives_the_same_model_on_flower(guarded_runs, site_files):
+    table = pd.read_csv(site_files[0]["data-path"])
+    ref, ref_out = guarded_runs["local"]
+    result, out = guarded_runs["flower"]
+    assert result["engine"] == "flower"
+    _assert_same_model(result, out, ref, ref_out, table)
+
+
+@pytest.mark.slow
+def test_a_guarded_job_gives_the_same_model_on_the_flare_simulator(guarded_runs, site_files, tmp_path):
+    pytest.importorskip("nvflare")
+    table = pd.read_csv(site_files[0]["data-path"])
+    ref, ref_out = guarded_runs["local"]
+    result = run_job(_job(site_files, tmp_path, **GUARDED), engine="nvflare")
+    assert result["engine"] == "nvflare"
+    _assert_same_model(result, tmp_path, ref, ref_out, table)
+
+
+@pytest.mark.slow
+def test_a_guarded_job_gives_the_same_model_on_a_flower_loopback_deployment(guarded_runs, site_files, tmp_path):
+    import os
+    import shutil
+
+    bin_dir = Path(os.sys.executable).parent
+    if not all((bin_dir / b).exists() or shutil.which(b) for b in ("flower-superlink", "flower-supernode", "flwr")):
+        pytest.skip("Flower CLI binaries not installed")
+    table = pd.read_csv(site_files[0]["data-path"])
+    ref, ref_out = guarded_runs["local"]
+    result = run_job(_job(site_files, tmp_path, **GUARDED), engine="flower", deployment="loopback", timeout=900)
+    _assert_same_model(result, tmp_path, ref, ref_out, table)
+
+
+@pytest.fixture
+def a_site_without_the_target(site_files, tmp_path) -> list[dict]:
+    configs = [dict(c) for c in site_files]
+    bad = tmp_path / "site3_relabelled.csv"
+    pd.read_csv(configs[2]["data-path"]).rename(columns={"target": "label"}).to_csv(bad, index=False)
+    configs[2]["data-path"] = str(bad)
+    return configs
+
+
+@pytest.mark.parametrize("mode", ["plain", "secure"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_site_that_cannot_read_its_table_is_dropped_and_named(a_site_without_the_target, tmp_path, mode, engine):
+    if engine != "local":
+        pytest.importorskip({"flower": "flwr", "nvflare": "nvflare"}[engine])
+    extra = {"privacy": {"secure_aggregation": True}} if mode == "secure" else {}
+    result = run_job(_job(a_site_without_the_target, tmp_path, trust={"min_sites": 2}, **extra), engine=engine)
+    dropped = result["participation"]["dropped"]
+    assert list(dropped) == ["site-3"] and "target column" in dropped["site-3"]
+    first = result["participation"]["steps"][0]
+    assert first["dropped"] == dropped and first["sites"] == ["site-1", "site-2"]
+    assert all(s["sites"] == ["site-1", "site-2"] for s in result["participation"]["steps"])
+    assert result["training"]["metrics"]["pooled"]["n"] > 0
+    assert "site-3" not in result["training"]["metrics"]["per_site"]
+
+
+def test_without_a_quorum_the_same_site_stops_the_job_naming_it(a_site_without_the_target, tmp_path):
+    from fedtab.federation.protocol import SiteError
+
+    with pytest.raises(SiteError, match="site 'site-3'"):
+        run_job(_job(a_site_without_the_target, tmp_path))
+
+
+def _capped_sites(site_files) -> list[dict]:
+    """site-3 answers one FedAvg round per run (its policy's max_rounds), then refuses."""
+    configs = [dict(c) for c in site_files]
+    configs[2]["policy"] = json.dumps({"max_rounds": 1})
+    return configs
+
+
+def _run_capped(site_files, jobs, **extra) -> dict:
+    from fedtab.engines.local import LocalFederation
+    from fedtab.engines.site_config import build_site
+    from fedtab.job.workflow import run_workflow
+
+    plan = jobs.plan(election={}, training={"rounds": 2, "local_epochs": 1}, trust={"min_sites": 2}, **extra)
+    return run_workflow(LocalFederation([build_site(c) for c in _capped_sites(site_files)]),
+                        spec_from_plan(plan)).result
+
+
+def test_a_site_whose_handler_refuses_mid_training_is_dropped_in_that_step(site_files, jobs):
+    result = _run_capped(site_files, jobs)
+    steps = {s["step"]: s for s in result["participation"]["steps"]}
+    assert steps["election"]["dropped"] == {} and steps["election"]["sites"] == ["site-1", "site-2", "site-3"]
+    assert list(steps["training"]["dropped"]) == ["site-3"] and "max_rounds" in steps["training"]["dropped"]["site-3"]
+    assert steps["training"]["sites"] == ["site-1", "site-2"]
+
+
+@pytest.mark.xfail(strict=True, reason="secure aggregation's own exchange path (SecureAggregator) does not apply "
+                                       "the quorum yet: a site that fails after the session began stops the run "
+                                       "(the secure-aggregation quorum of WP-C / the one server path of WP-B)")
+def test_a_site_whose_handler_refuses_mid_training_is_dropped_in_secure_mode(site_files, jobs):
+    result = _run_capped(site_files, jobs, privacy={"secure_aggregation": True})
+    assert list(result["participation"]["dropped"]) == ["site-3"]
