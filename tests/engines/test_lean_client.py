@@ -97,7 +97,7 @@ def _assert_same_reply(got: Message, want: Message) -> None:
 
 def test_each_message_in_a_fresh_process_answers_as_in_process_and_later_steps_skip_the_table(recorded):
     work, kinds, replies = recorded
-    assert kinds[:2] == ["ballot", "set_mask"] and kinds.count("fit") == RUN["rounds"] and kinds[-1] == "evaluate"
+    assert kinds[:2] == ["ballot", "set_mask"] and kinds.count("fit") == JOB["training"]["rounds"] and kinds[-1] == "evaluate"
     data = Path(json.loads((work / "config.json").read_text())["data-path"])
     for k, kind in enumerate(kinds):
         if k == 1:
@@ -111,7 +111,7 @@ def test_each_message_in_a_fresh_process_answers_as_in_process_and_later_steps_s
 
 
 def test_the_stored_matrices_are_the_tables_and_give_way_to_a_table_step_or_a_big_table(monkeypatch, tmp_path):
-    from fedtab.federation import training_flow as tf
+    from fedtab.federation.training import site as tf
 
     table = classification_table(80, 5, 2, 1, seed=3)
     table["target"] = table["target"].map({0: "no", 1: "yes"})
