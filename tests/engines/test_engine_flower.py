@@ -20,6 +20,7 @@ pytest.importorskip("flwr")
 
 from fedtab.engines import flower  # noqa: E402
 from fedtab.federation.messages import Message  # noqa: E402
+from tests.builders import write_classification_sites
 
 #: the job the tests run: an election and two rounds of training (as sections of a job plan)
 JOB = {"election": {"freedom_degree": 0.5}, "training": {"rounds": 2, "local_epochs": 2}}
@@ -30,8 +31,8 @@ IMPUTE_JOB = {"target": None, "training": None,
 
 
 @pytest.fixture(scope="module")
-def site_configs(tmp_path_factory, classification_sites) -> list[dict]:
-    return classification_sites(tmp_path_factory.mktemp("flower_sites"), 900, 30, 6, 4, table_seed=3, split_seed=0)
+def site_configs(tmp_path_factory) -> list[dict]:
+    return write_classification_sites(tmp_path_factory.mktemp("flower_sites"), 900, 30, 6, 4, table_seed=3, split_seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,15 @@ import pytest
 
 from fedtab.engines import LocalFederation
 from fedtab.engines.site_config import build_site
+from tests.builders import write_classification_sites
 
 JOB = {"election": {"freedom_degree": 0.5}, "training": {"rounds": 2, "local_epochs": 1}}
 SECURE = {**JOB, "privacy": {"secure_aggregation": True}}
 
 
 @pytest.fixture(scope="module")
-def site_configs(tmp_path_factory, classification_sites) -> list[dict]:
-    return classification_sites(tmp_path_factory.mktemp("secure_sites"), 600, 20, 5, 3, table_seed=11, split_seed=2)
+def site_configs(tmp_path_factory) -> list[dict]:
+    return write_classification_sites(tmp_path_factory.mktemp("secure_sites"), 600, 20, 5, 3, table_seed=11, split_seed=2)
 
 
 @pytest.fixture(scope="module")
@@ -89,11 +90,12 @@ def test_job_dp_is_checked_and_its_total_budget_is_split_over_the_steps(site_con
     result = jobs.local(site_configs, plan)
     dp = result["privacy"]["dp"]
     assert dp["epsilon"] == 4 and dp["delta"] == 1e-5
-    assert set(dp["steps"]) == {"election", "training"}
-    for step, share in dp["steps"].items():  # each step calibrated to its half of the budget
-        assert share["epsilon"] == 2 and share["delta"] == 5e-6
-        assert 0 < share["epsilon_spent"] <= 2 + 1e-6, (step, share)
-        assert result[step]["privacy"]["epsilon"] == 2
+    assert set(dp["steps"]) == {"run"}  # one accountant composes the election's and the training's releases
+    share = dp["steps"]["run"]
+    assert share["epsilon"] == 4 and share["delta"] == 1e-5 and share["steps"] == ["election", "training"]
+    assert 0 < share["epsilon_spent"] <= 4 + 1e-6, share
+    for step in ("election", "training"):
+        assert result[step]["privacy"]["epsilon"] == 4
     assert dp["epsilon_spent"] == pytest.approx(sum(s["epsilon_spent"] for s in dp["steps"].values()))
     assert 0 < dp["epsilon_spent"] <= 4 + 1e-6
 

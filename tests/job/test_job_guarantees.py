@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedtab.job.guarantees import dp_for, releasing_steps
+from fedtab.job.guarantees import accountant_dp, dp_for, releasing_steps, run_plan
 from fedtab.job.run import run_job
 from fedtab.job.spec import (DP_KEYS, JobError, JobSpec, check_spec, load_job, parse_job, spec_from_plan, _SECTIONS)
+from tests.builders import classification_parts, write_classification_sites, write_site_configs
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"target": "y", "sites": {"a": {"path": "a.csv"}, "b": {"path": "b.csv"}, "c": {"path": "c.csv"}}}
@@ -133,11 +134,19 @@ def test_the_dp_budget_is_split_so_the_steps_never_spend_more_than_the_total():
     with pytest.raises(ValueError, match="makes no DP release"):
         dp_for(spec, "tuning")
     assert dp_for(load_job(BASE), "training") is None
+    # one accountant pays for the election, the training and the all-columns comparison: the rest
+    acc = accountant_dp(spec)
+    assert acc["epsilon"] == pytest.approx(4.5) and acc["delta"] == pytest.approx(0.75e-5)
+    assert dp_for(spec, "imputation")["epsilon"] + acc["epsilon"] == pytest.approx(6.0)
+    plan, _ = run_plan(spec)
+    single, _ = run_plan(load_job({**BASE, "election": {}, "privacy": {"dp": {"epsilon": 6.0}}}))
+    assert plan["training.fit"] == 2 * single["training.fit"] > 0  # the comparison trains again
+    assert plan["election.ballot"] == 1 and plan["training.describe"] == 3  # only the comparison describes
 
 
 @pytest.fixture(scope="module")
-def site_files(tmp_path_factory, classification_sites) -> list[dict]:
-    return classification_sites(tmp_path_factory.mktemp("guarded_sites"), 600, 10, 4, 2, table_seed=7, split_seed=3)
+def site_files(tmp_path_factory) -> list[dict]:
+    return write_classification_sites(tmp_path_factory.mktemp("guarded_sites"), 600, 10, 4, 2, table_seed=7, split_seed=3)
 
 
 def _job(configs: list[dict], out: Path, **sections) -> dict:
@@ -151,14 +160,15 @@ def _job(configs: list[dict], out: Path, **sections) -> dict:
 def test_every_guarantee_reaches_its_workflow(site_files, tmp_path, monkeypatch):
     """The spec's settings arrive as the workflows' arguments: captured at the workflows themselves."""
     import fedtab.federation.election_flow as election_flow
-    import fedtab.federation.training_flow as training_flow
+    import fedtab.federation.training as training
 
     seen = {}
-    for module, name in ((election_flow, "run_election"), (training_flow, "run_training")):
+    for module, name in ((election_flow, "run_election"), (training, "run_training")):
         real = getattr(module, name)
 
         def spy(federation, *a, _real=real, _name=name, **kw):
-            seen[_name] = {**kw, "min_sites": federation.min_sites, "timeout": federation.timeout}
+            seen[_name] = {"options": federation.options, "ledger": federation.privacy_ledger,
+                           "min_sites": federation.min_sites, "timeout": federation.timeout}
             return _real(federation, *a, **kw)
 
         monkeypatch.setattr(module, name, spy)
@@ -166,9 +176,11 @@ def test_every_guarantee_reaches_its_workflow(site_files, tmp_path, monkeypatch)
                                                "timeout": 300, "min_holders": 2},
                  privacy={"dp": {"epsilon": 6.0, "delta": 1e-5, "bounds": [-10, 10]}}))
     el, tr = seen["run_election"], seen["run_training"]
-    assert (el["robust"], el["min_holders"], el["secure_aggregation"]) == (True, 2, False)
-    assert (tr["robust"], tr["max_site_share"], tr["secure_aggregation"]) == (True, 0.45, False)
-    assert el["dp"]["epsilon"] == tr["dp"]["epsilon"] == 3.0 and el["dp"]["bounds"] == [-10, 10]
+    for opts in (el["options"], tr["options"]):
+        assert (opts.robust, opts.trust.min_holders, opts.max_site_share, opts.secure) == (True, 2, 0.45, False)
+        assert opts.dp["epsilon"] == 6.0 and opts.dp["bounds"] == [-10, 10]  # no imputation: all to the accountant
+    assert el["ledger"] is tr["ledger"] is not None  # one accountant for both steps
+    assert set(el["ledger"].plan) >= {"election.ballot", "election.describe", "training.fit", "training.evaluate"}
     assert el["min_sites"] == tr["min_sites"] == 2 and el["timeout"] == tr["timeout"] == 300.0
 
 
@@ -177,8 +189,9 @@ def test_a_dp_job_spends_within_its_budget_and_records_it(site_files, tmp_path):
     result = run_job(_job(site_files, tmp_path, privacy={"dp": {"epsilon": 4.0, "delta": 1e-5, "bounds": [-10, 10]}}))
     dp = result["privacy"]["dp"]
     assert dp["epsilon"] == 4.0 and 0 < dp["epsilon_spent"] <= 4.0 + 1e-9
-    assert set(dp["steps"]) == {"election", "training"}
+    assert set(dp["steps"]) == {"run"} and dp["steps"]["run"]["steps"] == ["election", "training"]
     assert all(0 < s["epsilon_spent"] <= s["epsilon"] + 1e-9 for s in dp["steps"].values())
+    assert {k.split(".")[0] for k in dp["steps"]["run"]["epsilon_per_step"]} == {"election", "training"}
     assert [s["step"] for s in result["steps"]] == ["election", "training"]  # no profile, no baselines: private
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["privacy"] == result["privacy"] and saved["trust"]["min_sites"] is None
@@ -278,11 +291,14 @@ def test_a_guarded_job_gives_the_same_model_on_a_flower_loopback_deployment(guar
 
 
 @pytest.fixture
-def a_site_without_the_target(site_files, tmp_path) -> list[dict]:
-    configs = [dict(c) for c in site_files]
-    bad = tmp_path / "site3_relabelled.csv"
-    pd.read_csv(configs[2]["data-path"]).rename(columns={"target": "label"}).to_csv(bad, index=False)
-    configs[2]["data-path"] = str(bad)
+def a_site_without_the_target(tmp_path) -> list[dict]:
+    """Four sites, site-4's table without the target column: three remain, the fewest peers a
+    site takes part in a secure sum with (``min_peers=3``)."""
+    _, parts = classification_parts(800, 10, 4, 2, [0.3, 0.25, 0.25, 0.2], seed=7, split_seed=3)
+    configs = write_site_configs(parts, tmp_path)
+    bad = tmp_path / "site4_relabelled.csv"
+    pd.read_csv(configs[3]["data-path"]).rename(columns={"target": "label"}).to_csv(bad, index=False)
+    configs[3]["data-path"] = str(bad)
     return configs
 
 
@@ -292,20 +308,21 @@ def test_a_site_that_cannot_read_its_table_is_dropped_and_named(a_site_without_t
     if engine != "local":
         pytest.importorskip({"flower": "flwr", "nvflare": "nvflare"}[engine])
     extra = {"privacy": {"secure_aggregation": True}} if mode == "secure" else {}
-    result = run_job(_job(a_site_without_the_target, tmp_path, trust={"min_sites": 2}, **extra), engine=engine)
+    result = run_job(_job(a_site_without_the_target, tmp_path, trust={"min_sites": 3}, **extra), engine=engine)
     dropped = result["participation"]["dropped"]
-    assert list(dropped) == ["site-3"] and "target column" in dropped["site-3"]
+    assert list(dropped) == ["site-4"] and "target column" in dropped["site-4"]
     first = result["participation"]["steps"][0]
-    assert first["dropped"] == dropped and first["sites"] == ["site-1", "site-2"]
-    assert all(s["sites"] == ["site-1", "site-2"] for s in result["participation"]["steps"])
+    honest = ["site-1", "site-2", "site-3"]
+    assert first["dropped"] == dropped and first["sites"] == honest
+    assert all(s["sites"] == honest for s in result["participation"]["steps"])
     assert result["training"]["metrics"]["pooled"]["n"] > 0
-    assert "site-3" not in result["training"]["metrics"]["per_site"]
+    assert "site-4" not in result["training"]["metrics"]["per_site"]
 
 
 def test_without_a_quorum_the_same_site_stops_the_job_naming_it(a_site_without_the_target, tmp_path):
     from fedtab.federation.protocol import SiteError
 
-    with pytest.raises(SiteError, match="site 'site-3'"):
+    with pytest.raises(SiteError, match="site 'site-4'"):
         run_job(_job(a_site_without_the_target, tmp_path))
 
 

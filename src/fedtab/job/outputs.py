@@ -30,7 +30,9 @@ class Outputs:
         ballots: ballots to elect from instead of gathering them (a sweep over freedom
             degrees reuses the first run's, see ``fedtab demo``).
         imputer: the model file's imputer section, once imputation ran.
-        privacy: each releasing step's DP report (:meth:`PrivacyLedger.report`).
+        privacy: the DP reports (:meth:`PrivacyLedger.report`): ``"imputation"``'s, and
+            ``"run"``, the run's accountant that pays for the election and training steps.
+        accountant: whether the run's accountant is planned (:func:`fedtab.job.guarantees.use_run_accountant`).
         hooks: the caller's callbacks; ``"imputation"``: ``fn(round, rounds, info)``.
     """
 
@@ -44,4 +46,5 @@ class Outputs:
     ballots: list[Any] | None = None
     imputer: dict[str, Any] | None = None
     privacy: dict[str, Any] = field(default_factory=dict)
+    accountant: bool = False
     hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)

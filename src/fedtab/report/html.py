@@ -181,11 +181,17 @@ def _guarantees(result: Mapping[str, Any]) -> str:
         dp = privacy.get("dp")
         if isinstance(dp, Mapping):
             out.append(f"<p>Differential privacy: budget ε = {_num(dp.get('epsilon'))}, δ = {_e(dp.get('delta'))} for "
-                       f"the whole run; spent ε = <strong>{_num(dp.get('epsilon_spent'))}</strong>. Each step that "
-                       "releases noisy values gets an equal share and spends at most it.</p>")
+                       f"the whole run; spent ε = <strong>{_num(dp.get('epsilon_spent'))}</strong>. One accountant "
+                       "composes every release of the election and training steps; the imputation has a share of "
+                       "its own; each spends at most its share.</p>")
             steps = dp.get("steps") if isinstance(dp.get("steps"), Mapping) else {}
-            out.append(_table(["Step", "ε share", "ε spent", "Noise multiplier"],
-                              [[_e(k), _num(v.get("epsilon")), _num(v.get("epsilon_spent")),
+
+            def _paid(k: str, v: Mapping[str, Any]) -> str:
+                names = v.get("steps")
+                return _e(", ".join(map(str, names))) if isinstance(names, list) and names else _e(k)
+
+            out.append(_table(["Steps", "ε share", "ε spent", "Noise multiplier"],
+                              [[_paid(k, v), _num(v.get("epsilon")), _num(v.get("epsilon_spent")),
                                 _num(v.get("noise_multiplier"))] for k, v in steps.items() if isinstance(v, Mapping)],
                               num_cols=(1, 2, 3)))
         else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..guarantees import dp_for
+from ..guarantees import use_run_accountant
 from ..outputs import Outputs
 from . import Step
 
@@ -39,13 +39,13 @@ def _jsonable(value: Any) -> Any:
 
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
     from ...federation.election_flow import run_election
-    from ...federation.protocol import FederationError, set_step_dp
+    from ...federation.protocol import FederationError
 
     e = spec.election
     assert e is not None
     fd = out.freedom_degree if out.freedom_degree is not None else (
         0.5 if e.freedom_degree is None else float(e.freedom_degree))
-    set_step_dp(federation, dp_for(spec, "election"))  # min_holders, robust, secure sums: the run's options
+    use_run_accountant(federation, spec, out)  # min_holders, robust, secure sums: the run's options
     outcome = run_election(federation, fd, aggregation=e.aggregation, normalization=e.normalization, compat=e.compat,
                            ballots=out.ballots, describe="train" if spec.training is not None else None,
                            consensus=e.consensus, consensus_alpha=e.consensus_alpha)
@@ -55,7 +55,7 @@ def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
                               "strictness or raise freedom_degree")
     chosen = {b.site: {n for n, m in zip(b.feature_names or (), b.mask) if m} for b in outcome.ballots}
     out.outcomes["election"] = outcome
-    out.privacy["election"] = outcome.privacy
+    out.privacy["run"] = outcome.privacy
     out.freedom_degree = fd
     out.result["election"] = {
         "method": "vote", **_jsonable(res.to_dict()), "freedom_degree": fd, "compat": e.compat,

@@ -38,9 +38,9 @@ def _all_columns(federation: "Federation", spec: "JobSpec", out: Outputs) -> Non
 
     elected = out.result["election"]
     columns = list(elected["feature_names"]) if elected else out.features  # every column the selection saw
-    tr = train(federation, spec, columns, "all_columns")
+    tr = train(federation, spec, out, columns)
     out.outcomes["all_columns"] = tr
-    out.privacy["all_columns"] = tr.privacy
+    out.privacy["run"] = tr.privacy
     out.result["all_columns"] = summary(tr)
 
 

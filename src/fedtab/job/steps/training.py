@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..guarantees import dp_for
+from ..guarantees import use_run_accountant
 from ..outputs import Outputs
 from . import Step
 
@@ -22,16 +22,15 @@ if TYPE_CHECKING:
 __all__ = ["STEP", "summary", "train"]
 
 
-def train(federation: "Federation", spec: "JobSpec", features: list[str] | None, step: str,
+def train(federation: "Federation", spec: "JobSpec", out: Outputs, features: list[str] | None,
           described: Any = None) -> "TrainingOutcome":
-    """:func:`~fedtab.federation.training_flow.run_training` with the job's model and guarantees
-    (``step``: whose DP share it spends, ``"training"`` or ``"all_columns"``)."""
-    from ...federation.protocol import set_step_dp
+    """:func:`~fedtab.federation.training.run_training` with the job's model and guarantees
+    (robust mode, ``max_site_share`` and secure sums: the run's options; DP: the run's accountant)."""
     from ...federation.training import run_training
 
     tr = spec.training
     assert tr is not None
-    set_step_dp(federation, dp_for(spec, step))  # robust, max_site_share, secure sums: the run's options
+    use_run_accountant(federation, spec, out)
     return run_training(federation, features, model=tr.model, rounds=tr.rounds, local_epochs=tr.local_epochs,
                         seed=spec.run.seed, described=described)
 
@@ -44,9 +43,9 @@ def summary(tr: "TrainingOutcome") -> dict[str, Any]:
 
 
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
-    tr = train(federation, spec, out.features, "training", out.described)
+    tr = train(federation, spec, out, out.features, out.described)
     out.outcomes["training"] = tr
-    out.privacy["training"] = tr.privacy
+    out.privacy["run"] = tr.privacy
     out.result["training"] = summary(tr)
 
 
