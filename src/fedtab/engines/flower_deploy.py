@@ -93,6 +93,9 @@ def supernode_args(superlink: str, node_config: Mapping[str, Any], port: int, *,
     return [*tls, "--superlink", superlink, "--host", "127.0.0.1", "--port", str(port), "--node-config", node_cfg]
 
 
+#: node-config keys of a site's secure-aggregation identity (:mod:`fedtab.engines.site_config`)
+_IDENTITY_NODE_KEYS = ("identity-key", "identity_key", "consortium-keys", "consortium_keys")
+
 class LoopbackDeployment(ProcessOwner):
     """SuperLink + one SuperNode per node config, all on 127.0.0.1, TLS + auth by default.
 
@@ -107,7 +110,9 @@ class LoopbackDeployment(ProcessOwner):
             ``name`` they declare (Flower's ``--insecure``).
         keys: the consortium's keys (:func:`fedtab.deploy.keys.write_consortium_keys`);
             default: generated into ``workdir/keys`` for the node configs' names.
-            Node ``i`` authenticates with the key of its ``name``.
+            Node ``i`` authenticates with the key of its ``name``, and (unless its config
+            names an identity of its own) gets that site's secure-aggregation identity
+            (:meth:`~fedtab.deploy.keys.ConsortiumKeys.identity_config`), as an operator sets it.
 
     Attributes:
         node_ids: ``{site: Flower node id}`` given by ``flwr supernode register``.
@@ -173,6 +178,9 @@ class LoopbackDeployment(ProcessOwner):
             self.node_ids.update(self.register(names, timeout=max(5.0, deadline - time.monotonic())))
         for i, cfg in enumerate(self.node_configs):
             key = None if self.insecure else self.keys.site_private[str(cfg["name"])]
+            if not self.insecure and not any(k in cfg for k in _IDENTITY_NODE_KEYS):
+                # as an operator sets them from `fedtab deploy`: the secure-aggregation identity
+                cfg = {**self.keys.identity_config(str(cfg["name"])), **cfg}
             self.add_supernode(cfg, private_key=key, name=f"supernode{i}", deadline=deadline)
         return self
 
