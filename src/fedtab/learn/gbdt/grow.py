@@ -62,8 +62,8 @@ class GrowingTree:
         self.default_left.append(False)
         self.gain.append(0.0)
         self.sums.append((G, H))
-        self.base_weight.append(float(node_weight(G, H, params)))
         self.value.append(float(leaf_values(G, H, params)))
+        self.base_weight.append(self.value[-1])  # as XGBoost: a new leaf's base weight is its value
         self.depth.append(depth)
         return len(self.left) - 1
 
@@ -145,6 +145,9 @@ class RoundGrower:
             left = t.add_child(best["left_sum"][i], self.level + 1, self.params)
             right = t.add_child(best["right_sum"][i], self.level + 1, self.params)
             t.left[node], t.right[node] = left, right
+            parent = best["left_sum"][i] + best["right_sum"][i]  # XGBoost re-derives the split node's stats
+            t.sums[node] = (float(parent[0]), float(parent[1]))
+            t.base_weight[node] = float(node_weight(parent[0], parent[1], self.params))
             t.feature[node], t.bin[node] = int(best["feature"][i]), int(best["bin"][i])
             t.default_left[node], t.gain[node] = bool(best["default_left"][i]), float(best["gain"][i])
             for key, v in zip(SPLIT_MESSAGE, (k, node, t.feature[node], t.bin[node], t.default_left[node], left, right)):

@@ -32,7 +32,7 @@ __all__ = ["node_score", "node_weight", "leaf_values", "find_splits", "node_tota
 _RT_EPS = np.float32(1e-6)
 #: arrays :func:`find_splits` returns, one entry per node.
 SPLIT_FIELDS = ("split", "gain", "feature", "bin", "default_left", "left_sum", "right_sum")
-_NODES_PER_CHUNK = 16
+_NODES_PER_CHUNK = 64
 
 
 def node_score(G: np.ndarray, H: np.ndarray, params: GBDTParams) -> np.ndarray:
@@ -68,12 +68,14 @@ def node_totals(hist: np.ndarray, layout: BinLayout) -> np.ndarray:
     return np.cumsum(h[:, layout.offsets[0]:layout.offsets[1], :], axis=1)[:, -1, :]
 
 
-def _pad_index(layout: BinLayout) -> np.ndarray:
-    """``(d, M)`` flat slot of value bin ``b`` of feature ``f``; padding points at slot ``n_slots``."""
-    M = int(layout.n_bins.max())
-    b = np.arange(M)[None, :]
-    idx = layout.offsets[:-1, None] + b
-    return np.where(b < layout.n_bins[:, None], idx, layout.n_slots)
+def _groups(layout: BinLayout) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Features grouped by bin count: ``(features, (len, nb) flat slots of their value bins)``,
+    so each group is a dense block without padding."""
+    out = []
+    for nb in np.unique(layout.n_bins).tolist():
+        feats = np.flatnonzero(layout.n_bins == nb)
+        out.append((feats, layout.offsets[feats, None] + np.arange(nb)[None, :]))
+    return out
 
 
 def _gain(left: np.ndarray, right: np.ndarray, root: np.ndarray, params: GBDTParams) -> np.ndarray:
@@ -81,42 +83,58 @@ def _gain(left: np.ndarray, right: np.ndarray, root: np.ndarray, params: GBDTPar
     return (s.astype(np.float32) - root).astype(np.float32)
 
 
-def _chunk(hist: np.ndarray, totals: np.ndarray, layout: BinLayout, params: GBDTParams, pad: np.ndarray) -> dict:
-    m, d, M = hist.shape[0], layout.n_features, pad.shape[1]
-    ext = np.concatenate([hist, np.zeros((m, 1, 2))], axis=1)
-    V = ext[:, pad, :]                                   # (m, d, M, 2) value bins, zero padded
+def _best_in_group(hist: np.ndarray, totals: np.ndarray, root: np.ndarray, feats: np.ndarray, slots: np.ndarray,
+                   params: GBDTParams) -> dict:
+    """Best candidate per node among features of one bin count ``nb`` (first maximum in
+    XGBoost's order: feature, forward scan, backward scan)."""
+    m, (g, nb) = hist.shape[0], slots.shape
+    V = hist[:, slots, :]                                 # (m, g, nb, 2) value bins
     P = totals[:, None, None, :]
-    root = node_score(totals[:, 0], totals[:, 1], params)[:, None, None]
-    in_range = np.arange(M)[None, None, :] < layout.n_bins[None, :, None]
+    r = root[:, None, None]
     mcw = params.min_child_weight
 
     L = np.cumsum(V, axis=2)                              # forward: bins ≤ b left, missing right
     R = P - L
-    ok = in_range & (L[..., 1] >= mcw) & (R[..., 1] >= mcw)
-    fwd = np.where(ok, _gain(L, R, root, params), -np.inf).astype(np.float32)
+    fwd = np.where((L[..., 1] >= mcw) & (R[..., 1] >= mcw), _gain(L, R, r, params), -np.inf)
 
-    Rb = np.cumsum(V[:, :, ::-1, :], axis=2)              # backward: k ↔ bin i = M−1−k, bins ≥ i right
+    Rb = np.cumsum(V[:, :, ::-1, :], axis=2)              # backward: k ↔ bin i = nb−1−k; bins ≥ i right
     Lb = P - Rb                                           # missing left
-    last = L[:, np.arange(d), layout.n_bins - 1]        # (m, d, 2) sums of the value bins
+    last = L[:, :, -1, :]                                 # sums of the value bins
     has_missing = (last[..., 0] != totals[:, None, 0]) | (last[..., 1] != totals[:, None, 1])
-    ok_b = in_range[:, :, ::-1] & has_missing[:, :, None] & (Lb[..., 1] >= mcw) & (Rb[..., 1] >= mcw)
-    bwd = np.where(ok_b, _gain(Lb, Rb, root, params), -np.inf).astype(np.float32)
+    ok_b = has_missing[:, :, None] & (Lb[..., 1] >= mcw) & (Rb[..., 1] >= mcw)
+    bwd = np.where(ok_b, _gain(Lb, Rb, r, params), -np.inf)
 
-    cand = np.concatenate([fwd, bwd], axis=2).reshape(m, d * 2 * M)
+    cand = np.concatenate([fwd, bwd], axis=2).astype(np.float32).reshape(m, g * 2 * nb)
     best = np.argmax(cand, axis=1)
-    gain = cand[np.arange(m), best]
-    f, r = np.divmod(best, 2 * M)
-    backward = r >= M
-    k = r - M
-    b = np.where(backward, (M - 1 - k) - 1, r)
     rows = np.arange(m)
-    left = np.where(backward[:, None], Lb[rows, f, np.where(backward, k, 0)], L[rows, f, np.where(backward, 0, r)])
-    right = np.where(backward[:, None], Rb[rows, f, np.where(backward, k, 0)], R[rows, f, np.where(backward, 0, r)])
-    split = ((gain > _RT_EPS) & (gain >= np.float32(params.gamma)) & (left[:, 1] != 0) & (right[:, 1] != 0)
-             & np.isfinite(gain))
+    fi, pos = np.divmod(best, 2 * nb)
+    backward = pos >= nb
+    k = np.where(backward, pos - nb, 0)
+    fb = np.where(backward, 0, pos)
+    return {"gain": cand[rows, best], "feature": feats[fi], "bin": np.where(backward, nb - 2 - k, pos),
+            "default_left": backward,
+            "left_sum": np.where(backward[:, None], Lb[rows, fi, k], L[rows, fi, fb]),
+            "right_sum": np.where(backward[:, None], Rb[rows, fi, k], R[rows, fi, fb])}
+
+
+def _chunk(hist: np.ndarray, totals: np.ndarray, groups: list, params: GBDTParams) -> dict:
+    root = node_score(totals[:, 0], totals[:, 1], params)
+    best = None
+    for feats, slots in groups:
+        cand = _best_in_group(hist, totals, root, feats, slots, params)
+        if best is None:
+            best = cand
+            continue
+        # a larger gain wins; an equal gain goes to the lower feature (XGBoost's SplitEntry rule)
+        take = (cand["gain"] > best["gain"]) | ((cand["gain"] == best["gain"]) & (cand["feature"] < best["feature"]))
+        for key in best:
+            best[key] = np.where(take[:, None] if best[key].ndim == 2 else take, cand[key], best[key])
+    gain, left, right = best["gain"], best["left_sum"], best["right_sum"]
+    split = (np.isfinite(gain) & (gain > _RT_EPS) & (gain >= np.float32(params.gamma))
+             & (left[:, 1] != 0) & (right[:, 1] != 0))
     return {"split": split, "gain": np.where(np.isfinite(gain), gain, np.float32(0)).astype(np.float32),
-            "feature": f.astype(np.int32), "bin": b.astype(np.int32), "default_left": backward,
-            "left_sum": left, "right_sum": right}
+            "feature": best["feature"].astype(np.int32), "bin": best["bin"].astype(np.int32),
+            "default_left": best["default_left"].astype(bool), "left_sum": left, "right_sum": right}
 
 
 def find_splits(hist: np.ndarray, totals: np.ndarray, layout: BinLayout, params: GBDTParams) -> dict[str, np.ndarray]:
@@ -143,8 +161,8 @@ def find_splits(hist: np.ndarray, totals: np.ndarray, layout: BinLayout, params:
         raise ValueError(f"hist must be (m, {layout.n_slots}, 2) and totals (m, 2), got {h.shape}, {t.shape}")
     if not (np.isfinite(h).all() and np.isfinite(t).all()):
         raise ValueError("histogram sums must be finite")
-    pad = _pad_index(layout)
-    parts = [_chunk(h[i:i + _NODES_PER_CHUNK], t[i:i + _NODES_PER_CHUNK], layout, params, pad)
+    groups = _groups(layout)
+    parts = [_chunk(h[i:i + _NODES_PER_CHUNK], t[i:i + _NODES_PER_CHUNK], groups, params)
              for i in range(0, h.shape[0], _NODES_PER_CHUNK)]
     if not parts:
         return {"split": np.zeros(0, bool), "gain": np.zeros(0, np.float32), "feature": np.zeros(0, np.int32),
