@@ -63,11 +63,15 @@ def pooled_rows(params: GBDTParams, xgb_threads: int = 1, root: str | None = Non
     import xgboost
 
     X, y, Xt, yt, names = adult_matrices(root)
+    log: list[dict[str, int]] = []
     t0 = time.perf_counter()
-    model = fit_gbdt_pooled(X, y, params, feature_names=names)
+    model = fit_gbdt_pooled(X, y, params, feature_names=names, log=log)
     fedtab_s = time.perf_counter() - t0
+    per_tree = sum(e["bytes_per_site"] for e in log) / model.n_trees
     rows = [{"row": "fedtab_pooled", **_scores(yt, model.predict_proba(Xt)[:, 1]), "seconds": fedtab_s,
-             "trees": model.n_trees, "nodes": int(model.tree_ptr[-1])}]
+             "trees": model.n_trees, "nodes": int(model.tree_ptr[-1]), "slots": model.layout.n_slots,
+             "level_exchanges_per_tree": len(log) / model.n_trees, "histogram_bytes_per_site_per_tree": per_tree,
+             "max_level_bytes_per_site": max(e["bytes_per_site"] for e in log)}]
     clf = xgboost.XGBClassifier(tree_method="hist", n_estimators=params.n_trees, max_depth=params.max_depth,
                                 learning_rate=params.learning_rate, max_bin=params.max_bins,
                                 reg_lambda=params.reg_lambda, gamma=params.gamma,
@@ -106,6 +110,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"{'row':<15} {'AUROC':>7} {'log-loss':>9} {'seconds':>8} {'nodes':>6}")
     for r in rows:
         print(f"{r['row']:<15} {r['auroc']:7.4f} {r['log_loss']:9.4f} {r['seconds']:8.2f} {r['nodes']:6d}")
+    f = rows[0]
+    print(f"fedtab histograms: {f['slots']} slots (features x bins + missing), {f['level_exchanges_per_tree']:.1f} "
+          f"level exchanges per tree, {f['histogram_bytes_per_site_per_tree'] / 1e3:.0f} kB per site per tree "
+          f"(float64; largest level {f['max_level_bytes_per_site'] / 1e3:.0f} kB)")
     print(f"fedtab - xgboost AUROC {ratio['auroc_diff']:+.4f}; log-loss ratio {ratio['log_loss_ratio']:.3f}; "
           f"time ratio {ratio['seconds_ratio']:.1f}x (xgboost on {args.xgb_threads} thread(s))")
     out = {"params": params.to_dict(), "rows": rows, "ratio": ratio}

@@ -93,15 +93,16 @@ def fit_gbdt_sites(sites: Sequence[tuple], params: GBDTParams | Mapping[str, Any
 
 def fit_gbdt_pooled(X: np.ndarray, y: np.ndarray, params: GBDTParams | Mapping[str, Any] | None = None, *,
                     X_val: np.ndarray | None = None, y_val: np.ndarray | None = None,
-                    feature_names: Sequence[str] | None = None, layout: BinLayout | None = None) -> GBDTModel:
+                    feature_names: Sequence[str] | None = None, layout: BinLayout | None = None,
+                    log: list | None = None) -> GBDTModel:
     """The centralised reference: :func:`fit_gbdt_sites` on one table (bins from its own summary).
 
     Args:
         X: ``(n, d)`` float, NaN = missing. y: ``(n,)`` labels.
-        params: as :func:`fit_gbdt_sites`. X_val, y_val: validation rows for early stopping.
+        params, layout, log: as :func:`fit_gbdt_sites`. X_val, y_val: validation rows for early stopping.
 
     Raises:
         ValueError: as :func:`fit_gbdt_sites`.
     """
     site: tuple = (X, y) if X_val is None else (X, y, X_val, y_val)
-    return fit_gbdt_sites([site], params, feature_names=feature_names, layout=layout)
+    return fit_gbdt_sites([site], params, feature_names=feature_names, layout=layout, log=log)
