@@ -328,3 +328,36 @@ def test_gbdt_core_imports_only_numpy_and_itself():
                     assert alias.name in ("numpy", "math", "json", "xgboost"), (path.name, alias.name)
         top = {a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names}
         assert "xgboost" not in top, path.name
+
+
+def _one_site_level(seed=9):
+    X, y = _table(seed=seed)
+    params = GBDTParams(n_trees=1, max_depth=2)
+    layout = merge_summaries([site_summary(X)], X.shape[1])
+    site = SiteBooster(X, y, layout, params, base_margin(params, label_sums(params, y)))
+    site.start_round()
+    return layout, site.histograms(np.array([[0, 0]])), len(y)
+
+
+def test_honest_site_histogram_passes_the_checks():
+    from fedtab.learn.gbdt import check_site_histogram
+
+    layout, hist, n = _one_site_level()
+    check_site_histogram(hist, layout, 1, n_rows=n, site="site-1")
+
+
+@pytest.mark.parametrize("tamper, message", [
+    (lambda h: h[..., :1, :], "must be float"),
+    (lambda h: np.where(h == h.max(), np.nan, h), "non-finite"),
+    (lambda h: h * np.r_[1.0, -1.0], "negative hessian"),
+    (lambda h: h + np.eye(h.shape[1])[3][None, :, None], "disagree"),  # one slot inflated
+    (lambda h: h * 10, "hessian mass exceeds"),
+])
+def test_hostile_site_histogram_is_rejected(tamper, message):
+    from fedtab.learn.gbdt import check_site_histogram
+
+    layout, hist, n = _one_site_level()
+    with pytest.raises(ValueError, match=f"site-2: .*{message}"):
+        check_site_histogram(tamper(hist.copy()), layout, 1, n_rows=n, site="site-2")
+    if message in ("negative hessian", "disagree", "hessian mass exceeds"):
+        check_site_histogram(tamper(hist.copy()), layout, 1, n_rows=n, noisy=True)  # DP noise: only shape/finite

@@ -16,7 +16,7 @@ Pieces, in the order a federated run uses them:
 """
 
 from .bins import BinLayout, SummaryError, merge_summaries, site_summary
-from .grow import Booster, RoundGrower
+from .grow import Booster, RoundGrower, check_site_histogram
 from .model import GBDTModel
 from .objectives import base_margin, gradients, label_sums, loss_sums, metric_from_sums
 from .params import GBDTParams
@@ -27,7 +27,7 @@ from .xgboost_export import to_xgboost, write_xgboost_json, xgboost_json
 
 __all__ = [
     "BinLayout", "Booster", "GBDTModel", "GBDTParams", "RoundGrower", "SiteBooster", "SummaryError",
-    "apply_splits", "base_margin", "find_splits", "fit_gbdt_pooled", "fit_gbdt_sites", "gradients",
+    "apply_splits", "base_margin", "check_site_histogram", "find_splits", "fit_gbdt_pooled", "fit_gbdt_sites", "gradients",
     "label_sums", "leaf_values", "level_histograms", "loss_sums", "merge_summaries", "metric_from_sums",
     "site_summary", "to_xgboost", "write_xgboost_json", "xgboost_json",
 ]

@@ -32,10 +32,48 @@ from .objectives import metric_from_sums
 from .params import GBDTParams
 from .split import find_splits, leaf_values, node_totals, node_weight
 
-__all__ = ["RoundGrower", "Booster", "GrowingTree", "SPLIT_MESSAGE"]
+__all__ = ["RoundGrower", "Booster", "GrowingTree", "SPLIT_MESSAGE", "check_site_histogram", "MAX_HESSIAN"]
 
 #: arrays of a level's split message, one entry per split node.
 SPLIT_MESSAGE = ("tree", "node", "feature", "bin", "default_left", "left", "right")
+
+
+#: the largest hessian one row can contribute, per objective (logistic p(1−p) ≤ ¼, softmax 2p(1−p) ≤ ½).
+MAX_HESSIAN = {"binary": 0.25, "multiclass": 0.5, "regression": 1.0}
+
+
+def check_site_histogram(hist: np.ndarray, layout: BinLayout, n_nodes: int, *, n_rows: int | None = None,
+                         objective: str = "binary", noisy: bool = False, site: str = "a site") -> None:
+    """Validate one site's level histogram before it is summed (a hostile site's reply).
+
+    Checks the shape ``(n_nodes, n_slots, 2)`` and finiteness; unless ``noisy`` (DP noise added
+    at the site breaks these identities): hessians ≥ 0, every feature's slots adding up to the
+    same node totals (each row is in one slot per feature; relative tolerance 1e-9), and — given
+    the site's row count — a node's hessian mass at most ``n_rows ·`` :data:`MAX_HESSIAN` and,
+    for classification, ``|G| ≤ n_rows``.
+
+    Raises:
+        ValueError: naming ``site`` and the first failed check.
+    """
+    h = np.asarray(hist)
+    if h.shape != (n_nodes, layout.n_slots, 2) or h.dtype.kind != "f":
+        raise ValueError(f"{site}: level histogram must be float ({n_nodes}, {layout.n_slots}, 2), got "
+                         f"{h.dtype} {h.shape}")
+    if not np.isfinite(h).all():
+        raise ValueError(f"{site}: level histogram holds non-finite sums")
+    if noisy or not n_nodes:
+        return
+    if (h[..., 1] < 0).any():
+        raise ValueError(f"{site}: negative hessian sums")
+    seg = np.add.reduceat(h, layout.offsets[:-1], axis=1)  # (m, d, 2) per-feature node totals
+    scale = np.abs(h).sum(axis=1, keepdims=True) / layout.n_features + 1e-300
+    if (np.abs(seg - seg[:, :1]) > 1e-9 * scale).any():
+        raise ValueError(f"{site}: features disagree on the node totals (each row is in one bin per feature)")
+    if n_rows is not None:
+        if (seg[:, 0, 1] > n_rows * MAX_HESSIAN[objective] * (1 + 1e-6)).any():
+            raise ValueError(f"{site}: hessian mass exceeds {n_rows} rows x {MAX_HESSIAN[objective]}")
+        if objective != "regression" and (np.abs(seg[:, 0, 0]) > n_rows * (1 + 1e-6)).any():
+            raise ValueError(f"{site}: gradient sums exceed {n_rows} rows")
 
 
 @dataclass
