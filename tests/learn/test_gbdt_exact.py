@@ -16,8 +16,9 @@ Where XGBoost differs by design, and how the test handles it:
    (only missing left) where fedtab stores the edge ``b + ½`` or ±FLT_MAX. Both give the same
    partition of the data, so the test compares the number of bins that go left.
 2. **The gain.** XGBoost's code compares ``G_L²/(H_L+λ) + G_R²/(H_R+λ) − G²/(H+λ)`` (float32,
-   no factor ½) with ``gamma`` and needs it ``> 1e-6``; fedtab does the same (``gamma`` is
-   therefore twice the documented ``½[…]``), so ``gamma > 0`` cases match node for node.
+   no factor ½) with ``gamma`` and needs it ``> 1e-6``; in the documented formula
+   ``½[…] − γ`` a split therefore needs ``½[…] ≥ γ/2``. fedtab does what the code does, so
+   ``gamma > 0`` cases match node for node.
 3. **base_score.** XGBoost ≥ 3.1 estimates it (label mean; centred log class frequencies for
    softmax); fedtab computes the same from pooled label sums — compared, not overridden.
 4. **Softmax hessian** is ``2p(1−p)`` in XGBoost; fedtab uses the same.

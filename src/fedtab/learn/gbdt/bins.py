@@ -94,12 +94,13 @@ def site_summary(X: np.ndarray, *, sketch_size: int = 1024, min_rows: int = 10) 
     values, counts, ptr = [], [], [0]
     for j in range(A.shape[1]):
         col = np.sort(A[~np.isnan(A[:, j]), j])
-        if col.size >= min_rows:
-            block = max(min_rows, math.ceil(col.size / sketch_size))
-            starts, sizes = _blocks(col, block, min_rows, sketch_size)
-            values.append(np.add.reduceat(col, starts) / sizes)
-            counts.append(sizes)
-        ptr.append(ptr[-1] + (sizes.size if col.size >= min_rows else 0))
+        if col.size < min_rows:  # too few observed cells to release anything about this column
+            ptr.append(ptr[-1])
+            continue
+        starts, sizes = _blocks(col, max(min_rows, math.ceil(col.size / sketch_size)), min_rows, sketch_size)
+        values.append(np.add.reduceat(col, starts) / sizes)
+        counts.append(sizes)
+        ptr.append(ptr[-1] + sizes.size)
     return {"values": np.concatenate(values) if values else np.zeros(0),
             "counts": np.concatenate(counts) if counts else np.zeros(0, np.int64),
             "ptr": np.asarray(ptr, dtype=np.int64)}
