@@ -102,6 +102,14 @@ def test_hostile_summary_is_rejected_naming_the_site(tamper, message):
         merge_summaries([site_summary(np.ones((50, 2))), s], 2, sketch_size=16, min_rows=10, sites=["site-a", "site-b"])
 
 
+def test_summary_cannot_claim_more_rows_than_the_site_has():
+    s = site_summary(np.random.default_rng(6).normal(size=(400, 1)), sketch_size=16, min_rows=10)
+    check_summary(s, 1, sketch_size=16, min_rows=10, n_rows=400)
+    s["counts"] = s["counts"] * 100  # a site inflating its weight in the merge
+    with pytest.raises(SummaryError, match="site-c.*more rows"):
+        merge_summaries([s], 1, sketch_size=16, min_rows=10, sites=["site-c"], n_rows=[400])
+
+
 def test_summary_with_too_many_points_is_rejected():
     s = site_summary(np.random.default_rng(5).normal(size=(2000, 1)), sketch_size=100, min_rows=10)
     with pytest.raises(SummaryError, match="sketch_size"):

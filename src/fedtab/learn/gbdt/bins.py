@@ -107,12 +107,16 @@ def site_summary(X: np.ndarray, *, sketch_size: int = 1024, min_rows: int = 10) 
 
 
 def check_summary(summary: Mapping[str, np.ndarray], n_features: int, *, sketch_size: int, min_rows: int,
-                  site: str = "a site") -> None:
+                  site: str = "a site", n_rows: int | None = None) -> None:
     """Validate one site's summary as the server receives it.
+
+    ``n_rows`` (the site's row count, e.g. from its label sums) bounds each column's counts, so
+    a site cannot outweigh the others in the merge by inflating them.
 
     Raises:
         SummaryError: other keys, wrong shapes or dtypes, non-finite or unsorted values,
-            counts below ``min_rows``, more than ``sketch_size`` points in a column.
+            counts below ``min_rows``, more than ``sketch_size`` points in a column, or a
+            column counting more than ``n_rows`` rows.
     """
     def fail(msg: str) -> None:
         raise SummaryError(f"{site}: bin summary {msg}")
@@ -137,6 +141,8 @@ def check_summary(summary: Mapping[str, np.ndarray], n_features: int, *, sketch_
     col = np.repeat(np.arange(n_features), np.diff(p))
     if v.size > 1 and ((np.diff(v) < 0) & (col[1:] == col[:-1])).any():
         fail("values must ascend within each column")
+    if n_rows is not None and (np.bincount(col, weights=c.astype(np.float64), minlength=n_features) > n_rows).any():
+        fail(f"counts more rows in a column than the site's {n_rows}")
 
 
 def _column_edges(values: np.ndarray, weights: np.ndarray, max_bins: int) -> np.ndarray:
@@ -160,11 +166,13 @@ def _column_edges(values: np.ndarray, weights: np.ndarray, max_bins: int) -> np.
 
 
 def merge_summaries(summaries: Sequence[Mapping[str, np.ndarray]], n_features: int, *, max_bins: int = 256,
-                    sketch_size: int = 1024, min_rows: int = 10, sites: Sequence[str] | None = None) -> "BinLayout":
+                    sketch_size: int = 1024, min_rows: int = 10, sites: Sequence[str] | None = None,
+                    n_rows: Sequence[int] | None = None) -> "BinLayout":
     """The agreed :class:`BinLayout` from the sites' :func:`site_summary` replies.
 
-    Each summary is checked first (:func:`check_summary`); points are pooled with their
-    counts as weights and each column gets at most ``max_bins − 1`` edges.
+    Each summary is checked first (:func:`check_summary`, against the sites' ``n_rows`` when
+    given); points are pooled with their counts as weights and each column gets at most
+    ``max_bins − 1`` edges.
 
     Raises:
         SummaryError: a malformed summary (naming its site).
@@ -175,8 +183,9 @@ def merge_summaries(summaries: Sequence[Mapping[str, np.ndarray]], n_features: i
     if not 2 <= max_bins <= 65535:
         raise ValueError(f"max_bins must be in 2..65535, got {max_bins}")
     names = list(sites) if sites is not None else [f"site {i}" for i in range(len(summaries))]
-    for s, name in zip(summaries, names):
-        check_summary(s, n_features, sketch_size=sketch_size, min_rows=min_rows, site=name)
+    rows = list(n_rows) if n_rows is not None else [None] * len(summaries)
+    for s, name, n in zip(summaries, names, rows):
+        check_summary(s, n_features, sketch_size=sketch_size, min_rows=min_rows, site=name, n_rows=n)
     edges = []
     for j in range(n_features):
         vals = [np.asarray(s["values"])[s["ptr"][j]:s["ptr"][j + 1]] for s in summaries]
