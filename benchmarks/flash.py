@@ -37,7 +37,7 @@ from fedtab import LocalFederation, Site
 from fedtab.data.election_datasets import load_dataset
 from fedtab.data.synthetic import split_rows
 from fedtab.federation import federated_one_hot, run_training, tune_flow
-from fedtab.federation.tuning_flow import gather_fit_ballots, split_validation
+from fedtab.federation.tuning_flow import gather_fit_ballots  # the sites draw their own fit/validation parts
 from fedtab.learn.accounting import param_reduction, round_cost
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -97,7 +97,6 @@ def run(quick: bool, seeds: list[int], out: Path) -> list[dict[str, Any]]:
                 full = run_training(fed, None, model=mspec, rounds=rounds, local_epochs=epochs, seed=seed)
                 baselines[mname] = (full, time.time() - t0)
             for sname, sspec in selectors.items():
-                split_validation(fed, 0.25, seed)
                 t0, c0 = time.time(), time.process_time()
                 ballots = gather_fit_ballots(fed, sspec)
                 select_s, select_cpu = time.time() - t0, time.process_time() - c0

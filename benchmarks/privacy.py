@@ -53,6 +53,7 @@ from fedtab.cli.demo import SIGNAL_FEATURES, DemoConfig
 from fedtab.data.synthetic import classification_table, split_rows
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import Site, run_election, run_training
+from fedtab.federation.protocol import set_options
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, math.inf)
 DELTA = 1e-5
@@ -94,14 +95,16 @@ def dp_election_and_training(cfg: DemoConfig, epsilons, repeats: int, log) -> tu
         kept_n, f1s, tr_f1s, spent = [], [], [], ""
         for _ in range(1 if math.isinf(eps) else repeats):
             fed, _ = _demo_federation(cfg)
-            el = run_election(fed, 0.5, describe="train", dp=_dp(eps, DEMO_BOUNDS))
+            set_options(fed, dp=_dp(eps, DEMO_BOUNDS))  # the election under DP ...
+            el = run_election(fed, 0.5, describe="train")
+            set_options(fed)  # ... the training after it without (the run below measures DP training)
             kept = el.result.selected_names
             f1s.append(run_training(fed, rounds=cfg.rounds, local_epochs=cfg.local_epochs, seed=cfg.seed,
                                     described=el.described).pooled["weighted_f1"] if kept else 0.0)
             kept_n.append(len(set(kept) & signal))
             fed, _ = _demo_federation(cfg)
-            tr = run_training(fed, plain_features, rounds=cfg.rounds, local_epochs=cfg.local_epochs, seed=cfg.seed,
-                              dp=_dp(eps, DEMO_BOUNDS))
+            set_options(fed, dp=_dp(eps, DEMO_BOUNDS))
+            tr = run_training(fed, plain_features, rounds=cfg.rounds, local_epochs=cfg.local_epochs, seed=cfg.seed)
             tr_f1s.append(tr.pooled["weighted_f1"])
             spent = (f"election ε spent {el.privacy['total']:.3f} (z = {el.privacy['noise_multiplier']:.2f}), "
                      f"training ε spent {tr.privacy['total']:.3f} (z = {tr.privacy['noise_multiplier']:.2f}, "
@@ -234,9 +237,10 @@ def secure_demo(cfg: DemoConfig, log, runs: int = 3) -> dict[str, Any]:
         for secure in (False, True):
             fed, _ = _demo_federation(cfg)
             t0 = time.perf_counter()
-            el = run_election(fed, 0.5, describe="train", secure_aggregation=secure)
+            set_options(fed, secure_aggregation=secure)
+            el = run_election(fed, 0.5, describe="train")
             tr = run_training(fed, rounds=cfg.rounds, local_epochs=cfg.local_epochs, seed=cfg.seed,
-                              described=el.described, secure_aggregation=secure)
+                              described=el.described)
             seconds[secure].append(time.perf_counter() - t0)
             out[secure] = (sum(fed.traffic.total()), tr)
     for secure in (False, True):

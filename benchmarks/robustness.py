@@ -49,6 +49,7 @@ from fedtab.federation.training_flow import label_key, site_matrix
 from fedtab.learn.metrics import confusion, scores_from_confusion
 from fedtab.learn.models import make_model
 from fedtab.testing import HostileSite
+from fedtab.federation.protocol import set_options
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ATTACK = "rows_reversed"
@@ -74,8 +75,9 @@ def demo_f1(n_hostile: int, robust: bool, seed: int, quick: bool) -> dict:
         cls, extra = (HostileSite, {"step": "training", "attack": ATTACK}) if hostile else (Site, {})
         sites.append(cls(name, part, "target", seed=seed, selector=selector, **extra))
     fed = LocalFederation(sites)
-    election = run_election(fed, 0.5, robust=robust)
-    outcome = run_training(fed, rounds=rounds, local_epochs=5, seed=seed, robust=robust)
+    set_options(fed, robust=robust)
+    election = run_election(fed, 0.5)
+    outcome = run_training(fed, rounds=rounds, local_epochs=5, seed=seed)
     model = make_model(outcome.model)
     index = {c: i for i, c in enumerate(outcome.classes)}
     total = np.zeros((len(index), len(index)), dtype=np.int64)

@@ -32,7 +32,7 @@ from fedtab import LocalFederation, Site
 from fedtab.data.synthetic import split_rows
 from fedtab.election.tuning import plot_tuning_curve
 from fedtab.federation import run_training, tune_flow
-from fedtab.federation.tuning_flow import gather_fit_ballots, split_validation
+from fedtab.federation.tuning_flow import gather_fit_ballots  # the sites draw their own fit/validation parts
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SELECTOR = {"name": "lasso", "params": {"C": 0.1}}
@@ -55,7 +55,6 @@ def run_seed(seed: int, quick: bool) -> tuple[list[dict[str, Any]], list[Any]]:
     fed = LocalFederation([Site(f"site{i + 1}", p, "target", test_size=0.2, seed=seed + i)
                            for i, p in enumerate(parts)])
     rounds, epochs = (3, 3) if quick else (10, 5)
-    split_validation(fed, 0.25, seed)
     ballots = gather_fit_ballots(fed, SELECTOR)
     rows, results = [], []
     for label in TUNERS:

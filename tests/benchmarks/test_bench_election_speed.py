@@ -1,7 +1,6 @@
-from benchmarks.election_speed import main, plain_numpy_rule
-
-
 def test_quick_benchmark_runs_and_agrees_with_plain_rule():
+    from benchmarks.election_speed import main  # imported here: collection stays fast
+
     doc = main(["--quick", "--repeats", "1"])
     assert all(r["masks_equal"] for r in doc["speed"])
     assert [m["sites"] for m in doc["tally_memory"]] == [3, 30]
@@ -11,6 +10,8 @@ def test_quick_benchmark_runs_and_agrees_with_plain_rule():
 
 def test_plain_rule_reference_is_the_rule():
     import numpy as np
+
+    from benchmarks.election_speed import plain_numpy_rule
 
     masks = np.array([[1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 0, 1, 1, 0]], dtype=bool)
     scores = np.array([[1.0, 0.9, 0.2, 0.1, 0.0], [1.0, 0.6, 0.8, 0.2, 0.0], [1.0, 0.3, 0.6, 0.4, 0.0]])

@@ -3,10 +3,10 @@
 import json
 from html.parser import HTMLParser
 
-from benchmarks import job
-
 
 def test_quick_run_writes_results_and_report(tmp_path):
+    from benchmarks import job  # imported here: collection stays fast
+
     job.main(["--quick", "--out", str(tmp_path), "--work", str(tmp_path / "work")])
     out = json.loads((tmp_path / "job.json").read_text())
     assert out["command"] == "python -m benchmarks.job --quick" and len(out["runs"]) == 1

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-pytest.importorskip("nvflare")
+pytestmark = pytest.mark.requires("nvflare")
 
 
 @pytest.mark.slow
@@ -39,7 +39,7 @@ def test_flower_bare_replays_fedtabs_exchanges_and_fedtab_reports_clientapp_stag
     from benchmarks import flower_bare, vs_nvflare
     from fedtab.engines import flower
 
-    configs = vs_nvflare.write_data(vs_nvflare.example_data(60), tmp_path / "data")
+    configs = vs_nvflare.write_data(vs_nvflare.example_data(300), tmp_path / "data")  # test parts above the floor
     result = flower.run_in_process(configs, vs_nvflare.pipeline_config(1, 0.5))
     assert [e["kind"] for e in result["exchanges"]] == ["ballot", "set_mask", "fit", "evaluate"]
     for e in result["exchanges"]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from benchmarks import scale
-
 ELECTION_KEYS = {"sites", "features", "server_seconds", "site_seconds", "peak_server_mb", "bytes_per_site"}
 NONIID_KEYS = {"partition", "alpha", "signal_recall", "noise_kept", "jaccard_pooled", "f1", "f1_central", "f1_local"}
 IMPUTE_KEYS = {"columns", "sites", "seconds", "rmse"}
 
 
 def test_quick_run_writes_json_md_png(tmp_path):
+    from benchmarks import scale  # imported here: collection stays fast
+
     assert scale.main(["--quick", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "scale.json").read_text())
     assert {"election", "noniid", "imputation"} <= set(result)
@@ -56,6 +56,8 @@ def test_quick_run_writes_json_md_png(tmp_path):
 
 def test_partitions_give_every_site_rows_and_keep_every_row_once():
     import numpy as np
+
+    from benchmarks import scale
 
     rng = np.random.default_rng(0)
     y = np.repeat([0, 1], 500)

@@ -4,7 +4,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fedtab.cli import app
-from fedtab.data import classification_table, split_rows
+from tests.builders import classification_parts
 
 runner = CliRunner()
 
@@ -33,9 +33,9 @@ def test_demo_writes_result_and_shows_the_expected_picture(tmp_path):
 
 @pytest.fixture
 def site_files(tmp_path):
-    table = classification_table(900, 20, 4, 2, 0, seed=3, class_sep=1.5)
+    _, parts = classification_parts(900, 20, 4, 2, [0.4, 0.35, 0.25], seed=3, split_seed=1, class_sep=1.5)
     paths = []
-    for i, part in enumerate(split_rows(table, [0.4, 0.35, 0.25], stratify="target", seed=1)):
+    for i, part in enumerate(parts):
         p = tmp_path / f"hospital{i}.csv"
         if i == 2:
             p = tmp_path / "hospital2.parquet"

@@ -7,20 +7,15 @@ import pytest
 from typer.testing import CliRunner
 
 from fedtab.cli import app
-from fedtab.data import classification_table, split_rows
+from tests.builders import classification_parts, write_csvs
 
 runner = CliRunner()
 
 
 @pytest.fixture
 def four_sites(tmp_path):
-    table = classification_table(800, 10, 4, 2, 0, seed=4, class_sep=1.5)
-    paths = []
-    for i, part in enumerate(split_rows(table, [0.25] * 4, stratify="target", seed=1)):
-        p = tmp_path / f"site{i}.csv"
-        part.to_csv(p, index=False)
-        paths.append(str(p))
-    return paths
+    _, parts = classification_parts(800, 10, 4, 2, [0.25] * 4, seed=4, split_seed=1, class_sep=1.5)
+    return [str(p) for p in write_csvs(parts, tmp_path)]
 
 
 def test_elect_robust_records_the_mode(four_sites, tmp_path):

@@ -7,22 +7,16 @@ import pytest
 from typer.testing import CliRunner
 
 from fedtab.cli import app
-from fedtab.data import classification_table, split_rows
 from fedtab.data.tables import TableError, read_table
 from fedtab.report.output import OutputError, atomic_dir, check_writable
+from tests.builders import classification_parts, write_csvs
 
 runner = CliRunner()
 
 
 @pytest.fixture
 def files(tmp_path):
-    table = classification_table(240, 6, 3, 1, 0, seed=2, class_sep=1.5)
-    paths = []
-    for i, part in enumerate(split_rows(table, [0.5, 0.5], stratify="target", seed=0)):
-        p = tmp_path / f"site{i}.csv"
-        part.to_csv(p, index=False)
-        paths.append(p)
-    return paths
+    return write_csvs(classification_parts(240, 6, 3, 1, [0.5, 0.5], seed=2, split_seed=0, class_sep=1.5)[1], tmp_path)
 
 
 def _elect(args):

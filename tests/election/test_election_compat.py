@@ -346,10 +346,9 @@ def test_default_rule_is_unchanged_by_the_option():
 
 
 def _two_sites():
-    from fedtab.data import classification_table, split_rows
+    from tests.builders import classification_parts
 
-    table = classification_table(300, 12, 3, 2, seed=4)
-    return [t for t in split_rows(table, [0.5, 0.5], stratify="target", seed=0)]
+    return classification_parts(300, 12, 3, 2, [0.5, 0.5], seed=4, split_seed=0)[1]
 
 
 def test_workflow_and_pipeline_elect_with_the_profile():

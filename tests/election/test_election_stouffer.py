@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
+from fedtab.federation.protocol import set_options
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.feature_selection import SelectFdr, SelectKBest, f_classif
@@ -186,9 +188,11 @@ def test_a_selector_without_pvalues_and_bad_settings_are_refused():
         run_election(fed, 0.5, consensus="median")
     with pytest.raises(ValueError, match="consensus_alpha"):
         run_election(fed, 0.5, consensus="stouffer", consensus_alpha=1.0)
-    for kwargs in ({"compat": "nvflare"}, {"dp": {"epsilon": 1.0, "delta": 1e-5}}):
-        with pytest.raises(ValueError, match="stouffer"):
-            run_election(fed, 0.5, consensus="stouffer", **kwargs)
+    with pytest.raises(ValueError, match="stouffer"):
+        run_election(fed, 0.5, consensus="stouffer", compat="nvflare")
+    set_options(fed, dp={"epsilon": 1.0, "delta": 1e-5})
+    with pytest.raises(ValueError, match="stouffer"):
+        run_election(fed, 0.5, consensus="stouffer")
     assert not fed.traffic.records  # refused before anything was sent
 
 
@@ -214,6 +218,8 @@ def test_robust_mode_stops_one_hostile_site_claiming_p_0_everywhere():
 
     trusting = run_election(LocalFederation(sites()), 0.0, consensus="stouffer")
     assert trusting.result.mask[~signal].mean() > 0.5  # the plain combination believes it
-    robust = run_election(LocalFederation(sites()), 0.0, consensus="stouffer", robust=True)
+    robust_fed = LocalFederation(sites())
+    set_options(robust_fed, robust=True)
+    robust = run_election(robust_fed, 0.0, consensus="stouffer")
     assert robust.result.aggregation == "median"
     assert robust.result.mask[signal].sum() >= 5 and robust.result.mask[~signal].sum() <= 1

@@ -6,12 +6,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedtab.federation.protocol import set_options
+
 from fedtab.election.score_test import pooled_score_selection, score_statistics, site_sums
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import (FederationError, Message, SiteError, SiteRefused, run_pooled_anova, run_pooled_score_test,
                                run_training)
 from fedtab.federation.site import Site
 from fedtab.privacy import DisclosurePolicy
+from tests.builders import write_classification_sites
 
 
 def _conditional_table(n=1500, noise=8, seed=0):
@@ -229,7 +232,8 @@ def test_secure_aggregation_gives_the_plain_result_from_totals_only():
     parts[2] = np.setdiff1d(np.arange(len(t)), np.r_[parts[0], parts[1]])
     plain = run_pooled_score_test(LocalFederation(_sites(t, parts)))
     fed = _Recorder(_sites(t, parts))
-    secure = run_pooled_score_test(fed, secure_aggregation=True)
+    set_options(fed, secure_aggregation=True)
+    secure = run_pooled_score_test(fed)
     assert secure.selected == plain.selected and {"x1", "x2"} <= set(secure.selected)
     np.testing.assert_allclose(secure.z, plain.z, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(secure.coef, plain.coef, rtol=1e-5, atol=1e-6)
@@ -238,7 +242,9 @@ def test_secure_aggregation_gives_the_plain_result_from_totals_only():
     assert fed.seen and all(set(r.arrays) == {"secagg:y", "secagg:shares"} for r in fed.seen)
     # a corrupted contribution makes the total implausible: refused (no site can be named)
     with pytest.raises(FederationError, match="secure sum of the sites' score sums is implausible"):
-        run_pooled_score_test(_Recorder(_sites(t, parts), shift=2**60), secure_aggregation=True)
+        corrupt = _Recorder(_sites(t, parts), shift=2**60)
+        set_options(corrupt, secure_aggregation=True)
+        run_pooled_score_test(corrupt)
 
 
 def test_one_vs_rest_is_the_union_of_each_class_against_the_rest():
@@ -276,13 +282,13 @@ def _score_workflow(federation, run_config):
     return {"selected": out.selected, "p": out.p.tolist(), "stopped": out.stopped}
 
 
-def test_flower_apps_in_fresh_processes_match_the_local_engine(tmp_path, classification_sites):
+def test_flower_apps_in_fresh_processes_match_the_local_engine(tmp_path):
     """Every message in a fresh ClientApp process: the setup survives in Flower's Context.state."""
     pytest.importorskip("flwr")
     from fedtab.engines import flower
     from fedtab.engines.site_config import build_site
 
-    configs = classification_sites(tmp_path, 600, 12, 4, 0, table_seed=4, split_seed=0)
+    configs = write_classification_sites(tmp_path, 600, 12, 4, 0, table_seed=4, split_seed=0)
     local = _score_workflow(LocalFederation([build_site(c) for c in configs]), {})
     result = flower.run_in_process(configs, {}, app=flower.make_server_app(_score_workflow), fresh_processes=True)
     assert result["selected"] == local["selected"] and len(local["selected"]) >= 2

@@ -16,13 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("flwr")
+from fedtab.federation.messages import Message
+from tests.builders import local_reference, write_classification_sites
 
-from fedtab.engines import LocalFederation  # noqa: E402
-from fedtab.engines import flower  # noqa: E402
-from fedtab.engines.pipeline import run_pipeline  # noqa: E402
-from fedtab.engines.site_config import build_site  # noqa: E402
-from fedtab.federation.messages import Message  # noqa: E402
+pytestmark = pytest.mark.requires("flwr")
 
 RUN = {"steps": "election,training", "freedom-degree": 0.5, "rounds": 2, "local-epochs": 2}
 # fewer steps for the deployment, where every step costs seconds (a ClientApp process per message)
@@ -30,13 +27,22 @@ DEPLOY_RUN = {**RUN, "rounds": 1}
 
 
 @pytest.fixture(scope="module")
-def site_configs(tmp_path_factory, classification_sites) -> list[dict]:
-    return classification_sites(tmp_path_factory.mktemp("flower_sites"), 900, 30, 6, 4, table_seed=3, split_seed=0)
+def flower():
+    """fedtab's Flower engine, imported when a test runs (Flower costs ~0.5 s to import)."""
+    from fedtab.engines import flower
+
+    return flower
+
+
+@pytest.fixture(scope="module")
+def site_configs(tmp_path_factory) -> list[dict]:
+    return write_classification_sites(tmp_path_factory.mktemp("flower_sites"), 900, 30, 6, 4, table_seed=3,
+                                      split_seed=0)
 
 
 @pytest.fixture(scope="module")
 def reference(site_configs) -> dict:
-    return run_pipeline(LocalFederation([build_site(c) for c in site_configs]), RUN)
+    return local_reference(site_configs, RUN)
 
 
 def _assert_same(result: dict, ref: dict) -> None:
@@ -48,7 +54,7 @@ def _assert_same(result: dict, ref: dict) -> None:
     assert result["training"]["weighted_f1"] == pytest.approx(ref["training"]["weighted_f1"], abs=1e-12)
 
 
-def test_the_flower_app_declares_every_pipeline_key():
+def test_the_flower_app_declares_every_pipeline_key(flower):
     """``flwr run --run-config`` (Flower's ``fuse_dicts``) rejects keys the app does not declare: every
     setting of the pipeline must be declared, and the declared defaults must parse."""
     import dataclasses
@@ -68,7 +74,7 @@ def test_the_flower_app_declares_every_pipeline_key():
     assert (plain.compat, plain.robust, plain.min_holders) == (None, False, None)
 
 
-def test_records_round_trip_without_pickle():
+def test_records_round_trip_without_pickle(flower):
     msg = Message("ballot", {"mask": np.array([True, False]), "scores": np.arange(3.0), "names": np.array(["a", "b"])},
                   {"n_samples": 7, "nested": {"x": [1, 2]}})
     back = flower.from_records(flower.to_records(msg))
@@ -78,7 +84,7 @@ def test_records_round_trip_without_pickle():
         assert back.arrays[k].dtype == v.dtype
 
 
-def test_in_process_server_and_client_apps_match_local_engine(site_configs, reference):
+def test_in_process_server_and_client_apps_match_local_engine(site_configs, reference, flower):
     # fresh_processes: the live-site cache is cleared before every message, so the
     # elected mask and training setup must survive in Flower's Context.state.
     result = flower.run_in_process(site_configs, RUN, fresh_processes=True)
@@ -88,17 +94,17 @@ def test_in_process_server_and_client_apps_match_local_engine(site_configs, refe
     _assert_same(result, reference)
 
 
-def test_in_process_site_failure_is_named(site_configs):
+def test_in_process_site_failure_is_named(site_configs, flower):
     broken = [dict(c) for c in site_configs]
     broken[1]["data-path"] = "/nonexistent/site2.csv"
     with pytest.raises(Exception, match="site-2|site2"):
         flower.run_in_process(broken, RUN)
 
 
-def test_in_process_tuning_then_election_matches_local_engine(site_configs):
+def test_in_process_tuning_then_election_matches_local_engine(site_configs, flower):
     run = {"steps": "tuning,election,training", "rounds": 1, "local-epochs": 1,
            "tuning-config": '{"grid": [0.0, 0.5, 1.0]}'}
-    ref = run_pipeline(LocalFederation([build_site(c) for c in site_configs]), run)
+    ref = local_reference(site_configs, run)
     result = flower.run_in_process(site_configs, run, fresh_processes=True)
     assert result["tuning"]["freedom_degree"] == ref["tuning"]["freedom_degree"]
     assert result["tuning"]["selected"] == ref["tuning"]["selected"]
@@ -106,12 +112,12 @@ def test_in_process_tuning_then_election_matches_local_engine(site_configs):
     assert result["training"]["weighted_f1"] == pytest.approx(ref["training"]["weighted_f1"], abs=1e-12)
 
 
-def test_in_process_imputation_matches_local_engine(tmp_path, imputation_site_configs):
+def test_in_process_imputation_matches_local_engine(tmp_path, imputation_site_configs, flower):
     pytest.importorskip("torch")
     configs = imputation_site_configs
     run = {"steps": "imputation", "impute-rounds": 2,
            "impute-config": '{"hidden_dim": 8, "n_layers": 1, "n_threads": 1}'}
-    ref = run_pipeline(LocalFederation([build_site(c) for c in configs]), run)
+    ref = local_reference(configs, run)
     # as on a SuperNode, every message meets a fresh process: the imputer's model, Adam
     # moments and random state must come back from Context.state (arrays + JSON only)
     result = flower.run_in_process(configs, run, fresh_processes=True)
@@ -119,6 +125,8 @@ def test_in_process_imputation_matches_local_engine(tmp_path, imputation_site_co
 
 
 def _assert_same_imputation(result: dict, ref: dict) -> None:
+    # float32 losses of the same computation (the engine only carries the state): rel 1e-5 is ~84 eps32;
+    # Adam moments or a random state lost between messages move them by > 1e-3
     assert result["imputation"]["columns"] == ref["imputation"]["columns"]
     assert [h["round"] for h in result["imputation"]["history"]] == [h["round"] for h in ref["imputation"]["history"]]
     for got, want in zip(result["imputation"]["history"], ref["imputation"]["history"]):
@@ -127,6 +135,73 @@ def _assert_same_imputation(result: dict, ref: dict) -> None:
                                                                          rel=1e-5)
 
 
+def test_config_strings_survive_flowers_key_value_parser():
+    from flwr.common.config import parse_config_args
+
+    from fedtab.engines.flower_deploy import _toml_value
+
+    cfg = {"impute-config": '{"hidden_dim": 8, "n_layers": 1}', "data-path": "/tmp/a b/site.csv",
+           "note": "it's", "rounds": 3, "fd": 0.5, "flag": True}
+    line = " ".join(f"{k}={_toml_value(v)}" for k, v in cfg.items())
+    assert parse_config_args([line]) == cfg
+    with pytest.raises(ValueError, match="cannot carry"):
+        _toml_value("""both ' and " quotes""")
+
+
+def test_auth_site_identity_comes_from_the_key_not_the_declared_name(site_configs, reference, tmp_path, flower):
+    """In process, with the keys a SuperLink with SuperNode auth would report: a member's
+    node declaring another site's name and a node with an unknown key are named in
+    ``excluded_nodes`` and left out; the three genuine sites run as without them."""
+    import json
+
+    from fedtab.deploy.keys import write_consortium_keys
+
+    keys = write_consortium_keys(tmp_path, ["site-1", "site-2", "site-3", "site-4", "outsider"])
+    pem = {s: _pem(keys.site_public[s]) for s in keys.site_public}
+    member_keys = {s: fp for s, fp in keys.fingerprints().items() if s != "outsider"}
+    # the impostors come first, so they answer the site-naming hello before the genuine site-2
+    nodes = [{**site_configs[1], "name": "site-2"}, {**site_configs[0], "name": "site-1"}, *site_configs]
+    node_keys = [pem["site-4"], pem["outsider"], pem["site-1"], pem["site-2"], pem["site-3"]]
+    result = flower.run_in_process(nodes, {**RUN, "min-sites": 3, "site-keys": json.dumps(member_keys)},
+                                   public_keys=node_keys)
+    assert result["identity"] == "key"
+    assert result["sites"] == ["site-1", "site-2", "site-3"]
+    assert result["excluded_nodes"] == {
+        "1000": "claims site 'site-2' but authenticated with the key of site 'site-4'",
+        "1001": f"its key {keys.fingerprints()['outsider']} belongs to no site of this consortium"}
+    _assert_same(result, reference)
+
+
+def test_auth_swapped_keys_are_excluded_never_renamed(site_configs, flower):
+    """Keys swapped between two sites: both nodes are excluded with the reason (never
+    silently taken for the other site) and the remaining site still runs."""
+    import json
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from fedtab.deploy.keys import fingerprint
+
+    pub = [ec.generate_private_key(ec.SECP384R1()).public_key() for _ in site_configs]
+    pem = [k.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo) for k in pub]
+    swapped = {"site-1": fingerprint(pub[1]), "site-2": fingerprint(pub[0]), "site-3": fingerprint(pub[2])}
+    result = flower.run_in_process(site_configs, {"steps": "election", "min-sites": 1,
+                                                  "site-keys": json.dumps(swapped)}, public_keys=pem)
+    assert result["sites"] == ["site-3"]
+    assert result["excluded_nodes"] == {
+        "1000": "claims site 'site-1' but authenticated with the key of site 'site-2'",
+        "1001": "claims site 'site-2' but authenticated with the key of site 'site-1'"}
+
+
+def _pem(openssh_pub: Path) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_ssh_public_key(openssh_pub.read_bytes())
+    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+# ----------------------------------------------------------------------------- loopback deployments
+# (the module's TLS deployment comes last, so that no test runs while it idles)
 def _flower_binaries() -> bool:
     bin_dir = Path(os.sys.executable).parent
     return all((bin_dir / b).exists() or shutil.which(b) for b in ("flower-superlink", "flower-supernode", "flwr"))
@@ -150,6 +225,18 @@ def _run_on_loopback(configs: list[dict], run: dict, workdir: Path, timeout: flo
 
 
 needs_flower_cli = pytest.mark.skipif(not _flower_binaries(), reason="Flower CLI binaries not installed")
+
+
+@pytest.mark.slow
+@needs_flower_cli
+def test_loopback_deployment_runs_imputation(imputation_site_configs, tmp_path):
+    """FedHF-Impute on real SuperNodes, where each message runs in a new ClientApp process."""
+    pytest.importorskip("torch")
+    run = {"steps": "imputation", "impute-rounds": 2,
+           "impute-config": '{"hidden_dim": 8, "n_layers": 1, "n_threads": 1}'}
+    reference = local_reference(imputation_site_configs, run)
+    result = _run_on_loopback(imputation_site_configs, run, tmp_path / "deployment", timeout=600)
+    _assert_same_imputation(result, reference)
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +305,7 @@ def test_tls_refuses_supernode_of_another_ca(tls_deployment, tmp_path):
 @needs_flower_cli
 def test_tls_auth_deployment_matches_local_engine_and_binds_sites_to_keys(tls_deployment, site_configs):
     dep = tls_deployment
-    reference = run_pipeline(LocalFederation([build_site(c) for c in site_configs]), DEPLOY_RUN)
+    reference = local_reference(site_configs, DEPLOY_RUN)
     result = dep.run(DEPLOY_RUN, timeout=600)  # bounded; generous for a 2-core box shared with other jobs
     assert result["engine"] == "flower" and result["identity"] == "key"
     assert result["sites"] == ["site-1", "site-2", "site-3"]
@@ -228,80 +315,3 @@ def test_tls_auth_deployment_matches_local_engine_and_binds_sites_to_keys(tls_de
     assert list(result["excluded_nodes"]) == [intruder]
     assert "claims site 'site-2'" in result["excluded_nodes"][intruder]
     assert "'site-4'" in result["excluded_nodes"][intruder]
-
-
-@pytest.mark.slow
-@needs_flower_cli
-def test_loopback_deployment_runs_imputation(imputation_site_configs, tmp_path):
-    """FedHF-Impute on real SuperNodes, where each message runs in a new ClientApp process."""
-    pytest.importorskip("torch")
-    run = {"steps": "imputation", "impute-rounds": 2,
-           "impute-config": '{"hidden_dim": 8, "n_layers": 1, "n_threads": 1}'}
-    reference = run_pipeline(LocalFederation([build_site(c) for c in imputation_site_configs]), run)
-    result = _run_on_loopback(imputation_site_configs, run, tmp_path / "deployment", timeout=600)
-    _assert_same_imputation(result, reference)
-
-
-def test_config_strings_survive_flowers_key_value_parser():
-    from flwr.common.config import parse_config_args
-
-    from fedtab.engines.flower_deploy import _toml_value
-
-    cfg = {"impute-config": '{"hidden_dim": 8, "n_layers": 1}', "data-path": "/tmp/a b/site.csv",
-           "note": "it's", "rounds": 3, "fd": 0.5, "flag": True}
-    line = " ".join(f"{k}={_toml_value(v)}" for k, v in cfg.items())
-    assert parse_config_args([line]) == cfg
-    with pytest.raises(ValueError, match="cannot carry"):
-        _toml_value("""both ' and " quotes""")
-
-
-def test_auth_site_identity_comes_from_the_key_not_the_declared_name(site_configs, reference, tmp_path):
-    """In process, with the keys a SuperLink with SuperNode auth would report: a member's
-    node declaring another site's name and a node with an unknown key are named in
-    ``excluded_nodes`` and left out; the three genuine sites run as without them."""
-    import json
-
-    from fedtab.deploy.keys import write_consortium_keys
-
-    keys = write_consortium_keys(tmp_path, ["site-1", "site-2", "site-3", "site-4", "outsider"])
-    pem = {s: _pem(keys.site_public[s]) for s in keys.site_public}
-    member_keys = {s: fp for s, fp in keys.fingerprints().items() if s != "outsider"}
-    # the impostors come first, so they answer the site-naming hello before the genuine site-2
-    nodes = [{**site_configs[1], "name": "site-2"}, {**site_configs[0], "name": "site-1"}, *site_configs]
-    node_keys = [pem["site-4"], pem["outsider"], pem["site-1"], pem["site-2"], pem["site-3"]]
-    result = flower.run_in_process(nodes, {**RUN, "min-sites": 3, "site-keys": json.dumps(member_keys)},
-                                   public_keys=node_keys)
-    assert result["identity"] == "key"
-    assert result["sites"] == ["site-1", "site-2", "site-3"]
-    assert result["excluded_nodes"] == {
-        "1000": "claims site 'site-2' but authenticated with the key of site 'site-4'",
-        "1001": f"its key {keys.fingerprints()['outsider']} belongs to no site of this consortium"}
-    _assert_same(result, reference)
-
-
-def test_auth_swapped_keys_are_excluded_never_renamed(site_configs):
-    """Keys swapped between two sites: both nodes are excluded with the reason (never
-    silently taken for the other site) and the remaining site still runs."""
-    import json
-
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    from fedtab.deploy.keys import fingerprint
-
-    pub = [ec.generate_private_key(ec.SECP384R1()).public_key() for _ in site_configs]
-    pem = [k.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo) for k in pub]
-    swapped = {"site-1": fingerprint(pub[1]), "site-2": fingerprint(pub[0]), "site-3": fingerprint(pub[2])}
-    result = flower.run_in_process(site_configs, {"steps": "election", "min-sites": 1,
-                                                  "site-keys": json.dumps(swapped)}, public_keys=pem)
-    assert result["sites"] == ["site-3"]
-    assert result["excluded_nodes"] == {
-        "1000": "claims site 'site-1' but authenticated with the key of site 'site-2'",
-        "1001": "claims site 'site-2' but authenticated with the key of site 'site-1'"}
-
-
-def _pem(openssh_pub: Path) -> bytes:
-    from cryptography.hazmat.primitives import serialization
-
-    key = serialization.load_ssh_public_key(openssh_pub.read_bytes())
-    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)

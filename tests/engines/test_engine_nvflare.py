@@ -9,13 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("nvflare")
+from fedtab.data import classification_table, split_rows
+from tests.builders import local_reference
 
-from fedtab.data import classification_table, split_rows  # noqa: E402
-from fedtab.engines import LocalFederation  # noqa: E402
-from fedtab.engines.nvflare import SimulatorError, build_job, run_simulator  # noqa: E402
-from fedtab.engines.pipeline import run_pipeline  # noqa: E402
-from fedtab.engines.site_config import build_site  # noqa: E402
+# fedtab.engines.nvflare imports NVIDIA FLARE (~1 s): inside the tests, not at collection
+pytestmark = pytest.mark.requires("nvflare")
 
 RUN = {"steps": "election,training", "freedom-degree": 0.5, "rounds": 2, "local-epochs": 2}
 # the simulator run also tunes the freedom degree first (many more, cheap, FLARE tasks)
@@ -30,7 +28,8 @@ def site_configs(tmp_path_factory) -> list[dict]:
     parts = split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=1)
     configs = []
     for i, part in enumerate(parts):
-        train, test = part.iloc[: int(0.8 * len(part))], part.iloc[int(0.8 * len(part)) :]
+        # a stratified held-out file: every class with enough rows for the sites' floor (min_rows=10)
+        train, test = split_rows(part, [0.8, 0.2], stratify="target", seed=i)
         train_path, test_path = root / f"site{i + 1}_train.csv", root / f"site{i + 1}_test.csv"
         train.to_csv(train_path, index=False)
         test.to_csv(test_path, index=False)
@@ -41,10 +40,12 @@ def site_configs(tmp_path_factory) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def reference(site_configs) -> dict:
-    return run_pipeline(LocalFederation([build_site(c) for c in site_configs]), TUNED_RUN)
+    return local_reference(site_configs, TUNED_RUN)
 
 
 def test_build_job_rejects_unknown_site_arguments(site_configs):
+    from fedtab.engines.nvflare import build_job
+
     bad = [dict(site_configs[0], colour="blue")]
     with pytest.raises(ValueError, match="colour"):
         build_job(bad, RUN)
@@ -52,6 +53,8 @@ def test_build_job_rejects_unknown_site_arguments(site_configs):
 
 @pytest.mark.slow
 def test_simulator_matches_local_engine(site_configs, reference, tmp_path):
+    from fedtab.engines.nvflare import run_simulator
+
     result = run_simulator(site_configs, TUNED_RUN, tmp_path, threads=3)
     assert result["engine"] == "nvflare"
     assert result["tuning"]["freedom_degree"] == reference["tuning"]["freedom_degree"]
@@ -68,6 +71,8 @@ def test_simulator_matches_local_engine(site_configs, reference, tmp_path):
 
 @pytest.mark.slow
 def test_simulator_failure_is_reported(site_configs, tmp_path):
+    from fedtab.engines.nvflare import SimulatorError, run_simulator
+
     broken = [dict(c) for c in site_configs]
     broken[2]["data-path"] = "/nonexistent/site3.csv"
     with pytest.raises(SimulatorError):
@@ -77,11 +82,14 @@ def test_simulator_failure_is_reported(site_configs, tmp_path):
 @pytest.mark.slow
 def test_simulator_runs_imputation(tmp_path, imputation_site_configs):
     pytest.importorskip("torch")
+    from fedtab.engines.nvflare import run_simulator
+
     configs = imputation_site_configs
     run = {"steps": "imputation", "impute-rounds": 2,
            "impute-config": {"hidden_dim": 8, "n_layers": 1, "n_threads": 1}}
-    ref = run_pipeline(LocalFederation([build_site(c) for c in configs]), run)
+    ref = local_reference(configs, run)
     result = run_simulator(configs, run, tmp_path / "flare", threads=2)
     assert result["imputation"]["columns"] == ref["imputation"]["columns"]
+    # a float32 RMSE of the same computation: rel 1e-6 is ~8 eps32
     assert result["imputation"]["validation"]["overall"] == pytest.approx(ref["imputation"]["validation"]["overall"],
                                                                          rel=1e-6)

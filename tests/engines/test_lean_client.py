@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedtab.data import classification_table, split_rows
+from fedtab.data import classification_table
 from fedtab.engines import LocalFederation
 from fedtab.engines.pipeline import run_pipeline
 from fedtab.engines.site_config import build_lazy_site, build_site
@@ -29,6 +29,7 @@ from fedtab.federation import register_all
 from fedtab.federation.lazy_site import LazySite
 from fedtab.federation.messages import Message
 from fedtab.federation.site import HANDLER_HOMES, HANDLERS, TABLE_STEPS, Site
+from tests.builders import write_classification_sites
 
 RUN = {"steps": "election,training", "freedom-degree": 0.5, "rounds": 3, "local-epochs": 2}
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -58,12 +59,7 @@ REPLAY = textwrap.dedent("""
 def recorded(tmp_path_factory) -> tuple[Path, list[str], list[Message]]:
     """The requests one site received in an in-process run, and its replies."""
     root = tmp_path_factory.mktemp("lean")
-    table = classification_table(600, 20, 5, 3, seed=5)
-    configs = []
-    for i, part in enumerate(split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=1)):
-        path = root / f"site{i + 1}.csv"
-        part.to_csv(path, index=False)
-        configs.append({"name": f"site-{i + 1}", "data-path": str(path), "target": "target", "selector": "lasso"})
+    configs = write_classification_sites(root, 600, 20, 5, 3, table_seed=5, split_seed=1)
     sites = [build_site(c) for c in configs]
     calls: list[tuple[Message, Message]] = []
     answer = sites[0].handle
@@ -144,23 +140,25 @@ def test_the_stored_matrices_are_the_tables_and_give_way_to_a_table_step_or_a_bi
 def test_a_lazy_site_reads_its_table_only_when_asked_and_shares_its_state(recorded, tmp_path):
     config = json.loads((recorded[0] / "config.json").read_text())
     config["data-path"] = str(tmp_path / "site.csv")
-    table = classification_table(60, 4, 2, 1, seed=0)
+    table = classification_table(120, 4, 2, 1, seed=0)  # 60 per class: a test part of 12 per class
     table.to_csv(config["data-path"], index=False)
     loads = []
     site = LazySite("site-1", lambda: loads.append(1) or build_site(config), target="target")
     site.state = {"features": ["a"]}
     assert not site.loaded and site.name == "site-1" and repr(site) == "LazySite('site-1', not read yet)"
-    assert site.n_rows("train") == 48 and site.loaded and loads == [1]  # no counts stored yet: reads the table
-    assert site.real().state is site.state and site.state["site_rows"]["all"] == 60
+    assert site.n_rows("train") == 96 and site.loaded and loads == [1]  # no counts stored yet: reads the table
+    assert site.real().state is site.state and site.state["site_rows"]["parts"]["all"] == 120
+    assert site.state["site_rows"]["classes"]["test"] == site.real().class_counts("test")
     assert isinstance(site.table.shape, tuple) and site.feature_names == list(table.columns[:-1]) and loads == [1]
     site.state = {"new": 1}
     assert site.real().state == {"new": 1}
 
     again = build_lazy_site(config)
-    again.state = decode_state(encode_state({"site_rows": {"train": 48, "test": 12, "all": 60, "steps": 0}})[0])
-    assert again.n_rows("test") == 12 and not again.loaded  # from the stored counts
+    stored = {"site_rows": {"parts": {"train": 96, "test": 24, "all": 120}, "classes": {}, "steps": 0}}
+    again.state = decode_state(encode_state(stored)[0])
+    assert again.n_rows("test") == 24 and not again.loaded  # from the stored counts
     again.state["table_steps"] = [{"kind": "one_hot", "params": {"categories": {}}}]
-    assert again.n_rows("test") == 12 and again.loaded  # a table step since the count: read and replay
+    assert again.n_rows("test") == 24 and again.loaded  # a table step since the count: read and replay
 
 
 def test_a_lazy_site_that_loads_another_site_is_refused(tmp_path):

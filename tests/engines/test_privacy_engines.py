@@ -17,6 +17,7 @@ import pytest
 from fedtab.engines import LocalFederation
 from fedtab.engines.pipeline import PipelineConfig, run_pipeline
 from fedtab.engines.site_config import build_site
+from tests.builders import local_reference, write_classification_sites
 
 RUN = {"steps": "election,training", "freedom-degree": 0.5, "rounds": 2, "local-epochs": 1}
 SECURE = {**RUN, "secure-aggregation": True}
@@ -24,13 +25,14 @@ FLOWER_APP = Path(__file__).resolve().parents[2] / "src" / "fedtab" / "engines" 
 
 
 @pytest.fixture(scope="module")
-def site_configs(tmp_path_factory, classification_sites) -> list[dict]:
-    return classification_sites(tmp_path_factory.mktemp("secure_sites"), 600, 20, 5, 3, table_seed=11, split_seed=2)
+def site_configs(tmp_path_factory) -> list[dict]:
+    return write_classification_sites(tmp_path_factory.mktemp("secure_sites"), 600, 20, 5, 3, table_seed=11,
+                                      split_seed=2)
 
 
 @pytest.fixture(scope="module")
 def plain(site_configs) -> dict:
-    return run_pipeline(LocalFederation([build_site(c) for c in site_configs]), RUN)
+    return local_reference(site_configs, RUN)
 
 
 def _rel_diff(a: dict, b: dict) -> float:
@@ -60,7 +62,7 @@ def _assert_secure_equals_plain(result: dict, plain: dict) -> None:
 
 
 def test_local_engine_secure_run_config_equals_plain(site_configs, plain):
-    result = run_pipeline(LocalFederation([build_site(c) for c in site_configs]), SECURE)
+    result = local_reference(site_configs, SECURE)
     _assert_secure_equals_plain(result, plain)
 
 
@@ -97,7 +99,7 @@ def test_run_config_dp_is_checked_and_reported(site_configs):
         PipelineConfig.from_mapping({"dp": "[1, 2]"})
     assert PipelineConfig.from_mapping({"dp": '{"epsilon": "inf"}'}).dp is None  # ε = ∞: no noise
     run = {**RUN, "rounds": 1, "dp": '{"epsilon": 4, "delta": 1e-5, "bounds": [-10, 10]}'}
-    result = run_pipeline(LocalFederation([build_site(c) for c in site_configs]), run)
+    result = local_reference(site_configs, run)
     for step in ("election", "training"):
         privacy = result[step]["privacy"]
         assert privacy["epsilon"] == 4 and 0 < privacy["total"] <= 4 + 1e-6, (step, privacy)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fedtab.data import classification_table, split_rows
+from tests.builders import classification_parts, write_site_configs
 
 pytestmark = pytest.mark.slow
 
@@ -40,12 +40,8 @@ def test_flower_run_survives_a_supernode_killed_mid_training(tmp_path, monkeypat
     monkeypatch.setenv("PYTHONUNBUFFERED", "1")  # the SuperNode log watched below must not lag behind
     from fedtab.engines.flower_deploy import LoopbackDeployment
 
-    table = classification_table(300, 8, 3, 2, 0, seed=1, class_sep=1.5)
-    configs = []
-    for i, part in enumerate(split_rows(table, [0.34, 0.33, 0.33], stratify="target", seed=1)):
-        path = tmp_path / f"site{i}.csv"
-        part.to_csv(path, index=False)
-        configs.append({"name": f"site-{i}", "data-path": str(path), "target": "target", "selector": "anova"})
+    _, parts = classification_parts(300, 8, 3, 2, [0.34, 0.33, 0.33], seed=1, class_sep=1.5)
+    configs = write_site_configs(parts, tmp_path, first=0, selector="anova")
     # a 600 s per-exchange timeout the run must NOT wait out: the dead node gets the grace only
     run = {"steps": "training", "rounds": 2, "local-epochs": 1, "min-sites": 2, "timeout": 600}
     dep = LoopbackDeployment(configs, tmp_path / "deployment", start_timeout=90)

@@ -11,14 +11,13 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
 from fedtab import FederatedFeatureElection, LocalFederation, Site, run_election
-from fedtab.data import classification_table, split_rows
 from fedtab.federation.protocol import FederationError
+from tests.builders import classification_parts
 
 
 @pytest.fixture(scope="module")
 def tables():
-    table = classification_table(600, 20, 4, 2, seed=0, target="outcome")
-    return split_rows(table, [0.6, 0.4], stratify="outcome")
+    return classification_parts(600, 20, 4, 2, [0.6, 0.4], target="outcome")[1]
 
 
 def test_three_line_study_equals_the_workflow(tables):

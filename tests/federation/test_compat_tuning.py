@@ -5,11 +5,13 @@ import pytest
 
 from fedtab.federation import elect_from_ballots, tune_flow
 from fedtab.job.spec import JobError, parse_job
-from test_tuning_flow import OPTS, _fed
+from tests.builders import classification_parts, federation, write_csvs
 
 
 def test_tuning_elects_every_candidate_with_the_peer_rule():
-    out = tune_flow(_fed(), selector="lasso", model="logistic", compat="nvflare", apply=False, **OPTS)
+    fed = federation(classification_parts(900, 30, 5, 3, class_sep=1.5)[1], seed=range(3))
+    out = tune_flow(fed, selector="lasso", model="logistic", compat="nvflare", apply=False, rounds=3, local_epochs=3,
+                    grid=(0.0, 0.25, 0.5, 0.75, 1.0), refine_step=0.0)
     assert out.election.compat == "nvflare"
     fd = out.tuning.freedom_degree
     ours = elect_from_ballots(out.ballots, fd, compat="nvflare")
@@ -42,13 +44,7 @@ def test_cli_tunes_with_a_peer_rule(tmp_path):
     from typer.testing import CliRunner
 
     from fedtab.cli import app
-    from fedtab.data import classification_table, split_rows
-
-    table = classification_table(600, 20, 4, 2, 0, seed=1, class_sep=1.5)
-    files = []
-    for i, part in enumerate(split_rows(table, [0.5, 0.5], stratify="target", seed=1)):
-        files.append(tmp_path / f"site{i}.csv")
-        part.to_csv(files[-1], index=False)
+    files = write_csvs(classification_parts(600, 20, 4, 2, [0.5, 0.5], seed=1, class_sep=1.5)[1], tmp_path)
     res = CliRunner().invoke(app, ["elect", *map(str, files), "--target", "target", "-s", "anova",
                                    "--compat", "nvflare", "--tune", "grid", "--rounds", "2",
                                    "--out", str(tmp_path / "out")])

@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedtab.federation.protocol import set_options
+
 from fedtab.data import classification_table, split_rows
 from fedtab.data.impute_datasets import heterogeneous_split
 from fedtab.engines.local import LocalFederation
@@ -73,8 +75,9 @@ def _honest_f1(outcome, sites: list[Site]) -> float:
 
 def _train(sites: list[Site], robust: bool, ballots=None) -> tuple[float, float]:
     fed = LocalFederation(sites)
-    run_election(fed, 0.5, robust=robust, ballots=ballots)
-    outcome = run_training(fed, rounds=2, local_epochs=3, robust=robust)
+    set_options(fed, robust=robust)
+    run_election(fed, 0.5, ballots=ballots)
+    outcome = run_training(fed, rounds=2, local_epochs=3)
     return _honest_f1(outcome, sites), outcome.pooled["weighted_f1"]
 
 

@@ -3,7 +3,6 @@
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from sklearn.base import clone
 
 from fedtab.engines.local import LocalFederation
@@ -13,8 +12,9 @@ from fedtab.federation.site import Site
 from fedtab.imputer import FederatedImputer
 from fedtab.impute.baselines import LowRankGaussian, to_global
 from fedtab.impute.graph import build_feature_graph
-from fedtab.impute.model import GNNConfig, GNNImputer, graph_tensors
-from fedtab.impute.train import fedavg
+
+# torch (and fedtab.impute.model/train, which import it) inside the tests: collection stays fast
+pytestmark = pytest.mark.requires("torch")
 
 FAST = dict(rounds=8, local_epochs=2, hidden_dim=16, n_layers=2, seed=0)
 
@@ -127,6 +127,10 @@ def test_a_failing_site_is_named():
 
 
 def test_messages_flow_into_unavailable_nodes_only_without_the_ablation():
+    import torch
+
+    from fedtab.impute.model import GNNConfig, GNNImputer, graph_tensors
+
     torch.manual_seed(0)
     c = np.array([[1, 0.9, 0.1], [0.9, 1, 0.2], [0.1, 0.2, 1.0]])
     g = build_feature_graph(c, ["a", "b", "c"], k=2)
@@ -141,6 +145,8 @@ def test_messages_flow_into_unavailable_nodes_only_without_the_ablation():
 
 
 def test_fedavg_weights_by_rows():
+    from fedtab.impute.train import fedavg
+
     a = {"w": np.zeros(3, np.float32)}
     b = {"w": np.ones(3, np.float32)}
     assert np.allclose(fedavg([a, b], [1, 3])["w"], 0.75)
@@ -159,9 +165,15 @@ def test_low_rank_em_recovers_a_rank_two_table():
 
 
 def test_sparse_and_edge_index_paths_agree():
+    import torch
+
+    from fedtab.impute.model import GNNConfig, GNNImputer, graph_tensors
+
     c = np.corrcoef(np.random.default_rng(0).normal(size=(40, 6)).T)
     g = build_feature_graph(c, list("abcdef"), k=3)
     conv = GNNImputer(GNNConfig(6, hidden_dim=4, n_layers=1)).layers[0].conv
     x = torch.randn(6, 5, 4)
     ei, w = torch.as_tensor(g.edge_index), torch.as_tensor((g.sign * g.weight).astype(np.float32))
-    assert torch.allclose(conv(x, *graph_tensors(g)), conv(x, ei, edge_weight=w), atol=1e-5)
+    sparse, dense = conv(x, *graph_tensors(g)), conv(x, ei, edge_weight=w)
+    # float32 sums over <= k=3 neighbours in another order: a few ulps of the largest output
+    assert torch.allclose(sparse, dense, rtol=0, atol=8 * torch.finfo(torch.float32).eps * float(dense.abs().max()))

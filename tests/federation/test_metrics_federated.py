@@ -8,10 +8,12 @@ from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, brier_score_loss, confusion_matrix, roc_auc_score
 
 from fedtab import LocalFederation, Site, run_training
-from fedtab.data import classification_table, split_rows
+from fedtab.data import classification_table
 from fedtab.federation import HANDLERS, FederationError, Message, run_baselines
 from fedtab.learn import make_model
+from fedtab.privacy import DisclosurePolicy
 from fedtab.learn.metrics import brier_sum, evaluation_scores, ranking_scores, score_histogram
+from tests.builders import classification_parts, federation
 
 
 @settings(max_examples=60, deadline=None)
@@ -45,11 +47,10 @@ def test_histograms_pool_exactly_and_one_class_gives_none():
         ranking_scores(-np.ones((2, 4)))
 
 
-def _make_fed(n_classes=2, seed=0, n=600):
-    table = classification_table(n, 12, 4, 2, 0, n_classes=n_classes, seed=seed, class_sep=0.8)
-    parts = split_rows(table, [0.6, 0.3, 0.1], stratify="target", seed=seed)
+def _make_fed(n_classes=2, seed=0, n=600, policy=None):
+    table, parts = classification_parts(n, 12, 4, 2, [0.6, 0.3, 0.1], seed=seed, n_classes=n_classes, class_sep=0.8)
     parts[1] = parts[1].drop(columns=["f0"]) if "f0" in parts[1] else parts[1].drop(columns=[parts[1].columns[0]])
-    fed = LocalFederation([Site(f"s{i}", p, "target") for i, p in enumerate(parts)])
+    fed = federation(parts, policy=policy)
     return fed, [c for c in table.columns if c != "target"]
 
 
@@ -69,7 +70,8 @@ def _central_predictions(fed, out):
 
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_federated_evaluation_matches_sklearn_on_pooled_predictions(n_classes):
-    fed, feats = _make_fed(n_classes)
+    # min_rows=1: the sites' release gates leave the score histograms exact (no smoothing)
+    fed, feats = _make_fed(n_classes, policy=DisclosurePolicy.permissive())
     out = run_training(fed, feats, rounds=4)
     preds = _central_predictions(fed, out)
     y = np.concatenate([v[0] for v in preds.values()])
@@ -81,8 +83,9 @@ def test_federated_evaluation_matches_sklearn_on_pooled_predictions(n_classes):
         assert abs(m["auroc"] - roc_auc_score(y, proba[:, 1])) <= m["auroc_error_bound"] + 1e-12
         assert abs(m["pr_auc"] - average_precision_score(y, proba[:, 1])) <= m["pr_auc_error_bound"] + 1e-12
         assert m["auroc_error_bound"] < 0.005  # 1000 bins, ~120 test rows
-        ys, ps = preds["s1"]
-        assert abs(out.metrics["per_site"]["s1"]["auroc"] - roc_auc_score(ys, ps[:, 1])) <= 0.005
+        ys, ps = preds["s1"]  # a site's own AUROC comes from its exact rank pairs
+        assert out.metrics["per_site"]["s1"]["auroc"] == pytest.approx(roc_auc_score(ys, ps[:, 1]), abs=1e-12)
+        assert out.metrics["per_site"]["s1"]["auroc_error_bound"] == 0.0
     else:
         assert m["brier"] == pytest.approx(brier_score_loss(y, proba, labels=range(3)), abs=1e-12)
         assert "auroc" not in m
@@ -170,3 +173,19 @@ def test_evaluation_scores_brier_and_confusion_from_sums():
     s = evaluation_scores(cm, None, brier_sum(y, proba))
     assert s["brier"] == pytest.approx(brier_score_loss(y, proba, labels=range(3)))
     assert s["confusion"] == cm.tolist() and "auroc" not in s
+
+
+def test_under_the_default_floor_histograms_are_smoothed_and_site_aucs_stay_exact():
+    """min_rows=10: no histogram count of fewer than 10 rows leaves a site; each site's AUROC is
+    still exact (its rank pairs), the pooled one is approximate and says it has no error bound."""
+    fed, feats = _make_fed(2)
+    out = run_training(fed, feats, rounds=4)
+    preds = _central_predictions(fed, out)
+    evaluated = [s for s in fed.sites if len(preds[s][0])]
+    for s in evaluated:
+        ys, ps = preds[s]
+        assert out.metrics["per_site"][s]["auroc"] == pytest.approx(roc_auc_score(ys, ps[:, 1]), abs=1e-12)
+    y = np.concatenate([preds[s][0] for s in evaluated])
+    p = np.concatenate([preds[s][1] for s in evaluated])
+    pooled = out.metrics["pooled"]
+    assert pooled["auroc_error_bound"] is None and abs(pooled["auroc"] - roc_auc_score(y, p[:, 1])) < 0.05

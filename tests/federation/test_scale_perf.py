@@ -164,7 +164,7 @@ def test_name_lists_are_validated_once_not_once_per_site(monkeypatch):
         # sites declaring the same columns share one validated tuple (compared by identity afterwards)
         assert len({id(fed.schema.declaration(s).columns) for s in fed.sites}) == 1
         assert len({id(b.feature_names) for b in outcome.ballots}) == 1
-        assert outcome.described is not None and set(outcome.described) == set(fed.sites)
+        assert outcome.described is not None and set(outcome.described.sites) == set(fed.sites)
     assert counts[3] == counts[9] <= 3, counts
 
 

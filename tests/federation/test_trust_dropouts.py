@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from fedtab import LocalFederation, Site, run_election, run_training
-from fedtab.data import classification_table, split_rows
 from fedtab.federation import Message, QuorumError, SiteError
+from tests.builders import classification_parts
 
 
 class Flaky(Site):
@@ -34,8 +34,7 @@ class Flaky(Site):
 
 @pytest.fixture(scope="module")
 def parts():
-    table = classification_table(300, 8, 3, 2, 0, seed=1, class_sep=1.5)
-    return split_rows(table, [0.34, 0.33, 0.33], stratify="target", seed=1)
+    return classification_parts(300, 8, 3, 2, [0.34, 0.33, 0.33], seed=1, class_sep=1.5)[1]
 
 
 def _sites(parts, **flaky):
@@ -66,7 +65,9 @@ def test_a_handler_calling_sys_exit_is_an_error_reply_not_the_end_of_the_server(
     from fedtab.federation.site import HANDLERS, handler
 
     if "__exit__" not in HANDLERS:
-        handler("__exit__")(lambda site, request: (_ for _ in ()).throw(SystemExit(3)))
+        from fedtab.privacy.gate import Releases
+
+        handler("__exit__", Releases(part=None))(lambda site, request: (_ for _ in ()).throw(SystemExit(3)))
     fed = LocalFederation(_sites(parts, how="exit"))
     out = run_training(fed, rounds=2, min_sites=2)
     assert "SystemExit" in out.dropped["bad"]

@@ -241,13 +241,11 @@ def test_check_features_accepts_only_declared_unique_names(names):
 
 # ----------------------------------------------------------------------------- whole workflows
 def _small_sites():
-    from fedtab import Site
-    from fedtab.data import classification_table, split_rows
+    from tests.builders import classification_parts, make_sites
 
-    table = classification_table(150, 5, 3, 1, 0, seed=4, class_sep=1.5)
+    _, parts = classification_parts(150, 5, 3, 1, [0.4, 0.3, 0.3], seed=4, split_seed=0, class_sep=1.5)
     # small on purpose (fast fuzzing): 8-12 test rows per site answer only under an explicit policy
-    return [Site(f"s{i}", p, "target", selector="anova", policy={"min_rows": 5})
-            for i, p in enumerate(split_rows(table, [0.4, 0.3, 0.3], stratify="target", seed=0))]
+    return make_sites(parts, selector="anova", policy={"min_rows": 5})
 
 
 SMALL = _small_sites()

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from fedtab import LocalFederation, Site, run_election, run_training
-from fedtab.data import classification_table, split_rows
 from fedtab.federation import Message, SiteError, agree_schema, gather_ballots
+from tests.builders import classification_parts, make_sites
 
 
 class Hostile(Site):
@@ -23,9 +23,8 @@ class Hostile(Site):
 
 
 def sites(n=240, seed=0, hostile=None, **hostile_kwargs):
-    table = classification_table(n, 8, 3, 2, 0, seed=seed, class_sep=1.5)
-    parts = split_rows(table, [0.4, 0.3, 0.3], stratify="target", seed=seed)
-    out = [Site(f"h{i}", p, "target", selector="anova") for i, p in enumerate(parts[:2])]
+    _, parts = classification_parts(n, 8, 3, 2, [0.4, 0.3, 0.3], seed=seed, class_sep=1.5)
+    out = make_sites(parts[:2], names="h{i}", selector="anova")
     if hostile is None:
         out.append(Site("h2", parts[2], "target", selector="anova"))
     else:

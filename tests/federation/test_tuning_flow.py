@@ -5,15 +5,14 @@ import pytest
 
 from fedtab import LocalFederation, Site
 from fedtab.privacy import DisclosurePolicy
-from fedtab.data import classification_table, split_rows
+from fedtab.data import classification_table
 from fedtab.federation import FederationError, run_training, tune_flow
 from fedtab.federation.tuning_flow import gather_fit_ballots, split_validation
+from tests.builders import classification_parts, federation
 
 
 def _fed(seed=0, n=900):
-    table = classification_table(n, 30, 5, 3, 0, seed=seed, class_sep=1.5)
-    parts = split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=seed)
-    return LocalFederation([Site(f"s{i}", p, "target", seed=i) for i, p in enumerate(parts)])
+    return federation(classification_parts(n, 30, 5, 3, seed=seed, class_sep=1.5)[1], seed=range(3))
 
 
 OPTS = dict(rounds=3, local_epochs=3, grid=(0.0, 0.25, 0.5, 0.75, 1.0), refine_step=0.0)
@@ -41,7 +40,7 @@ def test_test_rows_are_never_used_for_the_choice():
     a, b = _fed(), _fed()
     for name in b.sites:  # scramble the test rows of one copy: labels and features
         site = b.site(name)
-        test_idx = site._split[1]
+        test_idx = site.parts.indices("test")
         rng = np.random.default_rng(0)
         cols = site.feature_names
         site.table.loc[test_idx, cols] = rng.normal(size=(len(test_idx), len(cols))) * 50
@@ -54,8 +53,9 @@ def test_test_rows_are_never_used_for_the_choice():
 
 def test_hill_climb_and_ballot_reuse_with_gnb():
     fed = _fed()
-    split_validation(fed, 0.25, 0)
     ballots = gather_fit_ballots(fed, "anova")
+    split = split_validation(fed)  # the sites' own parts, from the schema the ballots agreed
+    assert all(split[n]["n_validation"] == fed.site(n).n_rows("fold:0") > 0 for n in fed.sites)
     out = tune_flow(fed, ballots=ballots, model="gnb", tune_method="hill-climb", apply=False)
     assert out.tuning.method == "hill-climb" and out.ballots is ballots
     assert all(0.05 <= c["freedom_degree"] <= 1 for c in out.tuning.curve())

@@ -7,13 +7,12 @@ from sklearn.metrics import f1_score
 from fedtab import LocalFederation, Site, run_election, run_training
 from fedtab.data import classification_table, split_rows
 from fedtab.federation import FederationError, Message, gather_ballots
+from tests.builders import classification_parts, federation
 
 
 def make_fed(n=900, seed=0):
-    table = classification_table(n, 30, 5, 3, 0, seed=seed, class_sep=1.5)
-    parts = split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=seed)
-    sites = [Site(f"s{i}", p, "target", selector=s) for i, (p, s) in enumerate(zip(parts, ["lasso", "anova", "mutual_info"]))]
-    return LocalFederation(sites), table
+    table, parts = classification_parts(n, 30, 5, 3, seed=seed, class_sep=1.5)
+    return federation(parts, selector=["lasso", "anova", "mutual_info"]), table
 
 
 def test_election_workflow_tells_sites_the_mask():
@@ -102,7 +101,7 @@ def test_mask_broadcast_can_answer_describe_with_the_same_result_and_one_exchang
     ref = run_training(plain, rounds=3)
     folded, _ = make_fed()
     el = run_election(folded, 0.5, describe="train")
-    assert set(el.described) == set(folded.sites)
+    assert set(el.described.sites) == set(folded.sites) == set(el.described.per_site)
     out = run_training(folded, el.result.selected_names, rounds=3, described=el.described)
     assert out.features == ref.features and out.classes == ref.classes
     for k in ref.params:

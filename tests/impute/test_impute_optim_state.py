@@ -3,12 +3,13 @@
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-
-from fedtab.impute.optim_state import numpy_to_optimizer, optimizer_to_numpy  # noqa: E402
+# torch (and fedtab.impute.optim_state, which imports it) inside the tests: collection stays fast
+pytestmark = pytest.mark.requires("torch")
 
 
 def _model_and_optimizer():
+    import torch
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
     return model, torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
@@ -21,6 +22,10 @@ def _step(model, opt, x):
 
 
 def test_restored_optimizer_continues_exactly():
+    import torch
+
+    from fedtab.impute.optim_state import numpy_to_optimizer, optimizer_to_numpy
+
     x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1))
     model, opt = _model_and_optimizer()
     for _ in range(3):
@@ -42,6 +47,8 @@ def test_restored_optimizer_continues_exactly():
 
 
 def test_bad_state_is_rejected():
+    from fedtab.impute.optim_state import numpy_to_optimizer
+
     model, opt = _model_and_optimizer()
     with pytest.raises(ValueError, match="index"):
         numpy_to_optimizer(opt, {"exp_avg": np.zeros(3)})

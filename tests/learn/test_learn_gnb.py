@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from sklearn.naive_bayes import GaussianNB
 
-from fedtab import LocalFederation, Site
-from fedtab.data import classification_table, split_rows
+from fedtab import LocalFederation
 from fedtab.federation import run_training
 from fedtab.learn import GaussianNBModel, gnb_from_statistics, gnb_statistics
+from tests.builders import classification_parts, make_sites
 
 
 def _data(seed=0, n=600, d=8, classes=3):
@@ -61,9 +61,8 @@ def test_site_missing_a_class_and_statistics_validation():
 
 
 def test_federated_workflow_equals_centralised_on_standardised_rows():
-    table = classification_table(900, 12, 5, 2, n_classes=3, seed=4)
-    parts = split_rows(table, [0.5, 0.3, 0.2], stratify="target", seed=0)
-    sites = [Site(f"s{i}", p, "target", seed=i) for i, p in enumerate(parts)]
+    _, parts = classification_parts(900, 12, 5, 2, seed=4, split_seed=0, n_classes=3)
+    sites = make_sites(parts, seed=range(3))
     fed = LocalFederation(sites)
     out = run_training(fed, model="gnb", rounds=7)
     assert out.rounds == 1  # exact aggregation: one round whatever was asked

@@ -6,13 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytest.importorskip("dp_accounting")
+from fedtab.federation.protocol import set_options
 
-from fedtab.data import classification_table, split_rows  # noqa: E402
-from fedtab.engines.local import LocalFederation  # noqa: E402
-from fedtab.federation import Message, Site, run_election, run_training  # noqa: E402
-from fedtab.privacy.accountant import PrivacyLedger, calibrate, epsilon_of  # noqa: E402
-from fedtab.privacy.dp import clip_update, noise_rng, parse_dp  # noqa: E402
+from fedtab.privacy import DisclosurePolicy
+from fedtab.engines.local import LocalFederation
+from fedtab.federation import Message, Site, run_election, run_training
+from fedtab.privacy.accountant import PrivacyLedger, calibrate, epsilon_of
+from fedtab.privacy.dp import clip_update, noise_rng, parse_dp
+from tests.builders import classification_parts
+
+pytestmark = pytest.mark.requires("dp_accounting")  # imported when a test runs, not at collection
 
 
 def test_calibration_spends_the_target_and_composition_is_sublinear():
@@ -39,15 +42,16 @@ def test_dp_settings_are_validated():
 
 @pytest.fixture(scope="module")
 def parts():
-    table = classification_table(900, 12, 4, 2, 0, shuffle=False, seed=0)
-    return split_rows(table, (0.5, 0.3, 0.2), stratify="target", seed=0)
+    return classification_parts(900, 12, 4, 2, shuffle=False)[1]
 
 
 def test_site_adds_calibrated_noise_to_clipped_values(parts):
     frame = parts[0].copy()
     a, b = frame.columns[:2]
     frame.loc[frame.index[0], a] = 1e6  # an outlier: clipping bounds its influence
-    site = Site("a", frame, "target", test_size=0)
+    # a site whose own noise floor (ε ≤ 100 per release) is below the z asked for, and a budget for 300 draws
+    site = Site("a", frame, "target", test_size=0,
+                policy=DisclosurePolicy(max_epsilon_per_release=100.0, epsilon_budget=1e9))
     z, bounds = 0.5, [-10.0, 10.0]
     req = Message("describe", meta={"features": [a, b], "dp": {"z": z, "bounds": bounds, "clip": 1.0}})
     draws = np.stack([site.handle(req).arrays["sum"] for _ in range(300)])
@@ -95,14 +99,15 @@ def test_dp_fedavg_clips_the_update_before_noising():
 
 def test_dp_training_reports_the_privacy_spent_and_rejects_exact_models(parts):
     fed = LocalFederation([Site(f"s{i}", p, "target") for i, p in enumerate(parts)])
-    out = run_training(fed, list(parts[0].columns[:3]), rounds=3, local_epochs=1,
-                       dp={"epsilon": 4.0, "delta": 1e-5, "bounds": [-10, 10]})
+    set_options(fed, dp={"epsilon": 4.0, "delta": 1e-5, "bounds": [-10, 10]})
+    out = run_training(fed, list(parts[0].columns[:3]), rounds=3, local_epochs=1)
     assert out.privacy["total"] == pytest.approx(4.0, rel=0.01)
     # logistic regression: DP gradient descent, 4 steps per local epoch, each step one release
-    assert out.privacy["releases"] == {"describe": 3, "fit": 12, "evaluate": 1}
-    assert set(out.privacy["steps"]) == {"describe", "fit", "evaluate"}
+    assert out.privacy["releases"] == {"training.describe": 3, "training.fit": 12, "training.evaluate": 1}
+    assert set(out.privacy["steps"]) == {"training.describe", "training.fit", "training.evaluate"}
+    set_options(fed, dp={"epsilon": 1.0, "bounds": [-10, 10]})
     with pytest.raises(ValueError, match="exact-aggregation model 'gnb'"):
-        run_training(fed, list(parts[0].columns[:1]), model="gnb", dp={"epsilon": 1.0, "bounds": [-10, 10]})
+        run_training(fed, list(parts[0].columns[:1]), model="gnb")
 
 
 def test_dp_ballots_are_noisy_and_accounted(parts):
@@ -112,8 +117,9 @@ def test_dp_ballots_are_noisy_and_accounted(parts):
     assert not np.array_equal(a.arrays["scores"], b.arrays["scores"])
     assert ((a.arrays["scores"] >= 0) & (a.arrays["scores"] <= 1)).all()
     assert np.array_equal(a.arrays["mask"], a.arrays["scores"] > 0.5)
-    outcome = run_election(fed, 0.5, describe="train", dp={"epsilon": 2.0, "bounds": [-10, 10]})
-    assert outcome.privacy["releases"] == {"ballot": 1, "describe": 3}
+    set_options(fed, dp={"epsilon": 2.0, "bounds": [-10, 10]})
+    outcome = run_election(fed, 0.5, describe="train")
+    assert outcome.privacy["releases"] == {"election.ballot": 1, "election.describe": 3}
     assert outcome.privacy["total"] == pytest.approx(2.0, rel=0.01)
 
 
@@ -191,9 +197,11 @@ def test_dp_describe_does_not_suppress_small_cells(parts):
     frame = parts[0].copy()
     a, b = frame.columns[:2]
     frame.loc[frame.index[3:], a] = np.nan  # column a observed in 3 rows only
-    site = Site("a", frame, "target", test_size=0)
+    # a site that accepts nearly no noise (its floor z ≈ 1e-3 at ε ≤ 10⁶ per release)
+    site = Site("a", frame, "target", test_size=0, policy=DisclosurePolicy(max_epsilon_per_release=1e6,
+                                                                            epsilon_budget=1e9))
     plain = site.handle(Message("describe", meta={"features": [a, b]}))
     assert plain.arrays["count"][0] == 0 and plain.arrays["sum"][0] == 0  # suppressed
     noisy = site.handle(Message("describe", meta={"features": [a, b], "dp": {"z": 1e-9, "bounds": [-10, 10]}}))
-    assert noisy.arrays["count"][0] == pytest.approx(3, abs=1e-6)
-    assert noisy.arrays["sum"][0] == pytest.approx(frame[a].clip(-10, 10).sum(), abs=1e-6)
+    assert noisy.arrays["count"][0] == pytest.approx(3, abs=0.05)  # z 1e-9 raised to the floor 1e-3: Δ = √2
+    assert noisy.arrays["sum"][0] == pytest.approx(frame[a].clip(-10, 10).sum(), abs=0.5)  # Δ = 20·√2

@@ -25,7 +25,7 @@ def _big_and_tiny(table, n_tiny, **kw):
 @pytest.mark.parametrize("n_tiny", [1, 2, 3])
 def test_tiny_sites_refuse_ballots_descriptions_and_updates(table, n_tiny):
     fed = _big_and_tiny(table, n_tiny)
-    with pytest.raises(SiteRefused, match=r"site 'tiny' refused: a ballot on part 'train' has \d row") as err:
+    with pytest.raises(SiteRefused, match=r"site 'tiny' refused: ballot on part 'train': it has \d row") as err:
         gather_ballots(fed)
     assert set(err.value.refusals) == {"tiny"}
     with pytest.raises(SiteRefused, match="site 'tiny' refused: describe on part 'train'"):
@@ -45,7 +45,7 @@ def test_tiny_sites_refuse_imputation_statistics(table, n_tiny):
     data = table.drop(columns=["target"])
     fed = LocalFederation([Site("big", data.iloc[:200], test_size=0.1), Site("tiny", data.iloc[200:200 + n_tiny],
                                                                               test_size=0)])
-    with pytest.raises(SiteRefused, match="site 'tiny' refused: imputation statistics"):
+    with pytest.raises(SiteRefused, match="site 'tiny' refused: impute_schema on part 'train': it has"):
         run_imputation(fed, ImputeConfig(rounds=1, hidden_dim=4, n_layers=1))
     for kind in ("impute_schema", "impute_stats", "impute_fit"):
         assert fed.site("tiny").handle(Message(kind)).is_refusal
@@ -65,8 +65,9 @@ def test_an_explicit_permissive_policy_answers_tiny_sites(table):
 
 def test_describe_only_on_the_sites_own_parts_and_agreed_columns(table):
     site = Site("a", table.iloc[:200], "target")
-    for part in ("all", "rows:1-3", None):
+    for part in ("rows:1-3", 3, "fold:99"):  # not a part of the site (it draws its own)
         assert site.handle(Message("describe", meta={"part": part})).is_refusal
+    assert not site.handle(Message("describe", meta={"part": "all"})).is_refusal  # a part of its own
     # before a schema is agreed, a column the site lacks is answered as absent (count 0) ...
     absent = site.handle(Message("describe", meta={"features": ["f0", "secret_column"]}))
     assert absent.arrays["count"].tolist() == [160, 0]
@@ -76,7 +77,7 @@ def test_describe_only_on_the_sites_own_parts_and_agreed_columns(table):
     ok = site.handle(Message("describe", meta={"part": "test", "features": ["f0"]}))
     assert ok.kind == "describe" and ok.arrays["count"].tolist() == [40]
     # the same rules hold when the description rides on set_mask
-    assert site.handle(Message("set_mask", meta={"features": ["f0"], "describe": "all"})).is_refusal
+    assert site.handle(Message("set_mask", meta={"features": ["f0"], "describe": "rows:1-3"})).is_refusal
 
 
 def test_describe_suppresses_columns_observed_in_few_rows(table):
@@ -114,7 +115,13 @@ def test_category_sets_refused_for_numeric_columns_and_rare_categories_merged():
     cats = federated_one_hot(fed, ["color"])
     assert cats == {"color": [OTHER_CATEGORY, "blue", "green", "red"]}
     a = fed.site("a").table
-    assert a[f"color={OTHER_CATEGORY}"].sum() == 3 and "color=mauve" not in a.columns
+    # a's (other) bucket holds only the 3 'mauve' rows (< min_rows): an indicator with 3 ones would
+    # single them out, so they are encoded as missing (all indicators 0); every other row has one 1
+    indicators = a[[f"color={c}" for c in cats["color"]]]
+    assert "color=mauve" not in a.columns and a[f"color={OTHER_CATEGORY}"].sum() == 0
+    assert (indicators.sum(axis=1) == 0).sum() == 3 and indicators.sum().sum() == 57
+    b = fed.site("b").table  # b holds no rare value: its (other) column is all zero, green keeps its own
+    assert b["color=green"].sum() == 10 and b[f"color={OTHER_CATEGORY}"].sum() == 0
 
 
 def test_gnb_statistics_suppress_small_classes():

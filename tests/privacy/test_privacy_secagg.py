@@ -3,6 +3,9 @@
 from typing import Callable, Mapping
 
 import numpy as np
+
+from fedtab.federation.protocol import set_options
+from fedtab.privacy.gate import COUNT, Releases
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -28,7 +31,7 @@ def test_shamir_any_t_shares_recover_the_secret_and_fewer_do_not(secret, n, data
 
 
 if "probe_stats" not in HANDLERS:
-    @handler("probe_stats")
+    @handler("probe_stats", Releases(part="=all", aggregates=("sum", "count"), meta={"n": COUNT}))
     def _probe(site: Site, request: Message) -> Message:
         x = site.table.to_numpy(dtype=float)
         return Message("probe_stats", {"sum": x.sum(0), "count": np.array([float(len(x))])}, {"n": len(x)})
@@ -226,9 +229,9 @@ def test_secure_election_and_training_equal_the_plain_run(seed_sites, model):
     runs = {}
     for secure in (False, True):
         fed = Tampering(LocalFederation([Site(f"s{i}", p, "target") for i, p in enumerate(seed_sites)]))
-        elected = run_election(fed, 0.5, describe="train", secure_aggregation=secure)
-        runs[secure] = (run_training(fed, described=elected.described, model=model, rounds=3,
-                                     secure_aggregation=secure), fed)
+        set_options(fed, secure_aggregation=secure)
+        elected = run_election(fed, 0.5, describe="train")
+        runs[secure] = (run_training(fed, described=elected.described, model=model, rounds=3), fed)
     (plain, _), (secure, fed) = runs[False], runs[True]
     for k in plain.params:
         assert np.max(np.abs(secure.params[k] - plain.params[k])) <= 1e-6 * np.max(np.abs(plain.params[k]))
@@ -259,9 +262,17 @@ def test_secure_imputation_equals_the_plain_run():
     assert np.allclose(b.mean, a.mean, rtol=1e-6) and np.allclose(b.std, a.std, rtol=1e-6)
     assert np.nanmax(np.abs(b.pooled.corr - a.pooled.corr)) < 1e-6
     assert np.array_equal(b.pooled.pair_count, a.pooled.pair_count)
-    for k in a.weights:  # float32 weights: rounding of the float32 cast dominates
-        assert np.max(np.abs(b.weights[k] - a.weights[k])) <= 1e-6 * max(np.max(np.abs(a.weights[k])), 1e-3)
-    assert abs(b.validation["overall"] - a.validation["overall"]) < 1e-6 * a.validation["overall"]
+    # float32 weights: round 1's averages differ by the float32 cast (<= 1 ulp; the fixed-point error,
+    # 2**-25 per site / the row count, is far smaller) and round 2's training mixes that error over the
+    # whole network, so it scales with the model's largest weight, not each tensor's (a bias of 7e-3 moved
+    # 8e-9). Measured <= 0.5 eps32 * that scale across CPU kernels; one site with 5 rows fewer moves the
+    # weights by 1e-2 of it.
+    eps32 = float(np.finfo(np.float32).eps)
+    scale = eps32 * max(np.max(np.abs(w)) for w in a.weights.values())
+    for k in a.weights:
+        assert np.max(np.abs(b.weights[k] - a.weights[k])) <= 16 * scale, k
+    # the RMSE of float32 predictions: measured 8e-9 relative; 8 eps32 (~1e-6)
+    assert abs(b.validation["overall"] - a.validation["overall"]) < 8 * eps32 * a.validation["overall"]
     assert b.validation["per_site"] == {}
 
 

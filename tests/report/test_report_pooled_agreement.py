@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from fedtab.cli import app
-from fedtab.data import classification_table, split_rows
 from fedtab.election import FederatedFeatureElection
 from fedtab.election.agreement import DEFAULT_FREEDOM_DEGREES
 from fedtab.report import write_report
+from tests.builders import classification_parts
 
 
 class AgreementTable(HTMLParser):
@@ -62,8 +62,7 @@ def _agreement(path):
 
 @pytest.fixture(scope="module")
 def tables():
-    table = classification_table(600, 16, 4, 0, seed=2, class_sep=1.2)
-    return split_rows(table, [0.4, 0.35, 0.25], stratify="target", seed=0)
+    return classification_parts(600, 16, 4, 0, [0.4, 0.35, 0.25], seed=2, split_seed=0, class_sep=1.2)[1]
 
 
 def test_simulation_report_lists_the_jaccard_per_freedom_degree(tables, tmp_path):

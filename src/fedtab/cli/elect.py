@@ -43,12 +43,13 @@ def elect_command(
                                       "(smallest mask within --tolerance of the best) or 'hill-climb' (the peers' search).")] = "none",
     model: Annotated[str, typer.Option(help="Model trained by the federation: logistic, sgd, gnb (exact) or mlp.")] = "logistic",
     tolerance: Annotated[float, typer.Option(min=0.0, help="Grid tuning: F1 slack within which the smallest mask wins.")] = 0.01,
-    validation_size: Annotated[float, typer.Option(min=0.05, max=0.9, help="Tuning: share of each site's training rows used for validation.")] = 0.25,
     train: Annotated[bool, typer.Option(help="Train the model on all and on the elected columns (always on with --tune).")] = True,
     rounds: Annotated[int, typer.Option(min=1, help="FedAvg rounds when training.")] = 10,
     local_epochs: Annotated[int, typer.Option(min=1, help="Local epochs per FedAvg round.")] = 5,
     test_size: Annotated[float, typer.Option(min=0.0, max=0.9, help="Share of each site's rows held out for testing.")] = 0.2,
     seed: Annotated[int, typer.Option(help="Seed of the train/test splits and selectors.")] = 0,
+    min_rows: Annotated[int, typer.Option(min=1, help="Every site's disclosure floor: no number computed over fewer "
+                                          "rows leaves a site (its policy's min_rows).")] = 10,
     robust: Annotated[bool, typer.Option("--robust", help="Robust reducers: median vote, screened and capped "
                                          "moments, coordinate-wise median FedAvg, median scores (docs/trust.md).")] = False,
     max_site_share: Annotated[float, typer.Option(callback=max_site_share_option,
@@ -82,6 +83,7 @@ def elect_command(
     from ..engines.local import LocalFederation
     from ..federation import FederationError, Site, run_election, run_training
     from ..federation.encoding_flow import federated_one_hot
+    from ..federation.protocol import set_options
     from ..learn.models import make_model
     from ..report.output import OutputError, atomic_dir, check_writable
 
@@ -119,9 +121,11 @@ def elect_command(
             while name in names:
                 name, k = f"{stem}-{k}", k + 1
             names.append(name)
-        sites = [Site(n, f, target, test_size=test_size, seed=seed, selector=s)
+        sites = [Site(n, f, target, test_size=test_size, seed=seed, selector=s, policy={"min_rows": min_rows})
                  for n, f, s in zip(names, frames, sel_names)]
         fed = LocalFederation(sites, min_sites=min_sites, timeout=timeout)
+        set_options(fed, secure_aggregation=secure_aggregation, robust=robust, max_site_share=max_site_share,
+                    min_holders=min_holders)
         categorical = sorted({str(c) for f in frames for c in f.columns
                               if c != target and not (pd.api.types.is_numeric_dtype(f[c]) or pd.api.types.is_bool_dtype(f[c]))})
         if categorical:
@@ -132,13 +136,12 @@ def elect_command(
 
             with console.status(f"tuning the freedom degree ({tune}) on validation rows"):
                 tuned = tune_flow(fed, model=model, tune_method=tune, rounds=rounds, local_epochs=local_epochs,
-                                  tolerance=tolerance, validation_size=validation_size, aggregation=aggregation,
+                                  tolerance=tolerance, aggregation=aggregation,
                                   normalization=normalization, compat=compat, seed=seed, apply=False)
             freedom_degree = float(tuned.tuning.freedom_degree)
         with console.status("sites are voting"):
             outcome = run_election(fed, freedom_degree, aggregation=aggregation, normalization=normalization,
-                                   compat=compat, min_holders=min_holders, robust=robust, consensus=consensus,
-                                   consensus_alpha=consensus_alpha)
+                                   compat=compat, consensus=consensus, consensus_alpha=consensus_alpha)
         result = outcome.result
         doc = {"sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), sel_names, tables)],
                "categorical_columns": categorical, **result.to_dict(), "min_holders": result.min_holders}
@@ -159,15 +162,11 @@ def elect_command(
         if train or tune != "none":
             with console.status("training on all columns (FedAvg)"):
                 all_cols = list(dict.fromkeys(c for s in sites for c in s.feature_names))
-                full = run_training(fed, all_cols, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed,
-                                    robust=robust, max_site_share=max_site_share,
-                                    secure_aggregation=secure_aggregation)
+                full = run_training(fed, all_cols, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
             trained = None
             if result.selected_names:
                 with console.status("training on the elected columns (FedAvg)"):
-                    trained = run_training(fed, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed,
-                                           robust=robust, max_site_share=max_site_share,
-                                           secure_aggregation=secure_aggregation)
+                    trained = run_training(fed, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
             doc["training"] = {
                 "model": model,
                 "robust": robust,

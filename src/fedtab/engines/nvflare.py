@@ -200,12 +200,16 @@ class FedtabExecutor(Executor):
         selector: the site's selector (name, ``{"name", "params"}`` dict or alias).
         test_size, seed: the random split when there is no ``test_path``.
         na_values: strings read as missing (see :func:`~fedtab.engines.site_config.parse_na_values`).
+        min_rows, policy, folds, state_dir: the site's disclosure floor, policy, folds and
+            state folder (see :mod:`fedtab.engines.site_config`).
     """
 
     def __init__(self, data_path: str, target: str = "", test_path: str = "", selector: Any = "lasso",
-                 test_size: float = 0.2, seed: int = 0, na_values: Any = None) -> None:
+                 test_size: float = 0.2, seed: int = 0, na_values: Any = None, min_rows: Any = None,
+                 policy: Any = None, folds: int = 5, state_dir: str = "") -> None:
         super().__init__()
         self.na_values = na_values
+        self.min_rows, self.policy, self.folds, self.state_dir = min_rows, policy, folds, state_dir
         self.data_path = data_path
         self.target = target
         self.test_path = test_path
@@ -218,7 +222,8 @@ class FedtabExecutor(Executor):
         job_id = fl_ctx.get_job_id()
         config = {"name": name, "data_path": self.data_path, "target": self.target, "test_path": self.test_path,
                   "selector": self.selector, "test_size": self.test_size, "seed": self.seed,
-                  "na_values": self.na_values}
+                  "na_values": self.na_values, "min_rows": self.min_rows, "policy": self.policy, "folds": self.folds,
+                  "state_dir": self.state_dir}
         site, fresh = _SITES.get((job_id, name), lambda: build_site(config))
         state_file = self._state_file(fl_ctx)
         if fresh and state_file.is_file():
@@ -277,7 +282,8 @@ def build_job(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | No
     # FLARE reads "{...}" strings in job configs as variable references: pass dicts, not JSON text.
     job.to_server(FedtabController(config=dict(config or {}), workflow=workflow, min_sites=len(sites),
                                    timeout=timeout, result_path=result_path))
-    allowed = {"data_path", "target", "test_path", "selector", "test_size", "seed", "na_values"}
+    allowed = {"data_path", "target", "test_path", "selector", "test_size", "seed", "na_values", "min_rows", "policy",
+               "folds", "state_dir"}
     for site in sites:
         args = {str(k).replace("-", "_"): v for k, v in site.items() if k != "name"}
         unknown = set(args) - allowed

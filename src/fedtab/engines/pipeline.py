@@ -69,7 +69,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..federation.election_flow import run_election
-from ..federation.protocol import Federation, set_quorum
+from ..federation.protocol import Federation, set_options, set_quorum
 from ..federation.reduce import DEFAULT_MAX_SITE_SHARE, check_max_site_share
 from ..federation.training_flow import run_training
 from .site_config import parse_selector
@@ -306,8 +306,7 @@ def _score_test(federation: Federation, cfg: PipelineConfig) -> dict[str, Any]:
         raise ValueError("the score-test step has no DP or robust mode; use the election for a dp or robust run")
     from ..federation.score_test_flow import run_pooled_score_test
 
-    st = run_pooled_score_test(federation, alpha=cfg.score_test_alpha, secure_aggregation=cfg.secure_aggregation,
-                               one_vs_rest=True)
+    st = run_pooled_score_test(federation, alpha=cfg.score_test_alpha, one_vs_rest=True)
     return {"selected": list(st.selected_names), "kept": len(st.selected_names), "entered": list(st.selected),
             "feature_names": list(st.feature_names), "mask": [bool(m) for m in st.mask],
             "p": _jsonable(st.p), "alpha": cfg.score_test_alpha, "stopped": _jsonable(st.stopped),
@@ -324,6 +323,21 @@ def _public_bounds(dp: Mapping[str, Any] | None, columns: list[str]) -> tuple[np
         if isinstance(b, (list, tuple)) and len(b) == 2:
             low[i], high[i] = float(b[0]), float(b[1])
     return low, high
+
+
+def _plan_dp(federation: Federation, cfg: PipelineConfig) -> None:
+    from ..federation import election_flow
+    from ..federation.protocol import plan_run_ledger
+    from ..federation.training.steps import dp_plan as training_plan
+    from ..learn.models import make_model
+
+    plans = []
+    if "election" in cfg.steps:
+        plans.append(election_flow.dp_plan(True, "training" in cfg.steps))
+    if "training" in cfg.steps:
+        plans.append(training_plan(make_model(cfg.model), cfg.rounds, cfg.local_epochs, 0, "election" in cfg.steps))
+    if plans:
+        plan_run_ledger(federation, plans)
 
 
 def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineConfig) -> dict[str, Any]:
@@ -345,6 +359,10 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
     """
     cfg = config if isinstance(config, PipelineConfig) else PipelineConfig.from_mapping(config)
     set_quorum(federation, cfg.min_sites)
+    set_options(federation, secure_aggregation=cfg.secure_aggregation, dp=cfg.dp, robust=cfg.robust,
+                max_site_share=cfg.max_site_share, min_holders=cfg.min_holders)
+    if cfg.dp is not None:  # one accountant for the election's and the training's releases
+        _plan_dp(federation, cfg)
     t0 = time.perf_counter()
     out: dict[str, Any] = {"sites": list(federation.sites), "steps": list(cfg.steps)}
     if "imputation" in cfg.steps:  # first: the other steps work on the imputed tables
@@ -359,8 +377,7 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
     if "election" in cfg.steps:
         el = run_election(federation, fd, selector=cfg.selector, aggregation=cfg.aggregation,
                           normalization=cfg.normalization, compat=cfg.compat,
-                          describe="train" if "training" in cfg.steps else None, min_holders=cfg.min_holders,
-                          robust=cfg.robust, secure_aggregation=cfg.secure_aggregation, dp=cfg.dp,
+                          describe="train" if "training" in cfg.steps else None,
                           consensus=cfg.consensus, consensus_alpha=cfg.consensus_alpha)
         described = el.described
         res = el.result
@@ -381,8 +398,7 @@ def run_pipeline(federation: Federation, config: Mapping[str, Any] | PipelineCon
         features = out["score_test"]["selected"]
     if "training" in cfg.steps:
         tr = run_training(federation, features, model=cfg.model, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
-                          seed=cfg.seed, described=described, robust=cfg.robust, max_site_share=cfg.max_site_share,
-                          secure_aggregation=cfg.secure_aggregation, dp=cfg.dp)
+                          seed=cfg.seed, described=described)
         out["training"] = {
             "model": tr.model,
             "robust": tr.robust,

@@ -23,6 +23,11 @@ Keys (hyphens and underscores are interchangeable)::
     policy      the site's disclosure policy as a JSON object
                 ('{"min_rows": 20, "max_rounds": 50}'; see fedtab.privacy.DisclosurePolicy)
     min-rows    shorthand for the policy's min_rows (overrides the one in policy)
+    folds       the most cross-validation folds the site draws of its training rows
+                (default 5; see fedtab.federation.parts)
+    state-dir   the site's state folder: its ledger (what it answered and released,
+                fedtab.privacy.ledger) is kept there across runs and restarts; without
+                it the ledger lives with the site object (one process, one run)
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import numpy as np
 
 from ..privacy.policy import DisclosurePolicy, policy_from_config
 from ..federation.lazy_site import LazySite
-from ..federation.site import Site
+from ..federation.site import Site, site_ledger
 
 if TYPE_CHECKING:  # pandas when a table is read (not for a step answered from the site's state)
     import pandas as pd
@@ -63,7 +68,8 @@ class FixedSplitSite(Site):
     """
 
     def __init__(self, name: str, train: pd.DataFrame, test: pd.DataFrame, target: str | None = None, *,
-                 selector: Any = "lasso", seed: int = 0, policy: Any = None) -> None:
+                 selector: Any = "lasso", seed: int = 0, policy: Any = None, folds: int = 5,
+                 state_dir: Any = None) -> None:
         if list(train.columns) != list(test.columns):
             raise ValueError(f"site {name!r}: the train and test tables have different columns")
         unlabelled = 0
@@ -74,12 +80,14 @@ class FixedSplitSite(Site):
 
         self._n_train = len(train)
         super().__init__(name, pd.concat([train, test], ignore_index=True), target, test_size=0.0, seed=seed,
-                         selector=selector, policy=policy)
+                         selector=selector, policy=policy, folds=folds, state_dir=state_dir)
         self.unlabelled_rows = unlabelled
 
-    def _make_split(self) -> tuple[np.ndarray, np.ndarray]:
-        idx = np.arange(len(self.table))
-        return idx[: self._n_train], idx[self._n_train :]
+    def _draw_parts(self):  # noqa: ANN202 - RowParts
+        from ..federation.parts import fixed_parts
+
+        return fixed_parts(self._n_train, len(self.table) - self._n_train, self._labels(), folds=self.folds,
+                           min_rows=self.policy.min_rows, seed=self.seed)
 
 
 def site_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -186,12 +194,24 @@ def build_site(config: Mapping[str, Any]) -> Site:
     seed = int(cfg.get("seed", 0))
     policy = site_policy(cfg)
     na_values = parse_na_values(cfg.get("na_values"))
+    folds, state_dir = _folds(cfg), cfg.get("state_dir") or None
     table = read_table(str(cfg["data_path"]), na_values)
     if cfg.get("test_path"):
         return FixedSplitSite(name, table, read_table(str(cfg["test_path"]), na_values), target, selector=selector,
-                              seed=seed, policy=policy)
+                              seed=seed, policy=policy, folds=folds, state_dir=state_dir)
     return Site(name, table, target, test_size=float(cfg.get("test_size", 0.2)), seed=seed, selector=selector,
-                policy=policy)
+                policy=policy, folds=folds, state_dir=state_dir)
+
+
+def _folds(cfg: Mapping[str, Any]) -> int:
+    value = cfg.get("folds", 5)
+    try:
+        folds = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"site config: folds must be a non-negative integer, got {value!r}") from None
+    if folds < 0 or str(value).strip() not in (str(folds), f"{folds}.0"):
+        raise ValueError(f"site config: folds must be a non-negative integer, got {value!r}")
+    return folds
 
 
 def _checked(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -217,8 +237,10 @@ def build_lazy_site(config: Mapping[str, Any]) -> LazySite:
     for key in ("data_path", "test_path"):
         if cfg.get(key) and not Path(str(cfg[key])).is_file():
             raise ValueError(f"site {cfg['name']!r}: {key.replace('_', '-')} {cfg[key]}: no such file")
-    return LazySite(str(cfg["name"]), lambda: build_site(config), target=cfg.get("target") or None,
+    site = LazySite(str(cfg["name"]), lambda: build_site(config), target=cfg.get("target") or None,
                     policy=site_policy(cfg))
+    site.ledger = site_ledger(site, cfg.get("state_dir") or None)
+    return site
 
 
 def site_policy(config: Mapping[str, Any]) -> DisclosurePolicy:

@@ -25,12 +25,13 @@ import numpy as np
 
 from ..learn.metrics import SCORE_BINS, score_histogram
 from ..learn.models import make_model
+from ..privacy.gate import COUNT, FLAG, SMOOTHED, Releases
 from .messages import Message
 from . import validate
 from .protocol import Federation, FederationError, exchange
 from .site import Site, handler
 from .training_flow import TrainingOutcome, checked_sums, class_indices, evaluation_sums, pool_evaluations, \
-    requested_bins, site_matrix
+    requested_bins, site_matrix, was_smoothed
 
 __all__ = ["run_baselines", "majority_sums"]
 
@@ -41,7 +42,9 @@ def _standardise(X: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray
     return Z
 
 
-@handler("local_baseline")
+@handler("local_baseline", Releases(part="=test", per_class=True, aggregates=("confusion", "brier_sum", "rank_pairs"),
+                                    histograms=("score_hist",), cells={"train_counts": ()},
+                                    meta={"n_train": COUNT, SMOOTHED: FLAG}))
 def _local_baseline(site: Site, request: Message) -> Message:
     meta = request.meta
     features, classes = list(meta["features"]), [str(c) for c in meta["classes"]]
@@ -126,8 +129,8 @@ def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epo
         sums[name] = checked_sums(name, reply, c, score_bins)
         n_train = validate.integer(reply.meta.get("n_train"), "training rows", equal=schema.rows(name, "train"))
         counts = validate.counts(validate.array(reply, "train_counts", (c,)), n_train, "training class counts")
-        if counts.sum() != n_train:
-            raise ValueError("training class counts do not add up to its n_train")
+        if counts.sum() > n_train:  # less when the site's gate suppressed a class below its min_rows
+            raise ValueError("training class counts add up to more than its n_train")
         train_counts[name] = counts.astype(np.int64)
 
     replies = exchange(federation, Message("local_baseline", meta=meta), check)
@@ -138,7 +141,7 @@ def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epo
         raise FederationError("no site has training rows for the majority-class baseline")
     majority = pool_evaluations({name: majority_sums(pooled_train, s[0].sum(axis=1), score_bins)
                                  for name, s in sums.items()})
-    local = pool_evaluations(sums)
+    local = pool_evaluations(sums, smoothed=was_smoothed(replies))
     return {
         "majority": {"class": trained.classes[int(np.argmax(pooled_train))], **majority},
         "local_only": {**local, "epochs": epochs},

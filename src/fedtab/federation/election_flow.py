@@ -40,12 +40,11 @@ from ..election.evidence import check_consensus, check_consensus_alpha
 from ..election.rule import ElectionResult, check_aggregation, check_normalization, check_profile, decide
 from ..election.tally import ElectionTally, normalise_scores
 from .local_data import fill_with_column_means, numeric_matrix
-from ..privacy.accountant import PrivacyLedger
-from ..privacy.dp import DP_META, dp_request, noise_rng, noisy_scores, parse_dp
-from ..privacy.secagg import SecureAggregator
+from ..privacy.dp import DP_META, dp_request, noise_rng, noisy_scores
+from ..privacy.gate import COUNT, LABELS, NAMES, NUMBER, TEXT, Releases
 from . import validate
 from .messages import Message
-from .protocol import Federation, exchange, set_quorum
+from .protocol import Federation, exchange, run_ledger, set_quorum
 from .reduce import robust_votes
 from .site import Site, handler
 
@@ -68,8 +67,7 @@ def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
     if values.size < 2:
         if not values.size:
             return "no training rows"
-        value = values[0].item() if isinstance(values[0], np.generic) else values[0]
-        return f"the training rows hold a single target value ({value!r})"
+        return "the training rows hold a single target value"
     return None
 
 
@@ -105,7 +103,7 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
         if dp is not None:
             raise ValueError("p-values cannot be sent with a differentially private ballot")
         if sel.pvalues is None:
-            raise ValueError(f"selector {selector.name!r} computes no p-values; consensus='stouffer' needs a selector "
+            raise ValueError(f"selector {selector.name!r} computes no p-values; consensus=stouffer needs a selector "
                              "built on a test (anova, chi2, or a scikit-learn SelectKBest/SelectFdr over one)")
         from ..election.evidence import effective_rows
         from ..election.selectors import is_regression_target
@@ -123,7 +121,13 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
     )
 
 
-@handler("ballot")
+#: a ballot over the training part: the selector's mask and scores (and p-values)
+BALLOT_RELEASES = Releases(part="=train", aggregates=("mask", "scores", "pvalues"),
+                           meta={"feature_names": NAMES, "n_samples": COUNT, "selector": TEXT, "n_effective": NUMBER,
+                                 "abstain": TEXT}, dp=("mask", "scores"), dp_releases=1)
+
+
+@handler("ballot", BALLOT_RELEASES)
 def _ballot(site: Site, request: Message) -> Message:
     columns = request.meta.get("features")
     if columns is not None:
@@ -145,7 +149,11 @@ def _min_rows(value: Any) -> int:
     return value
 
 
-@handler("set_mask")
+@handler("set_mask", Releases(part="describe", default_part=None, cells={"count": ("sum", "sumsq")},
+                              meta={"kept": COUNT, "held": COUNT, "describe": {"classes": LABELS, "n_train": COUNT,
+                                                                               "n_test": COUNT, "features": NAMES}},
+                              dp=True,
+                              dp_releases=lambda r: 3 if r.meta.get("describe") is not None else 0))
 def _set_mask(site: Site, request: Message) -> Message:
     features = request.meta.get("features")
     if not isinstance(features, list) or not set(map(type, features)) <= {str}:
@@ -396,56 +404,36 @@ def elect_from_ballots(
 
 
 def broadcast_mask(federation: Federation, features: list[str], *, describe: str | None = None,
-                   secure_aggregation: bool = False, dp_meta: Mapping[str, Any] | None = None,
-                   ) -> dict[str, Message] | None:
+                   ledger: Any = None) -> Any:
     """Tell every site the elected feature names (stored in ``site.state["features"]``).
 
     Args:
         describe: a row part (``"train"``...): in the same exchange each site also
-            answers the training workflow's ``"describe"`` step over ``features`` on
-            that part (class labels and per-feature count/sum/sum of squares).
+            answers the training workflow's ``"describe"`` step over ``features`` on that
+            part (class labels and per-feature count/sum/sum of squares), summed on the run's
+            strategy (plain or secure) and noised under the run's DP (``ledger`` pays).
 
     Returns:
-        ``None`` without ``describe``; with it ``{site: Message("describe", ...)}``, to
-        pass to :func:`~fedtab.federation.training_flow.run_training` as ``described``
-        (one exchange fewer, same result).
-        secure_aggregation: the description's count/sum/sum of squares are summed
-            securely (:func:`~fedtab.federation.training_flow.secure_describe`); the
-            result is then one summed reply under the key
-            :data:`~fedtab.federation.training_flow.SECURE_SUM`.
+        ``None`` without ``describe``; with it the
+        :class:`~fedtab.federation.training.steps.Description`, to pass to
+        :func:`~fedtab.federation.training.run_training` as ``described`` (one exchange
+        fewer, same result).
 
     Raises:
         FederationError: a site failed (naming it).
     """
-    from .training_flow import describe_checker
-
-    meta: dict[str, Any] = {"features": list(features)}
-    if describe is not None:
-        meta["describe"] = str(describe)
-    if describe is not None and dp_meta is not None:
-        meta[DP_META] = dict(dp_meta)
-    if describe is not None and secure_aggregation:
-        from .training_flow import secure_describe
-
-        secure = SecureAggregator(federation)
-        return secure_describe(secure, {s: Message("set_mask", meta=meta) for s in secure.peers}, "set_mask",
-                               unpack=_described_from)
-    out: dict[str, Message] = {}
-    # noisy (DP) moments are not integer counts: only their shapes are checked, by the reduction
-    check_described = (describe_checker(federation, list(features), str(describe))
-                       if describe is not None and dp_meta is None else None)
-
-    def check(site: str, reply: Message) -> None:
+    def check_mask(site: str, reply: Message) -> None:
         validate.integer(reply.meta.get("kept"), "kept", equal=len(features))
         validate.integer(reply.meta.get("held"), "held", upper=len(features))
-        if describe is not None:
-            described = _described_from(reply)
-            if check_described is not None:
-                check_described(site, described)
-            out[site] = described
 
-    replies = exchange(federation, Message("set_mask", meta=meta), check)
-    return None if describe is None else {name: out[name] for name in replies}
+    if describe is None:
+        exchange(federation, Message("set_mask", meta={"features": list(features)}), check_mask)
+        return None
+    from .training.steps import describe as describe_step
+
+    return describe_step(federation, list(features), str(describe), ledger, kind="set_mask",
+                         meta={"features": list(features), "describe": str(describe)}, unpack=_described_from,
+                         check_reply=check_mask, step="election.describe")
 
 
 @dataclass
@@ -454,9 +442,9 @@ class ElectionOutcome:
 
     ballots: list[Ballot]
     result: ElectionResult
-    #: ``{site: "describe" reply}`` over the elected features when :func:`run_election`
-    #: was called with ``describe=PART`` (else ``None``); pass to ``run_training(described=...)``.
-    described: dict[str, Message] | None = None
+    #: the description of the elected features when :func:`run_election` was called with
+    #: ``describe=PART`` (else ``None``); pass to ``run_training(described=...)``.
+    described: Any = None
     #: ``{site: reason}`` for sites that did not vote (they still learn the mask and train).
     abstained: dict[str, str] = field(default_factory=dict)
     #: with ``dp``: the privacy bill (:meth:`~fedtab.privacy.accountant.PrivacyLedger.report`).
@@ -482,9 +470,6 @@ def run_election(
     min_site_rows: int = 0,
     min_holders: int | None = None,
     min_sites: int | None = None,
-    robust: bool = False,
-    secure_aggregation: bool = False,
-    dp: Mapping[str, Any] | None = None,
     consensus: str = "intersection",
     consensus_alpha: float = 0.05,
 ) -> ElectionOutcome:
@@ -495,26 +480,23 @@ def run_election(
     the ``set_mask`` exchange also gathers the training workflow's description of the
     elected features (``.described``), so a following
     ``run_training(..., described=outcome.described)`` skips its describe step.
-    ``robust=True`` elects with the median vote (see :func:`elect_from_ballots`).
+    The run's options (``federation.options``) apply: robust mode elects with the median
+    vote (see :func:`elect_from_ballots`); secure sums carry the description (two more
+    exchanges: keys and unmasking; ballots are *not* summed — the rule needs each site's mask
+    and normalised scores, see ``docs/privacy.md``; use DP to bound what a ballot reveals);
+    DP makes each ballot a Gaussian release (:func:`~fedtab.privacy.dp.noisy_scores`) and
+    each array of the description too (values clipped into the public ``bounds``), paid from
+    the run's accountant (``.privacy`` reports it). Given ``ballots`` are not re-noised.
     ``compat`` elects with a peer's server rule (see :mod:`fedtab.election.compat`).
 
     Sites with fewer than ``min_site_rows`` training rows, or whose training rows hold a
     single target value, abstain (``.abstained``); every site still receives the mask.
 
     Args:
-        min_holders: holders a feature needs to count as consensus (default 2 with two
-            or more ballots, see the module docstring).
+        min_holders: holders a feature needs to count as consensus (default: the run's
+            ``trust.min_holders``, else 2 with two or more ballots, see the module docstring).
         min_sites: quorum; sets ``federation.min_sites`` (``None`` keeps the
             federation's: by default every site must answer).
-        secure_aggregation: sums the description securely (two more exchanges: keys
-            and unmasking). Ballots are *not* summed — the rule needs each site's mask
-            and normalised scores (see ``docs/privacy.md`` for what a ballot reveals;
-            use ``dp`` on ballots to bound it).
-        dp: ``{"epsilon": ε, "delta": δ, "bounds": ...}``: each ballot is a Gaussian
-            release (:func:`~fedtab.privacy.dp.noisy_scores`) and so is each array of the
-            description (values clipped into the public ``bounds``); one noise multiplier
-            is calibrated for all of them and ``.privacy`` reports ε per step and in
-            total. Given ``ballots`` are not re-noised (and not accounted).
         consensus: ``"intersection"`` (the rule, default) or ``"stouffer"``: sites also send
             their selector's test p-values and the consensus is the features whose
             combined (Stouffer) p-value passes Benjamini-Hochberg at ``consensus_alpha``
@@ -530,6 +512,10 @@ def run_election(
     check_profile(compat, normalization)
     stouffer = check_consensus(consensus) == "stouffer"
     check_consensus_alpha(consensus_alpha)
+    opts = federation.options
+    dp = opts.dp
+    if min_holders is None:
+        min_holders = opts.trust.min_holders
     if stouffer and (compat is not None or dp is not None):
         raise ValueError("consensus='stouffer' cannot be combined with " + ("compat" if compat is not None else "dp"))
     if min_holders is not None and (isinstance(min_holders, bool) or not isinstance(min_holders, int)
@@ -537,23 +523,22 @@ def run_election(
         raise ValueError(f"min_holders must be a positive integer, got {min_holders!r}")
     set_quorum(federation, min_sites)
     abstained: dict[str, str] = {}
-    spec = parse_dp(dp)
-    ledger = dp_meta = None
-    if spec is not None:
-        ledger = PrivacyLedger.for_plan(spec, {"ballot": 1 if ballots is None else 0,
-                                               "describe": 3 if describe is not None else 0})
-        dp_meta = dp_request(spec, ledger.noise_multiplier)
+    ledger = run_ledger(federation, *dp_plan(ballots is None, describe is not None))
     if ballots is None:
+        dp_meta = dp_request(dp, ledger.multiplier("election.ballot")) if ledger is not None else None
         ballots = gather_ballots(federation, selector, selectors=selectors, on_error=on_error,
                                  min_site_rows=min_site_rows, abstained=abstained, dp_meta=dp_meta,
                                  pvalues=stouffer)
         if ledger is not None:
-            ledger.spend("ballot")
+            ledger.spend("election.ballot")
     result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization, compat, min_holders,
-                                robust=robust, consensus=consensus, consensus_alpha=consensus_alpha)
-    described = broadcast_mask(federation, result.selected_names, describe=describe,
-                               secure_aggregation=secure_aggregation, dp_meta=dp_meta)
-    if ledger is not None and describe is not None:
-        ledger.spend("describe", 3)
+                                robust=opts.robust, consensus=consensus, consensus_alpha=consensus_alpha)
+    described = broadcast_mask(federation, result.selected_names, describe=describe, ledger=ledger)
     return ElectionOutcome(ballots, result, described, abstained,
                            privacy=ledger.report() if ledger is not None else None)
+
+
+def dp_plan(ballots: bool, describe: bool) -> tuple[dict[str, int], dict[str, float]]:
+    """``(releases per step, noise scales)`` of one DP election: a ballot, and the description
+    riding on ``set_mask`` (3 releases)."""
+    return {"election.ballot": int(ballots), "election.describe": 3 if describe else 0}, {}

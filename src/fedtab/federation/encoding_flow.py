@@ -14,8 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..data.categories import one_hot, union_categories
 from ..privacy.policy import OTHER_CATEGORY, merged_categories
+from ..errors import SiteFault
+from ..privacy.gate import CATEGORIES, COUNT, Releases
 from . import validate
 from .messages import Message
 from .protocol import Federation, FederationError, exchange
@@ -25,7 +29,7 @@ from .site import Site, handler, table_step
 __all__ = ["agree_categories", "encode_categories", "federated_one_hot"]
 
 
-@handler("category_sets")
+@handler("category_sets", Releases(part="=all", meta={"categories": CATEGORIES}))
 def _category_sets(site: Site, request: Message) -> Message:
     columns = request.meta.get("columns")
     if not isinstance(columns, list):
@@ -38,15 +42,39 @@ def _category_sets(site: Site, request: Message) -> Message:
 
 @table_step("one_hot")
 def _one_hot_table(site: Site, params: dict[str, Any]) -> Any:
+    """The site's table one-hot encoded with the agreed lists. A category this site holds in
+    fewer than ``min_rows`` rows is encoded as :data:`OTHER_CATEGORY` even when another site
+    made it a column of its own (its own indicator would single out those rows); when the
+    site's ``(other)`` bucket itself holds fewer than ``min_rows`` rows, those cells are
+    encoded as missing (all-zero indicators), so no indicator column of this site has fewer
+    than ``min_rows`` ones."""
     held = {c: v for c, v in params["categories"].items() if c in site.table.columns and c != site.target}
-    return one_hot(site.table, held, other=OTHER_CATEGORY)
+    table = site.table.copy()
+    for c, cats in held.items():
+        frequent = set(merged_categories(site.table[c], site.policy.min_rows)) - {OTHER_CATEGORY}
+        values = site.table[c]
+        observed = values.notna()
+        strings = values[observed].astype(str)
+        keep = strings.isin(frequent & set(cats))
+        if OTHER_CATEGORY in cats:
+            strings = strings.where(keep, OTHER_CATEGORY)
+        elif not keep.all():
+            raise SiteFault(f"column {c!r} has {int((~keep).sum())} value(s) outside the agreed list or too rare "
+                            f"here, and the list has no {OTHER_CATEGORY!r} level")
+        if OTHER_CATEGORY in cats and 0 < int((strings == OTHER_CATEGORY).sum()) < site.policy.min_rows:
+            strings = strings.where(strings != OTHER_CATEGORY, None)
+        column = values.astype(object)
+        column[observed] = strings
+        table[c] = column.where(column.notna(), np.nan)
+    return one_hot(table, held, other=OTHER_CATEGORY)
 
 
-@handler("one_hot")
+@handler("one_hot", Releases(part=None, meta={"n_columns": COUNT}))
 def _one_hot(site: Site, request: Message) -> Message:
     cats = request.meta.get("categories")
-    if not isinstance(cats, dict):
-        raise ValueError("one_hot needs {column: [categories]}")
+    if not isinstance(cats, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+                                             for v in cats.values()):
+        raise SiteFault("one_hot needs {column: [categories]}")
     site.apply_table_step("one_hot", {"categories": cats})
     return Message("one_hot", meta={"n_columns": int(site.table.shape[1])})
 

@@ -58,6 +58,7 @@ from ..privacy.dp import (DP_GD_NOISE_SCALE, DP_META, DP_SCHEMA_NOISE_SCALE, add
                           column_bounds, dp_request, noise_rng, parse_dp, release_moments, row_radius,
                           stats_sensitivity)
 from ..privacy.secagg import MOMENT_BITS, WEIGHT, SecureAggregator
+from ..privacy.gate import COUNT, NAMES, NUMBER, Releases
 from . import validate
 from .messages import Message
 from .protocol import Federation, FederationError, collect, exchange, set_quorum
@@ -246,7 +247,8 @@ def _values(site: Site, part: str) -> np.ndarray:
     return _features(site, part).to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-@handler("impute_schema")
+@handler("impute_schema", Releases(part="=train", cells={"count": ("sum", "sumsq")},
+                                   meta={"columns": NAMES, "n_train": COUNT, "n_valid": COUNT}, dp=True, dp_releases=3))
 def _schema(site: Site, request: Message) -> Message:
     validate_site_table(_features(site), site.name)
     train = _values(site, "train")
@@ -299,7 +301,10 @@ def _embed(values: np.ndarray, idx: list[int], f: int) -> np.ndarray:
     return out
 
 
-@handler("impute_stats")
+@handler("impute_stats", Releases(part="=train", cells={"count": ("sum", "sumsq"),
+                                                         "pair_count": ("pair_sx", "pair_sxx", "pair_sxy")},
+                                  aggregates=("shift",), meta={"columns": NAMES}, dp=True,
+                                  dp_releases=len(STAT_ARRAYS)))
 def _stats(site: Site, request: Message) -> Message:
     glob = list(request.meta["columns"])
     pos = {c: i for i, c in enumerate(glob)}
@@ -340,7 +345,7 @@ def _global_values(site: Site, part: str, columns: list[str], mean: np.ndarray, 
     return (out - mean) / std
 
 
-@handler("impute_setup")
+@handler("impute_setup", Releases(part=None, meta={"n_train": COUNT, "n_valid": COUNT}))
 def _setup(site: Site, request: Message) -> Message:
     meta, arr = request.meta, request.arrays
     cfg = ImputeConfig(**meta["config"])
@@ -360,7 +365,7 @@ def _setup(site: Site, request: Message) -> Message:
         "mean": np.asarray(arr["mean"], np.float64), "std": np.asarray(arr["std"], np.float64),
         "prior_W": np.asarray(arr["prior_W"], np.float64) if with_prior else None,
         "prior_psi": np.asarray(arr["prior_psi"], np.float64) if with_prior else None,
-        "rng": site_rng(cfg.seed, site.name, "train"),
+        "rng": site_rng(site.seed, site.name, "train"),  # the site's own seed, never the server's
         "optimizer_state": {},
     }
     site.state.pop(_LIVE, None)
@@ -397,7 +402,8 @@ def _live(site: Site) -> dict:
     set_threads(cfg.n_threads)
     columns, mean, std = st["columns"], st["mean"], st["std"]
     valid = _global_values(site, "test", columns, mean, std)
-    vmask = ~np.isnan(valid) & (site_rng(cfg.seed, site.name, "valid").random(valid.shape) < cfg.validation_mask_fraction)
+    vmask = validation_mask(valid, cfg.validation_mask_fraction, site.policy.min_rows,
+                            site_rng(site.seed, site.name, "valid"))
     model = GNNImputer(GNNConfig(**st["model_config"]))
     if model.config.prior_rank > 0:
         model.set_prior(st["prior_W"], st["prior_psi"])
@@ -411,6 +417,26 @@ def _live(site: Site) -> dict:
     }
     site.state[_LIVE] = live
     return live
+
+
+def validation_mask(values: np.ndarray, fraction: float, min_rows: int, rng: np.random.Generator) -> np.ndarray:
+    """``(n, F)`` bool: the validation cells a site hides, drawn from its own generator.
+
+    Per column, ``round(fraction · observed)`` observed cells, raised to ``min_rows`` when the
+    column has at least twice that many observed cells (a column's error sums are released
+    only over ``min_rows`` cells or more: fewer would be suppressed by the release gate),
+    none when it has fewer.
+    """
+    observed = ~np.isnan(values)
+    mask = np.zeros_like(observed)
+    for j in range(values.shape[1]):
+        rows = np.flatnonzero(observed[:, j])
+        k = int(round(fraction * len(rows)))
+        if k < min_rows:
+            k = min_rows if len(rows) >= 2 * min_rows else 0
+        if k:
+            mask[rng.choice(rows, size=k, replace=False), j] = True
+    return mask
 
 
 def _validation_errors(st: dict, live: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -429,7 +455,9 @@ def _weights(request: Message) -> dict[str, np.ndarray]:
     return {k[2:]: v for k, v in request.arrays.items() if k.startswith("w/")}
 
 
-@handler("impute_fit")
+@handler("impute_fit", Releases(part="=train", model="w/", cells={"val_count": ("val_sse",)},
+                                meta={"n_train": COUNT, "loss": NUMBER, "steps": COUNT}, dp=True,
+                                dp_releases=lambda r: _dp_steps(r.meta.get(DP_META) or {})))
 def _fit(site: Site, request: Message) -> Message:
     from ..impute.model import numpy_to_state, state_to_numpy
     from ..impute.optim_state import optimizer_to_numpy
@@ -479,7 +507,7 @@ MAX_DP_STEPS = 100
 DP_STEPS_PER_ROUND = 1
 
 
-@handler("impute_eval")
+@handler("impute_eval", Releases(part="=test", cells={"val_count": ("val_sse", "val_mean_sse")}))
 def _eval(site: Site, request: Message) -> Message:
     from ..impute.model import numpy_to_state
 
@@ -500,7 +528,7 @@ def _fill_table(site: Site, params: dict[str, Any]) -> pd.DataFrame:
     return table
 
 
-@handler("impute_apply")
+@handler("impute_apply", Releases(part="=all", meta={"imputed": COUNT, "clipped": COUNT}))
 def _apply(site: Site, request: Message) -> Message:
     from ..impute.fill import fill_from_predictions
     from ..impute.model import numpy_to_state

@@ -18,8 +18,8 @@ from .site import Site
 
 __all__ = ["LazySite"]
 
-#: ``Site.state`` key of the row counts a loaded site recorded: ``{"train", "test", "all",
-#: "steps"}`` (``steps`` = table steps applied when counted).
+#: ``Site.state`` key of the row counts a loaded site recorded: ``{"parts": {part: rows},
+#: "classes": {part: {label: rows}}, "steps"}`` (``steps`` = table steps applied when counted).
 ROWS_KEY = "site_rows"
 
 
@@ -40,12 +40,15 @@ class LazySite(Site):
 
     keeps_matrices = True
 
-    def __init__(self, name: str, load: Callable[[], Site], *, target: str | None = None, policy: Any = None) -> None:
+    def __init__(self, name: str, load: Callable[[], Site], *, target: str | None = None, policy: Any = None,
+                 ledger: Any = None) -> None:
         # Site.__init__ is not called: it validates and splits a table this object does not read yet.
         from ..privacy.policy import policy_from_config
+        from .site import site_ledger
 
         self.__dict__.update(name=str(name), target=target, policy=policy_from_config(policy), _load=load,
-                             _site=None, _state={})
+                             _site=None, _state={}, run_id=Site.run_id)
+        self.__dict__["ledger"] = ledger if ledger is not None else site_ledger(self)
 
     # ----- the real site ------------------------------------------------------------
     @property
@@ -60,10 +63,12 @@ class LazySite(Site):
             if site.name != self.name:
                 raise ValueError(f"site {self.name!r}: the loaded site is named {site.name!r}")
             site.state = self._state
+            site.ledger, site.run_id = self.ledger, self.run_id  # the site's ledger, whatever reads the table
             site.replay_table_steps()
             self.__dict__["_site"] = site
-            self._state[ROWS_KEY] = {"train": site.n_rows("train"), "test": site.n_rows("test"),
-                                     "all": site.n_rows("all"), "steps": len(self._state.get("table_steps") or [])}
+            sizes = site.part_sizes()
+            self._state[ROWS_KEY] = {"parts": sizes, "classes": {p: site.class_counts(p) for p in sizes},
+                                     "steps": len(self._state.get("table_steps") or [])}
         return self._site
 
     def __getattr__(self, name: str) -> Any:  # attributes only the loaded site has (table, _split, selector ...)
@@ -76,8 +81,10 @@ class LazySite(Site):
             self.__dict__["_state"] = value
             if self._site is not None:
                 self._site.state = value
-        elif name in ("name", "target", "policy"):
+        elif name in ("name", "target", "policy", "ledger", "run_id"):
             self.__dict__[name] = value
+            if name in ("ledger", "run_id") and self._site is not None:
+                setattr(self._site, name, value)
         else:  # table, _steps_applied ...: the loaded site's
             setattr(self.real(), name, value)
 
@@ -86,12 +93,34 @@ class LazySite(Site):
         return self._state
 
     # ----- what works without the table ---------------------------------------------
-    def n_rows(self, part: str) -> int:
+    def _recorded(self) -> dict[str, Any] | None:
         counts = self._state.get(ROWS_KEY)
-        if (self._site is None and isinstance(counts, dict) and part in counts
+        if (self._site is None and isinstance(counts, dict) and isinstance(counts.get("parts"), dict)
                 and counts.get("steps") == len(self._state.get("table_steps") or [])):
-            return int(counts[part])
+            return counts
+        return None
+
+    def n_rows(self, part: str) -> int:
+        from .parts import canonical_part
+
+        counts = self._recorded()
+        name = canonical_part(part)
+        if counts is not None and name in counts["parts"]:
+            return int(counts["parts"][name])
         return self.real().n_rows(part)
+
+    def class_counts(self, part: str) -> dict[str, int]:
+        from .parts import canonical_part
+
+        counts = self._recorded()
+        name = canonical_part(part)
+        if counts is not None and name in counts.get("classes", {}):
+            return {str(k): int(v) for k, v in counts["classes"][name].items()}
+        return self.real().class_counts(part)
+
+    def part_sizes(self) -> dict[str, int]:
+        counts = self._recorded()
+        return dict(counts["parts"]) if counts is not None else self.real().part_sizes()
 
     def _features(self) -> tuple[tuple[str, ...], frozenset[str]]:
         return self.real()._features()

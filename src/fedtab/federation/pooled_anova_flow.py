@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
+from ..privacy.gate import LABELS, NAMES, Releases
 from .messages import Message
 from .protocol import Federation, FederationError, collect
 from .site import Site, handler
@@ -44,10 +45,11 @@ def class_moments(X: np.ndarray, labels: list[str]) -> dict[str, np.ndarray]:
     return {"count": count.astype(np.int64), "sum": total, "sumsq": sumsq}
 
 
-@handler("class_moments")
+@handler("class_moments", Releases(part="part", default_part="train", per_class=True,
+                                   cells={"count": ("sum", "sumsq")}, meta={"classes": LABELS, "feature_names": NAMES}))
 def _class_moments(site: Site, request: Message) -> Message:
     features = site.feature_names
-    X, y = site_matrix(site, features, str(request.meta.get("part", "train")))
+    X, y = site_matrix(site, features, str(request.meta.get("part") or "train"))
     labels = [label_key(v) for v in y]
     return Message("class_moments", class_moments(X, labels),
                    {"classes": sorted(set(labels)), "feature_names": features})

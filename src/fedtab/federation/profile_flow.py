@@ -2,10 +2,13 @@
 
 ``"job_profile"`` — every site replies, for each of its feature columns (never the
 label): its kind (``numeric`` or ``categorical``), and for numeric columns whether every
-observed value is an integer, the observed minimum and maximum and the number of
-observed cells; plus its row counts (``rows``, ``train``, ``test``, and ``unlabelled``:
-rows dropped because their label was missing), its label keys and its selector. The
-minimum and maximum are what the job clips imputed values to (``docs/job.md``).
+observed value is an integer, a *coarse* observed range and the number of observed
+cells; plus its row counts (``rows``, ``train``, ``test``, and ``unlabelled``: rows
+dropped because their label was missing), its label keys and its selector. The range is
+no row's value: its ends are the ``min_rows``-th smallest and largest observed values
+rounded outward to two significant digits (:func:`fedtab.privacy.policy.coarse_range`),
+and a column observed in fewer than ``min_rows`` cells sends none. It is what the job
+clips imputed values to (``docs/job.md``).
 
 :func:`profile_sites` validates every reply (naming the site) before returning them.
 """
@@ -18,6 +21,9 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from ..errors import SiteFault
+from ..privacy.gate import COUNT, LABELS, NAMES, STRUCT, TEXT, Releases
+from ..privacy.policy import coarse_range
 from .messages import Message
 from .protocol import Federation, FederationError, collect
 from .site import Site, handler
@@ -26,9 +32,11 @@ from .training_flow import label_key
 __all__ = ["profile_sites", "pooled_ranges"]
 
 
-@handler("job_profile")
+@handler("job_profile", Releases(part="=all", cells={"observed": ("low", "high")}, aggregates=("integer",),
+                                 meta={"columns": NAMES, "kinds": STRUCT, "classes": LABELS, "rows": COUNT,
+                                       "unlabelled": COUNT, "train": COUNT, "test": COUNT, "selector": TEXT}))
 def _profile(site: Site, request: Message) -> Message:
-    """Column names and kinds, integer flags and observed min/max of numeric columns, row counts."""
+    """Column names and kinds, integer flags and coarse ranges of numeric columns, row counts."""
     feats = site.feature_names
     kinds, integer, low, high, observed = [], [], [], [], []
     for c in feats:
@@ -38,10 +46,11 @@ def _profile(site: Site, request: Message) -> Message:
         values = col.to_numpy(dtype=np.float64, na_value=np.nan) if numeric else np.zeros(0)
         values = values[~np.isnan(values)]
         if numeric and np.isinf(values).any():
-            raise ValueError(f"column {c!r} holds infinite values")
-        observed.append(len(values))
-        low.append(float(values.min()) if len(values) else 0.0)
-        high.append(float(values.max()) if len(values) else 0.0)
+            raise SiteFault(f"column {c!r} holds infinite values")
+        span = coarse_range(values, site.policy.min_rows)
+        observed.append(len(values) if span is not None else 0)
+        low.append(span[0] if span is not None else 0.0)
+        high.append(span[1] if span is not None else 0.0)
         integer.append(bool(len(values)) and bool(np.all(values == np.round(values))))
     labels = sorted({label_key(v) for v in site.table[site.target]}) if site.target else []
     return Message(

@@ -64,6 +64,9 @@ AGREED = "schema:agreed"
 
 KINDS = ("numeric", "categorical")
 BASE_PARTS = ("train", "test", "all")
+#: most cross-validation folds a declaration may name
+MAX_FOLDS = 100
+_FOLD_PART = __import__("re").compile(r"^(fold|fit):\d{1,3}$")
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ def declare(site: "Site") -> dict[str, Any]:
     classes: list[str] = []
     if site.target is not None:
         classes = sorted({label_key(v) for v in site.table[site.target].dropna().unique()})
-    rows = {"train": len(site.rows("train")), "test": len(site.rows("test")), "all": len(site.table)}
+    rows = site.part_sizes()
     out = {"columns": columns, "target": site.target, "classes": classes, "rows": rows}
     if "categorical" in kinds:  # all numeric (the usual case): omitted, the parser's default
         out["kinds"] = kinds
@@ -176,10 +179,20 @@ def parse_declaration(meta: Any, limits: SchemaLimits = SchemaLimits(),
     rows = meta.get("rows")
     if not isinstance(rows, dict) or set(BASE_PARTS) - set(rows):
         raise ValueError(f"declared rows must give {list(BASE_PARTS)}")
-    rows = {p: as_count(rows[p], f"declared {p} rows", limits.max_rows) for p in BASE_PARTS}
+    extra = [p for p in rows if p not in BASE_PARTS]
+    if len(extra) > 2 * MAX_FOLDS or not all(isinstance(p, str) and _FOLD_PART.match(p) for p in extra):
+        raise ValueError(f"declared rows name parts other than {list(BASE_PARTS)} and at most {MAX_FOLDS} "
+                         "'fold:k'/'fit:k' pairs")
+    rows = {p: as_count(rows[p], f"declared {p} rows", limits.max_rows) for p in (*BASE_PARTS, *extra)}
     if rows["all"] == 0 or rows["train"] + rows["test"] != rows["all"]:
         raise ValueError(f"declared rows are inconsistent (train {rows['train']} + test {rows['test']} != all "
                          f"{rows['all']}, or no rows)")
+    folds = sorted({int(p.split(":")[1]) for p in extra})
+    if folds != list(range(len(folds))) or any(rows.get(f"fold:{k}", -1) + rows.get(f"fit:{k}", -1) != rows["train"]
+                                               for k in folds) \
+            or sum(rows[f"fold:{k}"] for k in folds) > rows["train"]:
+        raise ValueError("declared folds are inconsistent (each fold:k with its fit:k must make the training rows, "
+                         "the folds no more than them)")
     classes = meta.get("classes", [])
     if not isinstance(classes, list) or len(classes) > min(limits.max_classes, rows["all"]):
         raise ValueError("declared classes must be a list no longer than the rows declared")
@@ -271,11 +284,25 @@ class Schema:
         return np.array([len(self.holders.get(n, ())) for n in names], dtype=np.int64)
 
     def rows(self, site: str, part: str) -> int:
-        """Rows ``site`` declared for ``part`` (``train``/``test``/``all``, or one set by :meth:`set_rows`)."""
+        """Rows ``site`` declared for ``part`` (``train``/``test``/``all``, ``fold:k``/``fit:k``
+        and their aliases ``validation``/``fit``; a site without folds has ``fit`` = its
+        training rows and an empty ``validation``)."""
+        from .parts import PartError, canonical_part
+
         rows = self.declaration(site).rows
-        if part not in rows:
+        try:
+            name = canonical_part(part)
+        except PartError:
+            name = str(part)
+        if name not in rows and name in ("fit:0", "fold:0") and "fold:0" not in rows:
+            return rows["train"] if name == "fit:0" else 0
+        if name not in rows:
             raise SiteError(reject_text(site, f"declared no row count for part {part!r}"), {site: part})
-        return rows[part]
+        return rows[name]
+
+    def folds(self, site: str) -> int:
+        """How many cross-validation folds ``site`` drew (0: none)."""
+        return sum(1 for p in self.declaration(site).rows if p.startswith("fold:"))
 
     # ----- checks on later replies ----------------------------------------------------------
     def check_count(self, site: str, value: Any, part: str, what: str = "count") -> int:
@@ -450,7 +477,9 @@ def set_schema(federation: Federation, schema: Schema) -> None:
 def _register_handler() -> None:
     from .site import handler
 
-    @handler("schema")
+    from ..privacy.gate import Releases
+
+    @handler("schema", Releases(part=None))
     def _schema(site: "Site", request: Message) -> Message:
         """The stand-alone ``"schema"`` step: the declaration is added by ``Site.handle``."""
         return Message("schema")

@@ -54,13 +54,16 @@ import numpy as np
 
 from ..election.score_test import NEWTON_KEYS, SCORE_KEYS, ScoreSelection, forward_score_selection, site_sums
 from ..privacy.secagg import FRAC_BITS, SecureAggregator
+from ..errors import SiteFault
+from ..privacy.gate import COUNT, Releases
 from . import validate
 from .messages import Message
 from .protocol import Federation, FederationError, exchange, set_quorum
 from .schema import agree_schema, sort_labels
 from .site import Site, handler
-from .training_flow import SECURE_SUM, class_indices, describe_checker, pooled_standardisation, secure_describe, \
-    site_matrix
+from .protocol import SECURE_SUM
+from .training.steps import describe as describe_step, pooled_standardisation
+from .training.site import class_indices, site_matrix
 
 __all__ = ["PooledScoreTest", "run_pooled_score_test", "MAX_CLASSES"]
 
@@ -84,30 +87,37 @@ def _site_design(site: Site, setup: Mapping[str, Any]) -> tuple[np.ndarray, np.n
     return Z, class_indices(y_raw, list(setup["classes"]))
 
 
-@handler("score_sums")
+def _score_part(site: Site, request: Message) -> str:
+    carried = request.meta.get("setup")
+    if isinstance(carried, dict):
+        return str(carried.get("part", "train"))
+    return str((site.state.get("score_setup") or {}).get("part", "train"))
+
+
+@handler("score_sums", Releases(part=_score_part, aggregates=(*NEWTON_KEYS, *SCORE_KEYS), meta={"n": COUNT}))
 def _score_sums(site: Site, request: Message) -> Message:
     carried = request.meta.get("setup")
     if carried is not None:  # the first request carries the setup (no separate exchange)
         if not isinstance(carried, dict) or not isinstance(carried.get("features"), list) \
                 or not isinstance(carried.get("classes"), list) or len(carried["classes"]) < 2:
-            raise ValueError("score_sums: 'setup' must hold the features and the classes")
+            raise SiteFault("score_sums: 'setup' must hold the features and the classes")
         d = len(carried["features"])
         mean, std = (np.asarray(request.arrays.get(_SETUP + k), dtype=np.float64) for k in ("mean", "std"))
         if mean.shape != (d,) or std.shape != (d,) or not (np.isfinite(mean).all() and (std > 0).all()):
-            raise ValueError(f"score_sums: setup mean/std must be ({d},) finite with std > 0")
+            raise SiteFault(f"score_sums: setup mean/std must be ({d},) finite with std > 0")
         site.state["score_setup"] = {"features": list(carried["features"]), "classes": list(carried["classes"]),
                                      "part": str(carried.get("part", "train")), "mean": mean, "std": std}
     setup = site.state.get("score_setup")
     if setup is None:
-        raise ValueError("the score test is not set up on this site (its first request carries the setup)")
+        raise SiteFault("the score test is not set up on this site (its first request carries the setup)")
     cache = setup.setdefault("_cache", {})
     if "Z" not in cache:
         cache["Z"], cache["labels"] = _site_design(site, setup)
     selected, positive = request.meta.get("selected"), request.meta.get("positive", 1)
     if not isinstance(selected, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in selected):
-        raise ValueError("score_sums: 'selected' must be a list of column indices")
+        raise SiteFault("score_sums: 'selected' must be a list of column indices")
     if not isinstance(positive, int) or isinstance(positive, bool) or not 0 <= positive < len(setup["classes"]):
-        raise ValueError("score_sums: 'positive' must be the index of one of the agreed classes")
+        raise SiteFault("score_sums: 'positive' must be the index of one of the agreed classes")
     y = (cache["labels"] == positive).astype(np.float64)
     sums = site_sums(cache["Z"], y, selected, np.asarray(request.arrays.get("coef")),
                      bool(request.meta.get("with_score", False)))
@@ -230,7 +240,6 @@ def run_pooled_score_test(
     tol: float = 1e-8,
     max_newton: int = 25,
     min_sites: int | None = None,
-    secure_aggregation: bool = False,
     one_vs_rest: bool = False,
 ) -> PooledScoreTest:
     """Forward selection by score tests on the sites' pooled rows (module docstring).
@@ -243,24 +252,23 @@ def run_pooled_score_test(
         ridge / tol / max_newton: as :func:`~fedtab.election.score_test.forward_score_selection`.
         min_sites: quorum (as :func:`~fedtab.federation.run_training`); a site dropped
             mid-run leaves the remaining steps' sums.
-        secure_aggregation: every reply (the description and every ``"score_sums"``) is
-            summed by :class:`~fedtab.privacy.secagg.SecureAggregator`: the server learns
-            only the totals (and each site's row count and class labels). The totals are
-            validated with the same bounds over the pooled rows, but a bad total cannot be
-            traced to a site. Each sum costs one more exchange (the unmasking), the session
-            one key exchange; the result equals the plain run's up to fixed-point rounding
-            (2⁻²⁴ per site and entry).
         one_vs_rest: with more than two classes, run the selection once per class against
             the rest (same describe, one forward selection each) and keep the union
             (``PooledScoreTest.by_class``). Each run controls its own FDR at ``alpha``.
+
+    With the run's secure sums (``federation.options``) every reply (the description and every
+    ``"score_sums"``) is summed securely: the server learns only the totals (and each site's
+    row count and class labels). The totals are validated with the same bounds over the
+    pooled rows, but a bad total cannot be traced to a site. Each sum costs one more exchange
+    (the unmasking), the session one key exchange; the result equals the plain run's up to
+    fixed-point rounding (2⁻²⁴ per site and entry). The score test has no DP or robust mode.
 
     Returns:
         :class:`PooledScoreTest`; ``.selected_names`` feeds ``run_training``.
 
     Raises:
         SiteError / SiteRefused: a site failed, refused or sent a rejected reply (naming it).
-        FederationError: with ``secure_aggregation``, a secure sum failed or its total is
-            implausible.
+        FederationError: with secure sums, a secure sum failed or its total is implausible.
         ValueError: fewer than two classes in the pooled target, more than two without
             ``one_vs_rest``, more than :data:`MAX_CLASSES` (a continuous target), no
             features, or bad arguments.
@@ -278,22 +286,21 @@ def run_pooled_score_test(
             raise ValueError("features must be distinct names")
     if not feats:
         raise ValueError("the score test needs at least one feature")
-    describe = Message("describe", meta={"features": feats, "part": part})
-    secure = SecureAggregator(federation) if secure_aggregation else None
-    if secure is not None:
-        described = secure_describe(secure, {s: describe for s in secure.peers})
-    else:
-        described = exchange(federation, describe, describe_checker(federation, feats, part))
-    moments = {s: tuple(np.asarray(r.arrays[k], dtype=np.float64) for k in ("count", "sum", "sumsq"))
-               for s, r in described.items()}
-    count, total, sumsq = (sum(m[i] for m in moments.values()) for i in range(3))
-    mean, std = pooled_standardisation(count, total, sumsq)
-    classes = sort_labels({str(c) for r in described.values() for c in r.meta.get("classes", [])})
+    opts = federation.options
+    if opts.dp is not None or opts.robust:
+        raise ValueError("the score test has no DP or robust mode; use the election for a dp or robust run")
+    secure = federation.summing.aggregator if federation.summing.secure else None  # type: ignore[attr-defined]
+    d_ = describe_step(federation, feats, part)
+    moments = {SECURE_SUM: (d_.count, d_.total, d_.sumsq)} if secure is not None else dict(d_.per_site)
+    mean, std = pooled_standardisation(d_.count, d_.total, d_.sumsq)
+    classes = d_.classes
     if len(classes) < 2 or (len(classes) > 2 and not one_vs_rest) or len(classes) > MAX_CLASSES:
         raise ValueError(f"the pooled score test needs a binary target (or one_vs_rest=True for up to {MAX_CLASSES} "
                          f"classes): the sites' training rows hold {len(classes)} class label(s) "
                          f"{classes[:5]}{' …' if len(classes) > 5 else ''}")
-    n_rows = {s: int(r.meta.get("n_train", 0)) for s, r in described.items()}
+    schema = federation.schema
+    assert schema is not None  # agreed by the description at the latest
+    n_rows = {SECURE_SUM: 0} if secure is not None else {s: int(schema.rows(s, part)) for s in moments}
     energy = {s: _column_energy(*m, mean, std) for s, m in moments.items()}
     d = len(feats)
     setup = {"features": feats, "classes": classes, "part": part}

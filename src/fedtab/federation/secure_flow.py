@@ -12,12 +12,13 @@ import numpy as np
 
 from ..privacy.secagg import new_session, unmask_reply
 from .messages import Message
+from ..privacy.gate import TEXT, Releases
 from .site import Site, handler
 
 __all__: list[str] = []
 
 
-@handler("secagg_keys")
+@handler("secagg_keys", Releases(part=None, keys=("pk",)))
 def _keys(site: Site, request: Message) -> Message:
     session = request.meta.get("session")
     if not isinstance(session, str) or not session:
@@ -25,6 +26,6 @@ def _keys(site: Site, request: Message) -> Message:
     return Message("secagg_keys", {"pk": np.frombuffer(new_session(site, session), dtype=np.uint8)})
 
 
-@handler("secagg_unmask")
+@handler("secagg_unmask", Releases(part=None, keys=("b_shares", "seeds"), meta={"label": TEXT}))
 def _unmask(site: Site, request: Message) -> Message:
     return unmask_reply(site, request)

@@ -14,19 +14,25 @@ import importlib
 import logging
 import sys
 import traceback
-from typing import TYPE_CHECKING, Any, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
+from ..errors import SiteFault
+from ..privacy.gate import GateError, Releases, Vocabulary, error_text, release
+from ..privacy.ledger import LEDGER_FILE, SiteLedger
 from ..privacy.policy import policy_from_config
+from ..privacy.dp import DP_META
 from ..privacy.secagg import SECAGG_META
 from .messages import Message
+from .parts import DEFAULT_FOLDS, PartError, RowParts, canonical_part, draw_parts
 
 if TYPE_CHECKING:  # pandas is imported where a table is used: a Flower ClientApp answering
     import pandas as pd  # a step from cached arrays never pays for it
 
-__all__ = ["Site", "handler", "HANDLERS", "HANDLER_HOMES", "TABLE_STEPS", "table_step", "find_handler",
-           "find_table_step"]
+__all__ = ["Site", "handler", "HANDLERS", "HANDLER_HOMES", "RELEASES", "TABLE_STEPS", "table_step", "find_handler",
+           "find_releases", "find_table_step", "LOCAL_RUN"]
 
 log = logging.getLogger("fedtab.site")
 
@@ -35,6 +41,11 @@ Handler = Callable[["Site", Message], Message]
 #: kind -> handler; filled by the workflow modules when they are imported (all of them
 #: when ``fedtab.federation`` is, or one on demand by :func:`find_handler`).
 HANDLERS: dict[str, Handler] = {}
+#: kind -> what the handler's reply releases (:class:`fedtab.privacy.gate.Releases`); a
+#: handler without a declaration is refused (the release gate is default-deny).
+RELEASES: dict[str, Releases] = {}
+#: the run id of a site that no engine gave one (an in-process federation sets its own)
+LOCAL_RUN = "local"
 
 #: module -> the handler and table-step kinds it registers. :func:`find_handler` imports
 #: only the module a request needs, so a process that answers one message (a Flower
@@ -51,8 +62,8 @@ HANDLER_HOMES: dict[str, tuple[str, ...]] = {
     "fedtab.federation.schema": ("schema",),
     "fedtab.federation.score_test_flow": ("score_sums",),
     "fedtab.federation.secure_flow": ("secagg_keys", "secagg_unmask"),
-    "fedtab.federation.training_flow": ("describe", "setup", "fit", "evaluate"),
-    "fedtab.federation.tuning_flow": ("ballot_fit", "split_validation"),
+    "fedtab.federation.training.site": ("describe", "setup", "fit", "evaluate"),
+    "fedtab.federation.tuning_flow": ("ballot_fit",),
 }
 _HOME_OF = {kind: module for module, kinds in HANDLER_HOMES.items() for kind in kinds}
 
@@ -92,21 +103,61 @@ def find_handler(kind: str) -> Handler | None:
     return _registered(HANDLERS, kind)
 
 
+def find_releases(kind: str) -> Releases | None:
+    """The release declaration of ``kind``'s handler (importing its module if needed)."""
+    find_handler(kind)
+    return RELEASES.get(kind)
+
+
 def find_table_step(kind: str) -> TableStep | None:
     """The table step registered as ``kind``, importing its workflow module if needed."""
     return _registered(TABLE_STEPS, kind)
 
 
-def handler(kind: str) -> Callable[[Handler], Handler]:
-    """Register ``fn(site, request) -> reply`` as the site-side handler for ``kind``."""
+def handler(kind: str, releases: Releases | None = None) -> Callable[[Handler], Handler]:
+    """Register ``fn(site, request) -> reply`` as the site-side handler for ``kind``.
+
+    ``releases`` declares what its replies may contain (:class:`fedtab.privacy.gate.Releases`);
+    without it every request of ``kind`` is refused (the release gate is default-deny).
+    """
 
     def register(fn: Handler) -> Handler:
         if kind in HANDLERS and HANDLERS[kind] is not fn:
             raise ValueError(f"a handler for {kind!r} is already registered")
         HANDLERS[kind] = fn
+        if releases is not None:
+            RELEASES[kind] = releases
         return fn
 
     return register
+
+
+def site_ledger(site: "Site", state_dir: Any = None) -> SiteLedger:
+    """The ledger of ``site``: a file in ``state_dir`` when given, else kept in ``site.state``
+    (which engines keep for a run, e.g. in Flower's ``Context.state``)."""
+    if state_dir not in (None, ""):
+        return SiteLedger(Path(str(state_dir)) / LEDGER_FILE, period_days=site.policy.period_days)
+    return SiteLedger(store=lambda: site.state.setdefault(LEDGER_KEY, {}), period_days=site.policy.period_days)
+
+
+def _strings(meta: Mapping[str, Any], depth: int = 3) -> set[str]:
+    """The keys and string values of a request's meta (three levels deep)."""
+    out: set[str] = set()
+    stack = [(meta, 0)]
+    while stack:
+        value, d = stack.pop()
+        if isinstance(value, str):
+            out.add(value)
+        elif isinstance(value, Mapping) and d < depth:
+            out.update(map(str, value))
+            stack.extend((v, d + 1) for v in value.values())
+        elif isinstance(value, list) and d < depth and len(value) <= 10_000:
+            stack.extend((v, d + 1) for v in value)
+    return out
+
+
+#: ``Site.state`` key of the ledger of a site without a state folder
+LEDGER_KEY = "ledger"
 
 
 class Site:
@@ -116,18 +167,24 @@ class Site:
         name: the site's name, used in every error message about it.
         table: the local table; columns are identified by name. NaN = missing cell.
         target: name of the label column (``None`` for unsupervised work such as imputation).
-        test_size: fraction of rows held out as the site's test split (stratified by the
+        test_size: fraction of rows held out as the site's test part (stratified by the
             target when possible). ``0`` keeps every row for training.
-        seed: seed of the train/test split.
+        seed: the site's own seed of its row parts (:mod:`fedtab.federation.parts`) and of
+            every other draw it makes (imputation masks); never one a request sends.
         selector: the feature selector this site trusts: a name from
             ``fedtab.election.selectors.SELECTORS`` or a selector object. A request may
             override it.
         policy: the site's :class:`~fedtab.privacy.DisclosurePolicy` (default: the
             default policy, ``min_rows=10``), or a dict of its settings. Every request
             passes it before its handler runs; a request outside it gets a refusal.
+        folds: the most cross-validation folds the site draws of its training rows
+            (default 5; fewer when its classes are too small for the policy's floor).
+        state_dir: folder of the site's ledger (``ledger.json``, :mod:`fedtab.privacy.ledger`):
+            what it answered and released, kept across runs and restarts. ``None`` keeps the
+            ledger in memory with this object.
 
-    Rows whose target is missing are dropped before the split; their number is kept in
-    :attr:`unlabelled_rows`.
+    Rows whose target is missing are dropped before the parts are drawn; their number is
+    kept in :attr:`unlabelled_rows`.
 
     Raises:
         ValueError: empty table, missing target column, duplicate column names,
@@ -138,6 +195,9 @@ class Site:
     #: the ballot (:func:`fedtab.federation.training_flow.store_part_matrices`): only worth
     #: it for a site rebuilt in a fresh process per message (a :class:`LazySite`)
     keeps_matrices: bool = False
+    #: the run the site is answering (set by the engine: Flower's run id, FLARE's job id,
+    #: an in-process federation's id); the ledger's per-run caps count per run
+    run_id: str = LOCAL_RUN
 
     def __init__(
         self,
@@ -149,6 +209,8 @@ class Site:
         seed: int = 0,
         selector: Any = "lasso",
         policy: Any = None,
+        folds: int = DEFAULT_FOLDS,
+        state_dir: Any = None,
     ) -> None:
         import pandas as pd
 
@@ -163,6 +225,8 @@ class Site:
             raise ValueError(f"site {name!r}: target column {target!r} is not in the table")
         if not 0 <= test_size < 1:
             raise ValueError(f"site {name!r}: test_size must be in [0, 1), got {test_size}")
+        if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 0:
+            raise ValueError(f"site {name!r}: folds must be a non-negative integer, got {folds!r}")
         self.unlabelled_rows = 0
         if target is not None:
             labelled = table[target].notna().to_numpy()
@@ -176,10 +240,12 @@ class Site:
         self.target = target
         self.test_size = float(test_size)
         self.seed = int(seed)
+        self.folds = int(folds)
         self.selector = selector
         self.policy = policy_from_config(policy)
         self.state: dict[str, Any] = {}
-        self._split = self._make_split()
+        self.ledger = site_ledger(self, state_dir)
+        self.parts = self._draw_parts()
 
     # ----- data views ---------------------------------------------------------------
     @property
@@ -204,65 +270,56 @@ class Site:
             self._feature_cache = cached
         return cached[1], cached[2]
 
-    def _make_split(self) -> tuple[np.ndarray, np.ndarray]:
-        n = len(self.table)
-        idx = np.arange(n)
-        if self.test_size == 0 or n < 2:
-            return idx, idx[:0]
-        rng = np.random.default_rng(self.seed)
-        if self.target is not None:
-            y = self.table[self.target].to_numpy()
-            train, test = [], []
-            import pandas as pd
+    def _labels(self) -> np.ndarray | None:
+        """The label key of every row (``None`` for an unsupervised site)."""
+        if self.target is None:
+            return None
+        from .training.site import label_key
 
-            for cls in pd.unique(y):
-                members = rng.permutation(idx[y == cls])
-                k = int(round(len(members) * self.test_size))
-                if len(members) >= 2:
-                    k = min(max(k, 1), len(members) - 1)
-                else:
-                    k = 0
-                test.append(members[:k])
-                train.append(members[k:])
-            tr, te = np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
-        else:
-            perm = rng.permutation(idx)
-            k = int(round(n * self.test_size))
-            te, tr = np.sort(perm[:k]), np.sort(perm[k:])
-        return tr, te
+        return np.asarray([label_key(v) for v in self.table[self.target].to_numpy()], dtype=str)
+
+    def _draw_parts(self) -> RowParts:
+        """The site's fixed parts (:func:`fedtab.federation.parts.draw_parts`), from its own seed."""
+        return draw_parts(len(self.table), self._labels(), test_size=self.test_size, folds=self.folds,
+                          min_rows=self.policy.min_rows, seed=self.seed)
 
     def n_rows(self, part: str) -> int:
-        """Number of rows of ``part`` (``"train"``, ``"test"`` or ``"all"``).
+        """Number of rows of ``part`` (``"train"``, ``"test"``, ``"all"``, ``"fold:k"``,
+        ``"fit:k"``, ``"fit"``, ``"validation"``).
 
         Raises:
-            ValueError: unknown part.
+            ValueError: not one of the site's parts.
         """
-        if part == "all":
-            return len(self.table)
-        if part in ("train", "test"):
-            return len(self._split[0 if part == "train" else 1])
-        raise ValueError(f"unknown part {part!r}; expected 'train', 'test' or 'all'")
+        return int(len(self.parts.indices(part)))
+
+    def part_sizes(self) -> dict[str, int]:
+        """``{part: rows}`` of every part of the site (:meth:`RowParts.sizes`)."""
+        return self.parts.sizes()
+
+    def class_counts(self, part: str) -> dict[str, int]:
+        """``{label key: rows}`` of ``part`` (empty for an unsupervised site)."""
+        labels = self._labels()
+        if labels is None:
+            return {}
+        keys, counts = np.unique(labels[self.parts.indices(part)], return_counts=True)
+        return {str(k): int(c) for k, c in zip(keys, counts)}
 
     def rows(self, part: str) -> pd.DataFrame:
-        """``part`` = ``"train"``, ``"test"`` or ``"all"``: that slice of the table."""
-        if part == "all":
+        """That part of the table (see :meth:`n_rows`)."""
+        if canonical_part(part) == "all":
             return self.table
-        if part == "train":
-            return self.table.iloc[self._split[0]]
-        if part == "test":
-            return self.table.iloc[self._split[1]]
-        raise ValueError(f"unknown part {part!r}; expected 'train', 'test' or 'all'")
+        return self.table.iloc[self.parts.indices(part)]
 
     def xy(self, part: str = "train", columns: list[str] | None = None) -> tuple[pd.DataFrame, np.ndarray]:
         """Features (optionally only ``columns``) and target of one part of the table."""
         if self.target is None:
-            raise ValueError(f"site {self.name!r} has no target column")
+            raise SiteFault(f"site {self.name!r} has no target column")
         rows = self.rows(part)
         cols = self.feature_names if columns is None else columns
         held = self.feature_set
         missing = [c for c in cols if c not in held and c not in rows.columns]
         if missing:
-            raise ValueError(f"site {self.name!r}: columns {missing[:5]} are not in its table")
+            raise SiteFault(f"site {self.name!r}: {len(missing)} requested column(s) are not in its table")
         return rows[cols], rows[self.target].to_numpy()
 
     # ----- agreed changes of the table ------------------------------------------------
@@ -272,6 +329,7 @@ class Site:
         The record (``state["table_steps"]``: kind + arrays/JSON params) lets a site
         rebuilt from its raw file in a new process (a Flower ClientApp per message)
         replay the same changes before its next request (:meth:`replay_table_steps`).
+        A table step keeps the rows (and so the parts).
 
         Raises:
             ValueError: unknown step kind, or as the step function.
@@ -296,11 +354,51 @@ class Site:
             self._steps_applied += 1
 
     # ----- protocol -----------------------------------------------------------------
+    def vocabulary(self, request: Message | None = None) -> Vocabulary:
+        """The public names this site's replies may carry (see :class:`fedtab.privacy.gate.Vocabulary`)."""
+        schema = self.state.get("schema")
+
+        def columns() -> list[str]:
+            agreed = schema.get("columns") if isinstance(schema, dict) else None
+            names = list(agreed) if isinstance(agreed, list) else []
+            try:
+                from .training.site import held_features
+
+                names += list(held_features(self))
+            except Exception:  # noqa: BLE001 - an unreadable table has no names to add
+                pass
+            return names
+
+        def labels() -> list[str]:
+            return list(self.class_counts("all"))
+
+        from ..privacy.policy import OTHER_CATEGORY
+
+        extra = {self.name, "train", "test", "all", "fit", "validation", OTHER_CATEGORY, *HANDLERS}
+        if request is not None:  # what the server sent may be echoed: its keys and its strings
+            extra.update(_strings(request.meta))
+        def more() -> list[str]:
+            spec = self.selector
+            name = spec.get("name") if isinstance(spec, dict) else spec if isinstance(spec, str) else None
+            return [str(name)] if name is not None else []
+
+        return Vocabulary(columns, labels, self._category_count, frozenset(map(str, extra)), more)
+
+    def _category_count(self, column: str, category: str) -> int:
+        values = self.table[column].dropna().astype(str) if column in self.table.columns else []
+        return int((values == category).sum()) if len(values) else 0
+
     def handle(self, request: Message) -> Message:
-        """Answer one request. Never raises: whatever the handler raises -- even
-        ``SystemExit`` or ``KeyboardInterrupt`` -- becomes an error reply (only an
-        interpreter that is shutting down is let go). A request the site's disclosure
-        policy does not allow gets a refusal (nothing is computed).
+        """Answer one request on the site's one release path. Never raises.
+
+        request -> site policy (may refuse) -> the handler's release declaration (none:
+        refused; a part below the floors: refused) -> differential privacy on the site's
+        own terms (:meth:`dp_terms`) -> handler -> release gate
+        (:func:`fedtab.privacy.gate.release`) -> [secure masking] -> reply.
+
+        Whatever the handler raises -- even ``SystemExit`` or ``KeyboardInterrupt`` -- becomes
+        an error reply whose text is :func:`fedtab.privacy.gate.error_text` (only an
+        interpreter that is shutting down is let go); the full text goes to the site's log.
 
         Schema protocol (:mod:`fedtab.federation.schema`): an agreed schema riding on the
         request is stored in ``state["schema"]`` before the handler runs; a request
@@ -319,17 +417,28 @@ class Site:
                     self.state["schema"] = meta[AGREED]
                 request = Message(request.kind, request.arrays,
                                   {k: v for k, v in meta.items() if k not in (AGREED, DECLARE)})
-            reason = self.policy.refusal(self, request)  # request -> site policy -> handler
+            decl = RELEASES.get(request.kind)
+            if decl is None:
+                return Message.refusal(f"the site's release gate has no declaration for {request.kind[:80]!r}")
+            # request -> the part's floors -> site policy (caps charged to the ledger) -> handler
+            reason = self._part_refusal(decl, request) or self.policy.refusal(self, request)
+            dp = request.meta.get(DP_META)
+            if reason is None and dp is not None:
+                reason, request = self.dp_terms(decl, request)
             if reason is not None:
                 log.info("site %s refuses %s: %s", self.name, request.kind, reason)
                 return Message.refusal(reason)
             reply = fn(self, request)
             if not isinstance(reply, Message):
                 raise TypeError(f"the {request.kind!r} handler returned {type(reply).__name__}, not a Message")
+            if not (reply.is_error or reply.is_refusal):
+                reply = release(decl, reply, min_rows=self.policy.min_rows, under_dp=dp is not None,
+                                vocab=self.vocabulary(request), masked=SECAGG_META in request.meta)
+                self._charge_release(decl, request)
             if SECAGG_META in request.meta and not (reply.is_error or reply.is_refusal):
                 from ..privacy.secagg import mask_reply
 
-                reply = mask_reply(self, request, reply)  # handler -> [secure masking] -> wire
+                reply = mask_reply(self, request, reply)  # gate -> [secure masking] -> wire
             if meta.get(DECLARE) and not reply.is_error:
                 reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declare(self)})
             return reply
@@ -337,7 +446,71 @@ class Site:
             if sys.is_finalizing():
                 raise
             log.debug("site %s failed on %s:\n%s", self.name, request.kind, traceback.format_exc())
-            return Message.error(f"{type(exc).__name__}: {str(exc)[:2000]}")
+            try:
+                words = self.vocabulary(request).words()
+            except BaseException:  # noqa: BLE001 - no names to keep: every quoted token is scrubbed
+                words = frozenset()
+            return Message.error(error_text(exc, request.kind, words))
+
+    def _part_refusal(self, decl: Releases, request: Message) -> str | None:
+        """Why the part a reply would be computed over is refused: not a part of the site,
+        fewer than ``min_rows`` rows (but some), or (per-class releases) a class present
+        with fewer."""
+        part = decl.part_of(request, self)
+        if part is None:
+            return None
+        try:
+            n = self.n_rows(part)
+        except PartError as exc:
+            return str(exc)
+        floor = self.policy.min_rows
+        if 0 < n < floor:  # an empty part has nothing behind it: its reply holds only zeros
+            return f"{request.kind} on part {part!r}: it has {n} row(s), fewer than the site's min_rows={floor}"
+        if decl.per_class and self.target is not None:
+            small = sorted(k for k, c in self.class_counts(part).items() if 0 < c < floor)
+            if small:
+                return (f"{request.kind} on part {part!r}: {len(small)} class(es) have fewer than the site's "
+                        f"min_rows={floor} rows there")
+        return None
+
+    def _charge_release(self, decl: Releases, request: Message) -> None:
+        part = decl.part_of(request, self)
+        if part is None:
+            return
+        reason = self.ledger.charge_period(f"release:{canonical_part(part)}", self.policy.max_releases_per_part,
+                                           f"releases over part {part!r}", cap_name="max_releases_per_part")
+        if reason is not None:  # recorded before the reply leaves: the cap holds for this one too
+            raise GateError(reason)
+
+    def dp_terms(self, decl: Releases, request: Message) -> tuple[str | None, Message]:
+        """Differential privacy on the site's terms: ``(refusal or None, request to answer)``.
+
+        The request's noise multiplier ``z`` can only add noise: the site answers with
+        ``max(z, z_floor)`` where ``z_floor`` is the smallest multiplier whose single
+        release spends at most the policy's ``max_epsilon_per_release`` (at the policy's
+        ``delta``), and it charges the declaration's releases to its ledger — refusing when
+        they would take the period's spending over ``epsilon_budget``.
+        """
+        from ..privacy.dp import site_noise_floor
+
+        spec = request.meta.get(DP_META)
+        if not isinstance(spec, dict):
+            return "differential privacy settings must be a JSON object", request
+        releases = decl.releases_under_dp(request)
+        if releases < 1:
+            return f"{request.kind!r} has no differentially private release", request
+        z = spec.get("z")
+        if isinstance(z, bool) or not isinstance(z, (int, float)) or not z > 0 or not np.isfinite(z):
+            return "the DP noise multiplier must be a positive finite number", request
+        try:
+            floor = site_noise_floor(self.policy.max_epsilon_per_release, self.policy.delta)
+        except ImportError as exc:
+            return f"differential privacy is not available at this site ({exc})", request
+        z_site = max(float(z), floor)
+        reason = self.ledger.charge_dp(z_site, releases, self.policy.delta, self.policy.epsilon_budget)
+        if reason is not None:
+            return reason, request
+        return None, Message(request.kind, request.arrays, {**request.meta, DP_META: {**spec, "z": z_site}})
 
     def __repr__(self) -> str:
         return f"Site({self.name!r}, rows={len(self.table)}, features={len(self.feature_names)}, target={self.target!r})"

@@ -2,9 +2,11 @@
 
 Steps (each a request built on the server, a pure site handler, a validated reduction):
 
-1. ``"split_validation"`` — every site splits its *training* rows into fit and
-   validation rows (stratified, seeded per site) and keeps the split in
-   ``site.state["fit_validation"]``. The test split is never touched.
+1. The fit and validation rows are each site's own fixed parts ``"fit"`` / ``"validation"``
+   (``fit:0`` / ``fold:0`` of its cross-validation folds, :mod:`fedtab.federation.parts`),
+   drawn by the site from its own seed: the server neither sizes nor seeds them. The test
+   part is never touched. A site without folds validates nothing (its fit rows are all
+   its training rows).
 2. ``"ballot_fit"`` — every site runs its selector on its fit rows and sends a ballot.
 3. For each candidate fd the server elects a mask from those ballots (no traffic);
    each *distinct* mask is scored by :func:`~fedtab.federation.training_flow.run_training`
@@ -19,18 +21,16 @@ Nothing here depends on an engine: only :class:`~fedtab.federation.protocol.Fede
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
-import pandas as pd
 
 from ..election.ballot import Ballot
 from ..election.rule import ElectionResult
 from ..election.tuning import DEFAULT_GRID, TuningResult, tune
-from .election_flow import (_selector_request, _valid_ballots, ballot_checker, ballot_reply, broadcast_mask,
-                            elect_from_ballots)
+from .election_flow import (BALLOT_RELEASES, _selector_request, _valid_ballots, ballot_checker, ballot_reply,
+                            broadcast_mask, elect_from_ballots)
 from .messages import Message
 from .protocol import Federation, exchange
 from . import validate
@@ -40,71 +40,31 @@ from .training_flow import part_rows, run_training
 __all__ = ["TuneOutcome", "tune_flow", "tune_and_train", "split_validation", "gather_fit_ballots", "validation_scorer"]
 
 
-def _stratified_split(y: np.ndarray, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    idx = np.arange(len(y))
-    fit, val = [], []
-    for cls in pd.unique(y):
-        members = rng.permutation(idx[y == cls])
-        k = int(round(len(members) * fraction))
-        k = min(max(k, 1), len(members) - 1) if len(members) >= 2 else 0
-        val.append(members[:k])
-        fit.append(members[k:])
-    return np.sort(np.concatenate(fit)), np.sort(np.concatenate(val))
-
-
-@handler("split_validation")
-def _split_validation(site: Site, request: Message) -> Message:
-    fraction = float(request.meta.get("validation_size", 0.25))
-    if not 0 < fraction < 1:
-        raise ValueError(f"validation_size must be in (0, 1), got {fraction}")
-    seed = int(request.meta.get("seed", 0))
-    train = site.rows("train")
-    y = train[site.target].to_numpy() if site.target is not None else np.zeros(len(train))
-    rng = np.random.default_rng([seed, zlib.crc32(site.name.encode())])
-    fit, val = _stratified_split(y, fraction, rng)
-    if len(fit) == 0 or len(val) == 0:
-        raise ValueError(f"site {site.name!r}: too few training rows ({len(train)}) for a fit/validation split")
-    site.state["fit_validation"] = (fit, val)
-    return Message("split_validation", meta={"n_fit": int(len(fit)), "n_validation": int(len(val))})
-
-
-@handler("ballot_fit")
+@handler("ballot_fit", replace(BALLOT_RELEASES, part="=fit"))
 def _ballot_fit(site: Site, request: Message) -> Message:
     rows = part_rows(site, "fit")
     return ballot_reply(site, "ballot_fit", request.meta.get("selector"), rows[site.feature_names],
                         rows[site.target].to_numpy())
 
 
-def split_validation(federation: Federation, validation_size: float = 0.25, seed: int = 0) -> dict[str, dict[str, int]]:
-    """Ask every site to split its training rows; returns ``{site: {"n_fit", "n_validation"}}``.
+def split_validation(federation: Federation) -> dict[str, dict[str, int]]:
+    """``{site: {"n_fit", "n_validation"}}``: the sizes of each site's own fit and validation
+    parts, as it declared them in the agreed schema (no exchange: the sites draw them).
 
     Raises:
-        FederationError: a site could not split (naming it) or replied with bad counts.
+        ValueError: no schema agreed yet (run an exchange first, e.g. the fit ballots).
     """
-    out: dict[str, dict[str, int]] = {}
-
-    def check(site: str, r: Message) -> None:
-        assert federation.schema is not None
-        n_train = federation.schema.rows(site, "train")
-        nf = validate.integer(r.meta.get("n_fit"), "fit rows", upper=n_train)
-        nv = validate.integer(r.meta.get("n_validation"), "validation rows", upper=n_train)
-        if nf == 0 or nv == 0 or nf + nv != n_train:
-            raise ValueError(f"invalid fit/validation counts {nf}/{nv} for {n_train} declared training rows")
-        out[site] = {"n_fit": nf, "n_validation": nv}
-
-    replies = exchange(federation, Message("split_validation", meta={"validation_size": validation_size,
-                                                                     "seed": seed}), check)
-    assert federation.schema is not None
-    for name in replies:
-        federation.schema.set_rows(name, "fit", out[name]["n_fit"])
-        federation.schema.set_rows(name, "validation", out[name]["n_validation"])
-    return {name: out[name] for name in replies}
+    schema = federation.schema
+    if schema is None:
+        raise ValueError("the fit/validation parts are known once the schema is agreed (after the first exchange)")
+    return {s: {"n_fit": schema.rows(s, "fit"), "n_validation": schema.rows(s, "validation")}
+            for s in federation.active}
 
 
 def gather_fit_ballots(federation: Federation, selector: Any = None, *,
                        selectors: Mapping[str, Any] | None = None,
                        abstained: dict[str, str] | None = None) -> list[Ballot]:
-    """Ballots computed on each site's fit rows (needs :func:`split_validation` first).
+    """Ballots computed on each site's fit rows (its own ``fit`` part).
 
     Sites whose fit rows hold a single target value abstain; ``abstained`` (if given)
     receives ``{site: reason}``.
@@ -168,7 +128,6 @@ def tune_flow(
     selectors: Mapping[str, Any] | None = None,
     model: Any = "logistic",
     tune_method: Literal["grid", "hill-climb"] = "grid",
-    validation_size: float = 0.25,
     rounds: int = 10,
     local_epochs: int = 5,
     grid: tuple[float, ...] = DEFAULT_GRID,
@@ -190,9 +149,7 @@ def tune_flow(
             on fit rows, or exactly for GaussianNB).
         tune_method: ``"grid"`` (grid + refine + parsimony within ``tolerance``) or
             ``"hill-climb"`` (the peers' procedure from ``start``).
-        validation_size: share of each site's training rows held out for validation.
-        ballots: fit-row ballots from an earlier call with the same ``validation_size``
-            and ``seed`` (skips the selectors).
+        ballots: fit-row ballots from an earlier call (skips the selectors).
         apply: broadcast the chosen mask to the sites (``"set_mask"``).
         aggregation / normalization / compat: the election rule every candidate mask is
             elected with (``compat``: a peer's server rule, see :mod:`fedtab.election.compat`),
@@ -201,10 +158,10 @@ def tune_flow(
     Raises:
         FederationError: a site failed (naming it). ValueError: invalid settings or ballots.
     """
-    split = split_validation(federation, validation_size, seed)
     abstained: dict[str, str] = {}
     if ballots is None:
         ballots = gather_fit_ballots(federation, selector, selectors=selectors, abstained=abstained)
+    split = split_validation(federation)
     first = elect_from_ballots(ballots, 0.0, aggregation, normalization, compat)
     names = list(first.feature_names)
 
@@ -233,7 +190,6 @@ def tune_and_train(
     rounds: int = 10,
     local_epochs: int = 5,
     tolerance: float = 0.01,
-    validation_size: float = 0.25,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Tune fd, then train ``model`` on all columns and on the elected ones; a JSON-able report.
@@ -249,8 +205,7 @@ def tune_and_train(
     from ..learn.accounting import communication_report
 
     tuned = tune_flow(federation, selector=selector, selectors=selectors, model=model, tune_method=tune_method,
-                      rounds=rounds, local_epochs=local_epochs, tolerance=tolerance,
-                      validation_size=validation_size, seed=seed)
+                      rounds=rounds, local_epochs=local_epochs, tolerance=tolerance, seed=seed)
     all_cols = list(tuned.election.feature_names)
     full = run_training(federation, all_cols, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
     fe = run_training(federation, tuned.features, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)

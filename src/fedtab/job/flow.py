@@ -222,7 +222,6 @@ def job_workflow(federation: Federation, config: Mapping[str, Any],
 
                 return tune_flow(federation, model=model, tune_method=el_cfg["tune"], rounds=rounds,
                                  local_epochs=local_epochs, tolerance=float(el_cfg.get("tolerance", 0.01)),
-                                 validation_size=float(el_cfg.get("validation_size", 0.25)),
                                  aggregation=el_cfg.get("aggregation", "weighted"),
                                  normalization=el_cfg.get("normalization", "all"),
                                  compat=el_cfg.get("compat"), seed=seed, apply=False)

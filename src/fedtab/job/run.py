@@ -59,7 +59,7 @@ def site_configs(spec: JobSpec, *, check_files: bool = True) -> list[dict[str, A
         cfg = {"name": s.name, "data-path": None if s.path is None else str(s.path.resolve()), "target": spec.target,
                "na-values": json.dumps(list(dict.fromkeys([*spec.na_values, *s.na_values]))),
                "selector": selector if isinstance(selector, str) else json.dumps(selector),
-               "test-size": spec.run.test_size, "seed": spec.run.seed}
+               "test-size": spec.run.test_size, "seed": spec.run.seed, "min-rows": s.min_rows}
         out.append({k: v for k, v in cfg.items() if v is not None})
     return out
 
@@ -151,8 +151,8 @@ def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan:
             from ..engines.flower_deploy import LoopbackDeployment
 
             progress("starting a Flower SuperLink and SuperNodes on 127.0.0.1")
-            # each SuperNode knows only its name and table, as at a real site; the job brings the rest
-            nodes = [{"name": c["name"], "data-path": c["data-path"]} for c in configs]
+            # each SuperNode knows only its name, table and own floor, as at a real site; the job brings the rest
+            nodes = [{k: c[k] for k in ("name", "data-path", "min-rows") if k in c} for c in configs]
             with LoopbackDeployment(nodes, workdir / "flower") as dep:
                 link = SuperLink(dep.address, dep.keys.ca_cert, site_keys=dep.keys.site_keys, timeout=timeout)
                 return _run_on_superlink(spec, plan, link, workdir, progress)

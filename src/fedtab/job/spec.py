@@ -27,12 +27,15 @@ class JobError(ValueError):
 
 @dataclass
 class SiteSpec:
-    """One site: its table (CSV or Parquet), extra missing-value strings, its selector."""
+    """One site: its table (CSV or Parquet), extra missing-value strings, its selector, and
+    its disclosure floor ``min_rows`` where the job builds the site itself (the local engine,
+    the in-process engines, loopback deployments; a site of a running deployment keeps its own)."""
 
     name: str
     path: Path | None  # None: the site's own deployment says where its table is (a SuperNode's data-path)
     na_values: list[str] = field(default_factory=list)
     selector: Any = None
+    min_rows: int | None = None
 
 
 @dataclass
@@ -61,7 +64,6 @@ class ElectionSpec:
     normalization: str = "all"
     compat: str | None = None
     tolerance: float = 0.01
-    validation_size: float = 0.25
     consensus: str = "intersection"
     consensus_alpha: float = 0.05
 
@@ -115,7 +117,7 @@ class JobSpec:
 
 _SECTIONS: dict[str, type] = {"impute": ImputeSpec, "election": ElectionSpec, "training": TrainingSpec, "run": RunSpec}
 _TOP = ("target", "na_values", "sites", *_SECTIONS)
-_SITE_KEYS = ("path", "na_values", "selector")
+_SITE_KEYS = ("path", "na_values", "selector", "min_rows")
 
 
 def _unknown(where: str, key: str, valid: tuple[str, ...] | list[str], source: str) -> JobError:
@@ -167,6 +169,14 @@ def _section(cls: type, raw: Any, name: str, source: str) -> Any:
     return cls(**kwargs)
 
 
+def _min_rows(value: Any, where: str, source: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise JobError(f"{source}: {where} must be a positive integer, got {value!r}")
+    return value
+
+
 def _na_values(value: Any, where: str, source: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise JobError(f"{source}: {where} must be a list of strings, got {value!r}")
@@ -189,8 +199,6 @@ def _check_choices(spec: JobSpec) -> None:
                 raise JobError("[election] give either tune or freedom_degree, not both")
             if e.freedom_degree is not None and not 0 <= e.freedom_degree <= 1:
                 raise JobError(f"[election] freedom_degree must be in [0, 1], got {e.freedom_degree}")
-            if not 0 < e.validation_size < 1:
-                raise JobError(f"[election] validation_size must be in (0, 1), got {e.validation_size}")
             check_aggregation(e.aggregation)
             check_normalization(e.normalization)
             check_profile(e.compat, e.normalization)
@@ -247,6 +255,7 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
             path=path if path is None or path.is_absolute() else base / path,
             na_values=_na_values(raw.get("na_values", []), f"[sites.{name}] na_values", source),
             selector=raw.get("selector"),
+            min_rows=_min_rows(raw.get("min_rows"), f"[sites.{name}] min_rows", source),
         ))
     sections = {k: _section(cls, doc[k], k, source) for k, cls in _SECTIONS.items() if k in doc}
     run = sections.get("run", RunSpec())

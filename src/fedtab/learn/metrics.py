@@ -9,12 +9,12 @@ probabilities on a fixed grid, and for the Brier score from a sum of squared err
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 __all__ = ["confusion", "scores_from_confusion", "score_histogram", "ranking_scores", "brier_sum",
-           "evaluation_scores", "SCORE_BINS"]
+           "evaluation_scores", "rank_pairs", "cross_pairs", "pooled_auroc", "SCORE_BINS"]
 
 
 def confusion(y_true: Any, y_pred: Any, n_classes: int) -> np.ndarray:
@@ -89,6 +89,55 @@ def score_histogram(y_true: Any, p_positive: Any, bins: int = SCORE_BINS) -> np.
     return np.bincount(t * bins + b, minlength=2 * bins).reshape(2, bins).astype(np.int32)  # half the bytes of int64
 
 
+def rank_pairs(y_true: Any, p_positive: Any) -> float:
+    """The Mann-Whitney count of one site's rows: over every (positive, negative) pair,
+    1 when the positive scores higher, ½ on a tie — ``AUROC · P · N`` on the raw
+    probabilities (no binning). A site sends it beside its histogram so that the pairs
+    inside the site are counted exactly (:func:`pooled_auroc`).
+
+    Raises:
+        ValueError: lengths differ or a label is not 0/1.
+    """
+    t = np.asarray(y_true, dtype=np.int64).ravel()
+    p = np.asarray(p_positive, dtype=np.float64).ravel()
+    if t.shape != p.shape:
+        raise ValueError(f"y_true has {t.size} labels, p_positive {p.size} probabilities")
+    if t.size and (t.min() < 0 or t.max() > 1):
+        raise ValueError("rank pairs need binary labels 0/1")
+    neg = np.sort(p[t == 0])
+    pos = p[t == 1]
+    below = np.searchsorted(neg, pos, side="left")
+    ties = np.searchsorted(neg, pos, side="right") - below
+    return float(below.sum() + 0.5 * ties.sum())
+
+
+def cross_pairs(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Mann-Whitney count of the positives of one histogram row ``pos`` ``(B,)`` against the
+    negatives of another ``neg`` ``(B,)``: pairs in one bin count ½."""
+    pos, neg = np.asarray(pos, np.float64), np.asarray(neg, np.float64)
+    return float((pos * (np.cumsum(neg) - neg + 0.5 * neg)).sum())
+
+
+def pooled_auroc(hists: Sequence[np.ndarray], pairs: Sequence[float]) -> tuple[float | None, float | None]:
+    """``(AUROC, error bound)`` of the pooled rows of several sites, from each site's
+    ``(2, B)`` histogram and its exact :func:`rank_pairs`: pairs inside a site are counted
+    exactly, pairs across sites from the histograms (a pair in one bin counts ½, so its
+    error is at most ½). ``(None, None)`` when a class is absent.
+    """
+    hs = [np.asarray(h, np.float64) for h in hists]
+    P, N = sum(h[1].sum() for h in hs), sum(h[0].sum() for h in hs)
+    if P == 0 or N == 0:
+        return None, None
+    within = float(sum(pairs))
+    across = bound = 0.0
+    for i, a in enumerate(hs):
+        for j, b in enumerate(hs):
+            if i != j:
+                across += cross_pairs(a[1], b[0])
+                bound += 0.5 * float((a[1] * b[0]).sum())
+    return (within + across) / (P * N), bound / (P * N)
+
+
 def ranking_scores(hist: Any) -> dict[str, float | None]:
     """AUROC and PR-AUC (average precision) of a ``(2, B)`` score histogram, with error bounds.
 
@@ -149,13 +198,16 @@ def brier_sum(y_true: Any, proba: Any) -> float:
     return float((d * d).sum())
 
 
-def evaluation_scores(cm: Any, hist: Any = None, brier: float | None = None) -> dict[str, Any]:
+def evaluation_scores(cm: Any, hist: Any = None, brier: float | None = None,
+                      pairs: float | None = None) -> dict[str, Any]:
     """Every metric of one evaluation, from sums only (one site's or the pooled sums).
 
     Args:
         cm: ``(C, C)`` confusion matrix (:func:`confusion`).
         hist: ``(2, B)`` score histogram (:func:`score_histogram`, binary only) or None.
         brier: :func:`brier_sum` over the same rows, or None.
+        pairs: :func:`rank_pairs` over the same rows (one site's), or None: the AUROC is
+            then exact (error bound 0) instead of the histogram's.
 
     Returns:
         :func:`scores_from_confusion`'s keys, ``confusion`` (nested lists, rows = true
@@ -168,6 +220,9 @@ def evaluation_scores(cm: Any, hist: Any = None, brier: float | None = None) -> 
     out: dict[str, Any] = {**scores_from_confusion(m), "confusion": m.astype(np.int64).tolist()}
     if hist is not None:
         out.update(ranking_scores(hist))
+        if pairs is not None and out.get("auroc") is not None:
+            h = np.asarray(hist, np.float64)
+            out["auroc"], out["auroc_error_bound"] = float(pairs) / float(h[1].sum() * h[0].sum()), 0.0
     if brier is not None:
         n = out["n"]
         out["brier"] = (float(brier) / n / (2 if m.shape[0] == 2 else 1)) if n else None

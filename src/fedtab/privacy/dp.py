@@ -18,6 +18,7 @@ The noise comes from the operating system's entropy, never from a seed the serve
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 from typing import Any, Mapping, Sequence
@@ -27,7 +28,7 @@ import numpy as np
 __all__ = ["DP_META", "DPRequest", "dp_request", "parse_dp", "noise_rng", "add_noise", "column_bounds",
            "clip_values", "moment_sensitivity", "stats_sensitivity", "row_radius", "clip_rows", "clip_update",
            "dp_logistic_update", "noisy_scores", "DP_GD_STEPS_PER_EPOCH", "DP_GD_LR", "DP_GD_NOISE_SCALE",
-           "DP_SCHEMA_NOISE_SCALE", "release_moments"]
+           "DP_SCHEMA_NOISE_SCALE", "release_moments", "site_noise_floor"]
 
 #: request meta key of the DP settings.
 DP_META = "dp"
@@ -70,6 +71,20 @@ def _z(spec: Mapping[str, Any]) -> float:
     if not isinstance(z, (int, float)) or not z > 0 or not math.isfinite(z):
         raise ValueError(f"dp request needs a positive finite noise multiplier z, got {z!r}")
     return float(z)
+
+
+@functools.lru_cache(maxsize=64)
+def site_noise_floor(max_epsilon: float, delta: float) -> float:
+    """The smallest noise multiplier a site answers with: one Gaussian release at it spends
+    at most ``max_epsilon`` at ``delta`` (the site's own terms; a request may only add noise).
+
+    Raises:
+        ValueError: ``max_epsilon <= 0`` or ``delta`` outside (0, 1).
+        ImportError: without the dp-accounting package.
+    """
+    from .accountant import calibrate
+
+    return calibrate(float(max_epsilon), float(delta), 1)
 
 
 def noise_rng() -> np.random.Generator:

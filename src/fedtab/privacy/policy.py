@@ -6,30 +6,36 @@ keys of its engine configuration); the server cannot override it. Every request 
 policy gets a ``"refused"`` reply (:meth:`fedtab.federation.Message.refusal`) naming
 the rule, which the server reports by site name — nothing is computed.
 
-Rules (the numbers are the defaults):
+Rules (the numbers are the defaults); the release gate (:mod:`fedtab.privacy.gate`)
+enforces the rest on what each handler declares it releases:
 
-* ``min_rows = 10`` — no statistic, ballot or update is computed over fewer rows than
-  this (the rows of the part the request uses); evaluations are capped in number instead.
-* cell suppression (:func:`suppress_small`): any count below ``min_rows`` inside a reply
-  (a column's observed count, a co-observed pair, a class) is sent as 0 together with
-  every sum computed over those rows.
+* ``min_rows = 10`` — no statistic, ballot, update or evaluation is computed over a
+  part of fewer rows (per class for per-class releases), and every count below it in a
+  reply is suppressed (:func:`suppress_small`, applied by the gate). The parts themselves
+  are drawn by the site from its own seed (:mod:`fedtab.federation.parts`); a request
+  names a part, never sizes or seeds one.
 * ``category_sets`` only for columns the site stores as categorical (object, string,
   category or bool dtype) — never numeric values; categories seen in fewer than
-  ``min_rows`` rows are merged into :data:`OTHER_CATEGORY` (:func:`merged_categories`).
-* ``describe``/``evaluate`` only on the site's own row parts (``PARTS``), never on
-  row subsets chosen by the server, and, once a schema is agreed
-  (``site.state["schema"]``, :mod:`fedtab.federation.schema`), only over its columns;
-  they return aggregates only.
-* caps on server-chosen work: ``max_rounds`` fit requests (and as many ``score_sums``
-  requests of the score test) per setup, ``max_local_epochs``,
-  ``max_evaluations`` evaluations per site session (a binary-search probe of the
-  test rows needs hundreds), ``max_param`` for any numeric parameter of a
-  server-chosen selector.
+  ``min_rows`` rows are merged into :data:`OTHER_CATEGORY` (:func:`merged_categories`),
+  at the site both when it lists them and when it encodes them.
+* once a schema is agreed (``site.state["schema"]``, :mod:`fedtab.federation.schema`),
+  requests may name only its columns.
+* caps on server-chosen work, kept in the site's ledger (:mod:`fedtab.privacy.ledger`)
+  so that no setup, run or restart resets them: ``max_rounds`` fit requests (and as many
+  ``score_sums`` and imputation rounds) per run, ``max_evaluations`` evaluations per
+  part per period, ``max_releases_per_part`` releases per part per period,
+  ``max_local_epochs``, ``max_score_bins`` bins of a score histogram, ``max_param`` for
+  any numeric parameter of a server-chosen selector.
+* differential privacy on the site's terms: a request's noise multiplier can only add
+  noise — the site answers with at least the multiplier whose single release spends
+  ``max_epsilon_per_release`` (at ``delta``) and refuses once the period's releases would
+  spend more than ``epsilon_budget`` (``Site.dp_terms``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -41,15 +47,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..federation.messages import Message
     from ..federation.site import Site
 
-__all__ = ["DisclosurePolicy", "OTHER_CATEGORY", "PARTS", "is_categorical", "merged_categories", "suppress_small",
+__all__ = ["DisclosurePolicy", "OTHER_CATEGORY", "PARTS", "coarse_range", "is_categorical", "merged_categories",
+           "suppress_small",
            "policy_from_config"]
 
 #: the merged category every rare category of a column is reported (and encoded) as.
 OTHER_CATEGORY = "(other)"
 
-#: the row parts a request may name: the site's own split (and the fit/validation split
-#: of its training rows that the site draws itself).
-PARTS = ("train", "test", "fit", "validation")
+#: the row parts a request may name besides ``fold:k`` / ``fit:k`` (see :mod:`fedtab.federation.parts`).
+PARTS = ("train", "test", "fit", "validation", "all")
 
 
 @dataclass(frozen=True)
@@ -59,11 +65,19 @@ class DisclosurePolicy:
     Args:
         min_rows: smallest number of rows any statistic, ballot or update may be
             computed over; also the cell-suppression threshold.
-        max_rounds: most ``fit``/``impute_fit`` requests answered per setup.
+        max_rounds: most ``fit`` (and ``score_sums``, ``impute_fit``) requests answered per run.
         max_local_epochs: most local epochs a request may ask for.
-        max_evaluations: most ``evaluate``/``impute_eval`` requests answered in total.
+        max_evaluations: most ``evaluate``/``impute_eval`` requests answered per part per period.
         max_param: bound on every numeric parameter of a server-chosen selector.
         allow_server_selector: whether the server may choose the selector at all.
+        max_score_bins: most bins of a score histogram an evaluation may ask for.
+        max_releases_per_part: most replies computed over one part per period.
+        max_model_abs: largest ``|entry|`` of model parameters a request may send.
+        max_epsilon_per_release: ε of one differentially private release at the site's
+            noise floor (the server may only add noise).
+        epsilon_budget: most ε the site spends per period, composed over its releases.
+        delta: the δ of the site's own privacy accounting.
+        period_days: length of the ledger's period.
 
     Raises:
         ValueError: a negative or non-integer limit.
@@ -75,14 +89,28 @@ class DisclosurePolicy:
     max_evaluations: int = 500
     max_param: float = 10_000.0
     allow_server_selector: bool = True
+    max_score_bins: int = 1000
+    max_releases_per_part: int = 100_000
+    max_model_abs: float = 1e6
+    max_epsilon_per_release: float = 4.0
+    epsilon_budget: float = 64.0
+    delta: float = 1e-5
+    period_days: int = 365
 
     def __post_init__(self) -> None:
-        for name in ("min_rows", "max_rounds", "max_local_epochs", "max_evaluations"):
+        for name in ("min_rows", "max_rounds", "max_local_epochs", "max_evaluations", "max_score_bins",
+                     "max_releases_per_part", "period_days"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"disclosure policy: {name} must be a non-negative integer, got {value!r}")
-        if not self.max_param > 0:
-            raise ValueError(f"disclosure policy: max_param must be positive, got {self.max_param!r}")
+        if self.period_days < 1:
+            raise ValueError("disclosure policy: period_days must be at least 1")
+        for name in ("max_param", "max_model_abs", "max_epsilon_per_release", "epsilon_budget"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"disclosure policy: {name} must be positive, got {value!r}")
+        if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)) or not 0 < self.delta < 1:
+            raise ValueError(f"disclosure policy: delta must be in (0, 1), got {self.delta!r}")
 
     # ----- construction --------------------------------------------------------------
     @classmethod
@@ -157,6 +185,27 @@ def merged_categories(series: "pd.Series", min_rows: int) -> list[str]:
     return kept
 
 
+def _round_out(value: float, up: bool) -> float:
+    """``value`` rounded away from the inside of a range to two significant digits."""
+    if value == 0 or not math.isfinite(value):
+        return float(value)
+    step = 10.0 ** (math.floor(math.log10(abs(value))) - 1)
+    q = value / step
+    return float(round((math.ceil(q) if up else math.floor(q)) * step, 12))
+
+
+def coarse_range(values: np.ndarray, min_rows: int) -> tuple[float, float] | None:
+    """``(low, high)`` that no single row determines: the ``min_rows``-th smallest and largest
+    of ``values`` (observed, finite) rounded outward to two significant digits; ``None``
+    for fewer than ``max(min_rows, 1)`` values."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    k = max(int(min_rows), 1)
+    if len(v) < k:
+        return None
+    a, b = sorted((float(v[k - 1]), float(v[-k])))  # with fewer than 2k values the two cross
+    return _round_out(a, up=False), _round_out(b, up=True)
+
+
 def suppress_small(counts: np.ndarray, min_rows: int, *sums: np.ndarray) -> tuple[np.ndarray, ...]:
     """Zero every cell whose count is below ``min_rows`` (but above 0), in the counts and
     in each same-shaped sum computed over those rows. Returns new arrays."""
@@ -164,22 +213,16 @@ def suppress_small(counts: np.ndarray, min_rows: int, *sums: np.ndarray) -> tupl
     return tuple(np.where(small, 0, a) for a in (counts, *sums))
 
 
-def _count(site: "Site", key: str) -> int:
-    counter = site.state.setdefault("policy_counts", {})
-    counter[key] = int(counter.get(key, 0)) + 1
-    return counter[key]
+def _charge_run(policy: DisclosurePolicy, site: "Site", key: str, what: str) -> str | None:
+    """Count one more ``key`` request in the site's current run (its ledger) unless past ``max_rounds``."""
+    return site.ledger.charge_run(getattr(site, "run_id", "local"), key, policy.max_rounds, what,
+                                  cap_name="max_rounds")
 
 
-def _part_rows(site: "Site", part: Any) -> tuple[int | None, str | None]:
-    """(rows in ``part``, None) or (None, refusal reason)."""
-    if part not in PARTS:
-        return None, f"row part {part!r} is not one of the site's parts {PARTS}"
-    if part in ("fit", "validation"):
-        split = site.state.get("fit_validation")
-        if split is None:
-            return 0, None  # the handler reports the missing split as an error
-        return len(split[0] if part == "fit" else split[1]), None
-    return site.n_rows(part), None
+def _charge_evaluation(policy: DisclosurePolicy, site: "Site", part: Any) -> str | None:
+    """Count one more evaluation of ``part`` in the site's ledger unless past ``max_evaluations``."""
+    return site.ledger.charge_period(f"evaluate:{part}", policy.max_evaluations, f"evaluations of part {part!r}",
+                                     cap_name="max_evaluations")
 
 
 def _agreed_columns(site: "Site") -> set[str] | None:
@@ -188,13 +231,6 @@ def _agreed_columns(site: "Site") -> set[str] | None:
     schema = site.state.get("schema")
     names = schema.get("columns") if isinstance(schema, dict) else None
     return set(map(str, names)) if isinstance(names, list) else None
-
-
-def _check_part(policy: DisclosurePolicy, site: "Site", part: Any, what: str) -> str | None:
-    n, reason = _part_rows(site, part)
-    if reason:
-        return reason
-    return policy.too_few(int(n or 0), f"{what} on part {part!r}")
 
 
 def _check_features(site: "Site", features: Any) -> str | None:
@@ -224,17 +260,11 @@ def _check_selector(policy: DisclosurePolicy, spec: Any) -> str | None:
 
 
 def _ballot(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    part = "fit" if request.kind == "ballot_fit" else "train"
-    return (_check_selector(policy, request.meta.get("selector"))
-            or _check_features(site, request.meta.get("features"))
-            or _check_part(policy, site, part, "a ballot"))
+    return _check_selector(policy, request.meta.get("selector")) or _check_features(site, request.meta.get("features"))
 
 
 def _describe(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    if request.kind == "set_mask" and request.meta.get("describe") is None:
-        return None
-    part = request.meta.get("describe") if request.kind == "set_mask" else request.meta.get("part", "train")
-    return _check_features(site, request.meta.get("features")) or _check_part(policy, site, part, "describe")
+    return _check_features(site, request.meta.get("features"))
 
 
 def _epochs(policy: DisclosurePolicy, epochs: Any) -> str | None:
@@ -243,53 +273,60 @@ def _epochs(policy: DisclosurePolicy, epochs: Any) -> str | None:
     return None
 
 
-def _setup_part(site: "Site", request: "Message", counter: str, state_key: str) -> tuple[str | None, Any]:
-    """``(refusal or None, row part)`` of a request that may carry its workflow's setup
-    (``meta["setup"]``); a new setup restarts the request counter ``counter``."""
-    setup = request.meta.get("setup")
-    if isinstance(setup, dict):
-        site.state["policy_counts"] = {**site.state.get("policy_counts", {}), counter: 0}
-        return _check_features(site, setup.get("features")), setup.get("part", "train")
-    return None, (site.state.get(state_key) or {}).get("part", "train")
-
-
 def _fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    reason, part = _setup_part(site, request, "fit", "train_setup")
-    reason = reason or _epochs(policy, request.meta.get("epochs")) or _check_part(policy, site, part, "a model update")
-    if reason is None and _count(site, "fit") > policy.max_rounds:
-        reason = f"more fit rounds than the site's cap max_rounds={policy.max_rounds}"
-    return reason
+    setup = request.meta.get("setup")
+    reason = _check_features(site, setup.get("features")) if isinstance(setup, dict) else None
+    reason = reason or _epochs(policy, request.meta.get("epochs"))
+    # a new setup does not reset the count: the ledger counts per run (issue 20)
+    return reason or _charge_run(policy, site, "fit", "fit rounds")
 
 
 def _score_sums(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """The score test's sums (:mod:`fedtab.federation.score_test_flow`): the agreed columns, at
-    least ``min_rows`` rows, at most ``max_rounds`` requests per setup."""
-    reason, part = _setup_part(site, request, "score_sums", "score_setup")
-    reason = reason or _check_part(policy, site, part, "score-test sums")
-    if reason is None and _count(site, "score_sums") > policy.max_rounds:
-        reason = f"more score-test requests than the site's cap max_rounds={policy.max_rounds}"
-    return reason
+    """The score test's sums (:mod:`fedtab.federation.score_test_flow`): the agreed columns,
+    at most ``max_rounds`` requests per run."""
+    setup = request.meta.get("setup")
+    reason = _check_features(site, setup.get("features")) if isinstance(setup, dict) else None
+    return reason or _charge_run(policy, site, "score_sums", "score-test requests")
 
 
-def _evaluation_part(policy: DisclosurePolicy, site: "Site", part: Any) -> str | None:
-    """Evaluations only on the site's own parts. They are not held to ``min_rows`` (a small
-    site's test part often has fewer rows); the probe defence is ``max_evaluations``."""
-    _, reason = _part_rows(site, part)
-    return reason
+def _score_bins(policy: DisclosurePolicy, request: "Message") -> str | None:
+    bins = request.meta.get("score_bins")
+    if isinstance(bins, int) and not isinstance(bins, bool) and bins > policy.max_score_bins:
+        return f"{bins} score bins exceed the site's cap max_score_bins={policy.max_score_bins}"
+    return None
+
+
+def _model_params(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """A model sent for evaluation must have the agreed features' shapes and bounded entries."""
+    setup = site.state.get("train_setup")
+    params = {k[len("param:"):]: v for k, v in request.arrays.items() if k.startswith("param:")}
+    if not isinstance(setup, dict):
+        return None  # the handler reports that training is not set up
+    from ..learn.models import make_model
+
+    model = make_model(setup["model"])
+    if model.exact:
+        return None  # an exact model's statistics are sums, not bounded weights
+    template = model.update_template(len(setup["features"]), len(setup["classes"]))
+    if set(params) != set(template) or any(tuple(np.shape(params[k])) != tuple(s) for k, s in template.items()):
+        return "the model to evaluate does not have the shapes of the agreed features and classes"
+    for k, v in params.items():
+        a = np.asarray(v, dtype=np.float64)
+        if a.size and not (np.isfinite(a).all() and np.abs(a).max() <= policy.max_model_abs):
+            return f"model parameter {k!r} is beyond the site's bound max_model_abs={policy.max_model_abs:g}"
+    return None
 
 
 def _evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    reason = _evaluation_part(policy, site, request.meta.get("part", "test"))
-    if reason is None and _count(site, "evaluate") > policy.max_evaluations:
-        reason = f"more evaluations than the site's cap max_evaluations={policy.max_evaluations}"
-    return reason
+    part = request.meta.get("part", "test")
+    return (_score_bins(policy, request) or _model_params(policy, site, request)
+            or _charge_evaluation(policy, site, part))
 
 
 def _local_baseline(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
     """A local-only model trained on the training rows and scored on the test rows."""
     return (_check_features(site, request.meta.get("features")) or _epochs(policy, request.meta.get("epochs"))
-            or _check_part(policy, site, "train", "a local baseline")
-            or _evaluation_part(policy, site, "test"))
+            or _score_bins(policy, request) or _charge_evaluation(policy, site, "test"))
 
 
 def _category_sets(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
@@ -302,34 +339,22 @@ def _category_sets(policy: DisclosurePolicy, site: "Site", request: "Message") -
     return None
 
 
-def _impute_rows(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    return policy.too_few(site.n_rows("train"), "imputation statistics on part 'train'")
-
-
 def _impute_setup(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
     config = request.meta.get("config")
     if isinstance(config, dict):
         rounds = config.get("rounds")
         if isinstance(rounds, int) and rounds > policy.max_rounds:
             return f"{rounds} rounds exceed the site's cap max_rounds={policy.max_rounds}"
-        reason = _epochs(policy, config.get("local_epochs"))
-        if reason:
-            return reason
-    site.state["policy_counts"] = {**site.state.get("policy_counts", {}), "impute_fit": 0}
-    return _impute_rows(policy, site, request)
+        return _epochs(policy, config.get("local_epochs"))
+    return None
 
 
 def _impute_fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    reason = _impute_rows(policy, site, request)
-    if reason is None and _count(site, "impute_fit") > policy.max_rounds:
-        reason = f"more imputation rounds than the site's cap max_rounds={policy.max_rounds}"
-    return reason
+    return _charge_run(policy, site, "impute_fit", "imputation rounds")
 
 
 def _impute_eval(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    if _count(site, "evaluate") > policy.max_evaluations:
-        return f"more evaluations than the site's cap max_evaluations={policy.max_evaluations}"
-    return None
+    return _charge_evaluation(policy, site, "impute:test")
 
 
 _CHECKS = {
@@ -337,13 +362,12 @@ _CHECKS = {
     "ballot_fit": _ballot,
     "describe": _describe,
     "set_mask": _describe,
+    "class_moments": _describe,
     "fit": _fit,
     "score_sums": _score_sums,
     "evaluate": _evaluate,
     "local_baseline": _local_baseline,
     "category_sets": _category_sets,
-    "impute_schema": _impute_rows,
-    "impute_stats": _impute_rows,
     "impute_setup": _impute_setup,
     "impute_fit": _impute_fit,
     "impute_eval": _impute_eval,

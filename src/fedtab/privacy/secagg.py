@@ -298,6 +298,8 @@ class SecureSum:
     replies: dict[str, "Message"]
     survivors: list[str]
     dropped: list[str] = field(default_factory=list)
+    #: survivors that did not answer the unmasking (their values are in the sum)
+    late: list[str] = field(default_factory=list)
 
     @property
     def weight(self) -> float | None:
@@ -472,7 +474,7 @@ class SecureAggregator:
         participation = getattr(self.federation, "participation", None)
         if isinstance(participation, list):  # who is in this sum, as for every other exchange
             participation.append({"step": kind, "sites": list(survivors)})
-        return SecureSum(sums, stripped, survivors, dropped)
+        return SecureSum(sums, stripped, survivors, dropped, missing)
 
 
 def _shapes_key(reply: "Message") -> tuple | None:

@@ -1,0 +1,192 @@
+"""Summing strategies: how the quantities the server needs only as sums travel, once per run.
+
+A workflow step that needs sums (feature moments, model updates, evaluation counts,
+imputation statistics) describes them once (:class:`SumSpec`) and calls
+:func:`fedtab.federation.protocol.exchange_sums`; the run's strategy
+(``federation.summing``, chosen from its options) decides how the sums travel:
+
+* :class:`PlainSums` — every site sends its values; they are validated per site on the one
+  server path (:func:`~fedtab.federation.protocol.exchange`) and added up here. Robust
+  reducers, which need each site's values, read :attr:`Summed.replies`.
+* :class:`SecureSums` — the values travel masked (:class:`fedtab.privacy.secagg.SecureAggregator`,
+  one session per run): the server learns only their sum over the surviving sites; the
+  replies' other contents are validated per site, the totals by ``check_total``.
+
+Differential privacy is not a strategy of its own: the noise is drawn at each site on its
+own terms (``Site.dp_terms``) before any masking, so it composes with either strategy.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import numpy as np
+
+from ..messages import Message
+from .federation import Federation, FederationError, QuorumError, SiteError, reject_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...privacy.secagg import SecureAggregator
+
+__all__ = ["SumSpec", "Summed", "SummingStrategy", "PlainSums", "SecureSums", "strategy_for", "SECURE_SUM"]
+
+log = logging.getLogger("fedtab.federation")
+
+#: the key under which a securely summed reply stands in for the per-site replies
+SECURE_SUM = "(secure sum)"
+
+#: ``check(site, reply)``: raises to reject one site's reply (its contents sent in the clear)
+Check = Callable[[str, Message], Any]
+#: ``check_total(sums, sites)``: raises ``ValueError`` when the totals are implausible
+TotalCheck = Callable[[Mapping[str, np.ndarray], list[str]], Any]
+
+
+@dataclass(frozen=True)
+class SumSpec:
+    """The reply arrays a step needs only summed.
+
+    Attributes:
+        fields: ``{array: fixed-point fractional bits}`` for secure sums (``None`` = the
+            aggregator's default; ``0`` for integer counts).
+        weighted: arrays multiplied by the reply meta value ``weight`` before summing
+            (the weight is summed too: :attr:`Summed.weight`).
+        weight: the reply meta key of the weight (e.g. ``"n_samples"``), or ``None``.
+        drop_meta: reply meta keys the sites must not send when the sums are secure (a
+            per-site detail that would defeat the sum, e.g. a per-site sample count).
+    """
+
+    fields: Mapping[str, int | None]
+    weighted: tuple[str, ...] = ()
+    weight: str | None = None
+    drop_meta: tuple[str, ...] = ()
+
+
+@dataclass
+class Summed:
+    """What a summed exchange gives the server.
+
+    Attributes:
+        sums: ``{array: summed array}`` (float64).
+        weight: the summed weight (``None`` without one).
+        replies: per site, what it sent in the clear: the whole reply with plain sums, the
+            reply without the summed arrays with secure sums.
+        sites: the sites whose values are in the sums.
+        secure: whether the sums travelled masked (per-site values unknown to the server).
+    """
+
+    sums: dict[str, np.ndarray]
+    weight: float | None
+    replies: dict[str, Message]
+    sites: list[str]
+    secure: bool = False
+    dropped: list[str] = field(default_factory=list)
+
+
+class SummingStrategy(ABC):
+    """How one run's sums travel (see the module docstring)."""
+
+    secure: bool = False
+
+    @abstractmethod
+    def exchange(self, federation: Federation, requests: Mapping[str, Message], spec: SumSpec,
+                 check: Check | None, *, kind: str, step: str | None, on_error: str | None = None) -> Summed:
+        """One exchange whose ``spec`` arrays are summed (see :func:`exchange_sums`)."""
+
+
+def _plain_sums(replies: Mapping[str, Message], spec: SumSpec) -> tuple[dict[str, np.ndarray], float | None]:
+    sums: dict[str, np.ndarray] = {}
+    total = 0.0 if spec.weight is not None else None
+    weighted = set(spec.weighted)
+    for reply in replies.values():
+        w = 1.0
+        if spec.weight is not None:
+            w = float(reply.meta[spec.weight])
+            total += w  # type: ignore[operator]
+        for name in spec.fields:
+            value = np.asarray(reply.arrays[name], dtype=np.float64)
+            value = value * w if name in weighted else value
+            sums[name] = value if name not in sums else sums[name] + value
+    return sums, total
+
+
+class PlainSums(SummingStrategy):
+    """Every site's values in the clear, validated per site, added up by the server."""
+
+    def exchange(self, federation: Federation, requests: Mapping[str, Message], spec: SumSpec,
+                 check: Check | None, *, kind: str, step: str | None, on_error: str | None = None) -> Summed:
+        from .exchange import exchange
+
+        def checked(site: str, reply: Message) -> None:
+            missing = [n for n in spec.fields if n not in reply.arrays]
+            if missing:
+                raise ValueError(f"reply lacks the summed array(s) {missing[:3]}")
+            if spec.weight is not None:
+                w = reply.meta.get(spec.weight)
+                if isinstance(w, bool) or not isinstance(w, (int, float)) or not np.isfinite(w) or w < 0:
+                    raise ValueError(f"{spec.weight} must be a non-negative number")
+            if check is not None:
+                check(site, reply)
+
+        replies = exchange(federation, dict(requests), checked, kind=kind, step=step, on_error=on_error)
+        sums, weight = _plain_sums(replies, spec)
+        return Summed(sums, weight, dict(replies), list(replies))
+
+
+class SecureSums(SummingStrategy):
+    """Masked values (one secure-aggregation session per run); only sums reach the server."""
+
+    secure = True
+
+    def __init__(self, federation: Federation) -> None:
+        from ...privacy.secagg import SecureAggregator
+
+        self.aggregator: SecureAggregator = SecureAggregator(federation)
+
+    def exchange(self, federation: Federation, requests: Mapping[str, Message], spec: SumSpec,
+                 check: Check | None, *, kind: str, step: str | None, on_error: str | None = None) -> Summed:
+        quorum = federation.min_sites is not None or on_error == "skip"
+        if federation.schema is None:  # replies are validated against the agreed schema: agree it first
+            from ..schema import agree_schema
+
+            agree_schema(federation)
+        peers = self.aggregator.peers  # the key exchange (first call)
+        requests = {s: r for s, r in requests.items() if s in peers}
+        try:
+            summed = self.aggregator.ask(requests, kind, dict(spec.fields), weighted=spec.weighted, weight=spec.weight,
+                                         drop_meta=spec.drop_meta, on_error="skip" if quorum else "raise")
+        except SiteError:
+            raise
+        except FederationError as exc:
+            if isinstance(exc, QuorumError):
+                raise
+            raise SiteError(str(exc)) from None
+        for site in summed.dropped:
+            if site not in federation.dropped and federation.min_sites is not None:
+                federation.drop(site, f"{kind}: no masked reply in the secure sum")
+        for site in getattr(summed, "late", ()):  # its value is in this sum; it takes no further part
+            if site not in federation.dropped and federation.min_sites is not None:
+                federation.drop(site, f"{kind}: did not answer the unmasking of the secure sum")
+        if federation.min_sites is not None and len(summed.survivors) < federation.min_sites:
+            raise QuorumError(f"{kind} step: {len(summed.survivors)} site(s) in the secure sum, the quorum is "
+                              f"{federation.min_sites}")
+        if check is not None:  # the clear parts: a bad one cannot be taken out of a sum already made
+            bad = {}
+            for site, reply in summed.replies.items():
+                try:
+                    check(site, reply)
+                except (FederationError, ValueError, TypeError, KeyError, IndexError) as exc:
+                    bad[site] = str(exc).removeprefix(f"site {site!r}: ")
+            if bad:
+                text = "; ".join(reject_text(s, e) for s, e in bad.items())
+                raise SiteError(f"{kind} step (secure sum) failed at {len(bad)} site(s): {text}", bad)
+        sums = {k: np.asarray(v, dtype=np.float64) for k, v in summed.sums.items() if k in spec.fields}
+        return Summed(sums, summed.weight, dict(summed.replies), list(summed.survivors), secure=True,
+                      dropped=list(summed.dropped))
+
+
+def strategy_for(federation: Federation) -> SummingStrategy:
+    """The summing strategy of ``federation``'s options."""
+    return SecureSums(federation) if federation.options.secure else PlainSums()

@@ -1,0 +1,227 @@
+"""The training workflow's server loop: describe, FedAvg rounds, evaluate — a short loop over
+the steps of :mod:`.steps`.
+
+Exchanges: ``describe`` (unless the caller passes ``described``, e.g. from the election's
+``set_mask``, which answers it in the same exchange), ``fit`` × rounds (the first carries the
+setup: features, classes, standardisation, model spec, part), ``evaluate`` (plus one per
+``eval_every`` evaluation) — ``rounds + 2`` in all (``rounds + 1`` with ``described``). An
+exact-aggregation model (GaussianNB) runs one round of statistics. The run's options
+(``federation.options``: secure sums, DP, robust reducers) apply to every step; with DP, the
+run's one accountant (:func:`fedtab.federation.protocol.run_ledger`) pays for every release.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Mapping
+
+import numpy as np
+
+from ...learn.metrics import SCORE_BINS
+from ...learn.models import FederatedModel, Params, make_model
+from .. import validate
+from ..messages import Message
+from ..protocol import Federation, run_ledger, set_quorum
+from .site import check_part
+from .steps import (as_description, describe, dp_fit_settings, dp_plan, evaluate, fit_request, fit_round,
+                    standardisation)
+
+__all__ = ["TrainingOutcome", "run_training"]
+
+
+@dataclass
+class TrainingOutcome:
+    """Result of :func:`run_training`.
+
+    Attributes:
+        params: final global parameters.
+        features / classes: the columns and agreed class labels the model uses.
+        mean / std: the global standardisation the sites applied.
+        pooled: weighted_f1, macro_f1, accuracy over all sites' test rows.
+        per_site: the same per site.
+        history: per evaluated round, ``{"round", **pooled metrics}``.
+        n_params: trainable parameters; bytes_down / bytes_up: traffic of the fit rounds
+            (round 1's requests include the setup they carry: features, classes, mean/std).
+        traffic: per round and site ``{"round", "site", "bytes_down", "bytes_up",
+            "params_down", "params_up"}`` (bytes measured on the wire when the engine
+            logs traffic, params counted from the messages).
+        rounds: rounds actually run (1 for exact-aggregation models).
+        metrics: ``{"pooled", "per_site"}`` of the final evaluation with every metric of
+            :func:`fedtab.learn.metrics.evaluation_scores` (F1, accuracy, confusion matrix,
+            Brier score and, for two classes, AUROC / PR-AUC with their error bounds).
+        local_epochs / seed / model_spec: the settings used (``model_spec`` is the
+            ``{"name", "params"}`` the sites built the model from; baselines repeat them).
+        participation: per exchange ``{"step", "sites"}``: the sites whose reply was used.
+        dropped: ``{site: reason}`` of sites left out during this run.
+        robust: whether the robust reducers were used (see :func:`run_training`).
+        left_out: ``{site: reason}`` of the sites whose statistics robust mode left out
+            of a pooled sum (``"describe: ..."``, ``"fit round r: ..."``).
+        privacy: with DP, the run accountant's bill so far: ``{"epsilon", "delta",
+            "noise_multiplier", "steps": {step: ε}, "total", "releases"}``.
+    """
+
+    model: str
+    params: Params
+    features: list[str]
+    classes: list[str]
+    mean: np.ndarray
+    std: np.ndarray
+    pooled: dict[str, float]
+    per_site: dict[str, dict[str, float]]
+    history: list[dict[str, float]] = field(default_factory=list)
+    n_params: int = 0
+    bytes_down: int = 0
+    bytes_up: int = 0
+    traffic: list[dict[str, Any]] = field(default_factory=list)
+    rounds: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    local_epochs: int = 0
+    seed: int = 0
+    model_spec: dict[str, Any] = field(default_factory=dict)
+    participation: list[dict[str, Any]] = field(default_factory=list)
+    dropped: dict[str, str] = field(default_factory=dict)
+    robust: bool = False
+    left_out: dict[str, str] = field(default_factory=dict)
+    privacy: dict[str, Any] | None = None
+
+
+
+
+def _round_traffic(federation: Federation, start: int, r: int, down: Mapping[str, np.ndarray], n_up: int
+                   ) -> list[dict[str, Any]]:
+    """Per-site traffic of one round: every exchange of the round (fit, and a secure sum's key
+    exchange and unmasking), from the engine's traffic log when it keeps one."""
+    per_site: dict[str, list[int]] = {}
+    for t in federation.traffic.records[start:]:
+        if t.kind in ("fit", "secagg_unmask", "secagg_keys", "secagg_sign"):
+            acc = per_site.setdefault(t.site, [0, 0])
+            acc[0] += t.bytes_down
+            acc[1] += t.bytes_up
+    n_down = int(sum(v.size for v in down.values()))
+    return [{"round": r, "site": s, "bytes_down": d, "bytes_up": u, "params_down": n_down, "params_up": n_up}
+            for s, (d, u) in per_site.items()]
+
+
+def run_training(
+    federation: Federation,
+    features: list[str] | None = None,
+    *,
+    model: Any = "logistic",
+    rounds: int = 10,
+    local_epochs: int = 5,
+    seed: int = 0,
+    eval_every: int = 0,
+    on_round: Callable[[int, dict[str, float] | None], None] | None = None,
+    on_error: Literal["raise", "skip"] | None = None,
+    train_part: str = "train",
+    eval_part: str = "test",
+    described: Any = None,
+    score_bins: int | None = SCORE_BINS,
+    min_sites: int | None = None,
+    max_param_abs: float = validate.MAX_PARAM_ABS,
+) -> TrainingOutcome:
+    """Train ``model`` by federated rounds on ``features`` (default: each site's elected mask).
+
+    The run's options (``federation.options``, :func:`fedtab.federation.protocol.set_options`)
+    choose how the sums travel and are reduced: plain sums (default); secure sums (the server
+    learns no single site's description, update or scores: ``per_site`` is empty); DP (the
+    description, the updates — DP gradient descent for logistic regression, DP-FedAvg for
+    other FedAvg models; not for exact-aggregation models — and the confusion matrices are
+    Gaussian releases made by the sites on their own terms, paid from the run's accountant;
+    no score histograms); robust reducers (screened and capped moments, coordinate-wise median
+    FedAvg, median scores; ``left_out`` names the sites they left out).
+
+    Args:
+        features: column names to train on; ``None`` uses the mask the sites were told
+            by the election (``site.state["features"]``), or all their columns.
+        model: a name from :data:`fedtab.learn.MODELS`, a ``{"name", "params"}`` dict
+            or a :class:`~fedtab.learn.FederatedModel`.
+        rounds: federated rounds; local_epochs: local passes per round.
+        eval_every: also evaluate every that many rounds (0 = only at the end) to fill ``history``.
+        on_round: progress callback ``(round, metrics or None)``.
+        train_part / eval_part: the sites' row parts to train on and to score (``"fit"``
+            and ``"validation"`` for tuning; ``"fit:k"`` / ``"fold:k"`` for cross-validation).
+        described: the description over these features and ``train_part``, already gathered
+            (:class:`~fedtab.federation.training.steps.Description`, e.g.
+            ``ElectionOutcome.described``); skips the describe exchange, same result.
+        score_bins: grid of the score histograms the final evaluation asks for (AUROC,
+            PR-AUC); None skips the histograms and the Brier sums.
+        on_error: ``"skip"`` leaves failing sites out of each step; ``None``/``"raise"``
+            follow the federation's quorum policy.
+        min_sites: quorum (sets ``federation.min_sites``); ``None`` keeps the federation's.
+        max_param_abs: largest ``|entry|`` accepted in a site's parameters.
+
+    Raises:
+        FederationError: a site failed or replied inconsistently (naming it).
+        ValueError: bad arguments, DP with an exact-aggregation model, fewer than 2 classes.
+    """
+    if rounds < 1 or local_epochs < 1:
+        raise ValueError("rounds and local_epochs must be at least 1")
+    fm: FederatedModel = make_model(model)
+    spec = {"name": fm.name, "params": fm.get_params()}
+    check_part(train_part), check_part(eval_part)
+    set_quorum(federation, min_sites)
+    p0, dropped0 = len(federation.participation), set(federation.dropped)
+    opts = federation.options
+    if opts.dp is not None and fm.exact:
+        raise ValueError(f"dp is not available for the exact-aggregation model {fm.name!r}")
+    ledger = run_ledger(federation, *dp_plan(fm, rounds, local_epochs, eval_every, described is not None))
+    if described is None:
+        description = describe(federation, features, train_part, ledger, on_error=on_error)
+    else:
+        description = as_description(described, features, federation)
+    if len(description.classes) < 2:
+        raise ValueError(f"training needs at least 2 classes across the sites, found {description.classes}")
+    feats, class_list = description.features, description.classes
+    mean, std, left_out = standardisation(federation, description)
+    setup = {"features": feats, "classes": class_list, "model": spec, "part": train_part}
+    dp_fit = dp_fit_settings(federation, fm, ledger, local_epochs) if ledger is not None else None
+    has_proba = getattr(fm, "predict_proba", None) is not None
+
+    params: Params = fm.init(len(feats), len(class_list), seed)
+    template = fm.update_template(len(feats), len(class_list))
+    n_up = int(sum(np.prod(v) for v in template.values()))
+    n_rounds = 1 if fm.exact else rounds
+    history: list[dict[str, float]] = []
+    traffic: list[dict[str, Any]] = []
+    start_bytes = federation.traffic.total("fit")
+    for r in range(1, n_rounds + 1):
+        request = fit_request(params, fm, epochs=local_epochs, round_=r, seed=seed, setup=setup if r == 1 else None,
+                              mean=mean, std=std, dp_fit=dp_fit)
+        if ledger is not None:
+            ledger.spend("training.fit", dp_fit["steps"])  # type: ignore[index]
+        n_log = len(federation.traffic.records)
+        params, dropped, _ = fit_round(federation, fm, request, template, train_part, max_param_abs=max_param_abs,
+                                       n_classes=len(class_list), round_=r, on_error=on_error)
+        left_out.update(dropped)
+        traffic += _round_traffic(federation, n_log, r, {} if fm.exact else {k: v for k, v in request.arrays.items()
+                                                                              if k.startswith("param:")}, n_up)
+        metrics = None
+        if eval_every and (r % eval_every == 0 or r == n_rounds):
+            detail = evaluate(federation, params, len(class_list), eval_part, has_proba=has_proba, ledger=ledger,
+                              on_error=on_error)
+            metrics = _historic(detail)[0]
+            history.append({"round": r, **metrics})
+        if on_round:
+            on_round(r, metrics)
+    end_bytes = federation.traffic.total("fit")
+    detail = evaluate(federation, params, len(class_list), eval_part, score_bins, has_proba=has_proba, ledger=ledger,
+                      on_error=on_error)
+    pooled, per_site = _historic(detail)
+    bytes_down, bytes_up = (sum(t["bytes_down"] for t in traffic), sum(t["bytes_up"] for t in traffic)) \
+        if opts.secure else (end_bytes[0] - start_bytes[0], end_bytes[1] - start_bytes[1])
+    return TrainingOutcome(
+        model=fm.name, params=params, features=list(feats), classes=class_list, mean=mean, std=std, pooled=pooled,
+        per_site=per_site, history=history, n_params=fm.n_params(len(feats), len(class_list)),
+        bytes_down=bytes_down, bytes_up=bytes_up, traffic=traffic, rounds=n_rounds, metrics=detail,
+        local_epochs=int(local_epochs), seed=seed, model_spec=spec, participation=federation.participation[p0:],
+        dropped={s: why for s, why in federation.dropped.items() if s not in dropped0}, robust=opts.robust,
+        left_out=left_out, privacy=ledger.report() if ledger is not None else None,
+    )
+
+
+def _historic(detail: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """The historic ``pooled`` / ``per_site`` dicts (F1, macro F1, accuracy, rows) of a full evaluation."""
+    keep = ("weighted_f1", "macro_f1", "accuracy", "n")
+    return ({k: detail["pooled"][k] for k in keep},
+            {s: {k: m[k] for k in keep} for s, m in detail["per_site"].items()})

@@ -1,0 +1,526 @@
+"""The training workflow's server steps: each builds its request, validates every reply and
+reduces — plain or secure sums (the run's strategy), robust reducers, DP post-processing.
+
+A step is a pair, as in Flower's strategies: the request is built here, the site's handler
+(:mod:`.site`) answers, and the reduction here validates before it reduces. The modes are the
+run's options (``federation.options``), read once per step:
+
+* **plain** — each reply validated against the agreed schema (counts are integers within the
+  rows the site declared, parameters finite and of the model's shapes...), then summed;
+* **secure** — the summed arrays travel masked (:func:`~fedtab.federation.protocol.exchange_sums`),
+  the server validates what the sites sent in the clear and the totals;
+* **DP** — the sites noise their releases on their own terms; noisy values cannot be checked
+  against exact counts, so only their shapes and finiteness are, and counts below 1 are noise;
+* **robust** — per-site values, reduced by the robust reducers of :mod:`fedtab.federation.reduce`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Mapping
+
+import numpy as np
+
+from ...learn.metrics import evaluation_scores, pooled_auroc
+from ...learn.models import FederatedModel, LogisticRegressionModel, Params
+from ...privacy.accountant import PrivacyLedger
+from ...privacy.dp import DP_GD_LR, DP_GD_NOISE_SCALE, DP_GD_STEPS_PER_EPOCH, DP_META, column_bounds, dp_request
+from ...privacy.gate import SMOOTHED
+from ...privacy.secagg import MOMENT_BITS
+from .. import validate
+from ..messages import Message
+from ..protocol import SECURE_SUM, Federation, FederationError, SumSpec, exchange, exchange_sums
+from ..reduce import cap_weights, moment_summaries, robust_params, screen_sites, site_median
+from ..schema import sort_labels
+from .site import PARAM, SETUP, params_from, params_to
+
+__all__ = ["Description", "describe", "as_description", "describe_checker", "pooled_standardisation",
+           "fit_round", "evaluate", "checked_sums", "pool_evaluations", "was_smoothed", "dp_plan",
+           "exact_statistics_checker", "DESCRIBE_FIELDS", "standardisation", "fit_request", "dp_fit_settings",
+           "median_scores"]
+
+#: the description's summed arrays and their fixed-point bits under secure sums
+DESCRIBE_FIELDS = {"count": 0, "sum": MOMENT_BITS, "sumsq": MOMENT_BITS}
+
+
+def pooled_standardisation(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, *, floor: bool = True
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, std)`` ``(d,)`` of each column from summed per-column ``count``/``sum``/``sumsq``
+    (observed cells): 0 where nothing was observed; with ``floor`` a std that is not above
+    1e-12 becomes 1 (a constant column stays 0 after standardising)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / np.maximum(count, 1), 0.0)
+        var = np.where(count > 0, sumsq / np.maximum(count, 1) - mean**2, 0.0)
+    std = np.sqrt(np.maximum(var, 0.0))
+    if floor:
+        std[~(std > 1e-12)] = 1.0
+    return mean, std
+
+
+def dp_plan(fm: FederatedModel, rounds: int, local_epochs: int, eval_every: int, described: bool
+            ) -> tuple[dict[str, int], dict[str, float]]:
+    """``(releases per step, noise scale per step)`` of one DP training run, for the accountant.
+
+    Logistic regression trains by DP gradient descent (``DP_GD_STEPS_PER_EPOCH`` releases per
+    local epoch, each at ``DP_GD_NOISE_SCALE`` × the base multiplier); other FedAvg models by
+    DP-FedAvg (one release per round); the description is 3 releases (unless it came with the
+    election), each evaluation one.
+    """
+    n_evals = 1 + (sum(1 for r in range(1, rounds + 1) if r % eval_every == 0 or r == rounds) if eval_every else 0)
+    steps = DP_GD_STEPS_PER_EPOCH * int(local_epochs) if isinstance(fm, LogisticRegressionModel) else 1
+    plan = {"training.describe": 0 if described else 3, "training.fit": rounds * steps, "training.evaluate": n_evals}
+    return plan, {"training.fit": DP_GD_NOISE_SCALE if steps > 1 else 1.0}
+
+
+# ----------------------------------------------------------------------------- describe
+@dataclass
+class Description:
+    """The pooled description of the training features: what the setup is made from.
+
+    Attributes:
+        features: the columns described; classes: the agreed class labels (sorted union).
+        count / total / sumsq: ``(d,)`` pooled per-feature moments.
+        per_site: ``{site: (count, sum, sumsq)}`` (empty when the sums were secure).
+        sites: the sites whose values are in the pool.
+        noisy: the moments are DP releases (not exact counts).
+    """
+
+    features: list[str]
+    classes: list[str]
+    count: np.ndarray
+    total: np.ndarray
+    sumsq: np.ndarray
+    per_site: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    sites: list[str] = field(default_factory=list)
+    noisy: bool = False
+
+
+def describe_checker(federation: Federation, features: list[str] | None, part: str, *, noisy: bool = False,
+                     ) -> Callable[[str, Message], None]:
+    """Validator of ``"describe"`` replies over ``features`` (``None``: the site's choice) on ``part``.
+
+    Exact replies: the features are the ones asked for and the site declared; the row
+    counts are the declared ones; counts are integers within them, zero for columns the site
+    does not hold, and the moments are consistent. Noisy (DP) replies: the shapes and the
+    finiteness. The arrays are checked only when present (a secure sum sends them masked).
+    """
+    expected = None if features is None else list(features)
+    checked_for: list[Any] = []  # the schema the expected list was validated against (once, not per site)
+
+    def check(site: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
+        feats = reply.meta.get("features")
+        if expected is not None and feats != expected:
+            raise ValueError("described other features than the ones to train on")
+        if expected is None or not (checked_for and checked_for[0] is schema):
+            feats = schema.check_features(site, feats, within="federation", what="described features")
+            if expected is not None:
+                checked_for[:] = [schema]  # equal to ``expected`` and valid: later equal lists are too
+        schema.check_classes(site, reply.meta.get("classes"))
+        d = len(feats)
+        if "n_train" in reply.meta:
+            n = validate.integer(reply.meta.get("n_train"), f"{part} rows", equal=schema.rows(site, part))
+            validate.integer(reply.meta.get("n_test"), "test rows", equal=schema.rows(site, "test"))
+        if "count" not in reply.arrays:
+            return
+        count, total, sumsq = (validate.array(reply, k, (d,)) for k in ("count", "sum", "sumsq"))
+        if noisy:
+            return
+        validate.counts(count, n, "feature counts")
+        held = schema.column_set(site)
+        if not held.issuperset(feats) and [f for f, c in zip(feats, count) if c > 0 and f not in held]:
+            raise ValueError("counts values of features it did not declare")
+        validate.moments(count, total, sumsq, "feature moments")
+
+    return check
+
+
+def _description_of(federation: Federation, summed: Any, unpack: Callable[[Message], Message] | None,
+                    noisy: bool) -> Description:
+    feats, classes = None, set()
+    for name, reply in summed.replies.items():
+        meta = (unpack(reply) if unpack else reply).meta
+        if feats is None:
+            feats = meta.get("features")
+        elif meta.get("features") != feats:
+            federation.drop(name, "describes different features than the others")
+        classes |= {str(c) for c in meta.get("classes", [])}
+    per_site = {} if summed.secure else {
+        s: tuple(np.asarray((unpack(r) if unpack else r).arrays[k], dtype=np.float64) for k in DESCRIBE_FIELDS)
+        for s, r in summed.replies.items() if s in federation.active}
+    return Description(list(feats or []), sort_labels(classes), *(summed.sums[k] for k in DESCRIBE_FIELDS),
+                       per_site=per_site, sites=list(summed.sites), noisy=noisy)
+
+
+def describe(federation: Federation, features: list[str] | None, part: str, ledger: PrivacyLedger | None = None,
+             *, kind: str = "describe", meta: Mapping[str, Any] | None = None,
+             unpack: Callable[[Message], Message] | None = None, step: str = "training.describe",
+             check_reply: Callable[[str, Message], Any] | None = None,
+             on_error: Literal["raise", "skip"] | None = None) -> Description:
+    """The description exchange (``kind`` ``"describe"``, or the election's ``"set_mask"``
+    carrying it: ``meta`` adds to the request, ``unpack`` finds the description in a reply,
+    ``check_reply`` validates the rest of it).
+
+    Raises:
+        FederationError: a site failed or sent an implausible description (naming it).
+    """
+    noisy = federation.options.dp is not None
+    body: dict[str, Any] = dict(meta or {})
+    if kind == "describe":
+        body.update({"part": part, **({"features": list(features)} if features is not None else {})})
+    if noisy:
+        if ledger is None:
+            raise ValueError("a DP description needs the run's accountant")
+        body[DP_META] = dp_request(federation.options.dp, ledger.multiplier(step))
+        ledger.spend(step, 3)
+    check = describe_checker(federation, features, part, noisy=noisy)
+
+    def checked(site: str, reply: Message) -> None:
+        if check_reply is not None:
+            check_reply(site, reply)
+        check(site, unpack(reply) if unpack is not None else reply)
+
+    fields = dict(DESCRIBE_FIELDS) if not noisy else {k: MOMENT_BITS for k in DESCRIBE_FIELDS}
+    summed = exchange_sums(federation, Message(kind, meta=body), SumSpec(fields), checked, step=kind,
+                           on_error=on_error)
+    return _description_of(federation, summed, unpack, noisy)
+
+
+def as_description(described: Any, features: list[str] | None, federation: Federation) -> Description:
+    """A :class:`Description` from what a caller already gathered: a :class:`Description`, or the
+    older ``{site: "describe" reply}`` (checked to describe ``features``).
+
+    Raises:
+        ValueError: no replies. FederationError: a reply describes other features.
+    """
+    if isinstance(described, Description):
+        if features is not None and described.features != list(features):
+            raise FederationError("the sites described other features than the ones to train on")
+        return described
+    if not described:
+        raise ValueError("described holds no site replies")
+    replies = {s: r for s, r in described.items() if s in federation.active}
+    for name, reply in replies.items():
+        if features is not None and reply.meta.get("features") != list(features):
+            raise FederationError(f"site {name!r} described other features than the ones to train on")
+
+    class _Summed:  # the plain strategy's result shape
+        secure = False
+        sums = {k: sum(np.asarray(r.arrays[k], dtype=np.float64) for r in replies.values()) for k in DESCRIBE_FIELDS}
+        sites = list(replies)
+
+    _Summed.replies = replies  # type: ignore[attr-defined]
+    return _description_of(federation, _Summed, None, False)
+
+
+def standardisation(federation: Federation, d: Description) -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
+    """``(mean, std, left out)`` of the training setup from the description: the pooled moments,
+    or (robust) screened and capped per-site moments; DP: counts below 1 are noise and the
+    mean/std are kept within the public bounds."""
+    opts = federation.options
+    count = d.count
+    left_out: dict[str, str] = {}
+    if d.noisy:
+        count = np.where(count >= 1, count, 0.0)
+    if opts.robust:
+        count, mean, var, left_out = _robust_moments(d.per_site, d.features, opts.max_site_share)
+        mean = np.where(count > 0, mean, 0.0)
+        std = np.sqrt(np.maximum(np.where(count > 0, var, 0.0), 0.0))
+    else:
+        mean, std = pooled_standardisation(count, d.total, d.sumsq, floor=False)
+    dp = opts.dp
+    if dp is not None and dp.get("bounds") is not None:  # keep noisy moments within the bounds
+        lo, hi = column_bounds(dp, d.features)
+        mean, std = np.clip(mean, lo, hi), np.minimum(std, hi - lo)
+    std[~(std > 1e-12)] = 1.0
+    return mean, std, left_out
+
+
+def _robust_moments(moments: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], feats: list[str],
+                    max_site_share: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, str]]:
+    """(count, mean, var, left out) from per-site (count, sum, sumsq): screened, then capped shares."""
+    summary = {name: moment_summaries(*m) for name, m in moments.items()}
+    left_out = screen_sites({n: v[0] for n, v in summary.items()}, {n: v[1] for n, v in summary.items()},
+                            columns=feats, what="describe")
+    kept = [n for n in moments if n not in left_out]
+    counts = np.stack([moments[n][0] for n in kept])
+    w = cap_weights(counts, max_site_share)
+    m = np.nan_to_num(np.stack([summary[n][0] for n in kept]))
+    sd = np.nan_to_num(np.stack([summary[n][1] for n in kept]))
+    mean = (w * m).sum(axis=0)
+    var = (w * (sd**2 + m**2)).sum(axis=0) - mean**2
+    return counts.sum(axis=0), mean, var, {n: f"describe: {why}" for n, why in left_out.items()}
+
+
+# ----------------------------------------------------------------------------- fit
+def exact_statistics_checker(n_classes: int, n_features: int) -> Callable[[Params, int], None]:
+    """Validator of exact-aggregation updates ``{"count": (C,), "sum": (C, d), "sumsq": (C, d)}``."""
+
+    def check(p: Params, n: int) -> None:
+        count = validate.counts(p["count"], n, "class counts")
+        if count.sum() > n:  # less when the site suppressed a class below its min_rows
+            raise ValueError(f"class counts sum to {count.sum():g}, more than the {n} rows declared")
+        for c in range(n_classes):
+            validate.moments(np.full(n_features, count[c]), p["sum"][c], p["sumsq"][c], "class moments")
+
+    return check
+
+
+def fit_round(federation: Federation, fm: FederatedModel, request: Message, template: Mapping[str, tuple[int, ...]],
+              part: str, *, max_param_abs: float, n_classes: int, round_: int,
+              on_error: Literal["raise", "skip"] | None = None) -> tuple[Params, dict[str, str], dict[str, Message]]:
+    """One FedAvg round (or an exact model's one round): ``(parameters, left out, replies)``.
+
+    Plain or secure: the sample-weighted sum of the updates (an exact model: the summed
+    statistics) over the summed weight; robust: the coordinate-wise median of the updates
+    (an exact model: screened and capped statistics). DP updates are checked for shape and
+    finiteness only (they are noisy by design).
+
+    Raises:
+        FederationError: no valid update; the summed update does not fit the template.
+    """
+    opts = federation.options
+    noisy = opts.dp is not None
+    exact_check = exact_statistics_checker(n_classes, template["sum"][1]) if fm.exact else None
+    accepted: dict[str, tuple[Params, int]] = {}
+
+    def check_fit(site: str, reply: Message) -> None:
+        assert federation.schema is not None
+        if "n_samples" in reply.meta:
+            n = validate.integer(reply.meta.get("n_samples"), "n_samples", equal=federation.schema.rows(site, part))
+            if n == 0:
+                raise ValueError(f"has no {part} rows to train on")
+        else:
+            n = federation.schema.rows(site, part)
+        if not any(k.startswith(PARAM) for k in reply.arrays):
+            return  # masked: checked as a sum
+        p = validate.parameters(params_from(reply), template, what="parameter",
+                                max_abs=np.inf if fm.exact or noisy else max_param_abs)
+        if exact_check is not None and not noisy:
+            exact_check(p, n)
+        accepted[site] = (p, n)
+
+    names = [PARAM + k for k in template]
+    if opts.robust:
+        replies = exchange(federation, request, check_fit, on_error=on_error, step="fit")
+        updates = [accepted[s] for s in replies]
+        if fm.exact:
+            params, dropped = _robust_exact(fm, updates, list(replies), opts.max_site_share)
+            return params, {n: f"fit round {round_}: {why}" for n, why in dropped.items()}, replies
+        return robust_params([p for p, _ in updates]), {}, replies
+    if fm.exact:
+        spec = SumSpec({n: (0 if n == PARAM + "count" else MOMENT_BITS) for n in names}, drop_meta=("n_samples",))
+    else:
+        spec = SumSpec({n: None for n in names}, weighted=tuple(names), weight="n_samples")
+    summed = exchange_sums(federation, request, spec, check_fit, step="fit", on_error=on_error)
+    if fm.exact:
+        update = {k[len(PARAM):]: v for k, v in summed.sums.items()}
+    else:
+        n = summed.weight
+        if n is None or not n > 0:
+            raise FederationError("the summed sample count of the fit round is not positive")
+        update = {k[len(PARAM):]: summed.sums[k] / n for k in names}
+    if any(tuple(update[k].shape) != tuple(shape) for k, shape in template.items()):
+        raise FederationError("the summed model update does not have the model's shapes")
+    return fm.aggregate([(update, 1)]), {}, summed.replies
+
+
+def _robust_exact(fm: FederatedModel, updates: list[tuple[Params, int]], names: list[str], max_site_share: float,
+                  ) -> tuple[Params, dict[str, str]]:
+    """An exact model's statistics (sums over rows), screened per class and with capped site shares."""
+    per = {}
+    for name, (p, _) in zip(names, updates):
+        c = np.asarray(p["count"], dtype=np.float64)[:, None]
+        per[name] = moment_summaries(np.broadcast_to(c, p["sum"].shape).ravel(), np.ravel(p["sum"]),
+                                     np.ravel(p["sumsq"]))
+    left_out = screen_sites({n: v[0] for n, v in per.items()}, {n: v[1] for n, v in per.items()}, what="fit")
+    kept = [(p, n) for name, (p, n) in zip(names, updates) if name not in left_out]
+    rows = np.array([float(np.asarray(p["count"]).sum()) for p, _ in kept])
+    share = cap_weights(rows, max_site_share)
+    scale = share * rows.sum() / np.maximum(rows, 1e-300)
+    scaled = [({k: np.asarray(v, dtype=np.float64) * f for k, v in p.items()}, n) for (p, n), f in zip(kept, scale)]
+    return fm.aggregate(scaled), left_out
+
+
+def fit_request(params: Params, fm: FederatedModel, *, epochs: int, round_: int, seed: int,
+                setup: Mapping[str, Any] | None, mean: np.ndarray, std: np.ndarray,
+                dp_fit: Mapping[str, Any] | None) -> Message:
+    """The round's ``"fit"`` request; the first carries the setup (meta + ``setup:`` arrays)."""
+    down = {} if fm.exact else params_to(params)
+    meta: dict[str, Any] = {"epochs": int(epochs), "round": round_, "seed": seed + round_}
+    if dp_fit is not None:
+        meta[DP_META] = dict(dp_fit)
+    if setup is not None:
+        return Message("fit", {**down, SETUP + "mean": mean, SETUP + "std": std}, {**meta, "setup": dict(setup)})
+    return Message("fit", down, meta)
+
+
+def dp_fit_settings(federation: Federation, fm: FederatedModel, ledger: PrivacyLedger, local_epochs: int
+                    ) -> dict[str, Any]:
+    """The DP settings of a fit request: the step's multiplier, gradient steps and step size."""
+    steps = DP_GD_STEPS_PER_EPOCH * int(local_epochs) if isinstance(fm, LogisticRegressionModel) else 1
+    return {**dp_request(federation.options.dp, ledger.multiplier("training.fit")), "steps": steps, "lr": DP_GD_LR}
+
+
+# ----------------------------------------------------------------------------- evaluate
+def _counts(value: Any, shape: tuple[int, int]) -> np.ndarray | None:
+    """``value`` as int64 counts of ``shape``, or None when it is not (negative, fractional, NaN)."""
+    a = np.asarray(value) if value is not None else np.zeros(0)
+    if a.shape != shape or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        return None
+    if not np.isfinite(a).all() or (a < 0).any() or (a != np.round(a)).any():
+        return None
+    return a.astype(np.int64)
+
+
+def checked_sums(name: str, reply: Message, n_classes: int, bins: int | None) -> tuple[np.ndarray, Any, Any, Any]:
+    """``(confusion, score_hist or None, brier_sum or None, rank_pairs or None)`` of a site's
+    evaluation reply.
+
+    Raises:
+        FederationError: naming ``name``, when the confusion matrix is not ``(C, C)``
+            non-negative integer counts, or a score histogram / Brier sum / rank pairs do not
+            match it (shape, counts per class, range ``0 ≤ brier_sum ≤ 2·n``).
+    """
+    cm = _counts(reply.arrays.get("confusion"), (n_classes, n_classes))
+    if cm is None:
+        shape = np.shape(reply.arrays.get("confusion"))
+        raise FederationError(f"site {name!r}: invalid confusion matrix of shape {shape}, expected "
+                              f"({n_classes}, {n_classes}) non-negative counts")
+    hist = brier = None
+    if bins is not None and "score_hist" in reply.arrays:
+        # counts spread evenly over runs of bins by the site's release gate: non-negative, not integers
+        h = np.asarray(reply.arrays["score_hist"])
+        totals = cm.sum(axis=1)
+        ok = (n_classes == 2 and h.shape == (2, bins) and h.dtype.kind in "iuf" and bool(np.isfinite(h).all())
+              and not (h < 0).any()
+              # a secure sum rounds each bin to 2**-16: within 1e-3 over 1,000s of bins
+              and bool(np.all(np.abs(h.sum(axis=1, dtype=np.float64) - totals) <= 1e-6 * np.maximum(totals, 1)
+                              + bins * 2.0 ** -MOMENT_BITS)))
+        if not ok:
+            raise FederationError(f"site {name!r}: score histogram of shape {h.shape} does not match its confusion "
+                                  f"matrix (expected (2, {bins}) non-negative counts with the same class totals)")
+        hist = h.astype(np.float64)
+    if bins is not None and "brier_sum" in reply.arrays:
+        b = np.asarray(reply.arrays["brier_sum"], dtype=np.float64)
+        if b.shape != (1,) or not np.isfinite(b).all() or not 0 <= b[0] <= 2 * cm.sum() + 1e-9:
+            raise FederationError(f"site {name!r}: invalid Brier sum {b.tolist()} for {int(cm.sum())} rows")
+        brier = float(b[0])
+    pairs = None
+    if hist is not None and "rank_pairs" in reply.arrays:
+        r = np.asarray(reply.arrays["rank_pairs"], dtype=np.float64)
+        most = float(cm[1].sum()) * float(cm[0].sum())
+        if r.shape != (1,) or not np.isfinite(r).all() or not -1e-9 <= r[0] <= most * (1 + 1e-12) + 1e-9:
+            raise FederationError(f"site {name!r}: invalid rank pairs for {int(cm[1].sum())} positives and "
+                                  f"{int(cm[0].sum())} negatives")
+        pairs = float(r[0])
+    return cm, hist, brier, pairs
+
+
+def pool_evaluations(sums: Mapping[str, tuple[np.ndarray, Any, Any]], smoothed: bool = False) -> dict[str, Any]:
+    """``{"pooled", "per_site"}`` of :func:`~fedtab.learn.metrics.evaluation_scores` from the sites'
+    checked sums; a ranking or Brier metric is pooled only when every site sent its sum.
+
+    ``smoothed``: a site's release gate spread histogram counts over runs of bins
+    (:func:`fedtab.privacy.gate.smooth_histogram`): the AUROC / PR-AUC are then computed from
+    the smoothed counts and their error bounds (which assume exact bin counts) are ``None``.
+    """
+    per_site = {name: evaluation_scores(*s) for name, s in sums.items()}
+    parts = list(zip(*sums.values()))
+    pooled = [sum(p[1:], p[0]) if all(v is not None for v in p) else None for p in parts]
+    out = {"pooled": evaluation_scores(*pooled[:3]), "per_site": per_site}
+    if len(parts) > 3 and pooled[1] is not None and all(v is not None for v in parts[3]) \
+            and out["pooled"].get("auroc") is not None:  # pairs inside each site exactly, across sites binned
+        auroc, bound = pooled_auroc(parts[1], parts[3])
+        out["pooled"]["auroc"], out["pooled"]["auroc_error_bound"] = auroc, bound
+    if smoothed:  # per-site AUROCs from exact rank pairs keep their bound (0)
+        for scores in (out["pooled"], *per_site.values()):
+            for key in ("auroc_error_bound", "pr_auc_error_bound"):
+                if key in scores and not (key == "auroc_error_bound" and scores is not out["pooled"]
+                                          and scores[key] == 0.0):
+                    scores[key] = None
+    return out
+
+
+def was_smoothed(replies: Mapping[str, Message]) -> bool:
+    """Whether any reply says its release gate smoothed a histogram."""
+    return any(r.meta.get(SMOOTHED) is True for r in replies.values())
+
+
+def evaluate(federation: Federation, params: Params, n_classes: int, part: str = "test", bins: int | None = None,
+             *, has_proba: bool = False, ledger: PrivacyLedger | None = None,
+             on_error: Literal["raise", "skip"] | None = None) -> dict[str, Any]:
+    """The evaluation exchange: ``{"pooled", "per_site"}`` metrics (:func:`pool_evaluations`).
+
+    Plain: per site and pooled. Secure: the pooled sums only (``per_site`` is empty). DP: the
+    confusion matrices are noisy releases (rounded and floored at 0 here); no histograms.
+    Robust: every scalar pooled metric is the median over the sites (:func:`median_scores`).
+    """
+    opts = federation.options
+    dp = opts.dp
+    if dp is not None:
+        bins = None
+    meta: dict[str, Any] = {"part": part}
+    if bins is not None:
+        meta["score_bins"] = bins
+    if dp is not None:
+        if ledger is None:
+            raise ValueError("a DP evaluation needs the run's accountant")
+        meta[DP_META] = dp_request(dp, ledger.multiplier("training.evaluate"))
+        ledger.spend("training.evaluate")
+    request = Message("evaluate", params_to(params), meta)
+
+    def check(site: str, reply: Message) -> None:
+        if dp is not None:
+            validate.array(reply, "confusion", (n_classes, n_classes))  # noisy: shape and finiteness only
+            return
+        assert federation.schema is not None
+        n = federation.schema.rows(site, part)
+        validate.integer(reply.meta.get("n"), "evaluated rows", equal=n)
+        if "confusion" in reply.arrays:
+            validate.confusion_matrix(reply, n_classes, n)  # sums to the rows the site declared
+            checked_sums(site, reply, n_classes, bins)
+
+    fields: dict[str, int | None] = {"confusion": 0 if dp is None else MOMENT_BITS}
+    if bins is not None and has_proba:
+        fields["brier_sum"] = MOMENT_BITS
+        if n_classes == 2:  # smoothed by the sites' release gates: fractional counts
+            fields["score_hist"] = MOMENT_BITS
+    if opts.robust:
+        replies = exchange(federation, request, check, on_error=on_error, step="evaluate")
+        sums = {s: checked_sums(s, r, n_classes, bins) for s, r in replies.items()}
+        metrics = pool_evaluations(sums, smoothed=was_smoothed(replies))
+        metrics["pooled"] = {**metrics["pooled"], **median_scores(metrics["per_site"])}
+        return metrics
+    summed = exchange_sums(federation, request, SumSpec(fields), check, step="evaluate", on_error=on_error)
+    if dp is not None:  # post-processing of noisy counts
+        replies = {s: Message("evaluate", {"confusion": np.maximum(np.rint(r.arrays["confusion"]), 0)})
+                   for s, r in summed.replies.items() if "confusion" in r.arrays}
+        if summed.secure:
+            replies = {SECURE_SUM: Message("evaluate", {"confusion": np.maximum(np.rint(summed.sums["confusion"]), 0)})}
+        metrics = pool_evaluations({s: checked_sums(s, r, n_classes, None) for s, r in replies.items()})
+    elif summed.secure:
+        total = Message("evaluate", {k: np.rint(v) if k == "confusion" else np.maximum(v, 0.0)
+                                     for k, v in summed.sums.items()})
+        metrics = pool_evaluations({SECURE_SUM: checked_sums(SECURE_SUM, total, n_classes, bins)},
+                                   smoothed=was_smoothed(summed.replies))
+    else:
+        metrics = pool_evaluations({s: checked_sums(s, r, n_classes, bins) for s, r in summed.replies.items()},
+                                   smoothed=was_smoothed(summed.replies))
+    if summed.secure:
+        metrics["per_site"] = {}
+    return metrics
+
+
+def median_scores(per_site: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Robust pooled scores: every scalar metric's median over the sites that scored rows
+    (one vote per site; a metric some site lacks is left out); ``n`` is their total."""
+    scored = [m for m in per_site.values() if m["n"] > 0] or list(per_site.values())
+    out: dict[str, Any] = {}
+    for k in scored[0]:
+        values = [m.get(k) for m in scored]
+        if k != "n" and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[k] = float(site_median(np.array(values, dtype=np.float64)))
+    out["n"] = int(sum(m["n"] for m in scored))
+    return out

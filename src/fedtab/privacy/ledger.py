@@ -1,0 +1,218 @@
+"""The site ledger: what a site has answered and released, kept across requests, setups,
+runs and restarts.
+
+A curious server chooses every parameter it sends, including a fresh setup or a fresh
+run. Caps the site keeps only in memory for one setup can be reset by re-sending that
+setup (issue 20: "20 of 20 fits answered at ``max_rounds=3``"). The ledger is the site's
+own record, owned by the site and never by a request:
+
+* **per run** (the engine's run id — Flower's ``run_id``, FLARE's job id, the in-process
+  federation's id): counters of rounds (``fit``, ``impute_fit``, ``score_sums``...); a new
+  setup inside the run does not reset them;
+* **per period** (a rolling window of ``period_days`` days): counters of evaluations and
+  of releases per row part, and the site's differential-privacy spending (each Gaussian
+  release as its noise multiplier; ε is their Rényi-DP composition, see
+  :mod:`fedtab.privacy.accountant`).
+
+With a ``path`` the ledger is a small JSON file (``ledger.json`` in the site's state
+folder, written atomically after every charge), so it outlives the process: a Flower
+ClientApp started afresh for every message and a restarted site read it back. Without a
+path it lives in the site's state (``store``: a function returning the dict to keep it
+in — ``Site.state["ledger"]``, which an engine keeps for the length of a run) or in the
+object itself: an in-process simulation, where the job owner holds every site anyway.
+
+Every ``charge_*`` method either records the charge and returns ``None`` or, when the
+charge would pass the cap, records nothing and returns the refusal reason (the site
+answers with a refusal naming the cap).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["SiteLedger", "LEDGER_FILE", "LedgerError"]
+
+#: file name of a site's ledger inside its state folder.
+LEDGER_FILE = "ledger.json"
+_VERSION = 1
+
+
+class LedgerError(ValueError):
+    """The ledger file cannot be read or written (the site refuses to answer without it)."""
+
+
+def _today(clock: Callable[[], float]) -> str:
+    return _dt.datetime.fromtimestamp(clock(), _dt.timezone.utc).date().isoformat()
+
+
+class SiteLedger:
+    """A site's ledger (see the module docstring).
+
+    Args:
+        path: the JSON file (its folder is created); ``None`` keeps the ledger in memory.
+        store: without ``path``, returns the dict the ledger lives in (created empty on
+            first use); ``None`` keeps it in this object.
+        period_days: length of the rolling period of the per-period counters and of the
+            differential-privacy budget.
+        clock: seconds since the epoch (tests pass a fake clock).
+
+    Raises:
+        LedgerError: the file exists but is not a ledger this version can read.
+    """
+
+    def __init__(self, path: str | Path | None = None, *, store: Callable[[], dict[str, Any]] | None = None,
+                 period_days: int = 365, clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        if not isinstance(period_days, int) or isinstance(period_days, bool) or period_days < 1:
+            raise ValueError(f"ledger period_days must be a positive integer, got {period_days!r}")
+        self.path = None if path is None else Path(path)
+        self.period_days = period_days
+        self._clock = clock or time.time
+        self._lock = threading.Lock()
+        self._memory: dict[str, Any] = self._empty()
+        self._store_fn = store
+
+    @staticmethod
+    def _empty() -> dict[str, Any]:
+        return {"version": _VERSION, "runs": {}, "days": {}}
+
+    # ----- storage ------------------------------------------------------------------
+    def _load(self) -> dict[str, Any]:
+        if self.path is None and self._store_fn is not None:
+            data = self._store_fn()
+            if data.get("version") != _VERSION:
+                data.clear()
+                data.update(self._empty())
+            return data
+        if self.path is None:
+            return self._memory
+        if not self.path.is_file():
+            return self._empty()
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError) as exc:
+            raise LedgerError(f"the site ledger {self.path} cannot be read ({exc})") from None
+        if not isinstance(data, dict) or data.get("version") != _VERSION or not isinstance(data.get("runs"), dict) \
+                or not isinstance(data.get("days"), dict):
+            raise LedgerError(f"{self.path} is not a fedtab site ledger (version {_VERSION})")
+        return data
+
+    def _store(self, data: dict[str, Any]) -> None:
+        if self.path is None:
+            if self._store_fn is None:
+                self._memory = data
+            return  # a store's dict was changed in place
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data, sort_keys=True))
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            raise LedgerError(f"the site ledger {self.path} cannot be written ({exc})") from None
+
+    def _window(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """The day records inside the current period (older days are dropped when stored)."""
+        cutoff = (_dt.date.fromisoformat(_today(self._clock)) - _dt.timedelta(days=self.period_days - 1)).isoformat()
+        return [v for k, v in data["days"].items() if k >= cutoff]
+
+    def _prune(self, data: dict[str, Any]) -> None:
+        cutoff = (_dt.date.fromisoformat(_today(self._clock)) - _dt.timedelta(days=self.period_days - 1)).isoformat()
+        data["days"] = {k: v for k, v in data["days"].items() if k >= cutoff}
+
+    # ----- counters -----------------------------------------------------------------
+    def run_count(self, run: str, key: str) -> int:
+        """How often ``key`` was charged in ``run``."""
+        with self._lock:
+            return int(self._load()["runs"].get(str(run), {}).get(key, 0))
+
+    def period_count(self, key: str) -> int:
+        """How often ``key`` was charged in the current period."""
+        with self._lock:
+            return sum(int(d.get("counts", {}).get(key, 0)) for d in self._window(self._load()))
+
+    def charge_run(self, run: str, key: str, cap: int, what: str, n: int = 1, cap_name: str = "cap") -> str | None:
+        """Count ``n`` more ``key`` in ``run`` unless that passes ``cap``; the refusal names
+        ``what`` and the policy setting ``cap_name``."""
+        with self._lock:
+            data = self._load()
+            runs = data["runs"].setdefault(str(run), {})
+            used = int(runs.get(key, 0))
+            if used + n > cap:
+                return f"{what}: {used} answered in this run, the site's cap is {cap_name}={cap}"
+            runs[key] = used + n
+            self._store(data)
+        return None
+
+    def charge_period(self, key: str, cap: int | None, what: str, n: int = 1, cap_name: str = "cap") -> str | None:
+        """Count ``n`` more ``key`` in today's record unless the period's total passes ``cap``
+        (the refusal names ``what`` and the policy setting ``cap_name``)."""
+        with self._lock:
+            data = self._load()
+            self._prune(data)
+            used = sum(int(d.get("counts", {}).get(key, 0)) for d in data["days"].values())
+            if cap is not None and used + n > cap:
+                return (f"{what}: {used} answered in the last {self.period_days} days, the site's cap is "
+                        f"{cap_name}={cap}")
+            day = data["days"].setdefault(_today(self._clock), {})
+            day.setdefault("counts", {})[key] = int(day.get("counts", {}).get(key, 0)) + n
+            self._store(data)
+        return None
+
+    # ----- differential privacy -----------------------------------------------------
+    def dp_releases(self, delta: float) -> dict[float, int]:
+        """``{noise multiplier: releases}`` of the current period at ``delta``."""
+        out: dict[float, int] = {}
+        with self._lock:
+            for day in self._window(self._load()):
+                for z, n in day.get("dp", {}).get(repr(float(delta)), []):
+                    out[float(z)] = out.get(float(z), 0) + int(n)
+        return out
+
+    def epsilon_spent(self, delta: float) -> float:
+        """ε of the current period's releases at ``delta`` (0 when there were none)."""
+        from .accountant import epsilon_of
+
+        releases = self.dp_releases(delta)
+        return epsilon_of(1.0, releases, delta) if releases else 0.0
+
+    def charge_dp(self, z: float, releases: int, delta: float, budget: float) -> str | None:
+        """Record ``releases`` Gaussian releases at noise multiplier ``z`` unless the period's
+        composition would then spend more than ``budget`` at ``delta``."""
+        from .accountant import epsilon_of
+
+        if not (z > 0 and math.isfinite(z)) or releases < 1:
+            raise ValueError(f"a DP charge needs a positive finite multiplier and releases >= 1, got {z!r}, {releases!r}")
+        with self._lock:
+            data = self._load()
+            self._prune(data)
+            planned: dict[float, int] = {}
+            for day in data["days"].values():
+                for zz, n in day.get("dp", {}).get(repr(float(delta)), []):
+                    planned[float(zz)] = planned.get(float(zz), 0) + int(n)
+            planned[float(z)] = planned.get(float(z), 0) + int(releases)
+            eps = epsilon_of(1.0, planned, delta)
+            if eps > budget:
+                return (f"differential privacy: these {releases} release(s) would bring the site's spending in the last "
+                        f"{self.period_days} days to epsilon={eps:.3g}, over its budget {budget:g} (delta={delta:g})")
+            day = data["days"].setdefault(_today(self._clock), {})
+            entries = day.setdefault("dp", {}).setdefault(repr(float(delta)), [])
+            for entry in entries:
+                if entry[0] == float(z):
+                    entry[1] = int(entry[1]) + int(releases)
+                    break
+            else:
+                entries.append([float(z), int(releases)])
+            self._store(data)
+        return None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The ledger's content (a copy), for the site operator's report."""
+        with self._lock:
+            return json.loads(json.dumps(self._load()))

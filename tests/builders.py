@@ -1,0 +1,83 @@
+"""Builders the test modules share: synthetic classification tables split into site parts,
+the sites over them (in process), and the parts as CSV files with their engine site configs.
+
+Import them as ``from tests.builders import ...`` (``pythonpath = ["."]`` in pyproject.toml);
+pytest fixtures and hooks live in ``tests/conftest.py``. Each module keeps its own numbers
+(rows, columns, seeds): the builders only stop every module re-writing the same steps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from fedtab.data import classification_table, split_rows
+from fedtab.engines.local import LocalFederation
+from fedtab.federation.site import Site
+
+__all__ = ["classification_parts", "make_sites", "federation", "write_csvs", "write_site_configs",
+           "write_classification_sites", "local_reference"]
+
+
+def classification_parts(n: int, d: int, informative: int, redundant: int,
+                         fractions: Sequence[float] = (0.5, 0.3, 0.2), *, seed: int = 0, split_seed: int | None = None,
+                         target: str = "target", **table_options: Any) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    """``(table, parts)``: ``classification_table(n, d, informative, redundant, seed=seed, **table_options)``
+    and its rows split into ``fractions`` stratified by the target (``split_rows`` with ``split_seed``,
+    default ``seed``)."""
+    table = classification_table(n, d, informative, redundant, seed=seed, target=target, **table_options)
+    return table, split_rows(table, fractions, stratify=target, seed=seed if split_seed is None else split_seed)
+
+
+def make_sites(parts: Sequence[pd.DataFrame], *, names: str = "s{i}", target: str = "target",
+               **site_options: Any) -> list[Site]:
+    """One :class:`Site` per part, named ``names.format(i=i)``. A site option given as a list or a
+    range is per site (``selector=["lasso", "anova", "mutual_info"]``, ``seed=range(3)``)."""
+    def option(value: Any, i: int) -> Any:
+        return value[i] if isinstance(value, (list, range)) else value
+
+    return [Site(names.format(i=i), part, target, **{k: option(v, i) for k, v in site_options.items()})
+            for i, part in enumerate(parts)]
+
+
+def federation(parts: Sequence[pd.DataFrame], **options: Any) -> LocalFederation:
+    """A :class:`LocalFederation` of :func:`make_sites` ``(parts, **options)``."""
+    return LocalFederation(make_sites(parts, **options))
+
+
+def write_csvs(parts: Sequence[pd.DataFrame], root: Path, stem: str = "site{i}", *, first: int = 0) -> list[Path]:
+    """Each part as ``root / stem.format(i=k) + ".csv"`` (no index column), ``k`` counting from
+    ``first``; the paths."""
+    paths = []
+    for k, part in enumerate(parts, start=first):
+        paths.append(Path(root) / f"{stem.format(i=k)}.csv")
+        part.to_csv(paths[-1], index=False)
+    return paths
+
+
+def write_site_configs(parts: Sequence[pd.DataFrame], root: Path, *, first: int = 1, target: str = "target",
+                       **config: Any) -> list[dict]:
+    """The parts as ``root/site<k>.csv`` and their engine site configs ``{"name": "site-<k>",
+    "data-path", "target", **config}``, ``k`` counting from ``first``."""
+    paths = write_csvs(parts, root, first=first)
+    return [{"name": f"site-{k}", "data-path": str(p), "target": target, **config}
+            for k, p in enumerate(paths, start=first)]
+
+
+def write_classification_sites(root: Path, n: int, d: int, informative: int, redundant: int, *, table_seed: int,
+                               split_seed: int, selector: str = "lasso") -> list[dict]:
+    """Three sites' CSVs (a 50/30/20 stratified split of one classification table) under
+    ``root`` and their engine site configs (``site-1`` ... ``site-3``)."""
+    _, parts = classification_parts(n, d, informative, redundant, seed=table_seed, split_seed=split_seed)
+    return write_site_configs(parts, root, selector=selector)
+
+
+def local_reference(configs: Sequence[dict], run: dict) -> dict:
+    """The in-process engine's result of pipeline ``run`` over engine site ``configs``: what the
+    engine tests compare Flower and FLARE runs with."""
+    from fedtab.engines.pipeline import run_pipeline
+    from fedtab.engines.site_config import build_site
+
+    return run_pipeline(LocalFederation([build_site(c) for c in configs]), run)
