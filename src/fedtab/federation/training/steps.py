@@ -450,8 +450,11 @@ def was_smoothed(replies: Mapping[str, Message]) -> bool:
 
 def evaluate(federation: Federation, params: Params, n_classes: int, part: str = "test", bins: int | None = None,
              *, has_proba: bool = False, ledger: PrivacyLedger | None = None,
-             on_error: Literal["raise", "skip"] | None = None) -> dict[str, Any]:
+             on_error: Literal["raise", "skip"] | None = None, kind: str = "evaluate") -> dict[str, Any]:
     """The evaluation exchange: ``{"pooled", "per_site"}`` metrics (:func:`pool_evaluations`).
+
+    ``kind``: the request's kind (another workflow's handler that replies the same sums, e.g.
+    ``"gbdt_evaluate"``).
 
     Plain: per site and pooled. Secure: the pooled sums only (``per_site`` is empty). DP: the
     confusion matrices are noisy releases (rounded and floored at 0 here); no histograms.
@@ -469,7 +472,7 @@ def evaluate(federation: Federation, params: Params, n_classes: int, part: str =
             raise ValueError("a DP evaluation needs the run's accountant")
         meta[DP_META] = dp_request(dp, ledger.multiplier("training.evaluate"))
         ledger.spend("training.evaluate")
-    request = Message("evaluate", params_to(params), meta)
+    request = Message(kind, params_to(params), meta)
 
     def check(site: str, reply: Message) -> None:
         if dp is not None:
@@ -488,12 +491,12 @@ def evaluate(federation: Federation, params: Params, n_classes: int, part: str =
         if n_classes == 2:  # smoothed by the sites' release gates: fractional counts
             fields["score_hist"] = MOMENT_BITS
     if opts.robust:
-        replies = exchange(federation, request, check, on_error=on_error, step="evaluate")
+        replies = exchange(federation, request, check, on_error=on_error, step=kind)
         sums = {s: checked_sums(s, r, n_classes, bins) for s, r in replies.items()}
         metrics = pool_evaluations(sums, smoothed=was_smoothed(replies))
         metrics["pooled"] = {**metrics["pooled"], **median_scores(metrics["per_site"])}
         return metrics
-    summed = exchange_sums(federation, request, SumSpec(fields), check, step="evaluate", on_error=on_error)
+    summed = exchange_sums(federation, request, SumSpec(fields), check, step=kind, on_error=on_error)
     if dp is not None:  # post-processing of noisy counts
         replies = {s: Message("evaluate", {"confusion": np.maximum(np.rint(r.arrays["confusion"]), 0)})
                    for s, r in summed.replies.items() if "confusion" in r.arrays}

@@ -43,12 +43,14 @@ MAX_HESSIAN = {"binary": 0.25, "multiclass": 0.5, "regression": 1.0}
 
 
 def check_site_histogram(hist: np.ndarray, layout: BinLayout, n_nodes: int, *, n_rows: int | None = None,
-                         objective: str = "binary", noisy: bool = False, site: str = "a site") -> None:
+                         objective: str = "binary", noisy: bool = False, site: str = "a site",
+                         quantum: float = 0.0) -> None:
     """Validate one site's level histogram before it is summed (a hostile site's reply).
 
     Checks the shape ``(n_nodes, n_slots, 2)`` and finiteness; unless ``noisy`` (DP noise added
     at the site breaks these identities): hessians ≥ 0, every feature's slots adding up to the
-    same node totals (each row is in one slot per feature; relative tolerance 1e-9), and — given
+    same node totals (each row is in one slot per feature; relative tolerance 1e-9, plus half a
+    ``quantum`` per slot for sums the site rounded to a grid of that step), and — given
     the site's row count — a node's hessian mass at most ``n_rows ·`` :data:`MAX_HESSIAN` and,
     for classification, ``|G| ≤ n_rows``.
 
@@ -67,7 +69,8 @@ def check_site_histogram(hist: np.ndarray, layout: BinLayout, n_nodes: int, *, n
         raise ValueError(f"{site}: negative hessian sums")
     seg = np.add.reduceat(h, layout.offsets[:-1], axis=1)  # (m, d, 2) per-feature node totals
     scale = np.abs(h).sum(axis=1, keepdims=True) / layout.n_features + 1e-300
-    if (np.abs(seg - seg[:, :1]) > 1e-9 * scale).any():
+    slack = 1e-9 * scale + float(quantum) * float(layout.n_bins.max() + 1)
+    if (np.abs(seg - seg[:, :1]) > slack).any():
         raise ValueError(f"{site}: features disagree on the node totals (each row is in one bin per feature)")
     if n_rows is not None:
         if (seg[:, 0, 1] > n_rows * MAX_HESSIAN[objective] * (1 + 1e-6)).any():

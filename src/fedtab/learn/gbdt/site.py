@@ -92,8 +92,14 @@ class SparseSlots:
         self.entry_row = np.nonzero(rare)[0].astype(np.int64)
         self.entry_slot = slots[rare].astype(np.int64)
 
-    def histograms(self, grad: np.ndarray, hess: np.ndarray, positions: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-        """As :func:`level_histograms` (same arguments but the slots, same ``(m, n_slots, 2)`` result)."""
+    def histograms(self, grad: np.ndarray, hess: np.ndarray, positions: np.ndarray, nodes: np.ndarray, *,
+                   count_weight: np.ndarray | None = None, with_counts: bool = False
+                   ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """As :func:`level_histograms` (same arguments but the slots, same ``(m, n_slots, 2)`` result).
+
+        With ``with_counts`` also returns the ``(m, n_slots)`` float64 row counts of every slot,
+        each row counted with ``count_weight`` (``(n,)``, e.g. 1 for the rows in the round's
+        subsample and 0 for the others; default 1 for every row)."""
         req = np.asarray(nodes, dtype=np.int64).reshape(-1, 2)
         n, K, S = self.n_rows, positions.shape[0], self.layout.n_slots
         if grad.shape != (n, K) or hess.shape != (n, K) or positions.shape != (K, n):
@@ -106,13 +112,16 @@ class SparseSlots:
         for k in np.unique(req[:, 0]).tolist():
             where = _node_index(req, k, positions[k])
             rows = np.flatnonzero(where >= 0)
-            for i, w in enumerate((grad[rows, k].astype(np.float64), hess[rows, k].astype(np.float64), None)):
+            cw = None if count_weight is None else np.asarray(count_weight, dtype=np.float64)
+            for i, w in enumerate((grad[rows, k].astype(np.float64), hess[rows, k].astype(np.float64),
+                                   None if cw is None else cw[rows])):
                 tot[i] += np.bincount(where[rows], weights=w, minlength=m)
             ew = where[self.entry_row]
             keep = ew >= 0
             idx = ew[keep] * S + self.entry_slot[keep]
             r = self.entry_row[keep]
-            for i, w in enumerate((grad[r, k].astype(np.float64), hess[r, k].astype(np.float64), None)):
+            for i, w in enumerate((grad[r, k].astype(np.float64), hess[r, k].astype(np.float64),
+                                   None if cw is None else cw[r])):
                 out[i] += np.bincount(idx, weights=w, minlength=m * S)
         out = out.reshape(3, m, S)
         starts = self.layout.offsets[:-1]
@@ -123,7 +132,8 @@ class SparseSlots:
             block = out[i][:, self.frequent]
             block[empty] = 0.0
             out[i][:, self.frequent] = block
-        return np.stack([out[0], out[1]], axis=2)
+        hist = np.stack([out[0], out[1]], axis=2)
+        return (hist, out[2]) if with_counts else hist
 
 
 def _node_index(req: np.ndarray, k: int, positions_k: np.ndarray) -> np.ndarray:
@@ -213,7 +223,36 @@ class SiteBooster:
         self.round = 0
         self.positions = np.zeros((K, self.bins.shape[0]), dtype=np.int32)
         self.val_positions = None if X_val is None else np.zeros((K, self.val_bins.shape[0]), dtype=np.int32)
-        self.grad = self.hess = None
+        self.grad = self.hess = self.keep = None
+
+    #: attributes :meth:`to_state` keeps (numpy arrays, ints or None)
+    _STATE = ("bins", "y", "margins", "val_bins", "y_val", "val_margins", "round", "positions", "val_positions",
+              "grad", "hess", "keep")
+
+    def to_state(self) -> dict:
+        """The booster as plain data (arrays, ints, lists; no pickle), for a site state that
+        an engine stores between requests. :meth:`from_state` rebuilds it without re-binning."""
+        out = {k: getattr(self, k) for k in self._STATE}
+        out.update(params=self.params.to_dict(), layout=self.layout.to_arrays(), rng_seed=list(self._rng_seed),
+                   frequent=self.slots.frequent, entry_row=self.slots.entry_row, entry_slot=self.slots.entry_slot)
+        return out
+
+    @classmethod
+    def from_state(cls, state: Mapping) -> "SiteBooster":
+        """Inverse of :meth:`to_state` (raises ``KeyError``/``ValueError`` on a state that is not one)."""
+        self = cls.__new__(cls)
+        self.params = GBDTParams.from_dict(state["params"])
+        self.layout = BinLayout.from_arrays(state["layout"])
+        for k in cls._STATE:
+            setattr(self, k, state[k])
+        self.round = int(self.round)
+        self._rng_seed = [int(v) for v in state["rng_seed"]]
+        slots = SparseSlots.__new__(SparseSlots)
+        slots.layout, slots.n_rows = self.layout, int(np.asarray(self.bins).shape[0])
+        slots.frequent, slots.entry_row, slots.entry_slot = (np.asarray(state[k], dtype=np.int64)
+                                                             for k in ("frequent", "entry_row", "entry_slot"))
+        self.slots = slots
+        return self
 
     def start_round(self) -> None:
         """Gradients at the current margins, this round's subsample, every row at the roots."""
@@ -222,7 +261,7 @@ class SiteBooster:
         keep = subsample_rows(self.bins.shape[0], self.params.subsample, rng)
         g[~keep] = 0
         h[~keep] = 0
-        self.grad, self.hess = g, h
+        self.grad, self.hess, self.keep = g, h, keep
         self.positions[:] = 0
         if self.val_positions is not None:
             self.val_positions[:] = 0
@@ -232,6 +271,14 @@ class SiteBooster:
         if self.grad is None:
             raise RuntimeError("start_round() first")
         return self.slots.histograms(self.grad, self.hess, self.positions, nodes)
+
+    def histograms_and_counts(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`histograms` and the ``(m, n_slots)`` counts of the round's subsampled rows behind
+        every slot (what a site's release rules need, :mod:`.release`)."""
+        if self.grad is None:
+            raise RuntimeError("start_round() first")
+        return self.slots.histograms(self.grad, self.hess, self.positions, nodes, count_weight=self.keep,
+                                     with_counts=True)
 
     def apply(self, splits: Mapping[str, np.ndarray]) -> None:
         """Route the training (and validation) rows by a level's splits."""

@@ -1,0 +1,158 @@
+"""What a site releases of a level's histograms: its own rules, whatever the server asks (numpy).
+
+A site's level histograms (:meth:`~.site.SiteBooster.histograms_and_counts`) are sums of its
+rows' gradients and hessians per node and bin. Before they leave the site, :func:`release_level`
+applies the site's floor ``min_rows`` (its disclosure policy's), so that no released number is
+computed from fewer than ``min_rows`` of its rows — whichever nodes the server asks for and
+whichever bin edges it sent:
+
+* **small nodes** — a requested node holding between 1 and ``min_rows − 1`` of the site's rows
+  in the round's subsample, or whose sibling does (the server knows the parent's sums, so the
+  child's sums give the sibling's), is sent as zeros. The server then attributes the site's
+  rows of that split to the derived child: the trees stay valid, the site's few rows are only
+  ever part of a larger sum. :func:`check_request` refuses a request naming both children of
+  one split (an honest server builds one and derives the other), which would otherwise
+  separate the withheld rows from the derived child's.
+* **small bins** — within every released node, each feature's slots (value bins, then the
+  missing slot) are cut into runs of adjacent slots holding at least ``min_rows`` rows, and each
+  run's sums are spread evenly over its slots (:func:`smooth_bins`, the rule of
+  :func:`fedtab.privacy.gate.smooth_histogram`). A bin edge chosen by a hostile server to
+  isolate one row therefore gives a bin whose sums are averaged with ≥ ``min_rows − 1`` other
+  rows'. Every feature's slots still sum to the node's totals.
+* **a fixed grid** — sums are rounded to multiples of ``2**-bits`` (:func:`quantize`; 24 bits, the
+  secure aggregator's default resolution), so plain sums (exact in float64 on that grid) and
+  secure sums (fixed point with the same bits) are the same numbers: secure aggregation gives
+  the same trees bit for bit.
+
+These rules apply in plain and secure mode alike (the site's release does not depend on how it
+travels), so both modes grow the same trees; with ``min_rows = 1`` they leave the histograms
+exact but for the grid. Under differential privacy the histograms are noised instead
+(:func:`noisy_level`) and none of these data-dependent rules is applied (they would void the
+guarantee). What they do not stop: a hostile server that chooses different splits in different
+rounds can difference two releases over row sets that differ by fewer than ``min_rows`` rows.
+Secure aggregation (the server sees sums over sites only) and DP are the answers to that; see
+``docs/models.md``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .bins import BinLayout
+
+__all__ = ["release_level", "smooth_bins", "quantize", "node_counts", "small_nodes", "check_request",
+           "noisy_level", "histogram_sensitivity", "GRID_BITS", "MAX_GRADIENT"]
+
+#: fractional bits of the release grid (the secure aggregator's default FRAC_BITS)
+GRID_BITS = 24
+#: the largest |gradient| one row has, per objective (regression: clipped at the DP clip)
+MAX_GRADIENT = {"binary": 1.0, "multiclass": 1.0}
+
+
+def node_counts(counts: np.ndarray, layout: BinLayout) -> np.ndarray:
+    """``(m,)`` rows of each node: the counts of feature 0's slots (every row is in one of them)."""
+    return np.asarray(counts, dtype=np.float64)[:, layout.offsets[0]:layout.offsets[1]].sum(axis=1)
+
+
+def small_nodes(own: np.ndarray, sibling: np.ndarray, min_rows: int) -> np.ndarray:
+    """``(m,)`` bool: the node, or its sibling, holds between 1 and ``min_rows − 1`` rows."""
+    own, sibling = np.asarray(own), np.asarray(sibling)
+    return ((own > 0) & (own < min_rows)) | ((sibling > 0) & (sibling < min_rows))
+
+
+def check_request(nodes: np.ndarray, splits_left: np.ndarray, splits_right: np.ndarray,
+                  splits_tree: np.ndarray) -> None:
+    """Refuse a level request that names both children of one split.
+
+    Raises:
+        ValueError: some split's left and right child are both requested.
+    """
+    req = {(int(k), int(n)) for k, n in np.asarray(nodes, dtype=np.int64).reshape(-1, 2)}
+    for k, a, b in zip(np.asarray(splits_tree).tolist(), np.asarray(splits_left).tolist(),
+                       np.asarray(splits_right).tolist()):
+        if (k, a) in req and (k, b) in req:
+            raise ValueError("the request names both children of one split (the site sends one; the server "
+                             "derives the other)")
+
+
+def smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, min_rows: int) -> np.ndarray:
+    """``hist`` ``(m, n_slots, 2)`` with every feature's small bins merged into runs (module docstring).
+
+    Each feature's slots, in order, are cut greedily into runs holding at least ``min_rows`` rows
+    (a short last run joins the one before); each run's sums are spread evenly over its slots.
+    ``min_rows <= 1`` returns a copy.
+    """
+    h = np.asarray(hist, dtype=np.float64)
+    if min_rows <= 1 or h.shape[0] == 0:
+        return h.copy()
+    m, d = h.shape[0], layout.n_features
+    width = layout.n_bins + 1
+    B = int(width.max())
+    j = np.arange(B)
+    real = j[None, :] < width[:, None]  # (d, B)
+    flat = np.where(real, layout.offsets[:-1, None] + j[None, :], 0)
+    c = np.where(real[None], np.asarray(counts, dtype=np.float64)[:, flat], 0.0)  # (m, d, B)
+    run = np.zeros((m, d, B), dtype=np.int64)
+    acc = np.zeros((m, d))
+    cur = np.zeros((m, d), dtype=np.int64)
+    for b in range(B):
+        acc += c[:, :, b]
+        run[:, :, b] = cur
+        closed = acc >= min_rows
+        cur += closed
+        acc[closed] = 0.0
+    last = cur[:, :, None]
+    run = np.where((run == last) & (last > 0), last - 1, run)  # the short last run joins the one before
+    gid = ((np.arange(m)[:, None, None] * d + np.arange(d)[None, :, None]) * B + run)[np.broadcast_to(real, run.shape)]
+    n_groups = m * d * B
+    length = np.bincount(gid, minlength=n_groups).astype(np.float64)
+    out = h.copy()
+    sel = np.broadcast_to(real, (m, d, B))
+    rows = np.broadcast_to(np.arange(m)[:, None, None], (m, d, B))[sel]
+    slots = np.broadcast_to(flat[None], (m, d, B))[sel]
+    for i in (0, 1):
+        values = h[rows, slots, i]
+        total = np.bincount(gid, weights=values, minlength=n_groups)
+        out[rows, slots, i] = total[gid] / length[gid]
+    return out
+
+
+def quantize(hist: np.ndarray, bits: int = GRID_BITS) -> np.ndarray:
+    """``hist`` rounded to multiples of ``2**-bits`` (float64)."""
+    scale = float(2**bits)
+    return np.round(np.asarray(hist, dtype=np.float64) * scale) / scale
+
+
+def release_level(hist: np.ndarray, counts: np.ndarray, sibling_counts: np.ndarray, layout: BinLayout,
+                  min_rows: int, bits: int = GRID_BITS) -> tuple[np.ndarray, int]:
+    """The level histograms a site releases, and how many nodes it withheld (module docstring).
+
+    Args:
+        hist: ``(m, n_slots, 2)`` the site's sums; counts: ``(m, n_slots)`` rows behind each slot.
+        sibling_counts: ``(m,)`` rows of each requested node's sibling (0 where it has none).
+        layout: the agreed bins. min_rows: the site's floor. bits: the grid (:func:`quantize`).
+    """
+    own = node_counts(counts, layout)
+    small = small_nodes(own, sibling_counts, min_rows)
+    out = smooth_bins(hist, counts, layout, min_rows)
+    out[small] = 0.0
+    return quantize(out, bits), int(small.sum())
+
+
+def histogram_sensitivity(objective: str, n_features: int, n_trees: int, clip: float) -> float:
+    """L2 sensitivity of one level's histograms to adding or removing one row.
+
+    A row adds its gradient and hessian to one slot per feature in one node of each of the
+    round's ``n_trees`` trees: ``sqrt(n_trees · n_features · (g_max² + h_max²))`` with
+    ``g_max`` = 1 for classification and ``clip`` for regression (gradients clipped there), and
+    ``h_max`` = ¼ (logistic), ½ (softmax) or 1 (squared error).
+    """
+    g = MAX_GRADIENT.get(objective, float(clip))
+    h = {"binary": 0.25, "multiclass": 0.5, "regression": 1.0}[objective]
+    return float(np.sqrt(n_trees * n_features * (g * g + h * h)))
+
+
+def noisy_level(hist: np.ndarray, sensitivity: float, z: float, rng: np.random.Generator) -> np.ndarray:
+    """``hist`` plus Gaussian noise of standard deviation ``z · sensitivity`` in every sum."""
+    h = np.asarray(hist, dtype=np.float64)
+    return h + rng.normal(0.0, float(z) * float(sensitivity), size=h.shape)
