@@ -308,10 +308,10 @@ def _evaluate(federation: Federation, model: GBDTModel, classes: list[str], part
     if ledger is not None:
         ledger.spend("training.evaluate")
         meta[DP_META] = dp_request(federation.options.dp, ledger.multiplier("training.evaluate"))
-    req = Message("gbdt_evaluate", params_to(arrays), meta)
-    summed = exchange_sums(federation, req, SumSpec({"sse": MOMENT_BITS}), on_error=on_error, step="gbdt_evaluate")
+    req = Message("gbdt_score", params_to(arrays), meta)
+    summed = exchange_sums(federation, req, SumSpec({"sse": MOMENT_BITS}), on_error=on_error, step="gbdt_score")
     sse = float(summed.sums["sse"][0])
     rows = sum(federation.schema.rows(s, part) for s in summed.sites)
-    log.append({"step": "gbdt_evaluate", "round": -1, "level": -1, "nodes": 0,
+    log.append({"step": "gbdt_score", "round": -1, "level": -1, "nodes": 0,
                 "bytes_down": payload_bytes(req) * n, "bytes_up": 8 * len(summed.sites)})
     return {"pooled": {"rmse": float(np.sqrt(max(sse, 0.0) / rows)) if rows else None, "n": rows}, "per_site": {}}

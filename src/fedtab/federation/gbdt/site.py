@@ -14,9 +14,10 @@
   (:func:`~fedtab.learn.gbdt.release.release_level`: small nodes withheld, small bins merged,
   sums on a fixed grid; DP noise instead under DP), and, when asked, the loss sums of its
   validation part. A request with no nodes only applies what it carries (the last round).
-* ``"gbdt_evaluate"`` — the evaluation sums of a model (arrays of
+* ``"gbdt_evaluate"`` — the evaluation sums of a classification model (arrays of
   :meth:`~fedtab.learn.gbdt.GBDTModel.to_arrays`, validated as a hostile model) on a part:
-  the training workflow's sums for classification, ``[squared error sum, n]`` for regression.
+  the training workflow's sums (per class: every class needs ``min_rows`` rows there);
+  ``"gbdt_score"`` — a regression model's squared error sum on a part.
 
 The site never takes a size, a seed or a floor from the server: parts are its own
 (:mod:`fedtab.federation.parts`), the subsample is drawn from its own seed, its floor is the
@@ -192,6 +193,7 @@ def _level(site: Site, request: Message) -> Message:
     splits = _carried(request, SPLIT)
     if splits:
         booster.apply(splits)
+        st["splits"], st["released"] = splits, []
     leaves = _carried(request, LEAF)
     if leaves:
         values, ptr = np.asarray(leaves["values"], dtype=np.float32), np.asarray(leaves["ptr"], dtype=np.int64)
@@ -231,12 +233,14 @@ def _level(site: Site, request: Message) -> Message:
             if dp is not None and p.objective == "regression":  # bounded gradients for the sensitivity
                 c = float(dp.get("clip", 1.0))
                 booster.grad = np.clip(booster.grad, -c, c).astype(np.float32)
-            st["started"], splits = True, {}
+            st["started"], st["splits"], st["released"] = True, None, []
         elif not st["started"]:
             raise ValueError("a level request before the round's first level")
-        last = splits or None
-        if last is not None:
-            check_request(nodes, last["left"], last["right"], last["tree"])
+        last = st.get("splits") or None
+        if last is not None:  # with the nodes this level already released (a second request for the sibling)
+            seen = np.asarray(st.get("released") or [], dtype=np.int64).reshape(-1, 2)
+            check_request(np.vstack([seen, nodes]), last["left"], last["right"], last["tree"])
+        st["released"] = [*(st.get("released") or []), *nodes.tolist()]
         hist, counts = booster.histograms_and_counts(nodes)
         if dp is not None:
             sens = histogram_sensitivity(p.objective, booster.layout.n_features, p.n_outputs, float(dp.get("clip", 1.0)))
@@ -253,7 +257,7 @@ def _level(site: Site, request: Message) -> Message:
 
 # ----------------------------------------------------------------------------- evaluate
 EVALUATE_RELEASES = Releases(part="part", default_part="test", per_class=True,
-                             aggregates=("confusion", "brier_sum", "rank_pairs", "sse"),
+                             aggregates=("confusion", "brier_sum", "rank_pairs"),
                              histograms=("score_hist",), meta={"n": COUNT, SMOOTHED: FLAG}, dp=True,
                              dp_releases=lambda r: 2 if r.meta.get("score_bins") is not None else 1)
 
@@ -290,21 +294,34 @@ def _model_from(request: Message, st: Mapping[str, Any]) -> GBDTModel:
     return GBDTModel.from_arrays(manifest, arrays)
 
 
+@handler("gbdt_score", Releases(part="part", default_part="test", aggregates=("sse",), meta={"n": COUNT}, dp=True,
+                                dp_releases=1))
+def _score(site: Site, request: Message) -> Message:
+    """Regression: ``[squared error sum]`` of a model on a part (each row's error clipped at the
+    DP clip under DP)."""
+    st = _state(site)
+    model = _model_from(request, st)
+    if model.params.objective != "regression":
+        raise ValueError("gbdt_score scores regression models; classification uses gbdt_evaluate")
+    X, y = site_data(site, st["features"], str(request.meta.get("part") or "test"), None, True)
+    err = (model.predict(X) - y) ** 2 if len(y) else np.zeros(0)
+    dp = request.meta.get(DP_META)
+    if dp is None:
+        return Message("gbdt_score", {"sse": np.array([float(err.sum())])}, {"n": int(len(y))})
+    c = float(dp.get("clip", 1.0))
+    noisy = add_noise(np.array([float(np.minimum(err, c * c).sum())]), c * c, dp, noise_rng())
+    return Message("gbdt_score", {"sse": noisy}, {"n": int(len(y))})
+
+
 @handler("gbdt_evaluate", EVALUATE_RELEASES)
 def _evaluate(site: Site, request: Message) -> Message:
     st = _state(site)
     model = _model_from(request, st)
     part = str(request.meta.get("part") or "test")
-    regression = model.params.objective == "regression"
-    X, y = site_data(site, st["features"], part, st["classes"], regression)
+    if model.params.objective == "regression":
+        raise ValueError("gbdt_evaluate scores classification models; regression uses gbdt_score")
+    X, y = site_data(site, st["features"], part, st["classes"], False)
     dp = request.meta.get(DP_META)
-    if regression:
-        sse = float(((model.predict(X) - y) ** 2).sum()) if len(y) else 0.0
-        out = {"sse": np.array([sse])}
-        if dp is not None:
-            c = float(dp.get("clip", 1.0))
-            out = {"sse": add_noise(np.minimum(out["sse"], c * c * len(y)), c * c, dp, noise_rng())}
-        return Message("gbdt_evaluate", out, {"n": int(len(y))})
     out = evaluation_sums(_Fitted(model), {}, X, y, len(st["classes"]), requested_bins(request.meta),
                           pairs=SECAGG_META not in request.meta)
     if dp is not None:

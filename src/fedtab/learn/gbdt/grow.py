@@ -175,6 +175,11 @@ class RoundGrower:
                 t.value[node] = float(leaf_values(G, H, self.params))
         else:
             totals = np.array([self.trees[k].sums[node] for k, node in self._open], dtype=np.float64)
+            # a site may send a node as zeros (its release rules): the histogram then holds other
+            # rows than the parent's split counted; search the node's own histogram's totals
+            own = node_totals(hist, self.layout)
+            off = np.abs(own - totals) > 1e-6 * (np.abs(totals) + 1.0)
+            totals = np.where(off.any(axis=1, keepdims=True), own, totals)
         best = find_splits(hist, totals, self.layout, self.params)
         msg: dict[str, list] = {k: [] for k in SPLIT_MESSAGE}
         next_open, next_build, derive, parent_hist = [], [], {}, {}
