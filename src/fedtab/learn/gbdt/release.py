@@ -14,9 +14,10 @@ whichever bin edges it sent:
   one split (an honest server builds one and derives the other), which would otherwise
   separate the withheld rows from the derived child's.
 * **small bins** — within every released node, each feature's slots (value bins, then the
-  missing slot) are cut into runs of adjacent slots holding at least ``min_rows`` rows, and each
-  run's sums are spread evenly over its slots (:func:`smooth_bins`, the rule of
-  :func:`fedtab.privacy.gate.smooth_histogram`). A bin edge chosen by a hostile server to
+  missing slot) holding between 1 and ``min_rows − 1`` rows are merged with their neighbours
+  into runs of at least ``min_rows`` rows: a run of small slots is spread evenly over its slots,
+  a run that needs a large neighbour is added to it (:func:`smooth_bins`; slots of ``min_rows``
+  rows or more are released as they are, empty ones as 0 — the gate's small-cell rule). A bin edge chosen by a hostile server to
   isolate one row therefore gives a bin whose sums are averaged with ≥ ``min_rows − 1`` other
   rows'. Every feature's slots still sum to the node's totals.
 * **a fixed grid** — sums are rounded to multiples of ``2**-bits`` (:func:`quantize`; 24 bits, the
@@ -78,9 +79,14 @@ def check_request(nodes: np.ndarray, splits_left: np.ndarray, splits_right: np.n
 def smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, min_rows: int) -> np.ndarray:
     """``hist`` ``(m, n_slots, 2)`` with every feature's small bins merged into runs (module docstring).
 
-    Each feature's slots, in order, are cut greedily into runs holding at least ``min_rows`` rows
-    (a short last run joins the one before); each run's sums are spread evenly over its slots.
-    ``min_rows <= 1`` returns a copy.
+    Per node and feature, in slot order: a slot of at least ``min_rows`` rows is released as it
+    is, an empty slot stays 0 (no row is behind it, as the gate's suppression keeps empty cells),
+    and consecutive *small* slots (1 to ``min_rows − 1`` rows, empty slots between them included)
+    are merged into a run until it holds ``min_rows`` rows — taking in the next large slot when
+    the small ones alone do not reach it; a short last run joins the group before it. A run of
+    small slots only spreads its sums evenly over its slots; a group that holds a large slot puts
+    all its sums on that slot and releases its small slots as 0 (their few rows are counted in
+    the large neighbour: the least distortion of the split gains). ``min_rows <= 1`` returns a copy.
     """
     h = np.asarray(hist, dtype=np.float64)
     if min_rows <= 1 or h.shape[0] == 0:
@@ -92,28 +98,59 @@ def smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, min_row
     real = j[None, :] < width[:, None]  # (d, B)
     flat = np.where(real, layout.offsets[:-1, None] + j[None, :], 0)
     c = np.where(real[None], np.asarray(counts, dtype=np.float64)[:, flat], 0.0)  # (m, d, B)
-    run = np.zeros((m, d, B), dtype=np.int64)
+    gid = np.full((m, d, B), -1, dtype=np.int64)  # group of each slot (-1: empty, released as 0)
+    is_open = np.zeros((m, d), dtype=bool)
     acc = np.zeros((m, d))
-    cur = np.zeros((m, d), dtype=np.int64)
+    next_id = np.zeros((m, d), dtype=np.int64)
+    cur = np.full((m, d), -1, dtype=np.int64)  # the open run's id
+    last = np.full((m, d), -1, dtype=np.int64)  # the last closed group's id
     for b in range(B):
-        acc += c[:, :, b]
-        run[:, :, b] = cur
-        closed = acc >= min_rows
-        cur += closed
-        acc[closed] = 0.0
-    last = cur[:, :, None]
-    run = np.where((run == last) & (last > 0), last - 1, run)  # the short last run joins the one before
-    gid = ((np.arange(m)[:, None, None] * d + np.arange(d)[None, :, None]) * B + run)[np.broadcast_to(real, run.shape)]
-    n_groups = m * d * B
-    length = np.bincount(gid, minlength=n_groups).astype(np.float64)
-    out = h.copy()
-    sel = np.broadcast_to(real, (m, d, B))
+        cb = c[:, :, b]
+        small, big = (cb > 0) & (cb < min_rows), cb >= min_rows
+        opening = small & ~is_open
+        cur = np.where(opening, next_id, cur)
+        next_id = next_id + opening
+        is_open |= opening
+        acc = np.where(opening, 0.0, acc)
+        alone = big & ~is_open  # a large slot on its own: its own group
+        joins = is_open & (small | big | (cb == 0))
+        gid[:, :, b] = np.where(joins, cur, np.where(alone, next_id, -1))
+        last = np.where(alone, next_id, last)
+        next_id = next_id + alone
+        acc = acc + np.where(is_open, cb, 0.0)
+        closing = is_open & (acc >= min_rows)
+        last = np.where(closing, cur, last)
+        is_open &= ~closing
+    # a run still open at the end holds fewer than min_rows rows: it joins the group before it;
+    # its trailing empty slots go back to 0
+    tail = is_open & (last >= 0)
+    for b in range(B - 1, -1, -1):
+        g = gid[:, :, b]
+        empty_tail = tail & (g == cur) & (c[:, :, b] == 0)
+        gid[:, :, b] = np.where(empty_tail, -1, g)
+        tail = tail & ~((g == cur) & (c[:, :, b] > 0))
+    gid = np.where(is_open[:, :, None] & (last[:, :, None] >= 0) & (gid == cur[:, :, None]), last[:, :, None], gid)
+    sel = np.broadcast_to(real, (m, d, B)) & (gid >= 0)
+    key = ((np.arange(m)[:, None, None] * d + np.arange(d)[None, :, None]) * (B + 1) + gid)[sel]
+    n_groups = m * d * (B + 1)
+    length = np.bincount(key, minlength=n_groups).astype(np.float64)
     rows = np.broadcast_to(np.arange(m)[:, None, None], (m, d, B))[sel]
     slots = np.broadcast_to(flat[None], (m, d, B))[sel]
+    # a group with a large slot puts its sums on that slot (its largest), the others release 0;
+    # a group of small slots only spreads them evenly
+    cnt = c[sel]
+    gmax = np.zeros(n_groups)
+    np.maximum.at(gmax, key, cnt)
+    pos = np.flatnonzero(sel.ravel())
+    first = np.full(n_groups, np.iinfo(np.int64).max)
+    at_max = cnt == gmax[key]
+    np.minimum.at(first, key[at_max], pos[at_max])
+    anchored = gmax[key] >= min_rows
+    share = np.where(anchored, (pos == first[key]).astype(np.float64), 1.0 / length[key])
+    out = h.copy()
     for i in (0, 1):
-        values = h[rows, slots, i]
-        total = np.bincount(gid, weights=values, minlength=n_groups)
-        out[rows, slots, i] = total[gid] / length[gid]
+        total = np.bincount(key, weights=h[rows, slots, i], minlength=n_groups)
+        out[rows, slots, i] = total[key] * share
     return out
 
 
