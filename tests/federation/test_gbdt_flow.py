@@ -285,3 +285,21 @@ def test_a_site_refuses_another_target_and_non_numeric_columns():
     parts = _parts(seed=12)
     with pytest.raises(FederationError, match="target"):
         run_gbdt(_fed(parts), None, target="other", params=FAST)
+
+
+def test_categorical_columns_through_the_agreed_one_hot_encoding():
+    from fedtab.federation.encoding_flow import federated_one_hot
+
+    parts = _parts(seed=13, missing=0.0, drop=None)
+    rng = np.random.default_rng(1)
+    for p in parts:  # a category that carries the label
+        p["colour"] = np.where(p["target"].to_numpy() == 1, rng.choice(["red", "blue"], len(p), p=[0.8, 0.2]),
+                               rng.choice(["red", "blue"], len(p), p=[0.2, 0.8]))
+    fed = _fed(parts)
+    cats = federated_one_hot(fed, ["colour"])
+    assert cats == {"colour": ["blue", "red"]}
+    fed.schema = None  # the encoded tables declare their new columns
+    out = run_gbdt(fed, None, params=FAST)
+    assert {"colour=blue", "colour=red"} <= set(out.features)
+    used = {out.features[f] for f in out.model.nodes["feature"][out.model.nodes["left"] >= 0]}
+    assert used & {"colour=blue", "colour=red"}
