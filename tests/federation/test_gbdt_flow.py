@@ -303,3 +303,18 @@ def test_categorical_columns_through_the_agreed_one_hot_encoding():
     assert {"colour=blue", "colour=red"} <= set(out.features)
     used = {out.features[f] for f in out.model.nodes["feature"][out.model.nodes["left"] >= 0]}
     assert used & {"colour=blue", "colour=red"}
+
+
+def test_a_planned_run_accountant_pays_for_the_boosting_releases():
+    from fedtab.federation.protocol import plan_run_ledger
+    from fedtab.federation.training import run_training
+    from fedtab.federation.training.steps import dp_plan
+    from fedtab.learn.models import make_model
+
+    fed = _fed(_parts(seed=14, missing=0.0, drop=None))
+    set_options(fed, dp={"epsilon": 50.0, "delta": 1e-5, "bounds": [-6.0, 6.0]})
+    spec = {"name": "gbdt", "params": {**FAST, "n_trees": 2}}
+    ledger = plan_run_ledger(fed, [dp_plan(make_model(spec), 1, 1, 0, False)])
+    tr = run_training(fed, None, model=spec)
+    assert fed.privacy_ledger is ledger  # the run's one accountant, not a budget of its own
+    assert tr.privacy["steps"]["gbdt.level"] > 0 and fed.privacy_spent == []

@@ -66,6 +66,10 @@ def dp_plan(fm: FederatedModel, rounds: int, local_epochs: int, eval_every: int,
     DP-FedAvg (one release per round); the description is 3 releases (unless it came with the
     election), each evaluation one.
     """
+    if fm.name == "gbdt":  # boosted trees: releases per depth level, not per FedAvg round
+        from ..gbdt.server import dp_plan as gbdt_plan
+
+        return gbdt_plan(fm.gbdt_params(), fm.gbdt_params().early_stopping_rounds is not None)
     n_evals = 1 + (sum(1 for r in range(1, rounds + 1) if r % eval_every == 0 or r == rounds) if eval_every else 0)
     steps = DP_GD_STEPS_PER_EPOCH * int(local_epochs) if isinstance(fm, LogisticRegressionModel) else 1
     plan = {"training.describe": 0 if described else 3, "training.fit": rounds * steps, "training.evaluate": n_evals}
