@@ -97,3 +97,29 @@ def test_a_tampered_tree_array_is_rejected_on_load(trained, tmp_path):
             dst.writestr(item, data)
     with pytest.raises(ModelFileError, match="children|parent"):
         load_model(bad)
+
+
+def test_a_gbdt_job_writes_a_model_file_that_predict_and_export_read(tmp_path):
+    xgb = pytest.importorskip("xgboost")
+    from fedtab.data.example_sites import HEART_SITES, write_heart_sites
+    from fedtab.job.run import run_job
+
+    write_heart_sites(tmp_path, rows=150)
+    doc = {"target": "disease", "na_values": ["?"],
+           "sites": {n.split(".")[0]: {"path": str(tmp_path / n), "min_rows": 4} for n in HEART_SITES},
+           "training": {"model": {"name": "gbdt", "params": PARAMS}}, "run": {"out": str(tmp_path / "out")}}
+    run_job(doc, out=tmp_path / "out")
+    model_path = tmp_path / "out" / "model.fedtab"
+    table = pd.read_csv(tmp_path / next(iter(HEART_SITES)), na_values=["?"]).drop(columns=["disease"])
+    res = CliRunner().invoke(app, ["predict", str(model_path), str(tmp_path / next(iter(HEART_SITES))),
+                                   "--out", str(tmp_path / "p.csv")])
+    assert res.exit_code == 0, res.output
+    m = load_model(model_path)
+    preds = pd.read_csv(tmp_path / "p.csv")
+    np.testing.assert_allclose(preds["probability_1"], m.predict_proba(table)[:, 1], atol=1e-9)
+    res = CliRunner().invoke(app, ["export", str(model_path), str(tmp_path / "m.json")])
+    assert res.exit_code == 0, res.output
+    X = m.transform(table)[m.features].to_numpy(float)
+    got = xgb.Booster(model_file=str(tmp_path / "m.json")).predict(xgb.DMatrix(X, missing=np.nan,
+                                                                              feature_names=m.features))
+    np.testing.assert_allclose(got, preds["probability_1"], atol=1e-5)
