@@ -169,16 +169,51 @@ def test_dp_noises_the_histograms_from_the_runs_accountant():
 
 # ----------------------------------------------------------------------------- hostile sites
 class _Corrupt(Site):
-    """A site whose level replies are tampered with by ``corrupt(hist) -> hist``."""
+    """A site whose ``tamper_kind`` replies have their array ``tamper_array`` changed by ``corrupt``."""
 
     corrupt = staticmethod(lambda h: h)
+    tamper_kind, tamper_array = "gbdt_level", "hist"
 
     def handle(self, request: Message) -> Message:
         reply = super().handle(request)
-        if request.kind == "gbdt_level" and "hist" in reply.arrays and reply.arrays["hist"].size:
-            return Message(reply.kind, {**reply.arrays, "hist": self.corrupt(np.array(reply.arrays["hist"]))},
-                           reply.meta)
+        k, a = self.tamper_kind, self.tamper_array
+        if request.kind == k and a in reply.arrays and reply.arrays[a].size:
+            return Message(reply.kind, {**reply.arrays, a: self.corrupt(np.array(reply.arrays[a]))}, reply.meta)
         return reply
+
+
+@pytest.mark.parametrize("kind, name, corrupt, match", [
+    ("gbdt_start", "label_sums", lambda s: s + np.array([s[1], 0.0]), "positive count"),
+    ("gbdt_start", "label_sums", lambda s: s * 2, "rows, not the"),
+    ("gbdt_summary", "counts", lambda c: c * 1000, "more rows"),
+    ("gbdt_summary", "values", lambda v: v[::-1].copy(), "ascend"),
+])
+def test_hostile_label_sums_and_bin_summaries_are_rejected_naming_the_site(kind, name, corrupt, match):
+    parts = _parts(seed=15)
+    bad = _Corrupt("evil", parts[2], "target", policy={"min_rows": 10})
+    bad.tamper_kind, bad.tamper_array, bad.corrupt = kind, name, staticmethod(corrupt)
+    with pytest.raises(SiteError, match=match) as info:
+        run_gbdt(LocalFederation([*make_sites(parts[:2]), bad]), None, params=FAST)
+    assert "evil" in str(info.value)
+
+
+def test_a_server_cannot_lower_the_sites_floor_of_the_bin_summaries():
+    _, parts = classification_parts(300, 3, 2, 0, (1.0,), seed=11)
+    site = Site("s", parts[0], "target", policy={"min_rows": 25})
+    reply = site.handle(Message("gbdt_summary", meta={"features": ["f0", "f1", "f2"], "part": "train",
+                                                      "min_rows": 1, "sketch_size": 1000}))
+    assert reply.kind == "gbdt_summary", reply.meta
+    assert reply.arrays["counts"].min() >= 25
+
+
+def test_subsampling_is_drawn_by_the_sites_and_repeats_with_their_seeds():
+    parts = _parts(seed=16)
+    a = run_gbdt(_fed(parts), None, params={**FAST, "subsample": 0.5})
+    b = run_gbdt(_fed(parts), None, params={**FAST, "subsample": 0.5})
+    c = run_gbdt(_fed(parts), None, params=FAST)
+    _same_trees(a.model, b.model)
+    assert not np.array_equal(a.model.nodes["value"], c.model.nodes["value"])
+    assert a.model.nodes["cover"][0] < 0.6 * c.model.nodes["cover"][0]  # about half the rows' hessian at the root
 
 
 @pytest.mark.parametrize("corrupt, match", [
