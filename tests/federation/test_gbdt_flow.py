@@ -353,3 +353,18 @@ def test_a_planned_run_accountant_pays_for_the_boosting_releases():
     tr = run_training(fed, None, model=spec)
     assert fed.privacy_ledger is ledger  # the run's one accountant, not a budget of its own
     assert tr.privacy["steps"]["gbdt.level"] > 0 and fed.privacy_spent == []
+
+
+def test_a_model_to_evaluate_must_split_at_the_agreed_edges_and_rounds_are_capped():
+    parts = _parts(seed=17)
+    fed = _fed(parts)
+    out = run_gbdt(fed, None, params=FAST)
+    arrays = out.model.to_arrays()
+    inner = np.flatnonzero(arrays["left"] >= 0)
+    arrays["threshold"][inner[0]] = np.float32(0.123456)  # a threshold of the server's choosing
+    site = fed.site("s0")
+    reply = site.handle(Message("gbdt_evaluate", {f"param:{k}": v for k, v in arrays.items()}, {"part": "test"}))
+    assert reply.is_error and "agreed bin edges" in reply.meta["error"]
+    capped = LocalFederation(make_sites(parts, policy={"min_rows": 10, "max_rounds": 2}))
+    with pytest.raises(FederationError, match="max_rounds"):
+        run_gbdt(capped, None, params=FAST)  # 4 rounds asked, the sites answer 2

@@ -291,7 +291,13 @@ def _model_from(request: Message, st: Mapping[str, Any]) -> GBDTModel:
         if k in arrays:
             arrays[k] = np.asarray(arrays[k], dtype=np.float32)
     arrays.pop("edges", None), arrays.pop("edge_ptr", None)
-    return GBDTModel.from_arrays(manifest, arrays)
+    model = GBDTModel.from_arrays(manifest, arrays)
+    layout = BinLayout.from_arrays(st["booster"]["layout"])
+    inner = model.nodes["left"] >= 0
+    agreed = layout.threshold(model.nodes["feature"][inner], model.nodes["bin"][inner])
+    if not np.array_equal(agreed, model.nodes["threshold"][inner]):  # no threshold of the server's choosing
+        raise ValueError("the model to evaluate splits at thresholds that are not the agreed bin edges")
+    return model
 
 
 @handler("gbdt_score", Releases(part="part", default_part="test", aggregates=("sse",), meta={"n": COUNT}, dp=True,
