@@ -42,8 +42,10 @@ from ..training.site import class_indices, evaluation_sums, label_key, requested
 
 __all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "LEVEL_RELEASES"]
 
-#: ``site.state`` key of the boosting state
+#: ``site.state`` key of the boosting state (plain arrays: an engine keeps it between processes)
 STATE = "gbdt"
+#: ``site.state`` key of the live booster of this process (not encodable: an engine leaves it out)
+LIVE = "gbdt_live"
 #: request array prefixes: the previous level's splits, the previous round's leaf values, a model
 SPLIT, LEAF, MODEL = "split:", "leaf:", "model:"
 #: the loss of one row is clipped here for the DP validation sums (−ln 1e-16 = 36.8)
@@ -134,6 +136,7 @@ def _start(site: Site, request: Message) -> Message:
     margin0 = np.zeros(params.n_outputs, dtype=np.float32)  # the intercept comes with the first level
     secret = int(np.random.default_rng([site.seed, 0x6BD7]).integers(2**31))  # the site's own stream
     booster = SiteBooster(X, y, layout, params, margin0, X_val=X_val, y_val=y_val, secret=secret)
+    site.state.pop(LIVE, None)
     site.state[STATE] = {"booster": booster.to_state(), "features": feats, "classes": classes,
                          "part": part, "validation_part": val_part, "splits": None, "started": False,
                          "min_rows": _floor(site, request)}
@@ -151,6 +154,14 @@ def _state(site: Site) -> dict[str, Any]:
     if not isinstance(st, dict) or "booster" not in st:
         raise ValueError("boosting is not set up on this site (no 'gbdt_start' request received)")
     return st
+
+
+def _booster(site: Site, st: dict[str, Any]) -> SiteBooster:
+    """The live booster when this process answered the last request, else rebuilt from the state's arrays."""
+    live = site.state.get(LIVE)
+    if isinstance(live, tuple) and live[0] is st["booster"]:
+        return live[1]
+    return SiteBooster.from_state(st["booster"])
 
 
 def _level_part(site: Any, request: Message) -> str:
@@ -187,7 +198,7 @@ def _sibling_counts(booster: SiteBooster, nodes: np.ndarray, splits: Mapping[str
                                 dp_releases=_level_releases))
 def _level(site: Site, request: Message) -> Message:
     st = _state(site)
-    booster = SiteBooster.from_state(st["booster"])
+    booster = _booster(site, st)
     meta = request.meta
     p = booster.params
     splits = _carried(request, SPLIT)
@@ -252,6 +263,7 @@ def _level(site: Site, request: Message) -> Message:
             if SECAGG_META not in meta:  # a per-site count the secure sum would otherwise leave in the clear
                 reply_meta["withheld"] = withheld
     st["booster"] = booster.to_state()
+    site.state[LIVE] = (st["booster"], booster)
     return Message("gbdt_level", out, reply_meta)
 
 

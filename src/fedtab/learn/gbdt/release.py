@@ -89,35 +89,80 @@ def smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, min_row
     the large neighbour: the least distortion of the split gains). ``min_rows <= 1`` returns a copy.
     """
     h = np.asarray(hist, dtype=np.float64)
+    out = h.copy()
     if min_rows <= 1 or h.shape[0] == 0:
-        return h.copy()
+        return out
     m, d = h.shape[0], layout.n_features
     width = layout.n_bins + 1
-    B = int(width.max())
-    j = np.arange(B)
+    j = np.arange(int(width.max()))
     real = j[None, :] < width[:, None]  # (d, B)
     flat = np.where(real, layout.offsets[:-1, None] + j[None, :], 0)
-    c = np.where(real[None], np.asarray(counts, dtype=np.float64)[:, flat], 0.0)  # (m, d, B)
-    gid = np.full((m, d, B), -1, dtype=np.int64)  # group of each slot (-1: empty, released as 0)
-    is_open = np.zeros((m, d), dtype=bool)
-    acc = np.zeros((m, d))
-    next_id = np.zeros((m, d), dtype=np.int64)
-    cur = np.full((m, d), -1, dtype=np.int64)  # the open run's id
-    last = np.full((m, d), -1, dtype=np.int64)  # the last closed group's id
+    cnt = np.asarray(counts, dtype=np.float64)
+    small_slot = (cnt > 0) & (cnt < min_rows)
+    needy = np.add.reduceat(small_slot, layout.offsets[:-1], axis=1) > 0  # (m, d): sequences with a small slot
+    if not needy.any():
+        return out
+    node, feat = np.nonzero(needy)  # only these sequences change
+    w = width[feat]
+    B = int(w.max())
+    parts: list[tuple[np.ndarray, ...]] = []
+    lo = 0
+    for hi in sorted({4, 16, 64, B}):  # sequences of similar length together: a short one needs few steps
+        sub = np.flatnonzero((w > lo) & (w <= hi))
+        lo = hi
+        if not sub.size:
+            continue
+        top = int(w[sub].max())
+        slot = flat[feat[sub], :top].T  # (top, n) flat slot of each position
+        ok = real[feat[sub], :top].T
+        c = np.where(ok, cnt[node[sub][None, :], slot], 0.0)
+        gid = _groups(c, min_rows)
+        sel = ok & (gid >= 0)
+        seq = np.broadcast_to(sub[None, :], sel.shape)[sel]
+        parts.append((seq * (B + 1) + gid[sel], node[seq], slot[sel], c[sel],
+                      np.broadcast_to(np.arange(top)[:, None], sel.shape)[sel]))
+        if hi >= B:
+            break
+    key, rows, slots, cs, order = (np.concatenate(a) for a in zip(*parts))
+    n_groups = node.size * (B + 1)
+    length = np.bincount(key, minlength=n_groups).astype(np.float64)
+    # a group with a large slot puts its sums on that slot (its largest), the others release 0;
+    # a group of small slots only spreads them evenly
+    gmax = np.zeros(n_groups)
+    np.maximum.at(gmax, key, cs)
+    first = np.full(n_groups, np.iinfo(np.int64).max)
+    at_max = cs == gmax[key]
+    np.minimum.at(first, key[at_max], order[at_max])
+    share = np.where(gmax[key] >= min_rows, (order == first[key]).astype(np.float64), 1.0 / length[key])
+    for i in (0, 1):
+        total = np.bincount(key, weights=h[rows, slots, i], minlength=n_groups)
+        out[rows, slots, i] = total[key] * share
+    return out
+
+
+def _groups(c: np.ndarray, min_rows: int) -> np.ndarray:
+    """``(B, S)`` group id of each slot of ``S`` count sequences (along axis 0), −1 for a slot left
+    as 0 (see :func:`smooth_bins`); ids are per sequence."""
+    B, S = c.shape
+    gid = np.full((B, S), -1, dtype=np.int64)
+    is_open = np.zeros(S, dtype=bool)
+    acc = np.zeros(S)
+    next_id = np.zeros(S, dtype=np.int64)
+    cur = np.full(S, -1, dtype=np.int64)  # the open run's id
+    last = np.full(S, -1, dtype=np.int64)  # the last closed group's id
     for b in range(B):
-        cb = c[:, :, b]
+        cb = c[b]
         small, big = (cb > 0) & (cb < min_rows), cb >= min_rows
         opening = small & ~is_open
         cur = np.where(opening, next_id, cur)
-        next_id = next_id + opening
+        next_id += opening
         is_open |= opening
-        acc = np.where(opening, 0.0, acc)
+        acc[opening] = 0.0
         alone = big & ~is_open  # a large slot on its own: its own group
-        joins = is_open & (small | big | (cb == 0))
-        gid[:, :, b] = np.where(joins, cur, np.where(alone, next_id, -1))
+        gid[b] = np.where(is_open, cur, np.where(alone, next_id, -1))
         last = np.where(alone, next_id, last)
-        next_id = next_id + alone
-        acc = acc + np.where(is_open, cb, 0.0)
+        next_id += alone
+        acc += np.where(is_open, cb, 0.0)
         closing = is_open & (acc >= min_rows)
         last = np.where(closing, cur, last)
         is_open &= ~closing
@@ -125,33 +170,11 @@ def smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, min_row
     # its trailing empty slots go back to 0
     tail = is_open & (last >= 0)
     for b in range(B - 1, -1, -1):
-        g = gid[:, :, b]
-        empty_tail = tail & (g == cur) & (c[:, :, b] == 0)
-        gid[:, :, b] = np.where(empty_tail, -1, g)
-        tail = tail & ~((g == cur) & (c[:, :, b] > 0))
-    gid = np.where(is_open[:, :, None] & (last[:, :, None] >= 0) & (gid == cur[:, :, None]), last[:, :, None], gid)
-    sel = np.broadcast_to(real, (m, d, B)) & (gid >= 0)
-    key = ((np.arange(m)[:, None, None] * d + np.arange(d)[None, :, None]) * (B + 1) + gid)[sel]
-    n_groups = m * d * (B + 1)
-    length = np.bincount(key, minlength=n_groups).astype(np.float64)
-    rows = np.broadcast_to(np.arange(m)[:, None, None], (m, d, B))[sel]
-    slots = np.broadcast_to(flat[None], (m, d, B))[sel]
-    # a group with a large slot puts its sums on that slot (its largest), the others release 0;
-    # a group of small slots only spreads them evenly
-    cnt = c[sel]
-    gmax = np.zeros(n_groups)
-    np.maximum.at(gmax, key, cnt)
-    pos = np.flatnonzero(sel.ravel())
-    first = np.full(n_groups, np.iinfo(np.int64).max)
-    at_max = cnt == gmax[key]
-    np.minimum.at(first, key[at_max], pos[at_max])
-    anchored = gmax[key] >= min_rows
-    share = np.where(anchored, (pos == first[key]).astype(np.float64), 1.0 / length[key])
-    out = h.copy()
-    for i in (0, 1):
-        total = np.bincount(key, weights=h[rows, slots, i], minlength=n_groups)
-        out[rows, slots, i] = total[key] * share
-    return out
+        g = gid[b]
+        gid[b] = np.where(tail & (g == cur) & (c[b] == 0), -1, g)
+        tail &= ~((g == cur) & (c[b] > 0))
+    joins = is_open & (last >= 0)
+    return np.where(joins[None, :] & (gid == cur[None, :]), last[None, :], gid)
 
 
 def quantize(hist: np.ndarray, bits: int = GRID_BITS) -> np.ndarray:
