@@ -150,21 +150,22 @@ def _groups(c: np.ndarray, min_rows: int) -> np.ndarray:
     next_id = np.zeros(S, dtype=np.int64)
     cur = np.full(S, -1, dtype=np.int64)  # the open run's id
     last = np.full(S, -1, dtype=np.int64)  # the last closed group's id
-    for b in range(B):
-        cb = c[b]
-        small, big = (cb > 0) & (cb < min_rows), cb >= min_rows
-        opening = small & ~is_open
-        cur = np.where(opening, next_id, cur)
+    small_at, big_at = (c > 0) & (c < min_rows), c >= min_rows
+    for b in range(B):  # in place: this loop is the site's hot path
+        opening = small_at[b] & ~is_open
+        np.copyto(cur, next_id, where=opening)
         next_id += opening
         is_open |= opening
-        acc[opening] = 0.0
-        alone = big & ~is_open  # a large slot on its own: its own group
-        gid[b] = np.where(is_open, cur, np.where(alone, next_id, -1))
-        last = np.where(alone, next_id, last)
+        np.copyto(acc, 0.0, where=opening)
+        alone = big_at[b] & ~is_open  # a large slot on its own: its own group
+        g = gid[b]
+        np.copyto(g, cur, where=is_open)
+        np.copyto(g, next_id, where=alone)
+        np.copyto(last, next_id, where=alone)
         next_id += alone
-        acc += np.where(is_open, cb, 0.0)
+        np.add(acc, c[b], out=acc, where=is_open)
         closing = is_open & (acc >= min_rows)
-        last = np.where(closing, cur, last)
+        np.copyto(last, cur, where=closing)
         is_open &= ~closing
     # a run still open at the end holds fewer than min_rows rows: it joins the group before it;
     # its trailing empty slots go back to 0
