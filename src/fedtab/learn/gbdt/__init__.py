@@ -7,6 +7,8 @@ Pieces, in the order a federated run uses them:
 - :mod:`.objectives` — intercept from pooled label sums, float32 gradients/hessians
   (logistic, softmax, squared error), validation loss sums.
 - :mod:`.site` — level histograms, subsampling, routing rows (:class:`SiteBooster`).
+- :mod:`.release` — what a site releases of its level histograms (small nodes withheld, small
+  bins merged, a fixed grid so plain and secure sums agree; DP noise).
 - :mod:`.split` / :mod:`.grow` — XGBoost's gain and split rules on pooled histograms; the
   level-by-level state machine (:class:`RoundGrower`) and the rounds with early stopping
   (:class:`Booster`).
