@@ -149,6 +149,8 @@ def run_gbdt(
     opts = federation.options
     noisy = opts.dp is not None
     regression = p.objective == "regression"
+    if noisy and regression and validation_part is not None:
+        raise ValueError("early stopping under DP needs a bounded validation loss: not available for regression")
     if federation.schema is None:
         agree_schema(federation)
     feats = list(features) if features is not None else list(federation.schema.columns)
