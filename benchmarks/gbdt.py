@@ -179,6 +179,8 @@ def federated_rows(params: GBDTParams, case: str, *, xgb_threads: int = 1, lr_ro
                      "bytes": int(sum(e["bytes_down"] + e["bytes_up"] for e in out.exchanges)),
                      "mean_level_bytes": float(np.mean([e["bytes_down"] + e["bytes_up"] for e in lv])),
                      "max_level_bytes": int(max(e["bytes_down"] + e["bytes_up"] for e in lv)),
+                     "wire_bytes": int(sum(e["wire_down"] + e["wire_up"] for e in out.exchanges)),
+                     "mean_level_wire_bytes": float(np.mean([e["wire_down"] + e["wire_up"] for e in lv])),
                      "withheld_nodes": int(sum(out.withheld.values())), "slots": out.model.layout.n_slots,
                      "trees": out.model.n_trees})
     rows[-1]["same_trees_as_plain"] = all(np.array_equal(trees[False][k], trees[True][k]) for k in trees[False])
@@ -319,7 +321,13 @@ def markdown(out: dict[str, Any]) -> str:
         lines += ["", f"Exchanges per tree: {f['exchanges_per_tree']:.2f} (depth {p['max_depth']}; the run's last "
                       f"leaves ride one closing exchange); mean bytes per level exchange (all sites, down + up) "
                       f"{f['mean_level_bytes'] / 1e3:.0f} kB, largest {f['max_level_bytes'] / 1e3:.0f} kB "
-                      f"({f['slots']} histogram slots)."]
+                      f"({f['slots']} histogram slots); measured on the local engine's wire format "
+                      f"{f['mean_level_wire_bytes'] / 1e3:.0f} kB per level exchange, {f['wire_bytes'] / 1e6:.1f} MB "
+                      f"in all (plain)."]
+        sec = [r for r in out["rows"] if r["row"] == "fed_gbdt_secure"]
+        if sec:
+            lines += [f"Secure aggregation on the wire: {sec[0]['mean_level_wire_bytes'] / 1e3:.0f} kB per level "
+                      f"exchange (masked sums and the unmasking round), {sec[0]['wire_bytes'] / 1e6:.1f} MB in all."]
     lines += ["", f"NVIDIA FLARE histogram-based XGBoost: not run — {out['nvflare']['why']}.", ""]
     return "\n".join(lines)
 

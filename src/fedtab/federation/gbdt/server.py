@@ -54,8 +54,9 @@ class GBDTOutcome:
         metrics: ``{"pooled", "per_site"}`` of the test part (classification: the training
             workflow's metrics; regression: ``rmse`` and ``n``; ``per_site`` empty when secure).
         history: pooled validation metric after every round (empty without early stopping).
-        exchanges: one ``{"step", "round", "level", "nodes", "bytes_down", "bytes_up"}`` per
-            exchange (array payload bytes summed over the sites).
+        exchanges: one ``{"step", "round", "level", "nodes", "bytes_down", "bytes_up", "wire_down",
+            "wire_up"}`` per exchange: array payload bytes summed over the sites, and the bytes the
+            engine measured on its wire (0 for an engine that does not measure them).
         withheld: ``{site: nodes it sent as zeros}`` (plain mode only; its release rules).
         left_out: robust mode: ``{site: its largest share of a node's hessian mass}`` where
             capping reduced it.
@@ -155,11 +156,15 @@ def run_gbdt(
         agree_schema(federation)
     feats = list(features) if features is not None else list(federation.schema.columns)
     log: list[dict[str, Any]] = []
+    seen = [len(federation.traffic.records)]
 
     def record(step: str, request: Message, n_sites: int, up: int, round_: int = -1, level: int = -1,
                nodes: int = 0) -> None:
+        wire = federation.traffic.records[seen[0]:]  # what the engine measured (a secure sum's rounds included)
+        seen[0] = len(federation.traffic.records)
         log.append({"step": step, "round": round_, "level": level, "nodes": nodes,
-                    "bytes_down": payload_bytes(request) * n_sites, "bytes_up": up})
+                    "bytes_down": payload_bytes(request) * n_sites, "bytes_up": up,
+                    "wire_down": sum(t.bytes_down for t in wire), "wire_up": sum(t.bytes_up for t in wire)})
 
     # 1. bin summaries and class labels
     base_meta = {"features": feats, "part": train_part, "min_rows": p.min_rows, "regression": regression,
@@ -300,11 +305,17 @@ def _evaluate(federation: Federation, model: GBDTModel, classes: list[str], part
 
     arrays = {k: v for k, v in model.to_arrays().items() if k not in ("edges", "edge_ptr")}
     n = len(federation.active)
+    start = len(federation.traffic.records)
+
+    def wire() -> dict[str, int]:
+        recs = federation.traffic.records[start:]
+        return {"wire_down": sum(t.bytes_down for t in recs), "wire_up": sum(t.bytes_up for t in recs)}
+
     if model.params.objective != "regression":
         out = evaluate(federation, arrays, len(classes), part, bins, has_proba=True, ledger=ledger, on_error=on_error,
                        kind="gbdt_evaluate")
         log.append({"step": "gbdt_evaluate", "round": -1, "level": -1, "nodes": 0,
-                    "bytes_down": payload_bytes(Message("e", params_to(arrays))) * n, "bytes_up": 0})
+                    "bytes_down": payload_bytes(Message("e", params_to(arrays))) * n, "bytes_up": 0, **wire()})
         return out
     meta: dict[str, Any] = {"part": part}
     if ledger is not None:
@@ -315,5 +326,5 @@ def _evaluate(federation: Federation, model: GBDTModel, classes: list[str], part
     sse = float(summed.sums["sse"][0])
     rows = sum(federation.schema.rows(s, part) for s in summed.sites)
     log.append({"step": "gbdt_score", "round": -1, "level": -1, "nodes": 0,
-                "bytes_down": payload_bytes(req) * n, "bytes_up": 8 * len(summed.sites)})
+                "bytes_down": payload_bytes(req) * n, "bytes_up": 8 * len(summed.sites), **wire()})
     return {"pooled": {"rmse": float(np.sqrt(max(sse, 0.0) / rows)) if rows else None, "n": rows}, "per_site": {}}
