@@ -75,6 +75,7 @@ _COMMANDS = [
     ("deploy", "deploy_command", "deploy"),
     ("run", "run_command", "run"),
     ("predict", "predict_command", "predict"),
+    ("export", "export_command", "export"),
 ]
 
 

@@ -79,8 +79,10 @@ def _collect_arrays(model: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], di
     """Split the workflow's model section into named arrays and the JSON rest."""
     arrays = {"standardise/mean": np.asarray(model["mean"], np.float64),
               "standardise/std": np.asarray(model["std"], np.float64)}
+    gbdt = model["model"]["name"] == "gbdt"
     for k, v in model["params"].items():
-        arrays[f"model/{k}"] = np.asarray(v, np.float32 if model["model"]["name"] == "mlp" else np.float64)
+        dtype = _gbdt_dtype(k) if gbdt else np.float32 if model["model"]["name"] == "mlp" else np.float64
+        arrays[f"model/{k}"] = np.asarray(v, dtype)
     imputer = None
     if model.get("imputer"):
         im = model["imputer"]
@@ -102,6 +104,25 @@ def _collect_arrays(model: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], di
             "features": list(model["features"]), "classes": list(model["classes"]), "model": model["model"],
             "imputer": imputer}
     return arrays, rest
+
+
+def _gbdt_dtype(name: str) -> Any:
+    """The dtype of a boosted-trees array (its trees as int/bool/float arrays, no pickle)."""
+    from ..learn.gbdt.model import NODE_ARRAYS
+
+    return NODE_ARRAYS.get(name, {"tree_ptr": np.int64, "edge_ptr": np.int64}.get(name, np.float32))
+
+
+def _gbdt_model(m: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> Any:
+    """The :class:`~fedtab.learn.gbdt.GBDTModel` of a ``gbdt`` model file (raises ``ValueError``)."""
+    from ..learn.gbdt import GBDTModel
+    from ..learn.gbdt.model import FORMAT as GBDT_FORMAT, VERSION as GBDT_VERSION
+    from ..learn.models import make_model
+
+    params = make_model(m["model"]).gbdt_params(len(m["classes"])).to_dict()
+    manifest = {"format": GBDT_FORMAT, "version": GBDT_VERSION, "params": params,
+                "feature_names": list(m["features"]), "best_iteration": None}
+    return GBDTModel.from_arrays(manifest, {k[len("model/"):]: a for k, a in arrays.items() if k.startswith("model/")})
 
 
 def write_model(path: str | Path, model: Mapping[str, Any], provenance: Mapping[str, Any]) -> Path:
@@ -234,10 +255,19 @@ def _check_shapes(m: dict[str, Any], arrays: dict[str, np.ndarray], fail) -> Non
     if not (arrays["standardise/std"] > 0).all():
         fail("standardise/std must be positive")
     _check_structure(m, fail)
-    fm = _check_model_spec(m["model"], d, c, arrays, fail)
+    if isinstance(m["model"], dict) and m["model"].get("name") == "gbdt":
+        from ..learn.models import make_model
+
+        try:
+            fm = make_model(m["model"])
+            _gbdt_model(m, arrays)  # trees: their arrays are validated as a whole (shapes, children, features)
+        except (ValueError, TypeError, KeyError) as exc:
+            fail(f"model: {exc}")
+    else:
+        fm = _check_model_spec(m["model"], d, c, arrays, fail)
     template = {k: tuple(v.shape) for k, v in fm.init(d, c).items()}
     got = {k[len("model/"):]: a.shape for k, a in arrays.items() if k.startswith("model/")}
-    if got != template:
+    if fm.name != "gbdt" and got != template:
         fail(f"model parameters {got} do not match a {fm.name} model over {d} features and {c} classes {template}")
     unknown = [f for f in feats if f not in m["encoded_columns"]]
     if unknown:
@@ -406,6 +436,7 @@ class FedtabModel:
         self._model = make_model(manifest["model"])
         self._params = {k[len("model/"):]: a for k, a in arrays.items() if k.startswith("model/")}
         self._imputer: _Imputer | None = None
+        self._trees = _gbdt_model(manifest, arrays) if self._model.name == "gbdt" else None
 
     @property
     def has_imputer(self) -> bool:
@@ -496,6 +527,8 @@ class FedtabModel:
                 raise PredictionError(f"the table lacks columns the model needs and the model has no imputer: "
                                       f"{', '.join(raw)}")
         X = enc[self.features].to_numpy(dtype=np.float64)
+        if self._trees is not None:  # trees: raw values, a missing cell follows each split's default direction
+            return X
         Z = (X - self.arrays["standardise/mean"]) / self.arrays["standardise/std"]
         Z[np.isnan(Z)] = 0.0  # as in training: a missing cell is the federation's mean
         return Z
@@ -509,7 +542,28 @@ class FedtabModel:
                 value cannot be used (naming the row and column).
         """
         Z = self._inputs(table)
+        if self._trees is not None:
+            return np.asarray(self._trees.predict_proba(Z), dtype=np.float64)
         return np.asarray(self._model.predict_proba(self._params, Z), dtype=np.float64)
+
+    def to_xgboost(self):
+        """An ``xgboost.Booster`` with the model's trees (``gbdt`` models; needs the xgboost extra).
+
+        Its ``predict`` on :attr:`features` (``xgboost.DMatrix`` of the encoded columns, NaN for
+        missing) equals :meth:`predict_proba`'s positive-class column (binary) or its rows
+        (multiclass) within 1e-5.
+
+        Raises:
+            NotImplementedError: the model is not boosted trees.
+        """
+        if self._trees is None:
+            raise NotImplementedError(f"model {self._model.name!r} is not boosted trees; to_xgboost needs 'gbdt'")
+        return self._trees.to_xgboost()
+
+    @property
+    def trees(self) -> Any:
+        """The :class:`~fedtab.learn.gbdt.GBDTModel` of a ``gbdt`` model (``None`` otherwise)."""
+        return self._trees
 
     def predict(self, table: pd.DataFrame) -> np.ndarray:
         """``(n,)`` predicted class labels for the rows of ``table``, in order."""

@@ -24,8 +24,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Params", "Cost", "FederatedModel", "LogisticRegressionModel", "MODELS", "make_model", "model_cost",
-           "fedavg", "sigmoid", "STEP_OVERHEAD", "count_param", "driver"]
+__all__ = ["Params", "Cost", "FederatedModel", "LogisticRegressionModel", "GradientBoostedTreesModel", "MODELS",
+           "make_model", "model_cost", "fedavg", "sigmoid", "STEP_OVERHEAD", "count_param", "driver"]
 
 Params = dict[str, np.ndarray]
 
@@ -278,8 +278,84 @@ class LogisticRegressionModel(FederatedModel):
         return np.argmax(z, axis=1)
 
 
+class GradientBoostedTreesModel(FederatedModel):
+    """Histogram gradient-boosted trees (:mod:`fedtab.learn.gbdt`) under the model interface.
+
+    Not trained by FedAvg: the training workflow hands a ``"gbdt"`` model to the federated
+    boosting workflow (:func:`fedtab.federation.gbdt.run_gbdt`), which grows the trees level by
+    level from summed histograms. Parameters are the model's arrays
+    (:meth:`fedtab.learn.gbdt.GBDTModel.to_arrays`); :meth:`local_update` boosts on one site's
+    rows only (the local-only baseline), :meth:`predict`/:meth:`predict_proba` read the arrays.
+
+    Args:
+        **params: :class:`fedtab.learn.gbdt.GBDTParams` fields (``n_trees``, ``max_depth``, …);
+            unknown names raise ``ValueError``.
+    """
+
+    name = "gbdt"
+
+    def __init__(self, **params: Any):
+        from .gbdt import GBDTParams
+
+        self._params = GBDTParams.from_dict(params)
+
+    def get_params(self) -> dict[str, Any]:
+        return self._params.to_dict()
+
+    def gbdt_params(self, n_classes: int | None = None) -> Any:
+        """The :class:`~fedtab.learn.gbdt.GBDTParams`, multiclass when ``n_classes > 2``."""
+        from dataclasses import replace
+
+        p = self._params
+        if n_classes is not None and p.objective != "regression" and n_classes > 2:
+            p = replace(p, objective="multiclass", n_classes=int(n_classes))
+        return p
+
+    def init(self, n_features: int, n_classes: int, seed: int = 0) -> Params:
+        return {}
+
+    def cost(self, n_features: int, n_classes: int, n_rows: int = 1, epochs: int = 1) -> Cost:
+        """Boosting ``n_trees`` rounds (one tree per class for multiclass): per level a site adds
+        each row's gradients into ``max_bins`` bins of every feature, so the work is about
+        ``trees × groups × (max_depth + 1) × rows × features`` plus the split search over the
+        bins; the model holds at most ``2^(max_depth+1)`` nodes per tree (fewer than the rows)."""
+        p = self.gbdt_params(n_classes)
+        groups = p.n_classes if p.objective == "multiclass" else 1
+        trees = float(p.n_trees) * groups
+        levels = p.max_depth + 1
+        nodes = min(2.0 ** levels, 2.0 * max(n_rows, 1))
+        work = trees * levels * (float(n_rows) * n_features + nodes * n_features * p.max_bins) + trees * STEP_OVERHEAD
+        return Cost(work, trees * nodes * 4, driver({"n_trees": (p.n_trees, 100), "max_depth": (p.max_depth, 6)}))
+
+    def _model(self, params: Params, n_features: int, n_classes: int) -> Any:
+        from .gbdt import GBDTModel
+        from .gbdt.model import FORMAT, VERSION
+
+        manifest = {"format": FORMAT, "version": VERSION, "params": self.gbdt_params(n_classes).to_dict(),
+                    "feature_names": [f"f{i}" for i in range(n_features)], "best_iteration": None}
+        return GBDTModel.from_arrays(manifest, params)
+
+    def local_update(self, params: Params, X: np.ndarray, y: np.ndarray, *, epochs: int, seed: int = 0) -> Params:
+        from .gbdt import fit_gbdt_pooled
+
+        y = np.asarray(y, dtype=np.int64)
+        p = self.gbdt_params(int(y.max()) + 1 if y.size else 2)
+        if p.objective == "binary" and y.size and y.max() < 1:
+            p = self._params  # one class seen: still a binary model
+        return fit_gbdt_pooled(np.asarray(X, dtype=np.float64), y, p).to_arrays()
+
+    def predict_proba(self, params: Params, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        K = np.asarray(params["base_margin"]).size
+        return self._model(params, X.shape[1], K if K > 1 else 2).predict_proba(X)
+
+    def predict(self, params: Params, X: np.ndarray) -> np.ndarray:
+        return np.argmax(self.predict_proba(params, X), axis=1)
+
+
 #: name -> model class (``gnb``, ``sgd`` and ``mlp`` are registered by ``fedtab.learn``).
-MODELS: dict[str, type[FederatedModel]] = {LogisticRegressionModel.name: LogisticRegressionModel}
+MODELS: dict[str, type[FederatedModel]] = {LogisticRegressionModel.name: LogisticRegressionModel,
+                                           GradientBoostedTreesModel.name: GradientBoostedTreesModel}
 
 
 def make_model(spec: Any) -> FederatedModel:

@@ -464,6 +464,32 @@ def _impute_eval(policy: DisclosurePolicy, site: "Site", request: "Message") -> 
     return _charge_evaluation(policy, site, "impute:test")
 
 
+def _gbdt_setup(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """The agreed columns; for ``gbdt_start`` also the boosting parameters within the caps
+    (``max_param`` and the compute caps, as any server-chosen model)."""
+    reason = _check_features(site, request.meta.get("features"))
+    params = request.meta.get("params")
+    if reason is None and request.kind == "gbdt_start" and isinstance(params, Mapping):
+        features = request.meta.get("features")
+        classes = request.meta.get("classes")
+        spec = {"name": "gbdt", "params": {k: v for k, v in params.items() if k not in ("objective", "n_classes")}}
+        reason = _check_model(policy, site, spec, features if isinstance(features, list) else site.feature_names,
+                              classes if isinstance(classes, list) else ["0", "1"], "train", 1)
+    return reason
+
+
+def _gbdt_level(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """A boosting round's first level counts as one round of the run (at most ``max_rounds``)."""
+    nodes = request.arrays.get("nodes")
+    if request.meta.get("level") == 0 and nodes is not None and np.size(nodes):
+        return _charge_run(policy, site, "gbdt_round", "boosting rounds")
+    return None
+
+
+def _gbdt_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    return _score_bins(policy, request) or _charge_evaluation(policy, site, request.meta.get("part", "test"))
+
+
 _CHECKS = {
     "ballot": _ballot,
     "ballot_fit": _ballot,
@@ -479,6 +505,11 @@ _CHECKS = {
     "impute_setup": _impute_setup,
     "impute_fit": _impute_fit,
     "impute_eval": _impute_eval,
+    "gbdt_summary": _gbdt_setup,
+    "gbdt_start": _gbdt_setup,
+    "gbdt_level": _gbdt_level,
+    "gbdt_evaluate": _gbdt_evaluate,
+    "gbdt_score": _gbdt_evaluate,
 }
 
 

@@ -156,6 +156,11 @@ def run_training(
         FederationError: a site failed or replied inconsistently (naming it).
         ValueError: bad arguments, DP with an exact-aggregation model, fewer than 2 classes.
     """
+    from ..gbdt.training import is_gbdt, train_gbdt
+
+    if is_gbdt(model):  # boosted trees grow level by level from summed histograms, not by FedAvg rounds
+        return train_gbdt(federation, features, model, seed=seed, train_part=train_part, eval_part=eval_part,
+                          score_bins=score_bins, min_sites=min_sites, on_error=on_error, described=described)
     if rounds < 1 or local_epochs < 1:
         raise ValueError("rounds and local_epochs must be at least 1")
     fm: FederatedModel = make_model(model)

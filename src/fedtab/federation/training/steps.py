@@ -66,6 +66,10 @@ def dp_plan(fm: FederatedModel, rounds: int, local_epochs: int, eval_every: int,
     DP-FedAvg (one release per round); the description is 3 releases (unless it came with the
     election), each evaluation one.
     """
+    if fm.name == "gbdt":  # boosted trees: releases per depth level, not per FedAvg round
+        from ..gbdt.server import dp_plan as gbdt_plan
+
+        return gbdt_plan(fm.gbdt_params(), fm.gbdt_params().early_stopping_rounds is not None)
     n_evals = 1 + (sum(1 for r in range(1, rounds + 1) if r % eval_every == 0 or r == rounds) if eval_every else 0)
     steps = DP_GD_STEPS_PER_EPOCH * int(local_epochs) if isinstance(fm, LogisticRegressionModel) else 1
     plan = {"training.describe": 0 if described else 3, "training.fit": rounds * steps, "training.evaluate": n_evals}
@@ -452,8 +456,11 @@ def was_smoothed(replies: Mapping[str, Message]) -> bool:
 
 def evaluate(federation: Federation, params: Params, n_classes: int, part: str = "test", bins: int | None = None,
              *, has_proba: bool = False, ledger: PrivacyLedger | None = None,
-             on_error: Literal["raise", "skip"] | None = None) -> dict[str, Any]:
+             on_error: Literal["raise", "skip"] | None = None, kind: str = "evaluate") -> dict[str, Any]:
     """The evaluation exchange: ``{"pooled", "per_site"}`` metrics (:func:`pool_evaluations`).
+
+    ``kind``: the request's kind (another workflow's handler that replies the same sums, e.g.
+    ``"gbdt_evaluate"``).
 
     Plain: per site and pooled. Secure: the pooled sums only (``per_site`` is empty). DP: the
     confusion matrices are noisy releases (rounded and floored at 0 here); no histograms.
@@ -471,7 +478,7 @@ def evaluate(federation: Federation, params: Params, n_classes: int, part: str =
             raise ValueError("a DP evaluation needs the run's accountant")
         meta[DP_META] = dp_request(dp, ledger.multiplier("training.evaluate"))
         ledger.spend("training.evaluate")
-    request = Message("evaluate", params_to(params), meta)
+    request = Message(kind, params_to(params), meta)
 
     def check(site: str, reply: Message) -> None:
         if dp is not None:
@@ -490,7 +497,7 @@ def evaluate(federation: Federation, params: Params, n_classes: int, part: str =
         if n_classes == 2:  # smoothed by the sites' release gates: fractional counts
             fields["score_hist"] = MOMENT_BITS
     if opts.robust:
-        replies = exchange(federation, request, check, on_error=on_error, step="evaluate")
+        replies = exchange(federation, request, check, on_error=on_error, step=kind)
         if dp is not None:  # post-processing of noisy counts, as below
             replies = {s: Message("evaluate", {"confusion": np.maximum(np.rint(r.arrays["confusion"]), 0)})
                        for s, r in replies.items() if "confusion" in r.arrays}
@@ -498,7 +505,7 @@ def evaluate(federation: Federation, params: Params, n_classes: int, part: str =
         metrics = pool_evaluations(sums, smoothed=was_smoothed(replies))
         metrics["pooled"] = {**metrics["pooled"], **median_scores(metrics["per_site"])}
         return metrics
-    summed = exchange_sums(federation, request, SumSpec(fields), check, step="evaluate", on_error=on_error)
+    summed = exchange_sums(federation, request, SumSpec(fields), check, step=kind, on_error=on_error)
     if dp is not None:  # post-processing of noisy counts
         replies = {s: Message("evaluate", {"confusion": np.maximum(np.rint(r.arrays["confusion"]), 0)})
                    for s, r in summed.replies.items() if "confusion" in r.arrays}

@@ -1,0 +1,348 @@
+"""The GBDT workflow's site side: three handlers over the site's fixed row parts.
+
+* ``"gbdt_summary"`` — the site's bin summary of the training part (:func:`~fedtab.learn.gbdt.site_summary`,
+  block means of at least ``max(min_rows of the request, the site's min_rows)`` rows) and, for
+  classification, its class labels. Under DP no summary is sent (the edges come from public
+  bounds).
+* ``"gbdt_start"`` — the agreed edges, classes and parameters: the site bins its rows, keeps
+  its boosting state (:class:`~fedtab.learn.gbdt.SiteBooster`, stored as plain arrays in
+  ``site.state["gbdt"]`` so an engine can keep it between processes) and replies its label
+  sums (for the intercept).
+* ``"gbdt_level"`` — one level of one round: the site applies the splits of the previous level
+  (and, at a round's first level, the leaf values of the previous round), then replies the
+  histograms of the requested nodes through its release rules
+  (:func:`~fedtab.learn.gbdt.release.release_level`: small nodes withheld, small bins merged,
+  sums on a fixed grid; DP noise instead under DP), and, when asked, the loss sums of its
+  validation part. A request with no nodes only applies what it carries (the last round).
+* ``"gbdt_evaluate"`` — the evaluation sums of a classification model (arrays of
+  :meth:`~fedtab.learn.gbdt.GBDTModel.to_arrays`, validated as a hostile model) on a part:
+  the training workflow's sums (per class: every class needs ``min_rows`` rows there);
+  ``"gbdt_score"`` — a regression model's squared error sum on a part.
+
+The site never takes a size, a seed or a floor from the server: parts are its own
+(:mod:`fedtab.federation.parts`), the subsample is drawn from its own seed, its floor is the
+larger of its policy's and the request's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ...learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_sums, site_summary
+from ...learn.gbdt.objectives import loss_sums
+from ...learn.gbdt.release import check_request, histogram_sensitivity, noisy_level, release_level
+from ...privacy.dp import DP_META, add_noise, noise_rng
+from ...privacy.gate import COUNT, FLAG, LABELS, SMOOTHED, Releases
+from ...privacy.secagg import SECAGG_META
+from ..messages import Message
+from ..site import Site, handler
+from ..training.site import class_indices, evaluation_sums, label_key, requested_bins, site_matrix
+
+__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "LEVEL_RELEASES"]
+
+#: ``site.state`` key of the boosting state (plain arrays: an engine keeps it between processes)
+STATE = "gbdt"
+#: ``site.state`` key of the live booster of this process (not encodable: an engine leaves it out)
+LIVE = "gbdt_live"
+#: request array prefixes: the previous level's splits, the previous round's leaf values, a model
+SPLIT, LEAF, MODEL = "split:", "leaf:", "model:"
+#: the loss of one row is clipped here for the DP validation sums (−ln 1e-16 = 36.8)
+_MAX_ROW_LOSS = 36.85
+
+
+def _floor(site: Site, request: Message) -> int:
+    asked = request.meta.get("min_rows", 1)
+    asked = asked if isinstance(asked, int) and not isinstance(asked, bool) and asked >= 1 else 1
+    return max(int(site.policy.min_rows), asked)
+
+
+def _features(request: Message) -> list[str]:
+    feats = request.meta.get("features")
+    if not isinstance(feats, list) or not feats or not all(isinstance(f, str) for f in feats):
+        raise ValueError("the request must name the features (a non-empty list of column names)")
+    return feats
+
+
+def _check_target(site: Site, request: Message) -> None:
+    target = request.meta.get("target")
+    if target is not None and target != site.target:
+        raise ValueError("the request names another target column than the site's")
+
+
+def site_data(site: Site, features: list[str], part: str, classes: list[str] | None,
+              regression: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, y)`` of ``part``: ``X`` over ``features`` with NaN for missing cells and absent
+    columns (no imputation: a missing value follows each split's default direction), ``y`` class
+    indices in ``classes`` or, for regression, float labels.
+
+    Raises:
+        ValueError: a non-numeric column (encode categories first), unknown labels.
+    """
+    X, y_raw = site_matrix(site, features, part)
+    if regression:
+        y = np.asarray(y_raw, dtype=np.float64)
+        if not np.isfinite(y).all():
+            raise ValueError("regression labels must be finite numbers")
+        return X, y
+    return X, class_indices(y_raw, list(classes or []))
+
+
+# ----------------------------------------------------------------------------- summary
+@handler("gbdt_summary", Releases(part="part", aggregates=("values", "counts", "ptr"),
+                                  meta={"classes": LABELS, "n": COUNT}))
+def _summary(site: Site, request: Message) -> Message:
+    _check_target(site, request)
+    part = str(request.meta.get("part") or "train")
+    feats = _features(request)
+    X, y = site_matrix(site, feats, part)
+    meta: dict[str, Any] = {"n": int(X.shape[0])}
+    if not request.meta.get("regression"):
+        meta["classes"] = sorted({label_key(v) for v in y})
+    if request.meta.get("summary", True) is False:
+        return Message("gbdt_summary", {}, meta)
+    sketch = request.meta.get("sketch_size", 1024)
+    if isinstance(sketch, bool) or not isinstance(sketch, int) or not 2 <= sketch <= 1_000_000:
+        raise ValueError("sketch_size must be an integer in 2..1000000")
+    return Message("gbdt_summary", site_summary(X, sketch_size=sketch, min_rows=_floor(site, request)), meta)
+
+
+# ----------------------------------------------------------------------------- start
+def _start_part(site: Any, request: Message) -> str:
+    return str(request.meta.get("part") or "train")
+
+
+@handler("gbdt_start", Releases(part=_start_part, aggregates=("label_sums",), meta={"n": COUNT}, dp=True,
+                                dp_releases=1))
+def _start(site: Site, request: Message) -> Message:
+    _check_target(site, request)
+    meta = request.meta
+    params = GBDTParams.from_dict(meta.get("params") or {})
+    layout = BinLayout.from_arrays({"edges": request.arrays["edges"], "edge_ptr": request.arrays["edge_ptr"]})
+    feats = _features(request)
+    if len(feats) != layout.n_features:
+        raise ValueError("the bin edges do not match the features")
+    regression = params.objective == "regression"
+    classes = None if regression else meta.get("classes")
+    if not regression and (not isinstance(classes, list) or len(classes) != params.n_classes):
+        raise ValueError("the request's classes do not match its number of classes")
+    part = _start_part(site, request)
+    X, y = site_data(site, feats, part, classes, regression)
+    X_val = y_val = None
+    val_part = meta.get("validation_part")
+    if val_part is not None:
+        X_val, y_val = site_data(site, feats, str(val_part), classes, regression)
+    margin0 = np.zeros(params.n_outputs, dtype=np.float32)  # the intercept comes with the first level
+    secret = int(np.random.default_rng([site.seed, 0x6BD7]).integers(2**31))  # the site's own stream
+    booster = SiteBooster(X, y, layout, params, margin0, X_val=X_val, y_val=y_val, secret=secret)
+    site.state.pop(LIVE, None)
+    site.state[STATE] = {"booster": booster.to_state(), "features": feats, "classes": classes,
+                         "part": part, "validation_part": val_part, "splits": None, "started": False,
+                         "min_rows": _floor(site, request)}
+    sums = label_sums(params, y)
+    dp = meta.get(DP_META)
+    if dp is not None:  # one row moves a class count by 1 (two counts when replaced), or Σy by the clip
+        sens = float(dp.get("clip", 1.0)) if regression else np.sqrt(2.0)
+        sums = add_noise(sums, sens, dp, noise_rng())
+    return Message("gbdt_start", {"label_sums": np.asarray(sums, dtype=np.float64)}, {"n": int(len(y))})
+
+
+# ----------------------------------------------------------------------------- level
+def _state(site: Site) -> dict[str, Any]:
+    st = site.state.get(STATE)
+    if not isinstance(st, dict) or "booster" not in st:
+        raise ValueError("boosting is not set up on this site (no 'gbdt_start' request received)")
+    return st
+
+
+def _booster(site: Site, st: dict[str, Any]) -> SiteBooster:
+    """The live booster when this process answered the last request, else rebuilt from the state's arrays."""
+    live = site.state.get(LIVE)
+    if isinstance(live, tuple) and live[0] is st["booster"]:
+        return live[1]
+    return SiteBooster.from_state(st["booster"])
+
+
+def _level_part(site: Any, request: Message) -> str:
+    st = site.state.get(STATE) if site is not None else None
+    return str(st.get("part", "train")) if isinstance(st, dict) else "train"
+
+
+def _level_releases(request: Message) -> int:
+    return 1 + (1 if request.meta.get("validate") else 0)
+
+
+def _carried(request: Message, prefix: str) -> dict[str, np.ndarray]:
+    return {k[len(prefix):]: v for k, v in request.arrays.items() if k.startswith(prefix)}
+
+
+def _sibling_counts(booster: SiteBooster, nodes: np.ndarray, splits: Mapping[str, np.ndarray] | None) -> np.ndarray:
+    """Rows (of the round's subsample) of each requested node's sibling in the last splits (0: none)."""
+    out = np.zeros(nodes.shape[0])
+    if not splits or not np.asarray(splits.get("tree", [])).size or booster.keep is None:
+        return out
+    sib: dict[tuple[int, int], int] = {}
+    for k, a, b in zip(*(np.asarray(splits[x]).tolist() for x in ("tree", "left", "right"))):
+        sib[(k, a)], sib[(k, b)] = b, a
+    keep = booster.keep.astype(np.float64)
+    for i, (k, node) in enumerate(nodes.tolist()):
+        other = sib.get((k, node))
+        if other is not None:
+            out[i] = float(keep[booster.positions[k] == other].sum())
+    return out
+
+
+@handler("gbdt_level", Releases(part=_level_part, aggregates=("hist", "val_loss"),
+                                meta={"withheld": COUNT, "n_val": COUNT, "round": COUNT}, dp=True,
+                                dp_releases=_level_releases))
+def _level(site: Site, request: Message) -> Message:
+    st = _state(site)
+    booster = _booster(site, st)
+    meta = request.meta
+    p = booster.params
+    splits = _carried(request, SPLIT)
+    if splits:
+        booster.apply(splits)
+        st["splits"], st["released"] = splits, []
+    leaves = _carried(request, LEAF)
+    if leaves:
+        values, ptr = np.asarray(leaves["values"], dtype=np.float32), np.asarray(leaves["ptr"], dtype=np.int64)
+        if ptr.shape != (p.n_outputs + 1,) or ptr[0] != 0 or ptr[-1] != values.size or (np.diff(ptr) < 1).any():
+            raise ValueError("leaf values must come as one array per tree of the round")
+        if not np.isfinite(values).all() or np.abs(values).max(initial=0) > 1e6:
+            raise ValueError("leaf values must be finite and at most 1e6 in magnitude")
+        booster.finish_round([values[ptr[k]:ptr[k + 1]] for k in range(p.n_outputs)])
+        st["started"] = False
+    base = request.arrays.get("base_margin")
+    if base is not None:  # the intercept, once, before the first round
+        if booster.round != 0 or st["started"]:
+            raise ValueError("the intercept may only be set before the first round")
+        b = np.asarray(base, dtype=np.float32).reshape(-1)
+        if b.shape != (p.n_outputs,) or not np.isfinite(b).all():
+            raise ValueError(f"base_margin must be {p.n_outputs} finite numbers")
+        booster.margins[:] = b[None, :]
+        if booster.val_margins is not None:
+            booster.val_margins[:] = b[None, :]
+    out: dict[str, np.ndarray] = {}
+    reply_meta: dict[str, Any] = {"round": int(booster.round)}
+    dp = meta.get(DP_META)
+    if meta.get("validate"):
+        if booster.val_margins is None:
+            out["val_loss"], reply_meta["n_val"] = np.zeros(2), 0
+        else:
+            sums = booster.validation_sums()
+            if dp is not None:
+                sums = add_noise(sums, np.hypot(_MAX_ROW_LOSS, 1.0), dp, noise_rng())  # a row's loss <= 36.85
+            out["val_loss"], reply_meta["n_val"] = np.asarray(sums, dtype=np.float64), int(booster.y_val.size)
+    nodes = np.asarray(request.arrays.get("nodes", np.zeros((0, 2))), dtype=np.int64).reshape(-1, 2)
+    if meta.get("round") != booster.round:
+        raise ValueError("the request is for another round than the site's")
+    if nodes.size:
+        if meta.get("level") == 0 and not st["started"]:
+            booster.start_round()
+            if dp is not None and p.objective == "regression":  # bounded gradients for the sensitivity
+                c = float(dp.get("clip", 1.0))
+                booster.grad = np.clip(booster.grad, -c, c).astype(np.float32)
+            st["started"], st["splits"], st["released"] = True, None, []
+        elif not st["started"]:
+            raise ValueError("a level request before the round's first level")
+        last = st.get("splits") or None
+        if last is not None:  # with the nodes this level already released (a second request for the sibling)
+            seen = np.asarray(st.get("released") or [], dtype=np.int64).reshape(-1, 2)
+            check_request(np.vstack([seen, nodes]), last["left"], last["right"], last["tree"])
+        st["released"] = [*(st.get("released") or []), *nodes.tolist()]
+        hist, counts = booster.histograms_and_counts(nodes)
+        if dp is not None:
+            sens = histogram_sensitivity(p.objective, booster.layout.n_features, p.n_outputs, float(dp.get("clip", 1.0)))
+            out["hist"] = noisy_level(hist, sens, float(dp["z"]), noise_rng())
+        else:
+            released, withheld = release_level(hist, counts, _sibling_counts(booster, nodes, last), booster.layout,
+                                               int(st["min_rows"]))
+            out["hist"] = released
+            if SECAGG_META not in meta:  # a per-site count the secure sum would otherwise leave in the clear
+                reply_meta["withheld"] = withheld
+    st["booster"] = booster.to_state()
+    site.state[LIVE] = (st["booster"], booster)
+    return Message("gbdt_level", out, reply_meta)
+
+
+# ----------------------------------------------------------------------------- evaluate
+EVALUATE_RELEASES = Releases(part="part", default_part="test", per_class=True,
+                             aggregates=("confusion", "brier_sum", "rank_pairs"),
+                             histograms=("score_hist",), meta={"n": COUNT, SMOOTHED: FLAG}, dp=True,
+                             dp_releases=lambda r: 2 if r.meta.get("score_bins") is not None else 1)
+
+
+class _Fitted:
+    """A trained model in the shape :func:`~fedtab.federation.training.site.evaluation_sums` calls."""
+
+    def __init__(self, model: GBDTModel) -> None:
+        self.model = model
+
+    def predict(self, params: Any, X: np.ndarray) -> np.ndarray:
+        return self.model.predict(X)
+
+    def predict_proba(self, params: Any, X: np.ndarray) -> np.ndarray:
+        return self.model.predict_proba(X)
+
+
+def _model_from(request: Message, st: Mapping[str, Any]) -> GBDTModel:
+    from ...learn.gbdt.model import FORMAT, VERSION
+
+    arrays = {k[len("param:"):]: v for k, v in request.arrays.items() if k.startswith("param:")}
+    params = SiteBooster.from_state(st["booster"]).params
+    manifest = {"format": FORMAT, "version": VERSION, "params": params.to_dict(),
+                "feature_names": list(st["features"]), "best_iteration": None}
+    for k in ("left", "right", "feature", "bin", "tree_ptr"):
+        if k in arrays:
+            arrays[k] = np.asarray(arrays[k]).astype(np.int64 if k == "tree_ptr" else np.int32)
+    if "default_left" in arrays:
+        arrays["default_left"] = np.asarray(arrays["default_left"]).astype(bool)
+    for k in ("threshold", "value", "base_weight", "gain", "cover", "base_margin"):
+        if k in arrays:
+            arrays[k] = np.asarray(arrays[k], dtype=np.float32)
+    arrays.pop("edges", None), arrays.pop("edge_ptr", None)
+    model = GBDTModel.from_arrays(manifest, arrays)
+    layout = BinLayout.from_arrays(st["booster"]["layout"])
+    inner = model.nodes["left"] >= 0
+    agreed = layout.threshold(model.nodes["feature"][inner], model.nodes["bin"][inner])
+    if not np.array_equal(agreed, model.nodes["threshold"][inner]):  # no threshold of the server's choosing
+        raise ValueError("the model to evaluate splits at thresholds that are not the agreed bin edges")
+    return model
+
+
+@handler("gbdt_score", Releases(part="part", default_part="test", aggregates=("sse",), meta={"n": COUNT}, dp=True,
+                                dp_releases=1))
+def _score(site: Site, request: Message) -> Message:
+    """Regression: ``[squared error sum]`` of a model on a part (each row's error clipped at the
+    DP clip under DP)."""
+    st = _state(site)
+    model = _model_from(request, st)
+    if model.params.objective != "regression":
+        raise ValueError("gbdt_score scores regression models; classification uses gbdt_evaluate")
+    X, y = site_data(site, st["features"], str(request.meta.get("part") or "test"), None, True)
+    err = (model.predict(X) - y) ** 2 if len(y) else np.zeros(0)
+    dp = request.meta.get(DP_META)
+    if dp is None:
+        return Message("gbdt_score", {"sse": np.array([float(err.sum())])}, {"n": int(len(y))})
+    c = float(dp.get("clip", 1.0))
+    noisy = add_noise(np.array([float(np.minimum(err, c * c).sum())]), c * c, dp, noise_rng())
+    return Message("gbdt_score", {"sse": noisy}, {"n": int(len(y))})
+
+
+@handler("gbdt_evaluate", EVALUATE_RELEASES)
+def _evaluate(site: Site, request: Message) -> Message:
+    st = _state(site)
+    model = _model_from(request, st)
+    part = str(request.meta.get("part") or "test")
+    if model.params.objective == "regression":
+        raise ValueError("gbdt_evaluate scores classification models; regression uses gbdt_score")
+    X, y = site_data(site, st["features"], part, st["classes"], False)
+    dp = request.meta.get(DP_META)
+    out = evaluation_sums(_Fitted(model), {}, X, y, len(st["classes"]), requested_bins(request.meta),
+                          pairs=SECAGG_META not in request.meta)
+    if dp is not None:
+        rng = noise_rng()
+        out = {k: add_noise(v, 2.0 if k == "brier_sum" else np.sqrt(2.0), dp, rng) for k, v in out.items()}
+    return Message("gbdt_evaluate", out, {"n": int(len(y))})
