@@ -357,6 +357,26 @@ def _impute_eval(policy: DisclosurePolicy, site: "Site", request: "Message") -> 
     return _charge_evaluation(policy, site, "impute:test")
 
 
+def _select_prepare(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """Model selection's fold ballots (:mod:`fedtab.federation.selection`): as a ballot."""
+    return _check_selector(policy, request.meta.get("selector"))
+
+
+def _select_fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """One round of every selection chain: a fit round (epochs capped, counted per run)."""
+    setup = request.meta.get("setup")
+    reason = _check_features(site, setup.get("features")) if isinstance(setup, dict) else None
+    return reason or _epochs(policy, request.meta.get("epochs")) or _charge_run(policy, site, "fit", "fit rounds")
+
+
+def _select_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """Every selection slot's evaluation sums: one evaluation of the folds (or of the test rows)."""
+    personal = request.meta.get("personal")
+    epochs = personal.get("epochs") if isinstance(personal, dict) else None
+    part = "test" if request.meta.get("stage") == "test" else "cv"
+    return _score_bins(policy, request) or _epochs(policy, epochs) or _charge_evaluation(policy, site, part)
+
+
 _CHECKS = {
     "ballot": _ballot,
     "ballot_fit": _ballot,
@@ -371,4 +391,7 @@ _CHECKS = {
     "impute_setup": _impute_setup,
     "impute_fit": _impute_fit,
     "impute_eval": _impute_eval,
+    "select_prepare": _select_prepare,
+    "select_fit": _select_fit,
+    "select_evaluate": _select_evaluate,
 }
