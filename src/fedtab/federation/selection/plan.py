@@ -27,14 +27,16 @@ ALL = "all columns"
 
 @dataclass
 class Candidate:
-    """One candidate: ``name`` (``"fd=0.3"`` or ``"all columns"``), its ``freedom_degree``
-    (``None`` for all columns), the fold masks ``(K, d)`` and refit mask ``(d,)`` over the
-    plan's features, and (filled by :func:`build_plan`) its chains."""
+    """One candidate: ``name`` (``"fd=0.3"`` or ``"all columns"``, with ``", l2=…"`` when
+    several strengths are compared), its ``freedom_degree`` (``None`` for all columns), the
+    fold masks ``(K, d)`` and refit mask ``(d,)`` over the plan's features, the model's L2
+    strength ``l2``, and (filled by :func:`build_plan`) its chains."""
 
     name: str
     freedom_degree: float | None
     fold_masks: np.ndarray
     refit_mask: np.ndarray
+    l2: float = 1e-3
     cv_chains: list[int] = field(default_factory=list)
     refit_chain: int = -1
     loso_chains: dict[str, list[int]] = field(default_factory=dict)
@@ -47,11 +49,12 @@ class Candidate:
 @dataclass(frozen=True)
 class Chain:
     """A model to train: ``mask`` (index into :attr:`Plan.masks`), ``fold`` (``-1``: refit),
-    ``without`` (the site it leaves out, or ``""``)."""
+    ``without`` (the site it leaves out, or ``""``), ``l2`` (the model's L2 strength)."""
 
     mask: int
     fold: int
     without: str = ""
+    l2: float = 1e-3
 
 
 @dataclass
@@ -97,10 +100,11 @@ def build_plan(features: list[str], candidates: list[Candidate], sites: Sequence
         return chains.setdefault(chain, len(chains))
 
     for c in candidates:
-        c.cv_chains = [chain_id(Chain(mask_id(c.fold_masks[k]), k)) for k in range(K)]
-        c.refit_chain = chain_id(Chain(mask_id(c.refit_mask), -1))
+        c.cv_chains = [chain_id(Chain(mask_id(c.fold_masks[k]), k, "", c.l2)) for k in range(K)]
+        c.refit_chain = chain_id(Chain(mask_id(c.refit_mask), -1, "", c.l2))
         if loso:
-            c.loso_chains = {s: [chain_id(Chain(mask_id(c.fold_masks[k]), k, s)) for k in range(K)] for s in sites}
+            c.loso_chains = {s: [chain_id(Chain(mask_id(c.fold_masks[k]), k, s, c.l2)) for k in range(K)]
+                             for s in sites}
     return Plan(list(features), np.array(mask_list, dtype=bool).reshape(len(mask_list), len(features)),
                 list(chains), candidates, K)
 

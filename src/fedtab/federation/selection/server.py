@@ -71,13 +71,16 @@ class SelectionOutcome:
         test: the refit models on the sites' test rows: ``{"rows": "test", "trained_on":
             "train", "modes": {mode: {"pooled", "per_site"}}, "all_columns": {...}}`` with every
             metric of :func:`~fedtab.learn.metrics.evaluation_scores` plus ``logloss``.
-        model: the personalised model (:data:`fedtab.learn.personalise.PersonalisedModel`).
+        model: the personalised model (:data:`fedtab.learn.personalise.PersonalisedModel`);
+            model_all_columns: the all-columns refit (no personalisation), the no-election reference.
         measured: per site ``{"missing_share", "imputed_share"}`` per column (training rows),
             ``must_impute`` (kept columns it never measures) and ``partly_imputed`` (kept
             columns with some cells it did not measure).
         loso: per site, the chosen columns' pooled CV ``{"logloss", "auroc"}`` when trained
             without it (``{}`` unless ``contributions``); see :func:`site_contributions`.
-        exchanges: ``{"total", "steps": {step: n}}`` exchanges this workflow made.
+        exchanges: ``{"total", "steps": {step: n}}`` exchanges this workflow made (``total``
+            from :attr:`Federation.exchange_count`: every message round, including a secure
+            sum's; ``steps`` from the participation record).
         ballots: per site the train-rows ballot (``None`` if it abstained).
         n_folds: the federation's folds ``K``; rounds / local_epochs: the FedAvg settings.
     """
@@ -101,6 +104,7 @@ class SelectionOutcome:
     rounds: int = 0
     local_epochs: int = 0
     election: dict[str, Any] = field(default_factory=dict)
+    model_all_columns: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Everything but the ballots, JSON-able (arrays as lists)."""
@@ -188,23 +192,33 @@ def _mask(features: list[str], names: Sequence[str]) -> np.ndarray:
     return np.array([f in chosen for f in features], dtype=bool)
 
 
-def _candidates(prep: _Prepared, grid: Sequence[float], K: int, election: Mapping[str, Any]) -> list[Candidate]:
+def _candidates(prep: _Prepared, grid: Sequence[float], K: int, election: Mapping[str, Any],
+                l2_grid: Sequence[float]) -> list[Candidate]:
+    """Every distinct election of ``grid`` (its smallest fd) and all columns, each with every
+    L2 strength of ``l2_grid``; sorted by kept columns, then fd."""
     feats = prep.columns
     folds = list(range(K)) + [-1]
     ballots = {f: fold_ballots(prep.ballots, prep.n_folds, f) for f in folds}
     for f, b in ballots.items():
         if not b:
             raise FederationError(f"no site could vote on {'the training rows' if f < 0 else f'fold {f}'}")
-    out: dict[bytes, Candidate] = {}
+    masks: dict[bytes, tuple[float | None, np.ndarray, np.ndarray]] = {}
     for fd in sorted(set(float(x) for x in grid)):
-        masks = {f: _mask(feats, elect_from_ballots(ballots[f], fd, **election).selected_names) for f in folds}
-        cand = Candidate(f"fd={fd:g}", fd, np.stack([masks[k] for k in range(K)]), masks[-1])
-        key = np.concatenate([cand.fold_masks.ravel(), cand.refit_mask]).tobytes()
-        out.setdefault(key, cand)  # the smallest fd giving these masks
+        by_fold = {f: _mask(feats, elect_from_ballots(ballots[f], fd, **election).selected_names) for f in folds}
+        fold_masks = np.stack([by_fold[k] for k in range(K)])
+        if fold_masks.all() and by_fold[-1].all():
+            continue  # every column: the "all columns" candidate
+        key = np.concatenate([fold_masks.ravel(), by_fold[-1]]).tobytes()
+        masks.setdefault(key, (fd, fold_masks, by_fold[-1]))  # the smallest fd giving these masks
     everything = np.ones(len(feats), dtype=bool)
-    cands = [c for c in out.values() if not (c.fold_masks.all() and c.refit_mask.all())]
-    cands.append(Candidate(ALL, None, np.tile(everything, (K, 1)), everything))
-    return sorted(cands, key=lambda c: (c.kept, c.freedom_degree if c.freedom_degree is not None else 2.0))
+    masks[b"all"] = (None, np.tile(everything, (K, 1)), everything)
+    several = len(l2_grid) > 1
+    out = []
+    for fd, fold_masks, refit in masks.values():
+        for l2 in l2_grid:
+            name = ALL if fd is None else f"fd={fd:g}"
+            out.append(Candidate(name + (f", l2={l2:g}" if several else ""), fd, fold_masks, refit, float(l2)))
+    return sorted(out, key=lambda c: (c.kept, c.freedom_degree if c.freedom_degree is not None else 2.0, -c.l2))
 
 
 # ----------------------------------------------------------------------------- training
@@ -233,7 +247,8 @@ def _train(federation: Federation, plan: Plan, prep: _Prepared, classes: list[st
         if r == 1:
             arrays.update({"setup:masks": plan.masks, "setup:chain_mask": chain_mask,
                            "setup:chain_fold": np.array([c.fold for c in plan.chains], dtype=np.int64),
-                           "setup:mean": mean, "setup:std": std})
+                           "setup:mean": mean, "setup:std": std,
+                           "setup:chain_l2": np.array([c.l2 for c in plan.chains], dtype=np.float64)})
             meta["setup"] = {"features": plan.features, "classes": classes, "model": model_spec,
                              "without": [c.without for c in plan.chains]}
         updates: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -388,7 +403,9 @@ def select_model(
     local_epochs: int = 5,
     grid: Sequence[float] = DEFAULT_FD_GRID,
     modes: Sequence[str] = DEFAULT_MODES,
+    l2_grid: Sequence[float] | None = None,
     contributions: bool = True,
+    paired: bool = True,
     aggregation: str = "weighted",
     normalization: str = "all",
     min_holders: int | None = None,
@@ -407,8 +424,13 @@ def select_model(
         grid: freedom degrees whose elections are candidates ("all columns" always is).
         modes: personalisation modes to compare (:mod:`fedtab.learn.personalise`);
             ``"none"`` is always compared.
+        l2_grid: L2 strengths of the logistic model to compare (``None``: the model's own);
+            with several, each column candidate is trained with each, and among equally
+            simple masks the rule prefers the stronger penalty.
         contributions: also train every fold's chains without each site (leave-one-site-out)
             in the same exchanges, for :func:`site_contributions`.
+        paired: the one-SE rule's standard error of the difference to the best candidate
+            (default) or the best candidate's own (:func:`~fedtab.election.one_se.one_standard_error`).
         aggregation / normalization / min_holders: the election rule of every candidate.
         personal_epochs: L-BFGS iterations of a fine-tune or local model.
         score_bins: bins of the score histograms (AUROC); ``None``: log-loss only.
@@ -428,7 +450,7 @@ def select_model(
         raise ValueError("rounds and local_epochs must be at least 1")
     modes = list(dict.fromkeys(["none", *map(check_mode, modes)]))
     spec = {"name": fm.name, "params": fm.get_params()}
-    p0 = len(federation.participation)
+    p0, x0 = len(federation.participation), federation.exchange_count
     prep = _prepare(federation, selector)
     K = max(prep.n_folds.values())
     if K < 2:
@@ -439,7 +461,10 @@ def select_model(
     if len(classes) < 2:
         raise ValueError(f"selection needs at least 2 classes across the sites, found {classes}")
     election = {"aggregation": aggregation, "normalization": normalization, "min_holders": min_holders}
-    cands = _candidates(prep, grid, K, election)
+    l2_grid = sorted({float(x) for x in (l2_grid if l2_grid is not None else [fm.l2])})
+    if not l2_grid or min(l2_grid) < 0:
+        raise ValueError("l2_grid must hold non-negative L2 strengths")
+    cands = _candidates(prep, grid, K, election, l2_grid)
     sites = list(prep.n_folds)
     plan = build_plan(prep.columns, cands, sites, loso=contributions and len(sites) > 1)
     params, mean, std = _train(federation, plan, prep, classes, spec, rounds, local_epochs, seed, max_param_abs)
@@ -470,12 +495,13 @@ def select_model(
     scored = []
     for c in cands:
         s = summary(c.cv_chains, "none")
-        scored.append(({"name": c.name, "freedom_degree": c.freedom_degree, "kept": c.kept,
+        scored.append(({"name": c.name, "freedom_degree": c.freedom_degree, "l2": c.l2, "kept": c.kept,
                         "features": [f for f, k in zip(plan.features, c.refit_mask) if k], **s}, c))
-    choice = one_standard_error([Scored(d["name"], d["kept"], d["logloss"], tuple(d["fold_logloss"]))
-                                 for d, _ in scored])
+    rank = {v: i for i, v in enumerate(l2_grid)}  # a stronger penalty is simpler, at equal columns
+    choice = one_standard_error([Scored(d["name"], d["kept"] + 0.5 * (1 - rank[d["l2"]] / max(len(l2_grid) - 1, 1)),
+                                        d["logloss"], tuple(d["fold_logloss"])) for d, _ in scored], paired=paired)
     chosen_d, chosen = next((d, c) for d, c in scored if d["name"] == choice.chosen.name)
-    all_d = next(d for d, c in scored if c.freedom_degree is None)
+    all_d = min((d for d, c in scored if c.freedom_degree is None), key=lambda d: d["logloss"])
     elected = [d for d, c in scored if c.freedom_degree is not None]
     best_fd = min(elected, key=lambda d: d["logloss"]) if elected else None
     for d, _ in scored:
@@ -485,13 +511,13 @@ def select_model(
                           "per_site": _per_site_cv([cv[slot_of[(m, mode)]] for m in chosen.cv_chains])}
                    for mode in modes}
     mode_choice = one_standard_error([Scored(mode, mode_order(mode), s["logloss"], tuple(s["fold_logloss"]))
-                                      for mode, s in mode_scores.items()])
+                                      for mode, s in mode_scores.items()], paired=paired)
     mode = mode_choice.chosen.name
     loso = {s: {k: v for k, v in summary(ch, "none").items() if k in ("logloss", "auroc")}
             for s, ch in chosen.loso_chains.items()}
 
     # the refit on all training rows, scored on the test rows (never seen above)
-    all_cand = next(c for c in cands if c.freedom_degree is None)
+    all_cand = next(c for d, c in scored if d is all_d)
     test_slots = list(dict.fromkeys([(chosen.refit_chain, "none"), (chosen.refit_chain, mode),
                                      (chosen.refit_chain, "local"), (all_cand.refit_chain, "none")]))
     test, personal_params = _evaluate(federation, plan, params, test_slots, classes, prep, score_bins, "test",
@@ -501,30 +527,36 @@ def select_model(
                           if m == chosen.refit_chain},
                 "all_columns": _test_metrics(test[test_slots.index((all_cand.refit_chain, "none"))])}
 
-    r = chosen.refit_chain
-    mask = plan.masks[plan.chains[r].mask]
-    feats = [f for f, k in zip(plan.features, mask) if k]
-    model_data = {
-        "features": feats, "classes": classes, "mean": mean[r][mask].tolist(), "std": std[r][mask].tolist(),
-        "model": spec, "params": {"coef": params["coef"][r][:, mask].tolist(),
-                                  "intercept": params["intercept"][r].tolist()},
-        "personalisation": {"mode": mode, "sites": {s: {k: np.asarray(v).tolist() for k, v in p.items()}
-                                                     for s, p in personal_params.items()} if mode != "none" else {}},
-    }
+    model_data = _model_data(plan, chosen.refit_chain, mean, std, params, classes, spec, mode, personal_params)
+    all_model = _model_data(plan, all_cand.refit_chain, mean, std, params, classes, spec, "none", {})
     steps: dict[str, int] = {}
     for rec in federation.participation[p0:]:
         steps[rec["step"]] = steps.get(rec["step"], 0) + 1
     return SelectionOutcome(
-        features=feats, freedom_degree=chosen.freedom_degree, personalisation=mode, chosen=chosen_d,
+        features=list(model_data["features"]), freedom_degree=chosen.freedom_degree, personalisation=mode, chosen=chosen_d,
         all_columns=all_d, best_fd=best_fd, candidates=[d for d, _ in scored],
         rule={"columns": choice.to_dict(), "personalisation": mode_choice.to_dict(),
               "score": "pooled cross-validated log-loss (lower is better)"},
-        modes=mode_scores, test=test_out, model=model_data,
-        measured=_measured(prep, schema, feats), loso=loso,
-        exchanges={"total": len(federation.participation) - p0, "steps": steps},
+        modes=mode_scores, test=test_out, model=model_data, model_all_columns=all_model,
+        measured=_measured(prep, schema, model_data["features"]), loso=loso,
+        exchanges={"total": federation.exchange_count - x0, "steps": steps},
         ballots={s: b[-1] for s, b in prep.ballots.items()}, n_folds=K, rounds=rounds, local_epochs=local_epochs,
         election={**election, "fd": chosen.freedom_degree, "columns": list(plan.features)},
     )
+
+
+def _model_data(plan: Plan, r: int, mean: np.ndarray, std: np.ndarray, params: Mapping[str, np.ndarray],
+                classes: list[str], spec: dict[str, Any], mode: str,
+                personal: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, Any]:
+    """Refit chain ``r`` as a :data:`~fedtab.learn.personalise.PersonalisedModel` (JSON-able)."""
+    mask = plan.masks[plan.chains[r].mask]
+    return {
+        "features": [f for f, k in zip(plan.features, mask) if k], "classes": list(classes),
+        "mean": mean[r][mask].tolist(), "std": std[r][mask].tolist(), "model": dict(spec),
+        "params": {"coef": params["coef"][r][:, mask].tolist(), "intercept": params["intercept"][r].tolist()},
+        "personalisation": {"mode": mode, "sites": {} if mode == "none" else {
+            s: {k: np.asarray(v).tolist() for k, v in p.items()} for s, p in personal.items()}},
+    }
 
 
 def _measured(prep: _Prepared, schema: Any, kept: Sequence[str]) -> dict[str, Any]:

@@ -110,19 +110,23 @@ def _store_setup(site: Site, meta: Mapping[str, Any], arrays: Mapping[str, np.nd
     chain_mask = np.asarray(arrays["setup:chain_mask"], dtype=np.int64)
     chain_fold = np.asarray(arrays["setup:chain_fold"], dtype=np.int64)
     mean, std = np.asarray(arrays["setup:mean"], np.float64), np.asarray(arrays["setup:std"], np.float64)
+    l2 = np.asarray(arrays["setup:chain_l2"], np.float64)
     without = list(meta["without"])
     M, d = len(chain_mask), len(features)
     if masks.ndim != 2 or masks.shape[1] != d or chain_fold.shape != (M,) or mean.shape != (M, d) \
-            or std.shape != (M, d) or len(without) != M or (M and (chain_mask.min() < 0
+            or std.shape != (M, d) or l2.shape != (M,) or len(without) != M or (M and (chain_mask.min() < 0
                                                                   or chain_mask.max() >= len(masks))):
         raise ValueError("select setup: the chain arrays do not fit the features")
     if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
         raise ValueError("select setup: the standardisation must be finite with positive std")
+    if not (np.isfinite(l2).all() and (l2 >= 0).all()):
+        raise ValueError("select setup: the L2 strengths must be finite and non-negative")
     model = make_model(meta["model"])
     if not isinstance(model, LogisticRegressionModel):
         raise ValueError("model selection trains logistic regression")
     setup = {"features": features, "classes": classes, "masks": masks, "chain_mask": chain_mask,
-             "chain_fold": chain_fold, "mean": mean, "std": std, "without": without, "model": meta["model"]}
+             "chain_fold": chain_fold, "mean": mean, "std": std, "l2": l2, "without": without,
+             "model": meta["model"]}
     site.state[SETUP_KEY] = setup
     site.state.pop(_CACHE, None)
     return setup
@@ -152,6 +156,12 @@ def _chain_matrix(site: Site, setup: Mapping[str, Any], m: int, part: str) -> tu
     return Z, y
 
 
+def _chain_model(setup: Mapping[str, Any], m: int) -> LogisticRegressionModel:
+    """Chain ``m``'s model: the agreed logistic regression with the chain's L2 strength."""
+    base = make_model(setup["model"])
+    return LogisticRegressionModel(l2=float(setup["l2"][m]), mu=getattr(base, "mu", 0.0))
+
+
 def _chain_params(arrays: Mapping[str, np.ndarray], m: int, mask: np.ndarray) -> dict[str, np.ndarray]:
     return {"coef": np.asarray(arrays["param:coef"][m], np.float64)[:, mask],
             "intercept": np.asarray(arrays["param:intercept"][m], np.float64)}
@@ -164,7 +174,6 @@ FIT_RELEASES = Releases(part="=train", model="param:", meta={})
 @handler("select_fit", FIT_RELEASES)
 def _fit(site: Site, request: Message) -> Message:
     setup = _store_setup(site, request.meta["setup"], request.arrays) if "setup" in request.meta else _setup(site)
-    model = make_model(setup["model"])
     coef = np.asarray(request.arrays["param:coef"], np.float64)
     intercept = np.asarray(request.arrays["param:intercept"], np.float64)
     M, d = len(setup["chain_mask"]), len(setup["features"])
@@ -180,7 +189,7 @@ def _fit(site: Site, request: Message) -> Message:
         if not len(y):
             continue
         mask = setup["masks"][setup["chain_mask"][m]]
-        p = model.local_update(_chain_params(request.arrays, m, mask), Z, y, epochs=epochs)
+        p = _chain_model(setup, m).local_update(_chain_params(request.arrays, m, mask), Z, y, epochs=epochs)
         out_coef[m][:, mask], out_b[m] = p["coef"], p["intercept"]
     return Message("select_fit", {"param:coef": out_coef, "param:intercept": out_b})
 
@@ -213,7 +222,6 @@ def _evaluate(site: Site, request: Message) -> Message:
     setup = _setup(site)
     meta = request.meta
     stage = "test" if meta.get("stage") == "test" else "cv"
-    model = make_model(setup["model"])
     C = len(setup["classes"])
     M = len(setup["chain_mask"])
     bins = meta.get("score_bins")
@@ -242,7 +250,7 @@ def _evaluate(site: Site, request: Message) -> Message:
         if (m, mode) not in fitted:
             Zf, yf = _chain_matrix(site, setup, m, fit_part) if mode != "none" else (None, None)
             fitted[(m, mode)] = {} if mode == "none" else personalise(
-                mode, params, Zf, yf, l2=getattr(model, "l2", 1e-3), epochs=local_epochs if mode == "local" else epochs)
+                mode, params, Zf, yf, l2=float(setup["l2"][m]), epochs=local_epochs if mode == "local" else epochs)
         proba = personalised_proba(mode, params, fitted[(m, mode)] if mode != "none" else None, Zt)
         logloss[e] = log_loss_sum(yt, proba)
         cms[e] = confusion(yt, np.argmax(proba, axis=1), C)
