@@ -265,8 +265,15 @@ def _evaluate(site: Site, request: Message) -> Message:
         arrays["score_hist"] = hist
     if isinstance(send, list) and len(send) == 2:
         key = (int(send[0]), check_mode(send[1]))
-        if key not in fitted:
-            raise ValueError("send_personal names a slot that was not evaluated")
+        if not 0 <= key[0] < M:
+            raise ValueError("send_personal names no chain")
+        if key not in fitted:  # a site without test rows still adapts the model for its predictions
+            m, mode = key
+            mask = setup["masks"][setup["chain_mask"][m]]
+            Zf, yf = _chain_matrix(site, setup, m, "train")
+            fitted[key] = {} if mode == "none" else personalise(
+                mode, _chain_params(request.arrays, m, mask), Zf, yf, l2=float(setup["l2"][m]),
+                epochs=local_epochs if mode == "local" else epochs)
         arrays.update({f"param:site:{k}": np.asarray(v, np.float64) for k, v in fitted[key].items()})
     return Message("select_evaluate", arrays)
 
