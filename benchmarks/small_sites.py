@@ -184,7 +184,7 @@ def run_case(case: str, seed: int, *, rounds: int = 10, impute_rounds: int = 10,
         _impute(fed, impute_rounds, seed)
     n_impute = fed.exchange_count
     t1 = time.process_time()
-    out = select_model(fed, selector="lasso", rounds=rounds, local_epochs=5, seed=seed, score_bins=200, l2_grid=L2_GRID)
+    out = select_model(fed, selector="lasso", rounds=rounds, local_epochs=5, seed=seed, l2_grid=L2_GRID)
     t2 = time.process_time()
     test = out.test
     shipped = test["modes"][out.personalisation]["pooled"]
@@ -201,6 +201,7 @@ def run_case(case: str, seed: int, *, rounds: int = 10, impute_rounds: int = 10,
         "cv_logloss_se": out.chosen["logloss_se"], "cv_logloss_all": out.all_columns["logloss"],
         "exchanges_imputation": n_impute, "exchanges_selection": out.exchanges["total"],
         "exchanges": n_impute + out.exchanges["total"],
+        "selection_mb_up": out.exchanges["bytes_up"] / 1e6, "selection_mb_down": out.exchanges["bytes_down"] / 1e6,
         "cpu_seconds_imputation": t1 - t0, "cpu_seconds_selection": t2 - t1,
         "contributions": site_contributions(out) if out.loso else {},
         "must_impute": {s: m["must_impute"] for s, m in out.measured.items()},

@@ -35,7 +35,7 @@ import numpy as np
 
 from ...election.ballot import Ballot
 from ...election.one_se import Scored, one_standard_error
-from ...learn.metrics import pooled_auroc
+from ...learn.metrics import SCORE_BINS, pooled_auroc
 from ...learn.models import LogisticRegressionModel, make_model
 from ...learn.personalise import LOG_LOSS_EPS, check_mode, mode_order
 from .. import validate
@@ -80,7 +80,7 @@ class SelectionOutcome:
             without it (``{}`` unless ``contributions``); see :func:`site_contributions`.
         exchanges: ``{"total", "steps": {step: n}}`` exchanges this workflow made (``total``
             from :attr:`Federation.exchange_count`: every message round, including a secure
-            sum's; ``steps`` from the participation record).
+            sum's; ``steps`` from the participation record), with the bytes the engine measured.
         ballots: per site the train-rows ballot (``None`` if it abstained).
         n_folds: the federation's folds ``K``; rounds / local_epochs: the FedAvg settings.
     """
@@ -410,7 +410,8 @@ def select_model(
     normalization: str = "all",
     min_holders: int | None = None,
     personal_epochs: int = 50,
-    score_bins: int | None = 200,
+    score_bins: int | None = 100,
+    test_bins: int | None = SCORE_BINS,
     seed: int = 0,
     max_param_abs: float = validate.MAX_PARAM_ABS,
 ) -> SelectionOutcome:
@@ -433,7 +434,8 @@ def select_model(
             (default) or the best candidate's own (:func:`~fedtab.election.one_se.one_standard_error`).
         aggregation / normalization / min_holders: the election rule of every candidate.
         personal_epochs: L-BFGS iterations of a fine-tune or local model.
-        score_bins: bins of the score histograms (AUROC); ``None``: log-loss only.
+        score_bins: bins of the cross-validation's score histograms (its AUROC; every slot sends
+            ``2 × score_bins`` values); ``None``: log-loss only. test_bins: the same for the test rows.
 
     Raises:
         ValueError: a model other than logistic regression, unknown modes, a run with secure
@@ -450,7 +452,7 @@ def select_model(
         raise ValueError("rounds and local_epochs must be at least 1")
     modes = list(dict.fromkeys(["none", *map(check_mode, modes)]))
     spec = {"name": fm.name, "params": fm.get_params()}
-    p0, x0 = len(federation.participation), federation.exchange_count
+    p0, x0, b0 = len(federation.participation), federation.exchange_count, federation.traffic.total()
     prep = _prepare(federation, selector)
     K = max(prep.n_folds.values())
     if K < 2:
@@ -520,7 +522,7 @@ def select_model(
     all_cand = next(c for d, c in scored if d is all_d)
     test_slots = list(dict.fromkeys([(chosen.refit_chain, "none"), (chosen.refit_chain, mode),
                                      (chosen.refit_chain, "local"), (all_cand.refit_chain, "none")]))
-    test, personal_params = _evaluate(federation, plan, params, test_slots, classes, prep, score_bins, "test",
+    test, personal_params = _evaluate(federation, plan, params, test_slots, classes, prep, test_bins, "test",
                                       personal, send=(chosen.refit_chain, mode))
     test_out = {"rows": "test", "trained_on": "train",
                 "modes": {md: _test_metrics(test[i]) for i, (m, md) in enumerate(test_slots)
@@ -539,7 +541,8 @@ def select_model(
               "score": "pooled cross-validated log-loss (lower is better)"},
         modes=mode_scores, test=test_out, model=model_data, model_all_columns=all_model,
         measured=_measured(prep, schema, model_data["features"]), loso=loso,
-        exchanges={"total": federation.exchange_count - x0, "steps": steps},
+        exchanges={"total": federation.exchange_count - x0, "steps": steps,
+                   "bytes_down": federation.traffic.total()[0] - b0[0], "bytes_up": federation.traffic.total()[1] - b0[1]},
         ballots={s: b[-1] for s, b in prep.ballots.items()}, n_folds=K, rounds=rounds, local_epochs=local_epochs,
         election={**election, "fd": chosen.freedom_degree, "columns": list(plan.features)},
     )
