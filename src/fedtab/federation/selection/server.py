@@ -426,8 +426,9 @@ def select_model(
         modes: personalisation modes to compare (:mod:`fedtab.learn.personalise`);
             ``"none"`` is always compared.
         l2_grid: L2 strengths of the logistic model to compare (``None``: the model's own);
-            with several, each column candidate is trained with each, and among equally
-            simple masks the rule prefers the stronger penalty.
+            with several, every column candidate is trained with each; the strength of the
+            best candidate (lowest CV log-loss) is kept and the one-SE rule compares the
+            masks at that strength.
         contributions: also train every fold's chains without each site (leave-one-site-out)
             in the same exchanges, for :func:`site_contributions`.
         paired: the one-SE rule's standard error of the difference to the best candidate
@@ -499,15 +500,19 @@ def select_model(
         s = summary(c.cv_chains, "none")
         scored.append(({"name": c.name, "freedom_degree": c.freedom_degree, "l2": c.l2, "kept": c.kept,
                         "features": [f for f, k in zip(plan.features, c.refit_mask) if k], **s}, c))
-    rank = {v: i for i, v in enumerate(l2_grid)}  # a stronger penalty is simpler, at equal columns
-    choice = one_standard_error([Scored(d["name"], d["kept"] + 0.5 * (1 - rank[d["l2"]] / max(len(l2_grid) - 1, 1)),
-                                        d["logloss"], tuple(d["fold_logloss"])) for d, _ in scored], paired=paired)
+    # the L2 strength of the best candidate, then the rule over the masks at that strength (compared on
+    # the same penalty, the paired fold differences measure the masks, not the penalties)
+    best_l2 = min(scored, key=lambda dc: dc[0]["logloss"])[1].l2
+    finalists = [(d, c) for d, c in scored if c.l2 == best_l2]
+    choice = one_standard_error([Scored(d["name"], d["kept"], d["logloss"], tuple(d["fold_logloss"]))
+                                 for d, _ in finalists], paired=paired)
     chosen_d, chosen = next((d, c) for d, c in scored if d["name"] == choice.chosen.name)
     all_d = min((d for d, c in scored if c.freedom_degree is None), key=lambda d: d["logloss"])
     elected = [d for d, c in scored if c.freedom_degree is not None]
     best_fd = min(elected, key=lambda d: d["logloss"]) if elected else None
     for d, _ in scored:
         d["chosen"] = d is chosen_d
+        d["finalist"] = any(d is f for f, _ in finalists)
 
     mode_scores = {mode: {**summary(chosen.cv_chains, mode),
                           "per_site": _per_site_cv([cv[slot_of[(m, mode)]] for m in chosen.cv_chains])}
