@@ -224,3 +224,17 @@ def test_hostile_fold_metrics_are_rejected_naming_the_site(attack):
     with pytest.raises(SiteError, match="mallory") as err:
         select_model(fed, selector="lasso", grid=(), modes=("none",), contributions=False, rounds=1, local_epochs=1)
     assert set(err.value.sites) == {"mallory"}
+
+
+def test_exchange_count_counts_each_ask_once_through_subclasses():
+    class Wrapped(LocalFederation):
+        def ask(self, requests):  # an engine that wraps another's ask counts once per exchange
+            return super().ask(requests)
+
+    _, parts = classification_parts(120, 4, 2, 1, seed=0)
+    fed = Wrapped([Site(f"s{i}", p, "target", seed=i) for i, p in enumerate(parts)])
+    from fedtab.federation.messages import Message
+
+    fed.broadcast(Message("describe", meta={"part": "train"}))
+    fed.ask({"s0": Message("describe", meta={"part": "train"})})
+    assert fed.exchange_count == 2

@@ -140,13 +140,13 @@ class Federation(ABC):
             return
 
         @functools.wraps(ask)
-        def counted(self: "Federation", requests: Mapping[str, Message]) -> dict[str, Message]:
+        def counted(self: "Federation", *args: Any, **kwargs: Any) -> dict[str, Message]:
             if self.__dict__.get("_asking"):
-                return ask(self, requests)
+                return ask(self, *args, **kwargs)
             self.__dict__["_asking"] = True
             self.exchange_count = self.__dict__.get("exchange_count", 0) + 1
             try:
-                return ask(self, requests)
+                return ask(self, *args, **kwargs)
             finally:
                 self.__dict__["_asking"] = False
 
