@@ -238,3 +238,36 @@ def test_exchange_count_counts_each_ask_once_through_subclasses():
     fed.broadcast(Message("describe", meta={"part": "train"}))
     fed.ask({"s0": Message("describe", meta={"part": "train"})})
     assert fed.exchange_count == 2
+
+
+def test_every_message_can_be_answered_by_a_fresh_site_from_its_stored_state():
+    """As a Flower ClientApp per message: each request is answered by a new Site whose state went
+    through encode_state / decode_state (arrays + JSON, no pickle); the selection is the same."""
+    from fedtab.engines.site_state import decode_state, encode_state
+    from fedtab.federation.messages import Message
+
+    _, parts = classification_parts(600, 8, 3, 1, seed=0, class_sep=1.2)
+
+    class Fresh(LocalFederation):
+        def __init__(self):
+            self.stored = {f"s{i}": {} for i in range(len(parts))}
+            super().__init__([Site(f"s{i}", p, "target", seed=i) for i, p in enumerate(parts)])
+
+        def ask(self, requests):
+            out = {}
+            for name, req in requests.items():
+                site = Site(name, parts[int(name[1:])], "target", seed=int(name[1:]))
+                site.state.update(self.stored[name])
+                reply = site.handle(Message.from_bytes(req.to_bytes()))
+                msg, skipped = encode_state(site.state)
+                assert not skipped, skipped
+                self.stored[name] = decode_state(Message.from_bytes(msg.to_bytes()))
+                out[name] = Message.from_bytes(reply.to_bytes())
+            return out
+
+    opts = dict(selector="lasso", rounds=2, local_epochs=2, grid=(0.5,), personal_epochs=10)
+    ref = select_model(LocalFederation([Site(f"s{i}", p, "target", seed=i) for i, p in enumerate(parts)]), **opts)
+    got = select_model(Fresh(), **opts)
+    assert got.features == ref.features and got.personalisation == ref.personalisation
+    np.testing.assert_allclose(got.model["params"]["coef"], ref.model["params"]["coef"])
+    assert got.chosen["fold_logloss"] == pytest.approx(ref.chosen["fold_logloss"])
