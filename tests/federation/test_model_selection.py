@@ -211,10 +211,12 @@ class _Hostile(Site):
             arrays["confusion"][0, 0, 0] += 50
         elif self.attack == "impossible_loss":
             arrays["logloss_sum"][:] = 1e9
+        elif self.attack == "pairs":  # more ranked pairs than positives × negatives, in every slot
+            arrays["rank_pairs"][:] = 1e9
         return type(reply)(reply.kind, arrays, reply.meta)
 
 
-@pytest.mark.parametrize("attack", ["nan", "negative", "too_many_rows", "impossible_loss"])
+@pytest.mark.parametrize("attack", ["nan", "negative", "too_many_rows", "impossible_loss", "pairs"])
 def test_hostile_fold_metrics_are_rejected_naming_the_site(attack):
     _, parts = classification_parts(450, 6, 3, 1, seed=2, class_sep=1.2)
     honest = [Site(f"s{i}", p, "target", seed=i) for i, p in enumerate(parts[:2])]
@@ -222,7 +224,8 @@ def test_hostile_fold_metrics_are_rejected_naming_the_site(attack):
     bad.attack = attack
     fed = LocalFederation([*honest, bad])
     with pytest.raises(SiteError, match="mallory") as err:
-        select_model(fed, selector="lasso", grid=(), modes=("none",), contributions=False, rounds=1, local_epochs=1)
+        select_model(fed, selector="lasso", grid=(), modes=("none", "intercept"), contributions=False, rounds=1,
+                     local_epochs=1)
     assert set(err.value.sites) == {"mallory"}
 
 

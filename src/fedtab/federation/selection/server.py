@@ -42,8 +42,9 @@ from .. import validate
 from ..election_flow import elect_from_ballots
 from ..messages import Message
 from ..protocol import Federation, FederationError, exchange
-from ..training.steps import checked_sums, pool_evaluations
+from ..training.steps import checked_sums, pool_evaluations, was_smoothed
 from .plan import ALL, Candidate, Plan, build_plan, chain_standardisation, fold_ballots
+from .site import histogram_slots
 
 __all__ = ["SelectionOutcome", "select_model", "DEFAULT_FD_GRID", "DEFAULT_MODES"]
 
@@ -283,9 +284,10 @@ _SlotSums = dict[str, tuple[np.ndarray, Any, Any, Any, float]]  # site -> (cm, h
 
 def _evaluate(federation: Federation, plan: Plan, params: Mapping[str, np.ndarray], slots: list[tuple[int, str]],
               classes: list[str], prep: _Prepared, bins: int | None, stage: str, personal: Mapping[str, Any],
-              send: tuple[int, str] | None = None) -> tuple[list[_SlotSums], dict[str, dict[str, np.ndarray]]]:
-    """One ``select_evaluate`` exchange: per slot, every site's checked sums; and the sites'
-    personalised parameters of slot ``send``."""
+              send: tuple[int, str] | None = None
+              ) -> tuple[list[_SlotSums], dict[str, dict[str, np.ndarray]], bool]:
+    """One ``select_evaluate`` exchange: per slot, every site's checked sums; the sites'
+    personalised parameters of slot ``send``; whether a site's release gate smoothed a histogram."""
     C = len(classes)
     E = len(slots)
     schema = federation.schema
@@ -296,6 +298,7 @@ def _evaluate(federation: Federation, plan: Plan, params: Mapping[str, np.ndarra
     if send is not None:
         meta["send_personal"] = [int(send[0]), str(send[1])]
     per_slot: list[_SlotSums] = [{} for _ in range(E)]
+    with_hist = {e: h for h, e in enumerate(histogram_slots(slots, stage))}
     personal_params: dict[str, dict[str, np.ndarray]] = {}
 
     def rows(site: str, m: int) -> int:
@@ -314,21 +317,29 @@ def _evaluate(federation: Federation, plan: Plan, params: Mapping[str, np.ndarra
         hist = None
         if bins is not None and C == 2:
             hist = reply.arrays.get("score_hist")
-            if hist is None or np.shape(hist) != (2 * E, bins):
-                raise ValueError(f"score histograms of shape {np.shape(hist)}, expected {(2 * E, bins)}")
+            if hist is None or np.shape(hist) != (2 * len(with_hist), bins):
+                raise ValueError(f"score histograms of shape {np.shape(hist)}, expected {(2 * len(with_hist), bins)}")
         out = []
         for e, (m, _) in enumerate(slots):
             n = rows(site, m)
             one = {"confusion": np.asarray(cms[e]), "brier_sum": brier[e:e + 1]}
-            if hist is not None:
-                one["score_hist"] = np.asarray(hist[2 * e:2 * e + 2])
+            has_hist = hist is not None and e in with_hist
+            if has_hist:
+                h = with_hist[e]
+                one["score_hist"] = np.asarray(hist[2 * h:2 * h + 2])
                 one["rank_pairs"] = pairs[e:e + 1]
-            cm, h, b, p = checked_sums(site, Message("evaluate", one), C, bins if hist is not None else None)
+            cm, hh, b, p = checked_sums(site, Message("evaluate", one), C, bins if has_hist else None)
             if int(cm.sum()) != n:
                 raise ValueError(f"slot {e}: {int(cm.sum())} rows scored, but {n} were declared for that part")
+            if C == 2 and p is None:  # no histogram: the exact pairs alone, within the positives × negatives
+                most = float(cm[1].sum()) * float(cm[0].sum())
+                if not -1e-9 <= pairs[e] <= most * (1 + 1e-12) + 1e-9:
+                    raise ValueError(f"slot {e}: invalid rank pairs for {int(cm[1].sum())} positives and "
+                                     f"{int(cm[0].sum())} negatives")
+                p = float(pairs[e])
             if not 0 <= ll[e] <= _MAX_LOGLOSS * n:
                 raise ValueError(f"slot {e}: log-loss sum {ll[e]:.6g} is impossible for {n} rows")
-            out.append((cm, h, b, p, float(ll[e])))
+            out.append((cm, hh, b, p, float(ll[e])))
         if send is not None:
             got = {k[len("param:site:"):]: validate.array(reply, k, np.shape(reply.arrays[k]))
                    for k in reply.arrays if k.startswith("param:site:")}
@@ -341,7 +352,8 @@ def _evaluate(federation: Federation, plan: Plan, params: Mapping[str, np.ndarra
     arrays = {"param:coef": params["coef"], "param:intercept": params["intercept"]}
     replies = exchange(federation, Message("select_evaluate", arrays, meta), check,
                        step="select.cv_evaluate" if stage == "cv" else "select.test_evaluate")
-    return [{s: v for s, v in slot.items() if s in replies} for slot in per_slot], personal_params
+    return ([{s: v for s, v in slot.items() if s in replies} for slot in per_slot], personal_params,
+            was_smoothed(replies))
 
 
 def _fold_scores(slot_sums: _SlotSums) -> tuple[float, float, float | None]:
@@ -375,16 +387,16 @@ def _per_site_cv(sums: Sequence[_SlotSums]) -> dict[str, dict[str, float | None]
     for site in sorted(sites):
         loss = sum(slot[site][4] for slot in sums if site in slot)
         n = sum(float(slot[site][0].sum()) for slot in sums if site in slot)
-        aucs = [pooled_auroc([slot[site][1]], [slot[site][3]])[0] for slot in sums
-                if site in slot and slot[site][0].sum() > 0 and slot[site][1] is not None]
-        aucs = [a for a in aucs if a is not None]
+        aucs = [slot[site][3] / (float(slot[site][0][1].sum()) * float(slot[site][0][0].sum())) for slot in sums
+                if site in slot and slot[site][3] is not None and slot[site][0].shape == (2, 2)
+                and slot[site][0][1].sum() > 0 and slot[site][0][0].sum() > 0]  # exact: the site's own pairs
         out[site] = {"logloss": loss / n if n else None, "auroc": float(np.mean(aucs)) if aucs else None,
                      "rows": int(n)}
     return out
 
 
-def _test_metrics(slot_sums: _SlotSums) -> dict[str, Any]:
-    metrics = pool_evaluations({s: v[:4] for s, v in slot_sums.items()})
+def _test_metrics(slot_sums: _SlotSums, smoothed: bool) -> dict[str, Any]:
+    metrics = pool_evaluations({s: v[:4] for s, v in slot_sums.items()}, smoothed=smoothed)
     n = sum(float(v[0].sum()) for v in slot_sums.values())
     metrics["pooled"]["logloss"] = sum(v[4] for v in slot_sums.values()) / n if n else None
     for s, v in slot_sums.items():
@@ -490,7 +502,7 @@ def select_model(
         for chains in c.loso_chains.values():
             for m in chains:
                 slot(m, "none")
-    cv, _ = _evaluate(federation, plan, params, slots, classes, prep, score_bins, "cv", personal)
+    cv, _, _ = _evaluate(federation, plan, params, slots, classes, prep, score_bins, "cv", personal)
 
     def summary(chains: Sequence[int], mode: str) -> dict[str, Any]:
         return _cv_summary([cv[slot_of[(m, mode)]] for m in chains])
@@ -527,12 +539,12 @@ def select_model(
     all_cand = next(c for d, c in scored if d is all_d)
     test_slots = list(dict.fromkeys([(chosen.refit_chain, "none"), (chosen.refit_chain, mode),
                                      (chosen.refit_chain, "local"), (all_cand.refit_chain, "none")]))
-    test, personal_params = _evaluate(federation, plan, params, test_slots, classes, prep, test_bins, "test",
+    test, personal_params, smoothed = _evaluate(federation, plan, params, test_slots, classes, prep, test_bins, "test",
                                       personal, send=(chosen.refit_chain, mode))
     test_out = {"rows": "test", "trained_on": "train",
-                "modes": {md: _test_metrics(test[i]) for i, (m, md) in enumerate(test_slots)
+                "modes": {md: _test_metrics(test[i], smoothed) for i, (m, md) in enumerate(test_slots)
                           if m == chosen.refit_chain},
-                "all_columns": _test_metrics(test[test_slots.index((all_cand.refit_chain, "none"))])}
+                "all_columns": _test_metrics(test[test_slots.index((all_cand.refit_chain, "none"))], smoothed)}
 
     model_data = _model_data(plan, chosen.refit_chain, mean, std, params, classes, spec, mode, personal_params)
     all_model = _model_data(plan, all_cand.refit_chain, mean, std, params, classes, spec, "none", {})

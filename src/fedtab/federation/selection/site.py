@@ -18,7 +18,7 @@ candidate and fold at once (so selection costs a few exchanges, not a multiple).
 * ``"select_evaluate"`` — for each requested *slot* (a chain and a personalisation mode,
   :mod:`fedtab.learn.personalise`) the evaluation sums on the chain's held-out rows
   (``fold:k``; ``test`` for ``stage = "test"``): log-loss sum, confusion matrix, Brier sum,
-  score histogram rows and exact rank pairs. A personalisation is fitted on the chain's
+  exact rank pairs and score histogram rows (:func:`histogram_slots`). A personalisation is fitted on the chain's
   training rows of this site only. With ``send_personal`` the site also returns its
   personalised parameters of one slot (``param:site:*``), for the model file.
 """
@@ -39,7 +39,7 @@ from ..observed import measured_frame, measured_matrix
 from ..site import Site, handler
 from ..training.site import class_indices, site_matrix
 
-__all__ = ["PREPARE_RELEASES", "FIT_RELEASES", "EVALUATE_RELEASES", "chain_parts", "SETUP_KEY"]
+__all__ = ["PREPARE_RELEASES", "FIT_RELEASES", "EVALUATE_RELEASES", "chain_parts", "SETUP_KEY", "histogram_slots"]
 
 #: ``Site.state`` key of the chains' setup (features, classes, masks, standardisations)
 SETUP_KEY = "select_setup"
@@ -205,6 +205,13 @@ EVALUATE_RELEASES = Releases(part=_evaluate_part, per_class=True,
                              histograms=("score_hist",), model="param:site:", meta={SMOOTHED: FLAG})
 
 
+def histogram_slots(slots: list[tuple[int, str]], stage: str) -> list[int]:
+    """The slots whose reply carries score histogram rows: in the cross-validation the
+    unpersonalised ones (mode ``"none"``: the candidates' and the leave-one-site-out AUROCs;
+    a personalised slot's AUROC is per site, from its exact rank pairs), on the test rows all."""
+    return [e for e, (_, mode) in enumerate(slots) if stage == "test" or mode == "none"]
+
+
 def _slots(meta: Mapping[str, Any], M: int) -> list[tuple[int, str]]:
     slots = meta.get("slots")
     if not isinstance(slots, list):
@@ -232,7 +239,8 @@ def _evaluate(site: Site, request: Message) -> Message:
     E = len(slots)
     logloss, brier, pairs = np.zeros(E), np.zeros(E), np.zeros(E)
     cms = np.zeros((E, C, C), np.int64)
-    hist = np.zeros((2 * E, bins)) if (bins and C == 2) else None
+    with_hist = {e: h for h, e in enumerate(histogram_slots(slots, stage))}
+    hist = np.zeros((2 * len(with_hist), bins)) if (bins and C == 2) else None
     fitted: dict[tuple[int, str], dict[str, np.ndarray]] = {}
     send = meta.get("send_personal")
     for e, (m, mode) in enumerate(slots):
@@ -255,10 +263,12 @@ def _evaluate(site: Site, request: Message) -> Message:
         logloss[e] = log_loss_sum(yt, proba)
         cms[e] = confusion(yt, np.argmax(proba, axis=1), C)
         brier[e] = brier_sum(yt, proba)
-        if hist is not None:
+        if C == 2:
             p1 = np.clip(proba[:, 1], 0.0, 1.0)
-            hist[2 * e:2 * e + 2] = score_histogram(yt, p1, bins)
             pairs[e] = rank_pairs(yt, p1)
+            if hist is not None and e in with_hist:
+                h = with_hist[e]
+                hist[2 * h:2 * h + 2] = score_histogram(yt, p1, bins)
     arrays: dict[str, np.ndarray] = {"logloss_sum": logloss, "confusion": cms, "brier_sum": brier,
                                      "rank_pairs": pairs}
     if hist is not None:
