@@ -6,7 +6,8 @@ rows and per-site contributions — in ``rounds + 3`` exchanges.
 * :func:`site_contributions` (:mod:`.contributions`) — leave-one-site-out contributions;
 * :func:`personalised_predict` — prediction with the stored personalised model
   (:mod:`fedtab.learn.personalise`);
-* :mod:`.site` — the three site handlers; :mod:`.plan` — candidates and chains.
+* :mod:`.site` — the three site handlers; :mod:`.plan` — candidates and chains; :mod:`.steps` — the
+  server steps (each validates before it reduces).
 """
 
 from ...learn.personalise import personalised_predict
