@@ -72,6 +72,9 @@ def test_candidates_and_result(outcome):
     import json
 
     json.dumps(out.to_dict())
+    sections = json.loads(json.dumps(out.result_sections()))
+    assert sections["metrics_from"] == {"rows": "test", "trained_on": "train"}
+    assert set(sections["contributions"]) == set(fed.sites) and sections["local_only"]["per_site"]
 
 
 def test_folds_are_the_sites_own(outcome):

@@ -110,6 +110,29 @@ class SelectionOutcome:
         out = {k: v for k, v in asdict(self).items() if k != "ballots"}
         return _jsonable(out)
 
+    def result_sections(self) -> dict[str, Any]:
+        """What ``result.json`` reports of the selection (JSON-able), for the job to merge in:
+
+        ``{"selection": {rule, chosen, all_columns, best_fd, candidates, personalisation, modes},
+        "metrics_from": {"rows": "test", "trained_on": "train"}, "metrics": {mode: {"pooled",
+        "per_site"}} and "all_columns" (the test rows), "local_only": {"pooled", "per_site"},
+        "contributions": {site: ...} (empty without leave-one-site-out chains), "measured":
+        {site: ...}, "exchanges": {...}}``.
+        """
+        from .contributions import site_contributions
+
+        test = self.test
+        return _jsonable({
+            "selection": {"rule": self.rule, "freedom_degree": self.freedom_degree, "features": self.features,
+                          "personalisation": self.personalisation, "chosen": self.chosen,
+                          "all_columns": self.all_columns, "best_fd": self.best_fd, "candidates": self.candidates,
+                          "modes": self.modes, "n_folds": self.n_folds},
+            "metrics_from": {"rows": test["rows"], "trained_on": test["trained_on"]},
+            "metrics": test["modes"], "all_columns": test["all_columns"], "local_only": test["modes"].get("local"),
+            "contributions": site_contributions(self) if self.loso else {},
+            "measured": self.measured, "exchanges": self.exchanges,
+        })
+
 
 def _jsonable(value: Any) -> Any:
     """``value`` through JSON: numpy arrays become lists, numpy scalars numbers."""
