@@ -44,6 +44,7 @@ from ..privacy.dp import DP_META, dp_request, noise_rng, noisy_scores
 from ..privacy.gate import COUNT, LABELS, NAMES, NUMBER, TEXT, Releases
 from . import validate
 from .messages import Message
+from .observed import measured_frame
 from .protocol import Federation, exchange, run_ledger, set_quorum
 from .reduce import robust_votes
 from .site import Site, handler
@@ -134,6 +135,7 @@ def _ballot(site: Site, request: Message) -> Message:
         held = site.feature_set
         columns = [c for c in columns if c in held]
     frame, y = site.xy("train", columns)
+    frame = measured_frame(site, frame, "train")  # imputed cells are no evidence (issue 22)
     if site.keeps_matrices:  # a ClientApp process per message: spare set_mask and the first round the file
         from .training_flow import store_part_matrices
 
@@ -263,7 +265,8 @@ def ballot_checker(federation: Federation, part: str, ballots: dict[str, Ballot]
             if abstained is not None:
                 abstained[site] = str(reason)[:500]
             return
-        names = schema.check_features(site, reply.meta.get("feature_names"), exact=True, what="ballot features")
+        # a subset of its declared columns: a site votes only on the columns it measures
+        names = schema.check_features(site, reply.meta.get("feature_names"), what="ballot features")
         declared = schema.declaration(site).columns
         p = reply.arrays.get("pvalues") if pvalues else None
         eff = reply.meta.get("n_effective") if pvalues else None

@@ -523,7 +523,13 @@ def _eval(site: Site, request: Message) -> Message:
 
 @table_step("impute_fill")
 def _fill_table(site: Site, params: dict[str, Any]) -> pd.DataFrame:
-    """The site's table after imputation: the filled feature columns, then the label."""
+    """The site's table after imputation: the filled feature columns, then the label.
+
+    Records first which cells were measured (:func:`fedtab.federation.observed.record_measured`):
+    ballots vote on measured cells only."""
+    from .observed import record_measured
+
+    record_measured(site, site.table, list(params["columns"]))
     table = pd.DataFrame(np.asarray(params["values"], dtype=np.float64), columns=list(params["columns"]))
     if site.target is not None:
         table[site.target] = site.table[site.target].to_numpy()

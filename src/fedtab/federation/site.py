@@ -63,6 +63,7 @@ HANDLER_HOMES: dict[str, tuple[str, ...]] = {
     "fedtab.federation.schema": ("schema",),
     "fedtab.federation.score_test_flow": ("score_sums",),
     "fedtab.federation.secure_flow": ("secagg_keys", "secagg_sign", "secagg_unmask"),
+    "fedtab.federation.selection.site": ("select_prepare", "select_fit", "select_evaluate"),
     "fedtab.federation.training.site": ("describe", "setup", "fit", "evaluate"),
     "fedtab.federation.tuning_flow": ("ballot_fit",),
 }

@@ -32,6 +32,7 @@ from ..election.tuning import DEFAULT_GRID, TuningResult, tune
 from .election_flow import (BALLOT_RELEASES, _selector_request, _valid_ballots, ballot_checker, ballot_reply,
                             broadcast_mask, elect_from_ballots)
 from .messages import Message
+from .observed import measured_frame
 from .protocol import Federation, exchange
 from . import validate
 from .site import Site, handler
@@ -43,7 +44,7 @@ __all__ = ["TuneOutcome", "tune_flow", "tune_and_train", "split_validation", "ga
 @handler("ballot_fit", replace(BALLOT_RELEASES, part="=fit"))
 def _ballot_fit(site: Site, request: Message) -> Message:
     rows = part_rows(site, "fit")
-    return ballot_reply(site, "ballot_fit", request.meta.get("selector"), rows[site.feature_names],
+    return ballot_reply(site, "ballot_fit", request.meta.get("selector"), measured_frame(site, rows[site.feature_names], "fit"),
                         rows[site.target].to_numpy())
 
 

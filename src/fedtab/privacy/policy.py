@@ -490,6 +490,29 @@ def _gbdt_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -
     return _score_bins(policy, request) or _charge_evaluation(policy, site, request.meta.get("part", "test"))
 
 
+def _select_prepare(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """Model selection's fold ballots (:mod:`fedtab.federation.selection`): as a ballot."""
+    return _check_selector(policy, request.meta.get("selector"), site, "train")
+
+
+def _select_fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """One round of every selection chain: a fit round (epochs capped, counted per run)."""
+    setup = request.meta.get("setup")
+    reason = _check_features(site, setup.get("features")) if isinstance(setup, dict) else None
+    if reason is None and isinstance(setup, dict):
+        reason = _check_model(policy, site, setup.get("model"), setup.get("features"), setup.get("classes"), "train",
+                              request.meta.get("epochs", 1))
+    return reason or _epochs(policy, request.meta.get("epochs")) or _charge_run(policy, site, "fit", "fit rounds")
+
+
+def _select_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """Every selection slot's evaluation sums: one evaluation of the folds (or of the test rows)."""
+    personal = request.meta.get("personal")
+    epochs = personal.get("epochs") if isinstance(personal, dict) else None
+    part = "test" if request.meta.get("stage") == "test" else "cv"
+    return _score_bins(policy, request) or _epochs(policy, epochs) or _charge_evaluation(policy, site, part)
+
+
 _CHECKS = {
     "ballot": _ballot,
     "ballot_fit": _ballot,
@@ -510,6 +533,9 @@ _CHECKS = {
     "gbdt_level": _gbdt_level,
     "gbdt_evaluate": _gbdt_evaluate,
     "gbdt_score": _gbdt_evaluate,
+    "select_prepare": _select_prepare,
+    "select_fit": _select_fit,
+    "select_evaluate": _select_evaluate,
 }
 
 

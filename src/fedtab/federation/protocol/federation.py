@@ -22,6 +22,7 @@ the rest of the run with a warning naming it and why; the run goes on while at l
 
 from __future__ import annotations
 
+import functools
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -124,9 +125,37 @@ class TrafficLog:
 
 
 class Federation(ABC):
-    """A set of named sites that a server-side workflow can talk to."""
+    """A set of named sites that a server-side workflow can talk to.
+
+    :attr:`exchange_count` counts the request/reply exchanges (calls of :meth:`ask`, on
+    every engine: each subclass's ``ask`` is wrapped once; a nested call through ``super()``
+    counts once), whatever path sent them (:func:`exchange`, a broadcast, a secure sum's
+    key exchange).
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        ask = cls.__dict__.get("ask")
+        if ask is None or getattr(ask, "_counts_exchanges", False):
+            return
+
+        @functools.wraps(ask)
+        def counted(self: "Federation", *args: Any, **kwargs: Any) -> dict[str, Message]:
+            if self.__dict__.get("_asking"):
+                return ask(self, *args, **kwargs)
+            self.__dict__["_asking"] = True
+            self.exchange_count = self.__dict__.get("exchange_count", 0) + 1
+            try:
+                return ask(self, *args, **kwargs)
+            finally:
+                self.__dict__["_asking"] = False
+
+        counted._counts_exchanges = True  # type: ignore[attr-defined]
+        cls.ask = counted  # type: ignore[method-assign]
 
     def __init__(self) -> None:
+        #: request/reply exchanges so far (see the class docstring)
+        self.exchange_count = 0
         self.traffic = TrafficLog()
         #: the agreed schema (:func:`fedtab.federation.schema.agree_schema`), ``None`` until agreed
         self.schema: Schema | None = None
