@@ -282,11 +282,46 @@ def goals(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
     return out
 
 
+def guarantee_lines() -> list[str]:
+    """The ``What each step guarantees`` table, read from the sites' release declarations
+    (:data:`fedtab.federation.site.RELEASES`, every handler module imported) and the default
+    site policy: what the release gate enforces on each reply whatever the server sends."""
+    import importlib
+
+    from fedtab.federation.site import HANDLER_HOMES, RELEASES
+    from fedtab.privacy.policy import DisclosurePolicy
+
+    for module in HANDLER_HOMES:
+        importlib.import_module(module)
+    pol = DisclosurePolicy()
+    lines = ["## What each step guarantees (the site's release gate, default policy)", "",
+             f"Every reply leaves the site through its release gate; anything a handler does not declare is refused. "
+             f"Default policy: `min_rows={pol.min_rows}`, `max_score_bins={pol.max_score_bins}`, "
+             f"`max_epsilon_per_release={pol.max_epsilon_per_release:g}`, `epsilon_budget={pol.epsilon_budget:g}` "
+             f"per {pol.period_days} days, `min_peers={pol.min_peers}` for secure sums.", "",
+             "| message | computed over | small cells | histograms | under DP |", "|---|---|---|---|---|"]
+    for kind in sorted(RELEASES):
+        d = RELEASES[kind]
+        if d.part is None:
+            over = "no rows (keys, names or an acknowledgement)"
+        else:
+            fixed = d.part[1:] if isinstance(d.part, str) and d.part.startswith("=") else None
+            part = f"part `{fixed}`" if fixed else "a part the site drew itself (the request names it)"
+            over = f"{part}, ≥ {pol.min_rows} rows" + (" of every class" if d.per_class else "")
+        cells = f"counts < {pol.min_rows} sent as 0 with their sums" if d.cells else "—"
+        hist = (f"smoothed to runs of ≥ {pol.min_rows} rows unless securely summed" if d.histograms else "—")
+        dp = ("noised by the site at ≥ its floor, charged to its ε budget" if d.dp else "not noised")
+        if d.model and not d.dp:
+            dp = "finite model parameters only; " + dp
+        lines.append(f"| `{kind}` | {over} | {cells} | {hist} | {dp} |")
+    return lines + [""]
+
+
 def summarise(result: dict[str, Any], notes: list[str], command: str, seconds: float) -> str:
     lines = ["# Privacy benchmark", "", f"Command: `{command}` ({seconds / 60:.1f} min on the shared 2-core box).", "",
              "## Goals", "", "| goal | measured | met |", "|---|---|---|"]
     lines += [f"| {g} | {m} | {'yes' if ok else 'NO'} |" for g, m, ok in goals(result)]
-    lines += ["", "## Differential privacy: utility against ε (δ = 1e-5)", "",
+    lines += ["", *guarantee_lines(), "## Differential privacy: utility against ε (δ = 1e-5)", "",
               "| task | dataset | metric | " + " | ".join("∞" if math.isinf(e) else f"ε={e:g}" for e in EPSILONS) + " |",
               "|---|---|---|" + "---|" * len(EPSILONS)]
     keys = sorted({(r["task"], r["dataset"], r["metric"]) for r in result["dp"]})
