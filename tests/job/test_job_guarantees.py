@@ -18,6 +18,7 @@ import pytest
 from fedtab.job.guarantees import dp_for, releasing_steps
 from fedtab.job.run import run_job
 from fedtab.job.spec import (DP_KEYS, JobError, JobSpec, check_spec, load_job, parse_job, spec_from_plan, _SECTIONS)
+from tests.builders import write_classification_sites
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"target": "y", "sites": {"a": {"path": "a.csv"}, "b": {"path": "b.csv"}, "c": {"path": "c.csv"}}}
@@ -136,8 +137,9 @@ def test_the_dp_budget_is_split_so_the_steps_never_spend_more_than_the_total():
 
 
 @pytest.fixture(scope="module")
-def site_files(tmp_path_factory, classification_sites) -> list[dict]:
-    return classification_sites(tmp_path_factory.mktemp("guarded_sites"), 600, 10, 4, 2, table_seed=7, split_seed=3)
+def site_files(tmp_path_factory) -> list[dict]:
+    return write_classification_sites(tmp_path_factory.mktemp("guarded_sites"), 600, 10, 4, 2, table_seed=7,
+                                      split_seed=3)
 
 
 def _job(configs: list[dict], out: Path, **sections) -> dict:
@@ -149,27 +151,32 @@ def _job(configs: list[dict], out: Path, **sections) -> dict:
 
 
 def test_every_guarantee_reaches_its_workflow(site_files, tmp_path, monkeypatch):
-    """The spec's settings arrive as the workflows' arguments: captured at the workflows themselves."""
+    """The spec's settings arrive as the run's options when each workflow starts: captured at the
+    workflows themselves (imputation, election, training)."""
+    pytest.importorskip("torch")
     import fedtab.federation.election_flow as election_flow
-    import fedtab.federation.training_flow as training_flow
+    import fedtab.federation.imputation as imputation
+    import fedtab.federation.training as training
 
     seen = {}
-    for module, name in ((election_flow, "run_election"), (training_flow, "run_training")):
+    for module, name in ((imputation, "run_imputation"), (election_flow, "run_election"), (training, "run_training")):
         real = getattr(module, name)
 
         def spy(federation, *a, _real=real, _name=name, **kw):
-            seen[_name] = {**kw, "min_sites": federation.min_sites, "timeout": federation.timeout}
+            seen[_name] = {"options": federation.options, "min_sites": federation.min_sites,
+                           "timeout": federation.timeout}
             return _real(federation, *a, **kw)
 
         monkeypatch.setattr(module, name, spy)
     run_job(_job(site_files, tmp_path, trust={"robust": True, "max_site_share": 0.45, "min_sites": 2,
                                                "timeout": 300, "min_holders": 2},
-                 privacy={"dp": {"epsilon": 6.0, "delta": 1e-5, "bounds": [-10, 10]}}))
-    el, tr = seen["run_election"], seen["run_training"]
-    assert (el["robust"], el["min_holders"], el["secure_aggregation"]) == (True, 2, False)
-    assert (tr["robust"], tr["max_site_share"], tr["secure_aggregation"]) == (True, 0.45, False)
-    assert el["dp"]["epsilon"] == tr["dp"]["epsilon"] == 3.0 and el["dp"]["bounds"] == [-10, 10]
-    assert el["min_sites"] == tr["min_sites"] == 2 and el["timeout"] == tr["timeout"] == 300.0
+                 privacy={"dp": {"epsilon": 6.0, "delta": 1e-5, "bounds": [-10, 10]}},
+                 impute={"rounds": 1, "hidden_dim": 4, "n_layers": 1}))
+    im, el, tr = (seen[k]["options"] for k in ("run_imputation", "run_election", "run_training"))
+    for o in (im, el, tr):
+        assert (o.robust, o.max_site_share, o.secure, o.trust.min_holders) == (True, 0.45, False, 2)
+        assert o.dp["epsilon"] == 2.0 and o.dp["bounds"] == [-10, 10]  # a third each: imputation, election, training
+    assert all(v["min_sites"] == 2 and v["timeout"] == 300.0 for v in seen.values())
 
 
 # ----------------------------------------------------------------------------- items 4 and 5
