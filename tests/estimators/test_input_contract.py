@@ -9,6 +9,7 @@ import pytest
 
 from fedtab.data import classification_table, split_rows
 from fedtab.estimators import site_tables
+from fedtab.federation.protocol import set_options
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +90,10 @@ def test_the_imputer_builds_its_job_and_equals_the_workflow(tables):
     assert imp.job_result_["trust"]["robust"] is True
     assert [s["step"] for s in imp.job_result_["steps"]] == ["imputation"]
     sites = [Site(f"site{i}", p, test_size=0.2, seed=3) for i, p in enumerate(parts)]
-    cfg = ImputeConfig(rounds=2, local_epochs=1, hidden_dim=4, n_layers=1, k_neighbors=3, n_threads=1, seed=3,
-                       robust=True, max_site_share=0.8)
-    direct = run_imputation(LocalFederation(sites), cfg)
+    cfg = ImputeConfig(rounds=2, local_epochs=1, hidden_dim=4, n_layers=1, k_neighbors=3, n_threads=1, seed=3)
+    fed = LocalFederation(sites)
+    set_options(fed, robust=True, max_site_share=0.8)
+    direct = run_imputation(fed, cfg)
     assert [h["train_loss"] for h in imp.history_] == [h["train_loss"] for h in direct.history]
     for k, w in direct.weights.items():
         np.testing.assert_array_equal(imp.result_.weights[k], w)

@@ -132,8 +132,8 @@ def test_dp_imputation_survives_counts_the_noise_took_below_one(seeded_noise):
         _Recording.smallest = np.inf
         fed = _Recording([Site(f"h{i}", t.iloc[i * 100:(i + 1) * 100].reset_index(drop=True),
                                policy={"min_rows": 1}) for i in range(5)])
-        res = run_imputation(fed, ImputeConfig(rounds=1, hidden_dim=4, n_layers=1, robust=robust,
-                                               dp={"epsilon": 0.5, "bounds": [-5, 5]}))
+        set_options(fed, robust=robust, dp={"epsilon": 0.5, "bounds": [-5, 5]})
+        res = run_imputation(fed, ImputeConfig(rounds=1, hidden_dim=4, n_layers=1))
         assert _Recording.smallest < 1  # some site's noisy count fell below one row
         assert np.isfinite(res.mean).all() and np.all(np.abs(res.mean) <= 5)
 

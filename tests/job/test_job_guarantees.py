@@ -146,7 +146,8 @@ def test_the_dp_budget_is_split_so_the_steps_never_spend_more_than_the_total():
 
 @pytest.fixture(scope="module")
 def site_files(tmp_path_factory) -> list[dict]:
-    return write_classification_sites(tmp_path_factory.mktemp("guarded_sites"), 600, 10, 4, 2, table_seed=7, split_seed=3)
+    return write_classification_sites(tmp_path_factory.mktemp("guarded_sites"), 600, 10, 4, 2, table_seed=7,
+                                      split_seed=3)
 
 
 def _job(configs: list[dict], out: Path, **sections) -> dict:
@@ -158,12 +159,15 @@ def _job(configs: list[dict], out: Path, **sections) -> dict:
 
 
 def test_every_guarantee_reaches_its_workflow(site_files, tmp_path, monkeypatch):
-    """The spec's settings arrive as the workflows' arguments: captured at the workflows themselves."""
+    """The spec's settings arrive as the run's options when each workflow starts: captured at the
+    workflows themselves (imputation, election, training)."""
+    pytest.importorskip("torch")
     import fedtab.federation.election_flow as election_flow
+    import fedtab.federation.imputation as imputation
     import fedtab.federation.training as training
 
     seen = {}
-    for module, name in ((election_flow, "run_election"), (training, "run_training")):
+    for module, name in ((imputation, "run_imputation"), (election_flow, "run_election"), (training, "run_training")):
         real = getattr(module, name)
 
         def spy(federation, *a, _real=real, _name=name, **kw):
@@ -174,14 +178,18 @@ def test_every_guarantee_reaches_its_workflow(site_files, tmp_path, monkeypatch)
         monkeypatch.setattr(module, name, spy)
     run_job(_job(site_files, tmp_path, trust={"robust": True, "max_site_share": 0.45, "min_sites": 2,
                                                "timeout": 300, "min_holders": 2},
-                 privacy={"dp": {"epsilon": 6.0, "delta": 1e-5, "bounds": [-10, 10]}}))
-    el, tr = seen["run_election"], seen["run_training"]
-    for opts in (el["options"], tr["options"]):
-        assert (opts.robust, opts.trust.min_holders, opts.max_site_share, opts.secure) == (True, 2, 0.45, False)
-        assert opts.dp["epsilon"] == 6.0 and opts.dp["bounds"] == [-10, 10]  # no imputation: all to the accountant
-    assert el["ledger"] is tr["ledger"] is not None  # one accountant for both steps
-    assert set(el["ledger"].plan) >= {"election.ballot", "election.describe", "training.fit", "training.evaluate"}
-    assert el["min_sites"] == tr["min_sites"] == 2 and el["timeout"] == tr["timeout"] == 300.0
+                 privacy={"dp": {"epsilon": 6.0, "delta": 1e-5, "bounds": [-10, 10]}},
+                 impute={"rounds": 1, "hidden_dim": 4, "n_layers": 1}))
+    im, el, tr = (seen[k]["options"] for k in ("run_imputation", "run_election", "run_training"))
+    for o in (im, el, tr):
+        assert (o.robust, o.max_site_share, o.secure, o.trust.min_holders) == (True, 0.45, False, 2)
+        assert o.dp["bounds"] == [-10, 10]
+    # the imputation's share (a third), the run's one accountant the rest for the election and the training
+    assert im.dp["epsilon"] == pytest.approx(2.0) and el.dp["epsilon"] == tr.dp["epsilon"] == pytest.approx(4.0)
+    ledger = seen["run_election"]["ledger"]
+    assert ledger is not None and seen["run_training"]["ledger"] is ledger
+    assert set(ledger.plan) >= {"election.ballot", "election.describe", "training.fit", "training.evaluate"}
+    assert all(v["min_sites"] == 2 and v["timeout"] == 300.0 for v in seen.values())
 
 
 # ----------------------------------------------------------------------------- items 4 and 5

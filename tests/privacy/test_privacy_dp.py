@@ -131,8 +131,10 @@ def test_dp_imputation_releases_no_validation_errors():
     full = pd.DataFrame(rng.normal(size=(900, 4)) @ rng.normal(size=(4, 4)), columns=list("abcd"))
     fed = LocalFederation([Site(f"s{i}", full.iloc[i * 300:(i + 1) * 300], test_size=0.1) for i in range(3)])
     dp = {"epsilon": 8.0, "delta": 1e-5, "bounds": [-20, 20]}
-    res = run_imputation(fed, ImputeConfig(rounds=1, hidden_dim=4, n_layers=1, dp=dp))
-    assert res.privacy["releases"] == {"schema": 3, "stats": 7, "fit": DP_STEPS_PER_ROUND}
+    set_options(fed, dp=dp)
+    res = run_imputation(fed, ImputeConfig(rounds=1, hidden_dim=4, n_layers=1))
+    assert res.privacy["releases"] == {"imputation.schema": 3, "imputation.stats": 7,
+                                       "imputation.fit": DP_STEPS_PER_ROUND}
     assert res.validation["overall"] is None and res.validation["per_site"] == {}
     kinds = {r.kind for r in fed.traffic.records}
     assert "impute_eval" not in kinds

@@ -15,6 +15,7 @@ import pytest
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import Site
 from fedtab.federation.impute_flow import DP_STEPS_PER_ROUND, ImputeConfig, run_imputation
+from fedtab.federation.protocol import set_options
 from fedtab.impute.graph import build_feature_graph
 
 # torch, dp_accounting (and fedtab.impute.model/dp_train, which import torch) inside the tests
@@ -116,8 +117,10 @@ def test_dp_imputation_accounts_every_gradient_step_and_stays_useful():
     dp = {"epsilon": 50.0, "delta": 1e-5, "bounds": [-5, 5]}
     cfg = dict(rounds=rounds, hidden_dim=8, n_layers=1, n_threads=1)
     fed, full = _sites(0)
-    res = run_imputation(fed, ImputeConfig(dp=dp, **cfg))
-    assert res.privacy["releases"] == {"schema": 3, "stats": 7, "fit": rounds * DP_STEPS_PER_ROUND}
+    set_options(fed, dp=dp)
+    res = run_imputation(fed, ImputeConfig(**cfg))
+    assert res.privacy["releases"] == {"imputation.schema": 3, "imputation.stats": 7,
+                                       "imputation.fit": rounds * DP_STEPS_PER_ROUND}
     assert res.privacy["total"] == pytest.approx(50.0, rel=0.01)
     plain = _rmse_of_unheld_column(run_imputation(_sites(0)[0], ImputeConfig(**cfg)), full)
     private = _rmse_of_unheld_column(res, full)

@@ -170,11 +170,20 @@ def test_policy_from_site_config(tmp_path, table):
         DisclosurePolicy(min_rows=-1)
 
 
-def test_collect_names_refusing_and_failing_sites_together():
-    from fedtab.federation import collect
+def test_exchange_names_refusing_and_failing_sites_together():
+    from fedtab.federation import exchange
+    from fedtab.federation.protocol import Federation
 
-    replies = {"a": Message.refusal("too few rows"), "b": Message.error("boom"), "c": Message("x")}
+    class Canned(Federation):
+        sites = ["a", "b", "c"]
+
+        def ask(self, requests):
+            replies = {"a": Message.refusal("too few rows"), "b": Message.error("boom"), "c": Message("x")}
+            return {s: replies[s] for s in requests}
+
+    fed = Canned()
+    fed.schema = object()  # agreed already: the exchange declares nothing
     with pytest.raises(FederationError, match="failed at 2 site") as err:
-        collect(replies, "x")
+        exchange(fed, Message("x"))
     assert "site 'a': refused: too few rows" in str(err.value) and "site 'b': boom" in str(err.value)
-    assert list(collect(replies, "x", "skip")) == ["c"]
+    assert list(exchange(fed, Message("x"), on_error="skip")) == ["c"]

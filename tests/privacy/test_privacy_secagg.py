@@ -262,7 +262,8 @@ def test_secure_imputation_equals_the_plain_run():
     res = {}
     for secure in (False, True):
         fed = LocalFederation([Site(f"s{i}", t, test_size=0.1, seed=0) for i, t in enumerate(tables)])
-        res[secure] = run_imputation(fed, ImputeConfig(rounds=2, hidden_dim=8, n_layers=1, secure_aggregation=secure))
+        set_options(fed, secure_aggregation=secure)
+        res[secure] = run_imputation(fed, ImputeConfig(rounds=2, hidden_dim=8, n_layers=1))
     a, b = res[False], res[True]
     assert np.allclose(b.mean, a.mean, rtol=1e-6) and np.allclose(b.std, a.std, rtol=1e-6)
     assert np.nanmax(np.abs(b.pooled.corr - a.pooled.corr)) < 1e-6

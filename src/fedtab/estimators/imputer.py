@@ -32,7 +32,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
 
     ``fit(tables)`` takes one table per site (its own columns, NaN = missing),
     wraps each in a :class:`~fedtab.federation.site.Site`, and runs the imputation job
-    (:meth:`job_spec`; its step is :func:`~fedtab.federation.impute_flow.run_imputation`)
+    (:meth:`job_spec`; its step is :func:`~fedtab.federation.imputation.run_imputation`)
     over an in-process :class:`~fedtab.engines.local.LocalFederation` (the same workflow runs
     unchanged on other engines). ``transform(table)`` returns the table over the global schema,
     original units, every gap filled; observed values are kept as they are.
@@ -46,7 +46,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
     sparse input raise ``ValueError`` / ``TypeError``; use before ``fit`` raises
     ``NotFittedError``.
 
-    Args (all kept as given; see :class:`~fedtab.federation.impute_flow.ImputeConfig`):
+    Args (all kept as given; see :class:`~fedtab.federation.imputation.ImputeConfig`):
         k_neighbors, min_abs_corr: feature graph.
         hidden_dim, n_layers, dropout: GNN size.
         rounds, local_epochs, lr, weight_decay, batch_size, mask_fraction,
@@ -59,9 +59,10 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
             corrects; ``use_prior=False`` is the plain GNN (ablation).
         seed, n_threads: reproducibility / CPU threads.
         robust, max_site_share: robust mode (screened, capped statistics; median FedAvg;
-            see :class:`~fedtab.federation.impute_flow.ImputeConfig`). ``False`` = plain.
-        secure_aggregation: sums travel masked (see ``ImputeConfig.secure_aggregation``).
-        dp: differential privacy ``{"epsilon", "delta", "bounds", "clip"}`` (see ``ImputeConfig.dp``).
+            see :func:`~fedtab.federation.imputation.run_imputation`). ``False`` = plain.
+        secure_aggregation: sums travel masked; dp: differential privacy ``{"epsilon",
+            "delta", "bounds", "clip"}``. These three are the job's ``[trust]`` / ``[privacy]``
+            (the run's options, :func:`fedtab.federation.protocol.set_options`).
         policy: the sites' :class:`~fedtab.privacy.DisclosurePolicy` (or its settings
             dict); default ``min_rows=10``: a table with fewer rows is refused.
         min_sites: quorum of :meth:`fit`'s federation: a site that fails, times out or
@@ -74,7 +75,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
     the linear prior installed when ``use_prior``),
     ``history_`` (per-round curve), ``validation_`` (z-space RMSE per site / column),
     ``site_names_``, ``site_columns_``, ``result_`` (the full
-    :class:`~fedtab.federation.impute_flow.ImputationResult`), ``job_result_`` (the job's
+    :class:`~fedtab.federation.imputation.ImputationResult`), ``job_result_`` (the job's
     ``steps``, ``privacy``, ``trust`` and ``participation``, as in ``result.json``), ``n_features_in_``
     (global columns) and ``feature_names_in_`` (when every table had string column names).
     """
@@ -182,7 +183,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
                 site failed during the run.
         """
         from ..engines.local import LocalFederation
-        from ..federation.impute_flow import validate_site_table
+        from ..federation.imputation import validate_site_table
         from ..federation.site import Site
         from ..privacy.policy import policy_from_config
 

@@ -58,7 +58,7 @@ class SiteSpec:
 
 @dataclass
 class ImputeSpec:
-    """FedHF-Impute settings: the fields of :class:`fedtab.federation.impute_flow.ImputeConfig`
+    """FedHF-Impute settings: the fields of :class:`fedtab.federation.imputation.ImputeConfig`
     (``prior`` is its ``use_prior``; the seed is ``[run] seed``; robust mode, secure aggregation
     and DP come from ``[trust]`` and ``[privacy]``)."""
 

@@ -9,7 +9,7 @@
   (:func:`set_options`), and the run's one privacy accountant (:func:`run_ledger`).
 """
 
-from .exchange import Validator, collect, exchange, exchange_sums
+from .exchange import Validator, exchange, exchange_sums
 from .federation import (Federation, FederationError, QuorumError, SiteError, SiteRefused, Traffic, TrafficLog,
                          check_min_sites, reject_text, set_quorum)
 from .options import (PrivacyOptions, RunOptions, TrustOptions, plan_run_ledger, run_ledger, set_options,
@@ -17,6 +17,6 @@ from .options import (PrivacyOptions, RunOptions, TrustOptions, plan_run_ledger,
 from .summing import SECURE_SUM, PlainSums, SecureSums, Summed, SummingStrategy, SumSpec
 
 __all__ = ["Federation", "FederationError", "QuorumError", "SiteError", "SiteRefused", "Traffic", "TrafficLog",
-           "check_min_sites", "reject_text", "set_quorum", "collect", "exchange", "exchange_sums", "Validator",
+           "check_min_sites", "reject_text", "set_quorum", "exchange", "exchange_sums", "Validator",
            "RunOptions", "PrivacyOptions", "TrustOptions", "set_options", "set_step_dp", "run_ledger", "plan_run_ledger", "SumSpec", "Summed",
            "SummingStrategy", "PlainSums", "SecureSums", "SECURE_SUM"]

@@ -28,51 +28,9 @@ from .federation import Federation, FederationError, QuorumError, SiteError, Sit
 if TYPE_CHECKING:  # pragma: no cover
     from .summing import SumSpec, Summed
 
-__all__ = ["collect", "exchange", "exchange_sums", "Validator"]
+__all__ = ["exchange", "exchange_sums", "Validator"]
 
 log = logging.getLogger("fedtab.federation")
-
-
-def collect(
-    replies: Mapping[str, Message],
-    expected_kind: str,
-    on_error: Literal["raise", "skip"] = "raise",
-) -> dict[str, Message]:
-    """Split error replies and refusals off before reducing.
-
-    Returns the good replies, in the order given. With ``on_error="raise"`` any error
-    reply, or a reply of the wrong kind, raises :class:`FederationError` naming every
-    failing site, and refusals (a site's disclosure policy declined the request) raise
-    :class:`SiteRefused` naming each refusing site and its reason; with ``"skip"`` they
-    are logged and left out (and if no site is left, :class:`FederationError` is raised).
-    """
-    good: dict[str, Message] = {}
-    bad: dict[str, str] = {}
-    refused: dict[str, str] = {}
-    for site, reply in replies.items():
-        if reply.is_refusal:
-            refused[site] = str(reply.meta.get("reason", "no reason given"))
-        elif reply.is_error:
-            bad[site] = str(reply.meta.get("error", "unknown error"))
-        elif reply.kind != expected_kind:
-            bad[site] = f"replied {reply.kind!r} to a {expected_kind!r} request"
-        else:
-            good[site] = reply
-    if refused:
-        text = "; ".join(f"site {s!r} refused: {r}" for s, r in refused.items())
-        if on_error == "raise" and not bad:
-            raise SiteRefused(f"{expected_kind} step refused by {len(refused)} site(s): {text}", refused)
-        log.warning("%s step: leaving out %d refusing site(s): %s", expected_kind, len(refused), text)
-        if on_error == "raise":
-            bad.update({s: f"refused: {r}" for s, r in refused.items()})
-    if bad:
-        text = "; ".join(f"site {s!r}: {e}" for s, e in bad.items())
-        if on_error == "raise":
-            raise FederationError(f"{expected_kind} step failed at {len(bad)} site(s): {text}")
-        log.warning("%s step: leaving out %d site(s): %s", expected_kind, len(bad), text)
-    if not good:
-        raise FederationError(f"{expected_kind} step: no site replied successfully")
-    return good
 
 
 #: ``check(site, reply)`` validates one reply; it raises (``FederationError``/``ValueError``...) to reject it.

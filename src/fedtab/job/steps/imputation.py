@@ -17,7 +17,7 @@ from ..guarantees import dp_for
 from . import Step
 
 if TYPE_CHECKING:
-    from ...federation.impute_flow import ImputeConfig
+    from ...federation.imputation import ImputeConfig
     from ...federation.protocol import Federation
     from ..outputs import Outputs
     from ..spec import JobSpec
@@ -26,18 +26,16 @@ __all__ = ["STEP", "impute_config"]
 
 
 def impute_config(spec: "JobSpec") -> "ImputeConfig":
-    """The :class:`~fedtab.federation.impute_flow.ImputeConfig` of ``spec`` (its ``[impute]``, the
-    run's seed, ``[trust]`` robust mode and ``[privacy]`` with this step's DP share)."""
+    """The :class:`~fedtab.federation.imputation.ImputeConfig` of ``spec`` (its ``[impute]`` and the
+    run's seed; robust mode, secure sums and DP are the run's options, not the config's)."""
     from dataclasses import asdict
 
-    from ...federation.impute_flow import ImputeConfig
+    from ...federation.imputation import ImputeConfig
 
     assert spec.impute is not None
     settings = asdict(spec.impute)
     settings["use_prior"] = settings.pop("prior")
-    return ImputeConfig(**settings, seed=spec.run.seed, robust=spec.trust.robust,
-                        max_site_share=spec.trust.max_site_share,
-                        secure_aggregation=spec.privacy.secure_aggregation, dp=dp_for(spec, "imputation"))
+    return ImputeConfig(**settings, seed=spec.run.seed)
 
 
 def _public_bounds(dp: dict[str, Any] | None, columns: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -68,9 +66,11 @@ def _arrays(params: dict[str, Any]) -> dict[str, list]:
 
 
 def _run(federation: "Federation", spec: "JobSpec", out: "Outputs") -> None:
-    from ...federation.impute_flow import apply_imputation, run_imputation
+    from ...federation.imputation import apply_imputation, run_imputation
+    from ...federation.protocol import set_step_dp
     from .schema import from_declaration
 
+    set_step_dp(federation, dp_for(spec, "imputation"))  # robust, max_site_share, secure sums: the run's options
     im = run_imputation(federation, impute_config(spec), progress=out.hooks.get("imputation"))
     out.outcomes["imputation"] = im
     out.privacy["imputation"] = im.privacy
