@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .errors import RunError
 from .nvflare import _RESULT_FILE, ERROR_FILE, build_job
+from .site_config import site_config
 
 __all__ = ["find_admin_kit", "run_on_project"]
 
@@ -92,6 +94,7 @@ def run_on_project(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
     except Exception as exc:  # noqa: BLE001 - FLARE raises several types for an unreachable server
         raise RunError(f"cannot open a FLARE admin session as {user} with {kit}: {type(exc).__name__}: {exc}") from None
     try:
+        _wait_for_sites(session, [str(site_config(s)["name"]) for s in sites], connect_timeout)
         try:
             job_id = session.submit_job(str(jobs / name))
         except Exception as exc:  # noqa: BLE001
@@ -118,6 +121,29 @@ def run_on_project(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
         return out
     finally:
         session.close()
+
+
+def _wait_for_sites(session, names: Sequence[str], timeout: float) -> None:  # noqa: ANN001 - FLARE's Session
+    """Wait until every site of the job is connected to the FLARE server: a job submitted
+    before its clients registered ends ``FAILED_TO_RUN`` at once (a project just started).
+
+    Raises:
+        RunError: sites still not connected after ``timeout`` seconds, naming them.
+    """
+    deadline = time.monotonic() + timeout
+    missing = list(names)
+    while True:
+        try:
+            connected = {str(c.name) for c in session.get_connected_client_list()}
+        except Exception:  # noqa: BLE001 - the server may not answer the status query yet
+            connected = set()
+        missing = [n for n in names if n not in connected]
+        if not missing or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    if missing:
+        raise RunError(f"FLARE sites {missing} are not connected to the server after {timeout:g} s (start their "
+                       "clients, check their names against the project)")
 
 
 def _wait(session, job_id: str, timeout: float) -> dict[str, Any]:  # noqa: ANN001 - FLARE's Session
