@@ -15,24 +15,14 @@ from fedtab.federation.messages import Message
 from fedtab.federation.protocol import FederationError, SiteError, set_options
 from fedtab.federation.site import Site
 from fedtab.learn.gbdt import BinLayout, GBDTParams, fit_gbdt_sites
-from tests.builders import classification_parts, make_sites
+from tests.builders import classification_parts, gbdt_parts, make_sites
 
 FAST = {"n_trees": 4, "max_depth": 3, "max_bins": 32}
 STRUCTURE = ("left", "right", "feature", "bin", "default_left")
 
 
 def _parts(seed: int = 3, n: int = 1200, missing: float = 0.05, drop: str | None = "f3") -> list[pd.DataFrame]:
-    _, parts = classification_parts(n, 6, 4, 1, (0.5, 0.3, 0.2), seed=seed)
-    rng = np.random.default_rng(seed)
-    out = []
-    for i, p in enumerate(parts):
-        p = p.copy()
-        cols = [c for c in p.columns if c != "target"]
-        p[cols] = p[cols].mask(rng.random((len(p), len(cols))) < missing)
-        if drop is not None and i == 2:
-            p = p.drop(columns=[drop])  # one site lacks a column: no imputation needed
-        out.append(p)
-    return out
+    return gbdt_parts(seed, n, missing, drop)
 
 
 def _fed(parts, min_rows: int = 10, **site_options) -> LocalFederation:
