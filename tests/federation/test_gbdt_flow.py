@@ -150,6 +150,9 @@ def test_dp_noises_the_histograms_from_the_runs_accountant():
     set_options(fed, dp={"epsilon": 50.0, "delta": 1e-5, "bounds": [-6.0, 6.0]})
     out = run_gbdt(fed, None, params={**FAST, "n_trees": 3})
     assert out.privacy is not None and out.privacy["steps"]["gbdt.level"] > 0
+    assert out.importance["per_site"] == {} and "differential privacy" in out.importance["per_site_skipped"]
+    reply = fed.site("s0").handle(Message("gbdt_importance", meta={"rounds": 1}))  # no per-site gains after DP
+    assert reply.is_error and "only after a plain run" in reply.meta["error"]
     edges = out.model.layout.edges[0]
     np.testing.assert_allclose(edges, np.linspace(-6, 6, FAST["max_bins"] + 1)[1:-1].astype(np.float32))
     with pytest.raises(ValueError, match="bounds"):

@@ -56,7 +56,7 @@ HANDLER_HOMES: dict[str, tuple[str, ...]] = {
     "fedtab.federation.election_flow": ("ballot", "set_mask"),
     "fedtab.federation.encoding_flow": ("category_sets", "one_hot"),
     "fedtab.federation.gbdt.site": ("gbdt_summary", "gbdt_start", "gbdt_level", "gbdt_evaluate", "gbdt_score",
-                                  "gbdt_importance"),
+                                    "gbdt_importance"),
     "fedtab.federation.imputation.site": ("impute_schema", "impute_setup", "impute_stats", "impute_fit",
                                           "impute_eval", "impute_apply", "impute_fill"),
     "fedtab.federation.pooled_anova_flow": ("class_moments",),

@@ -1,4 +1,4 @@
-"""The GBDT workflow's site side: three handlers over the site's fixed row parts.
+"""The GBDT workflow's site side: its handlers over the site's fixed row parts.
 
 * ``"gbdt_summary"`` — the site's bin summary of the training part (:func:`~fedtab.learn.gbdt.site_summary`,
   block means of at least ``max(min_rows of the request, the site's min_rows)`` rows) and, for
@@ -18,6 +18,9 @@
   :meth:`~fedtab.learn.gbdt.GBDTModel.to_arrays`, validated as a hostile model) on a part:
   the training workflow's sums (per class: every class needs ``min_rows`` rows there);
   ``"gbdt_score"`` — a regression model's squared error sum on a part.
+* ``"gbdt_importance"`` — each feature's summed split gain on the site's training rows,
+  replayed from the site's own record of the splits and leaf values it applied (no model of
+  the server's choosing; small nodes suppressed; refused after a secure or DP run).
 
 The site never takes a size, a seed or a floor from the server: parts are its own
 (:mod:`fedtab.federation.parts`), the subsample is drawn from its own seed, its floor is the
