@@ -97,6 +97,8 @@ def site_gains(bins: np.ndarray, y: np.ndarray, layout: BinLayout, params: GBDTP
     """
     K, n, d = params.n_outputs, bins.shape[0], layout.n_features
     rec = np.asarray(record, dtype=np.int64).reshape(-1, len(SPLIT_RECORD))
+    _, first = np.unique(rec[:, [0, 2, 3]], axis=0, return_index=True)  # a replayed split counts once
+    rec = rec[np.sort(first)]
     ptr = np.asarray(leaf_ptr, dtype=np.int64)
     if n_rounds < 0 or ptr.size - 1 < n_rounds * K:
         raise ValueError(f"{n_rounds} rounds asked, the site's record holds {(ptr.size - 1) // max(K, 1)}")
