@@ -59,6 +59,8 @@ class TrainingOutcome:
             of a pooled sum (``"describe: ..."``, ``"fit round r: ..."``).
         privacy: with DP, the run accountant's bill so far: ``{"epsilon", "delta",
             "noise_multiplier", "steps": {step: ε}, "total", "releases"}``.
+        importance: boosted trees only, feature importance by gain pooled and per site
+            (:func:`fedtab.federation.gbdt.server.importance_step`); None for other models.
     """
 
     model: str
@@ -84,6 +86,7 @@ class TrainingOutcome:
     robust: bool = False
     left_out: dict[str, str] = field(default_factory=dict)
     privacy: dict[str, Any] | None = None
+    importance: dict[str, Any] | None = None
 
 
 
