@@ -8,14 +8,20 @@ installed (``impute`` needs torch) is simply absent.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
+import logging
 import math
-from typing import Annotated, Optional
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Iterator, Optional
 
 import typer
 from rich.console import Console
 
-__all__ = ["PlainHelp", "app", "fail", "finite_number", "console", "err_console"]
+__all__ = ["ENGINE_LOGGERS", "LONG_COMMANDS", "LogFileOption", "PlainHelp", "QuietOption", "app", "command_output", "fail",
+           "finite_number", "console", "err_console", "long_command", "outcome"]
 
 # never print local variables in a traceback: they hold the sites' rows
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
@@ -44,6 +50,71 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+#: loggers of the engines and of fedtab: to the log file with ``--log-file``, warnings only with ``--quiet``
+ENGINE_LOGGERS = ("flwr", "nvflare", "fedtab")
+
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the outcome (run id, where the "
+                                           "outputs are), warnings and errors: no progress lines.")]
+LogFileOption = Annotated[Optional[Path], typer.Option(help="Append fedtab's and the engine's logs to this file "
+                                                       "(plain text, no colour codes).")]
+
+
+def outcome(message: str) -> None:
+    """Print a command's outcome line on stdout, also under ``--quiet``."""
+    quiet, console.quiet = console.quiet, False
+    try:
+        console.print(message, highlight=False, markup=False, soft_wrap=True)
+    finally:
+        console.quiet = quiet
+
+
+@contextmanager
+def command_output(quiet: bool = False, log_file: Path | None = None) -> Iterator[None]:
+    """What a long command prints and where its logs go, and what Ctrl-C does, while it runs.
+
+    * ``quiet``: stdout holds only :func:`outcome` lines (errors and warnings go to stderr);
+    * ``log_file``: the records of :data:`ENGINE_LOGGERS` (INFO and up) and of the root logger
+      are appended to it, plain text, and not printed; without it, ``quiet`` keeps those
+      loggers to warnings;
+    * Ctrl-C (``KeyboardInterrupt``) anywhere ends the command with ``interrupted`` on stderr
+      and exit code 130, blaming nobody; outputs written before it stay as they were.
+
+    Everything changed is restored on exit (the tests run several commands in one process).
+    """
+    loggers = [logging.getLogger(), *(logging.getLogger(n) for n in ENGINE_LOGGERS)]
+    saved = [(lg, lg.level, list(lg.handlers), lg.propagate) for lg in loggers]
+    saved_quiet = console.quiet
+    handler = None
+    try:
+        if log_file is not None:
+            try:
+                log_file.parent.mkdir(parents=True, exist_ok=True)
+                handler = logging.FileHandler(log_file, encoding="utf-8")
+            except OSError as exc:
+                fail(f"cannot write the log file {log_file}: {exc}")
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            for lg in loggers:
+                lg.handlers = [handler]
+                lg.setLevel(logging.INFO)
+                lg.propagate = False
+        elif quiet:
+            for lg in loggers[1:]:
+                lg.setLevel(logging.WARNING)
+        console.quiet = quiet or saved_quiet
+        yield
+    except KeyboardInterrupt:
+        console.quiet = False
+        err_console.print("interrupted", style="bold red", highlight=False)
+        raise typer.Exit(130) from None
+    finally:
+        console.quiet = saved_quiet
+        for lg, level, handlers, propagate in saved:
+            lg.handlers, lg.propagate = handlers, propagate
+            lg.setLevel(level)
+        if handler is not None:
+            handler.close()
+
+
 def finite_number(value: float | None) -> float | None:
     """typer callback: refuse NaN/inf at parse time (click's ranges let NaN through)."""
     if value is not None and not math.isfinite(value):
@@ -67,6 +138,30 @@ def _main(
     """fedtab: prepare and train on tables that stay at their sites."""
 
 
+#: commands that run a federation: each has ``--quiet`` and ``--log-file`` and runs in :func:`command_output`
+LONG_COMMANDS = ("demo", "elect", "impute", "run")
+
+
+def long_command(fn):  # noqa: ANN001, ANN201 - any command function
+    """``fn`` run inside :func:`command_output`, with ``--quiet`` and ``--log-file`` options added
+    unless it declares ``quiet`` / ``log_file`` parameters itself (then it receives them too)."""
+    sig = inspect.signature(fn, eval_str=True)
+    own = set(sig.parameters)
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+             for name, default, annotation in (("quiet", False, QuietOption), ("log_file", None, LogFileOption))
+             if name not in own]
+
+    @functools.wraps(fn)
+    def command(**kwargs):  # noqa: ANN003, ANN202
+        quiet = kwargs["quiet"] if "quiet" in own else kwargs.pop("quiet", False)
+        log_file = kwargs["log_file"] if "log_file" in own else kwargs.pop("log_file", None)
+        with command_output(quiet, log_file):
+            return fn(**kwargs)
+
+    command.__signature__ = sig.replace(parameters=[*sig.parameters.values(), *added])
+    return command
+
+
 #: (module, function, command name); a module whose import fails with ImportError (missing extra) is skipped
 _COMMANDS = [
     ("demo", "demo_command", "demo"),
@@ -85,7 +180,9 @@ def _register_commands() -> None:
             mod = importlib.import_module(f"{__name__}.{module}")
         except ImportError:
             continue
-        app.command(name, **getattr(mod, "COMMAND_SETTINGS", {}))(getattr(mod, function))
+        fn = getattr(mod, function)
+        settings = {"cls": PlainHelp, **getattr(mod, "COMMAND_SETTINGS", {})}  # every option name whole at 80 columns
+        app.command(name, **settings)(long_command(fn) if name in LONG_COMMANDS else fn)
 
 
 _register_commands()
