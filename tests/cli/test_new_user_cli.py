@@ -130,12 +130,23 @@ def test_rare_and_new_categories_score_as_the_models_other_level(run, table, tmp
     assert ("column 'color': 3 row(s) with a category rare in training or new ('Never-worked', 'purple') encoded "
             "as its '(other)' level") in res.stderr
     preds = pd.read_csv(tmp_path / "p.csv")
+    assert "encoded as no category" not in res.stderr  # no categorical cell was missing
     as_other = odd.replace({"color": {"purple": "(other)", "Never-worked": "(other)"}})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PredictionWarning)
         expected = m.predict_proba(as_other)
     np.testing.assert_allclose(preds[["probability_0", "probability_1"]].to_numpy(), expected, atol=1e-12)
     assert not np.allclose(expected[[0, 3, 5]], m.predict_proba(table)[[0, 3, 5]])  # the level is used, not zeros
+
+
+def test_a_missing_categorical_cell_is_encoded_as_no_category_as_in_training(run, table):
+    m = load_model(run[1] / "model.fedtab")
+    gaps = table.copy()
+    gaps.loc[[2, 9], "color"] = np.nan
+    found = m.check(gaps)
+    assert found.uncoded == {"color": 2} and found.filled == {} and found.missing == []
+    assert "2 missing cell(s) of categorical column(s) encoded as no category, as in training: color 2" in \
+        found.warnings()
 
 
 def test_predict_of_a_model_without_a_neural_part_imports_no_torch(run, table, tmp_path):
@@ -202,9 +213,10 @@ def test_log_file_gets_the_engine_logs_and_the_progress_not_the_terminal(run, si
     assert res.exit_code == 0, res.output
     run_id = json.loads((tmp_path / "out" / "result.json").read_text())["run_id"]
     assert f"run {run_id}: 3 sites on the local engine" in log.read_text() and "training" in log.read_text()
-    assert f"run {run_id}" in res.stdout
+    assert f"run {run_id}" in res.stdout and "\x1b[" not in res.output  # not a terminal: no colour codes
 
 
+@pytest.mark.slow  # a fresh interpreter that imports fedtab and reads three tables before it can be interrupted
 def test_sigint_to_a_running_job_exits_130_blames_no_site_and_keeps_earlier_outputs(run, sites, tmp_path):
     _, earlier = run
     before = {f: (earlier / f).read_bytes() for f in ("model.fedtab", "result.json", "report.html")}

@@ -2,8 +2,12 @@
 
 ``app`` is the typer application (entry point ``fedtab.cli:app``); :func:`fail` ends a
 command with a one-line error and exit code 2, never a traceback. Commands live in
-``cli/<command>.py`` and are registered here; a command whose optional extra is not
-installed (``impute`` needs torch) is simply absent.
+``cli/<command>.py`` and are registered here, each with click's plain help (:class:`PlainHelp`:
+every option name whole at 80 columns); a command whose optional extra is not installed is
+simply absent. The long commands (:data:`LONG_COMMANDS`) get ``--quiet`` and ``--log-file``
+and run inside :func:`command_output` (Ctrl-C: ``interrupted``, exit 130). Rich writes no
+colour codes when its output is not a terminal. A command module imports its heavy
+dependencies inside the command, so ``fedtab predict`` loads no torch or matplotlib.
 """
 
 from __future__ import annotations

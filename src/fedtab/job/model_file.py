@@ -94,6 +94,7 @@ class InputCheck:
         unknown: ``{table column: closest model column or None}`` for columns the model does
             not know (the job's target is not reported).
         filled: ``{column the model reads: cells to fill}`` (an absent column: every row).
+        uncoded: ``{categorical column: missing cells}``, encoded as no category, as in training.
         unseen: ``{categorical column: {category: rows}}`` for categories outside the model's list.
         other_level: ``{column of unseen: whether the model has an "(other)" level for it}``.
         fill_method: how cells are filled (the imputer, the federation's mean, trees' default branch).
@@ -103,6 +104,7 @@ class InputCheck:
     missing: list[str]
     unknown: dict[str, str | None]
     filled: dict[str, int]
+    uncoded: dict[str, int]
     unseen: dict[str, dict[str, int]]
     other_level: dict[str, bool]
     fill_method: str
@@ -129,6 +131,10 @@ class InputCheck:
             per = ", ".join(f"{c} {n}" + (" (absent)" if c in self.missing else "") for c, n in self.filled.items())
             out.append(f"filled {sum(self.filled.values())} missing cell(s) of {self.rows} row(s) "
                        f"{self.fill_method}: {per}")
+        if self.uncoded:
+            per = ", ".join(f"{c} {n}" for c, n in self.uncoded.items())
+            out.append(f"{sum(self.uncoded.values())} missing cell(s) of categorical column(s) encoded as no "
+                       f"category, as in training: {per}")
         for c, counts in self.unseen.items():
             level = "its '(other)' level" if self.other_level.get(c) else "no category (the model has no '(other)')"
             out.append(f"column {c!r}: {sum(counts.values())} row(s) with a category rare in training or new "
@@ -601,11 +607,13 @@ class FedtabModel:
             close = difflib.get_close_matches(c, self.input_columns, n=1, cutoff=0.6)
             unknown[c] = lower.get(c.lower()) or (close[0] if close else None)
         missing = [c for c in self.reads if c not in table.columns]
-        filled = {c: len(table) if c not in table.columns else int(table[c].isna().sum()) for c in self.reads}
         cats = self.schema.get("categories", {})
+        gaps = {c: len(table) if c not in table.columns else int(table[c].isna().sum()) for c in self.reads}
+        # a missing cell of a categorical column is encoded as no category (as in training), not filled
         return InputCheck(rows=len(table), missing=missing, unknown=unknown,
-                          filled={c: n for c, n in filled.items() if n}, unseen=unseen,
-                          other_level={c: OTHER_CATEGORY in cats.get(c, []) for c in unseen},
+                          filled={c: n for c, n in gaps.items() if n and (c in missing or c not in cats)},
+                          uncoded={c: n for c, n in gaps.items() if n and c not in missing and c in cats},
+                          unseen=unseen, other_level={c: OTHER_CATEGORY in cats.get(c, []) for c in unseen},
                           fill_method=self._fill_method())
 
     def check(self, table: pd.DataFrame) -> "InputCheck":
