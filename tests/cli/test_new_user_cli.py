@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -257,6 +258,79 @@ def test_mlflow_tracking_is_read_back_with_mlflows_client(sites, tmp_path):
     assert "step.training.seconds" in got.data.metrics and "site.north.accuracy" in got.data.metrics
     assert {a.path for a in client.list_artifacts(got.info.run_id)} == {"model.fedtab", "result.json", "report.html"}
     assert json.loads((tmp_path / "out" / "result.json").read_text())["mlflow"] == result["mlflow"]
+
+
+class _FakeMlflowClient:
+    """MLflow's client as far as fedtab uses it, recording the calls (the real one: the test above)."""
+
+    calls: list[tuple] = []
+
+    def __init__(self, tracking_uri=None):
+        self.uri = tracking_uri
+
+    def get_experiment_by_name(self, name):
+        return None
+
+    def create_experiment(self, name):
+        self.calls.append(("experiment", name))
+        return "7"
+
+    def create_run(self, experiment_id, start_time=None, tags=None, run_name=None):
+        self.calls.append(("run", experiment_id, run_name, dict(tags)))
+        return types.SimpleNamespace(info=types.SimpleNamespace(run_id="mlrun1"))
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=()):
+        self.calls += [("param", p.key, p.value) for p in params] + [("metric", m.key, m.value, m.step) for m in metrics]
+
+    def log_artifact(self, run_id, local_path, artifact_path=None):
+        self.calls.append(("artifact", Path(local_path).name, Path(local_path).is_file()))
+
+    def set_terminated(self, run_id, status=None, end_time=None):
+        self.calls.append(("end", run_id, status))
+
+
+@pytest.fixture()
+def fake_mlflow(monkeypatch):
+    entities = types.ModuleType("mlflow.entities")
+    entities.Param = lambda key, value: types.SimpleNamespace(key=key, value=value)
+    entities.Metric = lambda key, value, timestamp, step: types.SimpleNamespace(key=key, value=value, step=step)
+    tracking = types.ModuleType("mlflow.tracking")
+    tracking.MlflowClient = _FakeMlflowClient
+    for name, mod in (("mlflow", types.ModuleType("mlflow")), ("mlflow.tracking", tracking),
+                      ("mlflow.entities", entities)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(_FakeMlflowClient, "calls", [])
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "")  # restored (unset) after the test
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    return _FakeMlflowClient.calls
+
+
+def test_a_tracked_run_is_one_mlflow_run_with_settings_numbers_and_files(sites, tmp_path, fake_mlflow):
+    result = run_job(_job(sites, tmp_path / "out", mlflow="file:./mlruns"), out=tmp_path / "out")
+    assert result["mlflow"] == {"tracking_uri": "file:./mlruns", "experiment_id": "7", "run_id": "mlrun1"}
+    assert json.loads((tmp_path / "out" / "result.json").read_text())["mlflow"] == result["mlflow"]
+    assert fake_mlflow[1] == ("run", "7", result["run_id"], {"fedtab.run_id": result["run_id"]})
+    params = {c[1]: c[2] for c in fake_mlflow if c[0] == "param"}
+    assert params["training.rounds"] == "2" and params["engine"] == "local"
+    metrics = {c[1]: c[2] for c in fake_mlflow if c[0] == "metric"}
+    assert metrics["pooled.accuracy"] == result["training"]["metrics"]["pooled"]["accuracy"]
+    assert [c for c in fake_mlflow if c[0] == "artifact"] == [
+        ("artifact", f, True) for f in ("model.fedtab", "result.json", "report.html")]
+    assert fake_mlflow[-1] == ("end", "mlrun1", "FINISHED")
+    assert os.environ["MLFLOW_ALLOW_FILE_STORE"] == "true"  # the job named MLflow's file store: opted in
+
+
+@pytest.mark.parametrize("raised, status", [(KeyboardInterrupt, "KILLED"), (RuntimeError, "FAILED")])
+def test_a_tracked_run_that_stops_ends_its_mlflow_run_so(sites, tmp_path, fake_mlflow, monkeypatch, raised, status):
+    import fedtab.job.run as job_run
+
+    def stop(*args, **kwargs):
+        raise raised("stopped")
+
+    monkeypatch.setattr(job_run, "_run_engine", stop)
+    with pytest.raises(raised):
+        run_job(_job(sites, tmp_path / "out", mlflow="file:./mlruns"), out=tmp_path / "out")
+    assert fake_mlflow[-1] == ("end", "mlrun1", status) and not (tmp_path / "out" / "result.json").exists()
 
 
 def test_mlflow_tracking_without_mlflow_fails_before_the_run(sites, tmp_path, monkeypatch):

@@ -15,10 +15,16 @@ active run, so a library caller's own MLflow runs are left alone):
   at step = round), then ``model.fedtab``, ``result.json`` and ``report.html`` as artifacts.
 
 Only what ``result.json`` already holds is logged: the same aggregate numbers, no rows.
+
+A ``file:`` URI (or a plain path) is MLflow's file store, which MLflow 3.13 and later open only
+with ``MLFLOW_ALLOW_FILE_STORE=true``: a job that names one sets it (unless already set) for
+this process. A database store (``sqlite:///mlflow.db``) needs the full ``mlflow`` package.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -27,6 +33,8 @@ from typing import Any, Iterator, Mapping
 from .spec import JobError
 
 __all__ = ["MlflowRecord", "flat_params", "run_metrics"]
+
+log = logging.getLogger(__name__)
 
 #: MLflow's limits: a parameter value's length, and entries per log_batch call
 _MAX_VALUE = 6000
@@ -96,6 +104,9 @@ class MlflowRecord:
             from mlflow.tracking import MlflowClient
         except ImportError:
             raise JobError("[run] mlflow needs the mlflow package: pip install 'fedtab[mlflow]'") from None
+        if tracking_uri.startswith("file:") or "://" not in tracking_uri:
+            # the job asked for MLflow's file store, which MLflow >= 3.13 keeps behind this opt-in
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         try:
             self.client = MlflowClient(tracking_uri=tracking_uri)
             found = self.client.get_experiment_by_name(experiment)
@@ -128,5 +139,11 @@ class MlflowRecord:
         self.end("FINISHED")
 
     def end(self, status: str) -> None:
-        """End the MLflow run with ``status`` (``FINISHED``, ``FAILED``, ``KILLED``)."""
-        self.client.set_terminated(self.info["run_id"], status=status)
+        """End the MLflow run with ``status`` (``FINISHED``, ``FAILED``, ``KILLED``). A failure to
+        record a failed or killed run is logged, not raised: the run's own error is the one to see."""
+        try:
+            self.client.set_terminated(self.info["run_id"], status=status)
+        except Exception:  # noqa: BLE001
+            if status == "FINISHED":
+                raise
+            log.warning("MLflow run %s could not be marked %s", self.info["run_id"], status, exc_info=True)
