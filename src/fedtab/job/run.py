@@ -273,7 +273,6 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
         fedtab.engines.flower_remote.RunError: a Flower deployment did not start, or its
             run failed, timed out or left no readable result.
     """
-    from .. import __version__
     from .model_file import write_model
 
     def say(message: str) -> None:  # each progress line is also a log record (fedtab run --log-file)
@@ -321,8 +320,21 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
         if tracker is not None:
             tracker.end("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
-    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     files = {s.name: None if s.path is None or superlink is not None else str(s.path) for s in spec.sites}
+    result, provenance = _documents(raw, run_id, engine, plan, files, tracker)
+    _write_run(out_dir, result, lambda d: write_model(d / ARTIFACTS["model"], raw["model"], provenance))
+    if tracker is not None:
+        say(f"logging the run to MLflow at {spec.run.mlflow} (run {tracker.info['run_id']})")
+        tracker.log(result, out_dir)
+    return result
+
+
+def _documents(raw: Mapping[str, Any], run_id: str, engine: str, plan: dict[str, Any],
+               files: Mapping[str, str | None], tracker: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(result.json, the model file's provenance)`` of an engine's raw result."""
+    from .. import __version__
+
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     result = {
         "run_id": run_id, "fedtab_version": __version__, "created": created, "job": plan, "engine": engine,
         "sites": {name: {"file": files.get(name), **info} for name, info in raw["sites"].items()},
@@ -333,11 +345,7 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
     provenance = {"run_id": run_id, "fedtab_version": __version__, "created": created, "engine": engine, "job": plan,
                   "sites": [{"name": name, "rows": s["n_rows"], "columns": s["columns"]}
                             for name, s in raw["sites"].items()]}
-    _write_run(out_dir, result, lambda d: write_model(d / ARTIFACTS["model"], raw["model"], provenance))
-    if tracker is not None:
-        say(f"logging the run to MLflow at {spec.run.mlflow} (run {tracker.info['run_id']})")
-        tracker.log(result, out_dir)
-    return result
+    return result, provenance
 
 
 def _experiment_name(source: str) -> str:
