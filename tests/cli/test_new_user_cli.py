@@ -220,6 +220,18 @@ def test_log_file_gets_the_engine_logs_and_the_progress_not_the_terminal(run, si
     assert f"run {run_id}" in res.stdout and "\x1b[" not in res.output  # not a terminal: no colour codes
 
 
+@pytest.mark.slow  # imports Flower and runs its ServerApp and ClientApps in this process
+def test_flowers_own_log_lines_go_to_the_log_file_without_colour_codes(sites, tmp_path):
+    pytest.importorskip("flwr")
+    job, log = _job_file(tmp_path, _job(sites, tmp_path / "out")), tmp_path / "flower.log"
+    res = runner.invoke(app, ["run", str(job), "--engine", "flower", "--out", str(tmp_path / "out"),
+                              "--log-file", str(log)])
+    assert res.exit_code == 0, res.output
+    text = log.read_text()
+    assert " INFO flwr: " in text and "\x1b[" not in text  # Flower set its logger up inside the run
+    assert "flwr" not in res.stderr and "INFO" not in res.output
+
+
 @pytest.mark.slow  # a fresh interpreter that imports fedtab and reads three tables before it can be interrupted
 def test_sigint_to_a_running_job_exits_130_blames_no_site_and_keeps_earlier_outputs(run, sites, tmp_path):
     _, earlier = run

@@ -72,14 +72,33 @@ def outcome(message: str) -> None:
         console.quiet = quiet
 
 
+def _guard_new_handlers(logger: logging.Logger, to_file: bool, plain: bool) -> None:
+    """What a library adds to ``logger`` while the command runs (Flower adds its console handler
+    when it is first imported, inside the run): nothing with ``--log-file`` (the file handler
+    stays the only one), a handler without colour codes when stderr is not a terminal.
+    An instance attribute over ``Logger.addHandler``; ``del logger.addHandler`` undoes it."""
+    add = logger.addHandler
+
+    def guarded(handler: logging.Handler) -> None:
+        if to_file:
+            return
+        if plain and hasattr(handler, "colored"):  # flwr's ConsoleHandler
+            handler.colored = False
+        add(handler)
+
+    logger.addHandler = guarded  # type: ignore[method-assign]
+
+
 @contextmanager
 def command_output(quiet: bool = False, log_file: Path | None = None) -> Iterator[None]:
     """What a long command prints and where its logs go, and what Ctrl-C does, while it runs.
 
     * ``quiet``: stdout holds only :func:`outcome` lines (errors and warnings go to stderr);
     * ``log_file``: the records of :data:`ENGINE_LOGGERS` (INFO and up) and of the root logger
-      are appended to it, plain text, and not printed; without it, ``quiet`` keeps those
-      loggers to warnings;
+      are appended to it, plain text, and not printed -- also those of a library that sets up
+      its logger only when the run imports it (Flower); without it, ``quiet`` keeps those
+      loggers to warnings, and their console handlers write no colour codes when stderr is not
+      a terminal;
     * Ctrl-C (``KeyboardInterrupt``) anywhere ends the command with ``interrupted`` on stderr
       and exit code 130, blaming nobody; outputs written before it stay as they were.
 
@@ -104,6 +123,12 @@ def command_output(quiet: bool = False, log_file: Path | None = None) -> Iterato
         elif quiet:
             for lg in loggers[1:]:
                 lg.setLevel(logging.WARNING)
+        plain = not err_console.is_terminal
+        for lg in loggers[1:]:
+            for h in lg.handlers:
+                if plain and hasattr(h, "colored"):
+                    h.colored = False
+            _guard_new_handlers(lg, log_file is not None, plain)
         console.quiet = quiet or saved_quiet
         yield
     except KeyboardInterrupt:
@@ -113,7 +138,9 @@ def command_output(quiet: bool = False, log_file: Path | None = None) -> Iterato
     finally:
         console.quiet = saved_quiet
         for lg, level, handlers, propagate in saved:
-            lg.handlers, lg.propagate = handlers, propagate
+            lg.__dict__.pop("addHandler", None)
+            if handler is not None:  # replaced for the log file; otherwise keep what a library added
+                lg.handlers, lg.propagate = handlers, propagate
             lg.setLevel(level)
         if handler is not None:
             handler.close()
