@@ -220,6 +220,26 @@ def test_log_file_gets_the_engine_logs_and_the_progress_not_the_terminal(run, si
     assert f"run {run_id}" in res.stdout and "\x1b[" not in res.output  # not a terminal: no colour codes
 
 
+def test_an_engine_that_catches_the_ctrl_c_itself_still_ends_interrupted(capsys):
+    """FLARE's simulator catches the KeyboardInterrupt and returns -9; the run then fails with that."""
+    from fedtab.cli import fail
+
+    with pytest.raises(typer.Exit) as stopped:
+        with command_output():
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                pass  # swallowed by the engine
+            fail("FLARE simulator returned -9")
+    assert stopped.value.exit_code == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "-9" not in err
+    with pytest.raises(typer.Exit) as failed:  # the next command starts afresh
+        with command_output():
+            fail("a real error")
+    assert failed.value.exit_code == 2 and "a real error" in capsys.readouterr().err
+
+
 @pytest.mark.slow  # imports Flower and runs its ServerApp and ClientApps in this process
 def test_flowers_own_log_lines_go_to_the_log_file_without_colour_codes(sites, tmp_path):
     pytest.importorskip("flwr")

@@ -17,6 +17,8 @@ import importlib
 import inspect
 import logging
 import math
+import signal
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
@@ -46,10 +48,24 @@ class PlainHelp(typer.core.TyperCommand):
         formatter.buffer[:] = [part.replace("\\[", "[") for part in formatter.buffer]
 
 
+#: set by the SIGINT handler of :func:`command_output`: an engine that catches the Ctrl-C itself
+#: (FLARE's simulator returns -9) then fails with an error that is really the interruption
+_interrupt = threading.Event()
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    _interrupt.set()
+    signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as without this handler
+
+
 def fail(message: str, code: int = 2) -> None:
-    """Print ``message`` as a one-line error on stderr and exit with ``code``."""
+    """Print ``message`` as a one-line error on stderr and exit with ``code`` -- or, after a
+    Ctrl-C during the command, ``interrupted`` and 130 (whatever error the interruption caused)."""
     from rich.markup import escape
 
+    if _interrupt.is_set():
+        err_console.print("interrupted", style="bold red", highlight=False)
+        raise typer.Exit(130)
     err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
     raise typer.Exit(code)
 
@@ -108,6 +124,9 @@ def command_output(quiet: bool = False, log_file: Path | None = None) -> Iterato
     saved = [(lg, lg.level, list(lg.handlers), lg.propagate) for lg in loggers]
     saved_quiet = console.quiet
     handler = None
+    _interrupt.clear()
+    main = threading.current_thread() is threading.main_thread()
+    saved_sigint = signal.signal(signal.SIGINT, _on_sigint) if main else None
     try:
         if log_file is not None:
             try:
@@ -136,6 +155,8 @@ def command_output(quiet: bool = False, log_file: Path | None = None) -> Iterato
         err_console.print("interrupted", style="bold red", highlight=False)
         raise typer.Exit(130) from None
     finally:
+        if main:
+            signal.signal(signal.SIGINT, saved_sigint if saved_sigint is not None else signal.default_int_handler)
         console.quiet = saved_quiet
         for lg, level, handlers, propagate in saved:
             lg.__dict__.pop("addHandler", None)
