@@ -31,7 +31,9 @@ OPTIONS = {"[election] freedom_degree": "--freedom-degree", "[election] tune": "
            "[training] local_epochs": "--local-epochs", "[training] model": "--model", "[run] test_size": "--test-size",
            "[privacy] secure_aggregation": "--secure-aggregation", "[trust] min_sites": "--min-sites",
            "[trust] min_holders": "--min-holders", "[trust] timeout": "--timeout", "[trust] robust": "--robust",
-           "[trust] max_site_share": "--max-site-share"}
+           "[trust] max_site_share": "--max-site-share", "[columns] categorical": "--categorical",
+           "[columns] ignore": "--ignore", "[columns] keep": "--categorical",
+           "na_values = [...] in the job": "--na-value"}
 
 
 def option_text(message: str, options: dict[str, str] = OPTIONS) -> str:
@@ -58,8 +60,8 @@ def elect_spec(tables: list[Path], names: list[str], selectors: list[str], targe
     Raises:
         JobError: an invalid option, naming its job key.
     """
-    from ..job.spec import (ElectionSpec, EvaluationSpec, JobSpec, PrivacySpec, RunSpec, SiteSpec, TrainingSpec,
-                            TrustSpec, check_spec)
+    from ..job.spec import (ColumnsSpec, ElectionSpec, EvaluationSpec, JobSpec, PrivacySpec, RunSpec, SiteSpec,
+                            TrainingSpec, TrustSpec, check_spec)
 
     o = options
     tuned = o["tune"] != "none"
@@ -77,6 +79,7 @@ def elect_spec(tables: list[Path], names: list[str], selectors: list[str], targe
         trust=TrustSpec(robust=o["robust"], max_site_share=o["max_site_share"], min_sites=o["min_sites"],
                         timeout=o["timeout"], min_holders=o["min_holders"]),
         evaluation=EvaluationSpec(baselines=False, all_columns=True),
+        columns=ColumnsSpec(categorical=list(o.get("categorical") or []), ignore=list(o.get("ignore") or [])),
         source="fedtab elect"))
 
 
@@ -179,6 +182,10 @@ def elect_command(
     ] = "intersection",
     consensus_alpha: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite_number,
                                                    help="False discovery rate of --consensus stouffer.")] = 0.05,
+    categorical: Annotated[Optional[list[str]], typer.Option(
+        "--categorical", help="Column to treat as categories, e.g. codes (repeatable).")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(
+        "--ignore", help="Column to leave out at every site (repeatable).")] = None,
     pooled_comparison: Annotated[bool, typer.Option(
         "--pooled-comparison", help="Simulation (all files here): also run the selector on all sites' training "
                                     "rows stacked; Jaccard agreement per freedom degree.")] = False,
