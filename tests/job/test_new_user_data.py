@@ -169,3 +169,53 @@ def test_a_type_mismatch_names_the_sites_and_the_hint_names_the_job_key(heart, t
     _edit_csv(d / "cleveland.csv", lambda f: f.__setitem__("age", [*f["age"][:2], "unknown", *f["age"][3:]]))
     with pytest.raises(FederationError, match=r"na_values = \[\.\.\.\] in the job"):
         run_job(_job(d))
+
+
+def _coded_sites(d: Path) -> list[Path]:
+    """Two ``;``/decimal-comma site files: ``a``, ``b`` (only the first site), the code ``thal`` in
+    {3, 6, 7} with missing cells, and a label ``y``."""
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(2):
+        z = rng.normal(size=60)
+        t = pd.DataFrame({"a": z + rng.normal(0, 0.3, 60), "b": 2 * z + rng.normal(0, 0.3, 60),
+                          "thal": np.where(z > 0.5, 7, np.where(z < -0.5, 3, 6)).astype(float),
+                          "y": (z > 0).astype(int)})
+        t.loc[rng.random(60) < 0.3, "thal"] = np.nan
+        t.loc[rng.random(60) < 0.2, "a"] = np.nan
+        paths.append(d / f"s{i}.csv")
+        (t if i == 0 else t.drop(columns=["b"])).to_csv(paths[-1], index=False, sep=";", decimal=",")
+    return paths
+
+
+@pytest.mark.slow  # imports torch and trains the imputer (two rounds)
+def test_fedtab_impute_keeps_the_target_out_imputes_codes_and_writes_the_mask(tmp_path):
+    pytest.importorskip("torch")
+    from fedtab.estimators import FederatedImputer
+
+    paths = _coded_sites(tmp_path)
+    res = CliRunner().invoke(app, ["impute", *map(str, paths), "--target", "y", "--rounds", "2", "--hidden-dim", "8",
+                                   "--n-layers", "1", "--out", str(tmp_path / "out"), "-q"])
+    assert res.exit_code == 0, res.output
+    given = pd.read_csv(paths[1], sep=";", decimal=",")
+    filled = pd.read_csv(tmp_path / "out" / "s1.imputed.csv")
+    mask = pd.read_csv(tmp_path / "out" / "s1.imputed_mask.csv")
+    assert list(mask.columns) == ["a", "b", "thal"]  # y is neither imputed nor an input
+    assert filled["y"].tolist() == given["y"].tolist()
+    assert mask["b"].eq(1).all() and mask["thal"].astype(bool).tolist() == given["thal"].isna().tolist()
+    assert set(filled["thal"]) <= {3.0, 6.0, 7.0} and filled["thal"].notna().all()
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["settings"]["integer_codes"] is True
+    # the estimator and the command agree: codes, not fractions (before: e.g. 5.37)
+    tables = [pd.read_csv(p, sep=";", decimal=",").drop(columns="y") for p in paths]
+    imp = FederatedImputer(rounds=2, hidden_dim=8, n_layers=1).fit(tables)
+    assert imp.levels_ == {"thal": [3.0, 6.0, 7.0]}
+    assert set(imp.transform(tables[1])["thal"]) <= {3.0, 6.0, 7.0}
+    raw = imp.predict_z(tables[1])[0][:, imp.columns_.index("thal")] * imp.std_[2] + imp.mean_[2]
+    assert not set(np.round(raw, 6)) <= {3.0, 6.0, 7.0}  # the model's own output is fractional
+
+
+def test_fedtab_impute_names_a_column_no_site_holds(tmp_path):
+    paths = _coded_sites(tmp_path)
+    res = CliRunner().invoke(app, ["impute", *map(str, paths), "--target", "yy", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "column 'yy' is in none of the site files s0, s1 (did you mean 'y'?)" in res.output

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["MAX_ABS", "NA_HINT", "TableError", "check_column_types", "check_finite", "csv_header", "duplicate_names",
-           "map_labels", "read_table", "global_schema", "sniff_csv"]
+           "csv_sample", "map_labels", "read_table", "global_schema", "sniff_csv"]
 
 #: the largest magnitude a numeric cell may hold (its square and sums of many still fit a float64)
 MAX_ABS = 1e100
@@ -126,7 +126,8 @@ def map_labels(frame: pd.DataFrame, target: str, mapping: dict) -> pd.DataFrame:
     return out
 
 
-def _sample(p: Path, size: int = 65536) -> str:
+def csv_sample(p: Path, size: int = 65536) -> str:
+    """The first ``size`` characters of a CSV file (gzip read through), for :func:`sniff_csv`."""
     opener = gzip.open if p.name.lower().endswith(".gz") else open
     with opener(p, "rt", newline="", encoding="utf-8", errors="replace") as fh:
         return fh.read(size)
@@ -185,7 +186,7 @@ def read_table(path: str | Path, na_values: Sequence[str] | None = None, *, chec
         raise TableError(f"{p}: unknown table format (expected .csv, .csv.gz, .tsv or .parquet)")
     try:
         if kind == "csv" and (given_sep is None or decimal is None):
-            sep, sniffed = sniff_csv(_sample(p), sep, given_sep or (sep if sep == "\t" else None))
+            sep, sniffed = sniff_csv(csv_sample(p), sep, given_sep or (sep if sep == "\t" else None))
             decimal = decimal or sniffed
         elif kind == "csv":
             sep = given_sep

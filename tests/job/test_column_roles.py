@@ -1,0 +1,60 @@
+"""The schema step's pure parts: label vocabularies, column roles, row-identifier names, [columns] keys."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedtab.job import JobError, load_job
+from fedtab.job.steps.schema import ID_NAME, column_roles, label_conflict
+
+
+def test_label_conflict():
+    assert label_conflict({"a": ["0", "1"], "b": ["1"], "c": ["0", "1"]}, "y") is None  # one-class site: fine
+    text = label_conflict({"a": ["0", "1"], "b": ["no", "yes"]}, "y")
+    assert "a ['0', '1']; b ['no', 'yes']" in text and "[labels] map = { no = ..., yes = ... }" in text
+    assert label_conflict({"a": ["No", "Yes"], "b": ["no", "yes"]}, "y") is not None  # disjoint text vocabularies
+    assert label_conflict({"a": ["x", "y"], "b": ["y", "z"]}, "y") is None  # overlap: a site may lack a class
+
+
+@pytest.mark.parametrize("name, is_id", [("id", True), ("ID", True), ("patient_id", True), ("record id", True),
+                                         ("uuid", True), ("id_code", True), ("Unnamed: 0", True), ("MRN", True),
+                                         ("fluid", False), ("valid", False), ("idle", False), ("age", False),
+                                         ("thalach", False)])
+def test_id_names(name, is_id):
+    assert bool(ID_NAME.match(name)) is is_id
+
+
+def _profile(columns, unique):
+    return {"columns": columns, "unique": np.asarray(unique, bool)}
+
+
+def test_column_roles(tmp_path):
+    spec = load_job({"target": "y", "sites": {"a": {"path": "a.csv"}, "b": {"path": "b.csv"}},
+                     "columns": {"keep": ["sid"], "categorical": ["code"], "ignore": ["noise"]}})
+    profiles = {"a": _profile(["sid", "code", "x", "noise", "serial"], [1, 1, 0, 0, 1]),
+                "b": _profile(["x", "serial", "patientId"], [0, 0, 0])}
+    ignored, categorical = column_roles(spec, profiles)
+    assert ignored == {"noise": "[columns] ignore", "serial": "unique per row at site(s) a (a row identifier)",
+                       "patientId": "named like a row identifier"}
+    assert categorical == ["code"]
+    spec.columns.ignore = ["nosie"]
+    with pytest.raises(JobError, match=r"\[columns\] ignore names 'nosie', a column none of the sites a, b holds; "
+                                       r"did you mean 'noise'\?"):
+        column_roles(spec, profiles)
+
+
+def test_columns_keys_are_checked():
+    base = {"target": "y", "sites": {"a": {"path": "a.csv"}}}
+    with pytest.raises(JobError, match=r"unknown key \[columns\] 'ignor' \(did you mean 'ignore'\?\)"):
+        load_job({**base, "columns": {"ignor": ["x"]}})
+    with pytest.raises(JobError, match=r"\[columns\] ignore and categorical/keep both name \['x'\]"):
+        load_job({**base, "columns": {"ignore": ["x"], "keep": ["x"]}})
+    with pytest.raises(JobError, match=r"\[columns\] needs the column profile"):
+        load_job({**base, "columns": {"ignore": ["x"]}, "privacy": {"secure_aggregation": True}})
+    with pytest.raises(JobError, match=r"\[labels\] map must map labels to labels"):
+        load_job({**base, "labels": {"map": {"yes": [1]}}})
+    with pytest.raises(JobError, match=r"\[sites.a\] sep and decimal must differ"):
+        load_job({**base, "sites": {"a": {"path": "a.csv", "sep": ",", "decimal": ","}}})
+    spec = load_job({**base, "columns": {"categorical": ["c"]}, "labels": {"map": {"yes": 1}}})
+    assert spec.plan()["columns"]["categorical"] == ["c"] and spec.plan()["labels"] == {"map": {"yes": 1}}
