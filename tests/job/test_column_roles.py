@@ -58,3 +58,58 @@ def test_columns_keys_are_checked():
         load_job({**base, "sites": {"a": {"path": "a.csv", "sep": ",", "decimal": ","}}})
     spec = load_job({**base, "columns": {"categorical": ["c"]}, "labels": {"map": {"yes": 1}}})
     assert spec.plan()["columns"]["categorical"] == ["c"] and spec.plan()["labels"] == {"map": {"yes": 1}}
+
+
+# ----------------------------------------------------------------------------- adversaries
+import pandas as pd  # noqa: E402
+
+from fedtab.engines.local import LocalFederation  # noqa: E402
+from fedtab.federation.messages import Message  # noqa: E402
+from fedtab.federation.profile_flow import profile_sites  # noqa: E402
+from fedtab.federation.protocol import FederationError  # noqa: E402
+from fedtab.federation.site import Site  # noqa: E402
+
+
+def _table(n: int = 60, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    thal = rng.choice([3.0, 6.0, 7.0], n)
+    thal[:2] = 5.0  # a code held by 2 rows: below the floor, never released
+    return pd.DataFrame({"pid": np.arange(n) + 100 * seed, "thal": thal, "x": rng.normal(size=n),
+                         "y": rng.integers(0, 2, n)})
+
+
+def test_a_curious_server_learns_flags_and_frequent_codes_only():
+    site = Site("a", _table(), "y", policy={"min_rows": 5})
+    reply = site.handle(Message("job_profile"))
+    cols = reply.meta["columns"]
+    assert reply.arrays["unique"].dtype == bool and reply.arrays["unique"].tolist() == [True, False, False]
+    assert reply.meta["levels"] == {"thal": ["3.0", "6.0", "7.0"]}  # not 5.0 (2 rows), not pid (60 values)
+    assert cols == ["pid", "thal", "x"]
+    # the column_roles request changes only the table's columns and answers with its width
+    ack = site.handle(Message("column_roles", meta={"drop": ["pid"], "categorical": ["thal"]}))
+    assert ack.meta == {"n_columns": 3} and not ack.arrays and site.table["thal"].iloc[0] in ("3", "6", "7", "5")
+    assert site.handle(Message("column_roles", meta={"drop": "pid", "categorical": []})).is_error
+
+
+class _Liar(Site):
+    """An honest site whose profile claims value sets it may not send."""
+
+    def __init__(self, *args, levels, **kw):
+        super().__init__(*args, **kw)
+        self._levels = levels
+
+    def handle(self, request):
+        reply = super().handle(request)
+        if request.kind == "job_profile" and not reply.is_error:
+            reply = Message(reply.kind, reply.arrays, {**reply.meta, "levels": self._levels})
+        return reply
+
+
+@pytest.mark.parametrize("levels", [{"thal": ["3.0", "nan"]}, {"thal": [str(i) for i in range(50)]},
+                                    {"other": ["1"]}, {"thal": "3,6,7"}])
+def test_a_hostile_sites_value_sets_are_rejected_naming_it(levels):
+    honest = Site("honest", _table(seed=1), "y", policy={"min_rows": 5})
+    liar = _Liar("liar", _table(seed=2), "y", policy={"min_rows": 5}, levels=levels)
+    with pytest.raises(FederationError) as exc:
+        profile_sites(LocalFederation([honest, liar]))
+    assert "liar" in str(exc.value) and "honest" not in str(exc.value)

@@ -130,6 +130,9 @@ def test_categorical_codes_and_integer_codes_are_imputed_to_observed_values(hear
     assert set(levels["thal"]) <= observed and set(hungarian["thal"].unique()) <= set(levels["thal"])
     assert set(hungarian["ca"].unique()) <= set(levels["ca"])
     assert "cp" not in levels and "cp" in out.result["schema"]["categories"]
+    for site in sites:  # every row one category, also where cp was missing or too rare to be told apart
+        cp = site.table[[c for c in site.table.columns if c.startswith("cp=")]]
+        assert cp.notna().all().all() and (cp.sum(axis=1) == 1).all() and set(np.unique(cp)) <= {0.0, 1.0}
     assert out.imputer["levels"] and all(len(g) > 1 for g in out.imputer["groups"])
 
 
@@ -219,3 +222,20 @@ def test_fedtab_impute_names_a_column_no_site_holds(tmp_path):
     paths = _coded_sites(tmp_path)
     res = CliRunner().invoke(app, ["impute", *map(str, paths), "--target", "yy", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "column 'yy' is in none of the site files s0, s1 (did you mean 'y'?)" in res.output
+
+
+def test_fedtab_elect_takes_the_column_options_and_says_what_it_left_out(heart, tmp_path):
+    d = _copy(heart, tmp_path)
+    _edit_csv(d / "cleveland.csv", lambda f: f.insert(0, "patient_id", np.arange(len(f))))
+    files = [str(d / f) for f in SITES.values()]
+    res = CliRunner().invoke(app, ["elect", *files, "--target", "disease", "--na-value", "?", "--min-rows", "4",
+                                   "--no-train", "--ignore", "chol", "--categorical", "cp", "--out", str(d / "o")])
+    assert res.exit_code == 0, res.output
+    why = "unique per row at site(s) cleveland (a row identifier)"
+    assert f"column 'patient_id' left out: {why}" in " ".join(res.output.split())
+    doc = json.loads((d / "o" / "result.json").read_text())
+    assert doc["ignored_columns"] == {"chol": "[columns] ignore", "patient_id": why}
+    assert "cp" in doc["categorical_columns"] and "chol" not in [f["feature"] for f in doc["election"]["features"]]
+    bad = CliRunner().invoke(app, ["elect", *files, "--target", "disease", "--na-value", "?", "--min-rows", "4",
+                                   "--no-train", "--ignore", "cholesterol", "--out", str(d / "o2")])
+    assert bad.exit_code == 2 and "--ignore names 'cholesterol'" in " ".join(bad.output.split())

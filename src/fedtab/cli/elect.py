@@ -123,6 +123,8 @@ def _document(outputs: Any, spec: Any, selectors: list[str], tables: list[Path])
     for key in ("privacy", "trust", "participation", "steps"):
         doc[key] = r[key]
     doc["dropped"] = r["participation"]["dropped"]
+    doc["ignored_columns"] = dict((r["schema"] or {}).get("ignored") or {})
+    doc["one_class_sites"] = [s for s, info in (r["sites"] or {}).items() if info.get("one_class")]
     return doc
 
 
@@ -239,6 +241,11 @@ def elect_command(
         fail(f"cannot write to {out}: {exc}")
     for name, why in doc["dropped"].items():
         console.print(f"site {name!r} was left out: {why}", style="yellow", markup=False, highlight=False)
+    for col, why in doc["ignored_columns"].items():
+        console.print(f"column {col!r} left out: {why}", style="yellow", markup=False, highlight=False)
+    for name in doc["one_class_sites"]:
+        console.print(f"site {name!r} holds one class only (it abstains from the vote)", style="yellow",
+                      markup=False, highlight=False)
     console.print(f"wrote {out / 'result.json'}, {out / 'report.html'} and {out / 'elected_columns.txt'}")
 
 
