@@ -239,3 +239,17 @@ def test_fedtab_elect_takes_the_column_options_and_says_what_it_left_out(heart, 
     bad = CliRunner().invoke(app, ["elect", *files, "--target", "disease", "--na-value", "?", "--min-rows", "4",
                                    "--no-train", "--ignore", "cholesterol", "--out", str(d / "o2")])
     assert bad.exit_code == 2 and "--ignore names 'cholesterol'" in " ".join(bad.output.split())
+
+
+def test_a_coded_column_declared_categorical_is_one_category_per_code_in_training_and_predict(heart, tmp_path):
+    from fedtab.job.model_file import load_model
+
+    d = _copy(heart, tmp_path)
+    result = run_job(_job(d, columns={"categorical": ["thal"]}))
+    cats = result["schema"]["categories"]["thal"]
+    assert "3" in cats and "7" in cats and "thal" not in result["schema"]["ranges"]
+    assert {"thal=3", "thal=7"} <= set(result["training"]["features"])
+    rows = pd.read_csv(d / "cleveland.csv", na_values=["?"])
+    rows = rows[rows["thal"].isin([3.0, 7.0])].head(5)  # read back as 3.0 / 7.0: still the codes "3" / "7"
+    proba = load_model(d / "out" / "model.fedtab").predict_proba(rows.drop(columns="disease"))
+    assert proba.shape == (5, 2) and np.allclose(proba.sum(axis=1), 1)

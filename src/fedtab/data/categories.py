@@ -15,7 +15,17 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-__all__ = ["category_sets", "union_categories", "one_hot", "onehot_name"]
+__all__ = ["category_key", "category_sets", "union_categories", "one_hot", "onehot_name"]
+
+
+def category_key(value: object) -> str:
+    """The category string of a cell: a whole number as an integer (``7.0`` and ``7`` are ``"7"``,
+    as a column declared categorical is encoded at the sites), anything else as its text."""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    if isinstance(value, (np.integer, np.bool_)):
+        return str(value.item())
+    return str(value)
 
 
 def onehot_name(column: str, category: str) -> str:

@@ -28,6 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from ..data.categories import category_key
 from ..errors import SiteFault
 from ..privacy.gate import CATEGORIES, COUNT, LABELS, NAMES, STRUCT, TEXT, Releases
 from ..privacy.policy import OTHER_CATEGORY, coarse_range, merged_categories
@@ -98,7 +99,7 @@ def _roles_table(site: Site, params: dict[str, Any]) -> pd.DataFrame:
     for c in params["categorical"]:
         if c in table.columns and c != site.target:
             col = table[c]
-            table[c] = col.map(label_key).where(col.notna(), np.nan).astype(object)
+            table[c] = col.map(category_key).where(col.notna(), np.nan).astype(object)
     return table
 
 

@@ -461,7 +461,7 @@ class FedtabModel:
     # ----- the table -> model input -------------------------------------------------
     def _encoded(self, table: pd.DataFrame) -> pd.DataFrame:
         """Numeric columns checked, categorical columns one-hot encoded; absent columns left out."""
-        from ..data.categories import onehot_name
+        from ..data.categories import category_key, onehot_name
 
         if not isinstance(table, pd.DataFrame):
             raise PredictionError(f"expected a pandas DataFrame, got {type(table).__name__}")
@@ -477,10 +477,11 @@ class FedtabModel:
                 for pos, v in enumerate(col.to_numpy()):
                     if pd.isna(v):
                         continue
-                    if str(v) not in index:
-                        raise PredictionError(f"row {pos + 1}, column {c!r}: category {str(v)!r} was not seen in training "
+                    key = category_key(v)  # 7.0 read from a file is the category "7" of a coded column
+                    if key not in index:
+                        raise PredictionError(f"row {pos + 1}, column {c!r}: category {key!r} was not seen in training "
                                               f"(known: {cats[c][:8]})")
-                    block[pos, index[str(v)]] = 1.0
+                    block[pos, index[key]] = 1.0
                 for i, v in enumerate(cats[c]):
                     parts[onehot_name(c, v)] = block[:, i]
                 continue
