@@ -253,3 +253,31 @@ def test_a_coded_column_declared_categorical_is_one_category_per_code_in_trainin
     rows = rows[rows["thal"].isin([3.0, 7.0])].head(5)  # read back as 3.0 / 7.0: still the codes "3" / "7"
     proba = load_model(d / "out" / "model.fedtab").predict_proba(rows.drop(columns="disease"))
     assert proba.shape == (5, 2) and np.allclose(proba.sum(axis=1), 1)
+
+
+def test_under_a_quorum_the_site_with_the_huge_cell_is_dropped_and_named_alone(heart, tmp_path):
+    d = _copy(heart, tmp_path)
+    _edit_csv(d / "va.csv", lambda f: f.__setitem__("oldpeak", [np.inf, *f["oldpeak"][1:]]))
+    result = run_job(_job(d, trust={"min_sites": 2}))
+    dropped = result["participation"]["dropped"]
+    assert list(dropped) == ["va"] and "column oldpeak" in dropped["va"] and "row 1" in dropped["va"]
+    assert set(result["training"]["metrics"]["per_site"]) == {"cleveland", "hungarian"}
+
+
+def test_a_deployed_site_takes_the_jobs_label_map_and_csv_marks(heart, tmp_path):
+    from fedtab.engines.site_config import build_site, with_job_settings
+    from fedtab.job.run import site_configs, site_settings
+
+    d = _copy(heart, tmp_path)
+    va = pd.read_csv(d / "va.csv", na_values=["?"])
+    va["disease"] = va["disease"].map({1: "yes", 0: "no"})
+    va.to_csv(d / "va.csv", index=False, sep=";", na_rep="?")
+    doc = _job(d, labels={"map": {"yes": 1, "no": 0}})
+    doc["sites"]["va"].update(sep=";", decimal=".")
+    for site in doc["sites"].values():
+        del site["min_rows"]  # a deployed site keeps its own disclosure floor
+    settings = site_settings(site_configs(load_job(doc)))  # what the run config carries to a SuperNode
+    node = {"name": "va", "data-path": str(d / "va.csv")}  # the SuperNode knows only its name and file
+    site = build_site(with_job_settings(node, json.dumps(settings)))
+    assert site.class_counts("all") and set(site.class_counts("all")) == {"0", "1"}
+    assert "oldpeak" in site.feature_names and site.unlabelled_rows == 3
