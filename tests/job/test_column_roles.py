@@ -15,6 +15,7 @@ def test_label_conflict():
     assert "a ['0', '1']; b ['no', 'yes']" in text and "[labels] map = { no = ..., yes = ... }" in text
     assert label_conflict({"a": ["No", "Yes"], "b": ["no", "yes"]}, "y") is not None  # disjoint text vocabularies
     assert label_conflict({"a": ["x", "y"], "b": ["y", "z"]}, "y") is None  # overlap: a site may lack a class
+    assert label_conflict({"a": ["0", "1"], "b": ["2", "3"]}, "y") is None  # label skew: disjoint numeric classes
 
 
 @pytest.mark.parametrize("name, is_id", [("id", True), ("ID", True), ("patient_id", True), ("record id", True),

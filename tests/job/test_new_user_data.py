@@ -281,3 +281,17 @@ def test_a_deployed_site_takes_the_jobs_label_map_and_csv_marks(heart, tmp_path)
     site = build_site(with_job_settings(node, json.dumps(settings)))
     assert site.class_counts("all") and set(site.class_counts("all")) == {"0", "1"}
     assert "oldpeak" in site.feature_names and site.unlabelled_rows == 3
+
+
+def test_a_private_run_refuses_mixed_label_encodings_too(heart, tmp_path):
+    d = _copy(heart, tmp_path)
+    _edit_csv(d / "va.csv", lambda f: f.__setitem__("disease", f["disease"].map({1: "yes", 0: "no"})))
+    common = ["ca", "thal", "slope", "chol"]  # secure sums need the same columns at every site
+    for f in ("cleveland.csv", "va.csv"):
+        _edit_csv(d / f, lambda t: t.drop(columns=[c for c in common if c in t.columns], inplace=True))
+    hu = pd.read_parquet(d / "hungarian.parquet")
+    hu.drop(columns=[c for c in common if c in hu.columns]).to_parquet(d / "hungarian.parquet")
+    private = {"privacy": {"secure_aggregation": True}, "evaluation": {"baselines": False}}
+    with pytest.raises(JobError, match=r"va \['no', 'yes'\]"):
+        run_job(_job(d, **private))  # no column profile: the first step's declarations show it
+    assert run_job(_job(d, labels={"map": {"yes": 1, "no": 0}}, **private))["training"]["classes"] == ["0", "1"]

@@ -123,10 +123,18 @@ def set_columns(out: "Outputs") -> None:
 
 def from_declaration(federation: "Federation", spec: "JobSpec", out: "Outputs") -> None:
     """Without a profile: the ``schema`` and ``sites`` sections from the schema the sites declared
-    (names, classes, rows per part), once a step's exchange agreed it. No-op otherwise."""
+    (names, classes, rows per part), once a step's exchange agreed it. No-op otherwise.
+
+    Raises:
+        JobError: the sites' label vocabularies disagree (:func:`label_conflict`)."""
     agreed = federation.schema
     if out.result["schema"] is not None or agreed is None:
         return
+    conflict = label_conflict({s: list(d.classes) for s, d in agreed.sites.items()}, spec.target)
+    if conflict is not None:  # a private run: the first step's declarations show it
+        from ..spec import JobError
+
+        raise JobError(f"{spec.source}: {conflict}")
     out.result["schema"] = {"columns": list(agreed.columns), "target": spec.target, "classes": list(agreed.classes),
                             "categorical": [], "categories": {}, "integer_columns": [], "ranges": {}}
     out.result["sites"] = {
@@ -147,13 +155,14 @@ def _is_number(label: str) -> bool:
 
 def label_conflict(classes: Mapping[str, list[str]], target: str | None) -> str | None:
     """Why the sites' label vocabularies (``{site: label keys}``) cannot be one, or ``None``:
-    some sites code the label as numbers and others as text, or a site with two or more labels
-    shares none with the other sites."""
+    some sites code the label as numbers and others as text, or a site with two or more text
+    labels shares none with the other sites (``No``/``Yes`` against ``no``/``yes``; numeric
+    classes may be disjoint under label skew)."""
     held = {s: list(c) for s, c in classes.items() if c}
     numeric = {s: all(map(_is_number, c)) for s, c in held.items()}
     clash = len(set(numeric.values())) > 1
     if not clash and len(held) > 1:
-        clash = any(len(c) > 1 and not set(c) & {x for o, d in held.items() if o != s for x in d}
+        clash = any(len(c) > 1 and not numeric[s] and not set(c) & {x for o, d in held.items() if o != s for x in d}
                     for s, c in held.items())
     if not clash:
         return None
