@@ -31,7 +31,9 @@ OPTIONS = {"[election] freedom_degree": "--freedom-degree", "[election] tune": "
            "[training] local_epochs": "--local-epochs", "[training] model": "--model", "[run] test_size": "--test-size",
            "[privacy] secure_aggregation": "--secure-aggregation", "[trust] min_sites": "--min-sites",
            "[trust] min_holders": "--min-holders", "[trust] timeout": "--timeout", "[trust] robust": "--robust",
-           "[trust] max_site_share": "--max-site-share"}
+           "[trust] max_site_share": "--max-site-share", "[columns] categorical": "--categorical",
+           "[columns] ignore": "--ignore", "[columns] keep": "--categorical",
+           "na_values = [...] in the job": "--na-value"}
 
 
 def option_text(message: str, options: dict[str, str] = OPTIONS) -> str:
@@ -58,8 +60,8 @@ def elect_spec(tables: list[Path], names: list[str], selectors: list[str], targe
     Raises:
         JobError: an invalid option, naming its job key.
     """
-    from ..job.spec import (ElectionSpec, EvaluationSpec, JobSpec, PrivacySpec, RunSpec, SiteSpec, TrainingSpec,
-                            TrustSpec, check_spec)
+    from ..job.spec import (ColumnsSpec, ElectionSpec, EvaluationSpec, JobSpec, PrivacySpec, RunSpec, SiteSpec,
+                            TrainingSpec, TrustSpec, check_spec)
 
     o = options
     tuned = o["tune"] != "none"
@@ -77,6 +79,7 @@ def elect_spec(tables: list[Path], names: list[str], selectors: list[str], targe
         trust=TrustSpec(robust=o["robust"], max_site_share=o["max_site_share"], min_sites=o["min_sites"],
                         timeout=o["timeout"], min_holders=o["min_holders"]),
         evaluation=EvaluationSpec(baselines=False, all_columns=True),
+        columns=ColumnsSpec(categorical=list(o.get("categorical") or []), ignore=list(o.get("ignore") or [])),
         source="fedtab elect"))
 
 
@@ -120,6 +123,8 @@ def _document(outputs: Any, spec: Any, selectors: list[str], tables: list[Path])
     for key in ("privacy", "trust", "participation", "steps"):
         doc[key] = r[key]
     doc["dropped"] = r["participation"]["dropped"]
+    doc["ignored_columns"] = dict((r["schema"] or {}).get("ignored") or {})
+    doc["one_class_sites"] = [s for s, info in (r["sites"] or {}).items() if info.get("one_class")]
     return doc
 
 
@@ -179,6 +184,10 @@ def elect_command(
     ] = "intersection",
     consensus_alpha: Annotated[float, typer.Option(min=0.0, max=1.0, callback=finite_number,
                                                    help="False discovery rate of --consensus stouffer.")] = 0.05,
+    categorical: Annotated[Optional[list[str]], typer.Option(
+        "--categorical", help="Column to treat as categories, e.g. codes (repeatable).")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(
+        "--ignore", help="Column to leave out at every site (repeatable).")] = None,
     pooled_comparison: Annotated[bool, typer.Option(
         "--pooled-comparison", help="Simulation (all files here): also run the selector on all sites' training "
                                     "rows stacked; Jaccard agreement per freedom degree.")] = False,
@@ -232,6 +241,11 @@ def elect_command(
         fail(f"cannot write to {out}: {exc}")
     for name, why in doc["dropped"].items():
         console.print(f"site {name!r} was left out: {why}", style="yellow", markup=False, highlight=False)
+    for col, why in doc["ignored_columns"].items():
+        console.print(f"column {col!r} left out: {why}", style="yellow", markup=False, highlight=False)
+    for name in doc["one_class_sites"]:
+        console.print(f"site {name!r} holds one class only (it abstains from the vote)", style="yellow",
+                      markup=False, highlight=False)
     outcome(f"wrote {out / 'result.json'}, {out / 'report.html'} and {out / 'elected_columns.txt'}")
 
 

@@ -5,7 +5,11 @@ missing from a file is structurally unavailable at that site. A thin command: it
 are a :class:`~fedtab.estimators.FederatedImputer`'s, whose ``fit`` builds the
 :class:`~fedtab.job.spec.JobSpec` of the imputation and runs the job's step loop. Writes to ``DIR``:
 
-* ``<site>.imputed.csv`` — the site's rows over the global schema, every gap filled;
+* ``<site>.imputed.csv`` — the site's rows over the global schema, every gap filled (integer
+  codes such as ``thal`` in {3, 6, 7} take a value of their agreed set), then the ``--target``
+  and ``--ignore`` columns as given (never imputed, never an input of the imputer);
+* ``<site>.imputed_mask.csv`` — the same columns of the global schema, 1 where the cell was
+  imputed (missing, or a column the site lacks), 0 where it is the site's own value;
 * ``result.json`` + ``report.html`` — the sites, their columns and the imputation quality per
   column against mean fill, in the job's vocabulary (``docs/job.md``);
 * ``report.json`` — settings, schema, validation RMSE (z-space) per site and per column,
@@ -37,10 +41,12 @@ class ImputeInputError(ValueError):
     """A CSV given to ``fedtab impute`` cannot be used (message says why)."""
 
 
-def read_site_csv(path: Path, sep: str = ",", na_values: Optional[list[str]] = None) -> pd.DataFrame:
+def read_site_csv(path: Path, sep: Optional[str] = None, na_values: Optional[list[str]] = None,
+                  decimal: Optional[str] = None) -> pd.DataFrame:
     """Read one site's CSV (or Parquet: ``.parquet``/``.pq``); raise :class:`ImputeInputError`
-    if unreadable or empty."""
-    from ..data.tables import TableError, check_column_types, csv_header, duplicate_names
+    if unreadable, empty, mixing numbers and text in a column or holding an infinite or huge
+    number. ``sep``/``decimal``: ``None`` = sniffed (:func:`fedtab.data.tables.sniff_csv`)."""
+    from ..data.tables import TableError, check_column_types, check_finite, csv_header, duplicate_names, sniff_csv
 
     if not path.is_file():
         raise ImputeInputError(f"{path}: file not found")
@@ -52,10 +58,15 @@ def read_site_csv(path: Path, sep: str = ",", na_values: Optional[list[str]] = N
         except TableError as exc:
             raise ImputeInputError(str(exc)) from None
     try:
+        if sep is None or decimal is None:
+            from ..data.tables import csv_sample
+
+            sep, sniffed = sniff_csv(csv_sample(path), ",", sep)
+            decimal = decimal or sniffed
         dups = duplicate_names(csv_header(path, sep))
         if dups:
             raise ImputeInputError(f"{path}: duplicate column names {dups[:5]}")
-        df = pd.read_csv(path, sep=sep, na_values=na_values)
+        df = pd.read_csv(path, sep=sep, decimal=decimal, na_values=na_values)
     except pd.errors.EmptyDataError:
         raise ImputeInputError(f"{path}: the file is empty") from None
     except ImputeInputError:
@@ -66,9 +77,31 @@ def read_site_csv(path: Path, sep: str = ",", na_values: Optional[list[str]] = N
         raise ImputeInputError(f"{path}: the table has no rows")
     try:
         check_column_types(df, str(path))
+        check_finite(df, str(path))
     except TableError as exc:
         raise ImputeInputError(str(exc)) from None
     return df
+
+
+def _kept_columns(tables: dict[str, pd.DataFrame], target: Optional[str], ignore: list[str],
+                  categorical: list[str]) -> list[str]:
+    """``--target`` and ``--ignore`` columns (kept out of the imputation), each held by some site.
+
+    Raises:
+        ImputeInputError: a named column no site holds, or one named twice over.
+    """
+    import difflib
+
+    held = {c for t in tables.values() for c in t.columns}
+    named = ([target] if target else []) + list(ignore) + list(categorical)
+    for c in named:
+        if c not in held:
+            close = difflib.get_close_matches(c, sorted(held), n=1, cutoff=0.6)
+            raise ImputeInputError(f"column {c!r} is in none of the site files {', '.join(tables)}"
+                                   + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if len(set(named)) != len(named):
+        raise ImputeInputError(f"a column is given twice among --target/--ignore/--categorical: {named}")
+    return ([target] if target else []) + list(ignore)
 
 
 def _plots(out: Path, history: list[dict], graph, pooled) -> None:
@@ -119,7 +152,14 @@ def impute_command(
     prior_rank: Annotated[Optional[int], typer.Option(min=0, help="Factors of the linear prior (default: "
                                                                   "from the correlation spectrum, at most 20).")] = None,
     validation_fraction: Annotated[float, typer.Option(help="Share of each site's rows held out for validation.")] = 0.1,
-    sep: Annotated[str, typer.Option(help="CSV field separator.")] = ",",
+    sep: Annotated[Optional[str], typer.Option(help="CSV field separator (default: sniffed).")] = None,
+    decimal: Annotated[Optional[str], typer.Option(help="CSV decimal mark (default: sniffed).")] = None,
+    target: Annotated[Optional[str], typer.Option(
+        "--target", "-t", help="Label column: kept out of the imputation, copied as is.")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(
+        "--ignore", help="Column kept out of the imputation, copied as is (repeatable).")] = None,
+    categorical: Annotated[Optional[list[str]], typer.Option(
+        "--categorical", help="Integer-coded column imputed to one of its codes (repeatable).")] = None,
     na_value: Annotated[Optional[list[str]], typer.Option(help="Extra strings read as missing (repeatable).")] = None,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     robust: Annotated[bool, typer.Option("--robust", help="Robust reducers: screened and capped statistics, "
@@ -156,13 +196,15 @@ def impute_command(
             fail(f"site names (file stems) must be unique, got {names}")
         if min_sites is not None and min_sites > len(files):
             fail(f"--min-sites {min_sites} is more than the {len(files)} site file(s)")
-        tables = {n: read_site_csv(p, sep=sep, na_values=na_value) for n, p in zip(names, files)}
+        raw = {n: read_site_csv(p, sep=sep, na_values=na_value, decimal=decimal) for n, p in zip(names, files)}
+        kept = _kept_columns(raw, target, ignore or [], categorical or [])
+        tables = {n: t.drop(columns=[c for c in kept if c in t.columns]) for n, t in raw.items()}
         imp = FederatedImputer(rounds=rounds, local_epochs=local_epochs, k_neighbors=k_neighbors,
                                min_abs_corr=min_abs_corr, hidden_dim=hidden_dim, n_layers=n_layers, lr=lr,
                                mask_fraction=mask_fraction, validation_fraction=validation_fraction,
                                use_prior=prior, prior_rank=prior_rank, seed=seed, robust=robust,
                                max_site_share=max_site_share, secure_aggregation=secure_aggregation,
-                               min_sites=min_sites, timeout=timeout)
+                               min_sites=min_sites, timeout=timeout, categorical=categorical or None)
         with Progress(TextColumn("[bold]FedAvg"), BarColumn(), TextColumn("{task.completed}/{task.total} rounds"),
                       TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
                       disable=quiet) as bar:
@@ -175,7 +217,12 @@ def impute_command(
             imp.fit(tables, progress=progress)
         with atomic_dir(out) as tmp:  # all files appear at once, or none (previous results kept)
             for name, table in tables.items():
-                imp.transform(table).to_csv(tmp / f"{name}.imputed.csv", index=False)
+                filled = imp.transform(table)
+                for c in kept:  # the label and ignored columns, as the site gave them
+                    if c in raw[name].columns:
+                        filled[c] = raw[name][c].to_numpy()
+                filled.to_csv(tmp / f"{name}.imputed.csv", index=False)
+                imp.imputed_mask(table).astype(int).to_csv(tmp / f"{name}.imputed_mask.csv", index=False)
             res = imp.result_
             g = res.graph
             corr = res.pooled.corr

@@ -95,6 +95,14 @@ def run_command(
         console.print(f"site {name}: {s['n_rows']} rows ({s['dropped_unlabelled']} without a label dropped), "
                       f"{len(s['columns'])} columns, lacks {s['unavailable_columns'] or 'none'}", highlight=False,
                       markup=False)
+    for col, why in ((result.get("schema") or {}).get("ignored") or {}).items():
+        console.print(f"column {col!r} left out: {why}", style="yellow", markup=False, highlight=False)
+    for name, s in result["sites"].items():
+        if s.get("one_class"):
+            took = s.get("participation") or {}
+            console.print(f"site {name!r} holds one class only: election {took.get('election') or 'none'}, "
+                          f"training {took.get('training')}, evaluation {took.get('evaluation')} (no AUROC there)",
+                          style="yellow", markup=False, highlight=False)
     if result["election"]:
         el = result["election"]
         console.print(f"elected {len(el['selected'])} of {el['stats']['features']} columns at freedom degree "

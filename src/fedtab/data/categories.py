@@ -15,7 +15,17 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-__all__ = ["category_sets", "union_categories", "one_hot", "onehot_name"]
+__all__ = ["category_key", "category_sets", "union_categories", "one_hot", "onehot_name"]
+
+
+def category_key(value: object) -> str:
+    """The category string of a cell: a whole number as an integer (``7.0`` and ``7`` are ``"7"``,
+    as a column declared categorical is encoded at the sites), anything else as its text."""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    if isinstance(value, (np.integer, np.bool_)):
+        return str(value.item())
+    return str(value)
 
 
 def onehot_name(column: str, category: str) -> str:
@@ -46,11 +56,13 @@ def union_categories(per_site: Iterable[Mapping[str, list[str]]]) -> dict[str, l
     return {c: sorted(v) for c, v in merged.items()}
 
 
-def one_hot(frame: pd.DataFrame, categories: Mapping[str, list[str]], other: str | None = None) -> pd.DataFrame:
+def one_hot(frame: pd.DataFrame, categories: Mapping[str, list[str]], other: str | None = None,
+            missing: float = 0.0) -> pd.DataFrame:
     """Replace each column in ``categories`` by 0/1 float indicators ``column=category``.
 
     The indicators are inserted where the column was, in the order of the agreed
-    list. A missing cell gets all zeros; a value not in the list raises, unless
+    list. A missing cell gets ``missing`` in every indicator (0: all zeros; NaN: a cell
+    for the imputer to fill with one category); a value not in the list raises, unless
     ``other`` is given and in that column's list: then it is encoded as ``other``
     (the merged bucket of categories too rare for a site to report).
 
@@ -73,6 +85,7 @@ def one_hot(frame: pd.DataFrame, categories: Mapping[str, list[str]], other: str
             raise ValueError(f"column {c!r} has categories {unknown[:5]} outside the agreed list")
         index = {v: i for i, v in enumerate(cats)}
         block = np.zeros((len(frame), len(cats)))
+        block[~observed.to_numpy()] = missing
         rows = np.flatnonzero(observed.to_numpy())
         block[rows, [index[v] for v in strings]] = 1.0
         parts.append(pd.DataFrame(block, index=frame.index, columns=[onehot_name(c, v) for v in cats]))

@@ -17,6 +17,10 @@ Keys (hyphens and underscores are interchangeable)::
     seed        seed of that split (default 0)
     na-values   strings read as missing: a list, a JSON list ('["?", "NA"]') or one
                 comma-separated string ("?,NA") (default: none beyond pandas' own)
+    sep         the CSV field separator (default: sniffed: ",", ";", tab or "|")
+    decimal     the CSV decimal mark, "." or "," (default: sniffed)
+    label-map   JSON object {label: agreed label} applied to the target column before
+                anything else (the job's ``[labels] map``)
     selector    a built-in selector name ("lasso"), a JSON spec
                 ('{"name": "lasso", "params": {...}}') or an alias from
                 :data:`SELECTOR_ALIASES` (default "lasso")
@@ -153,7 +157,7 @@ def parse_na_values(value: Any) -> list[str]:
 
 #: keys a job may set for a site that its own (node) config leaves out; never where the
 #: site's data is (``data-path``, ``test-path``) or its disclosure policy.
-JOB_SITE_KEYS = ("target", "na_values", "selector", "test_size", "seed")
+JOB_SITE_KEYS = ("target", "na_values", "selector", "test_size", "seed", "sep", "decimal", "label_map")
 
 
 def with_job_settings(node_config: Mapping[str, Any], site_settings: Any) -> dict[str, Any]:
@@ -210,15 +214,33 @@ def build_site(config: Mapping[str, Any]) -> Site:
     policy = site_policy(cfg)
     na_values = parse_na_values(cfg.get("na_values"))
     folds, state_dir = _folds(cfg), cfg.get("state_dir") or None
-    table = read_table(str(cfg["data_path"]), na_values)
+    read = {"sep": cfg.get("sep") or None, "decimal": cfg.get("decimal") or None}
+    table = _mapped(read_table(str(cfg["data_path"]), na_values, **read), target, cfg.get("label_map"))
     if cfg.get("test_path"):
-        site: Site = FixedSplitSite(name, table, read_table(str(cfg["test_path"]), na_values), target,
+        test = _mapped(read_table(str(cfg["test_path"]), na_values, **read), target, cfg.get("label_map"))
+        site: Site = FixedSplitSite(name, table, test, target,
                                     selector=selector, seed=seed, policy=policy, folds=folds, state_dir=state_dir)
     else:
         site = Site(name, table, target, test_size=float(cfg.get("test_size", 0.2)), seed=seed, selector=selector,
                     policy=policy, folds=folds, state_dir=state_dir)
     site.identity = site_identity(cfg)
     return site
+
+
+def _mapped(table: "pd.DataFrame", target: str | None, label_map: Any) -> "pd.DataFrame":
+    """``table`` with its target's labels replaced as ``label_map`` says (see :func:`fedtab.data.tables.map_labels`)."""
+    if label_map in (None, "") or target is None:
+        return table
+    from ..data.tables import map_labels
+
+    if isinstance(label_map, str):
+        try:
+            label_map = json.loads(label_map)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"label-map is not a valid JSON object: {exc}") from None
+    if not isinstance(label_map, Mapping):
+        raise ValueError(f"label-map must be a JSON object {{label: agreed label}}, got {type(label_map).__name__}")
+    return map_labels(table, target, label_map)
 
 
 def _folds(cfg: Mapping[str, Any]) -> int:

@@ -69,12 +69,21 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
             sends a rejected reply is dropped (named in ``result_.dropped``) while this
             many remain; ``None`` = every site must answer.
         timeout: seconds each site may take per exchange in :meth:`fit` (``None`` = no limit).
+        integer_codes: impute an integer-coded column (integers only, at most
+            :data:`~fedtab.federation.profile_flow.MAX_LEVELS` values, e.g. ``thal`` in
+            {3, 6, 7}) to the nearest value of its agreed set, as a job does: after training,
+            one ``job_profile`` exchange asks each site for the values it holds in at least
+            ``min_rows`` rows (through its release gate); not in a private fit
+            (``secure_aggregation`` or ``dp``), which releases no value set.
+        categorical: columns that must be imputed from their agreed value set (integer
+            codes); a listed column that is not integer-coded at the sites raises.
 
     Learned attributes: ``columns_`` (global schema), ``mean_``, ``std_`` ((F,) pooled),
     ``graph_`` (:class:`~fedtab.impute.graph.FeatureGraph`), ``model_`` (torch module, with
     the linear prior installed when ``use_prior``),
     ``history_`` (per-round curve), ``validation_`` (z-space RMSE per site / column),
-    ``site_names_``, ``site_columns_``, ``result_`` (the full
+    ``site_names_``, ``site_columns_``, ``levels_`` (``{column: agreed values}`` of the
+    integer-coded columns), ``result_`` (the full
     :class:`~fedtab.federation.imputation.ImputationResult`), ``job_result_`` (the job's
     ``steps``, ``privacy``, ``trust`` and ``participation``, as in ``result.json``), ``n_features_in_``
     (global columns) and ``feature_names_in_`` (when every table had string column names).
@@ -111,6 +120,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         policy: Any = None,
         min_sites: int | None = None,
         timeout: float | None = None,
+        integer_codes: bool = True,
+        categorical: list[str] | None = None,
     ) -> None:
         self.k_neighbors = k_neighbors
         self.min_abs_corr = min_abs_corr
@@ -141,6 +152,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         self.policy = policy
         self.min_sites = min_sites
         self.timeout = timeout
+        self.integer_codes = integer_codes
+        self.categorical = categorical
 
     # ------------------------------------------------------------------------------
     def job_spec(self, sites: list[str]) -> "JobSpec":
@@ -250,6 +263,30 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
             self.model_.set_prior(result.prior_W, result.prior_psi)
         self.model_.eval()
         self._adj = graph_tensors(result.graph)
+        self.levels_ = self._levels(federation, spec)
+
+    def _levels(self, federation: Any, spec: "JobSpec") -> dict[str, list[float]]:
+        """The agreed value sets of the integer-coded columns (one ``job_profile`` exchange).
+
+        Raises:
+            ValueError: a ``categorical`` column that is not integer-coded at the sites.
+        """
+        wanted = list(self.categorical or [])
+        if not (self.integer_codes or wanted):
+            return {}
+        if spec.privacy.private:
+            if wanted:
+                raise ValueError("categorical columns need the sites' value sets, which a private fit "
+                                 "(secure_aggregation or dp) does not release")
+            return {}
+        from ..federation.profile_flow import pooled_levels, profile_sites
+
+        levels = pooled_levels(profile_sites(federation))
+        missing = [c for c in wanted if c not in levels]
+        if missing:
+            raise ValueError(f"categorical columns {missing[:5]} are not integer codes with at most 20 values "
+                             "held in enough rows at the sites")
+        return {c: v for c, v in levels.items() if self.integer_codes or c in wanted}
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "model_"):
@@ -318,11 +355,33 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
             return self.transform(pd.DataFrame(X, columns=self.columns_)).to_numpy()
         if any(pd.api.types.is_complex_dtype(t) for t in table.dtypes):
             raise ValueError("Complex data not supported")
+        from ..impute.fill import fill_from_predictions
+
         pred, given = self.predict_z(table)
         if np.isinf(given).any():
             raise ValueError("the table contains infinite values")
-        z = np.where(np.isnan(given), pred, given)
-        return pd.DataFrame(z * self.std_ + self.mean_, columns=self.columns_, index=table.index)
+        unbounded = np.full(len(self.columns_), np.inf)
+        pos = {c: j for j, c in enumerate(self.columns_)}
+        values, _, _ = fill_from_predictions(given * self.std_ + self.mean_, pred, self.mean_, self.std_, -unbounded,
+                                             unbounded, np.zeros(len(self.columns_), bool),
+                                             {pos[c]: v for c, v in getattr(self, "levels_", {}).items()})
+        return pd.DataFrame(values, columns=self.columns_, index=table.index)
+
+    def imputed_mask(self, table: pd.DataFrame) -> pd.DataFrame:
+        """Which cells :meth:`transform` fills: ``True`` where ``table`` has no value (a missing
+        cell, or a column it lacks), over ``columns_``, same index.
+
+        Raises:
+            NotFittedError: not fitted. ValueError: not a DataFrame, or a column unknown to the fit.
+        """
+        self._check_fitted()
+        if not isinstance(table, pd.DataFrame):
+            raise ValueError(f"imputed_mask expects a DataFrame, got {type(table).__name__}")
+        unknown = [str(c) for c in table.columns if str(c) not in self.columns_]
+        if unknown:
+            raise ValueError(f"columns {unknown[:8]} were not seen in fit")
+        given = table.rename(columns=str).reindex(columns=self.columns_)
+        return given.isna()
 
     def fit_transform(self, tables: Any, y: Any = None, **kw: Any) -> Any:
         """Fit, then transform every site table (a list or dict like the input; one

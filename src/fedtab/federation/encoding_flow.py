@@ -66,7 +66,7 @@ def _one_hot_table(site: Site, params: dict[str, Any]) -> Any:
         column = values.astype(object)
         column[observed] = strings
         table[c] = column.where(column.notna(), np.nan)
-    return one_hot(table, held, other=OTHER_CATEGORY)
+    return one_hot(table, held, other=OTHER_CATEGORY, missing=np.nan if params.get("missing") == "nan" else 0.0)
 
 
 @handler("one_hot", Releases(part=None, meta={"n_columns": COUNT}))
@@ -75,7 +75,8 @@ def _one_hot(site: Site, request: Message) -> Message:
     if not isinstance(cats, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
                                              for v in cats.values()):
         raise SiteFault("one_hot needs {column: [categories]}")
-    site.apply_table_step("one_hot", {"categories": cats})
+    site.apply_table_step("one_hot", {"categories": cats, "missing": "nan" if request.meta.get("missing") == "nan"
+                                      else "zeros"})
     return Message("one_hot", meta={"n_columns": int(site.table.shape[1])})
 
 
@@ -111,18 +112,21 @@ def agree_categories(federation: Federation, columns: list[str]) -> dict[str, li
     return union_categories(sets[name] for name in replies)
 
 
-def encode_categories(federation: Federation, categories: dict[str, list[str]], *, same_width: bool = True) -> None:
+def encode_categories(federation: Federation, categories: dict[str, list[str]], *, same_width: bool = True,
+                      missing: str = "zeros") -> None:
     """Tell every site to one-hot encode with ``categories``.
 
     Args:
         same_width: check that every site ends with as many columns (off for sites that
             hold different columns).
+        missing: what a missing cell's indicators hold: ``"zeros"``, or ``"nan"`` (missing
+            cells the imputation fills with one category).
 
     Raises:
         FederationError: a site failed (e.g. a category it did not report), or (with
             ``same_width``) the sites ended up with different widths.
     """
-    replies = exchange(federation, Message("one_hot", meta={"categories": categories}),
+    replies = exchange(federation, Message("one_hot", meta={"categories": categories, "missing": missing}),
                        lambda site, r: validate.integer(r.meta.get("n_columns"), "encoded width"))
     widths = {r.meta.get("n_columns") for r in replies.values()}
     if same_width and len(widths) != 1:

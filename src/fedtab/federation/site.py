@@ -60,7 +60,7 @@ HANDLER_HOMES: dict[str, tuple[str, ...]] = {
     "fedtab.federation.imputation.site": ("impute_schema", "impute_setup", "impute_stats", "impute_fit",
                                           "impute_eval", "impute_apply", "impute_fill"),
     "fedtab.federation.pooled_anova_flow": ("class_moments",),
-    "fedtab.federation.profile_flow": ("job_profile",),
+    "fedtab.federation.profile_flow": ("job_profile", "column_roles"),
     "fedtab.federation.schema": ("schema",),
     "fedtab.federation.score_test_flow": ("score_sums",),
     "fedtab.federation.secure_flow": ("secagg_keys", "secagg_sign", "secagg_unmask"),

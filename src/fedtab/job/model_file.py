@@ -553,7 +553,7 @@ class FedtabModel:
         """``(encoded, unseen)``: numeric columns checked, categorical columns one-hot encoded
         (absent columns left out); ``unseen[column][value]`` counts the rows whose category is
         not in the model's list, encoded as its ``(other)`` level (all zeros without one)."""
-        from ..data.categories import onehot_name
+        from ..data.categories import category_key, onehot_name
         from ..privacy.policy import OTHER_CATEGORY
 
         if not isinstance(table, pd.DataFrame):
@@ -566,7 +566,7 @@ class FedtabModel:
             col = table[c]
             if c in cats:
                 observed = col.notna().to_numpy()
-                strings = col[observed].astype(str)
+                strings = col[observed].map(category_key)  # 7.0 read from a file is the code "7"
                 new = ~strings.isin(cats[c])
                 if new.any():  # rare in training (merged into "(other)" there) or never seen
                     unseen[c] = {str(k): int(v) for k, v in strings[new].value_counts().items()}

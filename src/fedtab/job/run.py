@@ -105,7 +105,9 @@ def site_configs(spec: JobSpec, *, check_files: bool = True) -> list[dict[str, A
         cfg = {"name": s.name, "data-path": None if s.path is None else str(s.path.resolve()), "target": spec.target,
                "na-values": json.dumps(list(dict.fromkeys([*spec.na_values, *s.na_values]))),
                "selector": selector if isinstance(selector, str) else json.dumps(selector),
-               "test-size": spec.run.test_size, "seed": spec.run.seed, "min-rows": s.min_rows}
+               "test-size": spec.run.test_size, "seed": spec.run.seed, "min-rows": s.min_rows, "sep": s.sep,
+               "decimal": s.decimal,
+               "label-map": None if spec.labels.map is None else json.dumps(spec.labels.map, sort_keys=True)}
         out.append({k: v for k, v in cfg.items() if v is not None})
     return out
 

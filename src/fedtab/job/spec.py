@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 __all__ = ["JobError", "JobSpec", "SiteSpec", "ImputeSpec", "ElectionSpec", "TrainingSpec", "RunSpec",
-           "PrivacySpec", "TrustSpec", "SchemaSpec", "EvaluationSpec", "ENGINES", "TUNERS", "METHODS", "DP_KEYS",
+           "PrivacySpec", "TrustSpec", "SchemaSpec", "EvaluationSpec", "ColumnsSpec", "LabelsSpec", "ENGINES", "TUNERS", "METHODS", "DP_KEYS",
            "check_spec", "load_job", "parse_job", "spec_from_plan"]
 
 ENGINES = ("local", "flower", "nvflare")
@@ -54,6 +54,8 @@ class SiteSpec:
     na_values: list[str] = field(default_factory=list)
     selector: Any = None
     min_rows: int | None = None
+    sep: str | None = None  # None: sniffed from the file (",", ";", tab or "|")
+    decimal: str | None = None  # None: sniffed ("," with a ";" or tab separator and decimal commas)
 
 
 @dataclass
@@ -181,6 +183,31 @@ class EvaluationSpec:
 
 
 @dataclass
+class ColumnsSpec:
+    """What the columns mean. ``categorical``: columns treated as categories (one-hot encoded,
+    imputed to one of their categories) even when coded as numbers; ``ignore``: columns left
+    out at every site; ``keep``: columns kept although they look like row identifiers (unique
+    per row at the sites, or named like an id), which are otherwise left out with a warning."""
+
+    categorical: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    keep: list[str] = field(default_factory=list)
+
+    @property
+    def declared(self) -> bool:
+        """Whether the job names any column."""
+        return bool(self.categorical or self.ignore or self.keep)
+
+
+@dataclass
+class LabelsSpec:
+    """``map``: ``{site's label: agreed label}`` applied to the target column at each site before
+    anything else (``{ yes = 1, no = 0 }`` when one site codes the label as text, others as 0/1)."""
+
+    map: dict | None = None
+
+
+@dataclass
 class JobSpec:
     """A validated job. ``impute`` / ``election`` are ``None`` when their table is absent;
     ``training`` is ``None`` only in a plan or a programmatic spec (a job file always trains),
@@ -197,6 +224,8 @@ class JobSpec:
     trust: TrustSpec = field(default_factory=TrustSpec)
     schema: SchemaSpec = field(default_factory=SchemaSpec)
     evaluation: EvaluationSpec = field(default_factory=EvaluationSpec)
+    columns: ColumnsSpec = field(default_factory=ColumnsSpec)
+    labels: LabelsSpec = field(default_factory=LabelsSpec)
     source: str = "<dict>"
 
     def to_dict(self) -> dict[str, Any]:
@@ -224,11 +253,14 @@ class JobSpec:
 
 _SECTIONS: dict[str, type] = {"impute": ImputeSpec, "election": ElectionSpec, "training": TrainingSpec, "run": RunSpec,
                               "privacy": PrivacySpec, "trust": TrustSpec, "schema": SchemaSpec,
-                              "evaluation": EvaluationSpec}
+                              "evaluation": EvaluationSpec, "columns": ColumnsSpec, "labels": LabelsSpec}
 #: sections a job has even when its table is absent (their defaults)
-_ALWAYS = ("training", "run", "privacy", "trust", "schema", "evaluation")
+_ALWAYS = ("training", "run", "privacy", "trust", "schema", "evaluation", "columns", "labels")
 _TOP = ("target", "na_values", "sites", *_SECTIONS)
-_SITE_KEYS = ("path", "na_values", "selector", "min_rows")
+_SITE_KEYS = ("path", "na_values", "selector", "min_rows", "sep", "decimal")
+#: field separators and decimal marks a site's CSV may use
+SEPARATORS = (",", ";", "\t", "|")
+DECIMALS = (".", ",")
 
 
 def _unknown(where: str, key: str, valid: tuple[str, ...] | list[str], source: str) -> JobError:
@@ -265,6 +297,10 @@ def _typed(value: Any, default: Any, annotation: str, where: str, source: str) -
         if not isinstance(value, Mapping):
             raise bad("a table (an inline table { ... } in TOML)")
         return dict(value)
+    if annotation == "list[str]":
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise bad("a list of column names")
+        return list(value)
     if annotation in ("str", "str | None"):
         if not isinstance(value, str):
             raise bad("a string")
@@ -295,6 +331,38 @@ def _min_rows(value: Any, where: str, source: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise JobError(f"{source}: {where} must be a positive integer, got {value!r}")
     return value
+
+
+def _choice(value: Any, choices: tuple[str, ...], where: str, source: str) -> str | None:
+    if value is None or value in choices:
+        return value
+    raise JobError(f"{source}: {where} must be one of {list(choices)}, got {value!r}")
+
+
+def _check_columns(spec: JobSpec) -> None:
+    """``[columns]`` and ``[labels]``: no column in two roles, never the target, a profile to apply them."""
+    c = spec.columns
+    roles = {"categorical": c.categorical, "ignore": c.ignore, "keep": c.keep}
+    for role, names in roles.items():
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise JobError(f"[columns] {role} must be a list of column names, got {names!r}")
+        if spec.target is not None and spec.target in names:
+            raise JobError(f"[columns] {role} names the target {spec.target!r} (the label is never a feature)")
+    if set(c.ignore) & set(c.categorical + c.keep):
+        both = sorted(set(c.ignore) & set(c.categorical + c.keep))
+        raise JobError(f"[columns] ignore and categorical/keep both name {both[:5]}")
+    from .steps.schema import wants_profile
+
+    if c.declared and not wants_profile(spec):
+        raise JobError("[columns] needs the column profile ([schema] profile, not in a job with [privacy] "
+                       "secure_aggregation or dp): the sites apply the roles after it")
+    m = spec.labels.map
+    if m is not None:
+        if not m or not all(isinstance(k, str) and isinstance(v, (str, int)) and not isinstance(v, bool)
+                            for k, v in m.items()):
+            raise JobError(f"[labels] map must map labels to labels ({{ yes = 1, no = 0 }}), got {m!r}")
+        if spec.target is None:
+            raise JobError("[labels] map needs target = \"<label column>\"")
 
 
 def _na_values(value: Any, where: str, source: str) -> list[str]:
@@ -427,6 +495,7 @@ def check_spec(spec: JobSpec) -> JobSpec:
             raise JobError("the job needs target = \"<label column>\" (it elects or trains)")
         if spec.election is not None:
             _check_election(spec)
+        _check_columns(spec)
         for s in spec.sites:
             if s.selector is not None:
                 make_selector(s.selector)
@@ -523,7 +592,11 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
             na_values=_na_values(raw.get("na_values", []), f"[sites.{name}] na_values", source),
             selector=raw.get("selector"),
             min_rows=_min_rows(raw.get("min_rows"), f"[sites.{name}] min_rows", source),
+            sep=_choice(raw.get("sep"), SEPARATORS, f"[sites.{name}] sep", source),
+            decimal=_choice(raw.get("decimal"), DECIMALS, f"[sites.{name}] decimal", source),
         ))
+        if sites[-1].sep is not None and sites[-1].sep == sites[-1].decimal:
+            raise JobError(f"{source}: [sites.{name}] sep and decimal must differ, both are {sites[-1].sep!r}")
     sections = {k: _section(cls, doc[k], k, source) for k, cls in _SECTIONS.items() if doc.get(k) is not None}
     run = sections.get("run", RunSpec())
     if confine_out:
@@ -538,7 +611,8 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
         election=sections.get("election"),
         training=None if no_training else sections.get("training", TrainingSpec()),
         run=run,
-        **{k: sections.get(k, _SECTIONS[k]()) for k in ("privacy", "trust", "schema", "evaluation")},
+        **{k: sections.get(k, _SECTIONS[k]()) for k in ("privacy", "trust", "schema", "evaluation", "columns",
+                                                         "labels")},
         source=source,
     )
     return check_spec(spec)

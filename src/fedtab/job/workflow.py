@@ -23,7 +23,7 @@ from .guarantees import apply_options, apply_trust, participation_record, privac
 from .outputs import Outputs
 from .spec import JobError, JobSpec, spec_from_plan
 from .steps import STEPS
-from .steps.schema import encoded_columns, from_declaration
+from .steps.schema import encoded_columns, from_declaration, one_class_participation
 
 __all__ = ["engine_workflow", "run_workflow"]
 
@@ -74,6 +74,7 @@ def run_workflow(federation: Federation, spec: JobSpec, *, progress: Callable[[s
     out.result["privacy"] = privacy_record(spec, out.privacy)
     out.result["trust"] = trust_record(spec)
     out.result["participation"] = participation_record(federation, spans)
+    one_class_participation(out.result)
     if "training" in out.outcomes:
         out.result["model"] = _model(out)
     return out

@@ -366,6 +366,20 @@ def _fill_table(site: Site, params: dict[str, Any]) -> pd.DataFrame:
     return table
 
 
+def _finishing(request: Message, f: int) -> tuple[dict[int, list[float]], list[list[int]]]:
+    """The request's value sets and indicator groups over ``f`` columns (checked)."""
+    levels, groups = request.meta.get("levels") or {}, request.meta.get("groups") or []
+    try:
+        levels = {int(j): [float(x) for x in v] for j, v in dict(levels).items()}
+        groups = [[int(j) for j in g] for g in groups]
+    except (TypeError, ValueError):
+        raise ValueError("impute_apply: levels must map column indices to numbers, groups be lists of indices") from None
+    if any(not 0 <= j < f for j in [*levels, *(j for g in groups for j in g)]) or any(not v for v in levels.values()) \
+            or not all(np.isfinite(x) for v in levels.values() for x in v):
+        raise ValueError(f"impute_apply: a value set or group outside the {f} columns, empty or not finite")
+    return levels, groups
+
+
 @handler("impute_apply", Releases(part="=all", meta={"imputed": COUNT, "clipped": COUNT}))
 def _apply(site: Site, request: Message) -> Message:
     from ...impute.fill import fill_from_predictions
@@ -382,6 +396,7 @@ def _apply(site: Site, request: Message) -> Message:
     integer = np.asarray(request.arrays["integer"], dtype=bool)
     if low.shape != (f,) or high.shape != (f,) or integer.shape != (f,):
         raise ValueError(f"impute_apply: range/integer arrays must have shape ({f},)")
-    values, imputed, clipped = fill_from_predictions(raw, pred, mean, std, low, high, integer)
+    levels, groups = _finishing(request, f)
+    values, imputed, clipped = fill_from_predictions(raw, pred, mean, std, low, high, integer, levels, groups)
     site.apply_table_step("impute_fill", {"columns": list(columns), "values": values})
     return Message("impute_apply", meta={"imputed": imputed, "clipped": clipped})

@@ -576,13 +576,17 @@ def validation_report(glob: list[str], ev: Evaluation) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- 6. apply
 def apply_imputation(federation: Federation, result: Any, low: np.ndarray, high: np.ndarray,
-                     integer: np.ndarray) -> dict[str, dict[str, int]]:
+                     integer: np.ndarray, levels: dict[int, list[float]] | None = None,
+                     groups: list[list[int]] | None = None) -> dict[str, dict[str, int]]:
     """Let every site fill its table with the imputer of ``result`` (one exchange).
 
     Args:
         result: an :class:`~fedtab.federation.imputation.ImputationResult`.
         low, high: ``(F,)`` the pooled observed range of each column of ``result.columns``;
             imputed values are clipped into it. integer: ``(F,)`` bool, columns rounded.
+        levels, groups: the agreed value sets of integer-coded columns and the indicator
+            columns of each categorical column, by column index
+            (:func:`fedtab.impute.fill.fill_from_predictions`).
 
     Returns:
         ``{site: {"imputed": cells, "clipped": cells}}`` of the sites that filled their table.
@@ -603,7 +607,9 @@ def apply_imputation(federation: Federation, result: Any, low: np.ndarray, high:
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
             raise ValueError(f"invalid imputation counts {counts}")
 
-    replies = exchange(federation, Message("impute_apply", {**weight_arrays(result.weights), **arrays}), check)
+    meta = {"levels": {str(j): [float(x) for x in v] for j, v in (levels or {}).items()},
+            "groups": [[int(j) for j in g] for g in groups or ()]}
+    replies = exchange(federation, Message("impute_apply", {**weight_arrays(result.weights), **arrays}, meta), check)
     out = {s: {k: int(r.meta[k]) for k in ("imputed", "clipped")} for s, r in replies.items()}
     if getattr(federation, "schema", None) is not None:
         federation.schema = None  # the tables gained columns: the next exchange declares them again

@@ -3,7 +3,9 @@
 Each site sends only the *set* of categories it observes per text column (no counts); the
 server takes the sorted union and every site encodes with it (a category below a site's
 ``min_rows`` becomes ``(other)`` or missing there, see :mod:`fedtab.federation.encoding_flow`).
-Runs only when the schema step found text columns.
+A missing cell's indicators are all zeros, or, when the job imputes, missing (NaN): the
+imputation then gives the row one category. Runs only when the schema step found text
+columns (or ``[columns] categorical`` ones).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def _run(federation: "Federation", spec: "JobSpec", out: "Outputs") -> None:
     schema = out.result["schema"]
     cats = agree_categories(federation, schema["categorical"])
     if cats:
-        encode_categories(federation, cats, same_width=False)
+        # with imputation a missing category is a cell to impute (one category), else all zeros
+        encode_categories(federation, cats, same_width=False, missing="nan" if spec.impute is not None else "zeros")
     schema["categories"] = cats
     set_columns(out)
 

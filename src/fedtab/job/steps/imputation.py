@@ -2,8 +2,10 @@
 
 When later steps follow, every site then fills its own table (missing cells and unavailable
 columns) so that the election and the model work on the imputed data: values clipped to the
-pooled coarse range of the schema step and integer columns rounded, or — without a profile (a
-private run) — clipped to ``[privacy] dp.bounds`` when given and not rounded. Robust mode,
+pooled coarse range of the schema step and integer columns rounded — an integer-coded column
+(at most 20 values, ``schema.levels``) to the nearest value of its agreed set, and a categorical
+column's indicators to one category (:func:`finishing`) — or, without a profile (a private run),
+clipped to ``[privacy] dp.bounds`` when given and not rounded. Robust mode,
 secure aggregation and the step's DP share come from ``[trust]`` and ``[privacy]``.
 """
 
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from ..outputs import Outputs
     from ..spec import JobSpec
 
-__all__ = ["STEP", "impute_config"]
+__all__ = ["STEP", "finishing", "impute_config"]
 
 
 def impute_config(spec: "JobSpec") -> "ImputeConfig":
@@ -61,6 +63,21 @@ def _clip_ranges(spec: "JobSpec", out: "Outputs", columns: list[str]) -> tuple[n
     return low, high, np.array([c in out.integer for c in columns])
 
 
+def finishing(schema: dict[str, Any] | None, columns: list[str]) -> tuple[dict[int, list[float]], list[list[int]]]:
+    """``(levels, groups)`` over ``columns`` (by index): the agreed value set of each
+    integer-coded column (``schema["levels"]``) and the indicator columns of each categorical
+    column (``schema["categories"]``); empty without a profile."""
+    from ...data.categories import onehot_name
+
+    if not schema:
+        return {}, []
+    pos = {c: j for j, c in enumerate(columns)}
+    levels = {pos[c]: list(v) for c, v in (schema.get("levels") or {}).items() if c in pos}
+    groups = [[pos[onehot_name(c, v)] for v in cats if onehot_name(c, v) in pos]
+              for c, cats in (schema.get("categories") or {}).items()]
+    return levels, [g for g in groups if len(g) > 1]
+
+
 def _arrays(params: dict[str, Any]) -> dict[str, list]:
     return {k: np.asarray(v).tolist() for k, v in params.items()}
 
@@ -82,8 +99,10 @@ def _run(federation: "Federation", spec: "JobSpec", out: "Outputs") -> None:
         "linear_prior_rank": None if im.prior_W is None else int(im.prior_W.shape[1]),
         "left_out": dict(im.left_out), "privacy": im.privacy,
     }
+    levels, groups = finishing(out.result["schema"], list(im.columns))
+    summary["levels"] = {im.columns[j]: v for j, v in levels.items()}
     if spec.election is not None or spec.training is not None:  # the later steps work on the filled tables
-        counts = apply_imputation(federation, im, low, high, is_int)
+        counts = apply_imputation(federation, im, low, high, is_int, levels, groups)
         summary["imputed_cells"] = {s: c["imputed"] for s, c in counts.items()}
         summary["clipped_cells"] = {s: c["clipped"] for s, c in counts.items()}
     out.result["imputation"] = summary
@@ -95,6 +114,7 @@ def _run(federation: "Federation", spec: "JobSpec", out: "Outputs") -> None:
         "prior_W": None if im.prior_W is None else im.prior_W.tolist(),
         "prior_psi": None if im.prior_psi is None else im.prior_psi.tolist(),
         "low": low.tolist(), "high": high.tolist(), "integer": is_int.tolist(),
+        "levels": {str(j): v for j, v in levels.items()}, "groups": groups,
     }
 
 
