@@ -229,6 +229,7 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
             run failed, timed out or left no readable result.
     """
     from .. import __version__
+    from ..report.model import model_summary
     from .model_file import write_model
 
     say = progress or (lambda _m: None)
@@ -265,6 +266,7 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
         "fedtab_version": __version__, "created": created, "job": plan, "engine": engine,
         "sites": {name: {"file": files.get(name), **info} for name, info in raw["sites"].items()},
         **{k: raw.get(k) for k in RESULT_KEYS},
+        "model": model_summary(raw.get("model")),  # coefficients for the report, never a network's weights
         "artifacts": {"model": "model.fedtab", "result": "result.json", "report": "report.html"},
     }
     provenance = {"fedtab_version": __version__, "created": created, "engine": engine, "job": plan,
@@ -276,11 +278,12 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
     return result
 
 
-def write_outputs(result: Mapping[str, Any], out_dir: str | Path) -> None:
-    """``result.json`` and ``report.html`` (:func:`fedtab.report.write_report`) in ``out_dir``."""
+def write_outputs(result: Mapping[str, Any], out_dir: str | Path, command: str = "run") -> None:
+    """``result.json`` and ``report.html`` (:func:`fedtab.report.write_report`, the page of
+    ``command``, with its figures as PNG files beside it) in ``out_dir``."""
     from ..report import write_report
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(result, indent=1))
-    write_report(result, out / "report.html")
+    write_report(result, out / "report.html", command)
