@@ -97,6 +97,8 @@ def _coefficients(m: Mapping[str, Any]) -> str:
 def model_section(result: Mapping[str, Any]) -> str:
     """The ``model`` section's HTML."""
     m = mapping(result.get("model"))
+    if isinstance(m.get("model"), Mapping):  # the workflow's whole model section (fedtab elect): summarise it
+        m = model_summary(m) or {}
     tr = mapping(result.get("training"))
     if not m and not tr:
         return absent("No model was trained in this job.")

@@ -133,11 +133,13 @@ def verdict(result: Mapping[str, Any]) -> str:
     if rows:
         head = _headline(rows)
         items = _against_sites(rows, label)
+    elif LOCAL not in models and MAJORITY not in models:
+        return absent("No comparison: this run computed no baselines (a private run leaves the local-only and "
+                      "majority-class baselines out, as they release each site's own scores, unless [evaluation] "
+                      "baselines = true), so nothing says whether federating helped.")
     elif LOCAL not in models:
-        head = "No comparison: this run computed no baselines."
-        items = ['<li class="warn"><span class="mark">⚠ no baselines</span> A private run leaves the local-only '
-                 "and majority-class baselines out (they release each site's own scores) unless "
-                 "<code>[evaluation] baselines = true</code>; nothing says whether federating helped.</li>"]
+        head = "No site-by-site comparison: this run computed no local-only baselines."
+        items = []
     else:
         head = "No site-by-site comparison: the server saw only pooled scores (secure aggregation)."
         items = []
