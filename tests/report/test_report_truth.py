@@ -163,6 +163,8 @@ def test_a_verdict_without_baselines_or_model_says_so():
     del r["baselines"]
     text = " ".join(Page(render_report(r)).text["verdict"].split())
     assert "computed no baselines" in text and "worse than training alone" not in text
+    ci = auroc_interval(r["training"]["metrics"]["pooled"])
+    assert f"AUROC is 0.710 (95 % CI {ci['low']:.3f}–{ci['high']:.3f}); 0.500 is chance." in text
     assert "No model was trained" in Page(render_report({})).text["verdict"]
     r = four_sites()
     r["training"]["metrics"]["per_site"] = {}  # secure aggregation: pooled scores only
@@ -313,8 +315,9 @@ def test_elect_writes_the_election_page(job_run, tmp_path):
                                    "--na-value", "?", "--min-rows", "4", "--out", str(tmp_path / "el")])
     assert res.exit_code == 0, res.output
     page = Page((tmp_path / "el" / "report.html").read_text(encoding="utf-8"))
-    assert {"election", "metrics", "model", "settings", "disclosure"} <= set(page.text)
-    assert not {"baselines", "imputation", "tuning", "verdict", "deployment"} & set(page.text)  # no empty sections
+    assert {"verdict", "election", "metrics", "model", "settings", "disclosure"} <= set(page.text)
+    assert not {"baselines", "imputation", "tuning", "deployment"} & set(page.text)  # no empty sections
+    assert "computed no baselines" in page.text["verdict"]
     assert "Odds ratio per SD" in page.text["model"]  # the coefficients of the model elect trained
 
 
@@ -332,3 +335,15 @@ def test_headless_chromium_renders_the_report_at_400_px(job_run, tmp_path):
                    check=True, capture_output=True, timeout=120)
     image = np.asarray(Image.open(shot).convert("L"))
     assert image.shape == (3000, 400) and (image < 128).mean() > 0.001  # drawn, with dark text on it
+
+
+def test_the_disclosure_follows_the_runs_modes():
+    r = four_sites()
+    r["privacy"] = {"secure_aggregation": False, "dp": {"epsilon": 4.0, "delta": 1e-5, "epsilon_spent": 3.9}}
+    page = Page(render_report(r))
+    kinds = {t.split()[0]: " ".join(t.split()) for _, t in page.section_rows("disclosure")[1:]}
+    assert "no score histogram" in kinds["evaluate"] and "noised by the site" in kinds["fit"]
+    assert "score histograms" not in page.header and "differential privacy" in page.header
+    r["privacy"] = {"secure_aggregation": True, "dp": None}
+    kinds = {t.split()[0]: " ".join(t.split()) for _, t in Page(render_report(r)).section_rows("disclosure")[1:]}
+    assert "masked" in kinds["fit"] and "masked" not in kinds["job_profile"]

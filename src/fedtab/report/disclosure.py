@@ -60,6 +60,13 @@ WHAT: dict[str, str] = {
 }
 
 
+#: kinds the server receives through the run's summing strategy (masked under secure aggregation)
+SUMMED = frozenset({"describe", "set_mask", "fit", "evaluate", "gbdt_evaluate", "impute_schema", "impute_stats",
+                    "impute_fit", "impute_eval", "gbdt_start", "gbdt_level", "gbdt_score"})
+#: what an evaluation holds under differential privacy (the histogram, Brier and rank sums are not sent)
+_DP_EVALUATE = "per test part: the confusion matrix (per class) only — no score histogram, Brier sum or rank pairs"
+
+
 def released_kinds(result: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """``[{kind, exchanges, sites}]`` in first-use order, from the participation record; ``None``
     when the result has none."""
@@ -114,10 +121,30 @@ def _what(kind: str, result: Mapping[str, Any]) -> str:
         arrays = [*d.aggregates, *d.cells, *(x for v in d.cells.values() for x in v), *d.histograms]
         return "declared arrays: " + (", ".join(sorted(set(arrays))) or "none") + (
             "; model parameters" if d.model else "")
+    privacy = mapping(result.get("privacy"))
+    dp = bool(privacy.get("dp"))
+    if dp and kind in ("evaluate", "gbdt_evaluate"):
+        text = _DP_EVALUATE
     floor = _floor(result)
-    return text.format(floor=floor, floor_th=_ordinal(floor),
+    text = text.format(floor=floor, floor_th=_ordinal(floor),
                        ranges=f" — released for {len(ranges)} column(s) in this run" if ranges else "",
                        categories=f" — released for {len(cats)} column(s) in this run" if cats else "")
+    if dp and _noised(kind):
+        text += "; noised by the site (differential privacy)"
+    if privacy.get("secure_aggregation") and kind in SUMMED:
+        text += "; masked: the server learned only the sum over the sites"
+    return text
+
+
+def _noised(kind: str) -> bool:
+    """Whether the sites noise ``kind``'s reply under DP (its release declaration says so)."""
+    from ..federation.site import find_releases
+
+    try:
+        d = find_releases(kind)
+    except (ImportError, ValueError):
+        return False
+    return bool(d is not None and d.dp)
 
 
 def disclosure_summary(result: Mapping[str, Any]) -> str:
@@ -126,6 +153,7 @@ def disclosure_summary(result: Mapping[str, Any]) -> str:
     if kinds is None:
         return "This result carries no record of the messages exchanged, so the report cannot say what left the sites."
     names = {k["kind"] for k in kinds}
+    dp = bool(mapping(result.get("privacy")).get("dp"))
     schema = mapping(result.get("schema"))
     ranges, cats = mapping(schema.get("ranges")), mapping(schema.get("categories"))
     parts = []
@@ -140,14 +168,16 @@ def disclosure_summary(result: Mapping[str, Any]) -> str:
               ({"gbdt_summary"}, "quantile summaries of feature values"),
               ({"gbdt_level"}, "gradient histograms"),
               ({"fit", "select_fit", "impute_fit"}, "model parameters after each round"),
-              ({"evaluate", "gbdt_evaluate", "select_evaluate"}, "confusion matrices and score histograms of the "
-                                                                  "test rows"),
+              ({"evaluate", "gbdt_evaluate", "select_evaluate"},
+               "confusion matrices of the test rows" if dp else "confusion matrices and score histograms of the test rows"),
               ({"local_baseline"}, "each site's local-only model scores")]
     parts += [text for group, text in groups if group & names]
     if not parts:
         return "Only acknowledgements and row counts left the sites."
     secure = mapping(result.get("privacy")).get("secure_aggregation")
     tail = " Sums travelled masked (secure aggregation): the server saw totals, not one site's." if secure else ""
+    if dp:
+        tail += " The sites added noise to their releases (differential privacy)."
     return ("Left the sites in this run: " + "; ".join(esc(p) for p in parts)
             + ". No table row left a site." + tail)
 

@@ -123,6 +123,21 @@ def _few_rows(models: dict[str, Mapping[str, Any]]) -> list[str]:
             "read it as a rough indication.</li>"]
 
 
+def _without_baselines(fed: Mapping[str, Any]) -> str:
+    """No baselines: say so, and set the pooled AUROC (if any) against chance."""
+    out = ('<p class="headline"><strong>No comparison with training alone: this run computed no baselines.'
+           '</strong></p><p class="note">A private run leaves the local-only and majority-class baselines out (they '
+           "release each site's own scores) unless <code>[evaluation] baselines = true</code>.</p>")
+    ci = auroc_interval(mapping(fed.get("pooled")))
+    if ci is None or ci["low"] is None:
+        return out
+    chance = ci["low"] <= 0.5 <= ci["high"]
+    cls, mark = ("same", "≈ not shown better") if chance else _marker(ci["auroc"] - 0.5)
+    return out + (f'<ul class="verdict"><li class="{cls}"><span class="mark">{mark}</span> Over all sites\' test rows '
+                  f"its AUROC is {num(ci['auroc'])} (95 % CI {num(ci['low'])}–{num(ci['high'])}); 0.500 is chance"
+                  + (": this test set does not show it ranks better than chance." if chance else ".") + "</li></ul>")
+
+
 def verdict(result: Mapping[str, Any]) -> str:
     """The ``verdict`` section's HTML (an absent note without a trained model)."""
     models = {role: m for role, _, m in evaluated_models(result)}
@@ -134,9 +149,7 @@ def verdict(result: Mapping[str, Any]) -> str:
         head = _headline(rows)
         items = _against_sites(rows, label)
     elif LOCAL not in models and MAJORITY not in models:
-        return absent("No comparison: this run computed no baselines (a private run leaves the local-only and "
-                      "majority-class baselines out, as they release each site's own scores, unless [evaluation] "
-                      "baselines = true), so nothing says whether federating helped.")
+        return _without_baselines(models[FEDERATED])
     elif LOCAL not in models:
         head = "No site-by-site comparison: this run computed no local-only baselines."
         items = []
