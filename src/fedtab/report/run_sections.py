@@ -23,10 +23,12 @@ def sites(result: Mapping[str, Any]) -> str:
     sites = site_summaries(result)
     if not sites:
         return _absent("No site information in this result.")
-    out = [_table(["Site", "Rows", "Training rows", "Test rows", "Rows without a label (dropped)", "Columns held"],
-                  [[_e(s["name"]), _num(s.get("rows")), _num(s.get("rows_train")), _num(s.get("rows_test")),
-                    _num(s.get("rows_without_label")), _num(len(s["columns"]))] for s in sites],
-                  num_cols=range(1, 6))]
+    counts = [(k, h) for k, h in (("rows", "Rows"), ("rows_train", "Training rows"), ("rows_test", "Test rows"),
+                                  ("rows_without_label", "Rows without a label (dropped)"))
+              if any(s.get(k) is not None for s in sites)]  # a command without test parts has no such column
+    out = [_table(["Site", *(h for _, h in counts), "Columns held"],
+                  [[_e(s["name"]), *(_num(s.get(k)) for k, _ in counts), _num(len(s["columns"]))] for s in sites],
+                  num_cols=range(1, len(counts) + 2))]
     schema = result.get("schema") if isinstance(result.get("schema"), Mapping) else {}
     union = list(dict.fromkeys([*(schema.get("columns") or []), *(c for s in sites for c in s["columns"])]))
     if union:

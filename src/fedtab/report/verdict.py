@@ -123,11 +123,14 @@ def _few_rows(models: dict[str, Mapping[str, Any]]) -> list[str]:
             "read it as a rough indication.</li>"]
 
 
-def _without_baselines(fed: Mapping[str, Any]) -> str:
-    """No baselines: say so, and set the pooled AUROC (if any) against chance."""
+def _without_baselines(fed: Mapping[str, Any], private: bool) -> str:
+    """No baselines: say so (and why, for a private run), and set the pooled AUROC (if any) against chance."""
+    why = ("A private run leaves the local-only and majority-class baselines out (they release each site's own "
+           "scores) unless <code>[evaluation] baselines = true</code>." if private else
+           "The baselines step did not run (a job runs it unless <code>[evaluation] baselines = false</code>; "
+           "<code>fedtab elect</code> does not).")
     out = ('<p class="headline"><strong>No comparison with training alone: this run computed no baselines.'
-           '</strong></p><p class="note">A private run leaves the local-only and majority-class baselines out (they '
-           "release each site's own scores) unless <code>[evaluation] baselines = true</code>.</p>")
+           f'</strong></p><p class="note">{why}</p>')
     ci = auroc_interval(mapping(fed.get("pooled")))
     if ci is None or ci["low"] is None:
         return out
@@ -149,7 +152,8 @@ def verdict(result: Mapping[str, Any]) -> str:
         head = _headline(rows)
         items = _against_sites(rows, label)
     elif LOCAL not in models and MAJORITY not in models:
-        return _without_baselines(models[FEDERATED])
+        privacy = mapping(result.get("privacy"))
+        return _without_baselines(models[FEDERATED], bool(privacy.get("secure_aggregation") or privacy.get("dp")))
     elif LOCAL not in models:
         head = "No site-by-site comparison: this run computed no local-only baselines."
         items = []
