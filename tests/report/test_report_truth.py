@@ -219,7 +219,7 @@ def test_the_disclosure_statement_is_built_from_what_this_run_sent():
     assert "model parameters after each round" in page.header
     kinds = {t.split()[0]: t for _, t in page.section_rows("disclosure")[1:]}
     assert set(kinds) == {"job_profile", "fit", "evaluate"}
-    assert kinds["fit"].split()[1:3] == ["2", "4"]  # two exchanges, four sites
+    assert kinds["fit"].split()[1:5] == ["2", "exchanges,", "4", "sites"]
     assert "5th smallest" in kinds["job_profile"] and "released for 12 column(s)" in kinds["job_profile"]
     # a run that never sent a profile claims no ranges; a run without a record says it cannot tell
     r = four_sites()
@@ -347,3 +347,17 @@ def test_the_disclosure_follows_the_runs_modes():
     r["privacy"] = {"secure_aggregation": True, "dp": None}
     kinds = {t.split()[0]: " ".join(t.split()) for _, t in Page(render_report(r)).section_rows("disclosure")[1:]}
     assert "masked" in kinds["fit"] and "masked" not in kinds["job_profile"]
+
+
+def test_hostile_site_names_settings_and_identities_stay_text():
+    r = four_sites()
+    per = r["training"]["metrics"]["per_site"]
+    per[HOSTILE] = per.pop("north")
+    r["baselines"]["local_only"]["per_site"][HOSTILE] = r["baselines"]["local_only"]["per_site"].pop("north")
+    r["job"]["run"]["note"] = HOSTILE
+    r["deployment"]["identity"] = HOSTILE
+    r["baselines"]["majority"]["class"] = HOSTILE
+    page = Page(render_report(r))
+    assert "script" not in page.tags
+    for section in ("verdict", "metrics", "baselines", "settings", "deployment"):
+        assert HOSTILE in page.text[section], section

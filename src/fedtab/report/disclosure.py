@@ -200,8 +200,12 @@ def disclosure(result: Mapping[str, Any]) -> str:
     if dp:
         out.append(f"<p>Differential privacy was on: the sites noised their releases; ε spent "
                    f"{num(dp.get('epsilon_spent'))} of a budget of {num(dp.get('epsilon'))} (δ = {esc(dp.get('delta'))}).</p>")
-    rows = [[f"<code>{esc(k['kind'])}</code>", num(k["exchanges"]), num(len(k["sites"])), esc(_what(k["kind"], result))]
-            for k in kinds]
-    out.append(table(["Message", "Exchanges", "Sites that answered", "What each answering site sent"], rows,
-                     num_cols=(1, 2), table_id="disclosure-messages", text_cols=(3,)))
+    def sent(k: Mapping[str, Any]) -> str:
+        n, m = k["exchanges"], len(k["sites"])
+        return (f'<code>{esc(k["kind"])}</code><br><span class="note">{n} exchange{"s" * (n != 1)}, '
+                f'{m} site{"s" * (m != 1)}</span>')
+
+    rows = [[sent(k), esc(_what(k["kind"], result))] for k in kinds]  # two columns: readable at 400 px
+    out.append(table(["Message", "What each answering site sent"], rows, table_id="disclosure-messages",
+                     text_cols=(1,)))
     return "".join(out)
