@@ -147,6 +147,14 @@ def test_the_verdict_says_where_federating_lost_and_marks_it_three_ways():
         assert f"{site} (AUROC" in worse[0] and f"{MINUS}{d}" in worse[0]
     better = [t for c, t in page.section_rows("verdict") if c == "better"]
     assert any("east" in t and "+0.100" in t and "▲ better" in t for t in better)
+    # differences inside overlapping intervals are called possible chance (at 80-100 test rows, 0.1 apart still is)
+    chance = [" ".join(t.split()) for c, t in page.section_rows("verdict") if "⚠ chance?" in t]
+    assert len(chance) == 1 and "At 4 of the 4 sites where the two differ (north, south, east, tiny)" in chance[0]
+    big = four_sites()
+    for m in (big["training"]["metrics"], big["baselines"]["local_only"]):
+        m["per_site"]["north"]["confusion"] = [[4000, 1000], [1000, 4000]]  # 0.1 apart on 10,000 rows: no overlap
+    chance = [" ".join(t.split()) for c, t in Page(render_report(big)).section_rows("verdict") if "⚠ chance?" in t]
+    assert "At 3 of the 4 sites where the two differ (south, east, tiny)" in chance[0]
     # the majority class, with the pooled interval
     assert "majority class" in text and "95 % CI" in text
     # the site with 3 test negatives is named with its counts

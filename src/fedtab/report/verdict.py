@@ -72,6 +72,21 @@ def _against_sites(rows: list[dict[str, Any]], label: str) -> list[str]:
     return items
 
 
+def _overlaps(result: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """A caution when the federated and local-only AUROC intervals overlap at a site where they differ."""
+    models = {role: m for role, _, m in evaluated_models(result)}
+    fed, loc = mapping(models[FEDERATED].get("per_site")), mapping(models[LOCAL].get("per_site"))
+    both = [(r["site"], auroc_interval(mapping(fed.get(r["site"]))), auroc_interval(mapping(loc.get(r["site"]))))
+            for r in rows if abs(r["delta"]) >= TIE]
+    within = [s for s, a, b in both if a and b and None not in (a["low"], b["low"])
+              and a["low"] <= b["high"] and b["low"] <= a["high"]]
+    if not within:
+        return []
+    return [f'<li class="warn"><span class="mark">⚠ chance?</span> At {len(within)} of the {len(both)} sites where the '
+            f"two differ ({', '.join(esc(s) for s in within)}) their 95 % AUROC intervals overlap: with this many "
+            "test rows the difference may be chance.</li>"]
+
+
 def _headline(rows: list[dict[str, Any]]) -> str:
     n = len(rows)
     worse = sum(r["delta"] <= -TIE for r in rows)
@@ -150,7 +165,7 @@ def verdict(result: Mapping[str, Any]) -> str:
     rows = compare_sites(result)
     if rows:
         head = _headline(rows)
-        items = _against_sites(rows, label)
+        items = _against_sites(rows, label) + (_overlaps(result, rows) if key == "auroc" else [])
     elif LOCAL not in models and MAJORITY not in models:
         privacy = mapping(result.get("privacy"))
         return _without_baselines(models[FEDERATED], bool(privacy.get("secure_aggregation") or privacy.get("dp")))
