@@ -169,7 +169,7 @@ def disclosure_summary(result: Mapping[str, Any]) -> str:
               ({"gbdt_level"}, "gradient histograms"),
               ({"fit", "select_fit", "impute_fit"}, "model parameters after each round"),
               ({"evaluate", "gbdt_evaluate", "select_evaluate"},
-               "confusion matrices of the test rows" if dp else "confusion matrices and score histograms of the test rows"),
+               "confusion matrices" + ("" if dp else " and score histograms") + " of the test rows"),
               ({"local_baseline"}, "each site's local-only model scores")]
     parts += [text for group, text in groups if group & names]
     if not parts:
@@ -180,6 +180,13 @@ def disclosure_summary(result: Mapping[str, Any]) -> str:
         tail += " The sites added noise to their releases (differential privacy)."
     return ("Left the sites in this run: " + "; ".join(esc(p) for p in parts)
             + ". No table row left a site." + tail)
+
+
+def _sent(k: Mapping[str, Any]) -> str:
+    """The message cell: the kind, then how many exchanges and answering sites."""
+    n, m = k["exchanges"], len(k["sites"])
+    return (f'<code>{esc(k["kind"])}</code><br><span class="note">{n} exchange{"s" * (n != 1)}, '
+            f'{m} site{"s" * (m != 1)}</span>')
 
 
 def disclosure(result: Mapping[str, Any]) -> str:
@@ -199,13 +206,9 @@ def disclosure(result: Mapping[str, Any]) -> str:
                    "learned their total over the sites, not any one site's.</p>")
     if dp:
         out.append(f"<p>Differential privacy was on: the sites noised their releases; ε spent "
-                   f"{num(dp.get('epsilon_spent'))} of a budget of {num(dp.get('epsilon'))} (δ = {esc(dp.get('delta'))}).</p>")
-    def sent(k: Mapping[str, Any]) -> str:
-        n, m = k["exchanges"], len(k["sites"])
-        return (f'<code>{esc(k["kind"])}</code><br><span class="note">{n} exchange{"s" * (n != 1)}, '
-                f'{m} site{"s" * (m != 1)}</span>')
-
-    rows = [[sent(k), esc(_what(k["kind"], result))] for k in kinds]  # two columns: readable at 400 px
+                   f"{num(dp.get('epsilon_spent'))} of a budget of {num(dp.get('epsilon'))} "
+                   f"(δ = {esc(dp.get('delta'))}).</p>")
+    rows = [[_sent(k), esc(_what(k["kind"], result))] for k in kinds]  # two columns: readable at 400 px
     out.append(table(["Message", "What each answering site sent"], rows, table_id="disclosure-messages",
                      text_cols=(1,)))
     return "".join(out)

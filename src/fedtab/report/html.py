@@ -159,7 +159,8 @@ def render_report(result: Mapping[str, Any], command: str = "run") -> str:
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<header><h1>{_e(title)}</h1>",
         f'<p class="note">Federated run by fedtab{" " + _e(version) if version else ""}'
-        f'{" on " + _e(created) if created else ""}{" (" + _e(result["engine"]) + " engine)" if result.get("engine") else ""}.</p>',
+        f'{" on " + _e(created) if created else ""}'
+        f'{" (" + _e(result["engine"]) + " engine)" if result.get("engine") else ""}.</p>',
         f'<p class="disclosure" id="disclosure-summary">{disclosure_summary(result)}</p>',
         f"<nav>{nav}</nav></header>",
     ]
