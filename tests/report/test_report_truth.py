@@ -142,7 +142,7 @@ def test_the_verdict_says_where_federating_lost_and_marks_it_three_ways():
     text = " ".join(page.text["verdict"].split())
     assert "The federated model is worse than training alone at 3 of 4 sites" in text
     worse = [t for c, t in page.section_rows("verdict") if c == "worse"]
-    assert len(worse) == 1 and "▼ worse" in worse[0]
+    assert len(worse) == 1 and "▼ worse" in worse[0]  # every site's AUROC is above the majority class's 0.5
     for site, d in (("north", "0.100"), ("south", "0.030"), ("tiny", "0.300")):
         assert f"{site} (AUROC" in worse[0] and f"{MINUS}{d}" in worse[0]
     better = [t for c, t in page.section_rows("verdict") if c == "better"]
@@ -164,6 +164,13 @@ def test_the_verdict_says_where_federating_lost_and_marks_it_three_ways():
     rows = {t.split()[0]: (c, t) for c, t in page.section_rows("baselines") if c}
     assert rows["north"][0] == "worse" and f"{MINUS}0.100 ▼ worse" in rows["north"][1]
     assert rows["east"][0] == "better" and "+0.100 ▲ better" in rows["east"][1]
+
+
+def test_a_site_below_the_majority_class_is_named():
+    r = four_sites()
+    r["training"]["metrics"]["per_site"]["tiny"]["auroc"] = 0.42
+    worse = [" ".join(t.split()) for c, t in Page(render_report(r)).section_rows("verdict") if c == "worse"]
+    assert any(f"majority class at 1 of 4 sites: tiny (AUROC 0.420 vs 0.500, {MINUS}0.080)" in t for t in worse)
 
 
 def test_a_verdict_without_baselines_or_model_says_so():

@@ -87,6 +87,15 @@ def _overlaps(result: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str
             "test rows the difference may be chance.</li>"]
 
 
+def _below_majority(rows: list[dict[str, Any]], label: str) -> list[str]:
+    """The sites where the federated model scores below always predicting the majority class."""
+    below = [r for r in rows if r["majority"] is not None and r["federated"] - float(r["majority"]) <= -TIE]
+    if not below:
+        return []
+    return [f'<li class="worse"><span class="mark">▼ worse</span> It is worse than always predicting the majority '
+            f"class at {len(below)} of {len(rows)} sites: {_site_list(below, label, 'majority')}.</li>"]
+
+
 def _headline(rows: list[dict[str, Any]]) -> str:
     n = len(rows)
     worse = sum(r["delta"] <= -TIE for r in rows)
@@ -165,7 +174,8 @@ def verdict(result: Mapping[str, Any]) -> str:
     rows = compare_sites(result)
     if rows:
         head = _headline(rows)
-        items = _against_sites(rows, label) + (_overlaps(result, rows) if key == "auroc" else [])
+        items = (_against_sites(rows, label) + (_overlaps(result, rows) if key == "auroc" else [])
+                 + _below_majority(rows, label))
     elif LOCAL not in models and MAJORITY not in models:
         privacy = mapping(result.get("privacy"))
         return _without_baselines(models[FEDERATED], bool(privacy.get("secure_aggregation") or privacy.get("dp")))
