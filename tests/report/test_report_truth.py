@@ -376,3 +376,13 @@ def test_hostile_site_names_settings_and_identities_stay_text():
     assert "script" not in page.tags
     for section in ("verdict", "metrics", "baselines", "settings", "deployment"):
         assert HOSTILE in page.text[section], section
+
+
+def test_a_multiclass_model_shows_one_coefficient_table_per_class_and_no_odds_ratio():
+    r = {"model": {"name": "logistic", "features": ["a", "b"], "classes": ["x", "y", "z"], "std": [1.0, 1.0],
+                   "coef": [[0.1, 0.2], [0.3, -0.4], [0.0, 0.5]], "intercept": [0.0, 0.1, 0.2]}}
+    page = Page(render_report(r))
+    text = page.text["model"]
+    assert all(f"Score of class “{c}”" in text for c in "xyz") and "Odds ratio" not in text
+    r["model"]["coef"] = [[0.1]]  # does not match the two features: said, not drawn
+    assert "do not match its features" in Page(render_report(r)).text["model"]

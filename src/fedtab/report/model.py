@@ -87,7 +87,7 @@ def _coefficients(m: Mapping[str, Any]) -> str:
         b = float(intercept[k]) if k < len(intercept) else None
         rows.append(["<em>intercept</em>", num(b), *(["—", "—", "—"] if odds else [])])
         if len(coef) > 1:
-            out.append(f"<h3>Class “{esc(classes[k] if k < len(classes) else k)}” against the rest</h3>")
+            out.append(f"<h3>Score of class “{esc(classes[k] if k < len(classes) else k)}” (softmax)</h3>")
         header = ["Feature", "Coefficient (per SD)"] + (["Odds ratio per SD", "Odds ratio per unit", "SD"]
                                                          if odds else [])
         out.append(table(header, rows, num_cols=range(1, len(header))))
