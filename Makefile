@@ -22,8 +22,15 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/fedtab demo
 
+# The suite in TEST_WORKERS processes (pytest-xdist), one test file per worker at a time
+# (``--dist loadfile``: a file's module-scoped deployment is started once). Two on a 2-core
+# machine: the Flower/FLARE deployment tests spend most of their time waiting on the
+# engines' polling, and the other worker computes meanwhile. ``make test TEST_WORKERS=0``
+# runs it in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 clean:
 	rm -rf $(VENV) fedtab-demo .pytest_cache

@@ -18,7 +18,7 @@ from fedtab.engines.local import LocalFederation
 from fedtab.federation.site import Site
 
 __all__ = ["classification_parts", "make_sites", "federation", "write_csvs", "write_site_configs",
-           "write_classification_sites"]
+           "write_classification_sites", "gbdt_parts"]
 
 
 def classification_parts(n: int, d: int, informative: int, redundant: int,
@@ -72,3 +72,21 @@ def write_classification_sites(root: Path, n: int, d: int, informative: int, red
     ``root`` and their engine site configs (``site-1`` ... ``site-3``)."""
     _, parts = classification_parts(n, d, informative, redundant, seed=table_seed, split_seed=split_seed)
     return write_site_configs(parts, root, selector=selector)
+
+
+def gbdt_parts(seed: int = 3, n: int = 1200, missing: float = 0.05, drop: str | None = "f3") -> list[pd.DataFrame]:
+    """Three sites (50/30/20) of a 6-column classification table with ``missing`` of the cells
+    NaN and the last site lacking column ``drop``: the boosted trees' heterogeneous case."""
+    import numpy as np
+
+    _, parts = classification_parts(n, 6, 4, 1, (0.5, 0.3, 0.2), seed=seed)
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, p in enumerate(parts):
+        p = p.copy()
+        cols = [c for c in p.columns if c != "target"]
+        p[cols] = p[cols].mask(rng.random((len(p), len(cols))) < missing)
+        if drop is not None and i == 2:
+            p = p.drop(columns=[drop])  # one site lacks a column: no imputation needed
+        out.append(p)
+    return out

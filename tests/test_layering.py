@@ -27,8 +27,6 @@ RULES["federation"] = ("engines", "job", "report", "cli", "estimators")
 
 #: ``(module, imported package): why`` — imports the rules allow for now
 EXCEPTIONS = {
-    ("fedtab.privacy.secagg", "fedtab.federation"): "the protocol-facing server side of secure aggregation "
-                                                    "(SecureAggregator) moves to federation/protocol/ (WP-B)",
     ("fedtab.election", "fedtab.estimators"): "the old import path fedtab.election.FederatedFeatureElection, "
                                               "resolved on first access only",
 }

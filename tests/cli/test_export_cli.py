@@ -123,3 +123,11 @@ def test_a_gbdt_job_writes_a_model_file_that_predict_and_export_read(tmp_path):
     got = xgb.Booster(model_file=str(tmp_path / "m.json")).predict(xgb.DMatrix(X, missing=np.nan,
                                                                               feature_names=m.features))
     np.testing.assert_allclose(got, preds["probability_1"], atol=1e-5)
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    imp = result["training"]["importance"]  # feature importance by gain, pooled and per site
+    assert imp["pooled"] == pytest.approx(xgb.Booster(model_file=str(tmp_path / "m.json")).get_score(
+        importance_type="total_gain"), rel=1e-5)
+    assert set(imp["per_site"]) == {n.split(".")[0] for n in HEART_SITES} and imp["per_site_skipped"] is None
+    assert all(set(g) == set(imp["pooled"]) for g in imp["per_site"].values())
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert '<section id="importance">' in report and "Site " + next(iter(imp["per_site"])) in report

@@ -44,6 +44,10 @@ def _assert_same_trees(result: dict, ref: dict) -> None:
     f1 = result["training"]["metrics"]["pooled"]["weighted_f1"]
     assert f1 == pytest.approx(ref["training"]["metrics"]["pooled"]["weighted_f1"], abs=1e-12)
     assert _levels(result) == _levels(ref)
+    imp, ref_imp = result["training"]["importance"], ref["training"]["importance"]  # the sites' records survive
+    assert imp["pooled"] == ref_imp["pooled"] and set(imp["per_site"]) == set(ref_imp["per_site"]) != set()
+    for site, gains in ref_imp["per_site"].items():
+        assert imp["per_site"][site] == pytest.approx(gains, rel=1e-12), site
 
 
 def test_local_engine_runs_one_exchange_per_level(reference):

@@ -15,24 +15,14 @@ from fedtab.federation.messages import Message
 from fedtab.federation.protocol import FederationError, SiteError, set_options
 from fedtab.federation.site import Site
 from fedtab.learn.gbdt import BinLayout, GBDTParams, fit_gbdt_sites
-from tests.builders import classification_parts, make_sites
+from tests.builders import classification_parts, gbdt_parts, make_sites
 
 FAST = {"n_trees": 4, "max_depth": 3, "max_bins": 32}
 STRUCTURE = ("left", "right", "feature", "bin", "default_left")
 
 
 def _parts(seed: int = 3, n: int = 1200, missing: float = 0.05, drop: str | None = "f3") -> list[pd.DataFrame]:
-    _, parts = classification_parts(n, 6, 4, 1, (0.5, 0.3, 0.2), seed=seed)
-    rng = np.random.default_rng(seed)
-    out = []
-    for i, p in enumerate(parts):
-        p = p.copy()
-        cols = [c for c in p.columns if c != "target"]
-        p[cols] = p[cols].mask(rng.random((len(p), len(cols))) < missing)
-        if drop is not None and i == 2:
-            p = p.drop(columns=[drop])  # one site lacks a column: no imputation needed
-        out.append(p)
-    return out
+    return gbdt_parts(seed, n, missing, drop)
 
 
 def _fed(parts, min_rows: int = 10, **site_options) -> LocalFederation:
@@ -160,6 +150,9 @@ def test_dp_noises_the_histograms_from_the_runs_accountant():
     set_options(fed, dp={"epsilon": 50.0, "delta": 1e-5, "bounds": [-6.0, 6.0]})
     out = run_gbdt(fed, None, params={**FAST, "n_trees": 3})
     assert out.privacy is not None and out.privacy["steps"]["gbdt.level"] > 0
+    assert out.importance["per_site"] == {} and "differential privacy" in out.importance["per_site_skipped"]
+    reply = fed.site("s0").handle(Message("gbdt_importance", meta={"rounds": 1}))  # no per-site gains after DP
+    assert reply.is_error and "only after a plain run" in reply.meta["error"]
     edges = out.model.layout.edges[0]
     np.testing.assert_allclose(edges, np.linspace(-6, 6, FAST["max_bins"] + 1)[1:-1].astype(np.float32))
     with pytest.raises(ValueError, match="bounds"):

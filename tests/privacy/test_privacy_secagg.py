@@ -16,7 +16,7 @@ from fedtab.engines.local import LocalFederation
 from fedtab.federation import Federation, FederationError, Message, Site, run_election, run_training
 from fedtab.federation.site import HANDLERS, handler
 from fedtab.privacy import shamir
-from fedtab.privacy.secagg import SecureAggregator
+from fedtab.federation.protocol.secure_aggregator import SecureAggregator
 
 
 @given(secret=st.sampled_from([16, 32]).flatmap(lambda k: st.binary(min_size=k, max_size=k)), n=st.integers(2, 7),

@@ -28,7 +28,8 @@ from fedtab.federation.site import HANDLERS, handler
 from fedtab.privacy import DisclosurePolicy, shamir
 from fedtab.privacy.gate import COUNT, Releases
 from fedtab.privacy.identity import IdentityError, SiteIdentity, provision, read_key_list, signed_message
-from fedtab.privacy.secagg import SECAGG_META, SUMMED_KINDS, SecureAggregator, _self_mask
+from fedtab.federation.protocol.secure_aggregator import SecureAggregator
+from fedtab.privacy.secagg import SECAGG_META, SUMMED_KINDS, _self_mask
 
 KIND = "adv_stats"
 

@@ -53,7 +53,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..election.score_test import NEWTON_KEYS, SCORE_KEYS, ScoreSelection, forward_score_selection, site_sums
-from ..privacy.secagg import FRAC_BITS, SecureAggregator
+from ..privacy.secagg import FRAC_BITS
+from .protocol.secure_aggregator import SecureAggregator
 from ..errors import SiteFault
 from ..privacy.gate import COUNT, Releases
 from . import validate

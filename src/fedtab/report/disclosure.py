@@ -51,6 +51,8 @@ WHAT: dict[str, str] = {
     "gbdt_level": "gradient and hessian histograms per feature bin for the tree level, a validation loss",
     "gbdt_evaluate": "per test part: the confusion matrix, a Brier sum, a score histogram and a rank-pair count",
     "gbdt_score": "a sum of squared errors over the test rows",
+    "gbdt_importance": "per feature: the split gain on the site's own training rows, from its record of the splits "
+                       "it applied (splits with a node or child of fewer than {floor} rows left out)",
     "select_prepare": "ballots per fold (mask and scores per column) and per-column counts, sums and sums of squares",
     "select_fit": "model parameters after local training",
     "select_evaluate": "per part: confusion matrix, log-loss and Brier sums, a score histogram and rank pairs",
@@ -167,6 +169,7 @@ def disclosure_summary(result: Mapping[str, Any]) -> str:
               ({"ballot", "ballot_fit", "select_prepare"}, "each site's ballot (chosen columns and their scores)"),
               ({"gbdt_summary"}, "quantile summaries of feature values"),
               ({"gbdt_level"}, "gradient histograms"),
+              ({"gbdt_importance"}, "each site's split gains per feature"),
               ({"fit", "select_fit", "impute_fit"}, "model parameters after each round"),
               ({"evaluate", "gbdt_evaluate", "select_evaluate"},
                "confusion matrices" + ("" if dp else " and score histograms") + " of the test rows"),

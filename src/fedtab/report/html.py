@@ -13,7 +13,8 @@ links; :data:`SECTIONS`, in page order; :data:`RENDERERS` draws each): ``verdict
 federated model against each site alone and the majority class, in words,
 :mod:`~fedtab.report.verdict`), ``metrics`` (with 95 % AUROC intervals,
 :mod:`~fedtab.report.intervals`), ``baselines``, ``model`` (coefficients / odds ratios,
-:mod:`~fedtab.report.model`), ``sites``, ``disclosure`` (what left the sites in this run,
+:mod:`~fedtab.report.model`), ``importance`` (gain of boosted trees, :mod:`~fedtab.report.importance`),
+``sites``, ``disclosure`` (what left the sites in this run,
 :mod:`~fedtab.report.disclosure`), ``guarantees``, ``imputation``, ``election``, ``tuning``,
 ``settings`` and ``deployment`` (:mod:`~fedtab.report.settings`), ``steps``. A section whose
 data is absent says so in one line on the job's page; the pages of other commands
@@ -50,6 +51,7 @@ from typing import Any, Callable, Mapping
 from . import quality, run_sections
 from .data import METRICS, evaluated_models, mapping, site_summaries
 from .disclosure import disclosure, disclosure_summary
+from .importance import importance_section
 from .markup import absent as _absent  # noqa: F401  (the helpers section modules use)
 from .markup import collect_figures
 from .markup import esc as _e
@@ -70,6 +72,7 @@ SECTIONS: dict[str, str] = {
     "metrics": "Model quality, pooled and per site",
     "baselines": "Did federating help? Baselines per site",
     "model": "The model: coefficients and odds ratios",
+    "importance": "Feature importance by gain, pooled and per site",
     "sites": "Sites and their columns",
     "disclosure": "What left the sites in this run",
     "guarantees": "Privacy, trust and participation: what the server could learn, which sites took part",
@@ -87,6 +90,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "metrics": quality.metrics,
     "baselines": quality.baselines,
     "model": model_section,
+    "importance": importance_section,
     "sites": run_sections.sites,
     "disclosure": disclosure,
     "guarantees": run_sections.guarantees,
@@ -112,8 +116,8 @@ def _models(result: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 TEMPLATES: dict[str, tuple[str, ...] | None] = {
     "run": None,
     "impute": ("sites", "disclosure", "guarantees", "imputation", "settings", "steps"),
-    "elect": ("verdict", "election", "tuning", "metrics", "baselines", "model", "sites", "disclosure", "guarantees",
-              "settings", "steps"),
+    "elect": ("verdict", "election", "tuning", "metrics", "baselines", "model", "importance", "sites", "disclosure",
+              "guarantees", "settings", "steps"),
 }
 _TITLES = {"run": "fedtab job report", "impute": "fedtab imputation report", "elect": "fedtab feature election report"}
 

@@ -114,6 +114,8 @@ def model_section(result: Mapping[str, Any]) -> str:
     elif isinstance(m.get("importances"), Mapping):
         imp = sorted(m["importances"].items(), key=lambda kv: -float(kv[1] or 0))
         out.append(table(["Feature", "Importance"], [[esc(k), num(v)] for k, v in imp], num_cols=(1,)))
+    elif mapping(tr.get("importance")).get("pooled"):
+        out.append('<p class="note">A tree model has no coefficients: its feature importance by gain follows.</p>')
     else:
         out.append(absent("No coefficients or importances for this model in the result."))
     return "".join(out)

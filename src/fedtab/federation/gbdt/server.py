@@ -7,8 +7,13 @@ classes, parameters; label sums for the intercept, summed), then per round one
 ``K`` classes are grown together), each carrying the previous level's splits and, at a
 round's first level, the previous round's leaf values (and asking for the validation loss
 sums when early stopping); one closing ``gbdt_level`` without nodes delivers the last
-round's leaves; and ``gbdt_evaluate`` on the test part. So a tree costs at most ``D``
-exchanges, plus one exchange for the whole run's last leaves: ``R·D + 4`` at most.
+round's leaves; in a plain run ``gbdt_importance`` (each site's split gains on its own
+rows, :func:`importance_step`); and ``gbdt_evaluate`` on the test part. So a tree costs at
+most ``D`` exchanges, plus one exchange for the whole run's last leaves: ``R·D + 5`` at most.
+
+The loop is :func:`run_gbdt` over small steps sharing one :class:`_Run`: :func:`_prepare`
+(parts, quorum, schema), :func:`_agree_bins`, :func:`_start`, :func:`_boost` (rounds of
+:func:`_level` exchanges), :func:`importance_step` and :func:`_evaluate`.
 
 Histograms are sums: they travel by the run's summing strategy (``federation.options``):
 plain, or masked by secure aggregation; the sites round them to a fixed grid first
@@ -28,6 +33,7 @@ from typing import Any, Callable, Literal, Mapping
 import numpy as np
 
 from ...learn.gbdt import BinLayout, Booster, GBDTModel, GBDTParams, base_margin, merge_summaries
+from ...learn.gbdt.importance import pooled_importance
 from ...learn.gbdt.pooled import as_params
 from ...learn.gbdt.release import GRID_BITS
 from ...learn.metrics import SCORE_BINS
@@ -38,9 +44,10 @@ from ..protocol import Federation, FederationError, SumSpec, exchange, exchange_
 from ..schema import agree_schema, sort_labels
 from ..training.site import check_part
 from .site import LEAF, SPLIT
-from .steps import labels_checker, level_checker, payload_bytes, public_edges, robust_pool, summary_checker
+from .steps import (importance_checker, labels_checker, level_checker, payload_bytes, public_edges, robust_pool,
+                    summary_checker)
 
-__all__ = ["GBDTOutcome", "run_gbdt", "dp_plan"]
+__all__ = ["GBDTOutcome", "run_gbdt", "dp_plan", "importance_step"]
 
 
 @dataclass
@@ -61,6 +68,8 @@ class GBDTOutcome:
         left_out: robust mode: ``{site: its largest share of a node's hessian mass}`` where
             capping reduced it.
         participation / dropped / privacy / seconds: as in the training outcome.
+        importance: feature importance by gain, pooled and per site (:func:`importance_step`;
+            None when not asked for).
     """
 
     model: GBDTModel
@@ -76,6 +85,7 @@ class GBDTOutcome:
     dropped: dict[str, str] = field(default_factory=dict)
     privacy: dict[str, Any] | None = None
     seconds: float = 0.0
+    importance: dict[str, Any] | None = None
 
     @property
     def level_exchanges(self) -> list[dict[str, Any]]:
@@ -105,6 +115,51 @@ def _resolve(params: GBDTParams, classes: list[str]) -> GBDTParams:
     return replace(params, objective="multiclass", n_classes=len(classes))
 
 
+@dataclass
+class _Run:
+    """One boosting run's server state, shared by its steps (bins, start, levels, importance)."""
+
+    federation: Federation
+    params: GBDTParams
+    features: list[str]
+    train_part: str
+    validation_part: str | None
+    on_error: Literal["raise", "skip"] | None
+    base_meta: dict[str, Any]
+    log: list[dict[str, Any]] = field(default_factory=list)
+    seen: int = 0
+    layout: BinLayout | None = None
+    ledger: Any = None
+    withheld: dict[str, int] = field(default_factory=dict)
+    left_out: dict[str, float] = field(default_factory=dict)
+    carry: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def noisy(self) -> bool:
+        return self.federation.options.dp is not None
+
+    @property
+    def regression(self) -> bool:
+        return self.params.objective == "regression"
+
+    def record(self, step: str, request: Message, n_sites: int, up: int, round_: int = -1, level: int = -1,
+               nodes: int = 0) -> None:
+        """Log one exchange: payload bytes, and what the engine measured on its wire since the last one
+        (a secure sum's rounds included)."""
+        wire = self.federation.traffic.records[self.seen:]
+        self.seen = len(self.federation.traffic.records)
+        self.log.append({"step": step, "round": round_, "level": level, "nodes": nodes,
+                         "bytes_down": payload_bytes(request) * n_sites, "bytes_up": up,
+                         "wire_down": sum(t.bytes_down for t in wire), "wire_up": sum(t.bytes_up for t in wire)})
+
+    def dp_meta(self, step: str, n: int = 1) -> dict[str, Any]:
+        """The DP request of ``n`` releases of ``step``, paid from the run's accountant (``{}`` without DP)."""
+        if self.ledger is None or n == 0:
+            return {}
+        self.ledger.spend(step, n)
+        return {DP_META: dp_request(self.federation.options.dp, self.ledger.multiplier(step))}
+
+
 def run_gbdt(
     federation: Federation,
     features: list[str] | None = None,
@@ -118,6 +173,7 @@ def run_gbdt(
     min_sites: int | None = None,
     on_error: Literal["raise", "skip"] | None = None,
     on_round: Callable[[int, float | None], None] | None = None,
+    importance: bool = True,
 ) -> GBDTOutcome:
     """Federated histogram gradient boosting (see the module docstring for the exchanges).
 
@@ -133,121 +189,144 @@ def run_gbdt(
             grid (AUROC), ``None`` for none.
         min_sites / on_error: the quorum and failure policy (as :func:`~fedtab.federation.training.run_training`).
         on_round: progress callback ``(round, pooled validation metric or None)``.
+        importance: ask the sites for their per-site gains (one ``gbdt_importance`` exchange
+            before the evaluation; plain runs only, see :func:`importance_step`).
 
     Raises:
         FederationError: a site failed or replied implausibly (naming it).
         ValueError: bad parameters, fewer than two classes, DP without public bounds.
     """
     t0 = time.perf_counter()
-    p = as_params(params)
+    p0, dropped0 = len(federation.participation), set(federation.dropped)
+    run = _prepare(federation, features, target, as_params(params), train_part, validation_part, eval_part, min_sites,
+                   on_error)
+    classes = _agree_bins(run)
+    booster = _start(run, classes)
+    _boost(run, booster, on_round)
+    model = booster.model()
+    imp = importance_step(run, model) if importance else None
+    metrics = _evaluate(federation, model, classes, eval_part, score_bins, run.ledger, on_error, run.log)
+    return GBDTOutcome(model=model, params=run.params, features=run.features, classes=classes, metrics=metrics,
+                       history=list(booster.history), exchanges=run.log, withheld=run.withheld,
+                       left_out=run.left_out, participation=federation.participation[p0:],
+                       dropped={s: why for s, why in federation.dropped.items() if s not in dropped0},
+                       privacy=run.ledger.report() if run.ledger is not None else None,
+                       seconds=time.perf_counter() - t0, importance=imp)
+
+
+def _prepare(federation: Federation, features: list[str] | None, target: str | None, p: GBDTParams,
+             train_part: str | None, validation_part: str | None, eval_part: str, min_sites: int | None,
+             on_error: Literal["raise", "skip"] | None) -> _Run:
+    """Check the parts and modes, set the quorum, agree the schema: the run's state before any exchange."""
     early = p.early_stopping_rounds is not None
     train_part = train_part or ("fit" if early else "train")
     validation_part = validation_part if validation_part is not None else ("validation" if early else None)
     for part in (train_part, eval_part, *(() if validation_part is None else (validation_part,))):
         check_part(part)
     set_quorum(federation, min_sites)
-    p0, dropped0 = len(federation.participation), set(federation.dropped)
-    opts = federation.options
-    noisy = opts.dp is not None
     regression = p.objective == "regression"
-    if noisy and regression and validation_part is not None:
+    if federation.options.dp is not None and regression and validation_part is not None:
         raise ValueError("early stopping under DP needs a bounded validation loss: not available for regression")
     if federation.schema is None:
         agree_schema(federation)
     feats = list(features) if features is not None else list(federation.schema.columns)
-    log: list[dict[str, Any]] = []
-    seen = [len(federation.traffic.records)]
-
-    def record(step: str, request: Message, n_sites: int, up: int, round_: int = -1, level: int = -1,
-               nodes: int = 0) -> None:
-        wire = federation.traffic.records[seen[0]:]  # what the engine measured (a secure sum's rounds included)
-        seen[0] = len(federation.traffic.records)
-        log.append({"step": step, "round": round_, "level": level, "nodes": nodes,
-                    "bytes_down": payload_bytes(request) * n_sites, "bytes_up": up,
-                    "wire_down": sum(t.bytes_down for t in wire), "wire_up": sum(t.bytes_up for t in wire)})
-
-    # 1. bin summaries and class labels
     base_meta = {"features": feats, "part": train_part, "min_rows": p.min_rows, "regression": regression,
                  **({"target": target} if target is not None else {})}
-    request = Message("gbdt_summary", meta={**base_meta, "sketch_size": p.sketch_size, "summary": not noisy})
-    replies = exchange(federation, request, summary_checker(federation, len(feats), train_part,
-                                                            sketch_size=p.sketch_size, min_rows=p.min_rows,
-                                                            regression=regression, with_summary=not noisy),
-                       on_error=on_error, step="gbdt_summary")
-    record("gbdt_summary", request, len(replies), sum(payload_bytes(r) for r in replies.values()))
+    return _Run(federation, p, feats, train_part, validation_part, on_error, base_meta,
+                seen=len(federation.traffic.records))
+
+
+def _agree_bins(run: _Run) -> list[str]:
+    """Exchange 1: bin summaries and class labels -> the agreed edges (public ones under DP), the
+    resolved objective and (DP) the run's ledger. Returns the agreed classes."""
+    fed, p, noisy, regression = run.federation, run.params, run.noisy, run.regression
+    request = Message("gbdt_summary", meta={**run.base_meta, "sketch_size": p.sketch_size, "summary": not noisy})
+    replies = exchange(fed, request, summary_checker(fed, len(run.features), run.train_part,
+                                                     sketch_size=p.sketch_size, min_rows=p.min_rows,
+                                                     regression=regression, with_summary=not noisy),
+                       on_error=run.on_error, step="gbdt_summary")
+    run.record("gbdt_summary", request, len(replies), sum(payload_bytes(r) for r in replies.values()))
     classes = [] if regression else sort_labels({c for r in replies.values() for c in r.meta.get("classes", [])})
-    p = _resolve(p, classes)
+    run.params = p = _resolve(p, classes)
     if noisy:
-        layout = public_edges(opts.dp, feats, p.max_bins)
+        run.layout = public_edges(fed.options.dp, run.features, p.max_bins)
     else:
         names = list(replies)
-        layout = merge_summaries([replies[s].arrays for s in names], len(feats), max_bins=p.max_bins,
-                                 sketch_size=p.sketch_size, min_rows=p.min_rows, sites=names)
-    ledger = run_ledger(federation, *dp_plan(p, validation_part is not None)) if noisy else None
+        run.layout = merge_summaries([replies[s].arrays for s in names], len(run.features), max_bins=p.max_bins,
+                                     sketch_size=p.sketch_size, min_rows=p.min_rows, sites=names)
+    run.ledger = run_ledger(fed, *dp_plan(p, run.validation_part is not None)) if noisy else None
+    return classes
 
-    def dp_meta(step: str, n: int = 1) -> dict[str, Any]:
-        if ledger is None or n == 0:
-            return {}
-        ledger.spend(step, n)
-        return {DP_META: dp_request(opts.dp, ledger.multiplier(step))}
 
-    # 2. start: edges, classes, parameters -> label sums
-    start = Message("gbdt_start", layout.to_arrays(),
-                    {**base_meta, "classes": classes, "params": p.to_dict(), "validation_part": validation_part,
-                     **dp_meta("gbdt.labels")})
+def _start(run: _Run, classes: list[str]) -> Booster:
+    """Exchange 2: edges, classes, parameters -> the summed label sums -> the intercept and the booster."""
+    fed, p, noisy, regression = run.federation, run.params, run.noisy, run.regression
+    assert run.layout is not None
+    start = Message("gbdt_start", run.layout.to_arrays(),
+                    {**run.base_meta, "classes": classes, "params": p.to_dict(),
+                     "validation_part": run.validation_part, **run.dp_meta("gbdt.labels")})
     width = p.n_classes if p.objective == "multiclass" else 2
-    summed = exchange_sums(federation, start, SumSpec({"label_sums": MOMENT_BITS if (regression or noisy) else 0}),
-                           labels_checker(federation, train_part, p.objective, p.n_classes, noisy=noisy),
-                           on_error=on_error, step="gbdt_start")
-    record("gbdt_start", start, len(summed.sites), 8 * width * len(summed.sites))
+    summed = exchange_sums(fed, start, SumSpec({"label_sums": MOMENT_BITS if (regression or noisy) else 0}),
+                           labels_checker(fed, run.train_part, p.objective, p.n_classes, noisy=noisy),
+                           on_error=run.on_error, step="gbdt_start")
+    run.record("gbdt_start", start, len(summed.sites), 8 * width * len(summed.sites))
     sums = np.asarray(summed.sums["label_sums"], dtype=np.float64)
     if noisy:
         sums = np.maximum(sums, 1e-6) if not regression else np.array([sums[0], max(sums[1], 1.0)])
     margin0 = base_margin(p, sums)
-    booster = Booster(p, layout, margin0, feats)
-    withheld: dict[str, int] = {}
-    left_out: dict[str, float] = {}
-    carry: dict[str, np.ndarray] = {"base_margin": margin0}
-    validating = validation_part is not None
+    run.carry = {"base_margin": margin0}
+    return Booster(p, run.layout, margin0, run.features)
 
-    def level(nodes: np.ndarray, round_: int, lvl: int, validate_now: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        meta: dict[str, Any] = {"round": round_, "level": lvl, "validate": validate_now}
-        meta.update(dp_meta("gbdt.level", (1 if nodes.size else 0) + (1 if validate_now else 0)) if noisy else {})
-        req = Message("gbdt_level", {**carry, "nodes": np.asarray(nodes, dtype=np.int32).reshape(-1, 2)}, meta)
-        m = int(req.arrays["nodes"].shape[0])
-        fields = {"hist": GRID_BITS} if m else {}
-        if validate_now:
-            fields["val_loss"] = MOMENT_BITS
-        check = level_checker(federation, layout, m, train_part, validation_part, objective=p.objective, noisy=noisy,
-                              validating=validate_now)
-        if opts.robust:
-            got = exchange(federation, req, check, on_error=on_error, step="gbdt_level")
-            pooled = robust_pool(got, layout, opts.max_site_share) if m else (np.zeros((0, layout.n_slots, 2)), {})
-            hist, shares = pooled
-            left_out.update({s: v for s, v in shares.items() if v > opts.max_site_share})
-            val = sum(np.asarray(r.arrays["val_loss"], dtype=np.float64) for r in got.values()) if validate_now else None
-            replies_ = got
-        else:
-            out = exchange_sums(federation, req, SumSpec(fields), check, on_error=on_error, step="gbdt_level",
-                                check_total=lambda s, _: _total_ok(s, m, layout))
-            hist = out.sums.get("hist", np.zeros((0, layout.n_slots, 2))).reshape(m, layout.n_slots, 2)
-            val = out.sums.get("val_loss") if validate_now else None
-            replies_ = out.replies
-        for s, r in replies_.items():
-            if isinstance(r.meta.get("withheld"), int) and r.meta["withheld"]:
-                withheld[s] = withheld.get(s, 0) + int(r.meta["withheld"])
-        n_sites = len(replies_)
-        record("gbdt_level", req, n_sites, n_sites * (m * layout.n_slots * 2 * 8 + (16 if validate_now else 0)),
+
+def _level(run: _Run, nodes: np.ndarray, round_: int, lvl: int, validate_now: bool
+           ) -> tuple[np.ndarray, np.ndarray | None]:
+    """One ``gbdt_level`` exchange: the requested nodes' pooled histograms (robustly capped in
+    robust mode) and, when asked, the summed validation loss."""
+    fed, p, layout, opts = run.federation, run.params, run.layout, run.federation.options
+    assert layout is not None
+    meta: dict[str, Any] = {"round": round_, "level": lvl, "validate": validate_now}
+    meta.update(run.dp_meta("gbdt.level", (1 if nodes.size else 0) + (1 if validate_now else 0))
+                if run.noisy else {})
+    req = Message("gbdt_level", {**run.carry, "nodes": np.asarray(nodes, dtype=np.int32).reshape(-1, 2)}, meta)
+    m = int(req.arrays["nodes"].shape[0])
+    fields = {"hist": GRID_BITS} if m else {}
+    if validate_now:
+        fields["val_loss"] = MOMENT_BITS
+    check = level_checker(fed, layout, m, run.train_part, run.validation_part, objective=p.objective,
+                          noisy=run.noisy, validating=validate_now)
+    if opts.robust:
+        replies = exchange(fed, req, check, on_error=run.on_error, step="gbdt_level")
+        hist, shares = robust_pool(replies, layout, opts.max_site_share) if m else (np.zeros((0, layout.n_slots, 2)),
+                                                                                    {})
+        run.left_out.update({s: v for s, v in shares.items() if v > opts.max_site_share})
+        val = sum(np.asarray(r.arrays["val_loss"], dtype=np.float64) for r in replies.values()) if validate_now \
+            else None
+    else:
+        out = exchange_sums(fed, req, SumSpec(fields), check, on_error=run.on_error, step="gbdt_level",
+                            check_total=lambda s, _: _total_ok(s, m, layout))
+        hist = out.sums.get("hist", np.zeros((0, layout.n_slots, 2))).reshape(m, layout.n_slots, 2)
+        val = out.sums.get("val_loss") if validate_now else None
+        replies = out.replies
+    for s, r in replies.items():
+        if isinstance(r.meta.get("withheld"), int) and r.meta["withheld"]:
+            run.withheld[s] = run.withheld.get(s, 0) + int(r.meta["withheld"])
+    n_sites = len(replies)
+    run.record("gbdt_level", req, n_sites, n_sites * (m * layout.n_slots * 2 * 8 + (16 if validate_now else 0)),
                round_, lvl, m)
-        return hist, val
+    return hist, val
 
+
+def _boost(run: _Run, booster: Booster, on_round: Callable[[int, float | None], None] | None) -> None:
+    """The rounds, level by level, until the last tree or early stopping; then the closing
+    exchange that delivers the last round's leaves (and its validation loss)."""
+    validating, noisy = run.validation_part is not None, run.noisy
     stopped = False
     while not booster.finished:
         r = len(booster.rounds)
         grower = booster.new_round()
         while not grower.done:
             ask_val = validating and r > 0 and grower.level == 0
-            hist, val = level(grower.request(), r, grower.level, ask_val)
+            hist, val = _level(run, grower.request(), r, grower.level, ask_val)
             if ask_val:
                 metric = booster.record_validation(_val_sums(val, noisy))
                 if on_round:
@@ -256,28 +335,58 @@ def run_gbdt(
                     stopped = True
                     break
             splits = grower.submit(hist)
-            carry = {SPLIT + k: v for k, v in splits.items()}
+            run.carry = {SPLIT + k: v for k, v in splits.items()}
         if stopped:
             break
         booster.add_round(grower)
         values = grower.leaf_values()
-        carry.update({LEAF + "values": np.concatenate(values).astype(np.float32),
-                      LEAF + "ptr": np.r_[0, np.cumsum([v.size for v in values])].astype(np.int64)})
+        run.carry.update({LEAF + "values": np.concatenate(values).astype(np.float32),
+                          LEAF + "ptr": np.r_[0, np.cumsum([v.size for v in values])].astype(np.int64)})
         if on_round and not validating:
             on_round(r, None)
     if not stopped:  # the last round's leaves (and its validation loss)
-        _, val = level(np.zeros((0, 2), dtype=np.int32), len(booster.rounds), 0, validating)
+        _, val = _level(run, np.zeros((0, 2), dtype=np.int32), len(booster.rounds), 0, validating)
         if validating:
             metric = booster.record_validation(_val_sums(val, noisy))
             if on_round:
                 on_round(len(booster.rounds) - 1, metric)
-    model = booster.model()
-    metrics = _evaluate(federation, model, classes, eval_part, score_bins, ledger, on_error, log)
-    return GBDTOutcome(model=model, params=p, features=feats, classes=classes, metrics=metrics,
-                       history=list(booster.history), exchanges=log, withheld=withheld, left_out=left_out,
-                       participation=federation.participation[p0:],
-                       dropped={s: why for s, why in federation.dropped.items() if s not in dropped0},
-                       privacy=ledger.report() if ledger is not None else None, seconds=time.perf_counter() - t0)
+
+
+def importance_step(run: _Run, model: GBDTModel) -> dict[str, Any]:
+    """Feature importance by gain: pooled from the model, per site from a ``gbdt_importance`` exchange.
+
+    Returns ``{"kind": "total_gain", "pooled": {feature: Σ gain}, "pooled_mean": {feature: mean gain
+    per split}, "per_site": {site: {feature: Σ gain on its training rows}}, "suppressed": {site:
+    splits left out by its min_rows}, "per_site_skipped": reason or None, "not_released": [sites
+    that refused or failed]}`` (features: those of at least one split). Per-site gains are not
+    asked for in a secure or DP run (they are per-site statistics those runs keep from the
+    server); a site that refuses or fails is listed, never fatal.
+    """
+    pooled = pooled_importance(model)
+    out: dict[str, Any] = {"kind": "total_gain", "pooled": pooled["total_gain"], "pooled_mean": pooled["gain"],
+                           "per_site": {}, "suppressed": {}, "per_site_skipped": None, "not_released": []}
+    opts = run.federation.options
+    if opts.secure or opts.dp is not None:
+        out["per_site_skipped"] = ("secure aggregation" if opts.secure else "differential privacy") + \
+            " hides per-site statistics from the server: per-site gains are not released"
+        return out
+    fed = run.federation
+    asked = list(fed.active)
+    req = Message("gbdt_importance", meta={"rounds": int(model.n_rounds)})
+    try:
+        replies = exchange(fed, req, importance_checker(fed, model, run.train_part), on_error="skip",
+                           step="gbdt_importance")
+    except FederationError:
+        replies = {}
+    run.record("gbdt_importance", req, len(asked), 8 * len(run.features) * len(replies))
+    used = [f for f in run.features if f in pooled["total_gain"]]
+    for s, r in replies.items():
+        gain = np.asarray(r.arrays["gain"], dtype=np.float64)
+        out["per_site"][s] = {f: float(gain[run.features.index(f)]) for f in used}
+        out["suppressed"][s] = int(r.meta.get("suppressed", 0))
+    out["not_released"] = [s for s in asked if s not in replies]
+    return out
+
 
 
 def _total_ok(sums: Mapping[str, np.ndarray], m: int, layout: BinLayout) -> None:

@@ -1,4 +1,4 @@
-"""The GBDT workflow's site side: three handlers over the site's fixed row parts.
+"""The GBDT workflow's site side: its handlers over the site's fixed row parts.
 
 * ``"gbdt_summary"`` — the site's bin summary of the training part (:func:`~fedtab.learn.gbdt.site_summary`,
   block means of at least ``max(min_rows of the request, the site's min_rows)`` rows) and, for
@@ -18,6 +18,9 @@
   :meth:`~fedtab.learn.gbdt.GBDTModel.to_arrays`, validated as a hostile model) on a part:
   the training workflow's sums (per class: every class needs ``min_rows`` rows there);
   ``"gbdt_score"`` — a regression model's squared error sum on a part.
+* ``"gbdt_importance"`` — each feature's summed split gain on the site's training rows,
+  replayed from the site's own record of the splits and leaf values it applied (no model of
+  the server's choosing; small nodes suppressed; refused after a secure or DP run).
 
 The site never takes a size, a seed or a floor from the server: parts are its own
 (:mod:`fedtab.federation.parts`), the subsample is drawn from its own seed, its floor is the
@@ -31,6 +34,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_sums, site_summary
+from ...learn.gbdt.importance import SPLIT_RECORD, record_splits, site_gains
 from ...learn.gbdt.objectives import loss_sums
 from ...learn.gbdt.release import check_request, histogram_sensitivity, noisy_level, release_level
 from ...privacy.dp import DP_META, add_noise, noise_rng
@@ -128,6 +132,7 @@ def _start(site: Site, request: Message) -> Message:
     if not regression and (not isinstance(classes, list) or len(classes) != params.n_classes):
         raise ValueError("the request's classes do not match its number of classes")
     part = _start_part(site, request)
+    dp_run = meta.get(DP_META) is not None
     X, y = site_data(site, feats, part, classes, regression)
     X_val = y_val = None
     val_part = meta.get("validation_part")
@@ -139,7 +144,8 @@ def _start(site: Site, request: Message) -> Message:
     site.state.pop(LIVE, None)
     site.state[STATE] = {"booster": booster.to_state(), "features": feats, "classes": classes,
                          "part": part, "validation_part": val_part, "splits": None, "started": False,
-                         "min_rows": _floor(site, request)}
+                         "min_rows": _floor(site, request), "dp": dp_run, "secure": False,
+                         **_empty_record(params.n_outputs)}
     sums = label_sums(params, y)
     dp = meta.get(DP_META)
     if dp is not None:  # one row moves a class count by 1 (two counts when replaced), or Σy by the clip
@@ -193,6 +199,19 @@ def _sibling_counts(booster: SiteBooster, nodes: np.ndarray, splits: Mapping[str
     return out
 
 
+def _empty_record(n_outputs: int) -> dict[str, np.ndarray]:
+    """The site's record of what it applied (for :func:`_importance`): splits, leaf values, intercept."""
+    return {"grown": np.zeros((0, len(SPLIT_RECORD)), np.int64), "grown_leaves": np.zeros(0, np.float32),
+            "grown_leaf_ptr": np.zeros(1, np.int64), "base_margin": np.zeros(n_outputs, np.float32)}
+
+
+def _record(st: dict[str, Any], round_: int, splits: Mapping[str, np.ndarray]) -> None:
+    """Append one level's applied splits to the site's record (its level: the round's next)."""
+    rec = np.asarray(st["grown"], dtype=np.int64).reshape(-1, len(SPLIT_RECORD))
+    this = rec[rec[:, 0] == round_, 1]
+    st["grown"] = record_splits(rec, round_, int(this.max()) + 1 if this.size else 0, dict(splits))
+
+
 @handler("gbdt_level", Releases(part=_level_part, aggregates=("hist", "val_loss"),
                                 meta={"withheld": COUNT, "n_val": COUNT, "round": COUNT}, dp=True,
                                 dp_releases=_level_releases))
@@ -205,6 +224,7 @@ def _level(site: Site, request: Message) -> Message:
     if splits:
         booster.apply(splits)
         st["splits"], st["released"] = splits, []
+        _record(st, booster.round, splits)
     leaves = _carried(request, LEAF)
     if leaves:
         values, ptr = np.asarray(leaves["values"], dtype=np.float32), np.asarray(leaves["ptr"], dtype=np.int64)
@@ -213,6 +233,8 @@ def _level(site: Site, request: Message) -> Message:
         if not np.isfinite(values).all() or np.abs(values).max(initial=0) > 1e6:
             raise ValueError("leaf values must be finite and at most 1e6 in magnitude")
         booster.finish_round([values[ptr[k]:ptr[k + 1]] for k in range(p.n_outputs)])
+        st["grown_leaves"] = np.concatenate([st["grown_leaves"], values])
+        st["grown_leaf_ptr"] = np.r_[st["grown_leaf_ptr"], st["grown_leaf_ptr"][-1] + ptr[1:]]
         st["started"] = False
     base = request.arrays.get("base_margin")
     if base is not None:  # the intercept, once, before the first round
@@ -222,11 +244,14 @@ def _level(site: Site, request: Message) -> Message:
         if b.shape != (p.n_outputs,) or not np.isfinite(b).all():
             raise ValueError(f"base_margin must be {p.n_outputs} finite numbers")
         booster.margins[:] = b[None, :]
+        st["base_margin"] = b
         if booster.val_margins is not None:
             booster.val_margins[:] = b[None, :]
     out: dict[str, np.ndarray] = {}
     reply_meta: dict[str, Any] = {"round": int(booster.round)}
     dp = meta.get(DP_META)
+    if SECAGG_META in meta:
+        st["secure"] = True
     if meta.get("validate"):
         if booster.val_margins is None:
             out["val_loss"], reply_meta["n_val"] = np.zeros(2), 0
@@ -346,3 +371,31 @@ def _evaluate(site: Site, request: Message) -> Message:
         rng = noise_rng()
         out = {k: add_noise(v, 2.0 if k == "brier_sum" else np.sqrt(2.0), dp, rng) for k, v in out.items()}
     return Message("gbdt_evaluate", out, {"n": int(len(y))})
+
+
+# ----------------------------------------------------------------------------- importance
+@handler("gbdt_importance", Releases(part=_level_part, aggregates=("gain",), meta={"n": COUNT, "suppressed": COUNT}))
+def _importance(site: Site, request: Message) -> Message:
+    """``gain`` ``(d,)``: each feature's summed split gain on the site's training rows over the
+    first ``meta["rounds"]`` rounds (:func:`~fedtab.learn.gbdt.importance.site_gains`), replayed
+    from the site's own record of the splits and leaf values it applied — the server sends no
+    model. Splits with a node or child of 1 to ``min_rows − 1`` of the site's rows add nothing
+    (``suppressed`` counts them).
+
+    Refused (an error reply) after a secure or DP run (a per-site number is what those runs
+    keep from the server), when the site's policy requires secure aggregation or DP, and for
+    more rounds than the site grew.
+    """
+    st = _state(site)
+    if st.get("secure") or st.get("dp") or site.policy.require_secure_aggregation or site.policy.require_dp:
+        raise ValueError("this site releases per-site importance only after a plain run (secure aggregation and "
+                         "DP keep per-site statistics from the server)")
+    rounds = request.meta.get("rounds")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+        raise ValueError("the request must name the rounds to count (a non-negative integer)")
+    booster = _booster(site, st)
+    if rounds > booster.round:
+        raise ValueError("the request asks for more rounds than the site grew")
+    out = site_gains(booster.bins, booster.y, booster.layout, booster.params, st["base_margin"], st["grown"],
+                     st["grown_leaves"], st["grown_leaf_ptr"], rounds, int(st["min_rows"]))
+    return Message("gbdt_importance", {"gain": out.total}, {"n": int(booster.y.size), "suppressed": out.suppressed})

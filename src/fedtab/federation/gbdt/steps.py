@@ -10,6 +10,8 @@ Each step validates before it reduces (the Flower shape, as :mod:`fedtab.federat
   agreeing on the node totals and its hessian mass within the site's rows
   (:func:`~fedtab.learn.gbdt.check_site_histogram`; DP: shape and finiteness only), and its
   validation loss sums (``0 ≤ loss``, the validation rows it declared);
+* :func:`importance_checker` — a site's per-feature gains: ``(d,)`` finite, its training rows,
+  its suppressed splits at most the model's splits;
 * :func:`robust_pool` — robust mode: each node's pooled histogram with no site above
   ``max_site_share`` of the node's hessian mass (:func:`~fedtab.federation.reduce.cap_weights`).
 """
@@ -20,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ...learn.gbdt import BinLayout, check_site_histogram
+from ...learn.gbdt import BinLayout, GBDTModel, check_site_histogram
 from ...learn.gbdt.bins import check_summary
 from ...learn.gbdt.release import GRID_BITS
 from .. import validate
@@ -28,7 +30,8 @@ from ..messages import Message
 from ..protocol import Federation
 from ..reduce import cap_weights
 
-__all__ = ["summary_checker", "labels_checker", "level_checker", "robust_pool", "payload_bytes", "public_edges"]
+__all__ = ["summary_checker", "labels_checker", "level_checker", "importance_checker", "robust_pool", "payload_bytes",
+           "public_edges"]
 
 
 def summary_checker(federation: Federation, n_features: int, part: str, *, sketch_size: int, min_rows: int,
@@ -95,6 +98,20 @@ def level_checker(federation: Federation, layout: BinLayout, n_nodes: int, part:
                 v = validate.array(reply, "val_loss", (2,))
                 if not noisy and (v[0] < 0 or (n_val is not None and v[1] != n_val)):
                     raise ValueError("validation loss sums must be [loss >= 0, the validation rows declared]")
+
+    return check
+
+
+def importance_checker(federation: Federation, model: GBDTModel, part: str) -> Callable[[str, Message], None]:
+    """Validator of ``"gbdt_importance"`` replies."""
+    n_splits = int((model.nodes["left"] >= 0).sum())
+
+    def check(site: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
+        validate.integer(reply.meta.get("n"), f"{part} rows", equal=schema.rows(site, part))
+        validate.integer(reply.meta.get("suppressed"), "suppressed splits", upper=n_splits)
+        validate.array(reply, "gain", (model.n_features,))
 
     return check
 

@@ -56,4 +56,5 @@ def train_gbdt(federation: Federation, features: list[str] | None, model: Any, *
         bytes_up=sum(t["bytes_up"] for t in traffic), traffic=traffic, rounds=out.model.n_rounds, metrics=out.metrics,
         local_epochs=0, seed=int(seed), model_spec={"name": fm.name, "params": out.params.to_dict()},
         participation=out.participation, dropped=out.dropped, robust=federation.options.robust,
-        left_out={s: f"gbdt: hessian share {v:.3g} capped" for s, v in out.left_out.items()}, privacy=out.privacy)
+        left_out={s: f"gbdt: hessian share {v:.3g} capped" for s, v in out.left_out.items()}, privacy=out.privacy,
+        importance=out.importance)

@@ -8,7 +8,7 @@ imputation statistics) describes them once (:class:`SumSpec`) and calls
 * :class:`PlainSums` — every site sends its values; they are validated per site on the one
   server path (:func:`~fedtab.federation.protocol.exchange`) and added up here. Robust
   reducers, which need each site's values, read :attr:`Summed.replies`.
-* :class:`SecureSums` — the values travel masked (:class:`fedtab.privacy.secagg.SecureAggregator`,
+* :class:`SecureSums` — the values travel masked (:class:`fedtab.federation.protocol.secure_aggregator.SecureAggregator`,
   one session per run): the server learns only their sum over the surviving sites; the
   replies' other contents are validated per site, the totals by ``check_total``.
 
@@ -29,7 +29,7 @@ from ..messages import Message
 from .federation import Federation, FederationError, QuorumError, SiteError, reject_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...privacy.secagg import SecureAggregator
+    from .secure_aggregator import SecureAggregator
 
 __all__ = ["SumSpec", "Summed", "SummingStrategy", "PlainSums", "SecureSums", "strategy_for", "SECURE_SUM"]
 
@@ -141,7 +141,7 @@ class SecureSums(SummingStrategy):
     secure = True
 
     def __init__(self, federation: Federation) -> None:
-        from ...privacy.secagg import SecureAggregator
+        from .secure_aggregator import SecureAggregator
 
         self.aggregator: SecureAggregator = SecureAggregator(federation)
 

@@ -59,6 +59,8 @@ class TrainingOutcome:
             of a pooled sum (``"describe: ..."``, ``"fit round r: ..."``).
         privacy: with DP, the run accountant's bill so far: ``{"epsilon", "delta",
             "noise_multiplier", "steps": {step: ε}, "total", "releases"}``.
+        importance: boosted trees only, feature importance by gain pooled and per site
+            (:func:`fedtab.federation.gbdt.server.importance_step`); None for other models.
     """
 
     model: str
@@ -84,6 +86,7 @@ class TrainingOutcome:
     robust: bool = False
     left_out: dict[str, str] = field(default_factory=dict)
     privacy: dict[str, Any] | None = None
+    importance: dict[str, Any] | None = None
 
 
 
@@ -184,36 +187,13 @@ def run_training(
     dp_fit = dp_fit_settings(federation, fm, ledger, local_epochs) if ledger is not None else None
     has_proba = getattr(fm, "predict_proba", None) is not None
 
-    size = model_cost(fm, len(feats), len(class_list)).size  # before the server allocates it
-    if not size <= DisclosurePolicy().max_size:
-        raise ValueError(f"model {fm.name!r} would hold ~{size:.1e} parameters, more than a site accepts by default "
-                         f"(max_size={DisclosurePolicy().max_size:g})")
-    params: Params = fm.init(len(feats), len(class_list), seed)
-    template = fm.update_template(len(feats), len(class_list))
-    n_up = int(sum(np.prod(v) for v in template.values()))
+    params = _initial_params(fm, len(feats), len(class_list), seed)
     n_rounds = 1 if fm.exact else rounds
-    history: list[dict[str, float]] = []
-    traffic: list[dict[str, Any]] = []
     start_bytes = federation.traffic.total("fit")
-    for r in range(1, n_rounds + 1):
-        request = fit_request(params, fm, epochs=local_epochs, round_=r, seed=seed, setup=setup if r == 1 else None,
-                              mean=mean, std=std, dp_fit=dp_fit)
-        if ledger is not None:
-            ledger.spend("training.fit", dp_fit["steps"])  # type: ignore[index]
-        n_log = len(federation.traffic.records)
-        params, dropped, _ = fit_round(federation, fm, request, template, train_part, max_param_abs=max_param_abs,
-                                       n_classes=len(class_list), round_=r, on_error=on_error)
-        left_out.update(dropped)
-        traffic += _round_traffic(federation, n_log, r, {} if fm.exact else {k: v for k, v in request.arrays.items()
-                                                                              if k.startswith("param:")}, n_up)
-        metrics = None
-        if eval_every and (r % eval_every == 0 or r == n_rounds):
-            detail = evaluate(federation, params, len(class_list), eval_part, has_proba=has_proba, ledger=ledger,
-                              on_error=on_error)
-            metrics = _historic(detail)[0]
-            history.append({"round": r, **metrics})
-        if on_round:
-            on_round(r, metrics)
+    params, history, traffic = _fedavg_rounds(
+        federation, fm, params, n_rounds, setup=setup, local_epochs=local_epochs, seed=seed, mean=mean, std=std,
+        dp_fit=dp_fit, ledger=ledger, train_part=train_part, eval_part=eval_part, eval_every=eval_every,
+        on_round=on_round, on_error=on_error, left_out=left_out, max_param_abs=max_param_abs, has_proba=has_proba)
     end_bytes = federation.traffic.total("fit")
     detail = evaluate(federation, params, len(class_list), eval_part, score_bins, has_proba=has_proba, ledger=ledger,
                       on_error=on_error)
@@ -228,6 +208,59 @@ def run_training(
         dropped={s: why for s, why in federation.dropped.items() if s not in dropped0}, robust=opts.robust,
         left_out=left_out, privacy=ledger.report() if ledger is not None else None,
     )
+
+
+def _initial_params(fm: FederatedModel, d: int, c: int, seed: int) -> Params:
+    """The model's starting parameters, after checking a site would accept a model of that size.
+
+    Raises:
+        ValueError: the model would exceed a site's default ``max_size``.
+    """
+    size = model_cost(fm, d, c).size  # before the server allocates it
+    if not size <= DisclosurePolicy().max_size:
+        raise ValueError(f"model {fm.name!r} would hold ~{size:.1e} parameters, more than a site accepts by default "
+                         f"(max_size={DisclosurePolicy().max_size:g})")
+    return fm.init(d, c, seed)
+
+
+def _fedavg_rounds(federation: Federation, fm: FederatedModel, params: Params, n_rounds: int, *,
+                   setup: Mapping[str, Any], local_epochs: int, seed: int, mean: np.ndarray, std: np.ndarray,
+                   dp_fit: Mapping[str, Any] | None, ledger: Any, train_part: str, eval_part: str, eval_every: int,
+                   on_round: Callable[[int, dict[str, float] | None], None] | None,
+                   on_error: Literal["raise", "skip"] | None, left_out: dict[str, str], max_param_abs: float,
+                   has_proba: bool) -> tuple[Params, list[dict[str, float]], list[dict[str, Any]]]:
+    """``n_rounds`` fit exchanges from ``params`` (the setup rides on the first), with an
+    evaluation every ``eval_every`` rounds; adds the sites each round left out to ``left_out``.
+
+    Returns:
+        ``(params, history, traffic)``: the final parameters, the periodic metrics and the
+        bytes of each round (:func:`_round_traffic`).
+    """
+    n_classes = len(setup["classes"])
+    template = fm.update_template(len(setup["features"]), n_classes)
+    n_up = int(sum(np.prod(v) for v in template.values()))
+    history: list[dict[str, float]] = []
+    traffic: list[dict[str, Any]] = []
+    for r in range(1, n_rounds + 1):
+        request = fit_request(params, fm, epochs=local_epochs, round_=r, seed=seed, setup=setup if r == 1 else None,
+                              mean=mean, std=std, dp_fit=dp_fit)
+        if ledger is not None:
+            ledger.spend("training.fit", dp_fit["steps"])  # type: ignore[index]
+        n_log = len(federation.traffic.records)
+        params, dropped, _ = fit_round(federation, fm, request, template, train_part, max_param_abs=max_param_abs,
+                                       n_classes=n_classes, round_=r, on_error=on_error)
+        left_out.update(dropped)
+        traffic += _round_traffic(federation, n_log, r, {} if fm.exact else {k: v for k, v in request.arrays.items()
+                                                                              if k.startswith("param:")}, n_up)
+        metrics = None
+        if eval_every and (r % eval_every == 0 or r == n_rounds):
+            detail = evaluate(federation, params, n_classes, eval_part, has_proba=has_proba, ledger=ledger,
+                              on_error=on_error)
+            metrics = _historic(detail)[0]
+            history.append({"round": r, **metrics})
+        if on_round:
+            on_round(r, metrics)
+    return params, history, traffic
 
 
 def _historic(detail: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:

@@ -39,7 +39,8 @@ def summary(tr: "TrainingOutcome") -> dict[str, Any]:
     """The JSON-able ``result["training"]`` of a training outcome (no parameters: they are in the model file)."""
     return {"model": tr.model, "rounds": tr.rounds, "local_epochs": tr.local_epochs, "features": list(tr.features),
             "classes": list(tr.classes), "n_params": tr.n_params, "history": tr.history, "metrics": tr.metrics,
-            "robust": tr.robust, "left_out": dict(tr.left_out), "privacy": tr.privacy}
+            "robust": tr.robust, "left_out": dict(tr.left_out), "privacy": tr.privacy,
+            **({"importance": tr.importance} if tr.importance is not None else {})}
 
 
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:

@@ -13,6 +13,8 @@ Pieces, in the order a federated run uses them:
   level-by-level state machine (:class:`RoundGrower`) and the rounds with early stopping
   (:class:`Booster`).
 - :mod:`.model` — the ensemble as flat arrays: predict, importance, model-file arrays.
+- :mod:`.importance` — feature importance by gain: pooled (the trees' gains) and on one site's
+  rows (replayed from the site's record of the splits it applied; small nodes suppressed).
 - :mod:`.xgboost_export` — XGBoost's JSON model format and ``xgboost.Booster``.
 - :mod:`.pooled` — the in-process drivers (:func:`fit_gbdt_sites`, :func:`fit_gbdt_pooled`).
 """
