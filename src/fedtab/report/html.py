@@ -71,7 +71,7 @@ SECTIONS: dict[str, str] = {
     "verdict": "Verdict: did federating help?",
     "metrics": "Model quality, pooled and per site",
     "baselines": "Did federating help? Baselines per site",
-    "model": "The model: coefficients and odds ratios",
+    "model": "The model: its settings, coefficients and odds ratios",
     "importance": "Feature importance by gain, pooled and per site",
     "sites": "Sites and their columns",
     "disclosure": "What left the sites in this run",

@@ -108,7 +108,7 @@ def model_section(result: Mapping[str, Any]) -> str:
     out = [f"<p>Model: <strong>{esc(name)}</strong>{' (' + settings + ')' if settings else ''} on "
            f"{num(len(feats))} feature(s)"
            + (f", {num(tr.get('rounds'))} FedAvg round(s) of {num(tr.get('local_epochs'))} local epoch(s)"
-              if tr.get("rounds") else "") + ".</p>"]
+              if tr.get("rounds") and tr.get("local_epochs") and name != "gbdt" else "") + ".</p>"]
     if m.get("coef") is not None:
         out.append(_coefficients(m))
     elif isinstance(m.get("importances"), Mapping):
