@@ -236,10 +236,10 @@ def test_the_disclosure_statement_is_built_from_what_this_run_sent():
     assert set(kinds) == {"job_profile", "fit", "evaluate"}
     assert kinds["fit"].split()[1:5] == ["2", "exchanges,", "4", "sites"]
     assert "5th smallest" in kinds["job_profile"] and "released for 12 column(s)" in kinds["job_profile"]
-    # a run that never sent a profile claims no ranges; a run without a record says it cannot tell
+    # a run that never asked for a profile claims no ranges, even with ranges from a profile the job gave;
+    # a run without a record says it cannot tell
     r = four_sites()
     r["participation"]["exchanges"] = [e for e in r["participation"]["exchanges"] if e["step"] != "job_profile"]
-    r["schema"]["ranges"] = {}
     assert "min/max" not in render_report(r)
     r.pop("participation")
     assert "cannot say what left the sites" in Page(render_report(r)).header

@@ -158,10 +158,10 @@ def disclosure_summary(result: Mapping[str, Any]) -> str:
     dp = bool(mapping(result.get("privacy")).get("dp"))
     schema = mapping(result.get("schema"))
     ranges, cats = mapping(schema.get("ranges")), mapping(schema.get("categories"))
-    parts = []
-    if ranges:
+    parts = []  # ranges and categories count only when this run asked the sites for them (not a given profile)
+    if ranges and "job_profile" in names:
         parts.append(f"coarse min/max values of {len(ranges)} column(s)")
-    if cats:
+    if cats and "category_sets" in names:
         parts.append(f"the category lists of {len(cats)} column(s)")
     groups = [({"describe", "set_mask", "impute_schema", "class_moments", "select_prepare"},
                "per-column counts, sums and sums of squares"),
