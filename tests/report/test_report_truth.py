@@ -126,6 +126,8 @@ def test_auroc_interval_reads_the_class_counts_and_flags_few_rows():
     se = hanley_mcneil_se(0.8, 50, 40)
     assert (ci["positives"], ci["negatives"], ci["few"]) == (50, 40, False)
     assert ci["low"] == pytest.approx(0.8 - Z95 * se) and ci["high"] == pytest.approx(0.8 + Z95 * se)
+    binned = auroc_interval({"auroc": 0.8, "confusion": [[30, 10], [5, 45]], "auroc_error_bound": 0.02})
+    assert binned["low"] == pytest.approx(ci["low"] - 0.02) and binned["high"] == pytest.approx(ci["high"] + 0.02)
     few = auroc_interval({"auroc": 0.9, "confusion": [[1, 0], [3, 30]]})  # one test negative
     assert few["few"] and few["negatives"] == 1 < FEW_ROWS
     assert auroc_interval({"auroc": 0.9999999999999997, "confusion": [[4, 0], [0, 5]]})["low"] is None  # at its bound

@@ -12,6 +12,10 @@ and ``A ± 1.96·SE`` clipped to ``[0, 1]``. It is close to DeLong's for smooth 
 distributions and needs no score; it is an approximation, and with a handful of rows of a
 class no interval is trustworthy: :data:`FEW_ROWS` marks such an AUROC. At ``A`` = 0 or 1 the
 formula gives SE = 0, which is no interval at all: ``low``/``high`` are then ``None``.
+
+An AUROC pooled from score histograms (``auroc_error_bound`` > 0: pairs of rows from different
+sites in one bin) is at most that bound from the exact one; the interval is widened by it on
+both sides, so it covers the exact AUROC's interval.
 """
 
 from __future__ import annotations
@@ -56,9 +60,10 @@ def class_counts(metrics: Mapping[str, Any]) -> tuple[int, int] | None:
 
 def auroc_interval(metrics: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The 95 % interval of ``metrics["auroc"]`` (an :func:`fedtab.learn.metrics.evaluation_scores`
-    dict): ``{auroc, low, high, se, positives, negatives, few}``; ``few`` is true when a class
+    dict): ``{auroc, low, high, se, positives, negatives, few, binning}``; ``few`` is true when a class
     has fewer than :data:`FEW_ROWS` test rows; ``low``/``high`` are ``None`` at an AUROC of 0
-    or 1. ``None`` without an AUROC or without class counts."""
+    or 1; ``binning`` is the histogram error bound the interval was widened by. ``None`` without an
+    AUROC or without class counts."""
     if not isinstance(metrics, Mapping):
         return None
     a, counts = metrics.get("auroc"), class_counts(metrics)
@@ -70,8 +75,10 @@ def auroc_interval(metrics: Mapping[str, Any] | None) -> dict[str, Any] | None:
     a = min(max(float(a), 0.0), 1.0)
     a = 1.0 if a > 1 - 1e-9 else 0.0 if a < 1e-9 else a  # float noise of an exact 0 or 1
     se = hanley_mcneil_se(a, p, n)
+    err = metrics.get("auroc_error_bound")
+    err = float(err) if isinstance(err, (int, float)) and not isinstance(err, bool) and math.isfinite(err) else 0.0
     low = high = None
     if se > 0:
-        low, high = max(0.0, a - Z95 * se), min(1.0, a + Z95 * se)
+        low, high = max(0.0, a - Z95 * se - err), min(1.0, a + Z95 * se + err)
     return {"auroc": a, "low": low, "high": high, "se": se, "positives": p, "negatives": n,
-            "few": min(p, n) < FEW_ROWS}
+            "few": min(p, n) < FEW_ROWS, "binning": err}

@@ -70,7 +70,8 @@ def metrics(result: Mapping[str, Any]) -> str:
     headers = [h for k, h in present for h in ((h, "AUROC 95 % CI") if k == "auroc" else (h,))]
     out = ['<p class="note">All models are scored on the same held-out test rows of every site. AUROC: chance '
            "that a random positive case scores above a random negative one (0.5 = coin toss); its 95 % interval is "
-           "Hanley and McNeil's, from the AUROC and the test rows of each class. PR-AUC: average "
+           "Hanley and McNeil's, from the AUROC and the test rows of each class (widened by the histogram error "
+           "bound where the AUROC has one). PR-AUC: average "
            "precision over all thresholds. Brier: mean squared error of the predicted probabilities (lower is "
            "better). Pooled = over the test rows of all sites together; computed from per-site counts and "
            "histograms, no prediction left a site.</p>"]
