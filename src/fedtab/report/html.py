@@ -111,6 +111,7 @@ def _models(result: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     :func:`fedtab.report.data.evaluated_models` also gives each one's role)."""
     return [(label, m) for _, label, m in evaluated_models(result)]
 
+
 #: command -> the sections of its page (``None``: every section, absent ones noted); the pages
 #: of other commands leave out sections without data.
 TEMPLATES: dict[str, tuple[str, ...] | None] = {
