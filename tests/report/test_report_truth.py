@@ -283,6 +283,10 @@ def test_tables_scroll_and_figures_are_written_beside_the_report(tmp_path):
     pngs = sorted(tmp_path.glob("report-*.png"))
     assert [p.name for p in pngs] == ["report-auroc-by-site.png"]
     assert pngs[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and page.tags.count("img") == len(pngs)
+    (tmp_path / "report-tuning.png").write_bytes(b"stale")  # a figure an earlier report drew
+    (tmp_path / "other.png").write_bytes(b"mine")
+    write_report({}, tmp_path / "report.html")  # draws no figure
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["other.png"]
 
 
 # ----------------------------------------------------------------------------- one real tiny job

@@ -44,6 +44,7 @@ rows of :meth:`ElectionResult.explain` (``feature``, ``kept``, ``vote``, ``held_
 
 from __future__ import annotations
 
+import glob
 import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -187,6 +188,8 @@ def render_report(result: Mapping[str, Any], command: str = "run") -> str:
 def write_report(result: Mapping[str, Any], path: str | Path, command: str = "run") -> Path:
     """Write :func:`render_report` of ``result`` to ``path`` (UTF-8; parent folders created) and
     each of its figures beside it as ``<stem>-<figure>.png`` (e.g. ``report-auroc-by-site.png``).
+    A ``<stem>-*.png`` left there by an earlier report that this one does not draw is removed, so
+    no stale figure sits beside the page.
 
     Returns the written page's path.
     """
@@ -195,6 +198,10 @@ def write_report(result: Mapping[str, Any], path: str | Path, command: str = "ru
     with collect_figures() as figures:
         page = render_report(result, command)
     out.write_text(page, encoding="utf-8")
-    for name, png in figures:
-        (out.parent / f"{out.stem}-{re.sub(r'[^A-Za-z0-9_-]+', '-', name)}.png").write_bytes(png)
+    files = {out.parent / f"{out.stem}-{re.sub(r'[^A-Za-z0-9_-]+', '-', name)}.png": png for name, png in figures}
+    for old in out.parent.glob(f"{glob.escape(out.stem)}-*.png"):
+        if old not in files and old.is_file():
+            old.unlink()
+    for file, png in files.items():
+        file.write_bytes(png)
     return out
