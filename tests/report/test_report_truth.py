@@ -264,8 +264,13 @@ def test_impute_and_elect_pages_have_no_empty_job_sections():
     impute = {"sites": {"a": {"n_rows": 10, "columns": ["x"]}}, "settings": {"rounds": 3},
               "imputation": {"validation": {"per_column": {"x": 0.5}, "per_column_mean_fill": {"x": 1.0}}},
               "participation": {"exchanges": [{"step": "impute_stats", "sites": ["a"]}]}}
+    impute["imputation"].update(best_round=2, training_curve=[{"round": r, "train_loss": 1 / r, "val_rmse": None}
+                                                              for r in (1, 2, 3)])
     page = Page(render_report(impute, "impute"))
     assert list(page.text) == ["sites", "disclosure", "guarantees", "imputation", "settings"]
+    assert page.tags.count("img") == 1  # the imputer's training curve
+    impute["imputation"]["validation"]["per_column"] = {"x": None}  # every site's held-out cells suppressed
+    assert "⚠ unmeasured" in Page(render_report(impute, "impute")).text["imputation"]
     assert "fedtab imputation report" in page.header and "rounds" in page.text["settings"]
     elect = {"election": {"freedom_degree": 0.5, "selected": ["x"]}, "sites": [{"name": "a", "columns": ["x"]}]}
     assert list(Page(render_report(elect, "elect")).text) == ["election", "sites"]

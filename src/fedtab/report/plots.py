@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 __all__ = ["plot_sweep", "plot_tuning_curve", "plt", "save_figure", "figure_data_uri", "figure_png", "tuning_curve_figure",
-           "metric_by_site_figure"]
+           "metric_by_site_figure", "imputation_curve_figure"]
 
 
 def save_figure(fig: Any, path: str | Path, *, dpi: int = 110) -> Path:
@@ -105,6 +106,23 @@ def metric_by_site_figure(values: Mapping[str, Mapping[str, float | None]], metr
     ax.set_ylabel(metric)
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside, never on a bar
+    return fig
+
+
+def imputation_curve_figure(history: Sequence[Mapping[str, Any]], best_round: int | None = None) -> Any:
+    """The imputer's training loss and validation RMSE (z-space) per FedAvg round, the kept round
+    marked. ``history``: ``{round, train_loss, val_rmse}`` rows (``None`` values are gaps).
+    Returns the open figure."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    rounds = [h.get("round") for h in history]
+    for key, label in (("train_loss", "training loss (MSE, masked cells)"), ("val_rmse", "validation RMSE")):
+        ax.plot(rounds, [float("nan") if h.get(key) is None else h[key] for h in history], "o-", ms=3, label=label)
+    if best_round is not None:
+        ax.axvline(best_round, color="#555", ls="--", lw=1, label=f"kept: round {best_round}")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_xlabel("FedAvg round")
+    ax.set_ylabel("z-space")
+    ax.legend(fontsize=8)
     return fig
 
 

@@ -103,20 +103,36 @@ def imputation(result: Mapping[str, Any]) -> str:
     mean_fill = (imp.get("mean_fill_rmse_z") or {}).get("per_column") or val.get("per_column_mean_fill") or {}
     if not per_col:
         return _absent("Imputation ran, but no site had held-out cells to measure its quality on.")
-    out = ['<p class="note">Error on observed cells hidden from the imputer, in standard deviations of the '
-           "column (RMSE on the z-scale). The baseline fills every missing cell with the pooled mean; an "
-           "imputer below it recovers information from the other columns.</p>"]
+    if all(v is None for v in per_col.values()):
+        out = ['<p class="warn"><span class="warn">⚠ unmeasured</span> No site released a validation error for any '
+               "column: each site's held-out cells per column were fewer than its <code>min_rows</code> (smaller "
+               "counts are suppressed), so this run's imputation quality is unknown.</p>"]
+    else:
+        out = ['<p class="note">Error on observed cells hidden from the imputer, in standard deviations of the '
+               "column (RMSE on the z-scale). The baseline fills every missing cell with the pooled mean; an "
+               "imputer below it recovers information from the other columns.</p>", _quality_table(per_col, mean_fill),
+               f"<p>Overall RMSE: {_num(val.get('overall'))}"
+               + (f"; model of round {_num(imp.get('best_round'))} kept." if imp.get("best_round") else ".") + "</p>"]
+    curve = [h for h in imp.get("training_curve") or [] if isinstance(h, Mapping) and isinstance(h.get("round"), int)]
+    if curve:
+        from .plots import imputation_curve_figure
+
+        best = imp.get("best_round") if isinstance(imp.get("best_round"), int) else None
+        out.append(figure("imputation-curve", imputation_curve_figure(curve, best), "imputer training curve"))
+    return "".join(out)
+
+
+def _quality_table(per_col: Mapping[str, Any], mean_fill: Mapping[str, Any]) -> str:
+    """Imputer against mean-fill RMSE per column; a loss marked red, with a minus sign and "▼ worse"."""
     rows, classes = [], []
     for col, rmse in per_col.items():
         base = mean_fill.get(col)
         gain = None if rmse is None or base in (None, 0) else 1 - rmse / base
         rows.append([_e(col), _num(rmse), _num(base), "—" if gain is None else
-                     f"{signed(100 * gain, 0)} %" + (" ▼ worse" if round(100 * gain) < 0 else "")])
+                     f'<span class="delta">{signed(100 * gain, 0)} %'
+                     + (" ▼ worse" if round(100 * gain) < 0 else "") + "</span>"])
         classes.append("" if gain is None else ("better" if gain > 0 else "worse"))
-    out.append(_table(["Column", "Imputer RMSE", "Mean-fill RMSE", "Improvement"], rows, classes, num_cols=(1, 2, 3)))
-    out.append(f"<p>Overall RMSE: {_num(val.get('overall'))}"
-               + (f"; model of round {_num(imp.get('best_round'))} kept." if imp.get("best_round") else ".") + "</p>")
-    return "".join(out)
+    return _table(["Column", "Imputer RMSE", "Mean-fill RMSE", "Improvement"], rows, classes, num_cols=(1, 2, 3))
 
 
 def election(result: Mapping[str, Any]) -> str:
