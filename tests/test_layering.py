@@ -110,3 +110,39 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path, monkeypa
     found = violations("election")
     assert set(found) == {("fedtab.election.sneaky", "fedtab.report"), ("fedtab.election.sneaky", "fedtab.engines"),
                           ("fedtab.election.sneaky", "fedtab.job")}
+
+
+# ----------------------------------------------------------------------------- readable functions
+#: longest body (statements after the signature and the docstring) of any function in ``src/fedtab``
+MAX_BODY_LINES = 100
+
+
+def _long_functions(root: Path, limit: int) -> list[str]:
+    """``"path:function (n lines)"`` (path relative to ``root``) for every function under ``root``
+    whose body exceeds ``limit`` lines."""
+    long = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            body = node.body
+            if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                body = body[1:]
+            if body and (n := node.end_lineno - body[0].lineno + 1) > limit:
+                long.append(f"{path.relative_to(root)}:{node.name} ({n} lines)")
+    return long
+
+
+def test_no_function_body_is_longer_than_a_screenful():
+    """Issue 21: files a newcomer can read — no function body over ``MAX_BODY_LINES`` lines
+    (a signature's options and a docstring do not count)."""
+    assert _long_functions(SRC, MAX_BODY_LINES) == []
+
+
+def test_the_length_check_finds_a_long_function(tmp_path):
+    pkg = tmp_path / "fedtab"
+    pkg.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(101))
+    (pkg / "long.py").write_text(f'def f():\n    """doc"""\n{body}\n\n\ndef g():\n    """doc"""\n    return 1\n')
+    assert _long_functions(pkg, MAX_BODY_LINES) == ["long.py:f (101 lines)"]

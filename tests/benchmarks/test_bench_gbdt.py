@@ -2,7 +2,7 @@
 
 import pytest
 
-pytest.importorskip("xgboost")
+pytestmark = pytest.mark.requires("xgboost")
 
 from benchmarks.gbdt import main  # noqa: E402
 

@@ -9,15 +9,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("nvflare")
+from fedtab.data import classification_table, split_rows
 
-from fedtab.data import classification_table, split_rows  # noqa: E402
-from fedtab.engines.nvflare import SimulatorError, build_job, run_simulator  # noqa: E402
+# nvflare is imported by the tests that run (fedtab.engines.nvflare), not at collection
+pytestmark = pytest.mark.requires("nvflare")
 
 JOB = {"election": {"freedom_degree": 0.5}, "training": {"rounds": 2, "local_epochs": 2}}
 # the simulator run also tunes the freedom degree first (many more, cheap, FLARE tasks)
 TUNED_JOB = {"election": {"tune": "grid", "grid": [0.0, 1.0], "refine_step": 0.0},
              "training": {"rounds": 1, "local_epochs": 2}}
+
+
+@pytest.fixture(scope="module")
+def nvflare():
+    """fedtab's FLARE engine (imports nvflare)."""
+    from fedtab.engines import nvflare
+
+    return nvflare
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +50,15 @@ def reference(site_configs, jobs) -> dict:
     return jobs.local(site_configs, jobs.plan(**TUNED_JOB))
 
 
-def test_build_job_rejects_unknown_site_arguments(site_configs, jobs):
+def test_build_job_rejects_unknown_site_arguments(nvflare, site_configs, jobs):
     bad = [dict(site_configs[0], colour="blue")]
     with pytest.raises(ValueError, match="colour"):
-        build_job(bad, jobs.config(jobs.plan(**JOB)))
+        nvflare.build_job(bad, jobs.config(jobs.plan(**JOB)))
 
 
 @pytest.mark.slow
-def test_simulator_matches_local_engine(site_configs, reference, tmp_path, jobs):
-    result = run_simulator(site_configs, jobs.config(jobs.plan(**TUNED_JOB)), tmp_path, threads=3)
+def test_simulator_matches_local_engine(nvflare, site_configs, reference, tmp_path, jobs):
+    result = nvflare.run_simulator(site_configs, jobs.config(jobs.plan(**TUNED_JOB)), tmp_path, threads=3)
     assert result["engine"] == "nvflare"
     assert result["tuning"]["freedom_degree"] == reference["tuning"]["freedom_degree"]
     assert result["tuning"]["selected"] == reference["tuning"]["selected"]
@@ -66,21 +74,21 @@ def test_simulator_matches_local_engine(site_configs, reference, tmp_path, jobs)
 
 
 @pytest.mark.slow
-def test_simulator_failure_is_reported(site_configs, tmp_path, jobs):
+def test_simulator_failure_is_reported(nvflare, site_configs, tmp_path, jobs):
     broken = [dict(c) for c in site_configs]
     broken[2]["data-path"] = "/nonexistent/site3.csv"
-    with pytest.raises(SimulatorError):
-        run_simulator(broken, jobs.config(jobs.plan(**JOB)), tmp_path, threads=3)
+    with pytest.raises(nvflare.SimulatorError):
+        nvflare.run_simulator(broken, jobs.config(jobs.plan(**JOB)), tmp_path, threads=3)
 
 
 @pytest.mark.slow
-def test_simulator_runs_imputation(tmp_path, imputation_site_configs, jobs):
+def test_simulator_runs_imputation(nvflare, tmp_path, imputation_site_configs, jobs):
     pytest.importorskip("torch")
     configs = imputation_site_configs
     plan = jobs.plan(target=None, training=None,
                      impute={"rounds": 2, "local_epochs": 1, "hidden_dim": 8, "n_layers": 1, "n_threads": 1})
     ref = jobs.local(configs, plan)
-    result = run_simulator(configs, jobs.config(plan), tmp_path / "flare", threads=2)
+    result = nvflare.run_simulator(configs, jobs.config(plan), tmp_path / "flare", threads=2)
     assert result["imputation"]["columns"] == ref["imputation"]["columns"]
     assert result["imputation"]["validation"]["overall"] == pytest.approx(ref["imputation"]["validation"]["overall"],
                                                                          rel=1e-6)

@@ -197,11 +197,16 @@ def _toml(doc: dict) -> str:
 def test_predict_keeps_rows_and_fills_missing_columns(local_run, sites, tmp_path):
     _, d = local_run
     table = pd.read_parquet(sites / "hungarian.parquet")
-    table = table.iloc[::-1].drop(columns=["age", "chol"])  # another order, two schema columns absent
+    read = load_model(d / "model.fedtab").reads[0]
+    table = table.iloc[::-1].drop(columns=[read, "chol"])  # another order, two schema columns absent
     path = tmp_path / "new.csv"
     table.to_csv(path, index=False)
     res = runner.invoke(app, ["predict", str(d / "model.fedtab"), str(path), "--out", str(tmp_path / "p.csv")])
+    assert res.exit_code == 2 and repr(read) in res.output and "--allow-missing" in res.output
+    res = runner.invoke(app, ["predict", str(d / "model.fedtab"), str(path), "--out", str(tmp_path / "p.csv"),
+                              "--allow-missing"])
     assert res.exit_code == 0, res.output
+    assert "with the model's imputer" in res.output and "(absent)" in res.output
     preds = pd.read_csv(tmp_path / "p.csv")
     assert len(preds) == len(table)
     assert list(preds.columns) == [*table.columns, "prediction", "probability_0", "probability_1"]
@@ -240,10 +245,14 @@ def test_to_sklearn_predicts_like_the_model_on_complete_rows(plain_model, local_
     table = pd.read_csv(sites / "cleveland.csv", na_values=["?"]).dropna()
     for path in (plain_model, local_run[1] / "model.fedtab"):  # gnb, logistic
         model = load_model(path)
-        pipe = model.to_sklearn()
-        complete = model.transform(table)
-        np.testing.assert_allclose(pipe.predict_proba(complete), model.predict_proba(table), atol=1e-10)
-        assert list(pipe.predict(complete)) == list(model.predict(table))
+        pipe = model.to_sklearn()  # reads the table itself: encoding (and the imputer) included
+        np.testing.assert_allclose(pipe.predict_proba(table), model.predict_proba(table), atol=1e-10)
+        assert list(pipe.predict(table)) == list(model.predict(table))
+    # the imputer is part of the pipeline: rows with missing cells and an absent column score alike
+    gaps = pd.read_csv(sites / "va.csv", na_values=["?"]).drop(columns=["disease"])
+    model = load_model(local_run[1] / "model.fedtab")
+    assert gaps.isna().any().any()
+    np.testing.assert_allclose(model.to_sklearn().predict_proba(gaps), model.predict_proba(gaps), atol=1e-10)
 
 
 # ----------------------------------------------------------------------------- the model file as an attack surface

@@ -298,12 +298,17 @@ def test_a_guarded_job_gives_the_same_model_on_a_flower_loopback_deployment(guar
     _assert_same_model(result, tmp_path, ref, ref_out, table)
 
 
+def _four_sites(tmp_path: Path) -> list[dict]:
+    """Four sites' configs: when one drops, three remain, the fewest peers a site takes part in
+    a secure sum with (``min_peers=3``)."""
+    _, parts = classification_parts(800, 10, 4, 2, [0.3, 0.25, 0.25, 0.2], seed=7, split_seed=3)
+    return write_site_configs(parts, tmp_path)
+
+
 @pytest.fixture
 def a_site_without_the_target(tmp_path) -> list[dict]:
-    """Four sites, site-4's table without the target column: three remain, the fewest peers a
-    site takes part in a secure sum with (``min_peers=3``)."""
-    _, parts = classification_parts(800, 10, 4, 2, [0.3, 0.25, 0.25, 0.2], seed=7, split_seed=3)
-    configs = write_site_configs(parts, tmp_path)
+    """Four sites, site-4's table without the target column."""
+    configs = _four_sites(tmp_path)
     bad = tmp_path / "site4_relabelled.csv"
     pd.read_csv(configs[3]["data-path"]).rename(columns={"target": "label"}).to_csv(bad, index=False)
     configs[3]["data-path"] = str(bad)
@@ -359,9 +364,31 @@ def test_a_site_whose_handler_refuses_mid_training_is_dropped_in_that_step(site_
     assert steps["training"]["sites"] == ["site-1", "site-2"]
 
 
-@pytest.mark.xfail(strict=True, reason="secure aggregation's own exchange path (SecureAggregator) does not apply "
-                                       "the quorum yet: a site that fails after the session began stops the run "
-                                       "(the secure-aggregation quorum of WP-C / the one server path of WP-B)")
-def test_a_site_whose_handler_refuses_mid_training_is_dropped_in_secure_mode(site_files, jobs):
-    result = _run_capped(site_files, jobs, privacy={"secure_aggregation": True})
-    assert list(result["participation"]["dropped"]) == ["site-3"]
+def test_a_site_whose_handler_refuses_mid_training_is_dropped_in_secure_mode(tmp_path, jobs):
+    """Secure sums keep the quorum: site-4 answers one FedAvg round, then refuses; the three
+    others (still ``min_peers=3``) finish the run and site-4 is dropped and named."""
+    from fedtab.engines.local import LocalFederation
+    from fedtab.engines.site_config import build_site
+    from fedtab.job.workflow import run_workflow
+
+    configs = _four_sites(tmp_path)
+    configs[3]["policy"] = json.dumps({"max_rounds": 1})
+    plan = jobs.plan(election={}, training={"rounds": 2, "local_epochs": 1}, trust={"min_sites": 3},
+                     privacy={"secure_aggregation": True})
+    result = run_workflow(LocalFederation([build_site(c) for c in configs]), spec_from_plan(plan)).result
+    assert list(result["participation"]["dropped"]) == ["site-4"]
+    assert "max_rounds" in result["participation"]["dropped"]["site-4"]
+    steps = {s["step"]: s for s in result["participation"]["steps"]}
+    assert steps["election"]["sites"] == ["site-1", "site-2", "site-3", "site-4"]
+    assert steps["training"]["sites"] == ["site-1", "site-2", "site-3"]
+    assert result["training"]["metrics"]["pooled"]["n"] > 0 and result["privacy"]["secure_aggregation"]
+
+
+def test_a_secure_run_left_with_fewer_peers_than_the_sites_accept_stops_saying_why(site_files, jobs):
+    """Three sites, one refuses after round 1: the two left would share a secure sum with one
+    peer only, which each refuses (``min_peers=3``): the run stops with their reason instead of
+    summing what one site could subtract its own update from."""
+    from fedtab.federation.protocol import QuorumError
+
+    with pytest.raises(QuorumError, match=r"site 'site-1': refused: secure aggregation over 2 peer\(s\).*min_peers=3"):
+        _run_capped(site_files, jobs, privacy={"secure_aggregation": True})

@@ -8,7 +8,10 @@ import pytest
 from fedtab.learn.gbdt import GBDTParams, fit_gbdt_pooled, write_xgboost_json, xgboost_json
 from fedtab.learn.gbdt.model import IMPORTANCE_TYPES
 
-xgb = pytest.importorskip("xgboost")
+@pytest.fixture(scope="module")
+def xgb():
+    """XGBoost, imported when a test that compares with it runs (not at collection)."""
+    return pytest.importorskip("xgboost")
 
 
 def _raw(seed: int, n: int = 1500):
@@ -45,7 +48,7 @@ def _ours(model, X):
 
 
 @pytest.mark.parametrize("objective", sorted(MODELS))
-def test_booster_predicts_what_fedtab_predicts(objective, tmp_path):
+def test_booster_predicts_what_fedtab_predicts(xgb, objective, tmp_path):
     model, X = _model(objective)
     booster = model.to_xgboost()
     dm = xgb.DMatrix(X, feature_names=model.feature_names)
@@ -57,7 +60,7 @@ def test_booster_predicts_what_fedtab_predicts(objective, tmp_path):
     assert from_file.feature_names == model.feature_names
 
 
-def test_rows_on_the_thresholds_and_unseen_extremes_go_the_same_way():
+def test_rows_on_the_thresholds_and_unseen_extremes_go_the_same_way(xgb):
     model, X = _model("binary", seed=3)
     inner = (model.nodes["left"] >= 0) & (np.abs(model.nodes["threshold"]) < np.finfo(np.float32).max)
     thr, feats = model.nodes["threshold"][inner], model.nodes["feature"][inner]
@@ -71,7 +74,7 @@ def test_rows_on_the_thresholds_and_unseen_extremes_go_the_same_way():
     np.testing.assert_allclose(got, model.predict_proba(probe)[:, 1], rtol=1e-5, atol=1e-6)
 
 
-def test_json_has_xgboosts_layout_and_reads_back_unchanged():
+def test_json_has_xgboosts_layout_and_reads_back_unchanged(xgb):
     model, X = _model("multiclass", seed=4)
     doc = xgboost_json(model)
     own = json.loads(xgb.train({"objective": "multi:softprob", "num_class": 3, "tree_method": "hist", "max_depth": 2},

@@ -397,3 +397,12 @@ def test_a_multiclass_model_shows_one_coefficient_table_per_class_and_no_odds_ra
     assert all(f"Score of class “{c}”" in text for c in "xyz") and "Odds ratio" not in text
     r["model"]["coef"] = [[0.1]]  # does not match the two features: said, not drawn
     assert "do not match its features" in Page(render_report(r)).text["model"]
+
+
+def test_a_rerun_into_the_same_folder_leaves_no_stale_figure(job_run):
+    from fedtab.job.run import _write_run
+
+    result, out = job_run
+    (out / "report-tuning.png").write_bytes(b"an earlier run's tuning curve")
+    _write_run(out, result, lambda d: (d / "model.fedtab").write_bytes((out / "model.fedtab").read_bytes()))
+    assert sorted(p.name for p in out.glob("report-*.png")) == ["report-auroc-by-site.png"]

@@ -21,10 +21,7 @@ from typing import Annotated, Any, Callable, Sequence
 import typer
 from rich.table import Table
 
-from ..data.synthetic import classification_table, split_rows
-from ..engines.local import LocalFederation
-from ..federation.site import Site
-from . import console
+from . import console, outcome
 
 __all__ = ["DemoConfig", "demo_spec", "run_demo", "demo_command", "SIGNAL_FEATURES"]
 
@@ -74,6 +71,9 @@ def demo_spec(cfg: DemoConfig, sites: list[str], *, freedom_degree: float | None
 
 def run_demo(config: DemoConfig | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the experiment and return the ``result.json`` document (see the README)."""
+    from ..data.synthetic import classification_table, split_rows
+    from ..engines.local import LocalFederation
+    from ..federation.site import Site
     from ..job.outputs import Outputs
     from ..job.workflow import run_workflow
 
@@ -162,4 +162,4 @@ def demo_command(
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(result, indent=2))
     png = plot_sweep(result["sweep"], out / "sweep.png", title="Feature Election demo: features kept vs freedom degree")
-    console.print(f"wrote {out / 'result.json'} and {png} in {seconds:.1f} s")
+    outcome(f"wrote {out / 'result.json'} and {png} in {seconds:.1f} s")

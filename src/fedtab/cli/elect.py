@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from . import PlainHelp, console, fail, finite_number
+from . import PlainHelp, console, fail, finite_number, outcome
 
 __all__ = ["elect_command", "elect_spec", "max_site_share_option", "option_text"]
 
@@ -233,7 +233,7 @@ def elect_command(
         fail(f"cannot write to {out}: {exc}")
     for name, why in doc["dropped"].items():
         console.print(f"site {name!r} was left out: {why}", style="yellow", markup=False, highlight=False)
-    console.print(f"wrote {out / 'result.json'}, {out / 'report.html'} and {out / 'elected_columns.txt'}")
+    outcome(f"wrote {out / 'result.json'}, {out / 'report.html'} and {out / 'elected_columns.txt'}")
 
 
 def _pooled_agreement(fed: Any, outputs: Any, spec: Any, selector: str) -> list[dict[str, Any]]:

@@ -27,7 +27,6 @@ import numpy as np
 import pandas as pd
 import typer
 
-from ..report.output import OutputError
 from . import err_console, fail, finite_number
 from .elect import max_site_share_option, option_text
 
@@ -139,6 +138,8 @@ def impute_command(
 ) -> None:
     """Impute missing cells and unavailable columns across site CSVs, federatedly."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..report.output import OutputError  # here: the report package imports matplotlib
 
     console = err_console
     try:

@@ -1,43 +1,65 @@
-"""``fedtab predict MODEL TABLE``: score a table with a model file; rows and order kept."""
+"""``fedtab predict MODEL TABLE``: score a table with a model file; rows and order kept.
+
+The table is checked against the model first (:meth:`fedtab.job.model_file.FedtabModel.check`):
+columns the model reads that the table lacks end the command (exit 2, listed, with a
+did-you-mean for the table's unknown columns) unless ``--allow-missing``; everything else the
+model does not take as given -- unknown columns, filled cells per column, categories rare in
+training or new (encoded as the model's ``(other)`` level) -- is a warning on stderr. Only what
+the model needs is imported: torch only when its imputer has cells to fill.
+"""
 
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from . import console, fail
+from . import console, err_console, fail
 
 __all__ = ["predict_command"]
 
 
+def _warn(message: str) -> None:
+    err_console.print(f"[yellow]warning:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+
+
 def predict_command(
     model: Annotated[Path, typer.Argument(help="A model file written by fedtab run (model.fedtab).")],
-    table: Annotated[Path, typer.Argument(help="CSV or Parquet table with the schema's columns (some may be absent "
-                                          "when the model has an imputer).")],
+    table: Annotated[Path, typer.Argument(help="CSV or Parquet table with the model's columns (by name).")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the predictions here (CSV; default: "
                                                 "standard output).")] = None,
     na_value: Annotated[Optional[list[str]], typer.Option(help="Extra strings read as missing (repeatable; the "
                                                           "job's na_values are always used).")] = None,
+    allow_missing: Annotated[bool, typer.Option("--allow-missing", help="Score a table that lacks columns the "
+                                                "model reads: the model's imputer (or the federation's mean) "
+                                                "fills them, with a warning per column.")] = False,
 ) -> None:
     """Add 'prediction' and 'probability_<class>' columns to every row of TABLE."""
     from ..data.tables import TableError, read_table
-    from ..job.model_file import ModelFileError, PredictionError, load_model
+    from ..job.model_file import ModelFileError, PredictionError, PredictionWarning, load_model
 
     try:
         m = load_model(model)
         job = m.provenance.get("job") or {}
         na = list(dict.fromkeys([*(job.get("na_values") or []), *(na_value or [])]))
         frame = read_table(table, na)
-        proba = m.predict_proba(frame)
-        labels = m.predict(frame)
+        found = m.check(frame)
+        if found.missing and not allow_missing:
+            fail(found.missing_message("--allow-missing"))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PredictionWarning)
+            proba = m.predict_proba(frame, allow_missing=True)
     except (ModelFileError, PredictionError, TableError) as exc:
         fail(str(exc))
         return
+    for w in caught:
+        if issubclass(w.category, PredictionWarning):
+            _warn(str(w.message))
     preds = frame.copy()
-    preds["prediction"] = labels
+    preds["prediction"] = m.labels(proba)
     for j, c in enumerate(m.classes):
         preds[f"probability_{c}"] = proba[:, j]
     if out is None:

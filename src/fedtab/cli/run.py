@@ -8,14 +8,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import console, fail
+from . import console, fail, outcome
 
 __all__ = ["run_command", "step_reporter"]
 
 
 def step_reporter():
-    """``(say, close)``: a progress line per step when stdout is not a terminal, a rich spinner in one."""
+    """``(say, close)``: a progress line per step when stdout is not a terminal (plain text, no
+    colour codes), a rich spinner in one; nothing under ``--quiet``."""
     t0 = time.perf_counter()
+    if console.quiet:
+        return (lambda _msg: None), (lambda: None)
     if console.is_terminal:
         status = console.status("starting")
         status.start()
@@ -49,12 +52,17 @@ def run_command(
                                                           "at the sites.")] = None,
     timeout: Annotated[float, typer.Option(min=1, help="With --superlink, --flare-project or --deployment: seconds "
                                                        "to wait for the run.")] = 3600.0,
+    force: Annotated[bool, typer.Option("--force", help="Replace the outputs of an earlier run in the output "
+                                        "directory (without it such a directory is an error).")] = False,
 ) -> None:
-    """Run a job: one file per site in, model.fedtab, result.json and report.html out."""
+    """Run a job: one file per site in, model.fedtab, result.json and report.html out.
+
+    Prints the run id first and a progress line per step; Ctrl-C stops the run (exit 130)
+    and leaves the output directory as it was."""
     from ..engines.errors import RunError
     from ..federation.protocol import FederationError
     from ..job import JobError
-    from ..job.run import run_job
+    from ..job.run import OutputsExist, run_job
 
     if deployment not in (None, "loopback"):
         fail(f"--deployment must be 'loopback', got {deployment!r}")
@@ -72,12 +80,16 @@ def run_command(
     try:
         result = run_job(job, engine=engine, deployment=deployment, out=out, progress=say, superlink=superlink,
                          root_certificates=root_certificates, insecure=insecure, site_keys=site_keys,
-                         flare_project=flare_project, timeout=timeout)
+                         flare_project=flare_project, timeout=timeout, overwrite=force)
+    except OutputsExist as exc:
+        close()
+        fail(str(OutputsExist(exc.folder, exc.files, "--force")))
     except (JobError, FederationError, RunError, ValueError, OSError) as exc:
         close()
         fail(str(exc))
         return
-    close()
+    finally:
+        close()
     ev = result["training"]["metrics"]["pooled"]
     for name, s in result["sites"].items():
         console.print(f"site {name}: {s['n_rows']} rows ({s['dropped_unlabelled']} without a label dropped), "
@@ -97,4 +109,6 @@ def run_command(
     for name, why in ((result.get("participation") or {}).get("dropped") or {}).items():
         console.print(f"site {name!r} was left out: {why}", style="yellow", markup=False, highlight=False)
     where = Path(out) if out is not None else Path(result["job"]["run"]["out"])
-    console.print(f"wrote {', '.join(str(where / f) for f in result['artifacts'].values())}", highlight=False)
+    tracked = f"; MLflow run {result['mlflow']['run_id']}" if result.get("mlflow") else ""
+    outcome(f"run {result['run_id']}: wrote {', '.join(str(where / f) for f in result['artifacts'].values())}"
+            f"{tracked}")

@@ -171,6 +171,8 @@ def handle_message(message: FlwrMessage, context: Context) -> FlwrMessage:
             reply = site.handle(request)
             timing["work"] = time.time() - entered - timing["restore"]
             _store_state(site, context)
+    except KeyboardInterrupt:  # the operator's Ctrl-C in this process ends the run; it is no site's failure
+        raise
     except BaseException as exc:  # noqa: BLE001 - reported to the server (even SystemExit from a site's code)
         if sys.is_finalizing():
             raise

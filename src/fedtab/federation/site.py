@@ -409,9 +409,10 @@ class Site:
         own terms (:meth:`dp_terms`) -> handler -> release gate
         (:func:`fedtab.privacy.gate.release`) -> [secure masking] -> reply.
 
-        Whatever the handler raises -- even ``SystemExit`` or ``KeyboardInterrupt`` -- becomes
-        an error reply whose text is :func:`fedtab.privacy.gate.error_text` (only an
-        interpreter that is shutting down is let go); the full text goes to the site's log.
+        Whatever the handler raises -- even ``SystemExit`` -- becomes an error reply whose text
+        is :func:`fedtab.privacy.gate.error_text`; the full text goes to the site's log. Only
+        an interpreter that is shutting down and ``KeyboardInterrupt`` (the operator's Ctrl-C in
+        the process the site runs in: it ends the run, it is not this site's failure) are let go.
 
         Schema protocol (:mod:`fedtab.federation.schema`): an agreed schema riding on the
         request is stored in ``state["schema"]`` before the handler runs; a request
@@ -455,6 +456,8 @@ class Site:
             if meta.get(DECLARE) and not reply.is_error:
                 reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declare(self)})
             return reply
+        except KeyboardInterrupt:
+            raise
         except BaseException as exc:  # noqa: BLE001 - reported to the server, never ends it
             if sys.is_finalizing():
                 raise

@@ -43,7 +43,8 @@ import pandas as pd
 
 from .spec import nesting_depth
 
-__all__ = ["FORMAT", "FedtabModel", "ModelFileError", "PredictionError", "load_model", "write_model"]
+__all__ = ["FORMAT", "FedtabModel", "InputCheck", "ModelFileError", "PredictionError", "PredictionWarning", "load_model",
+           "write_model"]
 
 FORMAT = "fedtab-model"
 VERSION = 1
@@ -72,6 +73,73 @@ class ModelFileError(ValueError):
 
 class PredictionError(ValueError):
     """A table cannot be scored: missing columns, or a value that cannot be used (row and column named)."""
+
+
+class PredictionWarning(UserWarning):
+    """A table was scored, but not as given: columns ignored, cells filled, categories outside the model's lists."""
+
+
+def _names(columns: list[str], limit: int = 10) -> str:
+    shown = ", ".join(repr(c) for c in columns[:limit])
+    return shown + (f" and {len(columns) - limit} more" if len(columns) > limit else "")
+
+
+@dataclass(frozen=True)
+class InputCheck:
+    """What :meth:`FedtabModel.check` finds in a table before it is scored.
+
+    Attributes:
+        rows: the table's rows.
+        missing: schema columns the model reads that the table lacks (schema order).
+        unknown: ``{table column: closest model column or None}`` for columns the model does
+            not know (the job's target is not reported).
+        filled: ``{column the model reads: cells to fill}`` (an absent column: every row).
+        uncoded: ``{categorical column: missing cells}``, encoded as no category, as in training.
+        unseen: ``{categorical column: {category: rows}}`` for categories outside the model's list.
+        other_level: ``{column of unseen: whether the model has an "(other)" level for it}``.
+        fill_method: how cells are filled (the imputer, the federation's mean, trees' default branch).
+    """
+
+    rows: int
+    missing: list[str]
+    unknown: dict[str, str | None]
+    filled: dict[str, int]
+    uncoded: dict[str, int]
+    unseen: dict[str, dict[str, int]]
+    other_level: dict[str, bool]
+    fill_method: str
+
+    def _unknown_text(self) -> str:
+        return ", ".join(f"{c!r}" + (f" (did you mean {m!r}?)" if m else "") for c, m in self.unknown.items())
+
+    def missing_message(self, option: str) -> str:
+        """The error for :attr:`missing`, naming ``option`` as the way to fill them."""
+        text = f"the table lacks {len(self.missing)} column(s) the model reads: {_names(self.missing)}"
+        renamed = {c: m for c, m in self.unknown.items() if m in self.missing}
+        if renamed:
+            text += "; the table has " + ", ".join(f"{c!r} (did you mean {m!r}?)" for c, m in renamed.items())
+        how = self.fill_method if self.fill_method.startswith("with the model's") else (
+            f"{self.fill_method}: the model has no imputer")
+        return f"{text}. {option} fills them {how}"
+
+    def warnings(self) -> list[str]:
+        """One line per finding: unknown columns, filled cells, categories outside the lists."""
+        out = []
+        if self.unknown:
+            out.append(f"{len(self.unknown)} column(s) the model does not know, ignored: {self._unknown_text()}")
+        if self.filled:
+            per = ", ".join(f"{c} {n}" + (" (absent)" if c in self.missing else "") for c, n in self.filled.items())
+            out.append(f"filled {sum(self.filled.values())} missing cell(s) of {self.rows} row(s) "
+                       f"{self.fill_method}: {per}")
+        if self.uncoded:
+            per = ", ".join(f"{c} {n}" for c, n in self.uncoded.items())
+            out.append(f"{sum(self.uncoded.values())} missing cell(s) of categorical column(s) encoded as no "
+                       f"category, as in training: {per}")
+        for c, counts in self.unseen.items():
+            level = "its '(other)' level" if self.other_level.get(c) else "no category (the model has no '(other)')"
+            out.append(f"column {c!r}: {sum(counts.values())} row(s) with a category rare in training or new "
+                       f"({_names(list(counts), 5)}) encoded as {level}")
+        return out
 
 
 # ----------------------------------------------------------------------------- writing
@@ -312,12 +380,18 @@ def _check_imputer_network(im: Mapping[str, Any], f: int, arrays: Mapping[str, n
     if rank > 0 and not ({"imputer/prior_W", "imputer/prior_psi"} <= set(arrays)
                          and arrays["imputer/prior_W"].shape == (f, rank) and arrays["imputer/prior_psi"].shape == (f,)):
         fail(f"imputer: a prior of rank {rank} needs imputer/prior_W ({f}, {rank}) and imputer/prior_psi ({f},)")
+    # the weights' names and shapes against the network are checked when the imputer is first
+    # needed (:func:`_check_imputer_weights`): building the network imports torch, which a table
+    # without missing cells never needs
+
+
+def _check_imputer_weights(im: Mapping[str, Any], arrays: Mapping[str, np.ndarray], fail) -> None:
+    """The imputer's weights' names and shapes against the network its config builds (imports torch)."""
+    from ..impute.model import GNNConfig, GNNImputer
+
+    names = {k[len("imputer/w/"):]: a for k, a in arrays.items() if k.startswith("imputer/w/")}
     try:
-        from ..impute.model import GNNConfig, GNNImputer
-    except ImportError:  # without torch the imputer cannot run anyway; predicting says so
-        return
-    try:
-        state = GNNImputer(GNNConfig(**cfg)).state_dict()
+        state = GNNImputer(GNNConfig(**im["model_config"])).state_dict()
     except (TypeError, ValueError, RuntimeError) as exc:
         fail(f"imputer model_config: {type(exc).__name__}: {str(exc)[:160]}")
     expected = {k: tuple(v.shape) for k, v in state.items()}
@@ -421,6 +495,7 @@ class FedtabModel:
         features: the columns the model reads (elected, after one-hot encoding).
         classes: the class labels, in the order of ``predict_proba``'s columns.
         input_columns: the schema's columns (before encoding) a table may hold.
+        reads: those of them behind :attr:`features` (a table must hold them, or be filled).
         provenance: fedtab version, job, sites, engine, date.
     """
 
@@ -437,6 +512,12 @@ class FedtabModel:
         self._params = {k[len("model/"):]: a for k, a in arrays.items() if k.startswith("model/")}
         self._imputer: _Imputer | None = None
         self._trees = _gbdt_model(manifest, arrays) if self._model.name == "gbdt" else None
+        from ..data.categories import onehot_name
+
+        cats = self.schema.get("categories", {})
+        behind = {onehot_name(c, v): c for c, vs in cats.items() for v in vs}
+        wanted = {behind.get(f, f) for f in self.features}
+        self.reads: list[str] = [c for c in self.input_columns if c in wanted]
 
     @property
     def has_imputer(self) -> bool:
@@ -444,10 +525,19 @@ class FedtabModel:
 
     def _imputer_live(self) -> _Imputer:
         if self._imputer is None:
-            from ..impute.graph import FeatureGraph
-            from ..impute.model import GNNConfig, GNNImputer, graph_tensors, numpy_to_state
+            try:
+                from ..impute.graph import FeatureGraph
+                from ..impute.model import GNNConfig, GNNImputer, graph_tensors, numpy_to_state
+            except ImportError as exc:
+                raise PredictionError(f"the model's imputer needs torch to fill the table's missing cells ({exc}): "
+                                      "pip install 'fedtab[torch]', or give complete rows") from None
 
             im, a = self.manifest["imputer"], self.arrays
+
+            def fail(msg: str) -> None:
+                raise ModelFileError(f"{self.source}: {' '.join(str(msg).split())}")
+
+            _check_imputer_weights(im, a, fail)
             model = GNNImputer(GNNConfig(**im["model_config"]))
             if model.config.prior_rank > 0:
                 model.set_prior(a["imputer/prior_W"], a["imputer/prior_psi"])
@@ -459,28 +549,31 @@ class FedtabModel:
         return self._imputer
 
     # ----- the table -> model input -------------------------------------------------
-    def _encoded(self, table: pd.DataFrame) -> pd.DataFrame:
-        """Numeric columns checked, categorical columns one-hot encoded; absent columns left out."""
+    def _encoded(self, table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, dict[str, int]]]:
+        """``(encoded, unseen)``: numeric columns checked, categorical columns one-hot encoded
+        (absent columns left out); ``unseen[column][value]`` counts the rows whose category is
+        not in the model's list, encoded as its ``(other)`` level (all zeros without one)."""
         from ..data.categories import onehot_name
+        from ..privacy.policy import OTHER_CATEGORY
 
         if not isinstance(table, pd.DataFrame):
             raise PredictionError(f"expected a pandas DataFrame, got {type(table).__name__}")
         cats = self.schema.get("categories", {})
-        parts = {}
+        parts, unseen = {}, {}
         for c in self.input_columns:
             if c not in table.columns:
                 continue
             col = table[c]
             if c in cats:
-                block = np.zeros((len(table), len(cats[c])))
+                observed = col.notna().to_numpy()
+                strings = col[observed].astype(str)
+                new = ~strings.isin(cats[c])
+                if new.any():  # rare in training (merged into "(other)" there) or never seen
+                    unseen[c] = {str(k): int(v) for k, v in strings[new].value_counts().items()}
+                    strings = strings.where(~new, OTHER_CATEGORY)
                 index = {v: i for i, v in enumerate(cats[c])}
-                for pos, v in enumerate(col.to_numpy()):
-                    if pd.isna(v):
-                        continue
-                    if str(v) not in index:
-                        raise PredictionError(f"row {pos + 1}, column {c!r}: category {str(v)!r} was not seen in training "
-                                              f"(known: {cats[c][:8]})")
-                    block[pos, index[str(v)]] = 1.0
+                block = np.zeros((len(table), len(cats[c]) + 1))  # the last column: no level
+                block[np.flatnonzero(observed), [index.get(v, len(cats[c])) for v in strings]] = 1.0
                 for i, v in enumerate(cats[c]):
                     parts[onehot_name(c, v)] = block[:, i]
                 continue
@@ -490,7 +583,63 @@ class FedtabModel:
                 pos = int(bad[0])
                 raise PredictionError(f"row {pos + 1}, column {c!r}: value {col.iloc[pos]!r} is not a finite number")
             parts[c] = values
-        return pd.DataFrame(parts, index=range(len(table)))
+        return pd.DataFrame(parts, index=range(len(table))), unseen
+
+    def _fill_method(self) -> str:
+        if self.has_imputer:
+            return "with the model's imputer"
+        if self._trees is not None:
+            return "as missing (each tree's default branch)"
+        return "with the federation's mean"
+
+    def _check(self, table: pd.DataFrame, unseen: dict[str, dict[str, int]]) -> "InputCheck":
+        import difflib
+
+        from ..privacy.policy import OTHER_CATEGORY
+
+        known = set(self.input_columns)
+        target = (self.provenance.get("job") or {}).get("target")
+        lower = {c.lower(): c for c in self.input_columns}
+        unknown = {}
+        for c in map(str, table.columns):
+            if c in known or c == target:
+                continue
+            close = difflib.get_close_matches(c, self.input_columns, n=1, cutoff=0.6)
+            unknown[c] = lower.get(c.lower()) or (close[0] if close else None)
+        missing = [c for c in self.reads if c not in table.columns]
+        cats = self.schema.get("categories", {})
+        gaps = {c: len(table) if c not in table.columns else int(table[c].isna().sum()) for c in self.reads}
+        # a missing cell of a categorical column is encoded as no category (as in training), not filled
+        return InputCheck(rows=len(table), missing=missing, unknown=unknown,
+                          filled={c: n for c, n in gaps.items() if n and (c in missing or c not in cats)},
+                          uncoded={c: n for c, n in gaps.items() if n and c not in missing and c in cats},
+                          unseen=unseen, other_level={c: OTHER_CATEGORY in cats.get(c, []) for c in unseen},
+                          fill_method=self._fill_method())
+
+    def check(self, table: pd.DataFrame) -> "InputCheck":
+        """What :meth:`predict_proba` would find in ``table``: the model's columns it lacks,
+        columns the model does not know (with the closest model column), cells to be filled and
+        categories outside the model's lists. Reads the table only; nothing is imputed.
+
+        Raises:
+            PredictionError: not a DataFrame, or a value that cannot be used (row and column named).
+        """
+        return self._check(table, self._encoded(table)[1])
+
+    def _impute(self, enc: pd.DataFrame, index: pd.Index) -> pd.DataFrame:
+        from ..impute.fill import fill_from_predictions
+        from ..impute.train import predict
+
+        im = self._imputer_live()
+        raw = np.full((len(enc), len(im.columns)), np.nan)
+        available = np.zeros(len(im.columns), dtype=bool)
+        for j, c in enumerate(im.columns):
+            if c in enc.columns:
+                raw[:, j] = enc[c].to_numpy()
+                available[j] = True
+        pred = predict(im.model, (raw - im.mean) / im.std, available, im.adj) if len(enc) else raw
+        values, _, _ = fill_from_predictions(raw, pred, im.mean, im.std, im.low, im.high, im.integer)
+        return pd.DataFrame(values, columns=im.columns, index=index)
 
     def transform(self, table: pd.DataFrame) -> pd.DataFrame:
         """``table`` as the model sees it before standardisation: categories one-hot encoded and,
@@ -500,33 +649,31 @@ class FedtabModel:
         Raises:
             PredictionError: as :meth:`predict_proba`.
         """
-        enc = self._encoded(table)
+        enc, _ = self._encoded(table)
         if self.has_imputer:
-            from ..impute.fill import fill_from_predictions
-            from ..impute.train import predict
-
-            im = self._imputer_live()
-            raw = np.full((len(enc), len(im.columns)), np.nan)
-            available = np.zeros(len(im.columns), dtype=bool)
-            for j, c in enumerate(im.columns):
-                if c in enc.columns:
-                    raw[:, j] = enc[c].to_numpy()
-                    available[j] = True
-            pred = predict(im.model, (raw - im.mean) / im.std, available, im.adj) if len(enc) else raw
-            values, _, _ = fill_from_predictions(raw, pred, im.mean, im.std, im.low, im.high, im.integer)
-            return pd.DataFrame(values, columns=im.columns, index=table.index)
+            return self._impute(enc, table.index)
         enc.index = table.index
         return enc
 
-    def _inputs(self, table: pd.DataFrame) -> np.ndarray:
-        enc = self.transform(table)
-        if not self.has_imputer:
-            missing = [f for f in self.features if f not in enc.columns]
-            if missing:
-                raw = sorted({c for c in self.input_columns for f in missing if f == c or f.startswith(f"{c}=")})
-                raise PredictionError(f"the table lacks columns the model needs and the model has no imputer: "
-                                      f"{', '.join(raw)}")
-        X = enc[self.features].to_numpy(dtype=np.float64)
+    def model_inputs(self, table: pd.DataFrame) -> pd.DataFrame:
+        """The :attr:`features` columns of ``table``, encoded, before standardisation; rows kept.
+
+        A missing cell or absent column is filled by the imputer (only when one is needed, so a
+        complete table never imports torch), else left NaN (the federation's mean after
+        standardisation; each tree's default branch for boosted trees). Warns nothing, checks
+        nothing beyond the values: see :meth:`check`.
+        """
+        return self._features(self._encoded(table)[0], table.index)
+
+    def _features(self, enc: pd.DataFrame, index: pd.Index) -> pd.DataFrame:
+        present = [f for f in self.features if f in enc.columns]
+        if self.has_imputer and (len(present) < len(self.features) or enc[present].isna().to_numpy().any()):
+            enc = self._impute(enc, index)
+        X = np.column_stack([enc[f].to_numpy(dtype=np.float64) if f in enc.columns else np.full(len(enc), np.nan)
+                             for f in self.features])
+        return pd.DataFrame(X, columns=self.features, index=index)
+
+    def _standardised(self, X: np.ndarray) -> np.ndarray:
         if self._trees is not None:  # trees: raw values, a missing cell follows each split's default direction
             return X
         Z = (X - self.arrays["standardise/mean"]) / self.arrays["standardise/std"]
@@ -534,17 +681,41 @@ class FedtabModel:
         return Z
 
     # ----- public API ---------------------------------------------------------------
-    def predict_proba(self, table: pd.DataFrame) -> np.ndarray:
+    def predict_proba(self, table: pd.DataFrame, *, allow_missing: bool | None = None) -> np.ndarray:
         """``(n, len(classes))`` class probabilities for the rows of ``table``, in order.
 
+        Columns are matched by name. A category outside the model's list (rare in training or
+        new) is encoded as the model's ``(other)`` level (all zeros when the model has none), as
+        scikit-learn's ``handle_unknown="infrequent_if_exist"``. Each finding of :meth:`check`
+        (unknown columns with a did-you-mean, cells filled per column, unseen categories) is a
+        :class:`PredictionWarning`.
+
+        Args:
+            allow_missing: whether columns the model reads may be absent (filled as
+                :meth:`model_inputs` says). ``None``: only when the model has an imputer.
+
         Raises:
-            PredictionError: the table lacks needed columns (without an imputer), or a
-                value cannot be used (naming the row and column).
+            PredictionError: the table lacks columns the model reads (listed, with did-you-mean)
+                and ``allow_missing`` does not allow it, or a value cannot be used (naming the row
+                and column).
         """
-        Z = self._inputs(table)
+        import warnings
+
+        enc, unseen = self._encoded(table)
+        found = self._check(table, unseen)
+        allowed = self.has_imputer if allow_missing is None else allow_missing
+        if found.missing and not allowed:
+            raise PredictionError(found.missing_message("allow_missing=True"))
+        for message in found.warnings():
+            warnings.warn(message, PredictionWarning, stacklevel=2)
+        Z = self._standardised(self._features(enc, table.index).to_numpy(dtype=np.float64))
         if self._trees is not None:
             return np.asarray(self._trees.predict_proba(Z), dtype=np.float64)
         return np.asarray(self._model.predict_proba(self._params, Z), dtype=np.float64)
+
+    def labels(self, proba: np.ndarray) -> np.ndarray:
+        """The class label of each row of ``proba`` (its largest probability)."""
+        return np.asarray(self.classes, dtype=object)[np.argmax(proba, axis=1)] if len(proba) else np.zeros(0)
 
     def to_xgboost(self):
         """An ``xgboost.Booster`` with the model's trees (``gbdt`` models; needs the xgboost extra).
@@ -565,37 +736,40 @@ class FedtabModel:
         """The :class:`~fedtab.learn.gbdt.GBDTModel` of a ``gbdt`` model (``None`` otherwise)."""
         return self._trees
 
-    def predict(self, table: pd.DataFrame) -> np.ndarray:
-        """``(n,)`` predicted class labels for the rows of ``table``, in order."""
-        proba = self.predict_proba(table)
-        return np.asarray(self.classes, dtype=object)[np.argmax(proba, axis=1)] if len(proba) else np.zeros(0)
+    def predict(self, table: pd.DataFrame, *, allow_missing: bool | None = None) -> np.ndarray:
+        """``(n,)`` predicted class labels for the rows of ``table``, in order (as :meth:`predict_proba`)."""
+        return self.labels(self.predict_proba(table, allow_missing=allow_missing))
 
     def to_sklearn(self):
-        """A fitted scikit-learn pipeline with the same predictions on complete rows.
+        """A fitted scikit-learn pipeline that predicts as :meth:`predict_proba` on the same tables.
 
-        The pipeline reads the columns :attr:`features` from a DataFrame (one-hot columns
-        named ``column=category`` when the schema has categories), standardises them with
-        the federation's mean/std and applies a ``LogisticRegression`` (models
-        ``logistic``, ``sgd``) or ``GaussianNB`` (``gnb``) holding the federated parameters.
+        Steps: ``prepare`` (:class:`~fedtab.job.sklearn_inputs.ModelInputs`: the table's schema
+        columns encoded with the agreed categories and, for a model with an imputer, its missing
+        cells filled by that imputer -- which needs torch when a cell is missing; cells it
+        leaves missing become the federation's mean), ``standardise`` (the federation's
+        mean/std) and ``model``: a ``LogisticRegression`` (models ``logistic``, ``sgd``) or
+        ``GaussianNB`` (``gnb``) holding the federated parameters. Unlike :meth:`predict_proba`
+        it fills absent columns without asking and warns nothing; run :meth:`check` first.
 
         Raises:
-            NotImplementedError: for models without a scikit-learn equivalent (``mlp``).
+            NotImplementedError: for models without a scikit-learn equivalent (``mlp``, ``gbdt``:
+                use :meth:`to_xgboost`), saying why.
         """
-        from sklearn.compose import ColumnTransformer
         from sklearn.linear_model import LogisticRegression
         from sklearn.naive_bayes import GaussianNB
         from sklearn.pipeline import Pipeline
         from sklearn.preprocessing import StandardScaler
 
+        from .sklearn_inputs import ModelInputs
+
         name = self._model.name
         d = len(self.features)
-        select = ColumnTransformer([("features", "passthrough", list(self.features))], remainder="drop")
-        select.fit(pd.DataFrame(np.zeros((1, d)), columns=self.features))
         scaler = StandardScaler()
         scaler.mean_ = self.arrays["standardise/mean"].copy()
         scaler.scale_ = self.arrays["standardise/std"].copy()
         scaler.var_ = scaler.scale_**2
         scaler.n_features_in_ = d
+        scaler.feature_names_in_ = np.asarray(self.features, dtype=object)
         scaler.n_samples_seen_ = 1
         classes = np.asarray(self.classes)
         if name in ("logistic", "sgd"):
@@ -609,8 +783,12 @@ class FedtabModel:
             est.class_prior_ = np.exp(np.asarray(self._params["log_prior"], np.float64))
             est.class_count_ = est.class_prior_.copy()
             est.epsilon_ = 0.0
+        elif name == "gbdt":
+            raise NotImplementedError("model 'gbdt' is boosted trees, which scikit-learn cannot hold with the "
+                                      "federation's splits; use to_xgboost(), or predict/predict_proba")
         else:
-            raise NotImplementedError(f"model {name!r} has no scikit-learn equivalent; use predict/predict_proba")
+            raise NotImplementedError(f"model {name!r} is a neural network with no scikit-learn equivalent; use "
+                                      "predict/predict_proba")
         est.classes_ = classes
         est.n_features_in_ = d
-        return Pipeline([("select", select), ("standardise", scaler), ("model", est)])
+        return Pipeline([("prepare", ModelInputs(self)), ("standardise", scaler), ("model", est)])

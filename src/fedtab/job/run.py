@@ -22,13 +22,22 @@ run config, :func:`fedtab.job.workflow.engine_workflow`); sites are built from t
 configs (:func:`site_configs`), each reading its table when a step first needs it, so a job
 gives the same elected columns and model on each, and a site whose table cannot be used fails
 (and, under ``[trust] min_sites``, is dropped and named) like any site that cannot answer.
-Outputs in ``[run] out``: ``model.fedtab``, ``result.json`` and ``report.html``.
+Outputs in ``[run] out``: ``model.fedtab``, ``result.json`` and ``report.html``, written
+side by side and moved into place only when all three are complete (an interrupted or failed run
+leaves a folder's earlier outputs as they were); a folder that already holds them is replaced only
+with ``overwrite=True`` (``fedtab run --force``). Every run has a run id (:func:`new_run_id`), in
+``result.json``, the model file's provenance and the first progress line; with ``[run] mlflow``
+the run is also logged to MLflow (:mod:`fedtab.job.tracking`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
+import os
+import secrets
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +45,43 @@ from typing import Any, Callable, Mapping
 
 from .spec import ENGINES, JobError, JobSpec, load_job
 
-__all__ = ["SuperLink", "run_job", "site_configs", "site_settings", "write_outputs", "RESULT_KEYS"]
+__all__ = ["ARTIFACTS", "OutputsExist", "SuperLink", "new_run_id", "run_job", "site_configs", "site_settings", "write_outputs",
+           "RESULT_KEYS"]
 
 #: keys of the engine's result copied into ``result.json`` (besides the sites)
 RESULT_KEYS = ("schema", "imputation", "tuning", "election", "training", "baselines", "all_columns", "steps",
                "privacy", "trust", "participation", "deployment")
+
+
+log = logging.getLogger(__name__)
+
+#: what a run writes into its output folder (the keys of ``result["artifacts"]``)
+ARTIFACTS = {"model": "model.fedtab", "result": "result.json", "report": "report.html"}
+
+
+def new_run_id() -> str:
+    """A run id: the UTC start time and 6 random hex digits (``20261201-181203-3fa9c1``); sorts by start."""
+    return f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    """Refuse (``JobError``) a folder that holds a run's outputs unless ``overwrite``, before anything runs."""
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise JobError(f"output folder {out_dir} is a file")
+    held = [f for f in ARTIFACTS.values() if (out_dir / f).exists()]
+    if held and not overwrite:
+        raise OutputsExist(out_dir, held)
+
+
+class OutputsExist(JobError):
+    """The output folder already holds a run's outputs (``folder``, ``files``) and overwriting was not asked."""
+
+    def __init__(self, folder: Path, files: list[str], option: str = "overwrite=True") -> None:
+        self.folder, self.files = folder, files
+        super().__init__(f"output folder {folder} already holds a run's outputs ({', '.join(files)}); replace them "
+                         f"with {option}, or choose another output folder")
 
 
 def site_configs(spec: JobSpec, *, check_files: bool = True) -> list[dict[str, Any]]:
@@ -191,7 +232,7 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
             out: str | Path | None = None, progress: Callable[[str], None] | None = None,
             superlink: str | SuperLink | None = None, root_certificates: str | Path | None = None,
             insecure: bool = False, site_keys: Any = None, flare_project: str | Path | None = None,
-            timeout: float = 3600.0) -> dict[str, Any]:
+            timeout: float = 3600.0, overwrite: bool = True, run_id: str | None = None) -> dict[str, Any]:
     """Run a job file (or its dict) and write ``model.fedtab``, ``result.json`` and ``report.html``.
 
     Args:
@@ -217,22 +258,28 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
             :func:`fedtab.engines.nvflare_remote.find_admin_kit`). The job's site paths are
             read at the sites.
         timeout: seconds to wait for a run on a deployment.
+        overwrite: replace the outputs of an earlier run in the output folder (``False``:
+            such a folder is a ``JobError`` before anything runs; ``fedtab run`` passes ``--force``).
+        run_id: the run's id (default: :func:`new_run_id`).
 
     Returns:
         The ``result.json`` document (``docs/job.md`` lists its keys).
 
     Raises:
-        JobError: the job file is invalid, a site file is missing, or (``superlink``) the
-            site keys do not cover the job's sites.
+        JobError: the job file is invalid, a site file is missing, (``superlink``) the site
+            keys do not cover the job's sites, the output folder holds a run's outputs and
+            ``overwrite`` is false, or ``[run] mlflow`` is set and mlflow is not installed.
         FederationError / ValueError: a step failed (the message names the site or column).
         fedtab.engines.flower_remote.RunError: a Flower deployment did not start, or its
             run failed, timed out or left no readable result.
     """
-    from .. import __version__
-    from ..report.model import model_summary
     from .model_file import write_model
 
-    say = progress or (lambda _m: None)
+    def say(message: str) -> None:  # each progress line is also a log record (fedtab run --log-file)
+        log.info(message)
+        if progress is not None:
+            progress(message)
+
     spec = load_job(job, out_given=out is not None)  # a job file's own out stays in its folder
     if spec.training is None:
         raise JobError(f"{spec.source}: a job run needs the training step (its model file)")
@@ -257,25 +304,74 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
     plan = spec.to_dict()
     server_plan = spec.plan()  # what the server needs: steps and settings, not where the sites keep their files
     out_dir = Path(out) if out is not None else spec.run.out
-    with tempfile.TemporaryDirectory(prefix="fedtab-job-") as tmp:
-        raw = _run_engine(spec, engine, configs, server_plan, say, deployment, Path(tmp), superlink, flare_project,
-                          timeout)
-    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    _check_out_dir(out_dir, overwrite)
+    run_id = run_id or new_run_id()
+    tracker = None
+    if spec.run.mlflow is not None:
+        from .tracking import MlflowRecord
+
+        tracker = MlflowRecord(spec.run.mlflow, run_id, experiment=_experiment_name(spec.source))
+    say(f"run {run_id}: {len(spec.sites)} sites on the {engine} engine, outputs to {out_dir}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="fedtab-job-") as tmp:
+            raw = _run_engine(spec, engine, configs, server_plan, say, deployment, Path(tmp), superlink,
+                              flare_project, timeout)
+    except BaseException as exc:
+        if tracker is not None:
+            tracker.end("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
     files = {s.name: None if s.path is None or superlink is not None else str(s.path) for s in spec.sites}
+    result, provenance = _documents(raw, run_id, engine, plan, files, tracker)
+    _write_run(out_dir, result, lambda d: write_model(d / ARTIFACTS["model"], raw["model"], provenance))
+    if tracker is not None:
+        say(f"logging the run to MLflow at {spec.run.mlflow} (run {tracker.info['run_id']})")
+        tracker.log(result, out_dir)
+    return result
+
+
+def _documents(raw: Mapping[str, Any], run_id: str, engine: str, plan: dict[str, Any],
+               files: Mapping[str, str | None], tracker: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(result.json, the model file's provenance)`` of an engine's raw result."""
+    from .. import __version__
+    from ..report.model import model_summary
+
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     result = {
-        "fedtab_version": __version__, "created": created, "job": plan, "engine": engine,
+        "run_id": run_id, "fedtab_version": __version__, "created": created, "job": plan, "engine": engine,
         "sites": {name: {"file": files.get(name), **info} for name, info in raw["sites"].items()},
         **{k: raw.get(k) for k in RESULT_KEYS},
         "model": model_summary(raw.get("model")),  # coefficients for the report, never a network's weights
-        "artifacts": {"model": "model.fedtab", "result": "result.json", "report": "report.html"},
+        "artifacts": dict(ARTIFACTS),
+        **({"mlflow": tracker.info} if tracker is not None else {}),
     }
-    provenance = {"fedtab_version": __version__, "created": created, "engine": engine, "job": plan,
+    provenance = {"run_id": run_id, "fedtab_version": __version__, "created": created, "engine": engine, "job": plan,
                   "sites": [{"name": name, "rows": s["n_rows"], "columns": s["columns"]}
                             for name, s in raw["sites"].items()]}
+    return result, provenance
+
+
+def _experiment_name(source: str) -> str:
+    """The MLflow experiment of a job: its file's stem (``"fedtab"`` for a job given as a dict)."""
+    stem = Path(source).stem if source and not source.startswith("<") else ""
+    return stem or "fedtab"
+
+
+def _write_run(out_dir: Path, result: Mapping[str, Any], write_model_file: Callable[[Path], Any]) -> None:
+    """Write the run's outputs into a staging folder beside ``out_dir``'s files, then move each
+    into place: until every one is complete the folder's earlier outputs stay as they were."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_model(out_dir / "model.fedtab", raw["model"], provenance)
-    write_outputs(result, out_dir)
-    return result
+    staging = Path(tempfile.mkdtemp(prefix=".fedtab-partial-", dir=out_dir))
+    try:
+        write_model_file(staging)
+        write_outputs(result, staging)
+        written = os.listdir(staging)
+        for name in written:  # the artifacts and whatever the report writes beside them
+            os.replace(staging / name, out_dir / name)
+        for old in out_dir.glob("report-*.png"):  # an earlier report's figure this one does not draw
+            if old.name not in written:
+                old.unlink()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def write_outputs(result: Mapping[str, Any], out_dir: str | Path, command: str = "run") -> None:

@@ -118,12 +118,14 @@ class TrainingSpec:
 
 @dataclass
 class RunSpec:
-    """Run settings; ``out`` is relative to the job file."""
+    """Run settings; ``out`` is relative to the job file. ``mlflow``: an MLflow tracking URI
+    (``"file:./mlruns"``, a server's ``http://...``) the run is logged to (``None``: not tracked)."""
 
     seed: int = 0
     out: Path = Path("run-out")
     test_size: float = 0.2
     engine: str = "local"
+    mlflow: str | None = None
 
 
 @dataclass
@@ -263,7 +265,7 @@ def _typed(value: Any, default: Any, annotation: str, where: str, source: str) -
         if not isinstance(value, Mapping):
             raise bad("a table (an inline table { ... } in TOML)")
         return dict(value)
-    if annotation == "str":
+    if annotation in ("str", "str | None"):
         if not isinstance(value, str):
             raise bad("a string")
         return value
