@@ -82,9 +82,10 @@ def _overlaps(result: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str
               and a["low"] <= b["high"] and b["low"] <= a["high"]]
     if not within:
         return []
-    return [f'<li class="warn"><span class="mark">⚠ chance?</span> At {len(within)} of the {len(both)} sites where the '
-            f"two differ ({', '.join(esc(s) for s in within)}) their 95 % AUROC intervals overlap: with this many "
-            "test rows the difference may be chance.</li>"]
+    where = ("At the one site where the two differ" if len(both) == 1 else
+             f"At {len(within)} of the {len(both)} sites where the two differ")
+    return [f'<li class="warn"><span class="mark">⚠ chance?</span> {where} ({", ".join(esc(s) for s in within)}) '
+            "their 95 % AUROC intervals overlap: with this many test rows the difference may be chance.</li>"]
 
 
 def _below_majority(rows: list[dict[str, Any]], label: str) -> list[str]:
