@@ -103,7 +103,7 @@ def test_report_has_every_section_and_is_self_contained(result, tmp_path):
         assert needle in metrics
     assert f"{result['evaluation']['pooled']['auroc']:.3f}" in metrics
     assert "consensus" in page.text["election"] or "vote at rank" in page.text["election"]
-    assert "+30 %" in page.text["imputation"] and "-6 %" in page.text["imputation"]
+    assert "+30 %" in page.text["imputation"] and "\u22126 %" in page.text["imputation"]
     assert "total" in page.text["steps"] and "2.00" in page.text["steps"]
 
 

@@ -236,7 +236,8 @@ def elect_command(
             (tmp / "elected_columns.txt").write_text("\n".join(selected) + ("\n" if selected else ""))
             from ..report import write_report
 
-            write_report({**outputs.result, "election": doc["election"]}, tmp / "report.html")
+            write_report({**outputs.result, "election": doc["election"], "job": spec.to_dict()}, tmp / "report.html",
+                         command="elect")
     except OSError as exc:
         fail(f"cannot write to {out}: {exc}")
     for name, why in doc["dropped"].items():

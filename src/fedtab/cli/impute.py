@@ -257,7 +257,7 @@ def impute_command(
                                                for s, v in report["sites"].items()},
                            "imputation": {"columns": res.columns, "validation": res.validation,
                                           "best_round": res.best_round, "rounds": rounds,
-                                          "training_curve": res.history}}, tmp)
+                                          "training_curve": res.history}}, tmp, command="impute")
             _plots(tmp, res.history, g, res.pooled)
     except typer.Exit:
         raise

@@ -204,10 +204,11 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
         return {"election": election, "sites": sites, "abstained": dict(self.abstained_), **self.job_result_}
 
     def write_report(self, path: Any) -> Any:
-        """Write the self-contained ``report.html`` of :meth:`report_data` to ``path``; returns the path."""
+        """Write the self-contained election page (the ``elect`` template) of :meth:`report_data` to
+        ``path``; returns the path."""
         from ..report import write_report
 
-        return write_report(self.report_data(), path)
+        return write_report(self.report_data(), path, command="elect")
 
     def _get_support_mask(self) -> np.ndarray:
         check_is_fitted(self, "support_")

@@ -335,12 +335,14 @@ def _documents(raw: Mapping[str, Any], run_id: str, engine: str, plan: dict[str,
                files: Mapping[str, str | None], tracker: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(result.json, the model file's provenance)`` of an engine's raw result."""
     from .. import __version__
+    from ..report.model import model_summary
 
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     result = {
         "run_id": run_id, "fedtab_version": __version__, "created": created, "job": plan, "engine": engine,
         "sites": {name: {"file": files.get(name), **info} for name, info in raw["sites"].items()},
         **{k: raw.get(k) for k in RESULT_KEYS},
+        "model": model_summary(raw.get("model")),  # coefficients for the report, never a network's weights
         "artifacts": dict(ARTIFACTS),
         **({"mlflow": tracker.info} if tracker is not None else {}),
     }
@@ -364,17 +366,22 @@ def _write_run(out_dir: Path, result: Mapping[str, Any], write_model_file: Calla
     try:
         write_model_file(staging)
         write_outputs(result, staging)
-        for name in os.listdir(staging):  # the artifacts and whatever the report writes beside them
+        written = os.listdir(staging)
+        for name in written:  # the artifacts and whatever the report writes beside them
             os.replace(staging / name, out_dir / name)
+        for old in out_dir.glob("report-*.png"):  # an earlier report's figure this one does not draw
+            if old.name not in written:
+                old.unlink()
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def write_outputs(result: Mapping[str, Any], out_dir: str | Path) -> None:
-    """``result.json`` and ``report.html`` (:func:`fedtab.report.write_report`) in ``out_dir``."""
+def write_outputs(result: Mapping[str, Any], out_dir: str | Path, command: str = "run") -> None:
+    """``result.json`` and ``report.html`` (:func:`fedtab.report.write_report`, the page of
+    ``command``, with its figures as PNG files beside it) in ``out_dir``."""
     from ..report import write_report
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(result, indent=1))
-    write_report(result, out / "report.html")
+    write_report(result, out / "report.html", command)

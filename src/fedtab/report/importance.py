@@ -58,7 +58,7 @@ def importance_section(result: Mapping[str, Any]) -> str:
     imp = tr.get("importance") if isinstance(tr, Mapping) else None
     if not isinstance(imp, Mapping) or not imp.get("pooled"):
         return '<p class="absent">No gain importance: the model is not a boosted-tree model (or it made no split).</p>'
-    from .plots import figure_data_uri
+    from .markup import figure
 
     pooled, mean = imp["pooled"], imp.get("pooled_mean") or {}
     per_site = imp.get("per_site") or {}
@@ -67,8 +67,7 @@ def importance_section(result: Mapping[str, Any]) -> str:
     out = ["<p>Gain of a split: how much it lowers the training loss (XGBoost's loss change). Pooled: the "
            "trees' own gains (the numbers XGBoost's <code>get_score</code> gives the exported model). Per site: "
            "the gain each split achieves on that site's training rows alone.</p>"]
-    uri = figure_data_uri(importance_figure(imp))
-    out.append(f'<img src="{uri}" alt="feature importance by gain">')
+    out.append(figure("importance", importance_figure(imp), "feature importance by gain"))  # + a PNG file
     sites = list(per_site)
     head = "".join(f"<th>{escape(h)}</th>" for h in ["Feature", "Total gain", "Mean gain per split", "Share",
                                                      *(f"Site {s}" for s in sites)])

@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["plot_sweep", "plot_tuning_curve", "plt", "save_figure", "figure_data_uri", "tuning_curve_figure",
-           "metric_by_site_figure"]
+__all__ = ["plot_sweep", "plot_tuning_curve", "plt", "save_figure", "figure_data_uri", "figure_png", "tuning_curve_figure",
+           "metric_by_site_figure", "imputation_curve_figure"]
 
 
 def save_figure(fig: Any, path: str | Path, *, dpi: int = 110) -> Path:
@@ -30,16 +31,21 @@ def save_figure(fig: Any, path: str | Path, *, dpi: int = 110) -> Path:
     return out
 
 
+def figure_png(fig: Any, *, dpi: int = 100) -> bytes:
+    """Lay out ``fig``, render it as PNG bytes, close it."""
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    return buf.getvalue()
+
+
 def figure_data_uri(fig: Any, *, dpi: int = 100) -> str:
     """Lay out ``fig``, render it as PNG into a ``data:image/png;base64,...`` URI, close it.
 
     For self-contained HTML: the image travels inside the page, nothing is fetched.
     """
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    return "data:image/png;base64," + base64.b64encode(figure_png(fig, dpi=dpi)).decode("ascii")
 
 
 def tuning_curve_figure(curves: Sequence[Mapping[str, Any]], title: str = "") -> Any:
@@ -75,23 +81,48 @@ def tuning_curve_figure(curves: Sequence[Mapping[str, Any]], title: str = "") ->
     return fig
 
 
-def metric_by_site_figure(values: Mapping[str, Mapping[str, float | None]], metric: str) -> Any:
-    """Grouped bars: ``values[model][site]`` of one ``metric`` (missing values are left out).
+def metric_by_site_figure(values: Mapping[str, Mapping[str, float | None]], metric: str,
+                          intervals: Mapping[str, Mapping[str, tuple[float, float]]] | None = None) -> Any:
+    """Grouped bars: ``values[model][site]`` of one ``metric`` (missing values are left out), with
+    ``intervals[model][site] = (low, high)`` drawn as error bars where given.
 
     Returns the open figure.
     """
     models = list(values)
     sites = list(dict.fromkeys(s for m in models for s in values[m]))
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(sites) + 2), 3.6))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.2 * len(sites) + 4.5), 3.6))
     width = 0.8 / max(len(models), 1)
     for i, m in enumerate(models):
         xs = [j + i * width for j, s in enumerate(sites) if values[m].get(s) is not None]
         ys = [values[m][s] for s in sites if values[m].get(s) is not None]
         ax.bar(xs, ys, width=width, label=m, color=f"C{i}")
+        ci = (intervals or {}).get(m) or {}
+        pts = [(x, y, ci[s]) for x, y, s in zip(xs, ys, [s for s in sites if values[m].get(s) is not None])
+               if s in ci]
+        if pts:
+            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], fmt="none", ecolor="#333", capsize=3, lw=1,
+                        yerr=[[max(p[1] - p[2][0], 0) for p in pts], [max(p[2][1] - p[1], 0) for p in pts]])
     ax.set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(sites))], sites)
     ax.set_ylabel(metric)
-    ax.set_ylim(0, 1)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside, never on a bar
+    return fig
+
+
+def imputation_curve_figure(history: Sequence[Mapping[str, Any]], best_round: int | None = None) -> Any:
+    """The imputer's training loss and validation RMSE (z-space) per FedAvg round, the kept round
+    marked. ``history``: ``{round, train_loss, val_rmse}`` rows (``None`` values are gaps).
+    Returns the open figure."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    rounds = [h.get("round") for h in history]
+    for key, label in (("train_loss", "training loss (MSE, masked cells)"), ("val_rmse", "validation RMSE")):
+        ax.plot(rounds, [float("nan") if h.get(key) is None else h[key] for h in history], "o-", ms=3, label=label)
+    if best_round is not None:
+        ax.axvline(best_round, color="#555", ls="--", lw=1, label=f"kept: round {best_round}")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_xlabel("FedAvg round")
+    ax.set_ylabel("z-space")
+    ax.legend(fontsize=8)
     return fig
 
 

@@ -1,0 +1,192 @@
+"""The report's verdict: the federated model against each site alone and the majority class, in words.
+
+Read from the federated model's scores and the baselines (``result["baselines"]``): for
+each site, the headline metric (:func:`~fedtab.report.data.headline_metric`) of the
+federated model against the local-only model of that site, then the pooled score against
+always predicting the majority class, with the 95 % AUROC interval
+(:mod:`fedtab.report.intervals`). A worse result is marked three ways: the row class
+``worse`` (red), a minus sign (U+2212) and the words "▼ worse" — never by colour alone.
+Sites whose AUROC rests on fewer than :data:`~fedtab.report.intervals.FEW_ROWS` test rows of a
+class are named.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .data import FEDERATED, LOCAL, MAJORITY, evaluated_models, headline_metric, mapping
+from .intervals import FEW_ROWS, auroc_interval
+from .markup import absent, esc, num, signed
+
+__all__ = ["verdict", "compare_sites", "TIE"]
+
+#: differences smaller than this are "the same" (they print as ±0.000)
+TIE = 0.0005
+
+
+def _marker(d: float) -> tuple[str, str]:
+    """(row class, text marker) of a difference."""
+    if abs(d) < TIE:
+        return "same", "= same"
+    return ("better", "▲ better") if d > 0 else ("worse", "▼ worse")
+
+
+def compare_sites(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per site with both scores: ``{site, federated, local, majority, delta}`` of the headline metric
+    (``majority`` may be ``None``), in the federated model's site order."""
+    models = {role: m for role, _, m in evaluated_models(result)}
+    if FEDERATED not in models or LOCAL not in models:
+        return []
+    key, _ = headline_metric(models[FEDERATED])
+    local, major = mapping(models[LOCAL].get("per_site")), mapping(mapping(models.get(MAJORITY)).get("per_site"))
+    out = []
+    for site, m in mapping(models[FEDERATED].get("per_site")).items():
+        f, loc = mapping(m).get(key), mapping(local.get(site)).get(key)
+        if f is None or loc is None:
+            continue
+        out.append({"site": site, "federated": float(f), "local": float(loc),
+                    "majority": mapping(major.get(site)).get(key), "delta": float(f) - float(loc)})
+    return out
+
+
+def _site_list(rows: list[dict[str, Any]], label: str, other: str) -> str:
+    return ", ".join(f"{esc(r['site'])} ({label} {num(r['federated'])} vs {num(r[other])}, "
+                     f"{signed(r['federated'] - r[other])})" for r in rows)
+
+
+def _against_sites(rows: list[dict[str, Any]], label: str) -> list[str]:
+    n = len(rows)
+    worse = [r for r in rows if r["delta"] <= -TIE]
+    better = [r for r in rows if r["delta"] >= TIE]
+    same = [r for r in rows if abs(r["delta"]) < TIE]
+    items = []
+    if worse:
+        items.append(f'<li class="worse"><span class="mark">▼ worse</span> The federated model is worse than '
+                     f"training alone at {len(worse)} of {n} sites: {_site_list(worse, label, 'local')}.</li>")
+    if better:
+        items.append(f'<li class="better"><span class="mark">▲ better</span> It is better than training alone at '
+                     f"{len(better)} of {n} sites: {_site_list(better, label, 'local')}.</li>")
+    if same:
+        items.append(f'<li class="same"><span class="mark">= same</span> The same as training alone at {len(same)} '
+                     f"of {n} sites: {', '.join(esc(r['site']) for r in same)}.</li>")
+    return items
+
+
+def _overlaps(result: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """A caution when the federated and local-only AUROC intervals overlap at a site where they differ."""
+    models = {role: m for role, _, m in evaluated_models(result)}
+    fed, loc = mapping(models[FEDERATED].get("per_site")), mapping(models[LOCAL].get("per_site"))
+    both = [(r["site"], auroc_interval(mapping(fed.get(r["site"]))), auroc_interval(mapping(loc.get(r["site"]))))
+            for r in rows if abs(r["delta"]) >= TIE]
+    within = [s for s, a, b in both if a and b and None not in (a["low"], b["low"])
+              and a["low"] <= b["high"] and b["low"] <= a["high"]]
+    if not within:
+        return []
+    where = ("At the one site where the two differ" if len(both) == 1 else
+             f"At {len(within)} of the {len(both)} sites where the two differ")
+    return [f'<li class="warn"><span class="mark">⚠ chance?</span> {where} ({", ".join(esc(s) for s in within)}) '
+            "their 95 % AUROC intervals overlap: with this many test rows the difference may be chance.</li>"]
+
+
+def _below_majority(rows: list[dict[str, Any]], label: str) -> list[str]:
+    """The sites where the federated model scores below always predicting the majority class."""
+    below = [r for r in rows if r["majority"] is not None and r["federated"] - float(r["majority"]) <= -TIE]
+    if not below:
+        return []
+    return [f'<li class="worse"><span class="mark">▼ worse</span> It is worse than always predicting the majority '
+            f"class at {len(below)} of {len(rows)} sites: {_site_list(below, label, 'majority')}.</li>"]
+
+
+def _headline(rows: list[dict[str, Any]]) -> str:
+    n = len(rows)
+    worse = sum(r["delta"] <= -TIE for r in rows)
+    better = sum(r["delta"] >= TIE for r in rows)
+    if worse == n:
+        return f"The federated model is worse than training alone at every site ({n} of {n})."
+    if worse:
+        return f"The federated model is worse than training alone at {worse} of {n} sites."
+    if better == n:
+        return f"The federated model is better than training alone at every site ({n} of {n})."
+    return f"The federated model is at least as good as training alone at every site ({better} of {n} better)."
+
+
+def _against_majority(models: dict[str, Mapping[str, Any]], key: str, label: str) -> list[str]:
+    fed = mapping(models[FEDERATED].get("pooled"))
+    f = fed.get(key)
+    if f is None:
+        return []
+    ci = auroc_interval(fed) if key == "auroc" else None
+    ci_text = f" (95 % CI {num(ci['low'])}–{num(ci['high'])})" if ci and ci["low"] is not None else ""
+    major = mapping(models.get(MAJORITY))
+    m = mapping(major.get("pooled")).get(key)
+    if m is None:
+        return [f"<li>Over all sites' test rows its {label} is {num(f)}{ci_text}; no majority-class baseline.</li>"]
+    d = float(f) - float(m)
+    cls, mark = _marker(d)
+    covered = bool(ci and ci["low"] is not None and ci["low"] <= float(m) <= ci["high"])
+    if covered and cls == "better":
+        cls, mark = "same", "≈ not shown better"
+    text = (f'<li class="{cls}"><span class="mark">{mark}</span> Over all sites\' test rows its {label} is '
+            f"{num(f)}{ci_text} against {num(m)} for always predicting the majority class "
+            f"“{esc(major.get('class', ''))}” ({signed(d)}).")
+    if covered:
+        text += f" The interval includes {num(m)}: this test set does not show it ranks better than chance."
+    return [text + "</li>"]
+
+
+def _few_rows(models: dict[str, Mapping[str, Any]]) -> list[str]:
+    few = []
+    for site, m in mapping(models[FEDERATED].get("per_site")).items():
+        ci = auroc_interval(mapping(m))
+        if ci and ci["few"]:
+            few.append(f"{esc(site)} ({ci['negatives']} negative{'s' * (ci['negatives'] != 1)}, "
+                       f"{ci['positives']} positive{'s' * (ci['positives'] != 1)})")
+    if not few:
+        return []
+    return [f'<li class="warn"><span class="mark">⚠ few rows</span> AUROC on fewer than {FEW_ROWS} test rows of a '
+            f"class at {len(few)} site(s): {', '.join(few)}. One row more or less moves such an AUROC a lot; "
+            "read it as a rough indication.</li>"]
+
+
+def _without_baselines(fed: Mapping[str, Any], private: bool) -> str:
+    """No baselines: say so (and why, for a private run), and set the pooled AUROC (if any) against chance."""
+    why = ("A private run leaves the local-only and majority-class baselines out (they release each site's own "
+           "scores) unless <code>[evaluation] baselines = true</code>." if private else
+           "The baselines step did not run (a job runs it unless <code>[evaluation] baselines = false</code>; "
+           "<code>fedtab elect</code> does not).")
+    out = ('<p class="headline"><strong>No comparison with training alone: this run computed no baselines.'
+           f'</strong></p><p class="note">{why}</p>')
+    ci = auroc_interval(mapping(fed.get("pooled")))
+    if ci is None or ci["low"] is None:
+        return out
+    chance = ci["low"] <= 0.5 <= ci["high"]
+    cls, mark = ("same", "≈ not shown better") if chance else _marker(ci["auroc"] - 0.5)
+    return out + (f'<ul class="verdict"><li class="{cls}"><span class="mark">{mark}</span> Over all sites\' test rows '
+                  f"its AUROC is {num(ci['auroc'])} (95 % CI {num(ci['low'])}–{num(ci['high'])}); 0.500 is chance"
+                  + (": this test set does not show it ranks better than chance." if chance else ".") + "</li></ul>")
+
+
+def verdict(result: Mapping[str, Any]) -> str:
+    """The ``verdict`` section's HTML (an absent note without a trained model)."""
+    models = {role: m for role, _, m in evaluated_models(result)}
+    if FEDERATED not in models:
+        return absent("No model was trained in this job: there is no verdict to give.")
+    key, label = headline_metric(models[FEDERATED])
+    rows = compare_sites(result)
+    if rows:
+        head = _headline(rows)
+        items = (_against_sites(rows, label) + (_overlaps(result, rows) if key == "auroc" else [])
+                 + _below_majority(rows, label))
+    elif LOCAL not in models and MAJORITY not in models:
+        privacy = mapping(result.get("privacy"))
+        return _without_baselines(models[FEDERATED], bool(privacy.get("secure_aggregation") or privacy.get("dp")))
+    elif LOCAL not in models:
+        head = "No site-by-site comparison: this run computed no local-only baselines."
+        items = []
+    else:
+        head = "No site-by-site comparison: the server saw only pooled scores (secure aggregation)."
+        items = []
+    items += _against_majority(models, key, label) + _few_rows(models)
+    return (f'<p class="headline"><strong>{head}</strong></p>'
+            f'<p class="note">Compared on {label}, on the same held-out test rows of every site.</p>'
+            f"<ul class=\"verdict\">{''.join(items)}</ul>")
