@@ -6,7 +6,7 @@ writes) gives its project admin a startup kit (``prod_00/admin@fedtab.org``: cer
 of the project's root CA, ``fed_admin.json``). With it :func:`run_on_project` opens a FLARE
 API session (``nvflare.fuel.flare_api.new_secure_session``, mutual TLS), submits the job
 built by :func:`fedtab.engines.nvflare.build_job`, waits until it is final, aborts it if it
-is not final in time, downloads the server's job workspace and reads the
+is not final in time or on Ctrl-C, downloads the server's job workspace and reads the
 ``fedtab_result.json`` that :class:`~fedtab.engines.nvflare.FedtabController` wrote there.
 
 Every participant must allow fedtab's components (``"fedtab.engines."`` on the
@@ -156,4 +156,9 @@ def _wait(session, job_id: str, timeout: float) -> dict[str, Any]:  # noqa: ANN0
             session.abort_job(job_id)
         finally:
             raise RunError(f"FLARE job {job_id} did not finish within {timeout:g} s (aborted)") from None
+    except KeyboardInterrupt:  # Ctrl-C: the job must not go on running on the server
+        try:
+            session.abort_job(job_id)
+        finally:
+            raise
 
