@@ -35,3 +35,32 @@ def test_names_the_sites_that_never_connect():
 
     with pytest.raises(RunError, match=r"FLARE sites \['va'\] are not connected"):
         _wait_for_sites(_Session(["cleveland", "hungarian"]), ["cleveland", "hungarian", "va"], timeout=1.0)
+
+
+class _Waiting:
+    """A stand-in Session whose wait is interrupted (Ctrl-C) or times out; records aborts."""
+
+    def __init__(self, error):
+        self.error, self.aborted = error, []
+
+    def wait_for_job(self, job_id, timeout, poll_interval):
+        raise self.error
+
+    def abort_job(self, job_id):
+        self.aborted.append(job_id)
+
+
+def test_a_job_interrupted_or_past_its_timeout_is_aborted_on_the_server():
+    from nvflare.fuel.flare_api.api_spec import JobTimeout
+
+    from fedtab.engines.errors import RunError
+    from fedtab.engines.nvflare_remote import _wait
+
+    session = _Waiting(KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        _wait(session, "job-1", timeout=60)
+    assert session.aborted == ["job-1"]
+    session = _Waiting(JobTimeout("late"))
+    with pytest.raises(RunError, match="did not finish within 60 s \\(aborted\\)"):
+        _wait(session, "job-2", timeout=60)
+    assert session.aborted == ["job-2"]

@@ -5,7 +5,9 @@ The analyst's side of a deployment (``fedtab run JOB --engine flower --superlink
 (address plus ``root-certificates``, or ``insecure`` only when asked), starts the run with
 ``flwr run``, follows the run's log stream until the run is final and checks its status
 with ``flwr ls`` (``flwr run`` returns as soon as the run is submitted and exits 0 even if
-the run later fails), and reads the result back
+the run later fails), printing the progress lines the ServerApp writes into that log
+(:mod:`fedtab.engines.progress`) as they come, stops the run (``flwr stop``) when it is not
+final in time or on Ctrl-C, and reads the result back
 from the run's log (``flwr log RUN --show``), where fedtab's ServerApp writes it when
 the run config says ``result-log = true`` (:mod:`fedtab.engines.result_log`). Only the
 SuperLink's Control API is used, so the analyst needs no access to the coordinator's
@@ -14,7 +16,8 @@ files. Every ``flwr`` call is a child process in its own session with a timeout.
 Example::
 
     client = SuperLinkClient("coordinator.example.org:9093", root_certificates="ca.pem", home=tmp)
-    result = client.run({"min-sites": 3, "site-keys": keys_json}, timeout=3600)
+    result = client.run({"min-sites": 3, "site-keys": keys_json}, timeout=3600, progress=print)
+    result = client.attach(run_id, timeout=3600)  # a run submitted earlier (fedtab attach)
 """
 
 from __future__ import annotations

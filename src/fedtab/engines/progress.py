@@ -53,7 +53,7 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
 
     Exact for schema, election, imputation, training and baselines as the job folds them
     (checked against the in-process engine's exchange count): the column profile 1,
-    imputation ``rounds + 5``, election 2 (``ballot``, ``set_mask``), training ``rounds + 1``
+    imputation ``rounds + 5`` (``+ 1`` with the column profile), election 2 (``ballot``, ``set_mask``), training ``rounds + 1``
     after an election (its ``describe`` rides on ``set_mask``) else ``rounds + 2``,
     baselines 1; tuning is counted as its grid (11 freedom degrees by default) + 2.
     Secure aggregation adds its key exchanges; a score test and the all-columns comparison
@@ -61,10 +61,11 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     """
     out: dict[str, int] = {}
     private = spec.privacy.private
-    if spec.schema.profile if spec.schema.profile is not None else not private:
+    profile = spec.schema.profile if spec.schema.profile is not None else not private
+    if profile:
         out["schema"] = 1
     if spec.impute is not None:
-        out["imputation"] = spec.impute.rounds + 5
+        out["imputation"] = spec.impute.rounds + 5 + int(profile)
     el = spec.election
     voting = el is not None and el.method == "vote"
     if voting and el.tune != "none" and el.freedom_degree is None:
