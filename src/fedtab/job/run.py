@@ -177,14 +177,16 @@ def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan:
 
         if flare_project is not None:
             progress(f"submitting the job to the FLARE project of {flare_project}")
-            raw = run_on_project(configs, flare_config, flare_project, workdir / "nvflare", timeout=timeout)
+            raw = run_on_project(configs, flare_config, flare_project, workdir / "nvflare", timeout=timeout,
+                                 progress=progress)
         else:
             from ..engines.nvflare_deploy import LoopbackProject
 
             progress("provisioning and starting a FLARE server and one client per site on 127.0.0.1")
             with LoopbackProject([c["name"] for c in configs], workdir / "flare_project") as project:
                 progress("submitting the job to the FLARE project")
-                raw = run_on_project(configs, flare_config, project.admin_kit, workdir / "nvflare", timeout=timeout)
+                raw = run_on_project(configs, flare_config, project.admin_kit, workdir / "nvflare", timeout=timeout,
+                                     progress=progress)
         raw["deployment"] = {"flare_job_id": raw.get("flare_job_id")}
         return raw
     from ..engines.nvflare import run_simulator
