@@ -173,7 +173,7 @@ def test_the_guides_trial_reports_progress_attaches_and_stops_runs(guide):
     # a run past its --timeout is stopped on the SuperLink, not left running
     job = (work / "job.toml").read_text().replace("rounds = 2", "rounds = 500")
     (work / "long.toml").write_text(job)
-    proc = _fedtab(["run", "long.toml", *analyst[3:], "--timeout", "20", "--out", str(work / "long")], work, env)
+    proc = _fedtab(["run", "long.toml", *analyst[3:], "--timeout", "10", "--out", str(work / "long")], work, env)
     long_out = "\n".join(line for line, _ in _lines_while_running(proc, work / "long" / "result.json", 300))
     assert proc.returncode == 2 and "stopped on the SuperLink" in long_out, long_out
     long_id = int(re.search(r"submitted as Flower run (\d+)", long_out).group(1))
