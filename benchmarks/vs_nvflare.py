@@ -219,17 +219,18 @@ def bare_plan(result: dict[str, Any]) -> list[list[int]]:
 
 
 def run_fedtab_flower(configs: list[dict[str, Any]], cfg: dict[str, Any], workdir: Path, *,
-                      bare: bool = True, pairs: int = 1) -> tuple[float, dict, dict | None]:
+                      bare: bool = True, pairs: int = 1, isolation: str = "subprocess") -> tuple[float, dict, dict | None]:
     """(d) fedtab on a loopback deployment with TLS + SuperNode auth, then (e) ``flower-bare``
     on the same SuperLink and SuperNodes with fedtab's exchange plan. Returns fedtab's
     seconds (start-up + run), its result, and the bare run's result (or None).
 
     With ``pairs`` > 1 the (fedtab, bare) pair runs that many times in turn on the same
     deployment; the first pair's runs are returned, and ``result["pairs"]`` holds every
-    pair's ``flwr run`` seconds (a load change on a shared machine hits both runs of a pair)."""
+    pair's ``flwr run`` seconds (a load change on a shared machine hits both runs of a pair).
+    ``isolation``: the SuperNodes' ClientApp isolation (:class:`LoopbackDeployment`)."""
     from fedtab.engines.flower_deploy import LoopbackDeployment
 
-    dep = LoopbackDeployment(configs, workdir, start_timeout=120)
+    dep = LoopbackDeployment(configs, workdir, start_timeout=120, isolation=isolation)
     t0 = time.perf_counter()
     bare_result = None
     try:
@@ -367,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="fedtab-flower/flower-bare pairs run in turn on one deployment; the ratio is their median")
     parser.add_argument("--skip", default="",
                         help="comma list of runs to skip: local,nvflare,same-interval,flower,bare")
+    parser.add_argument("--isolation", choices=("subprocess", "process"), default="subprocess",
+                        help="the SuperNodes' ClientApp isolation on the Flower deployment (Flower's --isolation)")
     args = parser.parse_args(argv)
     n_per_site, rounds, fd = (200, 2, 0.5) if args.quick else (1000, 5, 0.5)
     out_dir = args.out or (Path(tempfile.mkdtemp(prefix="vs_nvflare_")) if args.quick else RESULTS)
@@ -408,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
             notes["extra"] = extra
         if "flower" not in skip:
             seconds, result, bare = run_fedtab_flower(configs, cfg, work / "fedtab_flower", bare="bare" not in skip,
-                                                      pairs=args.pairs)
+                                                      pairs=args.pairs, isolation=args.isolation)
+            notes["isolation"] = args.isolation
             notes["flower_start"] = result["deployment_start_seconds"]
             notes["flower_run"] = result["run_seconds"]
             notes["flower_result"] = result

@@ -72,7 +72,8 @@ def test_fedtab_deploy_writes_keys_and_flare_project_and_never_replaces_a_ca(tmp
 
     runner = CliRunner()
     res = runner.invoke(app, ["deploy", str(tmp_path / "c"), "--site", "site-1", "--site", "site-2",
-                              "--host", "link.example.org"])
+                              "--host", "link.example.org", "--data", f"site-2={tmp_path / 'b.csv'}"],
+                        env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
     out = tmp_path / "c"
     fps = load_site_keys(out / "site-keys.json")
@@ -85,9 +86,21 @@ def test_fedtab_deploy_writes_keys_and_flare_project_and_never_replaces_a_ca(tmp
 
     assert read_key_list(out / "site-keys.json", out / "ca.pem").fingerprints == fps
     text = " ".join(res.output.split())
-    for key in ("identity-key='<dir>/site-1.key'", "consortium-keys='<dir>/site-keys.json'",
-                "root-certificates='<dir>/ca.pem'", "site-2/local/fedtab-identity.json"):
+    for key in (f'identity-key="{out}/sites/site-1.key"', f'consortium-keys="{out}/site-keys.json"',
+                f'root-certificates="{out}/ca.pem"', f'data-path="{tmp_path}/b.csv"',
+                "site-2/local/fedtab-identity.json", "runs the python3 on PATH"):
         assert key in text, key
+    # the real commands: a SuperLink reachable from the consortium (and the firewall said), a port per
+    # SuperNode, and the flwr connection with an absolute CA path (Flower 1.42 refuses a relative one)
+    assert "--host 0.0.0.0 --port 9093" in text and "open TCP port 9093" in text
+    assert "--port 9094 " in text and "--port 9095 " in text and "<dir>" not in text and "<connection>" not in text
+    assert f"FLWR_HOME={out}/flwr flwr supernode register {out}/sites/site-1.pub consortium" in text
+    config = (out / "flwr" / "config.toml").read_text()
+    assert 'address = "link.example.org:9093"' in config and f'root-certificates = "{out}/ca.pem"' in config
+    trial = runner.invoke(app, ["deploy", str(tmp_path / "t"), "--site", "a", "--port", "7000"], env={"COLUMNS": "400"})
+    assert "--host 127.0.0.1 --port 7000" in trial.output and "firewall" not in trial.output
+    wrong = runner.invoke(app, ["deploy", str(tmp_path / "w"), "--site", "a", "--data", "b=x.csv"])
+    assert wrong.exit_code == 2 and "SITE=PATH" in wrong.output
     ca = (out / "ca.pem").read_bytes()
     again = runner.invoke(app, ["deploy", str(out), "--site", "site-1"])
     assert again.exit_code == 2 and "ca.key exists" in again.output

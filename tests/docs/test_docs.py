@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import itertools
 import os
 import re
 import shlex
@@ -117,7 +118,12 @@ def test_the_slug_rule_matches_github():
 # ----- bash rules ------------------------------------------------------------------------
 def _command_lines(code: str) -> list[list[str]]:
     joined = re.sub(r"\\\n", " ", code)
-    return [argv for line in joined.split("\n") if (argv := shlex.split(line, comments=True))]
+    lines = [shlex.split(line, comments=True) for line in joined.split("\n")]
+    # leading VAR=value assignments (FLWR_HOME=... flwr ...) set the environment, not the program
+    return [argv for words in lines if (argv := list(itertools.dropwhile(_ASSIGNMENT.fullmatch, words)))]
+
+
+_ASSIGNMENT = re.compile(r"[A-Z_][A-Z0-9_]*=.*")
 
 
 def _flags(argv: list[str]) -> list[str]:

@@ -76,8 +76,15 @@ elif args[0] == "ls":
     status = statuses.pop(0) if len(statuses) > 1 else statuses[0]
     (home / "statuses.json").write_text(json.dumps(statuses))
     print(json.dumps({{"success": True, "runs": [{{"run-id": 7, "status": status}}]}}))
+elif args[0] == "stop":
+    print(json.dumps({{"success": True, "run-id": 7}}))
 elif args[0] == "log" and "--stream" in args:
-    time.sleep(0.05)  # the SuperLink ends the stream (here: at once, as after a dropped connection)
+    stream = home / "stream.log"
+    if stream.exists():  # the log so far, each line as it comes (a restarted stream repeats it)
+        for line in stream.read_text().splitlines():
+            print(line, flush=True)
+            time.sleep(0.01)
+    time.sleep(float(os.environ.get("FAKE_STREAM_SECONDS", "0.05")))  # then the SuperLink ends the stream
 elif args[0] == "log":
     print((home / "run.log").read_text())
 '''
@@ -135,3 +142,101 @@ def test_superlink_client_gives_up_after_its_timeout(tmp_path):
     client = _fake_client(tmp_path, ["running"], "")
     with pytest.raises(RunError, match="did not finish within 1 s"):
         client.run({"min-sites": 1}, timeout=1, status_every=0.2)
+
+
+def test_progress_lines_arrive_once_each_as_the_run_goes_and_forged_ones_are_ignored(tmp_path):
+    """The stream (restarted once, so repeated) delivers each progress event once, in order,
+    formatted as the CLI prints it; lines a hostile site could get logged are dropped whole."""
+    from fedtab.engines.progress import ProgressLog, parse_event
+    from fedtab.engines.result_log import encode_result
+    from fedtab.job.spec import parse_job
+
+    spec = parse_job({"target": "y", "training": {"rounds": 2}, "schema": {"profile": False},
+                      "evaluation": {"baselines": False}}, sites_required=False)
+    lines: list[str] = []
+    server = ProgressLog(spec, emit=lines.append)
+    server.estimate(3, 1.5)
+    server.step("training")
+    for kind, answered in (("describe", 3), ("fit", 3), ("fit", 2), ("evaluate", 2)):
+        server.exchange(kind, answered, 3)
+    forged = ['ERROR site \'va\': fedtab-progress {"seq": 99, "step": "\\u001b[31mpwned", "kind": "x"}',
+              'fedtab-progress {"seq": 98, "step": "training", "round": -1}',
+              'fedtab-progress {"seq": 97, "step": "training", "evil": 1}',
+              'fedtab-progress {"seq": 96, "t": 1e999}', "fedtab-progress [1, 2]"]
+    assert all(parse_event(f) is None for f in forged)
+    client = _fake_client(tmp_path, ["running", "finished:completed"], "\n".join(encode_result({"ok": 1})))
+    (client.home / "stream.log").write_text("\n".join(["INFO starting", *lines[:3], forged[0], *lines[3:]]))
+    said: list[str] = []
+    out = client.run({"min-sites": 3}, timeout=60, status_every=0.01, progress=said.append)
+    assert out == {"ok": 1, "run_id": 7}
+    assert said == ["submitted as Flower run 7 (fedtab attach 7 follows it again)",
+                    "3 site(s) joined; the job makes about 4 exchanges × 1.5 s ≈ 6 s",
+                    "training: describe (3/3 sites)", "training round 1/2 (3/3 sites)",
+                    "training round 2/2 (2/3 sites)", "training: evaluate (2/3 sites)"]
+
+
+def test_a_run_past_its_timeout_or_interrupted_is_stopped_on_the_superlink(tmp_path, monkeypatch):
+    from fedtab.engines.errors import RunError
+
+    client = _fake_client(tmp_path, ["running"], "")
+    with pytest.raises(RunError, match=r"did not finish within 1 s \(stopped on the SuperLink\)"):
+        client.run({"min-sites": 1}, timeout=1, status_every=0.2)
+    calls = (client.home / "calls.log").read_text().splitlines()
+    assert "stop 7 fedtab --format json" in calls
+
+    (client.home / "calls.log").unlink()
+    monkeypatch.setattr(type(client), "follow", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        client.attach(7, timeout=60)
+    assert (client.home / "calls.log").read_text().splitlines() == ["stop 7 fedtab --format json"]
+
+
+def test_attach_follows_a_submitted_run_without_submitting_and_writes_the_outputs(tmp_path, monkeypatch):
+    """`fedtab attach RUN JOB --superlink`: nothing is submitted; the outputs are the job's, from the run's log."""
+    from typer.testing import CliRunner
+
+    from fedtab.cli import app
+    from fedtab.engines import flower_remote
+
+    seen = {}
+
+    def fake_attach(self, run_id, *, timeout, status_every=5.0, progress=None):
+        seen.update(run_id=run_id, timeout=timeout, address=self.address)
+        progress("training round 1/1 (1/1 sites)")
+        raise flower_remote.RunError(f"Flower run {run_id} ended as 'finished:failed'")
+
+    monkeypatch.setattr(flower_remote.SuperLinkClient, "attach", fake_attach)
+    monkeypatch.setattr(flower_remote.SuperLinkClient, "submit", lambda *a, **k: pytest.fail("submitted"))
+    (tmp_path / "job.toml").write_text('target = "y"\n[sites.a]\n[sites.b]\n')
+    res = CliRunner().invoke(app, ["attach", "42", str(tmp_path / "job.toml"), "--superlink", "127.0.0.1:9",
+                                   "--insecure", "--timeout", "5"])
+    assert res.exit_code == 2 and "run 42 ended as 'finished:failed'" in res.output
+    assert "training round 1/1 (1/1 sites)" in res.output
+    assert seen == {"run_id": 42, "timeout": 5.0, "address": "127.0.0.1:9"}
+    from fedtab.job import JobError
+    from fedtab.job.run import run_job
+
+    with pytest.raises(JobError, match="attach"):
+        run_job(str(tmp_path / "job.toml"), attach=42)
+
+
+def test_the_plans_exchange_count_is_what_the_in_process_engine_makes(tmp_path):
+    """planned_exchanges (the estimate's count) against the real exchange count of each step."""
+    from fedtab.engines.local import LocalFederation
+    from fedtab.engines.progress import planned_exchanges
+    from fedtab.job.spec import parse_job
+    from fedtab.job.workflow import run_workflow
+    from tests.builders import classification_parts, make_sites
+
+    _, parts = classification_parts(90, 4, 2, 1, seed=1)
+    # (imputation, rounds + 5 or + 6 with the profile, was measured the same way; torch costs 10 s here)
+    for sections in ({"training": {"rounds": 2, "local_epochs": 1}, "schema": {"profile": False},
+                      "evaluation": {"baselines": False}},
+                     {"training": {"rounds": 3, "local_epochs": 1}, "election": {"freedom_degree": 0.5}}):
+        spec = parse_job({"target": "target", **sections}, sites_required=False)
+        fed = LocalFederation(make_sites(parts, selector="anova"))
+        marks: list[tuple[str, int]] = []
+        run_workflow(fed, spec, progress=lambda name: marks.append((name, fed.exchange_count)))
+        ends = [m[1] for m in marks[1:]] + [fed.exchange_count]
+        made = {name: end - start for (name, start), end in zip(marks, ends)}
+        assert planned_exchanges(spec) == made, sections

@@ -35,3 +35,56 @@ def test_names_the_sites_that_never_connect():
 
     with pytest.raises(RunError, match=r"FLARE sites \['va'\] are not connected"):
         _wait_for_sites(_Session(["cleveland", "hungarian"]), ["cleveland", "hungarian", "va"], timeout=1.0)
+
+
+class _Waiting:
+    """A stand-in Session: the job runs for ``polls`` status polls, its server stats hold progress
+    lines (one forged), or the wait is interrupted (Ctrl-C) or times out; records aborts."""
+
+    def __init__(self, error=None, polls=3):
+        self.error, self.aborted, self.polls = error, [], polls
+
+    def monitor_job_and_return_job_meta(self, job_id, timeout, poll_interval, cb):
+        from nvflare.fuel.flare_api.api_spec import MonitorReturnCode
+
+        if self.error == "timeout":
+            return MonitorReturnCode.TIMEOUT, None
+        if self.error is not None:
+            raise self.error
+        for i in range(self.polls):
+            self.shown = i + 1
+            cb(self, job_id, {"status": "RUNNING"})
+        return MonitorReturnCode.JOB_FINISHED, {"status": "FINISHED:COMPLETED"}
+
+    def show_stats(self, job_id, target):
+        from fedtab.engines.progress import MARKER
+
+        lines = [f'{MARKER} {{"seq": {i}, "step": "training", "kind": "fit", "round": {i}, "rounds": 2, '
+                 f'"answered": 3, "asked": 3}}' for i in range(1, self.shown + 1) if i <= 2]
+        lines.append(f'{MARKER} {{"seq": 9, "step": "x", "kind": "y", "answered": "all"}}')  # malformed: dropped
+        return {"server": {"fedtab": {"fedtab_progress": lines}, "ServerRunner": {"status": "started"}}}
+
+    def abort_job(self, job_id):
+        self.aborted.append(job_id)
+
+
+def test_a_flare_jobs_progress_lines_arrive_once_each_from_the_servers_stats():
+    from fedtab.engines.nvflare_remote import _wait
+
+    said = []
+    assert _wait(_Waiting(polls=3), "job-0", timeout=60, progress=said.append)["status"] == "FINISHED:COMPLETED"
+    assert said == ["training round 1/2 (3/3 sites)", "training round 2/2 (3/3 sites)"]
+
+
+def test_a_job_interrupted_or_past_its_timeout_is_aborted_on_the_server():
+    from fedtab.engines.errors import RunError
+    from fedtab.engines.nvflare_remote import _wait
+
+    session = _Waiting(KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        _wait(session, "job-1", timeout=60)
+    assert session.aborted == ["job-1"]
+    session = _Waiting("timeout")
+    with pytest.raises(RunError, match="did not finish within 60 s \\(aborted\\)"):
+        _wait(session, "job-2", timeout=60)
+    assert session.aborted == ["job-2"]

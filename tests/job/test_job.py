@@ -573,4 +573,7 @@ def test_flare_project_job_matches_local_engine(sites, tmp_path):
     result = json.loads((out / "result.json").read_text())
     assert result["engine"] == "nvflare" and result["deployment"]["flare_job_id"]
     assert sorted(result["sites"]) == sorted(HEART_SITE_NAMES)
+    # the controller's progress lines came back through the server's stats while the job ran
+    assert f"submitted as FLARE job {result['deployment']['flare_job_id']}" in res.output
+    assert "training round 1/1 (3/3 sites)" in res.output, res.output
     _assert_same_as_local(result, out, local, tmp_path / "local", sites)

@@ -221,6 +221,7 @@ _COMMANDS = [
     ("impute", "impute_command", "impute"),
     ("deploy", "deploy_command", "deploy"),
     ("run", "run_command", "run"),
+    ("attach", "attach_command", "attach"),
     ("predict", "predict_command", "predict"),
     ("export", "export_command", "export"),
 ]

@@ -15,28 +15,81 @@ Writes into ``OUT``:
   files and ``ca.pem``, checks the signature, and trusts only that list's keys for secure
   aggregation (node-config ``identity-key``, ``consortium-keys``, ``root-certificates``;
   a site's authentication key is also its identity key);
-* ``flare/project.yml`` — the NVIDIA FLARE project for ``nvflare provision``.
+* ``flare/project.yml`` — the NVIDIA FLARE project for ``nvflare provision``;
+* ``flwr/config.toml`` — the Flower connection ``consortium`` (the SuperLink's address and
+  the absolute path of ``ca.pem``) for the ``flwr`` commands (``FLWR_HOME=OUT/flwr``).
 
-Then prints the commands that start the SuperLink, register the keys, start each
-SuperNode and run the job. Refuses to overwrite an existing CA unless ``--force``.
+Then prints the exact commands, with the absolute paths of the files it wrote: start the
+SuperLink (bound to ``0.0.0.0`` when a ``--host`` other than loopback is named, else to
+127.0.0.1), register the keys, start each SuperNode (each on its own ``--port``, so they
+can share a trial machine) and run the job. Refuses to overwrite an existing CA unless ``--force``.
 """
 
 from __future__ import annotations
 
+import json
+import shlex
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from . import console, fail
+from . import PlainHelp, console, fail
 
-__all__ = ["deploy_command"]
+__all__ = ["deploy_command", "flower_commands"]
+
+COMMAND_SETTINGS = {"cls": PlainHelp}
+
+#: the connection ``fedtab deploy`` writes into ``OUT/flwr/config.toml``
+CONNECTION = "consortium"
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-def _identity(site: str) -> str:
-    """A site's secure-aggregation node-config keys, as paths at that site."""
-    return (f"identity-key='<dir>/{site}.key' consortium-keys='<dir>/site-keys.json' "
-            "root-certificates='<dir>/ca.pem'")
+def _node_config(site: str, data: str, keys) -> str:  # noqa: ANN001 - ConsortiumKeys
+    """A SuperNode's ``--node-config``: its name, table and secure-aggregation identity (absolute paths)."""
+    cfg = {"name": site, "data-path": data, **keys.identity_config(site)}
+    return " ".join(f"{k}={json.dumps(str(v))}" for k, v in cfg.items())
+
+
+def flower_commands(keys, sites: list[str], *, address: str, bind: str, data: dict[str, str],  # noqa: ANN001
+                    flwr_home: Path, database: Path) -> list[tuple[str, str]]:
+    """``[(who, command line)]`` of a Flower consortium, in order, with absolute paths.
+
+    ``who`` is ``coordinator``, ``site <name>`` or ``analyst``; SuperNode ``i`` listens on the
+    SuperLink's port + 1 + ``i`` (several SuperNodes on one trial machine need their own port).
+    """
+    port = int(address.rsplit(":", 1)[1])
+    q = shlex.quote
+    out = [("coordinator", f"flower-superlink --ssl-ca-certfile {q(str(keys.ca_cert))} --ssl-certfile "
+                           f"{q(str(keys.superlink_cert))} --ssl-keyfile {q(str(keys.superlink_key))} "
+                           f"--enable-supernode-auth --host {bind} --port {port} --database {q(str(database))}")]
+    out += [("coordinator", f"FLWR_HOME={q(str(flwr_home))} flwr supernode register "
+                            f"{q(str(keys.site_public[s]))} {CONNECTION} --format json") for s in sites]
+    out += [(f"site {s}", f"flower-supernode --superlink {address} --root-certificates {q(str(keys.ca_cert))} "
+                          f"--auth-supernode-private-key {q(str(keys.site_private[s]))} --port {port + 1 + i} "
+                          f"--node-config {q(_node_config(s, data[s], keys))}") for i, s in enumerate(sites)]
+    out.append(("analyst", f"fedtab run job.toml --engine flower --superlink {address} --root-certificates "
+                           f"{q(str(keys.ca_cert))} --site-keys {q(str(keys.site_keys))}"))
+    return out
+
+
+def _write_flwr_config(home: Path, address: str, ca: Path) -> Path:
+    """``home/config.toml``: the connection :data:`CONNECTION` (absolute CA path: Flower refuses a relative one)."""
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "config.toml"
+    path.write_text(f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+                    f'address = {json.dumps(address)}\nroot-certificates = {json.dumps(str(ca.resolve()))}\n')
+    return path
+
+
+def _data_paths(site: list[str], data: list[str]) -> dict[str, str]:
+    out = {}
+    for item in data:
+        name, sep, path = item.partition("=")
+        if not sep or name not in site or not path:
+            fail(f"--data {item!r}: give SITE=PATH for one of the sites {', '.join(site)}")
+        out[name] = str(Path(path).expanduser().resolve())
+    return {s: out.get(s, f"/data/{s}.csv") for s in site}
 
 
 def deploy_command(
@@ -44,53 +97,64 @@ def deploy_command(
     site: Annotated[list[str], typer.Option("--site", help="A site name (repeat for each site).")],
     host: Annotated[Optional[list[str]], typer.Option(
         "--host", help="Host name or IP the SuperLink is reached at (repeatable; 127.0.0.1 and localhost "
-                       "are always included).")] = None,
+                       "are always included). The first is the address in the printed commands.")] = None,
+    port: Annotated[int, typer.Option("--port", min=1, max=65000, help="The SuperLink's port (SuperNode i "
+                                                                       "listens on port + 1 + i).")] = 9093,
+    data: Annotated[Optional[list[str]], typer.Option(
+        "--data", help="SITE=PATH: the table a site's SuperNode reads, for its printed command (repeatable; "
+                       "default /data/SITE.csv).")] = None,
     days: Annotated[int, typer.Option("--days", min=1, help="Validity of the certificates in days.")] = 365,
     flare_server: Annotated[str, typer.Option("--flare-server", help="FLARE server host name.")] = "localhost",
     flare_port: Annotated[int, typer.Option("--flare-port", help="FLARE server port for clients "
                                                                  "(admin port = this + 1).")] = 8002,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing CA in OUT.")] = False,
 ) -> None:
-    """Generate a CA, the SuperLink certificate, one key pair per site and a FLARE project.yml."""
+    """Generate a CA, the SuperLink certificate, one key pair per site, the flwr connection and a
+    FLARE project.yml, and print the commands that run them."""
     from ..deploy.flare_project import write_project
     from ..deploy.keys import write_consortium_keys
 
+    out = out.expanduser().resolve()
     if (out / "ca.key").exists() and not force:
         fail(f"{out / 'ca.key'} exists: a new CA would invalidate every issued certificate (use --force)")
+    paths = _data_paths(site, data or [])
     try:
         keys = write_consortium_keys(out, site, hosts=host or [], days=days)
         project = write_project(out / "flare" / "project.yml", site, server=flare_server,
                                 fed_learn_port=flare_port, admin_port=flare_port + 1)
     except ValueError as exc:
         fail(str(exc))
-    address = f"{(host or ['127.0.0.1'])[0]}:9093"
-    console.print(f"wrote {keys.folder}: ca.pem, superlink.pem/.key, sites/<site>.key/.pub, site-keys.json(.sig), "
-                  f"{project.relative_to(out)}", highlight=False)
-    console.print("each site keeps in one folder <dir>: ca.pem, site-keys.json, site-keys.json.sig and its own "
-                  "sites/<site>.key (absolute paths in the node config)", highlight=False)
-    console.print("\n[bold]Flower[/] (see docs/deployment.md):", highlight=False)
-    lines = [
-        f"flower-superlink --ssl-ca-certfile {keys.ca_cert} --ssl-certfile {keys.superlink_cert} "
-        f"--ssl-keyfile {keys.superlink_key} --enable-supernode-auth --port {address.rsplit(':', 1)[1]}",
-        *(f"flwr supernode register {keys.site_public[s]} <connection>" for s in site),
-        *(f"(site {s}:) flower-supernode --superlink {address} --root-certificates ca.pem "
-          f"--auth-supernode-private-key {s}.key --node-config \"name='{s}' data-path='...' {_identity(s)}\""
-          for s in site),
-        f"fedtab run job.toml --engine flower --superlink {address} --root-certificates {keys.ca_cert} "
-        f"--site-keys {keys.site_keys}",
-    ]
-    for line in lines:
-        console.print("  " + line, highlight=False, soft_wrap=True)
-    console.print("\n[bold]NVIDIA FLARE[/] (see docs/deployment.md):", highlight=False)
-    kits = "<workspace>/fedtab/prod_00"
-    for line in [f"nvflare provision -p {project} -w <workspace>",
+    address = f"{(host or ['127.0.0.1'])[0]}:{port}"
+    bind = "127.0.0.1" if set(host or []) <= _LOOPBACK else "0.0.0.0"
+    config = _write_flwr_config(out / "flwr", address, keys.ca_cert)
+    say = lambda text: console.print(text, highlight=False, soft_wrap=True, markup=False)  # noqa: E731
+    say(f"wrote {keys.folder}: ca.pem, superlink.pem/.key, sites/<site>.key/.pub, site-keys.json(.sig), "
+        f"{config.relative_to(out)}, {project.relative_to(out)}")
+    say("\nFlower (docs/deployment.md); each command in its own terminal, in this order. A site that runs "
+        f"its SuperNode elsewhere copies ca.pem, site-keys.json, site-keys.json.sig and sites/<site>.key "
+        f"there and changes {out} in its command to that folder.")
+    if bind == "0.0.0.0":
+        say(f"The SuperLink listens on every interface: open TCP port {port} in the coordinator's firewall "
+            "to the sites' and the analyst's addresses only.")
+    for who, line in flower_commands(keys, site, address=address, bind=bind, data=paths, flwr_home=out / "flwr",
+                                     database=out / "superlink.db"):
+        say(f"# {who}:\n  {line}")
+    _print_flare(site, project, flare_server, say)
+
+
+def _print_flare(site: list[str], project: Path, flare_server: str, say) -> None:  # noqa: ANN001
+    say("\nNVIDIA FLARE (docs/deployment.md); the kits' start.sh runs the python3 on PATH, which must have "
+        "fedtab[nvflare] installed:")
+    ws = project.parent / "workspace"
+    kits = f"{ws}/fedtab/prod_00"
+    for line in [f"nvflare provision -p {project} -w {ws}",
                  f"(every participant:) python -c \"from fedtab.engines.nvflare import allow_fedtab_components as a; "
                  f"a('{kits}/<participant>')\"",
-                 *(f"(site {s}:) copy those files into {kits}/{s}/local/ and write "
-                   f"{kits}/{s}/local/fedtab-identity.json: "
+                 *(f"(site {s}:) copy ca.pem, site-keys.json, site-keys.json.sig and sites/{s}.key into "
+                   f"{kits}/{s}/local/ and write {kits}/{s}/local/fedtab-identity.json: "
                    f"{{\"identity-key\": \"{s}.key\", \"consortium-keys\": \"site-keys.json\", "
                    f"\"root-certificates\": \"ca.pem\"}}" for s in site),
                  f"{kits}/{flare_server}/startup/start.sh",
                  *(f"(site {s}:) {kits}/{s}/startup/start.sh" for s in site),
                  f"fedtab run job.toml --engine nvflare --flare-project {kits}/admin@fedtab.org"]:
-        console.print("  " + line, highlight=False, soft_wrap=True)
+        say("  " + line)

@@ -243,6 +243,10 @@ class FlowerFederation(Federation):
         #: (mean seconds per ClientApp stage, see :func:`handle_message`)
         self.exchanges: list[dict[str, Any]] = []
         self.last_timing: dict[int, dict[str, float]] = {}
+        #: ``fn(kind, answered, asked)`` after each :meth:`ask` (the ServerApp's progress lines)
+        self.on_exchange: Callable[[str, int, int], None] | None = None
+        #: seconds the last site-naming exchange took: the deployment's measured cost of one exchange
+        self.hello_seconds = 0.0
         #: ``{node id: reason}`` of nodes left out: unknown key, or a name the node's key does not hold
         self.excluded: dict[int, str] = {}
         self._site_of_key = {fp: site for site, fp in (site_keys or {}).items()}
@@ -260,8 +264,10 @@ class FlowerFederation(Federation):
                 named = len(self._node_of)
                 expected = self._key_sites(todo)
                 todo = [n for n in todo if n not in self.excluded]
+                hello_started = time.monotonic()
                 replies = self._send({node: Message(_HELLO) for node in todo},
                                      enough=lambda got: named + sum(self._claim_ok(m, expected) for m in got) >= min_sites)
+                self.hello_seconds = time.monotonic() - hello_started
                 for node in todo:
                     reply = replies[node]
                     name = reply.meta.get("site") if not reply.is_error else None
@@ -431,6 +437,8 @@ class FlowerFederation(Federation):
                                "bytes_up": max((a.nbytes() for a in answers.values()), default=0),
                                "clientapp": _mean_timing(self.last_timing.values())})
         flwr_log(logging.INFO, "fedtab %s: %d site(s) answered in %.2f s", kind, len(answers), seconds)
+        if self.on_exchange is not None:
+            self.on_exchange(kind, sum(not a.is_error for a in answers.values()), len(requests))
         for node, (name, req) in by_node.items():
             reply = answers[node]
             self.traffic.records.append(Traffic(name, req.kind, req.nbytes(), reply.nbytes()))
@@ -469,6 +477,25 @@ def _truthy(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("true", "1")
 
 
+def _with_progress(fed: FlowerFederation, cfg: Mapping[str, Any], workflow: Workflow, is_job: bool) -> dict[str, Any]:
+    """``workflow(fed, cfg)`` printing :mod:`fedtab.engines.progress` lines into the ServerApp's log:
+    the estimate (the job plan's exchanges × the site-naming exchange's seconds), then one per exchange."""
+    from .progress import ProgressLog
+
+    spec = None
+    if is_job:
+        from ..job.spec import JobError, spec_from_plan
+
+        try:
+            spec = spec_from_plan(cfg.get("job") or "")
+        except JobError:
+            spec = None  # the workflow reports the bad plan itself
+    progress = ProgressLog(spec)
+    progress.estimate(len(fed.sites), fed.hello_seconds)
+    fed.on_exchange = progress.exchange
+    return workflow(fed, cfg, progress=progress.step) if is_job else workflow(fed, cfg)
+
+
 def make_server_app(workflow: Workflow | None = None) -> ServerApp:
     """A ServerApp running ``workflow(federation, run_config)`` on a :class:`FlowerFederation`
     (default: the job loop, :func:`fedtab.job.workflow.engine_workflow`, which runs the job whose
@@ -501,7 +528,10 @@ def make_server_app(workflow: Workflow | None = None) -> ServerApp:
             chosen: Workflow = engine_workflow
         else:
             chosen = workflow
-        result = dict(chosen(fed, cfg))
+        if _truthy(cfg.get("result-log", False)):  # an analyst follows the log: a progress line per exchange
+            result = dict(_with_progress(fed, cfg, chosen, workflow is None))
+        else:
+            result = dict(chosen(fed, cfg))
         result["engine"] = "flower"
         result["seconds_total"] = time.perf_counter() - t0
         down, up = fed.traffic.total()

@@ -108,6 +108,10 @@ class LoopbackDeployment(ProcessOwner):
         start_timeout: seconds to wait for the SuperLink and the SuperNodes.
         insecure: plain-text gRPC, no SuperNode authentication, nodes named by the
             ``name`` they declare (Flower's ``--insecure``).
+        isolation: ``"subprocess"`` (Flower's default: each SuperNode starts its own SuperExec,
+            which starts a ClientApp process per message) or ``"process"`` (``--isolation
+            process``: the SuperExec is a separate long-running process started here next to
+            each SuperNode; it still starts a ClientApp process per message in Flower 1.42).
         keys: the consortium's keys (:func:`fedtab.deploy.keys.write_consortium_keys`);
             default: generated into ``workdir/keys`` for the node configs' names.
             Node ``i`` authenticates with the key of its ``name``, and (unless its config
@@ -120,8 +124,11 @@ class LoopbackDeployment(ProcessOwner):
 
     def __init__(self, node_configs: Sequence[Mapping[str, Any]], workdir: str | Path, *, app: str | Path | None = None,
                  bin_dir: str | Path | None = None, start_timeout: float = 60.0, insecure: bool = False,
-                 keys: "ConsortiumKeys | None" = None) -> None:
+                 keys: "ConsortiumKeys | None" = None, isolation: str = "subprocess") -> None:
         super().__init__()
+        if isolation not in ("subprocess", "process"):
+            raise ValueError(f"isolation must be 'subprocess' or 'process', got {isolation!r}")
+        self.isolation = isolation
         self.node_configs = [dict(c) for c in node_configs]
         self.workdir = Path(workdir)
         self.app = Path(app) if app is not None else None
@@ -221,11 +228,15 @@ class LoopbackDeployment(ProcessOwner):
         if root_certificates is None and not self.insecure:
             root_certificates = self.keys.ca_cert
         node_port = free_port()
-        proc = self._spawn(name, [str(self.bin_dir / "flower-supernode"),
+        isolation = ["--isolation", "process"] if self.isolation == "process" else []
+        proc = self._spawn(name, [str(self.bin_dir / "flower-supernode"), *isolation,
                                   *supernode_args(f"127.0.0.1:{self.port}", node_config, node_port,
                                                   root_certificates=root_certificates, private_key=private_key)])
-        if wait:
+        if wait or isolation:
             _wait_port(node_port, deadline or time.monotonic() + self.start_timeout, proc, self.workdir / f"{name}.log")
+        if isolation:  # the ClientApps' executor, long-running, talking to the SuperNode's Runtime API
+            self._spawn(f"{name}-superexec", [str(self.bin_dir / "flower-superexec"), "--insecure",
+                                              "--runtime-api-address", f"127.0.0.1:{node_port}"])
         return proc
 
     def _stragglers(self) -> set[int]:

@@ -5,7 +5,9 @@ The analyst's side of a deployment (``fedtab run JOB --engine flower --superlink
 (address plus ``root-certificates``, or ``insecure`` only when asked), starts the run with
 ``flwr run``, follows the run's log stream until the run is final and checks its status
 with ``flwr ls`` (``flwr run`` returns as soon as the run is submitted and exits 0 even if
-the run later fails), and reads the result back
+the run later fails), printing the progress lines the ServerApp writes into that log
+(:mod:`fedtab.engines.progress`) as they come, stops the run (``flwr stop``) when it is not
+final in time or on Ctrl-C, and reads the result back
 from the run's log (``flwr log RUN --show``), where fedtab's ServerApp writes it when
 the run config says ``result-log = true`` (:mod:`fedtab.engines.result_log`). Only the
 SuperLink's Control API is used, so the analyst needs no access to the coordinator's
@@ -14,16 +16,19 @@ files. Every ``flwr`` call is a child process in its own session with a timeout.
 Example::
 
     client = SuperLinkClient("coordinator.example.org:9093", root_certificates="ca.pem", home=tmp)
-    result = client.run({"min-sites": 3, "site-keys": keys_json}, timeout=3600)
+    result = client.run({"min-sites": 3, "site-keys": keys_json}, timeout=3600, progress=print)
+    result = client.attach(run_id, timeout=3600)  # a run submitted earlier (fedtab attach)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -192,39 +197,85 @@ class SuperLinkClient:
             time.sleep(poll)
         raise RunError(f"Flower run {run_id} on {self.address} did not finish within {timeout:g} s")
 
-    def follow(self, run_id: int, *, timeout: float, min_interval: float = 5.0) -> str:
+    def follow(self, run_id: int, *, timeout: float, min_interval: float = 5.0,
+               on_event: Callable[[dict[str, Any]], None] | None = None) -> str:
         """Wait until the run is final by following its log; returns its status.
 
         ``flwr log RUN --stream`` is one process that the SuperLink answers until the run
         finishes, so a long run costs one process instead of a ``flwr ls`` every few
-        seconds. When the stream ends (run finished, or the connection dropped) the status
-        is asked once; a stream that ends early is restarted, at most every
+        seconds. Each progress line the ServerApp writes into that log
+        (:mod:`fedtab.engines.progress`) is passed to ``on_event`` as it arrives, once
+        (a restarted stream repeats the log from its start; events are told apart by
+        their ``seq``). When the stream ends (run finished, or the connection dropped) the
+        status is asked once; a stream that ends early is restarted, at most every
         ``min_interval`` seconds.
 
         Raises:
             RunError: the run was not final within ``timeout`` seconds.
         """
         deadline = time.monotonic() + timeout
+        seen = [0]
+
+        def deliver(event: dict[str, Any]) -> None:
+            if on_event is not None and event.get("seq", 0) > seen[0]:
+                seen[0] = event["seq"]
+                on_event(event)
+
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RunError(f"Flower run {run_id} on {self.address} did not finish within {timeout:g} s")
             started = time.monotonic()
-            proc = subprocess.Popen([str(self.bin_dir / "flwr"), "log", str(run_id), CONNECTION, "--stream"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env, cwd=self.home,
-                                    start_new_session=True)
-            try:
-                proc.wait(timeout=remaining)
-            except subprocess.TimeoutExpired:
-                pass
-            finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            self._stream(run_id, remaining, deliver)
             status = self.status(run_id)
             if status.startswith("finished"):
                 return status
-            time.sleep(max(0.0, min_interval - (time.monotonic() - started)))
+            time.sleep(max(0.0, min(min_interval - (time.monotonic() - started), deadline - time.monotonic())))
+
+    def _stream(self, run_id: int, timeout: float, deliver: Callable[[dict[str, Any]], None]) -> None:
+        """Run ``flwr log RUN --stream`` until it ends or ``timeout``, passing its progress events
+        to ``deliver`` from this thread (a reader thread only queues them); the process is killed
+        on the way out, Ctrl-C included."""
+        from .progress import parse_event
+
+        events: queue.Queue = queue.Queue()
+        proc = subprocess.Popen([str(self.bin_dir / "flwr"), "log", str(run_id), CONNECTION, "--stream"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace",
+                                env={**self.env, "PYTHONUNBUFFERED": "1"}, cwd=self.home, start_new_session=True)
+
+        def read() -> None:
+            for line in proc.stdout:
+                event = parse_event(line)
+                if event is not None:
+                    events.put(event)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        end = time.monotonic() + timeout
+        try:
+            while time.monotonic() < end and (proc.poll() is None or reader.is_alive() or not events.empty()):
+                try:
+                    deliver(events.get(timeout=0.2))
+                except queue.Empty:
+                    pass
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            reader.join(timeout=5)
+
+    def stop(self, run_id: int) -> str:
+        """``flwr stop RUN``: ask the SuperLink to stop the run; returns ``""`` when it did, else why not."""
+        try:
+            proc = self.flwr(["stop", str(run_id), CONNECTION, "--format", "json"], timeout=60)
+        except subprocess.TimeoutExpired:
+            return "flwr stop did not return within 60 s"
+        try:
+            if json.loads(proc.stdout).get("success") is True:
+                return ""
+        except (ValueError, AttributeError):
+            pass
+        return (proc.stdout + proc.stderr).strip()[-500:] or f"flwr stop exited {proc.returncode}"
 
     def failure(self, run_id: int, what: str, logs: str | Path | None = None) -> RunError:
         """A :class:`RunError` for run ``run_id`` with the tail of its ServerApp log."""
@@ -232,22 +283,31 @@ class SuperLinkClient:
         where = f"; logs in {logs}" if logs else ""
         return RunError(f"Flower run {run_id} on {self.address} {what}{where}; ServerApp log tail:\n{tail}")
 
-    def run(self, run_config: Mapping[str, Any], *, app: str | Path | None = None, timeout: float = 3600.0,
-            status_every: float = 5.0) -> dict[str, Any]:
-        """Submit, wait (:meth:`follow`) and return the run's JSON result read from its log.
+    def attach(self, run_id: int, *, timeout: float = 3600.0, status_every: float = 5.0,
+               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """Wait for submitted run ``run_id`` (:meth:`follow`) and return its JSON result read from its log.
 
-        Sets ``result-log = true`` in the run config (fedtab's ServerApp then prints the
-        result into its log). The returned dict gains ``run_id``.
+        ``progress`` gets a line per exchange (:func:`fedtab.engines.progress.describe`). On
+        timeout, and on Ctrl-C (``KeyboardInterrupt``, re-raised), the run is stopped on the
+        SuperLink (:meth:`stop`). The returned dict gains ``run_id``.
 
         Raises:
-            RunError: as :meth:`submit` and :meth:`wait`, a run that ended in another
-                state than ``finished:completed``, or a log without a readable result.
+            RunError: the run did not finish within ``timeout`` (then stopped), ended in
+                another state than ``finished:completed``, or left a log without a readable
+                result (:func:`fedtab.engines.result_log.decode_result`).
         """
-        run_id = self.submit({**dict(run_config), "result-log": True}, app=app)
+        from .progress import describe
+
+        on_event = None if progress is None else (lambda event: progress(describe(event)))
         try:
-            status = self.follow(run_id, timeout=timeout, min_interval=status_every)
+            status = self.follow(run_id, timeout=timeout, min_interval=status_every, on_event=on_event)
         except RunError:
-            raise self.failure(run_id, f"did not finish within {timeout:g} s") from None
+            why = self.stop(run_id)
+            stopped = "stopped on the SuperLink" if not why else f"could not be stopped: {why}"
+            raise self.failure(run_id, f"did not finish within {timeout:g} s ({stopped})") from None
+        except KeyboardInterrupt:
+            self.stop(run_id)
+            raise
         if status != "finished:completed":
             raise self.failure(run_id, f"ended as {status!r}")
         try:
@@ -256,3 +316,16 @@ class SuperLinkClient:
             raise RunError(f"Flower run {run_id} on {self.address} completed but {exc}") from None
         out["run_id"] = run_id
         return out
+
+    def run(self, run_config: Mapping[str, Any], *, app: str | Path | None = None, timeout: float = 3600.0,
+            status_every: float = 5.0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """Submit (with ``result-log = true``: fedtab's ServerApp then prints its progress and its
+        result into its log), then :meth:`attach`; ``progress`` also gets the run id once submitted.
+
+        Raises:
+            RunError: as :meth:`submit` and :meth:`attach`.
+        """
+        run_id = self.submit({**dict(run_config), "result-log": True}, app=app)
+        if progress is not None:
+            progress(f"submitted as Flower run {run_id} (fedtab attach {run_id} follows it again)")
+        return self.attach(run_id, timeout=timeout, status_every=status_every, progress=progress)

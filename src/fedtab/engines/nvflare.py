@@ -62,6 +62,11 @@ IDENTITY_FILE = "fedtab-identity.json"
 _SITES = SiteCache()
 
 
+#: the key of fedtab's progress lines in the server's ``show_stats``, and how many are kept there
+PROGRESS_STATS_KEY = "fedtab_progress"
+PROGRESS_KEPT = 200
+
+
 class SimulatorError(RunError):
     """The FLARE simulator returned a non-zero code or the job wrote no result."""
 
@@ -88,6 +93,8 @@ class FlareFederation(Federation):
         if not self._sites:
             raise FederationError("the FLARE job has no clients")
         self.timeout, self.poll = float(timeout), float(poll)
+        #: ``fn(kind, answered, asked)`` after each :meth:`ask` (the controller's progress lines)
+        self.on_exchange: Callable[[str, int, int], None] | None = None
 
     @property
     def sites(self) -> list[str]:
@@ -133,6 +140,9 @@ class FlareFederation(Federation):
                 reply = got.get(name) or Message.error(f"no reply (task {task.completion_status})")
                 self.traffic.records.append(Traffic(name, req.kind, req.nbytes(), reply.nbytes()))
                 replies[name] = reply
+        if self.on_exchange is not None and requests:
+            self.on_exchange(next(iter(requests.values())).kind,
+                             sum(not replies[n].is_error for n in requests), len(requests))
         return {name: replies[name] for name in requests}
 
 
@@ -155,6 +165,18 @@ class FedtabController(Controller):
         self.timeout = timeout
         self.result_path = result_path
         self.result: dict[str, Any] | None = None
+        #: the run's progress lines (:mod:`fedtab.engines.progress`), for FLARE's ``show_stats``
+        self.progress_lines: list[str] = []
+
+    def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
+        """Answer FLARE's stats query (``show_stats JOB server``) with the latest progress lines."""
+        super().handle_event(event_type, fl_ctx)
+        from nvflare.widgets.info_collector import InfoCollector
+
+        if event_type == InfoCollector.EVENT_TYPE_GET_STATS:
+            collector = fl_ctx.get_prop(InfoCollector.CTX_KEY_STATS_COLLECTOR, None)
+            if collector is not None:
+                collector.add_info(group_name="fedtab", info={PROGRESS_STATS_KEY: self.progress_lines[-PROGRESS_KEPT:]})
 
     def start_controller(self, fl_ctx: FLContext) -> None:
         pass
@@ -176,9 +198,18 @@ class FedtabController(Controller):
         if len(fed.sites) < self.min_sites:
             raise FederationError(f"{len(fed.sites)} FLARE client(s) connected, {self.min_sites} needed")
         try:
+            from ..job.spec import JobError, spec_from_plan
             from ..job.workflow import engine_workflow
+            from .progress import ProgressLog
 
-            result = dict(engine_workflow(fed, cfg))
+            try:
+                spec = spec_from_plan(cfg.get("job") or "")
+            except JobError:
+                spec = None  # engine_workflow reports the bad plan
+            progress = ProgressLog(spec, emit=lambda line: (self.progress_lines.append(line),
+                                                            self.log_info(fl_ctx, line)))
+            fed.on_exchange = progress.exchange
+            result = dict(engine_workflow(fed, cfg, progress=progress.step))
         except Exception as exc:  # the job fails; its workspace tells an admin who downloads it why
             run_dir = engine.get_workspace().get_run_dir(fl_ctx.get_job_id())
             Path(run_dir, ERROR_FILE).write_text(f"{type(exc).__name__}: {exc}")

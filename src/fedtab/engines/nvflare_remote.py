@@ -6,7 +6,7 @@ writes) gives its project admin a startup kit (``prod_00/admin@fedtab.org``: cer
 of the project's root CA, ``fed_admin.json``). With it :func:`run_on_project` opens a FLARE
 API session (``nvflare.fuel.flare_api.new_secure_session``, mutual TLS), submits the job
 built by :func:`fedtab.engines.nvflare.build_job`, waits until it is final, aborts it if it
-is not final in time, downloads the server's job workspace and reads the
+is not final in time or on Ctrl-C, downloads the server's job workspace and reads the
 ``fedtab_result.json`` that :class:`~fedtab.engines.nvflare.FedtabController` wrote there.
 
 Every participant must allow fedtab's components (``"fedtab.engines."`` on the
@@ -21,7 +21,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import RunError
 from .nvflare import _RESULT_FILE, ERROR_FILE, build_job
@@ -61,7 +61,7 @@ def find_admin_kit(path: str | Path) -> tuple[Path, str]:
 
 def run_on_project(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None, admin_kit: str | Path,
                    workdir: str | Path, *, timeout: float = 3600.0, connect_timeout: float = 60.0,
-                   name: str = "fedtab") -> dict[str, Any]:
+                   name: str = "fedtab", progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Submit ``build_job(sites, config)`` to the project, wait, return its result.
 
     Args:
@@ -70,8 +70,9 @@ def run_on_project(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
         config: ``{"job": plan}`` (see :class:`~fedtab.engines.nvflare.FedtabController`).
         admin_kit: see :func:`find_admin_kit`.
         workdir: folder for the exported job and the downloaded workspace (created).
-        timeout: seconds to wait for the job; it is aborted after that.
+        timeout: seconds to wait for the job; it is aborted after that (and on Ctrl-C).
         connect_timeout: seconds to try to open the admin session.
+        progress: gets the job id once submitted, then a line per exchange as the job goes.
 
     Returns:
         The workflow's JSON summary plus ``flare_job_id``.
@@ -99,7 +100,9 @@ def run_on_project(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
             job_id = session.submit_job(str(jobs / name))
         except Exception as exc:  # noqa: BLE001
             raise RunError(f"the FLARE server refused the job: {type(exc).__name__}: {exc}") from None
-        meta = _wait(session, job_id, timeout)
+        if progress is not None:
+            progress(f"submitted as FLARE job {job_id}")
+        meta = _wait(session, job_id, timeout, progress)
         status = str(meta.get("status", ""))
         try:
             location = session.download_job_result(job_id, str(workdir / "download"))
@@ -146,14 +149,63 @@ def _wait_for_sites(session, names: Sequence[str], timeout: float) -> None:  # n
                        "clients, check their names against the project)")
 
 
-def _wait(session, job_id: str, timeout: float) -> dict[str, Any]:  # noqa: ANN001 - FLARE's Session
-    from nvflare.fuel.flare_api.api_spec import JobTimeout
+def _wait(session, job_id: str, timeout: float,  # noqa: ANN001 - FLARE's Session
+          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Wait until the job is final and return its meta; abort it on timeout and on Ctrl-C.
+
+    While it runs, the controller's progress lines (``show_stats JOB server``, see
+    :class:`~fedtab.engines.nvflare.FedtabController`) go to ``progress`` once each, as
+    :func:`fedtab.engines.progress.describe` words them.
+
+    Raises:
+        RunError: not final within ``timeout`` seconds (the job is aborted).
+    """
+    from nvflare.fuel.flare_api.api_spec import MonitorReturnCode
+
+    seen = [0]
+
+    def report(sess, jid, meta, *_a, **_k) -> bool:  # noqa: ANN001 - FLARE's callback
+        if progress is not None and str(meta.get("status", "")).startswith("RUNNING"):
+            for event in _progress_events(sess, jid):
+                if event.get("seq", 0) > seen[0]:
+                    seen[0] = event["seq"]
+                    progress(describe(event))
+        return True
+
+    from .progress import describe
 
     try:
-        return session.wait_for_job(job_id, timeout=timeout, poll_interval=1.0)
-    except JobTimeout:
+        rc, meta = session.monitor_job_and_return_job_meta(job_id, timeout=timeout, poll_interval=1.0, cb=report)
+    except KeyboardInterrupt:  # Ctrl-C: the job must not go on running on the server
+        try:
+            session.abort_job(job_id)
+        finally:
+            raise
+    if rc == MonitorReturnCode.TIMEOUT:
         try:
             session.abort_job(job_id)
         finally:
             raise RunError(f"FLARE job {job_id} did not finish within {timeout:g} s (aborted)") from None
+    return meta
 
+
+def _progress_events(session, job_id: str) -> list[dict[str, Any]]:  # noqa: ANN001 - FLARE's Session
+    """The progress events in the server's stats of the job, in order (none if it cannot answer yet)."""
+    from .nvflare import PROGRESS_STATS_KEY
+    from .progress import parse_event
+
+    try:
+        stats = session.show_stats(job_id, "server")
+    except Exception:  # noqa: BLE001 - a job that is starting or ending may not answer
+        return []
+    lines: list[str] = []
+    todo = [stats]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            found = node.get(PROGRESS_STATS_KEY)
+            if isinstance(found, list):
+                lines.extend(x for x in found if isinstance(x, str))
+            todo.extend(v for k, v in node.items() if k != PROGRESS_STATS_KEY)
+    events = [e for e in map(parse_event, lines) if e is not None]
+    return sorted(events, key=lambda e: e.get("seq", 0))

@@ -152,9 +152,13 @@ def _run_on_superlink(spec: JobSpec, plan: dict[str, Any], superlink: "SuperLink
 
     client = SuperLinkClient(superlink.address, root_certificates=superlink.root_certificates,
                              insecure=superlink.insecure, home=workdir / "flwr_home")
-    run_config = _superlink_run_config(spec, plan, superlink.site_keys, superlink.insecure)
-    progress(f"submitting the job to the Flower SuperLink at {superlink.address}")
-    raw = client.run(run_config, timeout=superlink.timeout)
+    if superlink.attach is not None:
+        progress(f"following Flower run {superlink.attach} on the SuperLink at {superlink.address}")
+        raw = client.attach(superlink.attach, timeout=superlink.timeout, progress=progress)
+    else:
+        run_config = _superlink_run_config(spec, plan, superlink.site_keys, superlink.insecure)
+        progress(f"submitting the job to the Flower SuperLink at {superlink.address}")
+        raw = client.run(run_config, timeout=superlink.timeout, progress=progress)
     raw["deployment"] = {"superlink": superlink.address, "run_id": raw.get("run_id"),
                          "identity": raw.get("identity"), "excluded_nodes": raw.get("excluded_nodes", {})}
     return raw
@@ -167,7 +171,8 @@ class SuperLink:
     ``address``: ``HOST:PORT``; ``root_certificates``: the consortium's CA certificate
     (``ca.pem`` of ``fedtab deploy``), required unless ``insecure``; ``site_keys``: the
     consortium's ``site-keys.json`` (path, JSON text or mapping), required unless
-    ``insecure``; ``timeout``: seconds to wait for the run.
+    ``insecure``; ``timeout``: seconds to wait for the run (then it is stopped on the SuperLink);
+    ``attach``: the id of a run already submitted to wait for instead of submitting one.
     """
 
     address: str
@@ -175,6 +180,7 @@ class SuperLink:
     insecure: bool = False
     site_keys: Any = None
     timeout: float = 3600.0
+    attach: int | None = None
 
 
 def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan: dict[str, Any],
@@ -214,14 +220,16 @@ def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan:
 
         if flare_project is not None:
             progress(f"submitting the job to the FLARE project of {flare_project}")
-            raw = run_on_project(configs, flare_config, flare_project, workdir / "nvflare", timeout=timeout)
+            raw = run_on_project(configs, flare_config, flare_project, workdir / "nvflare", timeout=timeout,
+                                 progress=progress)
         else:
             from ..engines.nvflare_deploy import LoopbackProject
 
             progress("provisioning and starting a FLARE server and one client per site on 127.0.0.1")
             with LoopbackProject([c["name"] for c in configs], workdir / "flare_project") as project:
                 progress("submitting the job to the FLARE project")
-                raw = run_on_project(configs, flare_config, project.admin_kit, workdir / "nvflare", timeout=timeout)
+                raw = run_on_project(configs, flare_config, project.admin_kit, workdir / "nvflare", timeout=timeout,
+                                     progress=progress)
         raw["deployment"] = {"flare_job_id": raw.get("flare_job_id")}
         return raw
     from ..engines.nvflare import run_simulator
@@ -234,7 +242,8 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
             out: str | Path | None = None, progress: Callable[[str], None] | None = None,
             superlink: str | SuperLink | None = None, root_certificates: str | Path | None = None,
             insecure: bool = False, site_keys: Any = None, flare_project: str | Path | None = None,
-            timeout: float = 3600.0, overwrite: bool = True, run_id: str | None = None) -> dict[str, Any]:
+            timeout: float = 3600.0, overwrite: bool = True, run_id: str | None = None,
+            attach: int | None = None) -> dict[str, Any]:
     """Run a job file (or its dict) and write ``model.fedtab``, ``result.json`` and ``report.html``.
 
     Args:
@@ -259,7 +268,10 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
             provisioned FLARE project (or the provisioned folder holding it, see
             :func:`fedtab.engines.nvflare_remote.find_admin_kit`). The job's site paths are
             read at the sites.
-        timeout: seconds to wait for a run on a deployment.
+        timeout: seconds to wait for a run on a deployment (a Flower run is then stopped on
+            its SuperLink, a FLARE job aborted; so is either on Ctrl-C).
+        attach: with ``superlink``: the id of a run submitted earlier (``fedtab run`` prints it)
+            to wait for and write the outputs of, instead of submitting the job again.
         overwrite: replace the outputs of an earlier run in the output folder (``False``:
             such a folder is a ``JobError`` before anything runs; ``fedtab run`` passes ``--force``).
         run_id: the run's id (default: :func:`new_run_id`).
@@ -286,7 +298,9 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
     if spec.training is None:
         raise JobError(f"{spec.source}: a job run needs the training step (its model file)")
     if isinstance(superlink, str):
-        superlink = SuperLink(superlink, root_certificates, insecure, site_keys, timeout)
+        superlink = SuperLink(superlink, root_certificates, insecure, site_keys, timeout, attach)
+    if attach is not None and (superlink is None or superlink.attach != attach):
+        raise JobError("attach (a submitted run's id) needs superlink = \"HOST:PORT\"")
     if engine is None:  # a deployment without an engine: the job's engine, Flower if that is "local"
         engine = "flower" if superlink is not None else "nvflare" if flare_project is not None else spec.run.engine
         engine = "flower" if deployment is not None and engine == "local" else engine

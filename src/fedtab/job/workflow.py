@@ -101,9 +101,11 @@ def _model(out: Outputs) -> dict[str, Any]:
     }
 
 
-def engine_workflow(federation: Federation, run_config: Mapping[str, Any]) -> dict[str, Any]:
+def engine_workflow(federation: Federation, run_config: Mapping[str, Any], *,
+                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The server side of a distributed engine: the job of ``run_config["job"]`` (the plan as JSON
-    text or a dict, see :func:`~fedtab.job.spec.spec_from_plan`) run on ``federation``.
+    text or a dict, see :func:`~fedtab.job.spec.spec_from_plan`) run on ``federation``
+    (``progress``: as :func:`run_workflow`'s).
 
     Returns:
         The JSON-able ``Outputs.result``.
@@ -115,4 +117,4 @@ def engine_workflow(federation: Federation, run_config: Mapping[str, Any]) -> di
     if plan in (None, ""):
         raise JobError("the run config needs job = '<the job plan as JSON>' (JobSpec.plan(); fedtab run writes it, "
                        "see docs/deployment.md)")
-    return run_workflow(federation, spec_from_plan(plan)).result
+    return run_workflow(federation, spec_from_plan(plan), progress=progress).result

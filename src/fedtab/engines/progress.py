@@ -1,0 +1,169 @@
+"""Progress of a run on a deployment: one event per exchange, written by the server, read by the analyst.
+
+A run on a Flower SuperLink goes through processes the analyst cannot see; what comes
+back while it runs is the ServerApp's log (``flwr log RUN --stream``). So the server side
+(:class:`ProgressLog`, used by fedtab's ServerApp) prints one marked line per
+request/reply exchange as it ends, and one with its estimate before the job's first step:
+
+``fedtab-progress {"seq": 7, "t": 65.2, "step": "training", "kind": "fit", "round": 3, "rounds": 10, "answered": 4, "asked": 4}``
+
+and the analyst's side (:mod:`fedtab.engines.flower_remote`) parses them out of the
+stream (:func:`parse_event`) and prints them (:func:`describe`): ``training round 3/10
+(4/4 sites)``. The log also carries text the server logged for the sites (their error
+messages), so a line is accepted only as a JSON object of known keys, short strings of
+plain characters and bounded numbers; anything else is ignored — a forged line can at
+worst print a wrong progress line, never run anything or end the wait.
+
+The estimate before the run is :func:`planned_exchanges` (what the job's plan makes,
+step by step) times the deployment's measured cost of one exchange (the site-naming
+exchange the ServerApp makes before the job starts). Only the standard library is used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..job.spec import JobSpec
+
+__all__ = ["MARKER", "ProgressLog", "describe", "estimate_text", "parse_event", "planned_exchanges"]
+
+MARKER = "fedtab-progress"
+
+#: message kinds that are the rounds of a step: ``{kind: (step, the spec's rounds)}``
+ROUND_KINDS: dict[str, tuple[str, Callable[["JobSpec"], int]]] = {
+    "fit": ("training", lambda spec: spec.training.rounds if spec.training is not None else 0),
+    "impute_fit": ("imputation", lambda spec: spec.impute.rounds if spec.impute is not None else 0),
+}
+
+_LINE = re.compile(rf"{MARKER} (\{{.{{1,1000}}\}})\s*$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_WORD = re.compile(r"^[A-Za-z0-9_.\- ]{1,60}$")
+_INTS = ("seq", "round", "rounds", "answered", "asked", "exchanges")
+_FLOATS = ("t", "seconds_per_exchange")
+_TEXTS = ("step", "kind")
+
+
+def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
+    """``{step: exchanges}`` the job's plan makes with plain sums (an estimate).
+
+    Exact for schema, election, imputation, training and baselines as the job folds them
+    (checked against the in-process engine's exchange count): the column profile 1,
+    imputation ``rounds + 5`` (``+ 1`` with the column profile), election 2 (``ballot``, ``set_mask``), training ``rounds + 1``
+    after an election (its ``describe`` rides on ``set_mask``) else ``rounds + 2``,
+    baselines 1; tuning is counted as its grid (11 freedom degrees by default) + 2.
+    Secure aggregation adds its key exchanges; a score test and the all-columns comparison
+    are not counted.
+    """
+    out: dict[str, int] = {}
+    private = spec.privacy.private
+    profile = spec.schema.profile if spec.schema.profile is not None else not private
+    if profile:
+        out["schema"] = 1
+    if spec.impute is not None:
+        out["imputation"] = spec.impute.rounds + 5 + int(profile)
+    el = spec.election
+    voting = el is not None and el.method == "vote"
+    if voting and el.tune != "none" and el.freedom_degree is None:
+        out["tuning"] = len(el.grid or range(11)) + 2
+    if voting:
+        out["election"] = 2
+    if spec.training is not None:
+        out["training"] = spec.training.rounds + (1 if voting else 2)
+        if spec.evaluation.baselines if spec.evaluation.baselines is not None else not private:
+            out["baselines"] = 1
+    return out
+
+
+def estimate_text(exchanges: int, seconds_per_exchange: float) -> str:
+    """``about 12 exchanges × 2.1 s ≈ 25 s`` (minutes past 120 s)."""
+    total = exchanges * seconds_per_exchange
+    when = f"{total:.0f} s" if total < 120 else f"{total / 60:.1f} min"
+    return f"about {exchanges} exchanges × {seconds_per_exchange:.1f} s ≈ {when}"
+
+
+def describe(event: dict[str, Any]) -> str:
+    """The analyst's line for an event: ``training round 3/10 (4/4 sites)``, ``election: ballot
+    (3/3 sites)``, or the estimate ``the job makes about 12 exchanges × 2.1 s ≈ 25 s``."""
+    if "exchanges" in event and "seconds_per_exchange" in event:
+        return (f"{event.get('asked', '?')} site(s) joined; the job makes "
+                f"{estimate_text(event['exchanges'], event['seconds_per_exchange'])}")
+    sites = f"({event.get('answered', '?')}/{event.get('asked', '?')} sites)"
+    step = event.get("step") or "exchange"
+    if "round" in event:
+        of = f"/{event['rounds']}" if event.get("rounds") else ""
+        return f"{step} round {event['round']}{of} {sites}"
+    return f"{step}: {event.get('kind', '?')} {sites}"
+
+
+def parse_event(line: str) -> dict[str, Any] | None:
+    """The event a log line carries, or ``None`` (not a progress line, or not a well-formed one).
+
+    Accepted: a JSON object whose keys are among the known ones, integers in
+    ``[0, 10**9]``, finite numbers in ``[0, 10**9]`` and strings of at most 60 letters,
+    digits, ``_.-`` and spaces; a line that breaks any of these is ignored whole.
+    """
+    m = _LINE.search(_ANSI.sub("", line))
+    if m is None:
+        return None
+    try:
+        raw = json.loads(m.group(1))
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or not raw or not set(raw) <= {*_INTS, *_FLOATS, *_TEXTS}:
+        return None
+    for key, value in raw.items():
+        if key in _INTS and not (type(value) is int and 0 <= value <= 10**9):
+            return None
+        if key in _FLOATS and not (type(value) in (int, float) and math.isfinite(value) and 0 <= value <= 1e9):
+            return None
+        if key in _TEXTS and not (isinstance(value, str) and _WORD.match(value)):
+            return None
+    return raw
+
+
+class ProgressLog:
+    """The server side: one marked line per exchange (and the estimate), through ``emit``.
+
+    Args:
+        spec: the job (for the rounds of its round steps and :func:`planned_exchanges`);
+            ``None`` for a workflow that is not a job (no rounds, no estimate).
+        emit: where a line goes (default: ``print(..., flush=True)``: the ServerApp's log).
+    """
+
+    def __init__(self, spec: "JobSpec | None" = None, emit: Callable[[str], None] | None = None) -> None:
+        self.spec = spec
+        self.emit = emit or (lambda line: print(line, flush=True))
+        self.t0 = time.perf_counter()
+        self.current: str | None = None
+        self._seq = 0
+        self._rounds: dict[str, int] = {}
+
+    def _write(self, event: dict[str, Any]) -> None:
+        self._seq += 1
+        event = {"seq": self._seq, "t": round(time.perf_counter() - self.t0, 1), **event}
+        self.emit(f"{MARKER} {json.dumps(event)}")
+
+    def step(self, name: str) -> None:
+        """The job's step ``name`` starts (:func:`fedtab.job.workflow.run_workflow`'s ``progress``)."""
+        self.current = name
+
+    def estimate(self, sites: int, seconds_per_exchange: float) -> None:
+        """Before the first step: the plan's exchanges at ``seconds_per_exchange`` each."""
+        if self.spec is not None:
+            total = sum(planned_exchanges(self.spec).values())
+            self._write({"asked": sites, "exchanges": total, "seconds_per_exchange": round(seconds_per_exchange, 2)})
+
+    def exchange(self, kind: str, answered: int, asked: int) -> None:
+        """An exchange of message kind ``kind`` ended: ``answered`` of ``asked`` sites replied without error."""
+        event: dict[str, Any] = {"step": self.current or "exchange", "kind": kind, "answered": answered,
+                                 "asked": asked}
+        step, rounds = ROUND_KINDS.get(kind, (None, None))
+        if rounds is not None and self.spec is not None and self.current in (None, step):
+            self._rounds[kind] = self._rounds.get(kind, 0) + 1
+            event.update(step=step, round=self._rounds[kind], rounds=rounds(self.spec))
+        self._write(event)
