@@ -21,6 +21,8 @@ def predict_command(
                                                 "standard output).")] = None,
     na_value: Annotated[Optional[list[str]], typer.Option(help="Extra strings read as missing (repeatable; the "
                                                           "job's na_values are always used).")] = None,
+    site: Annotated[Optional[str], typer.Option(help="Use this site's personalised model (a tune = \"cv\" job's "
+                                                "model file); default: the pooled model.")] = None,
 ) -> None:
     """Add 'prediction' and 'probability_<class>' columns to every row of TABLE."""
     from ..data.tables import TableError, read_table
@@ -31,8 +33,8 @@ def predict_command(
         job = m.provenance.get("job") or {}
         na = list(dict.fromkeys([*(job.get("na_values") or []), *(na_value or [])]))
         frame = read_table(table, na)
-        proba = m.predict_proba(frame)
-        labels = m.predict(frame)
+        proba = m.predict_proba(frame, site)
+        labels = m.predict(frame, site)
     except (ModelFileError, PredictionError, TableError) as exc:
         fail(str(exc))
         return

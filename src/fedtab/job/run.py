@@ -34,13 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .outputs import SELECTION_KEYS
 from .spec import ENGINES, JobError, JobSpec, load_job
 
 __all__ = ["SuperLink", "run_job", "site_configs", "site_settings", "write_outputs", "RESULT_KEYS"]
 
 #: keys of the engine's result copied into ``result.json`` (besides the sites)
 RESULT_KEYS = ("schema", "imputation", "tuning", "election", "training", "baselines", "all_columns", "steps",
-               "privacy", "trust", "participation", "deployment")
+               "privacy", "trust", "participation", "deployment", *SELECTION_KEYS)
 
 
 def site_configs(spec: JobSpec, *, check_files: bool = True) -> list[dict[str, Any]]:
