@@ -36,6 +36,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from .selection import selection_section
+
 __all__ = ["write_report", "render_report", "site_summaries", "SECTIONS"]
 
 #: section id -> heading, in page order.
@@ -45,6 +47,7 @@ SECTIONS: dict[str, str] = {
     "imputation": "Imputation quality per column",
     "election": "Feature election: why each column was kept or dropped",
     "tuning": "Tuning of the freedom degree",
+    "selection": "Model selection by cross-validation: columns, personalisation and each site's contribution",
     "metrics": "Model quality, pooled and per site",
     "baselines": "Did federating help? Baselines per site",
     "steps": "Traffic and time per step",
@@ -434,6 +437,7 @@ def _steps(result: Mapping[str, Any]) -> str:
 
 _RENDER = {"sites": _sites, "guarantees": _guarantees, "imputation": _imputation, "election": _election, "tuning": _tuning,
            "metrics": _metrics, "baselines": _baselines, "steps": _steps}
+_RENDER["selection"] = selection_section
 
 
 def render_report(result: Mapping[str, Any]) -> str:
