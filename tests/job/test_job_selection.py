@@ -234,3 +234,16 @@ def test_the_docs_tuned_job_takes_at_most_45_exchanges(tmp_path):
     per_step = {s["step"]: s["exchanges"] for s in result["steps"]}
     assert per_step["selection"] == 13
     assert sum(per_step.values()) <= 45, per_step
+
+
+def test_the_report_section_escapes_site_and_column_names(tuned):
+    from fedtab.report.selection import selection_section
+
+    _, _, result = tuned
+    hostile = json.loads(json.dumps(result).replace('"s1"', '"<script>x</script>"').replace('"f2"', '"<b onmouseover=1>"'))
+    html = selection_section(hostile)
+    assert "<script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
+    assert "<b onmouseover" not in html
+    assert 'src="data:image/png;base64,' in html  # the contribution plot is inline
+    assert "± " in html and "all columns" in html
+    assert "No cross-validated model selection" in selection_section({})
