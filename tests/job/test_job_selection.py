@@ -247,3 +247,9 @@ def test_the_report_section_escapes_site_and_column_names(tuned):
     assert 'src="data:image/png;base64,' in html  # the contribution plot is inline
     assert "± " in html and "all columns" in html
     assert "No cross-validated model selection" in selection_section({})
+
+
+def test_fedtab_elect_refuses_tune_cv_with_one_line(tuned):
+    _, paths, _ = tuned
+    got = CliRunner().invoke(app, ["elect", *map(str, paths), "--target", "target", "--tune", "cv"])
+    assert got.exit_code == 2 and "fedtab run" in got.output and "Traceback" not in got.output
