@@ -186,6 +186,7 @@ def test_a_model_without_per_site_models_refuses_a_site(tuned, tmp_path):
       "evaluation": {"baselines": False}}, r"cannot run with \[privacy\] dp"),
     ({"trust": {"robust": True}}, r"cannot run with \[trust\] robust"),
     ({"training": {"model": "gnb"}}, "trains logistic regression"),
+    ({"training": None}, "needs the training step"),
     ({"election": {"tune": "cv", "modes": ["sometimes"]}}, "modes: unknown personalisation 'sometimes'"),
     ({"election": {"tune": "cv", "modes": "intercept"}}, "modes must be a list of strings"),
     ({"election": {"tune": "cv", "l2_grid": [-1.0]}}, "l2_grid must be non-negative"),

@@ -410,7 +410,9 @@ def _check_cv(spec: JobSpec) -> None:
         raise JobError(f"[election] tune = \"cv\" cannot run with {' or '.join(blocked)}: the cross-validation "
                        "sums travel in the clear and are reduced plainly (docs/privacy.md); use tune = \"none\" "
                        "with freedom_degree")
-    if spec.training is not None and not isinstance(make_model(spec.training.model), LogisticRegressionModel):
+    if spec.training is None:
+        raise JobError("[election] tune = \"cv\" needs the training step (it selects the model it trains)")
+    if not isinstance(make_model(spec.training.model), LogisticRegressionModel):
         raise JobError(f"[election] tune = \"cv\" trains logistic regression; [training] model is "
                        f"{make_model(spec.training.model).name!r}")
     for mode in e.modes or ():
