@@ -66,7 +66,10 @@ def test_the_selection_step_replaces_tuning_election_and_training(tuned):
     assert result["training"]["metrics"]["pooled"]["n"] == sum(m["n"] for m in
                                                                  result["training"]["metrics"]["per_site"].values())
     assert result["baselines"]["local_only"] == result["local_only"]
-    assert result["election"]["selected"] == sel["features"]
+    if sel["freedom_degree"] is None:  # all columns won: nothing was elected
+        assert result["election"] is None
+    else:
+        assert result["election"]["selected"] == sel["features"] and result["election"]["features"]
     saved = json.loads((d / "out" / "result.json").read_text())
     assert saved["contributions"] == result["contributions"] and saved["selection"]["chosen"] == sel["chosen"]
     html = (d / "out" / "report.html").read_text()
@@ -254,3 +257,17 @@ def test_fedtab_elect_refuses_tune_cv_with_one_line(tuned):
     _, paths, _ = tuned
     got = CliRunner().invoke(app, ["elect", *map(str, paths), "--target", "target", "--tune", "cv"])
     assert got.exit_code == 2 and "fedtab run" in got.output and "Traceback" not in got.output
+
+
+@pytest.mark.parametrize("grid", [[1.0], [0.0]])
+def test_fedtab_run_of_a_cv_job_prints_its_summary(tmp_path, grid):
+    paths = _shifted_files(tmp_path)
+    sites = "\n".join(f'[sites.{p.stem}]\npath = "{p.name}"' for p in paths)
+    (tmp_path / "job.toml").write_text(f'target = "target"\n{sites}\n[election]\ntune = "cv"\ngrid = {grid}\n'
+                                       'modes = ["intercept"]\ncontributions = false\n'
+                                       '[training]\nrounds = 1\nlocal_epochs = 1\n')
+    got = CliRunner().invoke(app, ["run", str(tmp_path / "job.toml")])
+    assert got.exit_code == 0, got.output
+    assert "test rows" in got.output and (tmp_path / "run-out" / "model.fedtab").is_file()
+    result = json.loads((tmp_path / "run-out" / "result.json").read_text())
+    assert result["contributions"] == {} and result["selection"]["features"]

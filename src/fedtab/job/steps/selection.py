@@ -61,27 +61,24 @@ def _selection_kwargs(spec: "JobSpec") -> dict[str, Any]:
     return kwargs
 
 
-def _election_section(outcome: "SelectionOutcome") -> dict[str, Any]:
+def _election_section(outcome: "SelectionOutcome") -> dict[str, Any] | None:
     """``result["election"]``: the refit election at the chosen freedom degree, explained per
-    column (``None`` freedom degree: all columns won, nothing was elected)."""
+    column as the election step explains it; ``None`` when all columns won (nothing was elected)."""
     from ...federation.election_flow import elect_from_ballots
     from .election import _jsonable
 
     el = outcome.election
-    section: dict[str, Any] = {"method": "vote", "tune": "cv", "freedom_degree": outcome.freedom_degree,
-                               "feature_names": list(el["columns"]), "selected": list(outcome.features),
-                               "kept": len(outcome.features),
-                               "mask": [c in set(outcome.features) for c in el["columns"]]}
     ballots = [b for b in outcome.ballots.values() if b is not None]
     if outcome.freedom_degree is None or not ballots:
-        return section
+        return None
     res = elect_from_ballots(ballots, outcome.freedom_degree, el["aggregation"], el["normalization"],
                              min_holders=el.get("min_holders"))
     chosen = {b.site: {n for n, m in zip(b.feature_names or (), b.mask) if m} for b in ballots}
-    section["stats"] = _jsonable(res.to_dict()).get("stats")
-    section["features"] = [{**f, "chosen_by": [s for s, c in chosen.items() if f["feature"] in c]}
-                           for f in _jsonable(res.explain_records())]
-    return section
+    return {"method": "vote", "tune": "cv", **_jsonable(res.to_dict()), "freedom_degree": outcome.freedom_degree,
+            "feature_names": list(el["columns"]), "selected": list(outcome.features), "kept": len(outcome.features),
+            "mask": [c in set(outcome.features) for c in el["columns"]],
+            "features": [{**f, "chosen_by": [s for s, c in chosen.items() if f["feature"] in c]}
+                         for f in _jsonable(res.explain_records())]}
 
 
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
