@@ -22,6 +22,18 @@ columns, most-frequent imputation + one-hot encoding of categorical ones,
 and scored on the pooled test rows — the same rows as the job's, rebuilt from the same
 site configs (:func:`fedtab.job.run.site_configs`, :func:`fedtab.engines.site_config.build_site`).
 
+Small heterogeneous sites THROUGH THE JOB (issue 22): ``--small-sites`` runs, per case
+(``--cases heart adult``, the consortia of :mod:`benchmarks.small_sites`: unequal sites lacking
+different columns, 25 % test rows per site, ``min_rows = 5``) and seed, two jobs with FedHF-Impute
+(10 rounds) and 10 FedAvg rounds × 5 local epochs: ``tuned`` (``[election] tune = "cv"``, L2 grid
+of :data:`benchmarks.small_sites.L2_GRID`) and ``no_election`` (no ``[election]``). Every model is
+scored from its model file's predictions on every site's raw test rows (the model file's imputer
+fills them, as ``fedtab predict`` would): ``tuned`` with each site's personalised model (``predict
+--site``), ``tuned_global`` the pooled model, ``no_election``; against each site's own scikit-learn
+pipeline (``local_only``) and the centralised pipeline on the pooled training rows
+(:func:`benchmarks.small_sites.references`), and each job's exchanges. Writes
+``small_sites_job.json`` / ``small_sites_job.md`` and prints issue 22's done-when verdict.
+
 Run: ``python -m benchmarks.job`` (``--seeds 0 1 2`` for several samples; ``--quick`` for
 tests: 150 Heart rows, 3 rounds, no tuning and no imputation); writes ``job.json`` and
 ``job.md`` (``--out``; the job's own ``result.json``, ``report.html`` and model file go
@@ -167,6 +179,114 @@ def run(dataset: str = "adult", rows: int | None = None, seed: int = 0, impute: 
     }
 
 
+# ----------------------------------------------------------------------------- small sites, through the job
+def _site_files(case: str, seed: int, directory: Path) -> tuple[list[Path], str]:
+    """The consortium of :func:`benchmarks.small_sites.site_tables` as site CSVs (empty cell = missing)."""
+    from .small_sites import site_tables
+
+    tables, target = site_tables(case, seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, table in tables.items():
+        paths.append(directory / f"{name}.csv")
+        table.to_csv(paths[-1], index=False)
+    return paths, target
+
+
+def _small_job(paths: list[Path], target: str, seed: int, out: Path, *, tune: bool, rounds: int,
+               impute_rounds: int) -> dict[str, Any]:
+    from .small_sites import L2_GRID, POLICY, TEST_SIZE
+
+    job: dict[str, Any] = {
+        "target": target, "sites": {p.stem: {"path": str(p), "min_rows": POLICY["min_rows"]} for p in paths},
+        "training": {"model": "logistic", "rounds": rounds, "local_epochs": 5},
+        "run": {"seed": seed, "out": str(out), "test_size": TEST_SIZE},
+    }
+    job["impute"] = {"rounds": impute_rounds}  # 0: the linear prior alone (it still fills absent columns)
+    if tune:
+        job["election"] = {"selector": "lasso", "tune": "cv", "l2_grid": list(L2_GRID)}
+    return job
+
+
+def _model_auroc(model_path: Path, sites: list[Any], personalised: bool) -> float:
+    """Pooled AUROC of a model file's predictions on every site's raw test rows (``personalised``:
+    each site's own model, as ``fedtab predict --site NAME``)."""
+    import numpy as np
+
+    from fedtab.job.model_file import load_model
+
+    m = load_model(model_path)
+    ys, ps = [], []
+    for s in sites:
+        rows = s.rows("test")
+        proba = m.predict_proba(rows.drop(columns=[s.target]), s.name if personalised else None)
+        ps.append(proba[:, 1])
+        ys.append(np.array([str(v) == str(m.classes[1]) for v in rows[s.target]], dtype=int))
+    return float(roc_auc_score(np.concatenate(ys), np.concatenate(ps)))
+
+
+def small_sites_run(case: str, seed: int, workdir: Path, *, rounds: int = 10, impute_rounds: int = 10
+                    ) -> dict[str, Any]:
+    """One consortium and seed through the job (see the module docstring)."""
+    from fedtab.engines.site_config import build_site
+    from fedtab.job import load_job
+    from fedtab.job.run import run_job, site_configs
+
+    from .small_sites import references
+
+    paths, target = _site_files(case, seed, workdir / "sites")
+    row: dict[str, Any] = {"case": case, "seed": seed}
+    sites = None
+    for name, tune in (("tuned", True), ("no_election", False)):
+        job = _small_job(paths, target, seed, workdir / name, tune=tune, rounds=rounds, impute_rounds=impute_rounds)
+        c0 = time.process_time()
+        result = run_job(job)
+        row[f"cpu_seconds_{name}"] = time.process_time() - c0
+        row[f"exchanges_{name}"] = {st["step"]: st["exchanges"] for st in result["steps"]}
+        if sites is None:
+            sites = [build_site(c) for c in site_configs(load_job(job))]
+        row[name] = _model_auroc(workdir / name / "model.fedtab", sites, personalised=tune)
+        if tune:
+            sel = result["selection"]
+            row["tuned_global"] = _model_auroc(workdir / name / "model.fedtab", sites, personalised=False)
+            row.update(kept=len(sel["features"]), columns=len(sel["all_columns"]["features"]),
+                       freedom_degree=sel["freedom_degree"], personalisation=sel["personalisation"],
+                       contributions=result["contributions"])
+    assert sites is not None
+    columns = list(dict.fromkeys(c for s in sites for c in s.feature_names))
+    refs = references(sites, columns)
+    row.update(local_only=refs["local_only"], centralised=refs["centralised"], test_rows=refs["test_rows"])
+    row["reference"] = max(row["local_only"], row["centralised"])
+    return row
+
+
+def small_sites_markdown(rows: list[dict[str, Any]], command: str) -> str:
+    """The per-seed table of each consortium and the done-when verdict (:func:`benchmarks.small_sites.verdict`)."""
+    from .small_sites import verdict
+
+    out = [f"Command: `{command}` — the small-site consortia of `benchmarks.small_sites` through `fedtab.run_job` "
+           "(local engine). Pooled test AUROC from each model file's predictions on every site's raw test rows. "
+           "`tuned` = the `tune = \"cv\"` job's per-site models (`predict --site`), `tuned_global` = its pooled "
+           "model, `no_election` = the same job without `[election]`. Exchanges: the whole job "
+           "(schema + imputation + selection, or + training + baselines).", ""]
+    for case in dict.fromkeys(r["case"] for r in rows):
+        rs = [r for r in rows if r["case"] == case]
+        out += [f"### {case}", "", "| seed | tuned | tuned_global | no_election | local_only | centralised | kept | fd | "
+                "personalisation | exchanges tuned | exchanges no_election |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rs:
+            fd = "all" if r["freedom_degree"] is None else f"{r['freedom_degree']:g}"
+            out.append(f"| {r['seed']} | {r['tuned']:.4f} | {r['tuned_global']:.4f} | {r['no_election']:.4f} | "
+                       f"{r['local_only']:.4f} | {r['centralised']:.4f} | {r['kept']}/{r['columns']} | {fd} | "
+                       f"{r['personalisation']} | {sum(r['exchanges_tuned'].values())} | "
+                       f"{sum(r['exchanges_no_election'].values())} |")
+        mean = {k: sum(r[k] for r in rs) / len(rs) for k in ("tuned", "tuned_global", "no_election", "local_only",
+                                                            "centralised")}
+        out.append(f"| mean | {mean['tuned']:.4f} | {mean['tuned_global']:.4f} | {mean['no_election']:.4f} | "
+                   f"{mean['local_only']:.4f} | {mean['centralised']:.4f} | | | | | |")
+        out += [""] + [f"- {line}" for line in verdict(rs)] + [""]
+    return "\n".join(out) + "\n"
+
+
 def _details(r: dict[str, Any]) -> list[str]:
     """One run's tables: every model's metrics, AUROC per site, time and traffic per step."""
     f, c, lo, mj = r["federated"], r["centralised"], r["local_only"], r["majority"]
@@ -232,6 +352,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--tolerance", type=float, default=0.01,
                     help="with --tune: keep the smallest mask within this validation F1 of the best")
     ap.add_argument("--quick", action="store_true", help="heart, 150 rows, 3 rounds, no tuning, no imputation")
+    ap.add_argument("--small-sites", action="store_true",
+                    help="the small heterogeneous consortia of benchmarks.small_sites through the job (issue 22)")
+    ap.add_argument("--cases", nargs="+", default=["heart", "adult"], choices=["heart", "adult"],
+                    help="with --small-sites: the consortia")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--work", type=Path, default=None,
                     help="folder for the site files and each job's run folder (default: a temporary folder, removed)")
@@ -239,18 +363,38 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.work or Path(tempfile.mkdtemp(prefix="fedtab_job_bench_"))
+    shown = [a for i, a in enumerate(argv) if a not in ("--out", "--work") and (i == 0 or argv[i - 1] not in ("--out", "--work"))]
+    command = " ".join(["python -m benchmarks.job", *shown])
     try:
+        if args.small_sites:
+            return _small_sites_main(args, work, command)
         runs = _runs(args, work)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
-    shown = [a for i, a in enumerate(argv) if a not in ("--out", "--work") and (i == 0 or argv[i - 1] not in ("--out", "--work"))]
-    command = " ".join(["python -m benchmarks.job", *shown])
     (args.out / "job.json").write_text(json.dumps({"command": command, "runs": runs}, indent=1))
     md = markdown(runs, command)
     (args.out / "job.md").write_text(md)
     print(md)
     return runs
+
+
+def _small_sites_main(args: argparse.Namespace, work: Path, command: str) -> list[dict[str, Any]]:
+    rounds, impute_rounds = (3, 0) if args.quick else (10, 10)
+    cases = ["heart"] if args.quick else args.cases
+    rows = []
+    for case in cases:
+        for seed in args.seeds:
+            rows.append(small_sites_run(case, seed, work / f"{case}{seed}", rounds=rounds, impute_rounds=impute_rounds))
+            r = rows[-1]
+            print(f"{case} seed {seed}: tuned {r['tuned']:.4f} global {r['tuned_global']:.4f} no_election "
+                  f"{r['no_election']:.4f} local {r['local_only']:.4f} central {r['centralised']:.4f}", flush=True)
+    (args.out / "small_sites_job.json").write_text(json.dumps({"command": command, "runs": rows}, indent=1,
+                                                              default=float))
+    md = small_sites_markdown(rows, command)
+    (args.out / "small_sites_job.md").write_text(md)
+    print(md)
+    return rows
 
 
 def _runs(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:

@@ -47,6 +47,22 @@ def federation(parts: Sequence[pd.DataFrame], **options: Any) -> LocalFederation
     return LocalFederation(make_sites(parts, **options))
 
 
+def base_rate_parts(seed: int = 0, n: int = 300) -> list[pd.DataFrame]:
+    """Three sites with the same coefficients and very different base rates (logit shifts +2, 0,
+    -2): four numeric columns ``f0..f3`` and ``target``; a per-site intercept helps."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    parts = []
+    for shift in (2.0, 0.0, -2.0):
+        X = rng.normal(size=(n, 4))
+        p = 1 / (1 + np.exp(-(X[:, 0] - X[:, 1] + shift)))
+        frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(4)])
+        frame["target"] = (rng.random(n) < p).astype(int)
+        parts.append(frame)
+    return parts
+
+
 def write_csvs(parts: Sequence[pd.DataFrame], root: Path, stem: str = "site{i}", *, first: int = 0) -> list[Path]:
     """Each part as ``root / stem.format(i=k) + ".csv"`` (no index column), ``k`` counting from
     ``first``; the paths."""

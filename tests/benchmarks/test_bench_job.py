@@ -3,6 +3,8 @@
 import json
 from html.parser import HTMLParser
 
+import pytest
+
 
 def test_quick_run_writes_results_and_report(tmp_path):
     from benchmarks import job  # imported here: collection stays fast
@@ -26,3 +28,19 @@ def test_quick_run_writes_results_and_report(tmp_path):
     parser.handle_starttag = lambda tag, attrs: ids.append(dict(attrs).get("id")) if tag == "section" else None
     parser.feed((tmp_path / "work" / "seed0" / "job-run" / "report.html").read_text())
     assert {"metrics", "baselines", "steps"} <= set(ids)
+
+
+@pytest.mark.slow
+def test_small_sites_through_the_job_quick(tmp_path):
+    """``--small-sites --quick``: the tuned and the no-election jobs on heart, scored from their model files."""
+    from benchmarks import job
+
+    rows = job.main(["--small-sites", "--quick", "--out", str(tmp_path), "--work", str(tmp_path / "work")])
+    (row,) = rows
+    assert row["case"] == "heart" and set(row["exchanges_tuned"]) == {"schema", "imputation", "selection"}
+    assert row["exchanges_tuned"]["selection"] == 3 + 3  # --quick: 3 rounds
+    assert {"training", "baselines"} <= set(row["exchanges_no_election"])
+    for key in ("tuned", "tuned_global", "no_election", "local_only", "centralised"):
+        assert 0.5 < row[key] <= 1.0, key
+    md = (tmp_path / "small_sites_job.md").read_text()
+    assert "python -m benchmarks.job --small-sites --quick" in md and "tuned − no_election" in md

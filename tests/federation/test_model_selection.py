@@ -14,7 +14,7 @@ from fedtab.federation.site import Site
 from fedtab.federation.training.site import class_indices, site_matrix
 from fedtab.federation.training_flow import run_training
 from fedtab.learn.personalise import log_loss_sum
-from tests.builders import classification_parts, federation
+from tests.builders import base_rate_parts, classification_parts, federation
 
 FAST = dict(rounds=3, local_epochs=3, personal_epochs=20)
 
@@ -112,15 +112,7 @@ def test_refit_is_fedavg_on_all_training_rows(outcome):
 # ----------------------------------------------------------------------------- personalisation
 def _shifted_sites(seed=0):
     """Three sites with the same coefficients and very different base rates."""
-    rng = np.random.default_rng(seed)
-    sites = []
-    for i, shift in enumerate((2.0, 0.0, -2.0)):
-        X = rng.normal(size=(300, 4))
-        p = 1 / (1 + np.exp(-(X[:, 0] - X[:, 1] + shift)))
-        frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(4)])
-        frame["target"] = (rng.random(300) < p).astype(int)
-        sites.append(Site(f"s{i}", frame, "target", seed=i))
-    return LocalFederation(sites)
+    return LocalFederation([Site(f"s{i}", frame, "target", seed=i) for i, frame in enumerate(base_rate_parts(seed))])
 
 
 def test_personalisation_is_chosen_when_it_helps_and_predicts_per_site():

@@ -202,6 +202,9 @@ def elect_command(
     from ..report.output import OutputError, atomic_dir, check_writable
 
     options = dict(locals())
+    if tune == "cv":
+        fail("--tune cv is the job's model selection ([election] tune = \"cv\" with fedtab run); fedtab elect "
+             "tunes with 'grid' or 'hill-climb'")
     try:
         check_writable(out)
         sel_names = selector or ["lasso"]

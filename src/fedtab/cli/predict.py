@@ -36,6 +36,8 @@ def predict_command(
     allow_missing: Annotated[bool, typer.Option("--allow-missing", help="Score a table that lacks columns the "
                                                 "model reads: the model's imputer (or the federation's mean) "
                                                 "fills them, with a warning per column.")] = False,
+    site: Annotated[Optional[str], typer.Option(help="Use this site's personalised model (a tune = \"cv\" job's "
+                                                "model file); default: the pooled model.")] = None,
 ) -> None:
     """Add 'prediction' and 'probability_<class>' columns to every row of TABLE."""
     from ..data.tables import TableError, read_table
@@ -51,7 +53,7 @@ def predict_command(
             fail(found.missing_message("--allow-missing"))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PredictionWarning)
-            proba = m.predict_proba(frame, allow_missing=True)
+            proba = m.predict_proba(frame, site, allow_missing=True)
     except (ModelFileError, PredictionError, TableError) as exc:
         fail(str(exc))
         return

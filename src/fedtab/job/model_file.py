@@ -20,12 +20,17 @@ file may come from someone else:
   each array must have the shape and dtype the manifest declares, and those shapes must
   agree with the features, classes and the model (``make_model(spec).init`` shapes) and the
   imputer's network;
+* a selection's per-site personalised models (``[election] tune = "cv"``): a known mode
+  (:func:`fedtab.learn.personalise.check_mode`), unique site names, and for every site exactly
+  the arrays ``personal/<i>/<name>`` its mode needs (``shift`` ``(k,)``; ``scale`` ``(1,)``;
+  ``coef`` / ``intercept`` of the model's shapes), float, finite; none without a personalisation;
 * every failure is a :class:`ModelFileError` naming the file and what is wrong, in one line.
 
 :class:`FedtabModel` (what :func:`load_model` returns) predicts on a DataFrame with the
 schema's columns: categories one-hot encoded with the agreed lists, the imputer (if any)
 fills missing cells and absent columns exactly as the sites filled theirs, then the
-standardisation and the model.
+standardisation and the model; ``site=NAME`` applies that site's personalised model
+(``fedtab predict --site NAME``), without it the pooled federated model.
 """
 
 from __future__ import annotations
@@ -171,6 +176,12 @@ def _collect_arrays(model: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], di
     rest = {"schema": model["schema"], "encoded_columns": list(model["encoded_columns"]),
             "features": list(model["features"]), "classes": list(model["classes"]), "model": model["model"],
             "imputer": imputer}
+    pers = model.get("personalisation")
+    if pers:
+        sites = dict(pers["sites"])
+        for i, params in enumerate(sites.values()):
+            arrays.update({f"personal/{i}/{k}": np.asarray(v, np.float64) for k, v in params.items()})
+        rest["personalisation"] = {"mode": str(pers["mode"]), "sites": [str(s) for s in sites]}
     return arrays, rest
 
 
@@ -340,6 +351,7 @@ def _check_shapes(m: dict[str, Any], arrays: dict[str, np.ndarray], fail) -> Non
     unknown = [f for f in feats if f not in m["encoded_columns"]]
     if unknown:
         fail(f"features {unknown[:5]} are not in the schema")
+    _check_personalisation(m, fm, template, arrays, fail)
     im = m.get("imputer")
     if im is not None:
         cols = im.get("columns")
@@ -360,6 +372,48 @@ def _check_shapes(m: dict[str, Any], arrays: dict[str, np.ndarray], fail) -> Non
         if (arrays["imputer/low"] > arrays["imputer/high"]).any():
             fail("imputer ranges have low > high")
         _check_imputer_network(im, f, arrays, fail)
+
+
+def _personal_shapes(mode: str, template: Mapping[str, tuple]) -> dict[str, tuple]:
+    """The arrays (name -> shape) one site's personalisation of ``mode`` holds."""
+    k = template["intercept"]
+    if mode == "none":
+        return {}
+    if mode == "intercept":
+        return {"shift": k}
+    if mode == "calibration":
+        return {"scale": (1,), "shift": k}
+    return {"coef": template["coef"], "intercept": k}  # finetune:<mu>, local
+
+
+def _check_personalisation(m: Mapping[str, Any], fm: Any, template: Mapping[str, tuple],
+                           arrays: Mapping[str, np.ndarray], fail) -> None:
+    """The per-site models of a selection: mode, site names and each site's arrays (see the module)."""
+    from ..learn.personalise import check_mode
+
+    got = {k for k in arrays if k.startswith("personal/")}
+    pers = m.get("personalisation")
+    if pers is None:
+        if got:
+            fail(f"arrays {sorted(got)[:3]} without a personalisation")
+        return
+    if not isinstance(pers, dict) or set(pers) != {"mode", "sites"} or not _strings(pers["sites"]) \
+            or len(set(pers["sites"])) != len(pers["sites"]):
+        fail("personalisation must be {mode, sites} with a list of unique site names")
+    try:
+        mode = check_mode(pers["mode"])
+    except ValueError as exc:
+        fail(f"personalisation: {exc}")
+    if mode != "none" and fm.name != "logistic":
+        fail(f"personalisation {mode!r} needs a logistic model, not {fm.name!r}")
+    shapes = _personal_shapes(mode, template)
+    expected = {f"personal/{i}/{k}": shape for i in range(len(pers["sites"])) for k, shape in shapes.items()}
+    if got != set(expected):
+        fail(f"personalisation {mode!r} of {len(pers['sites'])} sites needs arrays {sorted(expected)[:4]}, "
+             f"the file holds {sorted(got)[:4]}")
+    for k, shape in expected.items():
+        if arrays[k].shape != shape or arrays[k].dtype.kind != "f":
+            fail(f"{k} holds {arrays[k].dtype} {arrays[k].shape}, expected float {shape}")
 
 
 def _check_imputer_network(im: Mapping[str, Any], f: int, arrays: Mapping[str, np.ndarray], fail) -> None:
@@ -518,6 +572,10 @@ class FedtabModel:
         behind = {onehot_name(c, v): c for c, vs in cats.items() for v in vs}
         wanted = {behind.get(f, f) for f in self.features}
         self.reads: list[str] = [c for c in self.input_columns if c in wanted]
+        pers = manifest.get("personalisation") or {}
+        self.personalisation: str | None = pers.get("mode")
+        #: the sites with a personalised model (``predict_proba(..., site=NAME)``); empty without one
+        self.sites: list[str] = list(pers.get("sites") or [])
 
     @property
     def has_imputer(self) -> bool:
@@ -681,8 +739,25 @@ class FedtabModel:
         return Z
 
     # ----- public API ---------------------------------------------------------------
-    def predict_proba(self, table: pd.DataFrame, *, allow_missing: bool | None = None) -> np.ndarray:
-        """``(n, len(classes))`` class probabilities for the rows of ``table``, in order.
+    def site_params(self, site: str) -> dict[str, np.ndarray]:
+        """Site ``site``'s personalised parameters (``{}`` in mode ``"none"``).
+
+        Raises:
+            PredictionError: the model has no per-site models, or none for ``site`` (naming the known ones).
+        """
+        if self.personalisation is None:
+            raise PredictionError(f"this model has no per-site models (only a job with [election] tune = \"cv\" "
+                                  f"stores them); predict without a site for the pooled model")
+        if site not in self.sites:
+            raise PredictionError(f"unknown site {site!r}; the model has per-site models for: {', '.join(self.sites)}")
+        i = self.sites.index(site)
+        prefix = f"personal/{i}/"
+        return {k[len(prefix):]: a for k, a in self.arrays.items() if k.startswith(prefix)}
+
+    def predict_proba(self, table: pd.DataFrame, site: str | None = None, *,
+                      allow_missing: bool | None = None) -> np.ndarray:
+        """``(n, len(classes))`` class probabilities for the rows of ``table``, in order; with
+        ``site``, of that site's personalised model (:attr:`sites`), else the pooled model.
 
         Columns are matched by name. A category outside the model's list (rare in training or
         new) is encoded as the model's ``(other)`` level (all zeros when the model has none), as
@@ -697,9 +772,13 @@ class FedtabModel:
         Raises:
             PredictionError: the table lacks columns the model reads (listed, with did-you-mean)
                 and ``allow_missing`` does not allow it, or a value cannot be used (naming the row
-                and column).
+                and column); a site the model has no personalised model for (naming the known ones).
         """
         import warnings
+
+        from ..learn.personalise import personalised_proba
+
+        own = self.site_params(site) if site is not None else None
 
         enc, unseen = self._encoded(table)
         found = self._check(table, unseen)
@@ -711,6 +790,8 @@ class FedtabModel:
         Z = self._standardised(self._features(enc, table.index).to_numpy(dtype=np.float64))
         if self._trees is not None:
             return np.asarray(self._trees.predict_proba(Z), dtype=np.float64)
+        if own is not None and self.personalisation not in (None, "none"):
+            return personalised_proba(str(self.personalisation), self._params, own, Z)
         return np.asarray(self._model.predict_proba(self._params, Z), dtype=np.float64)
 
     def labels(self, proba: np.ndarray) -> np.ndarray:
@@ -736,9 +817,11 @@ class FedtabModel:
         """The :class:`~fedtab.learn.gbdt.GBDTModel` of a ``gbdt`` model (``None`` otherwise)."""
         return self._trees
 
-    def predict(self, table: pd.DataFrame, *, allow_missing: bool | None = None) -> np.ndarray:
-        """``(n,)`` predicted class labels for the rows of ``table``, in order (as :meth:`predict_proba`)."""
-        return self.labels(self.predict_proba(table, allow_missing=allow_missing))
+    def predict(self, table: pd.DataFrame, site: str | None = None, *,
+                allow_missing: bool | None = None) -> np.ndarray:
+        """``(n,)`` predicted class labels for the rows of ``table``, in order (``site``,
+        ``allow_missing``: as :meth:`predict_proba`)."""
+        return self.labels(self.predict_proba(table, site, allow_missing=allow_missing))
 
     def to_sklearn(self):
         """A fitted scikit-learn pipeline that predicts as :meth:`predict_proba` on the same tables.

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Outputs", "RESULT_KEYS"]
+__all__ = ["Outputs", "RESULT_KEYS", "SELECTION_KEYS"]
 
 #: the step sections of a job's result, each ``None`` until (unless) its step runs
 RESULT_KEYS = ("sites", "schema", "imputation", "tuning", "election", "training", "baselines", "all_columns")
+#: the sections a selection (``[election] tune = "cv"``) adds, from ``SelectionOutcome.result_sections()``
+SELECTION_KEYS = ("selection", "metrics_from", "contributions", "measured", "local_only")
 
 
 @dataclass
@@ -17,8 +19,9 @@ class Outputs:
 
     Attributes:
         result: the JSON-able sections of ``result.json`` (:data:`RESULT_KEYS`, then
-            ``steps``, ``privacy``, ``trust``, ``participation`` and ``model``).
-        outcomes: the workflows' own outcome objects by step (``ElectionOutcome``,
+            ``steps``, ``privacy``, ``trust``, ``participation`` and ``model``; after a
+            selection also :data:`SELECTION_KEYS`).
+        outcomes: the workflows' own outcome objects by step (``SelectionOutcome``, ``ElectionOutcome``,
             ``TrainingOutcome``, ``ImputationResult``, ``TuneOutcome``, ``PooledScoreTest``),
             for callers in this process (the estimators, the commands).
         features: the columns the next step works on (after encoding, then the selected

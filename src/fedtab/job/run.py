@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .outputs import SELECTION_KEYS
 from .spec import ENGINES, JobError, JobSpec, load_job
 
 __all__ = ["ARTIFACTS", "OutputsExist", "SuperLink", "new_run_id", "run_job", "site_configs", "site_settings", "write_outputs",
@@ -50,7 +51,7 @@ __all__ = ["ARTIFACTS", "OutputsExist", "SuperLink", "new_run_id", "run_job", "s
 
 #: keys of the engine's result copied into ``result.json`` (besides the sites)
 RESULT_KEYS = ("schema", "imputation", "tuning", "election", "training", "baselines", "all_columns", "steps",
-               "privacy", "trust", "participation", "deployment")
+               "privacy", "trust", "participation", "deployment", *SELECTION_KEYS)
 
 
 log = logging.getLogger(__name__)

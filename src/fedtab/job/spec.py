@@ -30,7 +30,7 @@ __all__ = ["JobError", "JobSpec", "SiteSpec", "ImputeSpec", "ElectionSpec", "Tra
            "check_spec", "load_job", "parse_job", "spec_from_plan"]
 
 ENGINES = ("local", "flower", "nvflare")
-TUNERS = ("none", "grid", "hill-climb")
+TUNERS = ("none", "grid", "hill-climb", "cv")
 #: deepest nesting of tables/arrays in a job (a real one needs 4: sites.<name>.selector.params)
 MAX_DEPTH = 16
 #: how ``[election]`` selects the columns: the Feature Election vote, or forward selection by pooled score tests
@@ -92,7 +92,12 @@ class ElectionSpec:
     freedom degree, else ``freedom_degree`` is used; ``grid``: the tuning grid); ``"score-test"``:
     forward selection by score tests on the pooled sums at false discovery rate ``score_test_alpha``.
     ``grid`` / ``refine_step``: the grid tuner's freedom degrees (``None`` = 0, 0.1, ..., 1) and the
-    step of its refinement around the best one (0 = none)."""
+    step of its refinement around the best one (0 = none). ``tune = "cv"``: honest model selection
+    (:func:`fedtab.federation.selection.select_model`, the job's ``selection`` step) instead of the
+    tuning, election and training steps: ``grid`` its candidate freedom degrees (all columns always
+    is one), ``modes`` the personalisations it compares (``None`` = its defaults), ``l2_grid`` the
+    logistic model's L2 strengths (``None`` = the model's own), ``contributions`` the
+    leave-one-site-out contributions (same exchanges)."""
 
     selector: Any = "lasso"
     freedom_degree: float | None = None
@@ -107,6 +112,9 @@ class ElectionSpec:
     score_test_alpha: float = 0.05
     grid: list | None = None
     refine_step: float = 0.025
+    modes: list[str] | None = None
+    l2_grid: list | None = None
+    contributions: bool = True
 
 
 @dataclass
@@ -293,6 +301,10 @@ def _typed(value: Any, default: Any, annotation: str, where: str, source: str) -
                                                   for v in value):
             raise bad("a list of numbers")
         return [float(v) for v in value]
+    if annotation == "list[str] | None":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad("a list of strings")
+        return list(value)
     if annotation == "dict | None":
         if not isinstance(value, Mapping):
             raise bad("a table (an inline table { ... } in TOML)")
@@ -445,9 +457,41 @@ def _check_election(spec: JobSpec) -> None:
         if spec.privacy.dp is not None or spec.trust.robust:
             raise JobError("[election] method = \"score-test\" has no DP or robust mode; use method = \"vote\" "
                            "in a job with [privacy] dp or [trust] robust")
+    elif e.tune == "cv":
+        _check_cv(spec)
     elif e.tune != "none" and spec.privacy.private:
         raise JobError("[privacy] secure_aggregation or dp cannot be combined with [election] tune (tuning scores "
                        "every site's validation F1 in the clear; give freedom_degree instead)")
+    if e.tune != "cv" and (e.modes is not None or e.l2_grid is not None):
+        raise JobError("[election] modes and l2_grid apply to tune = \"cv\"")
+
+
+def _check_cv(spec: JobSpec) -> None:
+    """``tune = "cv"``: logistic regression, valid modes and L2 strengths, no private or robust run."""
+    from ..learn.models import LogisticRegressionModel, make_model
+    from ..learn.personalise import check_mode
+
+    e = spec.election
+    assert e is not None
+    blocked = [name for name, on in (("[privacy] secure_aggregation", spec.privacy.secure_aggregation),
+                                     ("[privacy] dp", spec.privacy.dp is not None),
+                                     ("[trust] robust", spec.trust.robust)) if on]
+    if blocked:
+        raise JobError(f"[election] tune = \"cv\" cannot run with {' or '.join(blocked)}: the cross-validation "
+                       "sums travel in the clear and are reduced plainly (docs/privacy.md); use tune = \"none\" "
+                       "with freedom_degree")
+    if spec.training is None:
+        raise JobError("[election] tune = \"cv\" needs the training step (it selects the model it trains)")
+    if not isinstance(make_model(spec.training.model), LogisticRegressionModel):
+        raise JobError(f"[election] tune = \"cv\" trains logistic regression; [training] model is "
+                       f"{make_model(spec.training.model).name!r}")
+    for mode in e.modes or ():
+        try:
+            check_mode(mode)
+        except ValueError as exc:
+            raise JobError(f"[election] modes: {exc}") from None
+    if e.l2_grid is not None and (not e.l2_grid or not all(math.isfinite(x) and x >= 0 for x in e.l2_grid)):
+        raise JobError(f"[election] l2_grid must be non-negative finite L2 strengths, got {e.l2_grid}")
 
 
 def _check_guarantees(spec: JobSpec) -> None:

@@ -8,7 +8,11 @@ FLARE controller (:class:`fedtab.engines.nvflare.FedtabController`) call
 (:meth:`JobSpec.plan` as JSON). The steps (:data:`fedtab.job.steps.STEPS`) run in one order:
 schema → categories → imputation (never the label) → tuning → election or score test →
 training (and its evaluation) → baselines → all-columns comparison; a step the job does not
-need is skipped and costs no exchange. Nothing here imports an engine.
+need is skipped and costs no exchange. With ``[election] tune = "cv"`` the selection step
+(:mod:`fedtab.job.steps.selection`) does the work of tuning, election, training, baselines and
+the all-columns comparison, which are skipped. Every step's row in ``result["steps"]`` counts
+its exchanges (``federation.exchange_count`` around it: every message round, a secure sum's
+included). Nothing here imports an engine.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from .outputs import Outputs
 from .spec import JobError, JobSpec, spec_from_plan
 from .steps import STEPS
 from .steps.schema import encoded_columns, from_declaration, one_class_participation
+from .steps.selection import model_section, replaced
 
 __all__ = ["engine_workflow", "run_workflow"]
 
@@ -58,24 +63,27 @@ def run_workflow(federation: Federation, spec: JobSpec, *, progress: Callable[[s
     rows: list[dict[str, Any]] = []
     spans: list[tuple[str, int, dict[str, str]]] = []
     from_declaration(federation, spec, out)  # a schema this federation agreed before the run
+    skipped = replaced(spec)
     for step in STEPS:
-        if not step.needed(spec, out):
+        if step.name in skipped or not step.needed(spec, out):
             continue
         say(step.name)
         spans.append((step.name, len(federation.participation), dict(federation.dropped)))
         d0, u0 = federation.traffic.total()
-        t0 = time.perf_counter()
+        x0, t0 = federation.exchange_count, time.perf_counter()
         step.run(federation, spec, out)
         d1, u1 = federation.traffic.total()
         rows.append({"step": step.name, "seconds": time.perf_counter() - t0, "bytes_down": d1 - d0,
-                     "bytes_up": u1 - u0})
+                     "bytes_up": u1 - u0, "exchanges": federation.exchange_count - x0})
         from_declaration(federation, spec, out)  # without a profile: the schema the sites declared
     out.result["steps"] = rows
     out.result["privacy"] = privacy_record(spec, out.privacy)
     out.result["trust"] = trust_record(spec)
     out.result["participation"] = participation_record(federation, spans)
     one_class_participation(out.result)
-    if "training" in out.outcomes:
+    if "selection" in out.outcomes:
+        out.result["model"] = model_section(out)
+    elif "training" in out.outcomes:
         out.result["model"] = _model(out)
     return out
 

@@ -21,9 +21,12 @@ __all__ = ["disclosure", "disclosure_summary", "released_kinds", "WHAT"]
 #: message kind -> what one site's reply to it holds, in plain words (``{ranges}``, ``{categories}``
 #: and ``{floor}`` are filled from the run)
 WHAT: dict[str, str] = {
+    "column_roles": "the number of columns left after the job's [columns] ignore/categorical (no value)",
     "job_profile": "column names and kinds, row counts, class labels and, per numeric column, whether it holds only "
                    "integers and a coarse min/max range (the {floor_th} smallest and largest values rounded outward "
-                   "to two significant digits){ranges}",
+                   "to two significant digits){ranges}; whether a column is unique per row (a yes/no ID "
+                   "flag); for integer-coded columns with few values, the values held by at least {floor} rows "
+                   "(what imputation may fill in)",
     "schema": "column names and kinds (the schema declaration)",
     "category_sets": "the category lists of categorical columns (categories seen in at least {floor} rows){categories}",
     "one_hot": "an acknowledgement (how many encoded columns)",

@@ -62,6 +62,7 @@ from .markup import table as _table  # noqa: F401
 from .markup import bound as _bound  # noqa: F401
 from .markup import nbytes as _bytes  # noqa: F401
 from .model import model_section
+from .selection import selection_section
 from .settings import deployment, job_settings
 from .verdict import verdict
 
@@ -70,6 +71,7 @@ __all__ = ["write_report", "render_report", "site_summaries", "SECTIONS", "RENDE
 #: section id -> heading, in page order.
 SECTIONS: dict[str, str] = {
     "verdict": "Verdict: did federating help?",
+    "selection": "Model selection by cross-validation: columns, personalisation and each site's contribution",
     "metrics": "Model quality, pooled and per site",
     "baselines": "Did federating help? Baselines per site",
     "model": "The model: its settings, coefficients and odds ratios",
@@ -88,6 +90,7 @@ SECTIONS: dict[str, str] = {
 #: section id -> ``fn(result) -> HTML``
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "verdict": verdict,
+    "selection": selection_section,
     "metrics": quality.metrics,
     "baselines": quality.baselines,
     "model": model_section,

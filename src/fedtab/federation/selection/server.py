@@ -40,7 +40,7 @@ from ...learn.models import LogisticRegressionModel, make_model
 from ...learn.personalise import check_mode, mode_order
 from .. import validate
 from ..protocol import Federation
-from .plan import Plan, build_plan
+from .plan import Candidate, Plan, build_plan
 from .steps import Prepared, candidates, cv_summary, evaluate, per_site_cv, prepare, test_metrics, train
 
 __all__ = ["SelectionOutcome", "select_model", "DEFAULT_FD_GRID", "DEFAULT_MODES"]
@@ -196,16 +196,7 @@ def select_model(
             sums, DP or robust reducers, sites with fewer than 2 folds in all.
         FederationError: a site failed or replied something impossible (naming it).
     """
-    opts = federation.options
-    if opts.secure or opts.dp is not None or opts.robust:
-        raise ValueError("model selection runs with plain sums only (no secure aggregation, DP or robust mode yet)")
-    fm = make_model(model)
-    if not isinstance(fm, LogisticRegressionModel):
-        raise ValueError(f"model selection trains logistic regression, not {fm.name!r}")
-    if rounds < 1 or local_epochs < 1:
-        raise ValueError("rounds and local_epochs must be at least 1")
-    modes = list(dict.fromkeys(["none", *map(check_mode, modes)]))
-    spec = {"name": fm.name, "params": fm.get_params()}
+    fm, modes, spec = _checked(federation, model, rounds, local_epochs, modes)
     p0, x0, b0 = len(federation.participation), federation.exchange_count, federation.traffic.total()
     prep = prepare(federation, selector)
     K = max(prep.n_folds.values())
@@ -227,30 +218,88 @@ def select_model(
     personal = {"epochs": int(personal_epochs)}
 
     # cross-validation: every candidate's fold chains in every mode, and the LOSO chains unpersonalised
-    slots: list[tuple[int, str]] = []
+    slot_of = _cv_slots(cands, modes)
+    cv, _, _ = evaluate(federation, plan, params, list(slot_of), classes, prep, score_bins, "cv", personal)
+    cv_of = {key: cv[i] for key, i in slot_of.items()}
+    cols = _choose_columns(plan, cands, cv_of, paired)
+    chosen, all_cand = cols.chosen, cols.all_columns
+    mode_scores, mode_choice = _choose_mode(chosen, modes, cv_of, paired)
+    mode = mode_choice.chosen.name
+    loso = {s: {k: v for k, v in _summary(cv_of, ch, "none").items() if k in ("logloss", "auroc")}
+            for s, ch in chosen.loso_chains.items()}
+
+    # the refit on all training rows, scored on the test rows (never seen above)
+    test_out, personal_params = _test(federation, plan, params, classes, prep, test_bins, personal, chosen,
+                                      all_cand, mode)
+    model_data = _model_data(plan, chosen.refit_chain, mean, std, params, classes, spec, mode, personal_params)
+    all_model = _model_data(plan, all_cand.refit_chain, mean, std, params, classes, spec, "none", {})
+    return SelectionOutcome(
+        features=list(model_data["features"]), freedom_degree=chosen.freedom_degree, personalisation=mode,
+        chosen=cols.chosen_d, all_columns=cols.all_d, best_fd=cols.best_fd, candidates=[d for d, _ in cols.scored],
+        rule={"columns": cols.choice.to_dict(), "personalisation": mode_choice.to_dict(),
+              "score": "pooled cross-validated log-loss (lower is better)"},
+        modes=mode_scores, test=test_out, model=model_data, model_all_columns=all_model,
+        measured=_measured(prep, schema, model_data["features"]), loso=loso,
+        exchanges=_exchanges(federation, p0, x0, b0),
+        ballots={s: b[-1] for s, b in prep.ballots.items()}, n_folds=K, rounds=rounds, local_epochs=local_epochs,
+        election={**election, "fd": chosen.freedom_degree, "columns": list(plan.features)},
+    )
+
+
+# ----------------------------------------------------------------------------- its parts
+def _checked(federation: Federation, model: Any, rounds: int, local_epochs: int, modes: Sequence[str]
+             ) -> tuple[LogisticRegressionModel, list[str], dict[str, Any]]:
+    """``(model, modes with "none" first, the model's {name, params})`` of valid settings (raises ``ValueError``)."""
+    opts = federation.options
+    if opts.secure or opts.dp is not None or opts.robust:
+        raise ValueError("model selection runs with plain sums only (no secure aggregation, DP or robust mode yet)")
+    fm = make_model(model)
+    if not isinstance(fm, LogisticRegressionModel):
+        raise ValueError(f"model selection trains logistic regression, not {fm.name!r}")
+    if rounds < 1 or local_epochs < 1:
+        raise ValueError("rounds and local_epochs must be at least 1")
+    modes = list(dict.fromkeys(["none", *map(check_mode, modes)]))
+    return fm, modes, {"name": fm.name, "params": fm.get_params()}
+
+
+def _cv_slots(cands: Sequence[Candidate], modes: Sequence[str]) -> dict[tuple[int, str], int]:
+    """The cross-validation's slots ``{(chain, mode): index}`` in request order: every
+    candidate's fold chains in every mode, the leave-one-site-out chains unpersonalised."""
     slot_of: dict[tuple[int, str], int] = {}
-
-    def slot(m: int, mode: str) -> int:
-        if (m, mode) not in slot_of:
-            slot_of[(m, mode)] = len(slots)
-            slots.append((m, mode))
-        return slot_of[(m, mode)]
-
     for c in cands:
         for m in c.cv_chains:
             for mode in modes:
-                slot(m, mode)
+                slot_of.setdefault((m, mode), len(slot_of))
         for chains in c.loso_chains.values():
             for m in chains:
-                slot(m, "none")
-    cv, _, _ = evaluate(federation, plan, params, slots, classes, prep, score_bins, "cv", personal)
+                slot_of.setdefault((m, "none"), len(slot_of))
+    return slot_of
 
-    def summary(chains: Sequence[int], mode: str) -> dict[str, Any]:
-        return cv_summary([cv[slot_of[(m, mode)]] for m in chains])
 
+def _summary(cv_of: Mapping[tuple[int, str], Any], chains: Sequence[int], mode: str) -> dict[str, Any]:
+    return cv_summary([cv_of[(m, mode)] for m in chains])
+
+
+@dataclass
+class _Columns:
+    """The columns' choice: every candidate's scores ``scored`` (``(dict, Candidate)``), the rule's
+    outcome, the chosen, all-columns and best-fd candidates."""
+
+    scored: list[tuple[dict[str, Any], Candidate]]
+    choice: Any
+    chosen_d: dict[str, Any]
+    chosen: Candidate
+    all_d: dict[str, Any]
+    all_columns: Candidate
+    best_fd: dict[str, Any] | None
+
+
+def _choose_columns(plan: Plan, cands: Sequence[Candidate], cv_of: Mapping[tuple[int, str], Any], paired: bool
+                    ) -> _Columns:
+    """The one-standard-error choice of the columns over the candidates' unpersonalised CV scores."""
     scored = []
     for c in cands:
-        s = summary(c.cv_chains, "none")
+        s = _summary(cv_of, c.cv_chains, "none")
         scored.append(({"name": c.name, "freedom_degree": c.freedom_degree, "l2": c.l2, "kept": c.kept,
                         "features": [f for f, k in zip(plan.features, c.refit_mask) if k], **s}, c))
     # the L2 strength of the best candidate, then the rule over the masks at that strength (compared on
@@ -260,50 +309,50 @@ def select_model(
     choice = one_standard_error([Scored(d["name"], d["kept"], d["logloss"], tuple(d["fold_logloss"]))
                                  for d, _ in finalists], paired=paired)
     chosen_d, chosen = next((d, c) for d, c in scored if d["name"] == choice.chosen.name)
-    all_d = min((d for d, c in scored if c.freedom_degree is None), key=lambda d: d["logloss"])
+    all_d, all_cand = min(((d, c) for d, c in scored if c.freedom_degree is None), key=lambda dc: dc[0]["logloss"])
     elected = [d for d, c in scored if c.freedom_degree is not None]
     best_fd = min(elected, key=lambda d: d["logloss"]) if elected else None
     for d, _ in scored:
         d["chosen"] = d is chosen_d
         d["finalist"] = any(d is f for f, _ in finalists)
+    return _Columns(scored, choice, chosen_d, chosen, all_d, all_cand, best_fd)
 
-    mode_scores = {mode: {**summary(chosen.cv_chains, mode),
-                          "per_site": per_site_cv([cv[slot_of[(m, mode)]] for m in chosen.cv_chains])}
+
+def _choose_mode(chosen: Candidate, modes: Sequence[str], cv_of: Mapping[tuple[int, str], Any], paired: bool
+                 ) -> tuple[dict[str, Any], Any]:
+    """Every mode's CV scores for the chosen columns (pooled and per site) and the one-SE choice."""
+    mode_scores = {mode: {**_summary(cv_of, chosen.cv_chains, mode),
+                          "per_site": per_site_cv([cv_of[(m, mode)] for m in chosen.cv_chains])}
                    for mode in modes}
-    mode_choice = one_standard_error([Scored(mode, mode_order(mode), s["logloss"], tuple(s["fold_logloss"]))
-                                      for mode, s in mode_scores.items()], paired=paired)
-    mode = mode_choice.chosen.name
-    loso = {s: {k: v for k, v in summary(ch, "none").items() if k in ("logloss", "auroc")}
-            for s, ch in chosen.loso_chains.items()}
+    choice = one_standard_error([Scored(mode, mode_order(mode), s["logloss"], tuple(s["fold_logloss"]))
+                                 for mode, s in mode_scores.items()], paired=paired)
+    return mode_scores, choice
 
-    # the refit on all training rows, scored on the test rows (never seen above)
-    all_cand = next(c for d, c in scored if d is all_d)
-    test_slots = list(dict.fromkeys([(chosen.refit_chain, "none"), (chosen.refit_chain, mode),
-                                     (chosen.refit_chain, "local"), (all_cand.refit_chain, "none")]))
-    test, personal_params, smoothed = evaluate(federation, plan, params, test_slots, classes, prep, test_bins, "test",
-                                      personal, send=(chosen.refit_chain, mode))
-    test_out = {"rows": "test", "trained_on": "train",
-                "modes": {md: test_metrics(test[i], smoothed) for i, (m, md) in enumerate(test_slots)
-                          if m == chosen.refit_chain},
-                "all_columns": test_metrics(test[test_slots.index((all_cand.refit_chain, "none"))], smoothed)}
 
-    model_data = _model_data(plan, chosen.refit_chain, mean, std, params, classes, spec, mode, personal_params)
-    all_model = _model_data(plan, all_cand.refit_chain, mean, std, params, classes, spec, "none", {})
+def _test(federation: Federation, plan: Plan, params: Mapping[str, np.ndarray], classes: list[str], prep: Prepared,
+          bins: int | None, personal: Mapping[str, Any], chosen: Candidate, all_cand: Candidate, mode: str
+          ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+    """The test exchange: the chosen refit unpersonalised, in its mode and local, and the
+    all-columns refit; ``(SelectionOutcome.test, the sites' personalised parameters)``."""
+    r = chosen.refit_chain
+    slots = list(dict.fromkeys([(r, "none"), (r, mode), (r, "local"), (all_cand.refit_chain, "none")]))
+    test, personal_params, smoothed = evaluate(federation, plan, params, slots, classes, prep, bins, "test",
+                                               personal, send=(r, mode))
+    out = {"rows": "test", "trained_on": "train",
+           "modes": {md: test_metrics(test[i], smoothed) for i, (m, md) in enumerate(slots) if m == r},
+           "all_columns": test_metrics(test[slots.index((all_cand.refit_chain, "none"))], smoothed)}
+    return out, personal_params
+
+
+def _exchanges(federation: Federation, p0: int, x0: int, b0: tuple[int, int]) -> dict[str, Any]:
+    """``SelectionOutcome.exchanges`` since the participation record had ``p0`` entries, the
+    exchange count was ``x0`` and the traffic ``b0``."""
     steps: dict[str, int] = {}
     for rec in federation.participation[p0:]:
         steps[rec["step"]] = steps.get(rec["step"], 0) + 1
-    return SelectionOutcome(
-        features=list(model_data["features"]), freedom_degree=chosen.freedom_degree, personalisation=mode, chosen=chosen_d,
-        all_columns=all_d, best_fd=best_fd, candidates=[d for d, _ in scored],
-        rule={"columns": choice.to_dict(), "personalisation": mode_choice.to_dict(),
-              "score": "pooled cross-validated log-loss (lower is better)"},
-        modes=mode_scores, test=test_out, model=model_data, model_all_columns=all_model,
-        measured=_measured(prep, schema, model_data["features"]), loso=loso,
-        exchanges={"total": federation.exchange_count - x0, "steps": steps,
-                   "bytes_down": federation.traffic.total()[0] - b0[0], "bytes_up": federation.traffic.total()[1] - b0[1]},
-        ballots={s: b[-1] for s, b in prep.ballots.items()}, n_folds=K, rounds=rounds, local_epochs=local_epochs,
-        election={**election, "fd": chosen.freedom_degree, "columns": list(plan.features)},
-    )
+    down, up = federation.traffic.total()
+    return {"total": federation.exchange_count - x0, "steps": steps, "bytes_down": down - b0[0],
+            "bytes_up": up - b0[1]}
 
 
 def _model_data(plan: Plan, r: int, mean: np.ndarray, std: np.ndarray, params: Mapping[str, np.ndarray],

@@ -32,12 +32,13 @@ class Step:
 
 
 def _steps() -> tuple[Step, ...]:
-    from . import categories, election, evaluation, imputation, schema, score_test, training, tuning
+    from . import categories, election, evaluation, imputation, schema, score_test, selection, training, tuning
 
     return (schema.STEP, categories.STEP, imputation.STEP, tuning.STEP, election.STEP, score_test.STEP,
-            training.STEP, evaluation.BASELINES, evaluation.ALL_COLUMNS)
+            selection.STEP, training.STEP, evaluation.BASELINES, evaluation.ALL_COLUMNS)
 
 
-#: schema → categories → imputation (never the label) → tuning → election or score test → training
-#: (with the final evaluation) → baselines → all-columns comparison
+#: schema → categories → imputation (never the label) → tuning → election or score test (or, with
+#: ``tune = "cv"``, the selection in place of tuning, election and training) → training (with the
+#: final evaluation) → baselines → all-columns comparison
 STEPS: tuple[Step, ...] = _steps()

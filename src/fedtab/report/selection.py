@@ -1,0 +1,153 @@
+"""The report's model-selection section (``[election] tune = "cv"``, issue 22).
+
+:func:`selection_section` renders, from a job's ``result.json`` content:
+
+* the choice: the chosen candidate's pooled cross-validated log-loss ± standard error (and
+  AUROC ± SE) next to all columns' and the best freedom degree's, the rule that chose, and
+  the personalisation modes compared;
+* federated (the shipped, personalised model) next to local-only for every site, on the same
+  test rows (``training.metrics`` and ``local_only``);
+* the contribution table (``contributions[site]``: AUROC without the site, its change, the
+  log-loss change, columns only that site measures, columns its ballot decided) and a plot of
+  the two changes per site;
+* per site, the kept columns it must impute at prediction (``measured``).
+
+Every site-derived string is escaped (through :mod:`fedtab.report.html`'s helpers); a result
+without a selection gets one line saying so.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+__all__ = ["selection_section", "contribution_figure"]
+
+
+def _score(cand: Mapping[str, Any] | None, key: str) -> str:
+    from .markup import num as _num
+
+    if not isinstance(cand, Mapping) or cand.get(key) is None:
+        return "—"
+    se = cand.get(f"{key}_se")
+    return _num(cand[key], 4) + ("" if se is None else f" ± {_num(se, 4)}")
+
+
+def _choice(sel: Mapping[str, Any]) -> str:
+    from .markup import esc as _e, num as _num, table as _table
+
+    rows, classes = [], []
+    for label, cand in (("chosen", sel.get("chosen")), ("all columns", sel.get("all_columns")),
+                        ("best freedom degree", sel.get("best_fd"))):
+        if not isinstance(cand, Mapping):
+            continue
+        fd = cand.get("freedom_degree")
+        rows.append([_e(label), _e(cand.get("name", "")), "all" if fd is None else _num(fd, 2), _num(cand.get("kept")),
+                     _score(cand, "logloss"), _score(cand, "auroc")])
+        classes.append("kept" if label == "chosen" else "")
+    note = ('<p class="note">Each candidate (the election at a freedom degree, or all columns) was trained on '
+            "every fold's fit rows and scored on the held-out fold rows of every site, pooled by sums. Score: "
+            "pooled cross-validated log-loss (lower is better) ± its standard error over the folds. The chosen "
+            "mask is the one with the fewest columns whose log-loss is within one standard error of the best; "
+            "the final model is refitted on all training rows and scored on the test rows, which the selection "
+            "never saw.</p>")
+    modes = sel.get("modes") if isinstance(sel.get("modes"), Mapping) else {}
+    mode_rows = [[_e(m), _score(s, "logloss"), _e("chosen" if m == sel.get("personalisation") else "")]
+                 for m, s in modes.items() if isinstance(s, Mapping)]
+    out = [note, _table(["", "Candidate", "Freedom degree", "Columns kept", "CV log-loss ± SE", "CV AUROC ± SE"], rows,
+                        classes, num_cols=(2, 3, 4, 5))]
+    features = sel.get("features") or []
+    out.append(f"<p>Chosen columns ({len(features)}): {', '.join(_e(f) for f in features)}. "
+               f"Personalisation: <strong>{_e(sel.get('personalisation', 'none'))}</strong>.</p>")
+    if mode_rows:
+        out.append(_table(["Personalisation", "CV log-loss ± SE", ""], mode_rows, num_cols=(1,)))
+    return "".join(out)
+
+
+def _local_vs_federated(result: Mapping[str, Any]) -> str:
+    from .markup import esc as _e, num as _num, table as _table
+
+    fed = ((result.get("training") or {}).get("metrics") or {}).get("per_site") or {}
+    local = (result.get("local_only") or {}).get("per_site") or {}
+    if not fed:
+        return ""
+    rows, classes = [], []
+    for s, m in fed.items():
+        f, lo = (m or {}).get("auroc"), (local.get(s) or {}).get("auroc")
+        d = None if f is None or lo is None else f - lo
+        rows.append([_e(s), _num(f), _num(lo), "—" if d is None else f"{d:+.3f}"])
+        classes.append("" if d is None else ("better" if d > 0 else "worse"))
+    return ("<h3>Federated (the shipped model) and local-only, per site</h3>"
+            '<p class="note">Test rows of each site; local-only = the same model trained on that site\'s rows '
+            "alone.</p>" + _table(["Site", "Federated AUROC", "Local-only AUROC", "Difference"], rows, classes,
+                                  num_cols=(1, 2, 3)))
+
+
+def contribution_figure(contributions: Mapping[str, Mapping[str, Any]]) -> Any:
+    """Bars per site: the pooled CV AUROC change and log-loss change when the site is left out
+    of training (positive = the site helps). Returns the open figure."""
+    from .plots import plt
+
+    sites = list(contributions)
+    auc = [contributions[s].get("auroc_delta") or 0.0 for s in sites]
+    ll = [contributions[s].get("logloss_delta") or 0.0 for s in sites]
+    fig, ax = plt.subplots(figsize=(6.5, 0.5 + 0.45 * max(len(sites), 2)))
+    ys = range(len(sites))
+    ax.barh([y - 0.2 for y in ys], auc, height=0.4, label="AUROC gained with the site", color="C0")
+    ax.barh([y + 0.2 for y in ys], ll, height=0.4, label="log-loss saved with the site", color="C1")
+    ax.set_yticks(list(ys), sites)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_xlabel("change of the pooled cross-validated score (positive = the site helps)")
+    ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def _contributions(result: Mapping[str, Any]) -> str:
+    from .markup import esc as _e, figure, num as _num, signed, table as _table
+
+    contrib = result.get("contributions")
+    if not isinstance(contrib, Mapping) or not contrib:
+        return ""
+    rows, classes = [], []
+    for s, c in contrib.items():
+        if not isinstance(c, Mapping):
+            continue
+        d = c.get("auroc_delta")
+        rows.append([_e(s), _num(c.get("auroc_without")), "—" if d is None else signed(d),
+                     "—" if c.get("logloss_delta") is None else signed(c["logloss_delta"], 4),
+                     _e(", ".join(map(str, c.get("columns_only_here") or [])) or "—"),
+                     _e(", ".join(map(str, c.get("ballot_decided") or [])) or "—")])
+        classes.append("" if d is None else ("better" if d > 0 else "worse" if d < 0 else ""))
+    table = _table(["Site", "CV AUROC without it", "AUROC change", "Log-loss change", "Columns only it measures",
+                    "Columns its ballot decided"], rows, classes, num_cols=(1, 2, 3))
+    plot = figure("contributions", contribution_figure({s: c for s, c in contrib.items() if isinstance(c, Mapping)}),
+                  "contribution of each site")
+    return ("<h3>Contribution of each site</h3>"
+            '<p class="note">The chosen columns\' model trained without the site (leave-one-site-out, in the same '
+            "exchanges), scored on the same held-out fold rows of every site. A positive change means the "
+            "federation is better with the site.</p>" + table + plot)
+
+
+def _must_impute(measured: Any) -> str:
+    from .markup import esc as _e, table as _table
+
+    if not isinstance(measured, Mapping) or not measured:
+        return ""
+    rows = [[_e(s), _e(", ".join(map(str, (m or {}).get("must_impute") or [])) or "—"),
+             _e(", ".join(map(str, (m or {}).get("partly_imputed") or [])) or "—")]
+            for s, m in measured.items() if isinstance(m, Mapping)]
+    return ("<h3>Columns each site must impute</h3>"
+            '<p class="note">Kept columns a site never measures (filled by the imputer at prediction) or measures '
+            "only in part; a site ballots only on the cells it measures.</p>"
+            + _table(["Site", "Never measured", "Partly imputed"], rows))
+
+
+def selection_section(result: Mapping[str, Any]) -> str:
+    """The section's HTML (see the module docstring)."""
+    from .markup import absent as _absent
+
+    sel = result.get("selection")
+    if not isinstance(sel, Mapping):
+        return _absent("No cross-validated model selection in this job ([election] tune = \"cv\").")
+    parts: Sequence[str] = (_choice(sel), _local_vs_federated(result), _contributions(result),
+                            _must_impute(result.get("measured")))
+    return "".join(parts)
