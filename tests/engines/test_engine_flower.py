@@ -3,8 +3,8 @@
 The deployment tests start a SuperLink with TLS and SuperNode authentication and one
 authenticated SuperNode per site on 127.0.0.1 (one deployment for the module), ``flwr
 run`` the app and compare the elected mask and the trained model with the in-process
-engine's; a node that claims another site's name, a SuperNode whose key is not
-registered and one that trusts another CA must be kept out.
+engine's (an election and training; FedHF-Impute); a node that claims another site's name and
+one that trusts another CA must be kept out (an unregistered key: the guide's loopback test).
 """
 
 from __future__ import annotations
@@ -143,23 +143,6 @@ def _flower_binaries() -> bool:
     return all((bin_dir / b).exists() or shutil.which(b) for b in ("flower-superlink", "flower-supernode", "flwr"))
 
 
-def _run_on_loopback(configs: list[dict], run: dict, workdir: Path, timeout: float) -> dict:
-    """Start a SuperLink + one SuperNode per config, ``flwr run`` ``run``, and check that
-    stopping the deployment left no process behind."""
-    from fedtab.engines.flower_deploy import LoopbackDeployment
-
-    dep = LoopbackDeployment(configs, workdir, start_timeout=90)
-    try:
-        dep.start()
-        result = dep.run(run, timeout=timeout)
-    finally:
-        dep.stop()
-        leftovers = dep._stragglers()
-    assert not leftovers, f"processes left running: {leftovers}"
-    assert result["engine"] == "flower"
-    return result
-
-
 needs_flower_cli = pytest.mark.skipif(not _flower_binaries(), reason="Flower CLI binaries not installed")
 
 
@@ -199,14 +182,8 @@ def _refused(dep, name: str, timeout: float = 45.0, **node) -> str:
     return (dep.workdir / f"{name}.log").read_text()
 
 
-@pytest.mark.slow
-@needs_flower_cli
-def test_auth_refuses_supernode_with_unregistered_key(tls_deployment, tmp_path):
-    from fedtab.deploy.keys import write_site_key
-
-    private, _ = write_site_key("stranger", tmp_path)  # valid P-384 key, never registered
-    log = _refused(tls_deployment, "stranger", private_key=private)
-    assert "Failed to activate SuperNode" in log
+# A SuperNode whose key is not registered is refused (it exits with status 1):
+# tests/engines/test_flower_guide_loopback.py::test_a_supernode_with_an_unregistered_key_exits_with_status_1
 
 
 @pytest.mark.slow
@@ -244,12 +221,14 @@ def test_tls_auth_deployment_matches_local_engine_and_binds_sites_to_keys(tls_de
 
 @pytest.mark.slow
 @needs_flower_cli
-def test_loopback_deployment_runs_imputation(imputation_site_configs, tmp_path, jobs):
-    """FedHF-Impute on real SuperNodes, where each message runs in a new ClientApp process."""
+def test_loopback_deployment_runs_imputation(tls_deployment, site_configs, jobs):
+    """FedHF-Impute on real SuperNodes (the module's TLS + auth deployment), where each message
+    runs in a new ClientApp process: the in-process engine's imputation."""
     pytest.importorskip("torch")
     plan = jobs.plan(**IMPUTE_JOB)
-    reference = jobs.local(imputation_site_configs, plan)
-    result = _run_on_loopback(imputation_site_configs, jobs.config(plan), tmp_path / "deployment", timeout=600)
+    reference = jobs.local(site_configs, plan)
+    result = tls_deployment.run(jobs.config(plan), timeout=600)
+    assert result["engine"] == "flower"
     _assert_same_imputation(result, reference)
 
 

@@ -143,6 +143,29 @@ def _lines_while_running(proc: subprocess.Popen, result: Path, timeout: float) -
     return out
 
 
+def _assert_matches_the_local_engine(result: dict, out: Path, work: Path) -> None:
+    """The consortium's TLS + auth deployment (SuperNodes that know only their name and table,
+    the analyst's job file naming the sites only) gives the local engine's columns and
+    predictions, with sites identified by their registered keys."""
+    import tomllib
+
+    import numpy as np
+    import pandas as pd
+
+    from fedtab.job.model_file import load_model
+    from fedtab.job.run import run_job
+
+    assert result["engine"] == "flower" and result["deployment"]["identity"] == "key"
+    doc = tomllib.loads((work / "job.toml").read_text())
+    doc["sites"] = {name: {"path": str(work / f"{name}.csv")} for name in doc["sites"]}
+    local = run_job(doc, engine="local", out=work / "local-out")
+    assert result["training"]["features"] == local["training"]["features"]
+    table = pd.read_csv(work / "va.csv", na_values=["?"])
+    np.testing.assert_allclose(load_model(out / "model.fedtab").predict_proba(table, allow_missing=True),
+                               load_model(work / "local-out" / "model.fedtab").predict_proba(table, allow_missing=True),
+                               atol=1e-6, rtol=0)
+
+
 def test_the_guides_trial_reports_progress_attaches_and_stops_runs(guide):
     from fedtab.engines.flower_remote import SuperLinkClient
 
@@ -159,6 +182,7 @@ def test_the_guides_trial_reports_progress_attaches_and_stops_runs(guide):
     assert len(rounds) == 2 and all(rounds), text  # both rounds printed before the outputs existed
     assert re.search(r"2 site\(s\) joined; the job makes about 5 exchanges × [\d.]+ s", text), text
     first = json.loads((out / "result.json").read_text())
+    _assert_matches_the_local_engine(first, out, work)
 
     # attach: the finished run's outputs, fetched again into another folder
     again = work / "attached"

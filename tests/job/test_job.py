@@ -86,6 +86,12 @@ def test_the_job_gives_the_same_columns_and_predictions_on_every_engine(engines_
             assert pooled[key] == pytest.approx(ref_pooled[key], abs=1e-9), (engine, key)
         assert result["baselines"]["local_only"]["pooled"]["accuracy"] == pytest.approx(
             ref_result["baselines"]["local_only"]["pooled"]["accuracy"], abs=1e-9)
+        # FedHF-Impute on each engine: the same columns, training curve and validation error
+        imp, ref_imp = result["imputation"], ref_result["imputation"]
+        assert imp["columns"] == ref_imp["columns"], engine
+        assert [h["train_loss"] for h in imp["training_curve"]] == pytest.approx(
+            [h["train_loss"] for h in ref_imp["training_curve"]], rel=1e-5), engine
+        assert imp["validation"]["overall"] == pytest.approx(ref_imp["validation"]["overall"], rel=1e-5), engine
 
 
 def test_steps_run_in_order_and_the_label_is_neither_imputed_nor_an_input(local_run):
@@ -444,11 +450,6 @@ def test_impute_reads_parquet_and_writes_result_and_report(tmp_path):
 HEART_SITE_NAMES = [n.split(".")[0] for n in HEART_SITES]
 
 
-def _flower_binaries() -> bool:
-    bin_dir = Path(sys.executable).parent
-    return all((bin_dir / b).exists() or shutil.which(b) for b in ("flower-superlink", "flower-supernode", "flwr"))
-
-
 def _assert_same_as_local(result: dict, out: Path, local: dict, local_out: Path, sites: Path) -> None:
     """Same elected columns, predictions within 1e-6 and metrics as the local engine; a report."""
     assert result["election"]["selected"] == local["election"]["selected"]
@@ -461,43 +462,9 @@ def _assert_same_as_local(result: dict, out: Path, local: dict, local_out: Path,
             local["training"]["metrics"]["pooled"][key], abs=1e-9)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not _flower_binaries(), reason="Flower CLI binaries not installed")
-def test_superlink_job_matches_local_engine_over_tls_and_auth(sites, tmp_path):
-    """``fedtab run JOB --superlink``: a consortium's TLS + auth deployment, started first and
-    separately as docs/deployment.md tells (SuperNodes know only their name and table),
-    gives the local engine's columns and predictions; its result comes back through the
-    run's log. Processes: setsid, group-killed in the finally, none left over."""
-    pytest.importorskip("flwr")
-    from fedtab.engines.flower_deploy import LoopbackDeployment
-
-    elect = {"election": {"freedom_degree": 0.5}, "training": {"rounds": 1, "local_epochs": 2}}  # few exchanges
-    local = run_job({**_job(sites, **elect), "run": {"out": str(tmp_path / "local")}}, engine="local")
-    # the job file an analyst holds: site names only, the tables stay with the SuperNodes
-    doc = {**_job(sites, **elect), "run": {"out": str(tmp_path / "remote")}}
-    doc["sites"] = {name: {} for name in HEART_SITE_NAMES}
-    (tmp_path / "job.toml").write_text(_toml(doc))
-    # each SuperNode's operator sets its own floor (a job cannot): the same as the local run's
-    nodes = [{"name": n.split(".")[0], "data-path": str(sites / n), "min-rows": 4} for n in HEART_SITES]
-    dep = LoopbackDeployment(nodes, tmp_path / "consortium", start_timeout=120)
-    try:
-        dep.start()
-        res = runner.invoke(app, ["run", str(tmp_path / "job.toml"), "--engine", "flower",
-                                  "--superlink", dep.address, "--root-certificates", str(dep.keys.ca_cert),
-                                  "--site-keys", str(dep.keys.site_keys), "--timeout", "600"])
-    finally:
-        dep.stop()
-        leftovers = dep._stragglers()
-    assert not leftovers, f"processes left running: {leftovers}"
-    assert res.exit_code == 0, res.output
-    out = tmp_path / "remote"
-    result = json.loads((out / "result.json").read_text())
-    assert result["engine"] == "flower"
-    assert result["deployment"]["superlink"] == dep.address and result["deployment"]["identity"] == "key"
-    assert result["deployment"]["excluded_nodes"] == {}
-    assert sorted(result["sites"]) == sorted(HEART_SITE_NAMES)
-    assert all(s["file"] is None for s in result["sites"].values())
-    _assert_same_as_local(result, out, local, tmp_path / "local", sites)
+# ``fedtab run JOB --superlink`` on a consortium's TLS + auth deployment started as the guide says
+# (SuperNodes that know only their name and table) gives the local engine's columns and predictions:
+# tests/engines/test_flower_guide_loopback.py, on the guide's own deployment.
 
 
 def test_superlink_run_needs_the_ca_and_site_keys_of_every_job_site(sites, tmp_path):
