@@ -3,7 +3,7 @@
 The deployment tests start a SuperLink with TLS and SuperNode authentication and one
 authenticated SuperNode per site on 127.0.0.1 (one deployment for the module), ``flwr
 run`` the app and compare the elected mask and the trained model with the in-process
-engine's (an election and training; FedHF-Impute); a node that claims another site's name and
+engine's; a node that claims another site's name and
 one that trusts another CA must be kept out (an unregistered key: the guide's loopback test).
 """
 
@@ -26,6 +26,9 @@ from tests.builders import write_classification_sites
 JOB = {"election": {"freedom_degree": 0.5}, "training": {"rounds": 2, "local_epochs": 2}}
 # fewer steps for the deployment, where every step costs seconds (a ClientApp process per message)
 DEPLOY_JOB = {**JOB, "training": {"rounds": 1, "local_epochs": 2}}
+#: the deployment's job carries the job file's guarantees: secure sums among the verified sites, a quorum
+GUARDED_DEPLOY_JOB = {**DEPLOY_JOB, "privacy": {"secure_aggregation": True},
+                      "trust": {"min_sites": 2, "timeout": 600, "min_holders": 2}}
 IMPUTE_JOB = {"target": None, "training": None,
               "impute": {"rounds": 2, "local_epochs": 1, "hidden_dim": 8, "n_layers": 1, "n_threads": 1}}
 
@@ -205,13 +208,20 @@ def test_tls_refuses_supernode_of_another_ca(tls_deployment, tmp_path):
 @pytest.mark.slow
 @needs_flower_cli
 def test_tls_auth_deployment_matches_local_engine_and_binds_sites_to_keys(tls_deployment, site_configs, jobs):
+    """A job with [privacy] and [trust] on real SuperNodes (TLS, keys registered, each site's
+    secure-aggregation identity from its operator's config): the in-process engine's model,
+    privacy, trust and participation records; the intruder is named and left out."""
     dep = tls_deployment
-    plan = jobs.plan(**DEPLOY_JOB)
+    plan = jobs.plan(**GUARDED_DEPLOY_JOB)
     reference = jobs.local(site_configs, plan)
     result = dep.run(jobs.config(plan), timeout=600)  # bounded; generous for a 2-core box shared with other jobs
     assert result["engine"] == "flower" and result["identity"] == "key"
     assert list(result["sites"]) == ["site-1", "site-2", "site-3"]
     _assert_same(result, reference)
+    assert result["privacy"]["secure_aggregation"] and result["privacy"] == reference["privacy"]
+    assert result["trust"] == reference["trust"]
+    assert [s["sites"] for s in result["participation"]["steps"]] == [
+        s["sites"] for s in reference["participation"]["steps"]]
     # the intruder authenticated with site-4's key but declared site-2: named, left out
     intruder = str(dep.node_ids["site-4"])
     assert list(result["excluded_nodes"]) == [intruder]
@@ -219,17 +229,10 @@ def test_tls_auth_deployment_matches_local_engine_and_binds_sites_to_keys(tls_de
     assert "'site-4'" in result["excluded_nodes"][intruder]
 
 
-@pytest.mark.slow
-@needs_flower_cli
-def test_loopback_deployment_runs_imputation(tls_deployment, site_configs, jobs):
-    """FedHF-Impute on real SuperNodes (the module's TLS + auth deployment), where each message
-    runs in a new ClientApp process: the in-process engine's imputation."""
-    pytest.importorskip("torch")
-    plan = jobs.plan(**IMPUTE_JOB)
-    reference = jobs.local(site_configs, plan)
-    result = tls_deployment.run(jobs.config(plan), timeout=600)
-    assert result["engine"] == "flower"
-    _assert_same_imputation(result, reference)
+# FedHF-Impute with a fresh ClientApp process per message is test_in_process_imputation_matches_local_engine
+# (fresh_processes=True: each message restores the site's state from its record, as a SuperNode's ClientApp
+# does) and the FLARE simulator's separate client processes (tests/job/test_job.py, every engine); the
+# deployment transport itself is checked by the TLS, guide, kill and guarded-job deployments.
 
 
 def test_config_strings_survive_flowers_key_value_parser():

@@ -280,18 +280,50 @@ def test_a_guarded_job_gives_the_same_model_on_the_flare_simulator(guarded_runs,
     _assert_same_model(result, tmp_path, ref, ref_out, table)
 
 
-@pytest.mark.slow
-def test_a_guarded_job_gives_the_same_model_on_a_flower_loopback_deployment(guarded_runs, site_files, tmp_path):
-    import os
-    import shutil
+# On a real Flower deployment (TLS, registered keys, SuperNodes that know only their table): the
+# guarded job's model, privacy, trust and participation equal the in-process engine's in
+# tests/engines/test_engine_flower.py::test_tls_auth_deployment_matches_local_engine_and_binds_sites_to_keys.
 
-    bin_dir = Path(os.sys.executable).parent
-    if not all((bin_dir / b).exists() or shutil.which(b) for b in ("flower-superlink", "flower-supernode", "flwr")):
-        pytest.skip("Flower CLI binaries not installed")
-    table = pd.read_csv(site_files[0]["data-path"])
-    ref, ref_out = guarded_runs["local"]
-    result = run_job(_job(site_files, tmp_path, **GUARDED), engine="flower", deployment="loopback", timeout=900)
-    _assert_same_model(result, tmp_path, ref, ref_out, table)
+
+def test_a_loopback_deployment_runs_the_job_on_its_superlink_with_sites_that_know_only_their_table(
+        site_files, tmp_path, monkeypatch):
+    """``fedtab run --deployment loopback`` (Flower): the SuperNodes get only their name, table and
+    floor; the job goes to the deployment's SuperLink with its CA and key list; the deployment
+    is stopped after the run (a stand-in deployment and run: the real ones are tested above)."""
+    import fedtab.engines.flower_deploy as flower_deploy
+    import fedtab.job.run as job_run
+
+    seen: dict = {}
+
+    class Deployment:
+        def __init__(self, nodes, workdir):
+            seen["nodes"], seen["workdir"] = nodes, workdir
+            self.address = "127.0.0.1:9999"
+            self.keys = type("Keys", (), {"ca_cert": tmp_path / "ca.pem", "site_keys": tmp_path / "keys.json"})()
+
+        def __enter__(self):
+            seen["started"] = True
+            return self
+
+        def __exit__(self, *exc):
+            seen["stopped"] = True
+
+    def on_superlink(spec, plan, link, workdir, progress):
+        seen["link"] = link
+        assert seen.get("started") and not seen.get("stopped")
+        return {"engine": "flower"}
+
+    monkeypatch.setattr(flower_deploy, "LoopbackDeployment", Deployment)
+    monkeypatch.setattr(job_run, "_run_on_superlink", on_superlink)
+    configs = [{**c, "min-rows": 5, "selector": "lasso", "policy": "{}"} for c in site_files]
+    spec = load_job(_job(site_files, tmp_path / "out", **GUARDED))
+    raw = job_run._run_engine(spec, "flower", configs, spec.plan(), lambda _m: None, "loopback", tmp_path, None,
+                              None, 123.0)
+    assert raw == {"engine": "flower"} and seen["stopped"]
+    assert seen["nodes"] == [{"name": c["name"], "data-path": c["data-path"], "min-rows": 5} for c in site_files]
+    link = seen["link"]
+    assert (link.address, link.root_certificates, link.site_keys, link.timeout) == (
+        "127.0.0.1:9999", tmp_path / "ca.pem", tmp_path / "keys.json", 123.0)
 
 
 def _four_sites(tmp_path: Path) -> list[dict]:
