@@ -22,7 +22,9 @@ data is absent says so in one line on the job's page; the pages of other command
 with no data.
 
 Result keys read (all optional): those of the job's ``result.json`` (``docs/job.md``) —
-``sites`` (list of ``{name, rows, rows_train, rows_test, rows_without_label, columns}``),
+``sites`` (list of ``{name, rows, rows_train, rows_test, rows_without_label, columns}``; a site
+with ``one_class`` true is named in the verdict and the sites section with what its
+``participation`` record says it took part in),
 ``imputation`` (``validation_rmse_z.per_column``, ``mean_fill_rmse_z.per_column``,
 ``best_round``), ``election`` (``freedom_degree``, ``stats``, ``features``: ``{name,
 selected, votes, rank, reason, chosen_by}``, and in a simulation ``pooled_agreement``:
