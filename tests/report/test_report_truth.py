@@ -322,6 +322,9 @@ def test_a_jobs_report_holds_the_verdict_intervals_settings_and_disclosure(job_r
     ci = auroc_interval(fed)
     assert f"{ci['low']:.2f}–{ci['high']:.2f}" in page.text["metrics"]
     assert "training.rounds" in page.text["settings"] and "local" in page.text["deployment"]
+    run_id = json.loads((out / "result.json").read_text())["run_id"]
+    assert run_id and f"fedtab run id {run_id}" in [" ".join(t.split()) for _, t in page.section_rows("deployment")]
+    assert f"Federated run {run_id} by fedtab" in " ".join(page.header.split())
     n_ranges = len(result["schema"]["ranges"])
     assert f"coarse min/max values of {n_ranges} column(s)" in page.header
     sent = {e["step"] for e in result["participation"]["exchanges"]}
