@@ -291,7 +291,13 @@ def test_mlflow_tracking_is_read_back_with_mlflows_client(sites, tmp_path):
     pooled = result["training"]["metrics"]["pooled"]
     assert got.data.metrics["pooled.accuracy"] == pytest.approx(pooled["accuracy"], abs=1e-12)
     assert "step.training.seconds" in got.data.metrics and "site.north.accuracy" in got.data.metrics
-    assert {a.path for a in client.list_artifacts(got.info.run_id)} == {"model.fedtab", "result.json", "report.html"}
+    figures = {p.name for p in (tmp_path / "out").glob("report-*.png")}
+    assert figures and all(open(tmp_path / "out" / f, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for f in figures)
+    assert {a.path for a in client.list_artifacts(got.info.run_id)} == {"model.fedtab", "result.json", "report.html",
+                                                                         *figures}
+    png = sorted(figures)[0]  # read back from MLflow's store: the same bytes as beside the report
+    local = client.download_artifacts(got.info.run_id, png, str(tmp_path / "back"))
+    assert Path(local).read_bytes() == (tmp_path / "out" / png).read_bytes()
     assert json.loads((tmp_path / "out" / "result.json").read_text())["mlflow"] == result["mlflow"]
 
 
@@ -349,8 +355,9 @@ def test_a_tracked_run_is_one_mlflow_run_with_settings_numbers_and_files(sites, 
     assert params["training.rounds"] == "2" and params["engine"] == "local"
     metrics = {c[1]: c[2] for c in fake_mlflow if c[0] == "metric"}
     assert metrics["pooled.accuracy"] == result["training"]["metrics"]["pooled"]["accuracy"]
-    assert [c for c in fake_mlflow if c[0] == "artifact"] == [
-        ("artifact", f, True) for f in ("model.fedtab", "result.json", "report.html")]
+    figures = sorted(p.name for p in (tmp_path / "out").glob("report-*.png"))
+    assert figures and [c for c in fake_mlflow if c[0] == "artifact"] == [
+        ("artifact", f, True) for f in ("model.fedtab", "result.json", "report.html", *figures)]
     assert fake_mlflow[-1] == ("end", "mlrun1", "FINISHED")
     assert os.environ["MLFLOW_ALLOW_FILE_STORE"] == "true"  # the job named MLflow's file store: opted in
 

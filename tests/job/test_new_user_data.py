@@ -82,6 +82,9 @@ def test_one_class_site_is_named_with_what_it_took_part_in(heart, tmp_path):
     assert sites["hungarian"]["one_class"] is True and not sites["cleveland"]["one_class"]
     took = sites["hungarian"]["participation"]
     assert took["election"].startswith("abstained") and took["training"] is True and took["evaluation"] is True
+    report = " ".join((d / "out" / "report.html").read_text().split())  # the verdict and the sites section
+    assert report.count("Site <strong>hungarian</strong> holds one class only: it abstained from the feature "
+                        "election's vote") == 2 and "took part in training" in report
 
 
 def test_id_columns_are_left_out_with_a_reason_unless_kept(heart, tmp_path):

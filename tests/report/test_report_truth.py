@@ -322,6 +322,9 @@ def test_a_jobs_report_holds_the_verdict_intervals_settings_and_disclosure(job_r
     ci = auroc_interval(fed)
     assert f"{ci['low']:.2f}–{ci['high']:.2f}" in page.text["metrics"]
     assert "training.rounds" in page.text["settings"] and "local" in page.text["deployment"]
+    run_id = json.loads((out / "result.json").read_text())["run_id"]
+    assert run_id and f"fedtab run id {run_id}" in [" ".join(t.split()) for _, t in page.section_rows("deployment")]
+    assert f"Federated run {run_id} by fedtab" in " ".join(page.header.split())
     n_ranges = len(result["schema"]["ranges"])
     assert f"coarse min/max values of {n_ranges} column(s)" in page.header
     sent = {e["step"] for e in result["participation"]["exchanges"]}
@@ -406,3 +409,35 @@ def test_a_rerun_into_the_same_folder_leaves_no_stale_figure(job_run):
     (out / "report-tuning.png").write_bytes(b"an earlier run's tuning curve")
     _write_run(out, result, lambda d: (d / "model.fedtab").write_bytes((out / "model.fedtab").read_bytes()))
     assert sorted(p.name for p in out.glob("report-*.png")) == ["report-auroc-by-site.png"]
+
+
+# ----------------------------------------------------------------------------- one-class sites (issue 24 item 1)
+def _one_class_result(name: str = "tiny") -> dict:
+    r = four_sites()
+    r["sites"] = {s: {"n_rows": 100, "columns": ["age", "bp"], "one_class": False} for s in ("north", "south", "east")}
+    r["sites"][name] = {"n_rows": 26, "columns": ["age"], "one_class": True,
+                        "participation": {"election": "abstained: its rows hold one class", "training": True,
+                                          "evaluation": True}}
+    return r
+
+
+def test_a_one_class_site_is_named_in_the_verdict_and_the_sites_section_with_what_it_took_part_in():
+    page = Page(render_report(_one_class_result()))
+    said = ("Site tiny holds one class only: it abstained from the feature election's vote (its rows hold one "
+            "class); it took part in training; its test rows were scored, but it has no AUROC")
+    verdict = [" ".join(t.split()) for c, t in page.section_rows("verdict") if "one-class" in c]
+    assert len(verdict) == 1 and "⚠ one class" in verdict[0] and said in verdict[0]
+    assert said in " ".join(page.text["sites"].split()) and "north holds" not in page.text["sites"]
+    no_baselines = _one_class_result()
+    del no_baselines["baselines"]
+    assert said in " ".join(Page(render_report(no_baselines)).text["verdict"].split())
+    left_out = _one_class_result()
+    left_out["sites"]["tiny"]["participation"] = {"election": None, "training": False, "evaluation": False}
+    text = " ".join(Page(render_report(left_out)).text["verdict"].split())
+    assert "Site tiny holds one class only: it was left out of training; it was not evaluated and it has no AUROC." \
+        in text and "election" not in text.split("Site tiny")[1]
+    plain = _one_class_result()
+    plain["sites"]["tiny"]["one_class"] = False
+    assert "holds one class" not in render_report(plain)
+    hostile = Page(render_report(_one_class_result(HOSTILE)))
+    assert "script" not in hostile.tags and f"Site {HOSTILE} holds one class only" in hostile.text["sites"]

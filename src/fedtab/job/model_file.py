@@ -24,11 +24,15 @@ file may come from someone else:
   (:func:`fedtab.learn.personalise.check_mode`), unique site names, and for every site exactly
   the arrays ``personal/<i>/<name>`` its mode needs (``shift`` ``(k,)``; ``scale`` ``(1,)``;
   ``coef`` / ``intercept`` of the model's shapes), float, finite; none without a personalisation;
+* the imputer's finishing (``imputer.levels``: the agreed value set of each integer-coded
+  column; ``imputer.groups``: the indicator columns of each categorical column) names only
+  imputer columns, with non-empty sets of finite numbers and disjoint groups of two or more;
 * every failure is a :class:`ModelFileError` naming the file and what is wrong, in one line.
 
 :class:`FedtabModel` (what :func:`load_model` returns) predicts on a DataFrame with the
 schema's columns: categories one-hot encoded with the agreed lists, the imputer (if any)
-fills missing cells and absent columns exactly as the sites filled theirs, then the
+fills missing cells and absent columns exactly as the sites filled theirs (an integer code to
+the nearest value of its agreed set, a missing category to exactly one category), then the
 standardisation and the model; ``site=NAME`` applies that site's personalised model
 (``fedtab predict --site NAME``), without it the pooled federated model.
 """
@@ -99,7 +103,8 @@ class InputCheck:
         unknown: ``{table column: closest model column or None}`` for columns the model does
             not know (the job's target is not reported).
         filled: ``{column the model reads: cells to fill}`` (an absent column: every row).
-        uncoded: ``{categorical column: missing cells}``, encoded as no category, as in training.
+        uncoded: ``{categorical column: missing cells}``, encoded as no category, as in training
+            (a model without an imputer; with one they are :attr:`filled` with one category).
         unseen: ``{categorical column: {category: rows}}`` for categories outside the model's list.
         other_level: ``{column of unseen: whether the model has an "(other)" level for it}``.
         fill_method: how cells are filled (the imputer, the federation's mean, trees' default branch).
@@ -171,8 +176,12 @@ def _collect_arrays(model: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], di
             arrays["imputer/prior_psi"] = np.asarray(im["prior_psi"], np.float64)
         for k, v in im["weights"].items():
             arrays[f"imputer/w/{k}"] = np.asarray(v, im["weight_dtypes"].get(k, "float32"))
-        imputer = {"columns": list(im["columns"]), "model_config": dict(im["model_config"]),
-                   "weights": sorted(im["weights"]), "prior": im.get("prior_W") is not None}
+        cols = list(im["columns"])
+        imputer = {"columns": cols, "model_config": dict(im["model_config"]),
+                   "weights": sorted(im["weights"]), "prior": im.get("prior_W") is not None,
+                   # by name: the agreed value set of each integer-coded column, the indicators of each category
+                   "levels": {cols[int(j)]: [float(x) for x in v] for j, v in (im.get("levels") or {}).items()},
+                   "groups": [[cols[int(j)] for j in g] for g in im.get("groups") or ()]}
     rest = {"schema": model["schema"], "encoded_columns": list(model["encoded_columns"]),
             "features": list(model["features"]), "classes": list(model["classes"]), "model": model["model"],
             "imputer": imputer}
@@ -372,6 +381,7 @@ def _check_shapes(m: dict[str, Any], arrays: dict[str, np.ndarray], fail) -> Non
         if (arrays["imputer/low"] > arrays["imputer/high"]).any():
             fail("imputer ranges have low > high")
         _check_imputer_network(im, f, arrays, fail)
+        _check_finishing(im, fail)
 
 
 def _personal_shapes(mode: str, template: Mapping[str, tuple]) -> dict[str, tuple]:
@@ -414,6 +424,27 @@ def _check_personalisation(m: Mapping[str, Any], fm: Any, template: Mapping[str,
     for k, shape in expected.items():
         if arrays[k].shape != shape or arrays[k].dtype.kind != "f":
             fail(f"{k} holds {arrays[k].dtype} {arrays[k].shape}, expected float {shape}")
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and bool(np.isfinite(x))
+
+
+def _check_finishing(im: Mapping[str, Any], fail) -> None:
+    """The imputer's value sets (``levels``: column -> a non-empty list of finite numbers) and
+    one-category groups (``groups``: lists of at least two distinct columns, no column in two
+    groups), all over its columns. Absent in files written before they were stored: none."""
+    cols = set(im["columns"])
+    levels, groups = im.get("levels", {}), im.get("groups", [])
+    if not isinstance(levels, dict) or not all(k in cols and isinstance(v, list) and v and all(map(_number, v))
+                                               for k, v in levels.items()):
+        fail("imputer levels must map imputer columns to non-empty lists of finite numbers")
+    if not isinstance(groups, list) or not all(_strings(g) and len(g) > 1 and len(set(g)) == len(g)
+                                               and set(g) <= cols for g in groups):
+        fail("imputer groups must be lists of at least two distinct imputer columns")
+    flat = [c for g in groups for c in g]
+    if len(set(flat)) != len(flat):
+        fail("imputer groups overlap (a column in two categorical groups)")
 
 
 def _check_imputer_network(im: Mapping[str, Any], f: int, arrays: Mapping[str, np.ndarray], fail) -> None:
@@ -540,6 +571,9 @@ class _Imputer:
     integer: np.ndarray
     model: Any
     adj: Any
+    #: by column index, as :func:`fedtab.impute.fill.fill_from_predictions` takes them
+    levels: dict[int, list[float]]
+    groups: list[list[int]]
 
 
 class FedtabModel:
@@ -602,15 +636,20 @@ class FedtabModel:
             numpy_to_state(model, {k[len("imputer/w/"):]: v for k, v in a.items() if k.startswith("imputer/w/")})
             model.eval()
             graph = FeatureGraph(im["columns"], a["imputer/edge_index"], a["imputer/weight"], a["imputer/sign"])
+            pos = {c: j for j, c in enumerate(im["columns"])}
             self._imputer = _Imputer(im["columns"], a["imputer/mean"], a["imputer/std"], a["imputer/low"],
-                                     a["imputer/high"], a["imputer/integer"], model, graph_tensors(graph))
+                                     a["imputer/high"], a["imputer/integer"], model, graph_tensors(graph),
+                                     {pos[c]: list(v) for c, v in (im.get("levels") or {}).items()},
+                                     [[pos[c] for c in g] for g in im.get("groups") or ()])
         return self._imputer
 
     # ----- the table -> model input -------------------------------------------------
     def _encoded(self, table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, dict[str, int]]]:
         """``(encoded, unseen)``: numeric columns checked, categorical columns one-hot encoded
         (absent columns left out); ``unseen[column][value]`` counts the rows whose category is
-        not in the model's list, encoded as its ``(other)`` level (all zeros without one)."""
+        not in the model's list, encoded as its ``(other)`` level (all zeros without one). A
+        missing categorical cell is, as in the job: NaN in each indicator when the model has an
+        imputer (which gives the row one category), all zeros (no category) without one."""
         from ..data.categories import category_key, onehot_name
         from ..privacy.policy import OTHER_CATEGORY
 
@@ -631,6 +670,8 @@ class FedtabModel:
                     strings = strings.where(~new, OTHER_CATEGORY)
                 index = {v: i for i, v in enumerate(cats[c])}
                 block = np.zeros((len(table), len(cats[c]) + 1))  # the last column: no level
+                if self.has_imputer:
+                    block[~observed] = np.nan
                 block[np.flatnonzero(observed), [index.get(v, len(cats[c])) for v in strings]] = 1.0
                 for i, v in enumerate(cats[c]):
                     parts[onehot_name(c, v)] = block[:, i]
@@ -667,10 +708,11 @@ class FedtabModel:
         missing = [c for c in self.reads if c not in table.columns]
         cats = self.schema.get("categories", {})
         gaps = {c: len(table) if c not in table.columns else int(table[c].isna().sum()) for c in self.reads}
-        # a missing cell of a categorical column is encoded as no category (as in training), not filled
+        # as in training: a missing categorical cell is filled by the imputer, without one encoded as no category
+        coded = {c for c in cats if c not in missing and not self.has_imputer}
         return InputCheck(rows=len(table), missing=missing, unknown=unknown,
-                          filled={c: n for c, n in gaps.items() if n and (c in missing or c not in cats)},
-                          uncoded={c: n for c, n in gaps.items() if n and c not in missing and c in cats},
+                          filled={c: n for c, n in gaps.items() if n and c not in coded},
+                          uncoded={c: n for c, n in gaps.items() if n and c in coded},
                           unseen=unseen, other_level={c: OTHER_CATEGORY in cats.get(c, []) for c in unseen},
                           fill_method=self._fill_method())
 
@@ -696,13 +738,15 @@ class FedtabModel:
                 raw[:, j] = enc[c].to_numpy()
                 available[j] = True
         pred = predict(im.model, (raw - im.mean) / im.std, available, im.adj) if len(enc) else raw
-        values, _, _ = fill_from_predictions(raw, pred, im.mean, im.std, im.low, im.high, im.integer)
+        values, _, _ = fill_from_predictions(raw, pred, im.mean, im.std, im.low, im.high, im.integer, im.levels,
+                                             im.groups)
         return pd.DataFrame(values, columns=im.columns, index=index)
 
     def transform(self, table: pd.DataFrame) -> pd.DataFrame:
         """``table`` as the model sees it before standardisation: categories one-hot encoded and,
         with an imputer, every missing cell and absent column filled (original units, clipped
-        to the pooled observed range, integer columns rounded); rows and order kept.
+        to the pooled observed range, integer columns rounded, integer-coded columns to their
+        agreed value set, a missing category to one category); rows and order kept.
 
         Raises:
             PredictionError: as :meth:`predict_proba`.

@@ -12,7 +12,8 @@ active run, so a library caller's own MLflow runs are left alone):
   paths), the per-step seconds and bytes (``step.<step>.seconds``), the model's pooled and
   per-site test metrics (``pooled.auroc``, ``site.<name>.accuracy``), the baselines'
   (``baseline.<name>.pooled.<metric>``) and the training history per round (``history.<metric>``
-  at step = round), then ``model.fedtab``, ``result.json`` and ``report.html`` as artifacts.
+  at step = round), then ``model.fedtab``, ``result.json``, ``report.html`` and the report's
+  figures (``report-<figure>.png``) as artifacts.
 
 Only what ``result.json`` already holds is logged: the same aggregate numbers, no rows.
 
@@ -23,6 +24,7 @@ this process. A database store (``sqlite:///mlflow.db``) needs the full ``mlflow
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import re
@@ -92,6 +94,15 @@ def run_metrics(result: Mapping[str, Any]) -> list[tuple[str, float, int]]:
     return out
 
 
+def _artifact_files(result: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """The run's output files in ``out_dir``: ``result["artifacts"]``, then the report's figures
+    written beside it (``report-<figure>.png``, :func:`fedtab.report.write_report`)."""
+    named = [out_dir / name for name in (result.get("artifacts") or {}).values()]
+    report = (result.get("artifacts") or {}).get("report")
+    figures = sorted(out_dir.glob(f"{glob.escape(Path(report).stem)}-*.png")) if report else []
+    return [f for f in [*named, *figures] if f.is_file()]
+
+
 class MlflowRecord:
     """One fedtab run as an MLflow run (see the module docstring).
 
@@ -130,9 +141,8 @@ class MlflowRecord:
                 self.client.log_batch(rid, params=params[i:i + _BATCH])
             for i in range(0, len(metrics), _BATCH):
                 self.client.log_batch(rid, metrics=metrics[i:i + _BATCH])
-            for name in (result.get("artifacts") or {}).values():
-                if (Path(out_dir) / name).is_file():
-                    self.client.log_artifact(rid, str(Path(out_dir) / name))
+            for file in _artifact_files(result, Path(out_dir)):
+                self.client.log_artifact(rid, str(file))
         except BaseException:
             self.end("FAILED")
             raise

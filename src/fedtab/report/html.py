@@ -22,7 +22,9 @@ data is absent says so in one line on the job's page; the pages of other command
 with no data.
 
 Result keys read (all optional): those of the job's ``result.json`` (``docs/job.md``) —
-``sites`` (list of ``{name, rows, rows_train, rows_test, rows_without_label, columns}``),
+``sites`` (list of ``{name, rows, rows_train, rows_test, rows_without_label, columns}``; a site
+with ``one_class`` true is named in the verdict and the sites section with what its
+``participation`` record says it took part in),
 ``imputation`` (``validation_rmse_z.per_column``, ``mean_fill_rmse_z.per_column``,
 ``best_round``), ``election`` (``freedom_degree``, ``stats``, ``features``: ``{name,
 selected, votes, rank, reason, chosen_by}``, and in a simulation ``pooled_agreement``:
@@ -35,7 +37,7 @@ selected, votes, rank, reason, chosen_by}``, and in a simulation ``pooled_agreem
 (:func:`fedtab.federation.baseline_flow.run_baselines`), ``privacy`` / ``trust`` /
 ``participation`` (:mod:`fedtab.job.guarantees`), ``schema`` (``classes``, ``ranges``,
 ``categories``), ``steps`` (``{name, seconds, bytes_down, bytes_up}``), ``engine``,
-``deployment``, ``fedtab_version``, ``created`` and ``job`` (or a command's ``settings``).
+``deployment``, ``run_id``, ``fedtab_version``, ``created`` and ``job`` (or a command's ``settings``).
 The names of the Python objects are accepted too: ``sites`` as ``{name: {...}}``, election
 rows of :meth:`ElectionResult.explain` (``feature``, ``kept``, ``vote``, ``held_by``,
 ``selected_by``), ``training.metrics`` (``TrainingOutcome.metrics``), an imputation
@@ -177,7 +179,8 @@ def render_report(result: Mapping[str, Any], command: str = "run") -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<header><h1>{_e(title)}</h1>",
-        f'<p class="note">Federated run by fedtab{" " + _e(version) if version else ""}'
+        f'<p class="note">Federated run{" " + _e(result["run_id"]) if result.get("run_id") else ""} by '
+        f'fedtab{" " + _e(version) if version else ""}'
         f'{" on " + _e(created) if created else ""}'
         f'{" (" + _e(result["engine"]) + " engine)" if result.get("engine") else ""}.</p>',
         f'<p class="disclosure" id="disclosure-summary">{disclosure_summary(result)}</p>',

@@ -16,7 +16,36 @@ from .markup import num as _num
 from .markup import signed
 from .markup import table as _table
 
-__all__ = ["sites", "guarantees", "imputation", "election", "tuning", "steps"]
+__all__ = ["sites", "guarantees", "imputation", "election", "tuning", "steps", "one_class_notes"]
+
+
+def _took_part(took: Mapping[str, Any]) -> list[str]:
+    """What a one-class site did in each step, from its ``participation`` record (unknown steps left out)."""
+    parts = []
+    vote = took.get("election")
+    if isinstance(vote, str) and vote.startswith("abstained"):
+        why = vote.partition(":")[2].strip()
+        parts.append("it abstained from the feature election's vote" + (f" ({_e(why)})" if why else ""))
+    elif vote == "voted":
+        parts.append("it voted in the feature election")
+    if took.get("training") is True:
+        parts.append("it took part in training")
+    elif took.get("training") is False:
+        parts.append("it was left out of training")
+    if took.get("evaluation") is True:
+        parts.append("its test rows were scored, but it has no AUROC (an AUROC needs both classes)")
+    else:
+        parts.append(("it was not evaluated and " if took.get("evaluation") is False else "") + "it has no AUROC")
+    return parts
+
+
+def one_class_notes(result: Mapping[str, Any]) -> list[str]:
+    """One HTML sentence per site marked ``one_class`` in ``result["sites"]``: that it holds one
+    class only and what it took part in (``sites.<s>.participation``: election vote, training,
+    evaluation). Empty when no site is marked."""
+    return [f"Site <strong>{_e(s['name'])}</strong> holds one class only: "
+            + "; ".join(_took_part(s.get("participation") if isinstance(s.get("participation"), Mapping) else {}))
+            + "." for s in site_summaries(result) if s.get("one_class") is True]
 
 
 def sites(result: Mapping[str, Any]) -> str:
@@ -29,6 +58,8 @@ def sites(result: Mapping[str, Any]) -> str:
     out = [_table(["Site", *(h for _, h in counts), "Columns held"],
                   [[_e(s["name"]), *(_num(s.get(k)) for k, _ in counts), _num(len(s["columns"]))] for s in sites],
                   num_cols=range(1, len(counts) + 2))]
+    out += [f'<p class="warn one-class"><span class="warn">⚠ one class</span> {note}</p>'
+            for note in one_class_notes(result)]
     schema = result.get("schema") if isinstance(result.get("schema"), Mapping) else {}
     union = list(dict.fromkeys([*(schema.get("columns") or []), *(c for s in sites for c in s["columns"])]))
     if union:

@@ -3,8 +3,8 @@
 Settings are shown as they were run: one row per setting, ``section.key = value``, a step
 that was not run (``null``) as one row "not run", the sites as a table of their own. The
 deployment block names the engine, how it ran (in this process, a simulator, a SuperLink,
-a FLARE project) and the identities the run recorded (SuperLink address, run id, the
-server's identity, FLARE job id, excluded nodes).
+a FLARE project) and the identities the run recorded (fedtab's run id ``result["run_id"]``,
+SuperLink address, Flower run id, the server's identity, FLARE job id, excluded nodes).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def deployment(result: Mapping[str, Any]) -> str:
     """The ``deployment`` section's HTML."""
     engine = result.get("engine")
     dep = mapping(result.get("deployment"))
-    if engine is None and not dep:
+    if engine is None and not dep and not result.get("run_id"):
         return absent("This result does not say which engine ran it.")
     how = _HOW.get(str(engine), str(engine))
     if dep.get("superlink"):
@@ -81,6 +81,8 @@ def deployment(result: Mapping[str, Any]) -> str:
     elif "flare_job_id" in dep:
         how = "NVIDIA FLARE deployment: a provisioned FLARE server and one client per site"
     rows = [["Engine", f"<code>{esc(engine)}</code>"], ["How it ran", esc(how)]]
+    if result.get("run_id"):  # fedtab's own id of the run (result.json, MLflow's fedtab.run_id tag)
+        rows.insert(0, ["fedtab run id", f"<code>{esc(result['run_id'])}</code>"])
     labels = {"superlink": "SuperLink address", "run_id": "Flower run id", "identity": "Server identity",
               "flare_job_id": "FLARE job id", "excluded_nodes": "Nodes excluded"}
     for k, v in dep.items():

@@ -7,7 +7,8 @@ always predicting the majority class, with the 95 % AUROC interval
 (:mod:`fedtab.report.intervals`). A worse result is marked three ways: the row class
 ``worse`` (red), a minus sign (U+2212) and the words "▼ worse" — never by colour alone.
 Sites whose AUROC rests on fewer than :data:`~fedtab.report.intervals.FEW_ROWS` test rows of a
-class are named.
+class are named, and so is each site that holds one class only, with what it took part in
+(:func:`~fedtab.report.run_sections.one_class_notes`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Mapping
 from .data import FEDERATED, LOCAL, MAJORITY, evaluated_models, headline_metric, mapping
 from .intervals import FEW_ROWS, auroc_interval
 from .markup import absent, esc, num, signed
+from .run_sections import one_class_notes
 
 __all__ = ["verdict", "compare_sites", "TIE"]
 
@@ -148,6 +150,12 @@ def _few_rows(models: dict[str, Mapping[str, Any]]) -> list[str]:
             "read it as a rough indication.</li>"]
 
 
+def _one_class(result: Mapping[str, Any]) -> list[str]:
+    """A caution per site that holds one class only (it is in no per-site AUROC comparison)."""
+    return [f'<li class="warn one-class"><span class="mark">⚠ one class</span> {note}</li>'
+            for note in one_class_notes(result)]
+
+
 def _without_baselines(fed: Mapping[str, Any], private: bool) -> str:
     """No baselines: say so (and why, for a private run), and set the pooled AUROC (if any) against chance."""
     why = ("A private run leaves the local-only and majority-class baselines out (they release each site's own "
@@ -179,14 +187,16 @@ def verdict(result: Mapping[str, Any]) -> str:
                  + _below_majority(rows, label))
     elif LOCAL not in models and MAJORITY not in models:
         privacy = mapping(result.get("privacy"))
-        return _without_baselines(models[FEDERATED], bool(privacy.get("secure_aggregation") or privacy.get("dp")))
+        notes = _one_class(result)
+        return (_without_baselines(models[FEDERATED], bool(privacy.get("secure_aggregation") or privacy.get("dp")))
+                + (f'<ul class="verdict">{"".join(notes)}</ul>' if notes else ""))
     elif LOCAL not in models:
         head = "No site-by-site comparison: this run computed no local-only baselines."
         items = []
     else:
         head = "No site-by-site comparison: the server saw only pooled scores (secure aggregation)."
         items = []
-    items += _against_majority(models, key, label) + _few_rows(models)
+    items += _against_majority(models, key, label) + _few_rows(models) + _one_class(result)
     return (f'<p class="headline"><strong>{head}</strong></p>'
             f'<p class="note">Compared on {label}, on the same held-out test rows of every site.</p>'
             f"<ul class=\"verdict\">{''.join(items)}</ul>")

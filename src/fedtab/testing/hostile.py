@@ -77,6 +77,7 @@ MODEL_FILE_ATTACKS = ("corrupted_array", "corrupted_manifest", "truncated", "dee
                       "huge_mlp", "deep_mlp", "infinite_mlp", "huge_imputer", "unknown_imputer_setting",
                       "many_dimensions", "huge_total", "many_arrays", "provenance_list", "na_values_number",
                       "schema_columns_number", "categories_number", "imputer_weights_renamed",
+                      "imputer_levels_text", "imputer_groups_overlap",
                       "imputer_weight_reshaped")
 JOB_FILE_ATTACKS = ("out_parent", "out_absolute", "out_through_link", "deep_toml", "nested_toml", "not_toml",
                     "not_utf8")
@@ -313,7 +314,8 @@ def hostile_model_files(good: str | Path, out_dir: str | Path) -> dict[str, Path
     Each must be refused by :func:`fedtab.job.load_model` with one ``ModelFileError`` line and
     by ``fedtab predict`` with exit code 2: corrupted members, nesting past the limit (and past
     Python's recursion limit), model and imputer specs that would allocate absurd memory,
-    declarations beyond the array limits, a manifest of the wrong structure.
+    declarations beyond the array limits, a manifest of the wrong structure, the imputer's value
+    sets or one-category groups of the wrong kind.
     """
     good, out = Path(good), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -341,6 +343,8 @@ def hostile_model_files(good: str | Path, out_dir: str | Path) -> dict[str, Path
         "schema_columns_number": lambda m: _set_in(m, ("schema", "columns"), 5),
         "categories_number": lambda m: _set_in(m, ("schema", "categories"), {"a": 5}),
         "imputer_weights_renamed": lambda m: _set_in(m, ("imputer", "weights"), ["nothing"]),
+        "imputer_levels_text": lambda m: _set_in(m, ("imputer", "levels"), {"a": ["3", "7"]}),
+        "imputer_groups_overlap": lambda m: _set_in(m, ("imputer", "groups"), [["a", "b"], ["b", "c"]]),
     }
     for name, edit in edits.items():
         broken = _with_manifest(members, edit)
