@@ -175,6 +175,26 @@ def test_progress_lines_arrive_once_each_as_the_run_goes_and_forged_ones_are_ign
                     "training round 2/2 (2/3 sites)", "training: evaluate (2/3 sites)"]
 
 
+def test_without_a_site_naming_exchange_the_estimate_follows_the_first_exchange():
+    """FLARE's controller: its clients are registered before the job, so the estimate is timed
+    on the job's first exchange and printed right after it, once."""
+    from fedtab.engines.progress import ProgressLog, describe, parse_event
+    from fedtab.job.spec import parse_job
+
+    spec = parse_job({"target": "y", "training": {"rounds": 2}, "schema": {"profile": False},
+                      "evaluation": {"baselines": False}}, sites_required=False)
+    lines: list[str] = []
+    server = ProgressLog(spec, emit=lines.append)
+    server.estimate_after_first_exchange(3)
+    server.step("training")
+    for kind in ("describe", "fit", "fit"):
+        server.exchange(kind, 3, 3)
+    events = [parse_event(line) for line in lines]
+    assert [e.get("kind") for e in events] == ["describe", None, "fit", "fit"]
+    assert events[1]["exchanges"] == 4 and events[1]["asked"] == 3 and events[1]["seconds_per_exchange"] >= 0
+    assert describe(events[1]).startswith("3 site(s) joined; the job makes about 4 exchanges ×")
+
+
 def test_a_run_past_its_timeout_or_interrupted_is_stopped_on_the_superlink(tmp_path, monkeypatch):
     from fedtab.engines.errors import RunError
 

@@ -15,8 +15,10 @@ plain characters and bounded numbers; anything else is ignored — a forged line
 worst print a wrong progress line, never run anything or end the wait.
 
 The estimate before the run is :func:`planned_exchanges` (what the job's plan makes,
-step by step) times the deployment's measured cost of one exchange (the site-naming
-exchange the ServerApp makes before the job starts). Only the standard library is used.
+step by step) times the deployment's measured cost of one exchange: on Flower the
+site-naming exchange the ServerApp makes before the job starts, on FLARE (whose clients
+are registered before the job, with no exchange to time) the job's first exchange, right
+after which it is printed. Only the standard library is used.
 """
 
 from __future__ import annotations
@@ -142,6 +144,8 @@ class ProgressLog:
         self.current: str | None = None
         self._seq = 0
         self._rounds: dict[str, int] = {}
+        self._estimate_sites: int | None = None
+        self._estimate_since = 0.0
 
     def _write(self, event: dict[str, Any]) -> None:
         self._seq += 1
@@ -158,6 +162,12 @@ class ProgressLog:
             total = sum(planned_exchanges(self.spec).values())
             self._write({"asked": sites, "exchanges": total, "seconds_per_exchange": round(seconds_per_exchange, 2)})
 
+    def estimate_after_first_exchange(self, sites: int) -> None:
+        """An engine without a site-naming exchange to time (FLARE: its clients are registered
+        before the job starts): the estimate follows the job's first exchange, at what that
+        exchange cost."""
+        self._estimate_sites, self._estimate_since = sites, time.perf_counter()
+
     def exchange(self, kind: str, answered: int, asked: int) -> None:
         """An exchange of message kind ``kind`` ended: ``answered`` of ``asked`` sites replied without error."""
         event: dict[str, Any] = {"step": self.current or "exchange", "kind": kind, "answered": answered,
@@ -167,3 +177,6 @@ class ProgressLog:
             self._rounds[kind] = self._rounds.get(kind, 0) + 1
             event.update(step=step, round=self._rounds[kind], rounds=rounds(self.spec))
         self._write(event)
+        if self._estimate_sites is not None:
+            sites, self._estimate_sites = self._estimate_sites, None
+            self.estimate(sites, time.perf_counter() - self._estimate_since)
