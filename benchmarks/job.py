@@ -262,7 +262,7 @@ def small_sites_run(case: str, seed: int, workdir: Path, *, rounds: int = 10, im
 
 def small_sites_markdown(rows: list[dict[str, Any]], command: str) -> str:
     """The per-seed table of each consortium and the done-when verdict (:func:`benchmarks.small_sites.verdict`)."""
-    from .small_sites import verdict
+    from .small_sites import SEED_HEADER, seed_cells, verdict
 
     out = [f"Command: `{command}` — the small-site consortia of `benchmarks.small_sites` through `fedtab.run_job` "
            "(local engine). Pooled test AUROC from each model file's predictions on every site's raw test rows. "
@@ -271,13 +271,10 @@ def small_sites_markdown(rows: list[dict[str, Any]], command: str) -> str:
            "(schema + imputation + selection, or + training + baselines).", ""]
     for case in dict.fromkeys(r["case"] for r in rows):
         rs = [r for r in rows if r["case"] == case]
-        out += [f"### {case}", "", "| seed | tuned | tuned_global | no_election | local_only | centralised | kept | fd | "
-                "personalisation | exchanges tuned | exchanges no_election |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        out += [f"### {case}", "", SEED_HEADER + " exchanges tuned | exchanges no_election |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rs:
-            fd = "all" if r["freedom_degree"] is None else f"{r['freedom_degree']:g}"
-            out.append(f"| {r['seed']} | {r['tuned']:.4f} | {r['tuned_global']:.4f} | {r['no_election']:.4f} | "
-                       f"{r['local_only']:.4f} | {r['centralised']:.4f} | {r['kept']}/{r['columns']} | {fd} | "
-                       f"{r['personalisation']} | {sum(r['exchanges_tuned'].values())} | "
+            out.append(seed_cells(r) + f" {sum(r['exchanges_tuned'].values())} | "
                        f"{sum(r['exchanges_no_election'].values())} |")
         mean = {k: sum(r[k] for r in rs) / len(rs) for k in ("tuned", "tuned_global", "no_election", "local_only",
                                                             "centralised")}

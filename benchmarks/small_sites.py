@@ -234,6 +234,18 @@ def verdict(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+#: the columns both per-seed tables (this module's and ``benchmarks.job``'s) start with
+SEED_HEADER = "| seed | tuned | tuned_global | no_election | local_only | centralised | kept | fd | personalisation |"
+
+
+def seed_cells(r: dict[str, Any]) -> str:
+    """The cells of :data:`SEED_HEADER` for one seed's row (the caller appends its exchange cells)."""
+    fd = "all" if r["freedom_degree"] is None else f"{r['freedom_degree']:g}"
+    return (f"| {r['seed']} | {r['tuned']:.4f} | {r['tuned_global']:.4f} | {r['no_election']:.4f} | "
+            f"{r['local_only']:.4f} | {r['centralised']:.4f} | {r['kept']}/{r['columns']} | {fd} | "
+            f"{r['personalisation']} |")
+
+
 def markdown(rows: list[dict[str, Any]], command: str) -> str:
     out = ["# Small heterogeneous sites (issue 22)", "", f"Command: `{command}`", "",
            "Pooled test AUROC over every site's held-out rows (same rows for every column). "
@@ -242,13 +254,9 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
            "max(centralised, local_only). Exchanges = imputation + selection.", ""]
     for case in dict.fromkeys(r["case"] for r in rows):
         rs = [r for r in rows if r["case"] == case]
-        out += [f"## {case}", "", "| seed | tuned | tuned_global | no_election | local_only | centralised | kept | fd | "
-                "personalisation | exchanges |", "|---|---|---|---|---|---|---|---|---|---|"]
+        out += [f"## {case}", "", SEED_HEADER + " exchanges |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rs:
-            fd = "all" if r["freedom_degree"] is None else f"{r['freedom_degree']:g}"
-            out.append(f"| {r['seed']} | {r['tuned']:.4f} | {r['tuned_global']:.4f} | {r['no_election']:.4f} | "
-                       f"{r['local_only']:.4f} | {r['centralised']:.4f} | {r['kept']}/{r['columns']} | {fd} | "
-                       f"{r['personalisation']} | {r['exchanges_imputation']}+{r['exchanges_selection']} |")
+            out.append(seed_cells(r) + f" {r['exchanges_imputation']}+{r['exchanges_selection']} |")
         out.append(f"| mean | {_mean(rs, 'tuned'):.4f} | {_mean(rs, 'tuned_global'):.4f} | "
                    f"{_mean(rs, 'no_election'):.4f} | {_mean(rs, 'local_only'):.4f} | {_mean(rs, 'centralised'):.4f} "
                    "| | | | |")
