@@ -160,6 +160,21 @@ def parse_na_values(value: Any) -> list[str]:
 JOB_SITE_KEYS = ("target", "na_values", "selector", "test_size", "seed", "sep", "decimal", "label_map")
 
 
+def _decoded(value: Any, what: str) -> Any:
+    """``value`` decoded from JSON when it is text (a run or node config carries objects as JSON
+    strings), else as it is.
+
+    Raises:
+        ValueError: text that is not valid JSON, naming ``what``.
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+
+
 def with_job_settings(node_config: Mapping[str, Any], site_settings: Any) -> dict[str, Any]:
     """The node's config completed with the job's settings for its site.
 
@@ -176,12 +191,7 @@ def with_job_settings(node_config: Mapping[str, Any], site_settings: Any) -> dic
     out = dict(node_config)
     if site_settings in (None, ""):
         return out
-    settings = site_settings
-    if isinstance(settings, str):
-        try:
-            settings = json.loads(settings)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"run config site-settings is not valid JSON: {exc}") from None
+    settings = _decoded(site_settings, "run config site-settings")
     if not isinstance(settings, Mapping) or not all(isinstance(v, Mapping) for v in settings.values()):
         raise ValueError("run config site-settings must map site names to objects of settings")
     name = str(node_config.get("name", ""))
@@ -233,11 +243,7 @@ def _mapped(table: "pd.DataFrame", target: str | None, label_map: Any) -> "pd.Da
         return table
     from ..data.tables import map_labels
 
-    if isinstance(label_map, str):
-        try:
-            label_map = json.loads(label_map)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"label-map is not a valid JSON object: {exc}") from None
+    label_map = _decoded(label_map, "label-map")
     if not isinstance(label_map, Mapping):
         raise ValueError(f"label-map must be a JSON object {{label: agreed label}}, got {type(label_map).__name__}")
     return map_labels(table, target, label_map)
