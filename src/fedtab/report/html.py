@@ -52,17 +52,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from . import quality, run_sections
-from .data import METRICS, evaluated_models, mapping, site_summaries
+from .data import mapping, site_summaries
 from .disclosure import disclosure, disclosure_summary
 from .importance import importance_section
-from .markup import absent as _absent  # noqa: F401  (the helpers section modules use)
 from .markup import collect_figures
 from .markup import esc as _e
-from .markup import img as _img  # noqa: F401
-from .markup import num as _num  # noqa: F401
-from .markup import table as _table  # noqa: F401
-from .markup import bound as _bound  # noqa: F401
-from .markup import nbytes as _bytes  # noqa: F401
 from .model import model_section
 from .selection import selection_section
 from .settings import deployment, job_settings
@@ -107,15 +101,6 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "deployment": deployment,
     "steps": run_sections.steps,
 }
-_RENDER = RENDERERS  # the former name
-
-_METRICS = METRICS  # the former name
-
-
-def _models(result: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """``(label, {"pooled", "per_site"})`` of the federated model and the baselines (the former helper;
-    :func:`fedtab.report.data.evaluated_models` also gives each one's role)."""
-    return [(label, m) for _, label, m in evaluated_models(result)]
 
 
 #: command -> the sections of its page (``None``: every section, absent ones noted); the pages

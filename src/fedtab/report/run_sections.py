@@ -245,9 +245,6 @@ def tuning(result: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-_METRICS = [("auroc", "AUROC"), ("pr_auc", "PR-AUC"), ("brier", "Brier"), ("accuracy", "Accuracy"),
-            ("weighted_f1", "F1 (weighted)"), ("macro_f1", "F1 (macro)"), ("n", "Test rows")]
-
 def steps(result: Mapping[str, Any]) -> str:
     steps = result.get("steps")
     if isinstance(steps, Mapping):
