@@ -96,6 +96,12 @@ class DisclosurePolicy:
             only summed (:data:`fedtab.privacy.secagg.SUMMED_KINDS`) unless it arrives with
             secure masking.
         require_dp: the same, unless it arrives with DP settings.
+        allow_server_row_sets: answer in the clear requests whose row set the server
+            chooses (GBDT nodes under server-chosen splits or bin edges, selection chains,
+            evaluations of server-sent models beyond the per-request cap). ``False`` (the
+            default): such a request is answered only inside a secure sum among at least
+            ``min_peers`` verified sites or with differential privacy from the site's budget;
+            docs/privacy.md states what opting in costs.
 
     Raises:
         ValueError: a negative or non-integer limit.
@@ -119,6 +125,7 @@ class DisclosurePolicy:
     min_peers: int = 3
     require_secure_aggregation: bool = False
     require_dp: bool = False
+    allow_server_row_sets: bool = False
 
     def __post_init__(self) -> None:
         for name in ("min_rows", "max_rounds", "max_local_epochs", "max_evaluations", "max_score_bins",
