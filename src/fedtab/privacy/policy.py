@@ -253,6 +253,26 @@ def _charge_run(policy: DisclosurePolicy, site: "Site", key: str, what: str) -> 
                                   cap_name="max_rounds")
 
 
+def server_row_set_refusal(policy: DisclosurePolicy, request: "Message", what: str) -> str | None:
+    """Refusal text for a plain answer over a row set the server chooses, else ``None``.
+
+    A request whose rows are picked by the server (tree nodes under its splits or bin edges,
+    its selection chains, evaluations of models it sent beyond a per-request cap) can be
+    differenced against another to isolate single rows. The site answers it only inside a
+    secure sum (the request carries secure-aggregation meta, whose peers
+    :func:`_secure_terms` verifies) or with differential privacy from its own budget, unless
+    its operator opted in with ``allow_server_row_sets``. ``what`` names the row sets in the
+    refusal (e.g. ``"tree nodes under the server's splits"``).
+    """
+    from .dp import DP_META
+    from .secagg import SECAGG_META
+
+    if policy.allow_server_row_sets or SECAGG_META in request.meta or isinstance(request.meta.get(DP_META), dict):
+        return None
+    return (f"this site answers {request.kind!r} over {what} only inside a secure sum or with differential "
+            f"privacy (allow_server_row_sets is off)")
+
+
 def _charge_evaluation(policy: DisclosurePolicy, site: "Site", part: Any) -> str | None:
     """Count one more evaluation of ``part`` in the site's ledger unless past ``max_evaluations``."""
     return site.ledger.charge_period(f"evaluate:{part}", policy.max_evaluations, f"evaluations of part {part!r}",
