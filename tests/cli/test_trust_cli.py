@@ -138,3 +138,34 @@ def test_impute_min_sites_above_the_site_count_is_refused_before_any_work(tmp_pa
     res = CliRunner().invoke(app, ["impute", *map(str, files), "--min-sites", "3", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "--min-sites 3 is more than the 2 site file(s)" in res.output
     assert not (tmp_path / "o" / "report.json").exists()
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("9223372036854775807", "at most 31536000 (a year)"),  # overflowed the platform's wait: a traceback
+    ("1e400", "at most 31536000 (a year), got inf"),
+    ("nan", "must be a positive number of seconds"),
+    ("0", "must be a positive number of seconds"),
+    ("-5", "must be a positive number of seconds"),
+    ('"soon"', "[trust] timeout must be a number, got 'soon'"),
+    ("true", "[trust] timeout must be a number, got True"),
+    ("[600]", "[trust] timeout must be a number"),
+])
+def test_trust_timeout_bad_values_are_one_line_errors(files, tmp_path, value, fragment):
+    job = tmp_path / "job.toml"
+    job.write_text(f'target = "target"\n[sites.a]\npath = "{files[0]}"\n[sites.b]\npath = "{files[1]}"\n'
+                   f"[trust]\ntimeout = {value}\n")
+    res = runner.invoke(app, ["run", str(job), "--out", str(tmp_path / "o")])
+    _one_line_error(res, "[trust] timeout", fragment)
+    assert not isinstance(res.exception, OverflowError) and not (tmp_path / "o").exists()
+
+
+def test_a_huge_in_process_timeout_waits_instead_of_overflowing(files):
+    """The in-process engine's own ``timeout`` (the Python API) is clamped to the platform's
+    longest wait: a site answers instead of an OverflowError."""
+    from fedtab.engines.local import LocalFederation
+    from fedtab.federation.messages import Message
+    from fedtab.federation.site import Site
+
+    fed = LocalFederation([Site("a", read_table(files[0]), "target")], timeout=1e300)
+    reply = fed.ask({"a": Message("describe", meta={"features": ["f0"]})})["a"]
+    assert reply.kind == "describe", reply.meta

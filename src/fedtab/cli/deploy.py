@@ -15,6 +15,10 @@ Writes into ``OUT``:
   files and ``ca.pem``, checks the signature, and trusts only that list's keys for secure
   aggregation (node-config ``identity-key``, ``consortium-keys``, ``root-certificates``;
   a site's authentication key is also its identity key);
+* ``state/<site>/`` — each site's state folder (mode 0700), the ``state-dir`` of its printed
+  SuperNode command: its ledger (rounds, evaluations and releases per run, DP ε spent per
+  period) outlives runs and restarts there; a FLARE site keeps its own in
+  ``local/fedtab-state`` (the ``state-dir`` of its ``local/fedtab-identity.json``);
 * ``flare/project.yml`` — the NVIDIA FLARE project for ``nvflare provision``;
 * ``flwr/config.toml`` — the Flower connection ``consortium`` (the SuperLink's address and
   the absolute path of ``ca.pem``) for the ``flwr`` commands (``FLWR_HOME=OUT/flwr``).
@@ -22,12 +26,15 @@ Writes into ``OUT``:
 Then prints the exact commands, with the absolute paths of the files it wrote: start the
 SuperLink (bound to ``0.0.0.0`` when a ``--host`` other than loopback is named, else to
 127.0.0.1), register the keys, start each SuperNode (each on its own ``--port``, so they
-can share a trial machine) and run the job. Refuses to overwrite an existing CA unless ``--force``.
+can share a trial machine) and run the job. Refuses to overwrite an existing CA unless ``--force``,
+and refuses in one line an ``OUT`` that is not a writable folder, a FLARE port outside 1-65534 and
+a ``--host`` that is neither an IP address nor a host name.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Annotated, Optional
@@ -45,18 +52,28 @@ CONNECTION = "consortium"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-def _node_config(site: str, data: str, keys) -> str:  # noqa: ANN001 - ConsortiumKeys
-    """A SuperNode's ``--node-config``: its name, table and secure-aggregation identity (absolute paths)."""
-    cfg = {"name": site, "data-path": data, **keys.identity_config(site)}
+#: a site's state folder under ``OUT`` (its ledger, see :mod:`fedtab.privacy.ledger`)
+STATE_FOLDER = "state"
+#: the state folder a FLARE site keeps in its own ``local/`` (:data:`fedtab.engines.nvflare.STATE_FOLDER`)
+FLARE_STATE_FOLDER = "fedtab-state"
+_HOST = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+
+
+def _node_config(site: str, data: str, keys, state_dir: Path | None = None) -> str:  # noqa: ANN001 - ConsortiumKeys
+    """A SuperNode's ``--node-config``: its name, table, state folder and secure-aggregation identity
+    (absolute paths)."""
+    state = {} if state_dir is None else {"state-dir": str(state_dir)}
+    cfg = {"name": site, "data-path": data, **state, **keys.identity_config(site)}
     return " ".join(f"{k}={json.dumps(str(v))}" for k, v in cfg.items())
 
 
 def flower_commands(keys, sites: list[str], *, address: str, bind: str, data: dict[str, str],  # noqa: ANN001
-                    flwr_home: Path, database: Path) -> list[tuple[str, str]]:
+                    flwr_home: Path, database: Path, state: Path | None = None) -> list[tuple[str, str]]:
     """``[(who, command line)]`` of a Flower consortium, in order, with absolute paths.
 
     ``who`` is ``coordinator``, ``site <name>`` or ``analyst``; SuperNode ``i`` listens on the
     SuperLink's port + 1 + ``i`` (several SuperNodes on one trial machine need their own port).
+    With ``state`` (a folder), site ``s``'s node config sets ``state-dir`` = ``state/s``.
     """
     port = int(address.rsplit(":", 1)[1])
     q = shlex.quote
@@ -67,7 +84,8 @@ def flower_commands(keys, sites: list[str], *, address: str, bind: str, data: di
                             f"{q(str(keys.site_public[s]))} {CONNECTION} --format json") for s in sites]
     out += [(f"site {s}", f"flower-supernode --superlink {address} --root-certificates {q(str(keys.ca_cert))} "
                           f"--auth-supernode-private-key {q(str(keys.site_private[s]))} --port {port + 1 + i} "
-                          f"--node-config {q(_node_config(s, data[s], keys))}") for i, s in enumerate(sites)]
+                          f"--node-config {q(_node_config(s, data[s], keys, None if state is None else state / s))}")
+            for i, s in enumerate(sites)]
     out.append(("analyst", f"fedtab run job.toml --engine flower --superlink {address} --root-certificates "
                            f"{q(str(keys.ca_cert))} --site-keys {q(str(keys.site_keys))}"))
     return out
@@ -92,6 +110,46 @@ def _data_paths(site: list[str], data: list[str]) -> dict[str, str]:
     return {s: out.get(s, f"/data/{s}.csv") for s in site}
 
 
+def _checked_out(out: Path) -> Path:
+    """``OUT`` made absolute, or a one-line failure: not a folder, not writable, not a usable path."""
+    from ..report.output import OutputError, check_writable
+
+    try:
+        out = out.expanduser().resolve()
+        check_writable(out)
+        if out.is_dir():  # the files go inside OUT itself
+            check_writable(out / ".fedtab-deploy-probe")
+    except OutputError as exc:
+        fail(f"OUT {exc}")
+    except (OSError, ValueError) as exc:  # a path the platform refuses (a NUL byte, too long ...)
+        fail(f"OUT {str(out)!r} is not a usable path: {getattr(exc, 'strerror', None) or exc}")
+    return out
+
+
+def _check_options(hosts: list[str], flare_port: int) -> None:
+    """One-line failures for a ``--host`` that is no IP address or host name and a FLARE port out of range."""
+    import ipaddress
+
+    for h in hosts:
+        try:
+            ipaddress.ip_address(h)
+        except ValueError:
+            if not _HOST.match(h):
+                fail(f"--host {h!r} is neither an IP address nor a host name")
+    if not 1 <= flare_port <= 65534:
+        fail(f"--flare-port {flare_port} must be in 1-65534 (the admin port is --flare-port + 1)")
+
+
+def _state_folders(root: Path, sites: list[str]) -> Path:
+    """``root/<site>`` for every site, created with mode 0700 (a site's ledger); returns ``root``."""
+    import os
+
+    for s in sites:
+        (root / s).mkdir(parents=True, exist_ok=True)
+        os.chmod(root / s, 0o700)
+    return root
+
+
 def deploy_command(
     out: Annotated[Path, typer.Argument(help="Folder for the keys, certificates and FLARE project.")],
     site: Annotated[list[str], typer.Option("--site", help="A site name (repeat for each site).")],
@@ -114,30 +172,36 @@ def deploy_command(
     from ..deploy.flare_project import write_project
     from ..deploy.keys import write_consortium_keys
 
-    out = out.expanduser().resolve()
+    out = _checked_out(out)
     if (out / "ca.key").exists() and not force:
         fail(f"{out / 'ca.key'} exists: a new CA would invalidate every issued certificate (use --force)")
+    _check_options(host or [], flare_port)
     paths = _data_paths(site, data or [])
     try:
         keys = write_consortium_keys(out, site, hosts=host or [], days=days)
         project = write_project(out / "flare" / "project.yml", site, server=flare_server,
                                 fed_learn_port=flare_port, admin_port=flare_port + 1)
+        state = _state_folders(out / STATE_FOLDER, site)
+        address = f"{(host or ['127.0.0.1'])[0]}:{port}"
+        config = _write_flwr_config(out / "flwr", address, keys.ca_cert)
     except ValueError as exc:
         fail(str(exc))
-    address = f"{(host or ['127.0.0.1'])[0]}:{port}"
+    except OSError as exc:
+        fail(f"cannot write the deployment into {out}: {exc.strerror or exc}")
     bind = "127.0.0.1" if set(host or []) <= _LOOPBACK else "0.0.0.0"
-    config = _write_flwr_config(out / "flwr", address, keys.ca_cert)
     say = lambda text: console.print(text, highlight=False, soft_wrap=True, markup=False)  # noqa: E731
     say(f"wrote {keys.folder}: ca.pem, superlink.pem/.key, sites/<site>.key/.pub, site-keys.json(.sig), "
-        f"{config.relative_to(out)}, {project.relative_to(out)}")
+        f"{config.relative_to(out)}, {project.relative_to(out)}, {STATE_FOLDER}/<site>/ (each site's state folder: "
+        f"its ledger of rounds, evaluations, releases and DP budget, kept across runs)")
     say("\nFlower (docs/deployment.md); each command in its own terminal, in this order. A site that runs "
         f"its SuperNode elsewhere copies ca.pem, site-keys.json, site-keys.json.sig and sites/<site>.key "
-        f"there and changes {out} in its command to that folder.")
+        f"there and changes {out} in its command to that folder (its state-dir: a folder of its own that outlives "
+        f"runs; without one its DP budget and caps start afresh in every run).")
     if bind == "0.0.0.0":
         say(f"The SuperLink listens on every interface: open TCP port {port} in the coordinator's firewall "
             "to the sites' and the analyst's addresses only.")
     for who, line in flower_commands(keys, site, address=address, bind=bind, data=paths, flwr_home=out / "flwr",
-                                     database=out / "superlink.db"):
+                                     database=out / "superlink.db", state=state):
         say(f"# {who}:\n  {line}")
     _print_flare(site, project, flare_server, say)
 
@@ -153,7 +217,8 @@ def _print_flare(site: list[str], project: Path, flare_server: str, say) -> None
                  *(f"(site {s}:) copy ca.pem, site-keys.json, site-keys.json.sig and sites/{s}.key into "
                    f"{kits}/{s}/local/ and write {kits}/{s}/local/fedtab-identity.json: "
                    f"{{\"identity-key\": \"{s}.key\", \"consortium-keys\": \"site-keys.json\", "
-                   f"\"root-certificates\": \"ca.pem\"}}" for s in site),
+                   f"\"root-certificates\": \"ca.pem\", \"state-dir\": \"{FLARE_STATE_FOLDER}\"}} (state-dir: the "
+                   f"site's ledger, kept across jobs)" for s in site),
                  f"{kits}/{flare_server}/startup/start.sh",
                  *(f"(site {s}:) {kits}/{s}/startup/start.sh" for s in site),
                  f"fedtab run job.toml --engine nvflare --flare-project {kits}/admin@fedtab.org"]:

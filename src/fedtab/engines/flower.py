@@ -119,13 +119,16 @@ def from_records(content: RecordDict, arrays_key: str = _ARRAYS, header_key: str
 
 # ----------------------------------------------------------------------------- client side
 def _site_for(context: Context):
-    from .site_config import build_lazy_site, with_job_settings  # the table (and pandas) when a step needs it
+    from .site_config import build_lazy_site, warn_without_state_dir, with_job_settings  # the table when needed
 
     key = (context.run_id, context.node_id)
     site, fresh = _SITES.get(key, lambda: build_lazy_site(with_job_settings(
         context.node_config, context.run_config.get("site-settings", ""))))
     if fresh and _STATE_HEADER in context.state:
         site.state = decode_state(from_records(context.state, _STATE_ARRAYS, _STATE_HEADER))
+    elif fresh:  # the run's first message to this node
+        warn_without_state_dir(site, context.node_config, "Flower")
+    site.run_id = f"flower:{context.run_id}"  # the ledger's per-run caps count per Flower run
     return site
 
 

@@ -117,6 +117,9 @@ class LoopbackDeployment(ProcessOwner):
             Node ``i`` authenticates with the key of its ``name``, and (unless its config
             names an identity of its own) gets that site's secure-aggregation identity
             (:meth:`~fedtab.deploy.keys.ConsortiumKeys.identity_config`), as an operator sets it.
+            A node config without ``state-dir`` gets ``workdir/state/<name>`` (its ledger kept
+            across the deployment's runs, as ``fedtab deploy`` writes it); ``state-dir=""``
+            leaves a node without one.
 
     Attributes:
         node_ids: ``{site: Flower node id}`` given by ``flwr supernode register``.
@@ -188,6 +191,8 @@ class LoopbackDeployment(ProcessOwner):
             if not self.insecure and not any(k in cfg for k in _IDENTITY_NODE_KEYS):
                 # as an operator sets them from `fedtab deploy`: the secure-aggregation identity
                 cfg = {**self.keys.identity_config(str(cfg["name"])), **cfg}
+            if not any(k in cfg for k in ("state-dir", "state_dir")):  # and a state folder (the site's ledger)
+                cfg = {**cfg, "state-dir": str(self.workdir / "state" / str(cfg.get("name", f"node{i}")))}
             self.add_supernode(cfg, private_key=key, name=f"supernode{i}", deadline=deadline)
         return self
 

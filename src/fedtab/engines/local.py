@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from typing import Callable, Mapping, Sequence
 
 from ..federation.messages import Message, MessageError
@@ -40,13 +41,17 @@ class LocalFederation(Federation):
             (:func:`fedtab.privacy.identity.provision`), so secure aggregation works
             without a deployment; :attr:`site_keys` is then that consortium's key list.
             ``False`` leaves the sites as they are.
+        run_id: this federation's run (default: a fresh ``"local:<hex>"``): every site's
+            ``Site.run_id`` is set to it, so the ledger's per-run caps count per federation —
+            a new federation over the same sites is a new run, while their ε budget (and, with a
+            state folder, their ledger file) carries over.
 
     Raises:
         ValueError: no sites, two sites with the same name, a bad timeout or quorum.
     """
 
     def __init__(self, sites: Sequence[Site], *, wire: bool = True, timeout: float | None = None,
-                 min_sites: int | None = None, identities: bool = True) -> None:
+                 min_sites: int | None = None, identities: bool = True, run_id: str | None = None) -> None:
         super().__init__()
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -61,6 +66,10 @@ class LocalFederation(Federation):
         if len(set(names)) != len(names):
             raise ValueError(f"site names must be unique, got {names}")
         self._sites = {s.name: s for s in sites}
+        #: the run the sites answer in (``Site.run_id``; see the ``run_id`` argument)
+        self.run_id = str(run_id) if run_id is not None else f"local:{uuid.uuid4().hex[:16]}"
+        for site in sites:
+            site.run_id = self.run_id
         #: ``{site: identity-key fingerprint}`` of the consortium provisioned here (else ``None``)
         self.site_keys: dict[str, str] | None = None
         if identities and all(getattr(s, "identity", None) is None for s in sites):
@@ -132,7 +141,7 @@ class LocalFederation(Federation):
 
         thread = threading.Thread(target=run, name=f"fedtab-site-{name}", daemon=True)
         thread.start()
-        thread.join(self.timeout)
+        thread.join(min(self.timeout, threading.TIMEOUT_MAX))  # a huge timeout overflows the platform's wait
         self._clock(name, t0, c0)
         if thread.is_alive() or not box:
             self._hung.add(name)

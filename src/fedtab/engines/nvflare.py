@@ -26,6 +26,7 @@ import this module.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -45,7 +46,7 @@ from .site_config import IDENTITY_KEYS, build_site, site_config
 from .site_state import SiteCache, decode_state, encode_state
 
 __all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "FlareFederation", "SimulatorError",
-           "build_job", "provision_identities", "run_simulator"]
+           "STATE_FOLDER", "build_job", "flare_run_id", "provision_identities", "run_simulator", "site_state_dir"]
 
 TASK_NAME = "fedtab"
 _PAYLOAD = "fedtab"
@@ -53,6 +54,8 @@ _RESULT_FILE = "fedtab_result.json"
 #: written to the server's run directory when the workflow raises (the exception's type and text)
 ERROR_FILE = "fedtab_error.txt"
 _STATE_FILE = "fedtab_site_state.bin"
+#: a FLARE site's default state folder (its ledger), in its own ``local/`` folder, which outlives jobs
+STATE_FOLDER = "fedtab-state"
 #: the site's secure-aggregation identity, in its own ``local/`` folder (not the job's):
 #: ``{"identity-key": ..., "consortium-keys": ..., "root-certificates": ...}`` (site-config
 #: keys, see :mod:`fedtab.engines.site_config`; relative paths are files in ``local/``), or
@@ -60,6 +63,7 @@ _STATE_FILE = "fedtab_site_state.bin"
 IDENTITY_FILE = "fedtab-identity.json"
 
 _SITES = SiteCache()
+log = logging.getLogger("fedtab.engines.nvflare")
 
 
 #: the key of fedtab's progress lines in the server's ``show_stats``, and how many are kept there
@@ -239,8 +243,15 @@ class FedtabExecutor(Executor):
         selector: the site's selector (name, ``{"name", "params"}`` dict or alias).
         test_size, seed: the random split when there is no ``test_path``.
         na_values: strings read as missing (see :func:`~fedtab.engines.site_config.parse_na_values`).
-        min_rows, policy, folds, state_dir: the site's disclosure floor, policy, folds and
-            state folder (see :mod:`fedtab.engines.site_config`).
+        min_rows, policy, folds: the site's disclosure floor, policy and folds (see
+            :mod:`fedtab.engines.site_config`).
+        state_dir: ignored (a warning says so when set): the job is written by the server's side,
+            which must not choose where a site keeps its ledger (a fresh folder per job would reset
+            its ε budget). The site's state folder is the ``state-dir`` of its own ``local/``
+            :data:`IDENTITY_FILE`, by default ``local/``:data:`STATE_FOLDER` in its workspace.
+
+    The site answers each task with ``Site.run_id`` = ``"flare:<job id>"``: the ledger's per-run
+    caps count per FLARE job; its ε budget composes over the jobs of the period.
     """
 
     def __init__(self, data_path: str, target: str = "", test_path: str = "", selector: Any = "lasso",
@@ -261,13 +272,24 @@ class FedtabExecutor(Executor):
         job_id = fl_ctx.get_job_id()
         config = {"name": name, "data_path": self.data_path, "target": self.target, "test_path": self.test_path,
                   "selector": self.selector, "test_size": self.test_size, "seed": self.seed,
-                  "na_values": self.na_values, "min_rows": self.min_rows, "policy": self.policy, "folds": self.folds,
-                  "state_dir": self.state_dir}
-        site, fresh = _SITES.get((job_id, name), lambda: build_site({**config, **_local_identity(fl_ctx, name)}))
+                  "na_values": self.na_values, "min_rows": self.min_rows, "policy": self.policy, "folds": self.folds}
+        site, fresh = _SITES.get((job_id, name), lambda: build_site({**config, **self._own_config(fl_ctx, name)}))
         state_file = self._state_file(fl_ctx)
         if fresh and state_file.is_file():
             site.state = decode_state(Message.from_bytes(state_file.read_bytes()))
+        site.run_id = flare_run_id(job_id)
         return site, state_file
+
+    def _own_config(self, fl_ctx: FLContext, name: str) -> dict[str, Any]:
+        """The site's own settings from its ``local/`` folder: identity and state folder."""
+        own = _local_identity(fl_ctx, name)
+        local_dir = Path(fl_ctx.get_engine().get_workspace().get_site_config_dir())
+        own["state_dir"] = str(site_state_dir(own, local_dir))
+        own.pop("state-dir", None)
+        if self.state_dir not in (None, "") and str(self.state_dir) != own["state_dir"]:
+            log.warning("site %r: the job's state_dir %r is ignored; the site keeps its ledger in %s (its own "
+                        "local/ configuration)", name, self.state_dir, own["state_dir"])
+        return own
 
     @staticmethod
     def _state_file(fl_ctx: FLContext) -> Path:
@@ -292,8 +314,27 @@ class FedtabExecutor(Executor):
         return out
 
 
+def flare_run_id(job_id: Any) -> str:
+    """``Site.run_id`` of a FLARE job: ``"flare:<job id>"``.
+
+    Raises:
+        ValueError: an empty job id (a site never answers outside a job).
+    """
+    if job_id in (None, ""):
+        raise ValueError("the FLARE task carries no job id")
+    return f"flare:{job_id}"
+
+
+def site_state_dir(own: Mapping[str, Any], local_dir: str | Path) -> Path:
+    """A FLARE site's state folder: ``state-dir`` of its own ``local/`` config ``own`` (relative
+    paths are in ``local_dir``), else ``local_dir/``:data:`STATE_FOLDER`."""
+    value = site_config(own).get("state_dir")
+    return Path(local_dir, str(value)) if value not in (None, "") else Path(local_dir, STATE_FOLDER)
+
+
 def _local_identity(fl_ctx: FLContext, name: str) -> dict[str, Any]:
-    """The site's identity config keys from its ``local/`` :data:`IDENTITY_FILE` (``{}`` if none)."""
+    """The site's own config keys (identity, ``state-dir``) from its ``local/`` :data:`IDENTITY_FILE`
+    (``{}`` if none)."""
     path = Path(fl_ctx.get_engine().get_workspace().get_site_config_dir(), IDENTITY_FILE)
     if not path.is_file():
         return {}
@@ -306,7 +347,7 @@ def _local_identity(fl_ctx: FLContext, name: str) -> dict[str, Any]:
         raise ValueError(f"{path}: must be a JSON object of site-config keys")
     # relative paths name files in the site's local/ folder
     return {k: str(path.parent / str(v)) for k, v in entry.items()
-            if site_config({k: v}).keys() <= set(IDENTITY_KEYS) and v not in (None, "")}
+            if site_config({k: v}).keys() <= {*IDENTITY_KEYS, "state_dir"} and v not in (None, "")}
 
 
 # ----------------------------------------------------------------------------- jobs

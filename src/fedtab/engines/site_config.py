@@ -31,7 +31,10 @@ Keys (hyphens and underscores are interchangeable)::
                 (default 5; see fedtab.federation.parts)
     state-dir   the site's state folder: its ledger (what it answered and released,
                 fedtab.privacy.ledger) is kept there across runs and restarts; without
-                it the ledger lives with the site object (one process, one run)
+                it the ledger lives with the site object (one process, one run), so its
+                period budget (epsilon_budget) resets with every run, and the engine
+                says so at the run's start (:func:`warn_without_state_dir`). ``fedtab
+                deploy`` writes one into every site's configuration.
 
 Secure aggregation (the site's own configuration, never the job's or the server's)::
 
@@ -50,6 +53,7 @@ naming what is missing (see :mod:`fedtab.privacy.identity`).
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -65,7 +69,7 @@ if TYPE_CHECKING:  # pandas when a table is read (not for a step answered from t
 
 __all__ = ["FixedSplitSite", "IDENTITY_KEYS", "JOB_SITE_KEYS", "NVFLARE_LASSO", "SELECTOR_ALIASES", "build_lazy_site",
            "build_site", "parse_na_values", "parse_selector", "site_config", "site_identity", "site_policy",
-           "with_job_settings"]
+           "warn_without_state_dir", "with_job_settings"]
 
 #: FLARE 2.9's ``FeatureElectionExecutor(fs_method="lasso")``: ``Lasso(alpha=0.01)`` regression
 #: on standardised X with the class labels as a continuous target, kept where ``|coef| > 1e-6``.
@@ -309,6 +313,19 @@ def site_identity(config: Mapping[str, Any]) -> SiteIdentity | None:
                                            f"but not {', '.join(missing)}")
     return SiteIdentity.from_files(name, given["identity_key"], given["consortium_keys"], given["root_certificates"],
                                    given.get("consortium_keys_signature"))
+
+
+def warn_without_state_dir(site: Site, config: Mapping[str, Any], engine: str) -> bool:
+    """Log a warning naming ``site`` when its (node) ``config`` sets no ``state-dir``: its
+    ledger then lives only as long as the ``engine``'s run or process, so the budgets it
+    keeps per period (ε) reset with them. Returns whether it warned."""
+    if site_config(config).get("state_dir") not in (None, ""):
+        return False
+    logging.getLogger("fedtab.site").warning(
+        "site %r has no state folder (state-dir): its ledger lives only as long as this %s run or process, so "
+        "its budgets reset with it (epsilon_budget and every cap start afresh in the next run); set state-dir in "
+        "the site's own configuration (fedtab deploy writes one)", site.name, engine)
+    return True
 
 
 def site_policy(config: Mapping[str, Any]) -> DisclosurePolicy:

@@ -493,8 +493,9 @@ class Site:
         part = decl.part_of(request, self)
         if part is None:
             return
-        reason = self.ledger.charge_period(f"release:{canonical_part(part)}", self.policy.max_releases_per_part,
-                                           f"releases over part {part!r}", cap_name="max_releases_per_part")
+        reason = self.ledger.charge_run(self.run_id, f"release:{canonical_part(part)}",
+                                        self.policy.max_releases_per_part, f"releases over part {part!r}",
+                                        cap_name="max_releases_per_part")
         if reason is not None:  # recorded before the reply leaves: the cap holds for this one too
             raise GateError(reason)
 

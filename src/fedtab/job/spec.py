@@ -494,6 +494,10 @@ def _check_cv(spec: JobSpec) -> None:
         raise JobError(f"[election] l2_grid must be non-negative finite L2 strengths, got {e.l2_grid}")
 
 
+#: the longest ``[trust] timeout`` (a year, in seconds): a longer wait overflows the platform's timers
+MAX_TIMEOUT = 365 * 24 * 3600.0
+
+
 def _check_guarantees(spec: JobSpec) -> None:
     t, p = spec.trust, spec.privacy
     from ..federation.reduce import check_max_site_share
@@ -503,8 +507,9 @@ def _check_guarantees(spec: JobSpec) -> None:
     _positive_int(t.min_holders, "[trust] min_holders")
     if t.min_sites is not None and spec.sites and t.min_sites > len(spec.sites):
         raise JobError(f"[trust] min_sites = {t.min_sites} but the job has {len(spec.sites)} site(s)")
-    if t.timeout is not None and not (math.isfinite(t.timeout) and t.timeout > 0):
-        raise JobError(f"[trust] timeout must be a positive number of seconds, got {t.timeout}")
+    if t.timeout is not None and not (math.isfinite(t.timeout) and 0 < t.timeout <= MAX_TIMEOUT):
+        raise JobError(f"[trust] timeout must be a positive number of seconds, at most {MAX_TIMEOUT:.0f} (a year), "
+                       f"got {t.timeout:g}")
     if t.robust and p.secure_aggregation:
         raise JobError("[trust] robust cannot be combined with [privacy] secure_aggregation: the robust reducers "
                        "need each site's values, secure aggregation shows the server only their sum")

@@ -7,12 +7,17 @@ setup (issue 20: "20 of 20 fits answered at ``max_rounds=3``"). The ledger is th
 own record, owned by the site and never by a request:
 
 * **per run** (the engine's run id — Flower's ``run_id``, FLARE's job id, the in-process
-  federation's id): counters of rounds (``fit``, ``impute_fit``, ``score_sums``...); a new
-  setup inside the run does not reset them;
-* **per period** (a rolling window of ``period_days`` days): counters of evaluations and
-  of releases per row part, and the site's differential-privacy spending (each Gaussian
-  release as its noise multiplier; ε is their Rényi-DP composition, see
-  :mod:`fedtab.privacy.accountant`).
+  federation's id, set on ``Site.run_id`` by the engine): counters of rounds (``fit``,
+  ``impute_fit``, ``score_sums``...), of evaluations per part and of releases per part; a
+  new setup inside the run does not reset them, and a new run starts them afresh — so a
+  server that spends them with cheap requests locks the site out of nothing but its own
+  run. A run's record is dropped once the run was last charged more than ``period_days``
+  days ago;
+* **per period** (a rolling window of ``period_days`` days): the site's differential-privacy
+  spending (each Gaussian release as its noise multiplier; ε is their Rényi-DP
+  composition, see :mod:`fedtab.privacy.accountant`), composed over every run of the
+  period. ``charge_period`` keeps plain counters per period too (for a cap an operator
+  wants across runs).
 
 With a ``path`` the ledger is a small JSON file (``ledger.json`` in the site's state
 folder, written atomically after every charge), so it outlives the process: a Flower
@@ -100,7 +105,7 @@ class SiteLedger:
         except (OSError, ValueError) as exc:
             raise LedgerError(f"the site ledger {self.path} cannot be read ({exc})") from None
         if not isinstance(data, dict) or data.get("version") != _VERSION or not isinstance(data.get("runs"), dict) \
-                or not isinstance(data.get("days"), dict):
+                or not isinstance(data.get("days"), dict) or not isinstance(data.get("run_days", {}), dict):
             raise LedgerError(f"{self.path} is not a fedtab site ledger (version {_VERSION})")
         return data
 
@@ -147,8 +152,20 @@ class SiteLedger:
             if used + n > cap:
                 return f"{what}: {used} answered in this run, the site's cap is {cap_name}={cap}"
             runs[key] = used + n
+            self._prune_runs(data, str(run))
             self._store(data)
         return None
+
+    def _prune_runs(self, data: dict[str, Any], run: str) -> None:
+        """Mark ``run`` as charged today and drop the runs last charged before the period
+        (a file with runs but no ``run_days``, from an older fedtab, keeps them until charged)."""
+        today = _today(self._clock)
+        cutoff = (_dt.date.fromisoformat(today) - _dt.timedelta(days=self.period_days - 1)).isoformat()
+        seen = data.setdefault("run_days", {})
+        seen[run] = today
+        for old in [r for r, day in seen.items() if str(day) < cutoff]:
+            seen.pop(old, None)
+            data["runs"].pop(old, None)
 
     def charge_period(self, key: str, cap: int | None, what: str, n: int = 1, cap_name: str = "cap") -> str | None:
         """Count ``n`` more ``key`` in today's record unless the period's total passes ``cap``

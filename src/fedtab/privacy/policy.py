@@ -23,7 +23,8 @@ enforces the rest on what each handler declares it releases:
 * caps on server-chosen work, kept in the site's ledger (:mod:`fedtab.privacy.ledger`)
   so that no setup, run or restart resets them: ``max_rounds`` fit requests (and as many
   ``score_sums`` and imputation rounds) per run, ``max_evaluations`` evaluations per
-  part per period, ``max_releases_per_part`` releases per part per period,
+  part per run, ``max_releases_per_part`` releases per part per run (per run, so that a
+  server spending them with cheap requests cannot lock a site out past its own run),
   ``max_local_epochs``, ``max_score_bins`` bins of a score histogram, ``max_param`` for
   any numeric parameter of a server-chosen selector or model (numbers nested in lists
   and dicts too; lists hold at most :data:`MAX_LIST_PARAM` entries), and ``max_work`` /
@@ -73,18 +74,18 @@ class DisclosurePolicy:
             computed over; also the cell-suppression threshold.
         max_rounds: most ``fit`` (and ``score_sums``, ``impute_fit``) requests answered per run.
         max_local_epochs: most local epochs a request may ask for.
-        max_evaluations: most ``evaluate``/``impute_eval`` requests answered per part per period.
+        max_evaluations: most ``evaluate``/``impute_eval`` requests answered per part per run.
         max_param: bound on every numeric parameter of a server-chosen selector or model,
             numbers inside list- and dict-valued parameters included.
         allow_server_selector: whether the server may choose the selector at all.
         max_score_bins: most bins of a score histogram an evaluation may ask for.
-        max_releases_per_part: most replies computed over one part per period.
+        max_releases_per_part: most replies computed over one part per run.
         max_model_abs: largest ``|entry|`` of model parameters a request may send.
         max_epsilon_per_release: ε of one differentially private release at the site's
             noise floor (the server may only add noise).
         epsilon_budget: most ε the site spends per period, composed over its releases.
         delta: the δ of the site's own privacy accounting.
-        period_days: length of the ledger's period.
+        period_days: length of the ledger's period (of ``epsilon_budget``).
         max_work: most work (≈ arithmetic operations, :class:`fedtab.learn.models.Cost`) a
             server-chosen selector or model may need on the site's rows; the default (1e13,
             hours of one core) is far above every shipped benchmark.
@@ -274,9 +275,10 @@ def server_row_set_refusal(policy: DisclosurePolicy, request: "Message", what: s
 
 
 def _charge_evaluation(policy: DisclosurePolicy, site: "Site", part: Any) -> str | None:
-    """Count one more evaluation of ``part`` in the site's ledger unless past ``max_evaluations``."""
-    return site.ledger.charge_period(f"evaluate:{part}", policy.max_evaluations, f"evaluations of part {part!r}",
-                                     cap_name="max_evaluations")
+    """Count one more evaluation of ``part`` in the site's current run (its ledger) unless past
+    ``max_evaluations``: per run, so cheap evaluations spent by one run leave the next run its own."""
+    return site.ledger.charge_run(getattr(site, "run_id", "local"), f"evaluate:{part}", policy.max_evaluations,
+                                  f"evaluations of part {part!r}", cap_name="max_evaluations")
 
 
 def _agreed_columns(site: "Site") -> set[str] | None:

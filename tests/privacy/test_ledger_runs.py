@@ -1,0 +1,147 @@
+"""The ledger is keyed by the engine's run (issue 28 item 6): per-run caps count per run, the
+ε budget per period across runs, and no server locks a site out past its own run by spending
+cheap requests."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedtab.engines.local import LocalFederation
+from fedtab.federation.messages import Message
+from fedtab.federation.site import Site
+from fedtab.privacy import DisclosurePolicy
+from fedtab.privacy.ledger import SiteLedger
+
+FEATURES = ["income", "age", "bmi"]
+
+
+@pytest.fixture
+def table():
+    rng = np.random.default_rng(0)
+    n = 160
+    t = pd.DataFrame({"income": rng.integers(20_000, 90_000, n).astype(float), "age": rng.integers(20, 80, n),
+                      "bmi": rng.normal(27, 4, n)})
+    t["target"] = (t["bmi"] + rng.normal(0, 2, n) > 27).astype(int)
+    return t
+
+
+def _fitted(site: Site) -> None:
+    """One fit round: the site then holds the training setup an evaluation needs."""
+    setup = {"features": FEATURES, "classes": ["0", "1"], "model": {"name": "logistic", "params": {}}, "part": "train"}
+    reply = site.handle(Message("fit", {"setup:mean": np.zeros(3), "setup:std": np.ones(3),
+                                        "param:coef": np.zeros((1, 3)), "param:intercept": np.zeros(1)},
+                                {"setup": setup, "epochs": 1}))
+    assert not reply.is_refusal and not reply.is_error, reply.meta
+
+
+#: a cheap evaluation of a crafted model (the server's choice of coefficients)
+EVALUATE = Message("evaluate", {"param:coef": np.array([[0.0, 0.0, 1.0]]), "param:intercept": np.zeros(1)},
+                   {"part": "test"})
+#: a cheap DP release: noisy sums of one column (the site noises at its own floor or above)
+DP_DESCRIBE = Message("describe", meta={"features": ["bmi"], "dp": {"z": 2.0, "bounds": [0.0, 60.0]}})
+
+
+def _answered(site: Site, request: Message, most: int) -> tuple[int, str]:
+    """``(answered, refusal reason)`` of ``request`` sent until refused (at most ``most`` times)."""
+    for i in range(most):
+        reply = site.handle(request)
+        if reply.is_refusal:
+            return i, reply.meta["reason"]
+        assert not reply.is_error, reply.meta
+    return most, ""
+
+
+def test_cheap_evaluations_of_one_run_leave_the_next_run_able_to_evaluate(table, tmp_path):
+    """500 evaluations of crafted models spent in run A (the default cap) lock run A only: the
+    same site, restarted on its state folder, answers run B's evaluations."""
+    policy = DisclosurePolicy(min_rows=10)
+    site = Site("s", table, "target", policy=policy, state_dir=tmp_path)
+    LocalFederation([site], run_id="run-A")
+    _fitted(site)
+    answered, reason = _answered(site, EVALUATE, 600)
+    assert answered == policy.max_evaluations == 500
+    assert "max_evaluations=500" in reason and "in this run" in reason
+    assert site.handle(EVALUATE).is_refusal  # run A stays locked
+    restarted = Site("s", table, "target", policy=policy, state_dir=tmp_path)  # a new process, the same ledger
+    LocalFederation([restarted], run_id="run-B")
+    _fitted(restarted)
+    assert not restarted.handle(EVALUATE).is_refusal
+    runs = json.loads((tmp_path / "ledger.json").read_text())["runs"]
+    assert runs["run-A"]["evaluate:test"] == 500 and runs["run-B"]["evaluate:test"] == 1
+    # a restart inside run A does not reopen it: the run's count is in the file
+    again = Site("s", table, "target", policy=policy, state_dir=tmp_path)
+    again.run_id = "run-A"
+    _fitted(again)
+    assert again.handle(EVALUATE).is_refusal
+
+
+def test_a_new_in_process_federation_is_a_new_run(table):
+    site = Site("s", table, "target", policy=DisclosurePolicy(min_rows=10, max_evaluations=2))
+    first = LocalFederation([site])
+    _fitted(site)
+    assert _answered(site, EVALUATE, 5)[0] == 2
+    second = LocalFederation([site])
+    assert first.run_id != second.run_id and site.run_id == second.run_id
+    assert _answered(site, EVALUATE, 5)[0] == 2
+
+
+def test_the_epsilon_budget_composes_over_the_runs_of_the_period(table, tmp_path):
+    """DP releases spend one budget per period whatever the run: run B, on the same state
+    folder, gets only what run A left, and nothing once A spent it all."""
+    policy = DisclosurePolicy(min_rows=10, epsilon_budget=20.0)
+    alone = Site("s", table, "target", policy=policy)  # how many releases the budget buys
+    full, reason = _answered(alone, DP_DESCRIBE, 4000)
+    assert 2 < full < 4000 and "budget 20" in reason
+
+    a = Site("s", table, "target", policy=policy, state_dir=tmp_path)
+    LocalFederation([a], run_id="run-A")
+    assert _answered(a, DP_DESCRIBE, full // 2)[0] == full // 2
+    b = Site("s", table, "target", policy=policy, state_dir=tmp_path)
+    LocalFederation([b], run_id="run-B")
+    got, reason = _answered(b, DP_DESCRIBE, 4000)
+    assert got == full - full // 2 and "budget 20" in reason
+    assert b.ledger.epsilon_spent(policy.delta) <= 20.0
+    c = Site("s", table, "target", policy=policy, state_dir=tmp_path)
+    LocalFederation([c], run_id="run-C")
+    assert _answered(c, DP_DESCRIBE, 10)[0] == 0
+
+
+def test_release_caps_count_per_run(table, tmp_path):
+    policy = DisclosurePolicy(min_rows=10, max_releases_per_part=3)
+    plain = Message("describe", meta={"features": ["bmi"]})
+    site = Site("s", table, "target", policy=policy, state_dir=tmp_path)
+    LocalFederation([site], run_id="run-A")
+    replies = [site.handle(plain) for _ in range(5)]  # the cap is the release gate's: the 4th is an error reply
+    assert [r.kind for r in replies] == ["describe"] * 3 + ["error"] * 2
+    assert "max_releases_per_part=3" in replies[3].meta["error"] and "in this run" in replies[3].meta["error"]
+    LocalFederation([site], run_id="run-B")
+    assert [site.handle(plain).kind for _ in range(4)] == ["describe"] * 3 + ["error"]
+
+
+def test_runs_older_than_the_period_are_dropped_from_the_file(tmp_path):
+    now = [1_700_000_000.0]
+    ledger = SiteLedger(tmp_path / "ledger.json", period_days=30, clock=lambda: now[0])
+    assert ledger.charge_run("old", "fit", 5, "fit rounds") is None
+    now[0] += 10 * 86400
+    assert ledger.charge_run("recent", "fit", 5, "fit rounds") is None
+    now[0] += 25 * 86400  # "old" was last charged 35 days ago, "recent" 25
+    assert ledger.charge_run("new", "fit", 5, "fit rounds") is None
+    doc = json.loads((tmp_path / "ledger.json").read_text())
+    assert set(doc["runs"]) == {"recent", "new"} and set(doc["run_days"]) == {"recent", "new"}
+    # a run charged again stays: its last charge counts, not its first
+    for _ in range(4):
+        now[0] += 20 * 86400
+        assert ledger.charge_run("new", "fit", 100, "fit rounds") is None
+    assert "new" in json.loads((tmp_path / "ledger.json").read_text())["runs"]
+
+
+def test_a_ledger_file_with_a_malformed_run_record_is_refused(tmp_path):
+    from fedtab.privacy.ledger import LedgerError
+
+    (tmp_path / "ledger.json").write_text(json.dumps({"version": 1, "runs": {}, "days": {}, "run_days": []}))
+    with pytest.raises(LedgerError, match="not a fedtab site ledger"):
+        SiteLedger(tmp_path / "ledger.json").run_count("x", "fit")
