@@ -40,7 +40,8 @@ from ...learn.metrics import SCORE_BINS
 from ...privacy.dp import DP_META, dp_request
 from ...privacy.secagg import MOMENT_BITS
 from ..messages import Message
-from ..protocol import Federation, FederationError, SumSpec, exchange, exchange_sums, run_ledger, set_quorum
+from ..protocol import (Federation, FederationError, SiteRefused, SumSpec, exchange, exchange_sums, run_ledger,
+                        set_quorum)
 from ..schema import agree_schema, sort_labels
 from ..training.site import check_part
 from .site import LEAF, SPLIT
@@ -294,19 +295,23 @@ def _level(run: _Run, nodes: np.ndarray, round_: int, lvl: int, validate_now: bo
         fields["val_loss"] = MOMENT_BITS
     check = level_checker(fed, layout, m, run.train_part, run.validation_part, objective=p.objective,
                           noisy=run.noisy, validating=validate_now)
-    if opts.robust:
-        replies = exchange(fed, req, check, on_error=run.on_error, step="gbdt_level")
-        hist, shares = robust_pool(replies, layout, opts.max_site_share) if m else (np.zeros((0, layout.n_slots, 2)),
-                                                                                    {})
-        run.left_out.update({s: v for s, v in shares.items() if v > opts.max_site_share})
-        val = sum(np.asarray(r.arrays["val_loss"], dtype=np.float64) for r in replies.values()) if validate_now \
-            else None
-    else:
-        out = exchange_sums(fed, req, SumSpec(fields), check, on_error=run.on_error, step="gbdt_level",
-                            check_total=lambda s, _: _total_ok(s, m, layout))
-        hist = out.sums.get("hist", np.zeros((0, layout.n_slots, 2))).reshape(m, layout.n_slots, 2)
-        val = out.sums.get("val_loss") if validate_now else None
-        replies = out.replies
+    try:
+        if opts.robust:
+            replies = exchange(fed, req, check, on_error=run.on_error, step="gbdt_level")
+            hist, shares = robust_pool(replies, layout, opts.max_site_share) if m else (
+                np.zeros((0, layout.n_slots, 2)), {})
+            run.left_out.update({s: v for s, v in shares.items() if v > opts.max_site_share})
+            val = sum(np.asarray(r.arrays["val_loss"], dtype=np.float64) for r in replies.values()) \
+                if validate_now else None
+        else:
+            out = exchange_sums(fed, req, SumSpec(fields), check, on_error=run.on_error, step="gbdt_level",
+                                check_total=lambda s, _: _total_ok(s, m, layout))
+            hist = out.sums.get("hist", np.zeros((0, layout.n_slots, 2))).reshape(m, layout.n_slots, 2)
+            val = out.sums.get("val_loss") if validate_now else None
+            replies = out.replies
+    except FederationError as exc:
+        _explain_row_set_refusals(fed, exc)
+        raise
     for s, r in replies.items():
         if isinstance(r.meta.get("withheld"), int) and r.meta["withheld"]:
             run.withheld[s] = run.withheld.get(s, 0) + int(r.meta["withheld"])
@@ -387,6 +392,19 @@ def importance_step(run: _Run, model: GBDTModel) -> dict[str, Any]:
     out["not_released"] = [s for s in asked if s not in replies]
     return out
 
+
+
+def _explain_row_set_refusals(federation: Federation, exc: FederationError) -> None:
+    """Raise one clear line when sites refused a level because they answer the server's tree
+    nodes only securely (their policy's ``allow_server_row_sets`` is off); else return."""
+    reasons = getattr(exc, "sites", None) or federation.dropped
+    off = sorted(s for s, r in reasons.items() if "allow_server_row_sets" in str(r))
+    if off:
+        raise SiteRefused(
+            f"plain GBDT: site(s) {', '.join(map(repr, off[:10]))}{' ...' if len(off) > 10 else ''} answer tree-node "
+            "histograms only inside a secure sum or with DP (allow_server_row_sets is off in their policy): run with "
+            "secure aggregation or DP, or have each site opt in with allow_server_row_sets = true",
+            {s: str(reasons[s]) for s in off}) from None
 
 
 def _total_ok(sums: Mapping[str, np.ndarray], m: int, layout: BinLayout) -> None:
