@@ -142,7 +142,10 @@ def _federation(parts, secure: bool = False):
     from fedtab.federation.protocol import set_options
     from fedtab.federation.site import Site
 
-    fed = LocalFederation([Site(f"site{i}", p, "income", test_size=0.0, seed=i) for i, p in enumerate(parts)])
+    # a plain run's sites opt in to plain answers over the server's tree nodes; a secure run's keep the default
+    policy = {"allow_server_row_sets": not secure}
+    fed = LocalFederation([Site(f"site{i}", p, "income", test_size=0.0, seed=i, policy=policy)
+                           for i, p in enumerate(parts)])
     if secure:
         set_options(fed, secure_aggregation=True)
     return fed

@@ -25,7 +25,8 @@ def trained(tmp_path_factory):
     _, parts = classification_parts(900, 5, 3, 1, seed=21)
     rng = np.random.default_rng(0)
     parts = [p.mask(rng.random(p.shape) < 0.05).assign(target=p["target"]) for p in parts]
-    tr = run_training(LocalFederation(make_sites(parts)), None, model={"name": "gbdt", "params": PARAMS})
+    sites = make_sites(parts, policy={"allow_server_row_sets": True})  # a plain run: the sites opt in
+    tr = run_training(LocalFederation(sites), None, model={"name": "gbdt", "params": PARAMS})
     cols = [c for c in parts[0].columns if c != "target"]
     section = {"schema": {"columns": cols}, "encoded_columns": cols, "imputer": None, "features": tr.features,
                "classes": tr.classes, "mean": tr.mean.tolist(), "std": tr.std.tolist(),
@@ -106,7 +107,8 @@ def test_a_gbdt_job_writes_a_model_file_that_predict_and_export_read(tmp_path):
 
     write_heart_sites(tmp_path, rows=150)
     doc = {"target": "disease", "na_values": ["?"],
-           "sites": {n.split(".")[0]: {"path": str(tmp_path / n), "min_rows": 4} for n in HEART_SITES},
+           "sites": {n.split(".")[0]: {"path": str(tmp_path / n), "min_rows": 4, "allow_server_row_sets": True}
+                     for n in HEART_SITES},
            "training": {"model": {"name": "gbdt", "params": PARAMS}}, "run": {"out": str(tmp_path / "out")}}
     run_job(doc, out=tmp_path / "out")
     model_path = tmp_path / "out" / "model.fedtab"

@@ -8,6 +8,8 @@ the FLARE simulator runs real client processes. Trees must be equal array for ar
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -19,7 +21,10 @@ JOB = {"training": {"model": {"name": "gbdt", "params": PARAMS}}}  # all columns
 
 @pytest.fixture(scope="module")
 def site_configs(tmp_path_factory) -> list[dict]:
-    return write_classification_sites(tmp_path_factory.mktemp("gbdt_sites"), 600, 6, 3, 1, table_seed=7, split_seed=0)
+    """The sites of a plain run, each opting in to plain answers over the server's tree nodes."""
+    configs = write_classification_sites(tmp_path_factory.mktemp("gbdt_sites"), 600, 6, 3, 1, table_seed=7,
+                                         split_seed=0)
+    return [{**c, "policy": json.dumps({"allow_server_row_sets": True})} for c in configs]
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +76,8 @@ def test_flower_grows_the_same_trees(site_configs, reference, jobs, plan):
 def test_flare_simulator_grows_the_same_trees(site_configs, reference, tmp_path, jobs, plan):
     from fedtab.engines.nvflare import run_simulator
 
-    result = run_simulator(site_configs, jobs.config(plan), tmp_path, threads=3)
+    # FLARE reads a "{...}" string in its client config as a parameter expression: the policy goes as an object
+    configs = [{**c, "policy": json.loads(c["policy"])} for c in site_configs]
+    result = run_simulator(configs, jobs.config(plan), tmp_path, threads=3)
     assert result["engine"] == "nvflare"
     _assert_same_trees(result, reference)

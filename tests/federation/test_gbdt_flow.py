@@ -18,6 +18,8 @@ from fedtab.learn.gbdt import BinLayout, GBDTParams, fit_gbdt_sites
 from tests.builders import classification_parts, gbdt_parts, make_sites
 
 FAST = {"n_trees": 4, "max_depth": 3, "max_bins": 32}
+#: the sites of a plain run opt in to plain answers over the server's tree nodes (the default refuses them)
+OPT_IN = {"min_rows": 10, "allow_server_row_sets": True}
 STRUCTURE = ("left", "right", "feature", "bin", "default_left")
 
 
@@ -26,7 +28,7 @@ def _parts(seed: int = 3, n: int = 1200, missing: float = 0.05, drop: str | None
 
 
 def _fed(parts, min_rows: int = 10, **site_options) -> LocalFederation:
-    return LocalFederation(make_sites(parts, policy={"min_rows": min_rows}, **site_options))
+    return LocalFederation(make_sites(parts, policy={"min_rows": min_rows, "allow_server_row_sets": True}, **site_options))
 
 
 def _same_trees(a, b) -> None:
@@ -184,16 +186,16 @@ class _Corrupt(Site):
 ])
 def test_hostile_label_sums_and_bin_summaries_are_rejected_naming_the_site(kind, name, corrupt, match):
     parts = _parts(seed=15)
-    bad = _Corrupt("evil", parts[2], "target", policy={"min_rows": 10})
+    bad = _Corrupt("evil", parts[2], "target", policy={"min_rows": 10, "allow_server_row_sets": True})
     bad.tamper_kind, bad.tamper_array, bad.corrupt = kind, name, staticmethod(corrupt)
     with pytest.raises(SiteError, match=match) as info:
-        run_gbdt(LocalFederation([*make_sites(parts[:2]), bad]), None, params=FAST)
+        run_gbdt(LocalFederation([*make_sites(parts[:2], policy=OPT_IN), bad]), None, params=FAST)
     assert "evil" in str(info.value)
 
 
 def test_a_server_cannot_lower_the_sites_floor_of_the_bin_summaries():
     _, parts = classification_parts(300, 3, 2, 0, (1.0,), seed=11)
-    site = Site("s", parts[0], "target", policy={"min_rows": 25})
+    site = Site("s", parts[0], "target", policy={"min_rows": 25, "allow_server_row_sets": True})
     reply = site.handle(Message("gbdt_summary", meta={"features": ["f0", "f1", "f2"], "part": "train",
                                                       "min_rows": 1, "sketch_size": 1000}))
     assert reply.kind == "gbdt_summary", reply.meta
@@ -218,8 +220,8 @@ def test_subsampling_is_drawn_by_the_sites_and_repeats_with_their_seeds():
 ])
 def test_a_hostile_sites_level_histogram_is_rejected_naming_it(corrupt, match):
     parts = _parts(seed=10)
-    sites = make_sites(parts[:2], policy={"min_rows": 10})
-    bad = _Corrupt("evil", parts[2], "target", policy={"min_rows": 10})
+    sites = make_sites(parts[:2], policy={"min_rows": 10, "allow_server_row_sets": True})
+    bad = _Corrupt("evil", parts[2], "target", policy={"min_rows": 10, "allow_server_row_sets": True})
     bad.corrupt = staticmethod(corrupt)
     with pytest.raises(SiteError, match=match) as info:
         run_gbdt(LocalFederation([*sites, bad]), None, params=FAST)
@@ -229,7 +231,7 @@ def test_a_hostile_sites_level_histogram_is_rejected_naming_it(corrupt, match):
 # ----------------------------------------------------------------------------- curious server
 def _started_site(min_rows: int = 10, edges: list | None = None) -> Site:
     _, parts = classification_parts(300, 3, 2, 0, (1.0,), seed=11)
-    site = Site("s", parts[0], "target", policy={"min_rows": min_rows})
+    site = Site("s", parts[0], "target", policy={"min_rows": min_rows, "allow_server_row_sets": True})
     layout = BinLayout(edges or [np.array([0.0], np.float32)] * 3)
     start = Message("gbdt_start", layout.to_arrays(), {"features": ["f0", "f1", "f2"], "part": "train",
                                                        "classes": ["0", "1"], "params": GBDTParams().to_dict()})
@@ -303,7 +305,7 @@ def test_the_site_state_survives_an_engines_state_codec():
     _level(site, [[0, 0]])
     msg, skipped = encode_state(site.state)
     assert skipped == ["gbdt_live"]  # the live object stays in the process; the arrays travel
-    fresh = Site("s", site.table, "target", policy={"min_rows": 10})
+    fresh = Site("s", site.table, "target", policy={"min_rows": 10, "allow_server_row_sets": True})
     fresh.state = decode_state(msg)
     a = _level(site, [[0, 1]], level=1, **_split(0))
     b = _level(fresh, [[0, 1]], level=1, **_split(0))
@@ -361,6 +363,6 @@ def test_a_model_to_evaluate_must_split_at_the_agreed_edges_and_rounds_are_cappe
     site = fed.site("s0")
     reply = site.handle(Message("gbdt_evaluate", {f"param:{k}": v for k, v in arrays.items()}, {"part": "test"}))
     assert reply.is_error and "agreed bin edges" in reply.meta["error"]
-    capped = LocalFederation(make_sites(parts, policy={"min_rows": 10, "max_rounds": 2}))
+    capped = LocalFederation(make_sites(parts, policy={"min_rows": 10, "allow_server_row_sets": True, "max_rounds": 2}))
     with pytest.raises(FederationError, match="max_rounds"):
         run_gbdt(capped, None, params=FAST)  # 4 rounds asked, the sites answer 2

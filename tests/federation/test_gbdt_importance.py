@@ -15,6 +15,7 @@ from fedtab.federation.messages import Message
 from fedtab.federation.protocol import set_options
 from fedtab.federation.site import Site
 from fedtab.learn.gbdt import BinLayout, GBDTParams
+from fedtab.privacy.policy import DisclosurePolicy
 from tests.builders import classification_parts, gbdt_parts, make_sites
 
 FAST = {"n_trees": 4, "max_depth": 3, "max_bins": 32}
@@ -69,7 +70,7 @@ def _site_rows(site: Site, features: list[str]) -> tuple[np.ndarray, np.ndarray]
 
 def test_pooled_importance_equals_xgboosts_get_score_on_the_exported_booster():
     xgb = pytest.importorskip("xgboost")
-    out = run_gbdt(LocalFederation(make_sites(_parts(), policy={"min_rows": 10})), None, params=FAST)
+    out = run_gbdt(LocalFederation(make_sites(_parts(), policy={"min_rows": 10, "allow_server_row_sets": True})), None, params=FAST)
     booster = out.model.to_xgboost()
     assert isinstance(booster, xgb.Booster)
     for ours, kind in ((out.importance["pooled"], "total_gain"), (out.importance["pooled_mean"], "gain")):
@@ -80,7 +81,7 @@ def test_pooled_importance_equals_xgboosts_get_score_on_the_exported_booster():
 
 
 def test_per_site_gains_equal_a_direct_numpy_computation_on_each_sites_rows():
-    fed = LocalFederation(make_sites(_parts(), policy={"min_rows": 10}))
+    fed = LocalFederation(make_sites(_parts(), policy={"min_rows": 10, "allow_server_row_sets": True}))
     out = run_gbdt(fed, None, params=FAST)
     imp = out.importance
     assert imp["per_site_skipped"] is None and imp["not_released"] == [] and set(imp["per_site"]) == set(fed.sites)
@@ -97,7 +98,7 @@ def test_per_site_gains_equal_a_direct_numpy_computation_on_each_sites_rows():
 
 def test_one_sites_gains_on_all_its_rows_are_the_pooled_gains():
     _, parts = classification_parts(600, 5, 3, 1, (1.0,), seed=8)
-    fed = LocalFederation(make_sites(parts, policy={"min_rows": 1}))
+    fed = LocalFederation(make_sites(parts, policy={"min_rows": 1, "allow_server_row_sets": True}))
     out = run_gbdt(fed, None, params={**FAST, "min_rows": 1})
     (site,) = out.importance["per_site"].values()
     assert out.importance["suppressed"] == {"s0": 0}
@@ -107,7 +108,7 @@ def test_one_sites_gains_on_all_its_rows_are_the_pooled_gains():
 
 def test_no_per_site_gains_after_a_secure_run_and_the_site_refuses_them_too():
     parts = _parts(seed=4)
-    fed = LocalFederation(make_sites(parts, policy={"min_rows": 10}))
+    fed = LocalFederation(make_sites(parts, policy={"min_rows": 10, "allow_server_row_sets": True}))
     set_options(fed, secure_aggregation=True)
     out = run_gbdt(fed, None, params={**FAST, "n_trees": 2})
     imp = out.importance
@@ -121,7 +122,7 @@ def test_no_per_site_gains_after_a_secure_run_and_the_site_refuses_them_too():
 def _grown_site(min_rows: int) -> Site:
     """A site that grew one server-made tree whose left child holds 3 of its rows."""
     _, parts = classification_parts(300, 3, 2, 0, (1.0,), seed=11)
-    site = Site("s", parts[0], "target", policy={"min_rows": min_rows})
+    site = Site("s", parts[0], "target", policy={"min_rows": min_rows, "allow_server_row_sets": True})
     x0 = np.sort(site.rows("train")["f0"].dropna().to_numpy())
     cut = np.float32((x0[2] + x0[3]) / 2)
     layout = BinLayout([np.array([cut], np.float32)] + [np.array([0.0], np.float32)] * 2)
@@ -157,11 +158,23 @@ def test_a_site_answers_only_for_the_rounds_it_grew(meta, match):
 
 
 def test_the_gains_come_from_the_sites_record_not_from_a_model_the_server_sends():
-    site = _grown_site(min_rows=1)
-    honest = site.handle(Message("gbdt_importance", meta={"rounds": 1})).arrays["gain"]
+    honest = _grown_site(min_rows=1).handle(Message("gbdt_importance", meta={"rounds": 1})).arrays["gain"]
     fake = {"param:feature": np.array([1, 0, 0], np.int32), "param:left": np.array([1, -1, -1], np.int32)}
-    again = site.handle(Message("gbdt_importance", fake, {"rounds": 1})).arrays["gain"]
+    again = _grown_site(min_rows=1).handle(Message("gbdt_importance", fake, {"rounds": 1})).arrays["gain"]
     np.testing.assert_array_equal(again, honest)
+
+
+def test_importance_is_released_once_per_run_never_per_round():
+    """Gains for ``r`` and ``r + 1`` rounds would difference to one round's gains: the site
+    answers one importance request per boosting run, whatever ``rounds`` the next one names."""
+    site = _grown_site(min_rows=1)
+    assert site.handle(Message("gbdt_importance", meta={"rounds": 1})).kind == "gbdt_importance"
+    for rounds in (0, 1):
+        again = site.handle(Message("gbdt_importance", meta={"rounds": rounds}))
+        assert again.is_error and "once per boosting run" in again.meta["error"]
+    # refused before anything is computed on a site that did not opt in to plain answers over the server's splits
+    site.policy = DisclosurePolicy(min_rows=1)
+    assert site.handle(Message("gbdt_importance", meta={"rounds": 1})).is_refusal
 
 
 class _Hostile(Site):
@@ -174,8 +187,8 @@ class _Hostile(Site):
 
 def test_a_hostile_sites_gains_are_rejected_and_the_run_goes_on_without_them():
     parts = _parts(seed=5)
-    fed = LocalFederation([*make_sites(parts[:2], policy={"min_rows": 10}),
-                           _Hostile("evil", parts[2], "target", policy={"min_rows": 10})])
+    fed = LocalFederation([*make_sites(parts[:2], policy={"min_rows": 10, "allow_server_row_sets": True}),
+                           _Hostile("evil", parts[2], "target", policy={"min_rows": 10, "allow_server_row_sets": True})])
     out = run_gbdt(fed, None, params={**FAST, "n_trees": 2})
     assert out.importance["not_released"] == ["evil"] and set(out.importance["per_site"]) == {"s0", "s1"}
     assert out.metrics["pooled"]["n"] > 0 and "evil" not in out.dropped  # the evaluation still asks every site
@@ -186,7 +199,7 @@ def test_the_sites_record_survives_an_engines_state_codec():
 
     site = _grown_site(min_rows=1)
     msg, _ = encode_state(site.state)
-    fresh = Site("s", site.table, "target", policy={"min_rows": 1})
+    fresh = Site("s", site.table, "target", policy={"min_rows": 1, "allow_server_row_sets": True})
     fresh.state = decode_state(msg)
     a = site.handle(Message("gbdt_importance", meta={"rounds": 1}))
     b = fresh.handle(Message("gbdt_importance", meta={"rounds": 1}))

@@ -99,7 +99,7 @@ def test_json_has_xgboosts_layout_and_reads_back_unchanged(xgb):
 
 def test_importance_equals_xgboost_get_score():
     model, _ = _model("binary", seed=5)
-    booster = model.to_xgboost()
+    booster = model.to_xgboost(keep_cover=True)  # the cover kinds need the covers the export masks by default
     for kind in IMPORTANCE_TYPES:
         ref = booster.get_score(importance_type=kind)
         ours = model.feature_importance(kind)
@@ -114,3 +114,16 @@ def test_best_iteration_is_exported():
     p = GBDTParams(n_trees=40, max_depth=5, learning_rate=0.9, early_stopping_rounds=2, min_child_weight=0)
     model = fit_gbdt_pooled(X[:1000], y[:1000], p, X_val=X[1000:], y_val=y[1000:])
     assert model.to_xgboost().attr("best_iteration") == str(model.best_iteration)
+
+
+def test_the_export_masks_each_nodes_cover_unless_kept(xgb):
+    """TimberStrike reads training rows from the nodes' covers: the export writes 1.0 (as
+    NVIDIA FLARE does) unless asked to keep them; predictions are the same either way."""
+    model, X = _model("binary", seed=5)
+    masked = [t["sum_hessian"] for t in xgboost_json(model)["learner"]["gradient_booster"]["model"]["trees"]]
+    kept = [t["sum_hessian"] for t in xgboost_json(model, keep_cover=True)["learner"]["gradient_booster"]["model"]["trees"]]
+    assert all(v == 1.0 for tree in masked for v in tree)
+    assert any(v != 1.0 for tree in kept for v in tree)
+    np.testing.assert_allclose(np.concatenate(kept), np.float32(model.nodes["cover"]), rtol=0)
+    Xd = xgb.DMatrix(X, missing=np.nan, feature_names=list(model.feature_names))
+    np.testing.assert_array_equal(model.to_xgboost().predict(Xd), model.to_xgboost(keep_cover=True).predict(Xd))

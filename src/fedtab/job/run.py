@@ -108,6 +108,7 @@ def site_configs(spec: JobSpec, *, check_files: bool = True) -> list[dict[str, A
                "selector": selector if isinstance(selector, str) else json.dumps(selector),
                "test-size": spec.run.test_size, "seed": spec.run.seed, "min-rows": s.min_rows, "sep": s.sep,
                "decimal": s.decimal,
+               "policy": json.dumps({"allow_server_row_sets": True}) if s.allow_server_row_sets else None,
                "label-map": None if spec.labels.map is None else json.dumps(spec.labels.map, sort_keys=True)}
         out.append({k: v for k, v in cfg.items() if v is not None})
     return out

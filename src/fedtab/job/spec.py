@@ -54,6 +54,7 @@ class SiteSpec:
     na_values: list[str] = field(default_factory=list)
     selector: Any = None
     min_rows: int | None = None
+    allow_server_row_sets: bool = False  # the policy's opt-in to plain answers over server-chosen row sets
     sep: str | None = None  # None: sniffed from the file (",", ";", tab or "|")
     decimal: str | None = None  # None: sniffed ("," with a ";" or tab separator and decimal commas)
 
@@ -265,7 +266,7 @@ _SECTIONS: dict[str, type] = {"impute": ImputeSpec, "election": ElectionSpec, "t
 #: sections a job has even when its table is absent (their defaults)
 _ALWAYS = ("training", "run", "privacy", "trust", "schema", "evaluation", "columns", "labels")
 _TOP = ("target", "na_values", "sites", *_SECTIONS)
-_SITE_KEYS = ("path", "na_values", "selector", "min_rows", "sep", "decimal")
+_SITE_KEYS = ("path", "na_values", "selector", "min_rows", "sep", "decimal", "allow_server_row_sets")
 #: field separators and decimal marks a site's CSV may use
 SEPARATORS = (",", ";", "\t", "|")
 DECIMALS = (".", ",")
@@ -641,6 +642,8 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
             na_values=_na_values(raw.get("na_values", []), f"[sites.{name}] na_values", source),
             selector=raw.get("selector"),
             min_rows=_min_rows(raw.get("min_rows"), f"[sites.{name}] min_rows", source),
+            allow_server_row_sets=_typed(raw.get("allow_server_row_sets", False), False, "bool",
+                                         f"[sites.{name}] allow_server_row_sets", source),
             sep=_choice(raw.get("sep"), SEPARATORS, f"[sites.{name}] sep", source),
             decimal=_choice(raw.get("decimal"), DECIMALS, f"[sites.{name}] decimal", source),
         ))

@@ -17,7 +17,8 @@ own record, owned by the site and never by a request:
   spending (each Gaussian release as its noise multiplier; ε is their Rényi-DP
   composition, see :mod:`fedtab.privacy.accountant`), composed over every run of the
   period. ``charge_period`` keeps plain counters per period too (for a cap an operator
-  wants across runs).
+  wants across runs), and sets of distinct values (the GBDT bin edges a site has binned
+  each feature at, :meth:`SiteLedger.charge_distinct`).
 
 With a ``path`` the ledger is a small JSON file (``ledger.json`` in the site's state
 folder, written atomically after every charge), so it outlives the process: a Flower
@@ -39,7 +40,7 @@ import math
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 __all__ = ["SiteLedger", "LEDGER_FILE", "LedgerError"]
 
@@ -180,6 +181,32 @@ class SiteLedger:
             day = data["days"].setdefault(_today(self._clock), {})
             day.setdefault("counts", {})[key] = int(day.get("counts", {}).get(key, 0)) + n
             self._store(data)
+        return None
+
+    def charge_distinct(self, values: Mapping[str, Iterable[str]], cap: int, what: str,
+                        cap_name: str = "cap") -> str | None:
+        """Record, per ``key`` of ``values``, the values not yet seen in the current period
+        unless some key would then hold more than ``cap`` distinct values (all or nothing:
+        the refusal names ``what``, the key and the policy setting ``cap_name``)."""
+        with self._lock:
+            data = self._load()
+            self._prune(data)
+            seen: dict[str, set[str]] = {}
+            for day in data["days"].values():
+                for key, vals in day.get("distinct", {}).items():
+                    seen.setdefault(key, set()).update(vals)
+            new = {str(k): set(map(str, v)) - seen.get(str(k), set()) for k, v in values.items()}
+            for key, fresh in new.items():
+                used = len(seen.get(key, ()))
+                if fresh and used + len(fresh) > cap:
+                    return (f"{what} {key!r}: {used} distinct in the last {self.period_days} days and "
+                            f"{len(fresh)} new, the site's cap is {cap_name}={cap}")
+            if any(new.values()):
+                day = data["days"].setdefault(_today(self._clock), {}).setdefault("distinct", {})
+                for key, fresh in new.items():
+                    if fresh:
+                        day[key] = sorted(set(day.get(key, ())) | fresh)
+                self._store(data)
         return None
 
     # ----- differential privacy -----------------------------------------------------

@@ -103,6 +103,10 @@ class DisclosurePolicy:
             default): such a request is answered only inside a secure sum among at least
             ``min_peers`` verified sites or with differential privacy from the site's budget;
             docs/privacy.md states what opting in costs.
+        max_split_thresholds: most distinct bin edges (the only thresholds a split can use)
+            per feature per period that GBDT runs may bin the site's rows at; a server-sent
+            grid with more edges in a feature, or that would bring the period's distinct
+            edges of a feature over the cap, is refused (a server cannot sweep thresholds).
 
     Raises:
         ValueError: a negative or non-integer limit.
@@ -127,10 +131,11 @@ class DisclosurePolicy:
     require_secure_aggregation: bool = False
     require_dp: bool = False
     allow_server_row_sets: bool = False
+    max_split_thresholds: int = 512
 
     def __post_init__(self) -> None:
         for name in ("min_rows", "max_rounds", "max_local_epochs", "max_evaluations", "max_score_bins",
-                     "max_releases_per_part", "period_days", "min_peers"):
+                     "max_releases_per_part", "period_days", "min_peers", "max_split_thresholds"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"disclosure policy: {name} must be a non-negative integer, got {value!r}")
@@ -493,6 +498,63 @@ def _impute_eval(policy: DisclosurePolicy, site: "Site", request: "Message") -> 
     return _charge_evaluation(policy, site, "impute:test")
 
 
+def _gbdt_classes(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """A classification start names distinct class labels, every one held by the site: a
+    dummy class (one more tree per round, each split where the server likes) is refused."""
+    params = request.meta.get("params")
+    if not isinstance(params, Mapping) or params.get("objective") == "regression":
+        return None
+    classes = request.meta.get("classes")
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes) \
+            or len(set(classes)) != len(classes):
+        return "the boosting classes must be a list of distinct class labels"
+    held = set(site.class_counts("all"))
+    foreign = [c for c in classes if c not in held]
+    if foreign:
+        return (f"the boosting request names {len(foreign)} class label(s) this site does not hold; it grows "
+                "trees only for its own classes")
+    return None
+
+
+def _gbdt_grid(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """The server's bin grid (:func:`fedtab.learn.gbdt.grid.grid_refusal`: sorted, finite, at
+    most ``max_split_thresholds`` edges a feature, inside the public bounds; under DP exactly
+    their equal-width grid), then its distinct edges per feature counted in the ledger's period
+    (at most ``max_split_thresholds``)."""
+    from ..learn.gbdt.grid import edge_keys, grid_refusal, public_grid
+    from .dp import DP_META, column_bounds
+
+    features, params = request.meta.get("features"), request.meta.get("params")
+    if not isinstance(features, list) or not isinstance(params, Mapping):
+        return None  # the handler reports the malformed request
+    dp = request.meta.get(DP_META)
+    bounds = public = None
+    if isinstance(dp, dict) and dp.get("bounds") is not None:
+        try:
+            bounds = column_bounds(dp, [str(f) for f in features])
+        except (ValueError, TypeError) as exc:
+            return str(exc)
+        max_bins = params.get("max_bins", 256)
+        if isinstance(max_bins, bool) or not isinstance(max_bins, int) or not 2 <= max_bins <= 65535:
+            return "max_bins must be an integer in 2..65535"
+        public = public_grid(*bounds, max_bins)
+    elif isinstance(dp, dict):
+        return "under differential privacy the bin grid must come from public bounds, and the request has none"
+    reason = grid_refusal(request.arrays, len(features), max_edges=policy.max_split_thresholds, bounds=bounds,
+                          public=public)
+    if reason is not None:
+        return reason
+    keys = {f"gbdt edges of {f}": v for f, v in edge_keys(request.arrays, features).items()}
+    return site.ledger.charge_distinct(keys, policy.max_split_thresholds, "bin edges (split thresholds) of feature",
+                                       cap_name="max_split_thresholds")
+
+
+def _gbdt_start(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """The setup checks, the class labels (:func:`_gbdt_classes`), then the grid (:func:`_gbdt_grid`, charged last)."""
+    return (_gbdt_setup(policy, site, request) or _gbdt_classes(policy, site, request)
+            or _gbdt_grid(policy, site, request))
+
+
 def _gbdt_setup(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
     """The agreed columns; for ``gbdt_start`` also the boosting parameters within the caps
     (``max_param`` and the compute caps, as any server-chosen model)."""
@@ -507,12 +569,31 @@ def _gbdt_setup(policy: DisclosurePolicy, site: "Site", request: "Message") -> s
     return reason
 
 
+#: what a GBDT level or importance request computes over, in its refusal
+GBDT_ROW_SETS = "tree nodes under the server's splits and bin edges"
+
+
 def _gbdt_level(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """A boosting round's first level counts as one round of the run (at most ``max_rounds``)."""
+    """A level that asks for histograms (or validation loss sums of the server's trees) is
+    computed over row sets the server chooses: plain only with ``allow_server_row_sets``
+    (:func:`server_row_set_refusal`). A level with neither (the closing one that only
+    delivers leaf values) releases nothing. A round's first level counts as one round of the
+    run (at most ``max_rounds``), charged only once the request passed every other check."""
     nodes = request.arrays.get("nodes")
-    if request.meta.get("level") == 0 and nodes is not None and np.size(nodes):
+    asks_nodes = nodes is not None and bool(np.size(nodes))
+    if asks_nodes or request.meta.get("validate"):
+        reason = server_row_set_refusal(policy, request, GBDT_ROW_SETS)
+        if reason is not None:
+            return reason
+    if request.meta.get("level") == 0 and asks_nodes:
         return _charge_run(policy, site, "gbdt_round", "boosting rounds")
     return None
+
+
+def _gbdt_importance(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """Per-site split gains are sums over the nodes of the server's splits: a plain release
+    only with ``allow_server_row_sets`` (the handler answers once per boosting run)."""
+    return server_row_set_refusal(policy, request, GBDT_ROW_SETS)
 
 
 def _gbdt_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
@@ -558,8 +639,9 @@ _CHECKS = {
     "impute_fit": _impute_fit,
     "impute_eval": _impute_eval,
     "gbdt_summary": _gbdt_setup,
-    "gbdt_start": _gbdt_setup,
+    "gbdt_start": _gbdt_start,
     "gbdt_level": _gbdt_level,
+    "gbdt_importance": _gbdt_importance,
     "gbdt_evaluate": _gbdt_evaluate,
     "gbdt_score": _gbdt_evaluate,
     "select_prepare": _select_prepare,

@@ -32,7 +32,8 @@ from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
 
-from ...learn.gbdt import BinLayout, Booster, GBDTModel, GBDTParams, base_margin, merge_summaries
+from ...learn.gbdt import (BinLayout, Booster, GBDTModel, GBDTParams, base_margin, check_site_histogram,
+                           merge_summaries)
 from ...learn.gbdt.importance import pooled_importance
 from ...learn.gbdt.pooled import as_params
 from ...learn.gbdt.release import GRID_BITS
@@ -40,7 +41,8 @@ from ...learn.metrics import SCORE_BINS
 from ...privacy.dp import DP_META, dp_request
 from ...privacy.secagg import MOMENT_BITS
 from ..messages import Message
-from ..protocol import Federation, FederationError, SumSpec, exchange, exchange_sums, run_ledger, set_quorum
+from ..protocol import (Federation, FederationError, SiteRefused, SumSpec, exchange, exchange_sums, run_ledger,
+                        set_quorum)
 from ..schema import agree_schema, sort_labels
 from ..training.site import check_part
 from .site import LEAF, SPLIT
@@ -268,7 +270,7 @@ def _start(run: _Run, classes: list[str]) -> Booster:
     width = p.n_classes if p.objective == "multiclass" else 2
     summed = exchange_sums(fed, start, SumSpec({"label_sums": MOMENT_BITS if (regression or noisy) else 0}),
                            labels_checker(fed, run.train_part, p.objective, p.n_classes, noisy=noisy),
-                           on_error=run.on_error, step="gbdt_start")
+                           on_error=run.on_error, step="gbdt_start", check_total=_labels_total(run))
     run.record("gbdt_start", start, len(summed.sites), 8 * width * len(summed.sites))
     sums = np.asarray(summed.sums["label_sums"], dtype=np.float64)
     if noisy:
@@ -294,19 +296,23 @@ def _level(run: _Run, nodes: np.ndarray, round_: int, lvl: int, validate_now: bo
         fields["val_loss"] = MOMENT_BITS
     check = level_checker(fed, layout, m, run.train_part, run.validation_part, objective=p.objective,
                           noisy=run.noisy, validating=validate_now)
-    if opts.robust:
-        replies = exchange(fed, req, check, on_error=run.on_error, step="gbdt_level")
-        hist, shares = robust_pool(replies, layout, opts.max_site_share) if m else (np.zeros((0, layout.n_slots, 2)),
-                                                                                    {})
-        run.left_out.update({s: v for s, v in shares.items() if v > opts.max_site_share})
-        val = sum(np.asarray(r.arrays["val_loss"], dtype=np.float64) for r in replies.values()) if validate_now \
-            else None
-    else:
-        out = exchange_sums(fed, req, SumSpec(fields), check, on_error=run.on_error, step="gbdt_level",
-                            check_total=lambda s, _: _total_ok(s, m, layout))
-        hist = out.sums.get("hist", np.zeros((0, layout.n_slots, 2))).reshape(m, layout.n_slots, 2)
-        val = out.sums.get("val_loss") if validate_now else None
-        replies = out.replies
+    try:
+        if opts.robust:
+            replies = exchange(fed, req, check, on_error=run.on_error, step="gbdt_level")
+            hist, shares = robust_pool(replies, layout, opts.max_site_share) if m else (
+                np.zeros((0, layout.n_slots, 2)), {})
+            run.left_out.update({s: v for s, v in shares.items() if v > opts.max_site_share})
+            val = sum(np.asarray(r.arrays["val_loss"], dtype=np.float64) for r in replies.values()) \
+                if validate_now else None
+        else:
+            out = exchange_sums(fed, req, SumSpec(fields), check, on_error=run.on_error, step="gbdt_level",
+                                check_total=_level_total(run, m, validate_now))
+            hist = out.sums.get("hist", np.zeros((0, layout.n_slots, 2))).reshape(m, layout.n_slots, 2)
+            val = out.sums.get("val_loss") if validate_now else None
+            replies = out.replies
+    except FederationError as exc:
+        _explain_row_set_refusals(fed, exc)
+        raise
     for s, r in replies.items():
         if isinstance(r.meta.get("withheld"), int) and r.meta["withheld"]:
             run.withheld[s] = run.withheld.get(s, 0) + int(r.meta["withheld"])
@@ -389,10 +395,74 @@ def importance_step(run: _Run, model: GBDTModel) -> dict[str, Any]:
 
 
 
-def _total_ok(sums: Mapping[str, np.ndarray], m: int, layout: BinLayout) -> None:
-    h = sums.get("hist")
-    if m and (h is None or h.size != m * layout.n_slots * 2 or not np.isfinite(h).all()):
-        raise ValueError("the summed level histogram does not have the requested shape")
+def _explain_row_set_refusals(federation: Federation, exc: FederationError) -> None:
+    """Raise one clear line when sites refused a level because they answer the server's tree
+    nodes only securely (their policy's ``allow_server_row_sets`` is off); else return."""
+    reasons = getattr(exc, "sites", None) or federation.dropped
+    off = sorted(s for s, r in reasons.items() if "allow_server_row_sets" in str(r))
+    if off:
+        raise SiteRefused(
+            f"plain GBDT: site(s) {', '.join(map(repr, off[:10]))}{' ...' if len(off) > 10 else ''} answer tree-node "
+            "histograms only inside a secure sum or with DP (allow_server_row_sets is off in their policy): run with "
+            "secure aggregation or DP, or have each site opt in with allow_server_row_sets = true",
+            {s: str(reasons[s]) for s in off}) from None
+
+
+def _level_total(run: _Run, m: int, validating: bool) -> Callable[[Mapping[str, np.ndarray], list[str]], None]:
+    """``check_total`` of a level's sums: what a secure sum hides per site is checked on the
+    total (:func:`~fedtab.learn.gbdt.check_site_histogram` over the summing sites' rows; the
+    validation loss ``≥ 0`` over their validation rows), so that one hostile site's poison
+    (say ``+2**40`` in its masked vector) is a :class:`FederationError` of the ``gbdt_level``
+    step, not a failure deep in the tree code."""
+    layout, p, fed = run.layout, run.params, run.federation
+    assert layout is not None
+
+    def check(sums: Mapping[str, np.ndarray], sites: list[str]) -> None:
+        schema = fed.schema
+        assert schema is not None
+        h = sums.get("hist")
+        if m:
+            if h is None or np.size(h) != m * layout.n_slots * 2:
+                raise ValueError("the summed level histogram does not have the requested shape")
+            n = sum(schema.rows(s, run.train_part) for s in sites)
+            check_site_histogram(np.asarray(h, dtype=np.float64).reshape(m, layout.n_slots, 2), layout, m, n_rows=n,
+                                 objective=p.objective, noisy=run.noisy, site="the summed level histogram",
+                                 quantum=len(sites) * 2.0 ** -GRID_BITS)
+        v = sums.get("val_loss")
+        if validating and v is not None:
+            v = np.asarray(v, dtype=np.float64).reshape(-1)
+            if v.size != 2 or not np.isfinite(v).all():
+                raise ValueError("the summed validation loss must be two finite numbers")
+            n_val = sum(schema.rows(s, run.validation_part) for s in sites) if run.validation_part else None
+            if not run.noisy and (v[0] < -1e-6 or (n_val is not None and abs(v[1] - n_val) > 0.5)):
+                raise ValueError("the summed validation loss must be [loss >= 0, the validation rows declared]")
+
+    return check
+
+
+def _labels_total(run: _Run) -> Callable[[Mapping[str, np.ndarray], list[str]], None]:
+    """``check_total`` of the start's label sums (exact unless noisy): class counts ≥ 0 summing
+    to the summing sites' rows; ``[Σy, n]`` with ``n`` those rows (binary: ``0 ≤ Σy ≤ n``)."""
+    p, fed = run.params, run.federation
+
+    def check(sums: Mapping[str, np.ndarray], sites: list[str]) -> None:
+        schema = fed.schema
+        assert schema is not None
+        s = np.asarray(sums.get("label_sums"), dtype=np.float64).reshape(-1)
+        width = p.n_classes if p.objective == "multiclass" else 2
+        if s.size != width or not np.isfinite(s).all():
+            raise ValueError(f"the summed label sums must be {width} finite numbers")
+        if run.noisy:
+            return
+        n = sum(schema.rows(x, run.train_part) for x in sites)
+        tol = 1e-6 * max(n, 1) + 1e-3
+        if p.objective == "multiclass":
+            if (s < -tol).any() or abs(s.sum() - n) > tol:
+                raise ValueError(f"the summed class counts do not count the {n} rows declared")
+        elif abs(s[1] - n) > tol or (p.objective == "binary" and not -tol <= s[0] <= n + tol):
+            raise ValueError(f"the summed label sums do not fit the {n} rows declared")
+
+    return check
 
 
 def _val_sums(val: np.ndarray | None, noisy: bool) -> np.ndarray:

@@ -146,12 +146,25 @@ def _start(site: Site, request: Message) -> Message:
                          "part": part, "validation_part": val_part, "splits": None, "started": False,
                          "min_rows": _floor(site, request), "dp": dp_run, "secure": False,
                          **_empty_record(params.n_outputs)}
-    sums = label_sums(params, y)
     dp = meta.get(DP_META)
-    if dp is not None:  # one row moves a class count by 1 (two counts when replaced), or Σy by the clip
-        sens = float(dp.get("clip", 1.0)) if regression else np.sqrt(2.0)
-        sums = add_noise(sums, sens, dp, noise_rng())
+    sums = _label_sums(params, y, dp)
     return Message("gbdt_start", {"label_sums": np.asarray(sums, dtype=np.float64)}, {"n": int(len(y))})
+
+
+def _label_sums(params: GBDTParams, y: np.ndarray, dp: Mapping[str, Any] | None) -> np.ndarray:
+    """The label sums for the intercept (:func:`~fedtab.learn.gbdt.label_sums`). Under DP the
+    site bounds a row's part first: regression labels are clipped to ``[−clip, clip]`` here,
+    so that one row moves ``[Σy, n]`` by at most ``max(2·clip, √(clip² + 1))`` (replaced,
+    added or removed); a class count moves by 1 (two counts when a row is replaced, √2)."""
+    if dp is None:
+        return np.asarray(label_sums(params, y), dtype=np.float64)
+    if params.objective == "regression":
+        c = float(dp.get("clip", 1.0))
+        yc = np.clip(np.asarray(y, dtype=np.float64), -c, c)
+        sums, sens = np.array([float(yc.sum()), float(yc.size)]), max(2.0 * c, float(np.hypot(c, 1.0)))
+    else:
+        sums, sens = np.asarray(label_sums(params, y), dtype=np.float64), float(np.sqrt(2.0))
+    return np.asarray(add_noise(sums, sens, dp, noise_rng()), dtype=np.float64)
 
 
 # ----------------------------------------------------------------------------- level
@@ -216,37 +229,55 @@ def _record(st: dict[str, Any], round_: int, splits: Mapping[str, np.ndarray]) -
                                 meta={"withheld": COUNT, "n_val": COUNT, "round": COUNT}, dp=True,
                                 dp_releases=_level_releases))
 def _level(site: Site, request: Message) -> Message:
+    """One level (module docstring). Every check runs before anything is applied: a refused
+    request (a replay, another round, malformed splits or leaves, both children of a split)
+    changes no site state."""
     st = _state(site)
     booster = _booster(site, st)
     meta = request.meta
     p = booster.params
     splits = _carried(request, SPLIT)
+    leaves = _carried(request, LEAF)
+    base = request.arrays.get("base_margin")
+    nodes = np.asarray(request.arrays.get("nodes", np.zeros((0, 2))), dtype=np.int64).reshape(-1, 2)
+    # ---- checks (nothing applied yet)
+    if meta.get("round") != booster.round + (1 if leaves else 0):
+        raise ValueError("the request is for another round than the site's (a replayed or out-of-order level)")
+    if splits:
+        _check_splits(booster, splits)
+    tree_leaves = _check_leaves(booster, leaves) if leaves else None
+    if base is not None:  # the intercept, once, before the first round
+        if booster.round != 0 or st["started"] or leaves:
+            raise ValueError("the intercept may only be set before the first round")
+        base = np.asarray(base, dtype=np.float32).reshape(-1)
+        if base.shape != (p.n_outputs,) or not np.isfinite(base).all():
+            raise ValueError(f"base_margin must be {p.n_outputs} finite numbers")
+    started = st["started"] and not leaves
+    new_round = bool(nodes.size) and meta.get("level") == 0 and not started
+    if nodes.size and not new_round and not started:
+        raise ValueError("a level request before the round's first level")
+    if nodes.size and not new_round:
+        last = splits or st.get("splits") or None
+        if last is not None:  # with the nodes this level already released (a second request for the sibling)
+            seen = np.zeros((0, 2), np.int64) if splits else np.asarray(st.get("released") or [],
+                                                                          dtype=np.int64).reshape(-1, 2)
+            check_request(np.vstack([seen, nodes]), last["left"], last["right"], last["tree"])
+    # ---- apply
     if splits:
         booster.apply(splits)
         st["splits"], st["released"] = splits, []
         _record(st, booster.round, splits)
-    leaves = _carried(request, LEAF)
-    if leaves:
-        values, ptr = np.asarray(leaves["values"], dtype=np.float32), np.asarray(leaves["ptr"], dtype=np.int64)
-        if ptr.shape != (p.n_outputs + 1,) or ptr[0] != 0 or ptr[-1] != values.size or (np.diff(ptr) < 1).any():
-            raise ValueError("leaf values must come as one array per tree of the round")
-        if not np.isfinite(values).all() or np.abs(values).max(initial=0) > 1e6:
-            raise ValueError("leaf values must be finite and at most 1e6 in magnitude")
-        booster.finish_round([values[ptr[k]:ptr[k + 1]] for k in range(p.n_outputs)])
+    if tree_leaves is not None:
+        values = np.asarray(leaves["values"], dtype=np.float32)
+        booster.finish_round(tree_leaves)
         st["grown_leaves"] = np.concatenate([st["grown_leaves"], values])
-        st["grown_leaf_ptr"] = np.r_[st["grown_leaf_ptr"], st["grown_leaf_ptr"][-1] + ptr[1:]]
+        st["grown_leaf_ptr"] = np.r_[st["grown_leaf_ptr"], st["grown_leaf_ptr"][-1] + np.asarray(leaves["ptr"])[1:]]
         st["started"] = False
-    base = request.arrays.get("base_margin")
-    if base is not None:  # the intercept, once, before the first round
-        if booster.round != 0 or st["started"]:
-            raise ValueError("the intercept may only be set before the first round")
-        b = np.asarray(base, dtype=np.float32).reshape(-1)
-        if b.shape != (p.n_outputs,) or not np.isfinite(b).all():
-            raise ValueError(f"base_margin must be {p.n_outputs} finite numbers")
-        booster.margins[:] = b[None, :]
-        st["base_margin"] = b
+    if base is not None:
+        booster.margins[:] = base[None, :]
+        st["base_margin"] = base
         if booster.val_margins is not None:
-            booster.val_margins[:] = b[None, :]
+            booster.val_margins[:] = base[None, :]
     out: dict[str, np.ndarray] = {}
     reply_meta: dict[str, Any] = {"round": int(booster.round)}
     dp = meta.get(DP_META)
@@ -256,26 +287,15 @@ def _level(site: Site, request: Message) -> Message:
         if booster.val_margins is None:
             out["val_loss"], reply_meta["n_val"] = np.zeros(2), 0
         else:
-            sums = booster.validation_sums()
-            if dp is not None:
-                sums = add_noise(sums, np.hypot(_MAX_ROW_LOSS, 1.0), dp, noise_rng())  # a row's loss <= 36.85
-            out["val_loss"], reply_meta["n_val"] = np.asarray(sums, dtype=np.float64), int(booster.y_val.size)
-    nodes = np.asarray(request.arrays.get("nodes", np.zeros((0, 2))), dtype=np.int64).reshape(-1, 2)
-    if meta.get("round") != booster.round:
-        raise ValueError("the request is for another round than the site's")
+            out["val_loss"], reply_meta["n_val"] = _validation_sums(booster, dp), int(booster.y_val.size)
     if nodes.size:
-        if meta.get("level") == 0 and not st["started"]:
+        if new_round:
             booster.start_round()
             if dp is not None and p.objective == "regression":  # bounded gradients for the sensitivity
                 c = float(dp.get("clip", 1.0))
                 booster.grad = np.clip(booster.grad, -c, c).astype(np.float32)
             st["started"], st["splits"], st["released"] = True, None, []
-        elif not st["started"]:
-            raise ValueError("a level request before the round's first level")
         last = st.get("splits") or None
-        if last is not None:  # with the nodes this level already released (a second request for the sibling)
-            seen = np.asarray(st.get("released") or [], dtype=np.int64).reshape(-1, 2)
-            check_request(np.vstack([seen, nodes]), last["left"], last["right"], last["tree"])
         st["released"] = [*(st.get("released") or []), *nodes.tolist()]
         hist, counts = booster.histograms_and_counts(nodes)
         if dp is not None:
@@ -290,6 +310,69 @@ def _level(site: Site, request: Message) -> Message:
     st["booster"] = booster.to_state()
     site.state[LIVE] = (st["booster"], booster)
     return Message("gbdt_level", out, reply_meta)
+
+
+def _check_splits(booster: SiteBooster, splits: Mapping[str, np.ndarray]) -> None:
+    """A level's split message (:data:`~fedtab.learn.gbdt.grow.SPLIT_MESSAGE`): equal-length
+    integer arrays naming trees, features and bins that exist.
+
+    Raises:
+        ValueError: otherwise.
+    """
+    need = ("tree", "node", "feature", "bin", "default_left", "left", "right")
+    if set(splits) != set(need):
+        raise ValueError(f"a level's splits must carry exactly {list(need)}")
+    a = {k: np.asarray(splits[k]) for k in need}
+    n = a["tree"].size
+    if any(v.ndim != 1 or v.size != n or v.dtype.kind not in "iub" for v in a.values()):
+        raise ValueError("a level's splits must be equal-length 1-d integer arrays")
+    if not n:
+        return
+    lay = booster.layout
+    feat, b = a["feature"].astype(np.int64), a["bin"].astype(np.int64)
+    if (a["tree"].min() < 0 or a["tree"].max() >= booster.params.n_outputs or feat.min() < 0
+            or feat.max() >= lay.n_features or a["node"].min() < 0 or a["left"].min() < 0 or a["right"].min() < 0):
+        raise ValueError("a split names a tree, node or feature that does not exist")
+    if (b < -1).any() or (b >= lay.n_bins[feat]).any():
+        raise ValueError("a split names a bin outside the agreed grid")
+
+
+def _check_leaves(booster: SiteBooster, leaves: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """One round's leaf values as one array per tree, each covering its tree's nodes.
+
+    Raises:
+        ValueError: a pointer that does not give one array per tree, non-finite or huge values,
+            or a tree whose values do not cover the nodes its rows are in.
+    """
+    p = booster.params
+    values, ptr = np.asarray(leaves.get("values"), dtype=np.float32), np.asarray(leaves.get("ptr"), dtype=np.int64)
+    if ptr.shape != (p.n_outputs + 1,) or ptr[0] != 0 or ptr[-1] != values.size or (np.diff(ptr) < 1).any():
+        raise ValueError("leaf values must come as one array per tree of the round")
+    if not np.isfinite(values).all() or np.abs(values).max(initial=0) > 1e6:
+        raise ValueError("leaf values must be finite and at most 1e6 in magnitude")
+    out = [values[ptr[k]:ptr[k + 1]] for k in range(p.n_outputs)]
+    for k, v in enumerate(out):
+        for pos in (booster.positions, booster.val_positions):
+            if pos is not None and pos[k].size and pos[k].max() >= v.size:
+                raise ValueError(f"leaf values of tree {k} do not cover the rows' nodes")
+    return out
+
+
+def _validation_sums(booster: SiteBooster, dp: Mapping[str, Any] | None) -> np.ndarray:
+    """``[loss sum, n]`` of the site's validation rows; under DP each row's loss is bounded
+    (classification: −ln 1e-16; regression: the squared error clipped at ``clip²``) and the
+    sums noised with that sensitivity."""
+    sums = booster.validation_sums()
+    if dp is None:
+        return np.asarray(sums, dtype=np.float64)
+    if booster.params.objective == "regression":
+        c = float(dp.get("clip", 1.0))
+        err = (booster.val_margins[:, 0].astype(np.float64) - np.asarray(booster.y_val, dtype=np.float64)) ** 2
+        sums = np.array([float(np.minimum(err, c * c).sum()), float(err.size)])
+        sens = float(np.hypot(c * c, 1.0))
+    else:
+        sens = float(np.hypot(_MAX_ROW_LOSS, 1.0))
+    return np.asarray(add_noise(sums, sens, dp, noise_rng()), dtype=np.float64)
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -383,8 +466,11 @@ def _importance(site: Site, request: Message) -> Message:
     (``suppressed`` counts them).
 
     Refused (an error reply) after a secure or DP run (a per-site number is what those runs
-    keep from the server), when the site's policy requires secure aggregation or DP, and for
-    more rounds than the site grew.
+    keep from the server), when the site's policy requires secure aggregation or DP, for
+    more rounds than the site grew, and a second time in one boosting run (the server asks
+    once, for the kept rounds: answers for ``r`` and ``r + 1`` rounds would give one round's
+    gains). A plain release over the server's splits: the policy refuses it unless the site
+    opted in (``allow_server_row_sets``).
     """
     st = _state(site)
     if st.get("secure") or st.get("dp") or site.policy.require_secure_aggregation or site.policy.require_dp:
@@ -393,9 +479,12 @@ def _importance(site: Site, request: Message) -> Message:
     rounds = request.meta.get("rounds")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
         raise ValueError("the request must name the rounds to count (a non-negative integer)")
+    if st.get("importance_released"):
+        raise ValueError("this site releases its importance once per boosting run (for the kept rounds); it did")
     booster = _booster(site, st)
     if rounds > booster.round:
         raise ValueError("the request asks for more rounds than the site grew")
     out = site_gains(booster.bins, booster.y, booster.layout, booster.params, st["base_margin"], st["grown"],
                      st["grown_leaves"], st["grown_leaf_ptr"], rounds, int(st["min_rows"]))
+    st["importance_released"] = True  # once per run: gains for r and r + 1 rounds would give one round's
     return Message("gbdt_importance", {"gain": out.total}, {"n": int(booster.y.size), "suppressed": out.suppressed})

@@ -141,16 +141,13 @@ def payload_bytes(message: Message) -> int:
 
 
 def public_edges(dp: Mapping[str, Any], features: list[str], max_bins: int) -> BinLayout:
-    """Equal-width edges inside each feature's public DP bounds (no site data is used).
+    """Equal-width edges inside each feature's public DP bounds (no site data is used;
+    :func:`~fedtab.learn.gbdt.grid.public_grid`, the grid a site checks under DP).
 
     Raises:
         ValueError: a feature without public bounds.
     """
+    from ...learn.gbdt.grid import public_grid
     from ...privacy.dp import column_bounds
 
-    lo, hi = column_bounds(dp, features)
-    edges = []
-    for a, b in zip(lo.tolist(), hi.tolist()):
-        e = np.unique(np.linspace(a, b, max_bins + 1)[1:-1].astype(np.float32)) if b > a else np.zeros(0, np.float32)
-        edges.append(e)
-    return BinLayout(edges)
+    return BinLayout(public_grid(*column_bounds(dp, features), max_bins))

@@ -284,15 +284,16 @@ class GBDTModel:
                    best_iteration=best, layout=layout)
 
     # ----------------------------------------------------------------- export
-    def to_xgboost(self):
-        """An ``xgboost.Booster`` with the same trees (needs the ``xgboost`` extra); see
-        :func:`~.xgboost_export.to_xgboost`."""
+    def to_xgboost(self, *, keep_cover: bool = False):
+        """An ``xgboost.Booster`` with the same trees (needs the ``xgboost`` extra; each node's
+        cover masked to 1.0 unless ``keep_cover``); see :func:`~.xgboost_export.to_xgboost`."""
         from .xgboost_export import to_xgboost
 
-        return to_xgboost(self)
+        return to_xgboost(self, keep_cover=keep_cover)
 
-    def to_xgboost_json(self) -> dict[str, Any]:
-        """XGBoost's JSON model document (no xgboost needed); see :mod:`.xgboost_export`."""
+    def to_xgboost_json(self, *, keep_cover: bool = False) -> dict[str, Any]:
+        """XGBoost's JSON model document (no xgboost needed; cover masked unless ``keep_cover``);
+        see :mod:`.xgboost_export`."""
         from .xgboost_export import xgboost_json
 
-        return xgboost_json(self)
+        return xgboost_json(self, keep_cover=keep_cover)

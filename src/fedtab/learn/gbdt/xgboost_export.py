@@ -10,6 +10,13 @@ one-to-one: the same node ids, ``split_indices``/``split_conditions`` (go left i
 (XGBoost takes its logit, so the margin may differ from fedtab's by float32 rounding,
 ~1e-7), the margins themselves otherwise.
 
+**Cover is masked by default.** A node's ``sum_hessian`` (its cover: the hessian mass of the
+federation's rows in it) lets the TimberStrike attack reconstruct training rows from an
+exported model; like NVIDIA FLARE's federated XGBoost, the export writes ``1.0`` for every
+node unless the caller passes ``keep_cover=True``. Predictions do not use it; XGBoost's
+``cover``/``total_cover`` importance and SHAP values (``pred_contribs``) do, and are then
+meaningless (gain importance is unchanged).
+
 :func:`write_xgboost_json` writes the file (for ``fedtab export MODEL --format xgboost``);
 :func:`to_xgboost` loads the document into a Booster (import of xgboost only there).
 """
@@ -42,7 +49,7 @@ def _f32_text(v: float) -> str:
     return str(np.float32(v))  # shortest text that reads back as the same float32
 
 
-def _tree_json(model: "GBDTModel", t: int) -> dict[str, Any]:
+def _tree_json(model: "GBDTModel", t: int, keep_cover: bool) -> dict[str, Any]:
     nodes = model.tree(t)
     n = nodes["left"].size
     leaf = nodes["left"] < 0
@@ -62,14 +69,15 @@ def _tree_json(model: "GBDTModel", t: int) -> dict[str, Any]:
         "split_conditions": _f32(np.where(leaf, nodes["value"], nodes["threshold"])),
         "split_indices": [int(v) for v in np.where(leaf, 0, nodes["feature"])],
         "split_type": [0] * n,
-        "sum_hessian": _f32(nodes["cover"]),
+        "sum_hessian": _f32(nodes["cover"] if keep_cover else np.ones(n, dtype=np.float32)),
         "tree_param": {"num_deleted": "0", "num_feature": str(model.n_features), "num_nodes": str(n),
                        "size_leaf_vector": "1"},
     }
 
 
-def xgboost_json(model: "GBDTModel") -> dict[str, Any]:
-    """XGBoost's JSON model document of ``model`` (a dict; ``json.dumps`` it to write)."""
+def xgboost_json(model: "GBDTModel", *, keep_cover: bool = False) -> dict[str, Any]:
+    """XGBoost's JSON model document of ``model`` (a dict; ``json.dumps`` it to write); every
+    node's ``sum_hessian`` is 1.0 unless ``keep_cover`` (module docstring)."""
     p = model.params
     K = p.n_outputs
     if p.objective == "binary":
@@ -94,7 +102,7 @@ def xgboost_json(model: "GBDTModel") -> dict[str, Any]:
                     "gbtree_model_param": {"num_parallel_tree": "1", "num_trees": str(model.n_trees)},
                     "iteration_indptr": [int(i) for i in range(0, model.n_trees + 1, K)],
                     "tree_info": [int(c) for c in model.tree_class],
-                    "trees": [_tree_json(model, t) for t in range(model.n_trees)],
+                    "trees": [_tree_json(model, t, keep_cover) for t in range(model.n_trees)],
                 },
                 "name": "gbtree",
             },
@@ -111,21 +119,22 @@ def xgboost_json(model: "GBDTModel") -> dict[str, Any]:
     }
 
 
-def write_xgboost_json(model: "GBDTModel", path: str | Path) -> Path:
-    """Write :func:`xgboost_json` to ``path`` (``xgboost.Booster(model_file=path)`` reads it).
+def write_xgboost_json(model: "GBDTModel", path: str | Path, *, keep_cover: bool = False) -> Path:
+    """Write :func:`xgboost_json` to ``path`` (``xgboost.Booster(model_file=path)`` reads it;
+    cover masked unless ``keep_cover``).
 
     Returns the path; raises ``OSError`` when it cannot be written.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(xgboost_json(model)))
+    path.write_text(json.dumps(xgboost_json(model, keep_cover=keep_cover)))
     return path
 
 
-def to_xgboost(model: "GBDTModel"):
+def to_xgboost(model: "GBDTModel", *, keep_cover: bool = False):
     """An ``xgboost.Booster`` of ``model``: ``predict(DMatrix(X))`` on the model's input columns
     equals :meth:`~.model.GBDTModel.predict_proba` (positive-class column for binary) /
-    ``predict`` for regression, within float32 rounding.
+    ``predict`` for regression, within float32 rounding (cover masked unless ``keep_cover``).
 
     Raises:
         ImportError: xgboost is not installed (``pip install 'fedtab[xgboost]'``).
@@ -135,5 +144,5 @@ def to_xgboost(model: "GBDTModel"):
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("to_xgboost needs xgboost: pip install 'fedtab[xgboost]'") from exc
     booster = xgboost.Booster()
-    booster.load_model(bytearray(json.dumps(xgboost_json(model)).encode()))
+    booster.load_model(bytearray(json.dumps(xgboost_json(model, keep_cover=keep_cover)).encode()))
     return booster

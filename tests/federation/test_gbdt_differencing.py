@@ -1,0 +1,219 @@
+"""A curious server against the GBDT messages (issue 28): split and bin-edge differencing,
+dummy classes, threshold sweeps, replays, a hostile site's poison and DP regression labels.
+
+Each test asserts that nothing computed over fewer than ``min_rows`` of a site's rows comes
+back: a default site refuses plain answers over the server's tree nodes (nothing released),
+answers them inside a secure sum (only pooled sums), and keeps its grid, class and threshold
+rules whatever the server sends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedtab.engines.local import LocalFederation
+from fedtab.federation.gbdt import run_gbdt
+from fedtab.federation.messages import Message
+from fedtab.federation.protocol import FederationError, SiteRefused, set_options
+from fedtab.federation.site import Site
+from fedtab.learn.gbdt import BinLayout, GBDTParams
+from fedtab.learn.gbdt.grid import public_grid
+from tests.builders import classification_parts, gbdt_parts, make_sites
+
+FAST = {"n_trees": 3, "max_depth": 3, "max_bins": 32}
+FEATS = ["f0", "f1", "f2"]
+
+
+def _table() -> pd.DataFrame:
+    _, parts = classification_parts(300, 3, 2, 0, (1.0,), seed=11)
+    return parts[0]
+
+
+def _start(site: Site, edges: list, classes=("0", "1"), params=None, **meta) -> Message:
+    return site.handle(Message("gbdt_start", BinLayout(edges).to_arrays(),
+                               {"features": FEATS, "part": "train", "classes": list(classes),
+                                "params": params or GBDTParams().to_dict(), **meta}))
+
+
+def _level(site: Site, nodes, round_=0, level=0, **arrays) -> Message:
+    return site.handle(Message("gbdt_level", {"nodes": np.asarray(nodes, np.int32).reshape(-1, 2), **arrays},
+                               {"round": round_, "level": level}))
+
+
+def _around(x: float) -> np.ndarray:
+    """Two float32 edges bracketing one value: a bin that holds that row alone."""
+    v = np.float32(x)
+    return np.array([np.nextafter(v, np.float32(-np.inf)), np.nextafter(v, np.float32(np.inf))], np.float32)
+
+
+# ----------------------------------------------------------------------------- split / bin-edge differencing
+def test_split_and_bin_edge_differencing_against_a_default_site_is_refused():
+    """The probe: a crafted grid isolating one row, then the root's histogram. A default site
+    (min_rows 10, no opt-in) refuses the level: no histogram, no count, nothing to difference."""
+    table = _table()
+    site = Site("s", table, "target")
+    x0 = np.sort(site.rows("train")["f0"].to_numpy())
+    assert _start(site, [_around(x0[150]), np.array([0.0], np.float32), np.array([0.0], np.float32)]).kind \
+        == "gbdt_start"
+    for nodes in ([[0, 0]], [[0, 1]]):
+        reply = _level(site, nodes)
+        assert reply.is_refusal and "allow_server_row_sets" in reply.meta["reason"]
+        assert not reply.arrays
+    # the validation loss of the server's trees is a release over its row sets too
+    reply = site.handle(Message("gbdt_level", {"nodes": np.zeros((0, 2), np.int32)},
+                                {"round": 0, "level": 0, "validate": True}))
+    assert reply.is_refusal and not reply.arrays
+
+
+def test_a_plain_run_on_sites_that_did_not_opt_in_fails_in_one_line_naming_the_setting():
+    with pytest.raises(SiteRefused) as info:
+        run_gbdt(LocalFederation(make_sites(gbdt_parts(4))), None, params=FAST)
+    text = str(info.value)
+    assert "\n" not in text and "allow_server_row_sets" in text and "secure aggregation" in text
+    assert set(info.value.refusals) == {"s0", "s1", "s2"}
+
+
+def test_the_same_probe_under_secure_aggregation_gives_only_pooled_sums_and_the_same_trees():
+    """Default sites answer inside a secure sum: the server sees each level only summed over
+    the three sites (no per-site count either), and the trees are those of a plain run whose
+    sites opted in, bit for bit."""
+    parts = gbdt_parts(4)
+    seen: list[Message] = []
+
+    class Recording(LocalFederation):
+        def ask(self, requests, *args, **kwargs):
+            replies = super().ask(requests, *args, **kwargs)
+            seen.extend(r for r in replies.values() if r.kind == "gbdt_level")
+            return replies
+
+    secure_fed = Recording(make_sites(parts))
+    set_options(secure_fed, secure_aggregation=True)
+    secure = run_gbdt(secure_fed, None, params=FAST)
+    plain = run_gbdt(LocalFederation(make_sites(parts, policy={"allow_server_row_sets": True})), None, params=FAST)
+    A, B = secure.model.to_arrays(), plain.model.to_arrays()
+    for k in A:
+        np.testing.assert_array_equal(A[k], B[k], err_msg=k)
+    assert seen and all("hist" not in r.arrays and "withheld" not in r.meta for r in seen)
+    assert all(set(r.arrays) <= {"secagg:y", "secagg:shares", "secagg:share_hashes"} for r in seen)
+
+
+# ----------------------------------------------------------------------------- the grid
+@pytest.mark.parametrize("edges, match", [
+    ([np.array([1.0, 0.0], np.float32)], "increase strictly"),
+    ([np.array([0.0, np.inf], np.float32)], "non-finite"),
+    ([np.arange(600, dtype=np.float32)], "more than the site's cap"),
+])
+def test_a_crafted_grid_is_refused(edges, match):
+    site = Site("s", _table(), "target", policy={"allow_server_row_sets": True})
+    arrays = {"edges": np.concatenate(edges + [np.zeros(1, np.float32)] * 2),
+              "edge_ptr": np.array([0, edges[0].size, edges[0].size + 1, edges[0].size + 2])}
+    reply = site.handle(Message("gbdt_start", arrays, {"features": FEATS, "part": "train", "classes": ["0", "1"],
+                                                       "params": GBDTParams().to_dict()}))
+    assert reply.is_refusal and match in reply.meta["reason"]
+    assert "gbdt" not in site.state  # refused before the site binned anything
+
+
+def test_a_threshold_sweep_over_many_runs_is_capped_per_feature_per_period():
+    """Bin-edge differencing: the same row bracketed by edges moved a little in every run. The
+    ledger counts the distinct edges each feature was binned at; past max_split_thresholds
+    the site refuses the grid, and repeating an accepted grid costs nothing."""
+    cap = 40
+    site = Site("s", _table(), "target", policy={"allow_server_row_sets": True, "max_split_thresholds": cap})
+    x0 = np.sort(site.rows("train")["f0"].to_numpy())
+    other = [np.array([0.0], np.float32)] * 2
+    accepted = set()
+    for i in range(60):
+        edges = _around(x0[100 + i])
+        reply = _start(site, [edges, *other])
+        if reply.is_refusal:
+            assert "max_split_thresholds" in reply.meta["reason"]
+            continue
+        accepted.update(edges.tolist())
+    assert len(accepted) <= cap  # at most cap distinct thresholds of f0 in the period
+    assert 30 <= len(accepted)  # honest-looking runs went through until the cap
+    assert _start(site, [_around(x0[100]), *other]).kind == "gbdt_start"  # a grid already counted: free
+
+
+def test_under_dp_the_grid_must_be_the_public_equal_width_grid():
+    site = Site("s", _table(), "target")
+    params = GBDTParams(max_bins=8).to_dict()
+    dp = {"z": 50.0, "bounds": [-5.0, 5.0], "clip": 1.0}
+    crafted = _start(site, [_around(0.3), np.array([0.0], np.float32), np.array([0.0], np.float32)], params=params,
+                     dp=dp)
+    assert crafted.is_refusal and "public bounds" in crafted.meta["reason"]
+    outside = _start(site, [np.array([7.0], np.float32)] * 3, params=params, dp={**dp, "bounds": None})
+    assert outside.is_refusal
+    public = public_grid([-5.0] * 3, [5.0] * 3, 8)
+    ok = _start(site, public, params=params, dp=dp)
+    assert ok.kind == "gbdt_start", ok.meta
+
+
+# ----------------------------------------------------------------------------- dummy classes
+@pytest.mark.parametrize("classes", [["0", "1", "dummy"], ["0", "0"], ["0", "1", "2", "3"]])
+def test_dummy_class_labels_are_refused(classes):
+    """K dummy classes would grow K trees per charged round, each splitting where the server likes."""
+    site = Site("s", _table(), "target", policy={"allow_server_row_sets": True})
+    params = GBDTParams(objective="multiclass", n_classes=len(classes)).to_dict()
+    reply = _start(site, [np.array([0.0], np.float32)] * 3, classes=classes, params=params)
+    assert reply.is_refusal and "class" in reply.meta["reason"]
+    assert "gbdt" not in site.state
+
+
+# ----------------------------------------------------------------------------- replay
+def test_a_replayed_closing_level_is_refused_before_it_applies_the_leaf_values():
+    site = Site("s", _table(), "target", policy={"allow_server_row_sets": True})
+    assert _start(site, [np.array([0.0], np.float32)] * 3).kind == "gbdt_start"
+    assert _level(site, [[0, 0]]).kind == "gbdt_level"
+    split = {"split:tree": np.array([0]), "split:node": np.array([0]), "split:feature": np.array([0]),
+             "split:bin": np.array([0]), "split:default_left": np.array([False]),
+             "split:left": np.array([1]), "split:right": np.array([2])}
+    leaves = {"leaf:values": np.array([0.0, 0.3, -0.1], np.float32), "leaf:ptr": np.array([0, 3])}
+    closing = Message("gbdt_level", {"nodes": np.zeros((0, 2), np.int32), **split, **leaves}, {"round": 1, "level": 0})
+    assert site.handle(closing).kind == "gbdt_level"
+    before = {k: np.array(v, copy=True) for k, v in site.state["gbdt"]["booster"].items() if isinstance(v, np.ndarray)}
+    record = np.array(site.state["gbdt"]["grown"], copy=True)
+    again = site.handle(closing)
+    assert again.is_error and "another round" in again.meta["error"]
+    after = site.state["gbdt"]["booster"]
+    for k, v in before.items():
+        np.testing.assert_array_equal(after[k], v, err_msg=k)  # margins, positions: unchanged
+    np.testing.assert_array_equal(site.state["gbdt"]["grown"], record)
+    assert int(site.state["gbdt"]["booster"]["round"]) == 1
+
+
+# ----------------------------------------------------------------------------- poison
+class _Poison(Site):
+    """Adds 2**40 to every entry of its masked level vector (a hostile site inside a secure sum)."""
+
+    def handle(self, request: Message) -> Message:
+        reply = super().handle(request)
+        if request.kind == "gbdt_level" and "secagg:y" in reply.arrays:
+            y = np.asarray(reply.arrays["secagg:y"], dtype=np.uint64) + np.uint64(2**40)
+            return Message(reply.kind, {**reply.arrays, "secagg:y": y}, reply.meta)
+        return reply
+
+
+def test_a_poisoned_secure_sum_is_a_federation_error_naming_the_level_step():
+    parts = gbdt_parts(4)
+    fed = LocalFederation([*make_sites(parts[:2]), _Poison("evil", parts[2], "target")])
+    set_options(fed, secure_aggregation=True)
+    with pytest.raises(FederationError, match="gbdt_level step: the summed values are implausible"):
+        run_gbdt(fed, None, params=FAST)
+
+
+# ----------------------------------------------------------------------------- DP regression
+def test_dp_regression_clips_the_labels_at_the_site():
+    """With clip = 1e-9 the released Σy holds at most n·1e-9 of the labels (before: Σy exactly)."""
+    table = _table().assign(target=lambda t: 1000.0 + t["f0"])
+    site = Site("s", table, "target")
+    n = site.n_rows("train")
+    params = GBDTParams(objective="regression", max_bins=8).to_dict()
+    dp = {"z": 1.0, "bounds": [-5.0, 5.0], "clip": 1e-9}
+    reply = site.handle(Message("gbdt_start", BinLayout(public_grid([-5.0] * 3, [5.0] * 3, 8)).to_arrays(),
+                                {"features": FEATS, "part": "train", "params": params, "dp": dp}))
+    assert reply.kind == "gbdt_start", reply.meta
+    s = reply.arrays["label_sums"]
+    true_sum = float(site.rows("train")["target"].sum())
+    assert true_sum > 1000 * n * 0.9
+    assert abs(s[0]) < 50  # the noise (z ≥ 1 at sensitivity ~1), never ~1000 per row
