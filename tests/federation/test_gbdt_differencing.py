@@ -150,14 +150,28 @@ def test_under_dp_the_grid_must_be_the_public_equal_width_grid():
 
 
 # ----------------------------------------------------------------------------- dummy classes
-@pytest.mark.parametrize("classes", [["0", "1", "dummy"], ["0", "0"], ["0", "1", "2", "3"]])
-def test_dummy_class_labels_are_refused(classes):
-    """K dummy classes would grow K trees per charged round, each splitting where the server likes."""
+@pytest.mark.parametrize("classes", [["0", "0"], ["a", "b", "c"], [0, 1]])
+def test_class_lists_that_are_not_distinct_labels_or_hold_none_of_the_sites_are_refused(classes):
     site = Site("s", _table(), "target", policy={"allow_server_row_sets": True})
     params = GBDTParams(objective="multiclass", n_classes=len(classes)).to_dict()
     reply = _start(site, [np.array([0.0], np.float32)] * 3, classes=classes, params=params)
     assert reply.is_refusal and "class" in reply.meta["reason"]
     assert "gbdt" not in site.state
+
+
+def test_dummy_classes_grow_no_more_trees_than_max_rounds():
+    """K dummy classes would grow K trees per charged round, each splitting where the server
+    likes; every tree is charged as a round, so a binary site answers at most max_rounds
+    trees whatever the class list (a class it does not hold is label skew, accepted)."""
+    cap = 7
+    classes = ["0", "1", *[f"dummy{i}" for i in range(4)]]  # 6 trees a round
+    site = Site("s", _table(), "target", policy={"allow_server_row_sets": True, "max_rounds": cap})
+    params = GBDTParams(objective="multiclass", n_classes=len(classes)).to_dict()
+    assert _start(site, [np.array([0.0], np.float32)] * 3, classes=classes, params=params).kind == "gbdt_start"
+    first = _level(site, [[k, 0] for k in range(len(classes))])
+    assert not first.is_refusal
+    second = _level(site, [[k, 0] for k in range(len(classes))], round_=1)
+    assert second.is_refusal and "max_rounds" in second.meta["reason"]  # 6 + 6 trees > 7
 
 
 # ----------------------------------------------------------------------------- replay

@@ -499,8 +499,10 @@ def _impute_eval(policy: DisclosurePolicy, site: "Site", request: "Message") -> 
 
 
 def _gbdt_classes(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """A classification start names distinct class labels, every one held by the site: a
-    dummy class (one more tree per round, each split where the server likes) is refused."""
+    """A classification start names distinct class labels, at least one of them held by the
+    site. A label the site does not hold is accepted (label skew: another site holds it), but
+    buys the server nothing: every tree of a round is charged as one round of the run
+    (:func:`_gbdt_level`), so ``K`` dummy classes grow no more trees than ``max_rounds``."""
     params = request.meta.get("params")
     if not isinstance(params, Mapping) or params.get("objective") == "regression":
         return None
@@ -509,10 +511,8 @@ def _gbdt_classes(policy: DisclosurePolicy, site: "Site", request: "Message") ->
             or len(set(classes)) != len(classes):
         return "the boosting classes must be a list of distinct class labels"
     held = set(site.class_counts("all"))
-    foreign = [c for c in classes if c not in held]
-    if foreign:
-        return (f"the boosting request names {len(foreign)} class label(s) this site does not hold; it grows "
-                "trees only for its own classes")
+    if not held.intersection(classes):
+        return "the boosting request names no class label this site holds"
     return None
 
 
@@ -577,8 +577,9 @@ def _gbdt_level(policy: DisclosurePolicy, site: "Site", request: "Message") -> s
     """A level that asks for histograms (or validation loss sums of the server's trees) is
     computed over row sets the server chooses: plain only with ``allow_server_row_sets``
     (:func:`server_row_set_refusal`). A level with neither (the closing one that only
-    delivers leaf values) releases nothing. A round's first level counts as one round of the
-    run (at most ``max_rounds``), charged only once the request passed every other check."""
+    delivers leaf values) releases nothing. A round's first level counts every tree it grows
+    (one per class of a multiclass model) as one round of the run (at most ``max_rounds``),
+    charged only once the request passed every other check."""
     nodes = request.arrays.get("nodes")
     asks_nodes = nodes is not None and bool(np.size(nodes))
     if asks_nodes or request.meta.get("validate"):
@@ -586,7 +587,9 @@ def _gbdt_level(policy: DisclosurePolicy, site: "Site", request: "Message") -> s
         if reason is not None:
             return reason
     if request.meta.get("level") == 0 and asks_nodes:
-        return _charge_run(policy, site, "gbdt_round", "boosting rounds")
+        trees = np.unique(np.asarray(nodes).reshape(-1, 2)[:, 0]).size if np.ndim(nodes) else 1
+        return site.ledger.charge_run(getattr(site, "run_id", "local"), "gbdt_round", policy.max_rounds,
+                                      "boosting trees", n=max(int(trees), 1), cap_name="max_rounds")
     return None
 
 
