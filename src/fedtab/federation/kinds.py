@@ -325,7 +325,7 @@ for _kind in (
                                                "pair_count": ("pair_sx", "pair_sxx", "pair_sxy")},
                          aggregates=("shift",), meta={"columns": NAMES}, dp=True, dp_releases=7),
                 "per column pair: co-observed count, sums, sums of squares and cross-products (correlations)",
-                summed=True, summary=(_PAIRS,)),
+                summed=True, per_site=("shift",), summary=(_PAIRS,)),  # shift: the server's own, echoed
     MessageKind("impute_setup", _IMPUTE, Releases(part=None, meta={"n_train": COUNT, "n_valid": COUNT}),
                 "training and validation row counts", check=_policy._impute_setup),
     MessageKind("impute_fit", _IMPUTE,
