@@ -65,9 +65,11 @@ def test_a_handler_calling_sys_exit_is_an_error_reply_not_the_end_of_the_server(
     from fedtab.federation.site import HANDLERS, handler
 
     if "__exit__" not in HANDLERS:
+        from fedtab.federation.kinds import MessageKind, declare
         from fedtab.privacy.gate import Releases
 
-        handler("__exit__", Releases(part=None))(lambda site, request: (_ for _ in ()).throw(SystemExit(3)))
+        declare(MessageKind("__exit__", __name__, Releases(part=None), "a test's handler that calls sys.exit"))
+        handler("__exit__")(lambda site, request: (_ for _ in ()).throw(SystemExit(3)))
     fed = LocalFederation(_sites(parts, how="exit"))
     out = run_training(fed, rounds=2, min_sites=2)
     assert "SystemExit" in out.dropped["bad"]

@@ -249,12 +249,18 @@ def test_the_ledger_outlives_the_site_object(table, tmp_path):
 
 
 # ----------------------------------------------------------------------------- the gate is default-deny
-def test_a_handler_without_a_declaration_or_with_an_undeclared_release_is_refused(table):
+def test_a_handler_without_a_declaration_or_with_an_undeclared_release_is_refused(table, monkeypatch):
+    from fedtab.federation.kinds import MessageKind, declare
     from fedtab.federation.site import HANDLERS, handler
 
-    if "probe_rows" not in HANDLERS:
-        handler("probe_rows")(lambda site, request: Message("probe_rows", {"rows": site.table.to_numpy()}))
-        handler("probe_sum", Releases(part="=train", aggregates=("sum",)))(
+    rows = lambda site, request: Message("probe_rows", {"rows": site.table.to_numpy()})  # noqa: E731
+    with pytest.raises(ValueError, match="not declared"):  # no handler without a declaration
+        handler("probe_rows")(rows)
+    assert "probe_rows" not in HANDLERS
+    monkeypatch.setitem(HANDLERS, "probe_rows", rows)  # one slipped in past the registry: the gate refuses it
+    if "probe_sum" not in HANDLERS:
+        declare(MessageKind("probe_sum", __name__, Releases(part="=train", aggregates=("sum",)), "a test's sum"))
+        handler("probe_sum")(
             lambda site, request: Message("probe_sum", {"sum": np.zeros(1), "rows": site.table.to_numpy()}))
     site = _site(table)
     undeclared = site.handle(Message("probe_rows"))

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from fedtab.data import classification_table, split_rows
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import Federation, FederationError, Message, Site, run_election, run_training
+from fedtab.federation.kinds import MessageKind, declare
 from fedtab.federation.site import HANDLERS, handler
 from fedtab.privacy import shamir
 from fedtab.federation.protocol.secure_aggregator import SecureAggregator
@@ -32,7 +33,10 @@ def test_shamir_any_t_shares_recover_the_secret_and_fewer_do_not(secret, n, data
 
 
 if "probe_stats" not in HANDLERS:
-    @handler("probe_stats", Releases(part="=all", aggregates=("sum", "count"), meta={"n": COUNT}))
+    declare(MessageKind("probe_stats", __name__, Releases(part="=all", aggregates=("sum", "count"), meta={"n": COUNT}),
+                        "a test's sums of every column", summed=True))
+
+    @handler("probe_stats")
     def _probe(site: Site, request: Message) -> Message:
         x = site.table.to_numpy(dtype=float)
         return Message("probe_stats", {"sum": x.sum(0), "count": np.array([float(len(x))])}, {"n": len(x)})

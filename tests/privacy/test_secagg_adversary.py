@@ -24,17 +24,21 @@ from fedtab.errors import SiteFault
 from fedtab.engines.site_config import build_site, with_job_settings
 from fedtab.federation import Federation, FederationError, Message, Site, run_training
 from fedtab.federation.protocol import QuorumError, SiteError, SiteRefused, set_options
+from fedtab.federation.kinds import MessageKind, declare, summed_kinds
 from fedtab.federation.site import HANDLERS, handler
 from fedtab.privacy import DisclosurePolicy, shamir
 from fedtab.privacy.gate import COUNT, Releases
 from fedtab.privacy.identity import IdentityError, SiteIdentity, provision, read_key_list, signed_message
 from fedtab.federation.protocol.secure_aggregator import SecureAggregator
-from fedtab.privacy.secagg import SECAGG_META, SUMMED_KINDS, _self_mask
+from fedtab.privacy.secagg import SECAGG_META, _self_mask
 
 KIND = "adv_stats"
 
 if KIND not in HANDLERS:
-    @handler(KIND, Releases(part="=all", aggregates=("sum", "count"), meta={"n": COUNT}))
+    declare(MessageKind(KIND, __name__, Releases(part="=all", aggregates=("sum", "count"), meta={"n": COUNT}),
+                        "an adversary test's sums of every column", summed=True))
+
+    @handler(KIND)
     def _stats(site: Site, request: Message) -> Message:
         mode = site.state.get("adv_fail")
         if mode == "error":
@@ -314,7 +318,7 @@ def test_a_site_requiring_secure_aggregation_refuses_plain_sums():
                        ("impute_schema", {}), ("set_mask", {"describe": "train", "features": ["a"]})]:
         reply = site.handle(Message(kind, meta=meta))
         assert reply.is_refusal and "require_secure_aggregation" in reply.meta["reason"], kind
-    assert {"describe", "set_mask", "fit", "evaluate", "impute_fit"} <= SUMMED_KINDS
+    assert {"describe", "set_mask", "fit", "evaluate", "impute_fit"} <= summed_kinds()
     # what is not a sum is answered: the election's mask alone, the imputation column names
     assert not site.handle(Message("set_mask", meta={"features": ["a"]})).is_refusal
     assert not site.handle(Message("impute_schema", meta={"columns_only": True})).is_refusal
@@ -332,7 +336,7 @@ def test_a_site_requiring_dp_refuses_requests_without_dp():
 def test_a_site_requiring_secure_aggregation_masks_every_array():
     sites = _sites(3, policy=DisclosurePolicy(min_rows=1, require_secure_aggregation=True))
     fed = LocalFederation(sites)
-    with pytest.raises(FederationError, match="leaves reply arrays \\['count'\\] unmasked"):
+    with pytest.raises(FederationError, match="leaves summable array\\(s\\) \\['count'\\] unmasked"):
         SecureAggregator(fed).ask({s: Message(KIND) for s in fed.sites}, KIND, {"sum": None})
 
 

@@ -18,7 +18,8 @@ The estimate before the run is :func:`planned_exchanges` (what the job's plan ma
 step by step) times the deployment's measured cost of one exchange: on Flower the
 site-naming exchange the ServerApp makes before the job starts, on FLARE (whose clients
 are registered before the job, with no exchange to time) the job's first exchange, right
-after which it is printed. Only the standard library is used.
+after which it is printed. Only the standard library is used (the server's :class:`ProgressLog`
+reads the progress kinds from the kind registry, :func:`round_kinds`).
 """
 
 from __future__ import annotations
@@ -32,15 +33,19 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:  # pragma: no cover
     from ..job.spec import JobSpec
 
-__all__ = ["MARKER", "ProgressLog", "describe", "estimate_text", "parse_event", "planned_exchanges"]
+__all__ = ["MARKER", "ProgressLog", "describe", "estimate_text", "parse_event", "planned_exchanges", "round_kinds"]
 
 MARKER = "fedtab-progress"
 
-#: message kinds that are the rounds of a step: ``{kind: (step, the spec's rounds)}``
-ROUND_KINDS: dict[str, tuple[str, Callable[["JobSpec"], int]]] = {
-    "fit": ("training", lambda spec: spec.training.rounds if spec.training is not None else 0),
-    "impute_fit": ("imputation", lambda spec: spec.impute.rounds if spec.impute is not None else 0),
-}
+def round_kinds() -> dict[str, tuple[str, Callable[["JobSpec"], int]]]:
+    """Message kinds that are the rounds of a step: ``{kind: (step, the spec's rounds)}``, from
+    the kinds' declarations (:attr:`fedtab.federation.kinds.MessageKind.progress`). Imported
+    here, on the server's side only: the analyst's side (:func:`parse_event`, :func:`describe`)
+    needs the standard library alone."""
+    from ..federation.kinds import KINDS
+
+    return {name: (k.progress.step, k.progress.rounds_of) for name, k in KINDS.items() if k.progress is not None}
+
 
 _LINE = re.compile(rf"{MARKER} (\{{.{{1,1000}}\}})\s*$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -172,7 +177,7 @@ class ProgressLog:
         """An exchange of message kind ``kind`` ended: ``answered`` of ``asked`` sites replied without error."""
         event: dict[str, Any] = {"step": self.current or "exchange", "kind": kind, "answered": answered,
                                  "asked": asked}
-        step, rounds = ROUND_KINDS.get(kind, (None, None))
+        step, rounds = round_kinds().get(kind, (None, None))
         if rounds is not None and self.spec is not None and self.current in (None, step):
             self._rounds[kind] = self._rounds.get(kind, 0) + 1
             event.update(step=step, round=self._rounds[kind], rounds=rounds(self.spec))

@@ -42,9 +42,7 @@ def _standardise(X: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray
     return Z
 
 
-@handler("local_baseline", Releases(part="=test", per_class=True, aggregates=("confusion", "brier_sum", "rank_pairs"),
-                                    histograms=("score_hist",), cells={"train_counts": ()},
-                                    meta={"n_train": COUNT, SMOOTHED: FLAG}))
+@handler("local_baseline")
 def _local_baseline(site: Site, request: Message) -> Message:
     meta = request.meta
     features, classes = list(meta["features"]), [str(c) for c in meta["classes"]]

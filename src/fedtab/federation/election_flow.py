@@ -47,6 +47,7 @@ from .messages import Message
 from .observed import measured_frame
 from .protocol import Federation, exchange, run_ledger, set_quorum
 from .reduce import robust_votes
+from .kinds import declared as _declared
 from .site import Site, handler
 
 __all__ = ["ElectionOutcome", "abstention_reason", "ballot_reply", "ballots_from_replies", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
@@ -123,12 +124,10 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
 
 
 #: a ballot over the training part: the selector's mask and scores (and p-values)
-BALLOT_RELEASES = Releases(part="=train", aggregates=("mask", "scores", "pvalues"),
-                           meta={"feature_names": NAMES, "n_samples": COUNT, "selector": TEXT, "n_effective": NUMBER,
-                                 "abstain": TEXT}, dp=("mask", "scores"), dp_releases=1)
+BALLOT_RELEASES = _declared("ballot").releases  # declared in fedtab.federation.kinds
 
 
-@handler("ballot", BALLOT_RELEASES)
+@handler("ballot")
 def _ballot(site: Site, request: Message) -> Message:
     columns = request.meta.get("features")
     if columns is not None:
@@ -151,11 +150,7 @@ def _min_rows(value: Any) -> int:
     return value
 
 
-@handler("set_mask", Releases(part="describe", default_part=None, cells={"count": ("sum", "sumsq")},
-                              meta={"kept": COUNT, "held": COUNT, "describe": {"classes": LABELS, "n_train": COUNT,
-                                                                               "n_test": COUNT, "features": NAMES}},
-                              dp=True,
-                              dp_releases=lambda r: 3 if r.meta.get("describe") is not None else 0))
+@handler("set_mask")
 def _set_mask(site: Site, request: Message) -> Message:
     features = request.meta.get("features")
     if not isinstance(features, list) or not set(map(type, features)) <= {str}:

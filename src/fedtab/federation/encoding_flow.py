@@ -29,7 +29,7 @@ from .site import Site, handler, table_step
 __all__ = ["agree_categories", "encode_categories", "federated_one_hot"]
 
 
-@handler("category_sets", Releases(part="=all", meta={"categories": CATEGORIES}))
+@handler("category_sets")
 def _category_sets(site: Site, request: Message) -> Message:
     columns = request.meta.get("columns")
     if not isinstance(columns, list):
@@ -69,7 +69,7 @@ def _one_hot_table(site: Site, params: dict[str, Any]) -> Any:
     return one_hot(table, held, other=OTHER_CATEGORY, missing=np.nan if params.get("missing") == "nan" else 0.0)
 
 
-@handler("one_hot", Releases(part=None, meta={"n_columns": COUNT}))
+@handler("one_hot")
 def _one_hot(site: Site, request: Message) -> Message:
     cats = request.meta.get("categories")
     if not isinstance(cats, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)

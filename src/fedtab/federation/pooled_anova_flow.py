@@ -54,9 +54,7 @@ def class_moments(X: np.ndarray, labels: list[str]) -> dict[str, np.ndarray]:
     return {"count": count.astype(np.int64), "sum": total, "sumsq": sumsq}
 
 
-@handler("class_moments", Releases(part="part", default_part="train", per_class=True,
-                                   cells={"count": ("sum", "sumsq")}, aggregates=("n_class",),
-                                   meta={"classes": LABELS, "feature_names": NAMES, "n": COUNT}))
+@handler("class_moments")
 def _class_moments(site: Site, request: Message) -> Message:
     features = site.feature_names
     X, y = site_matrix(site, features, str(request.meta.get("part") or "train"))

@@ -47,10 +47,7 @@ ID_MIN_ROWS = 50
 MAX_LEVELS = 20
 
 
-@handler("job_profile", Releases(part="=all", cells={"observed": ("low", "high")}, aggregates=("integer", "unique"),
-                                 meta={"columns": NAMES, "kinds": STRUCT, "classes": LABELS, "rows": COUNT,
-                                       "unlabelled": COUNT, "train": COUNT, "test": COUNT, "selector": TEXT,
-                                       "levels": CATEGORIES}))
+@handler("job_profile")
 def _profile(site: Site, request: Message) -> Message:
     """Column names and kinds, integer flags and coarse ranges of numeric columns, row counts."""
     feats = site.feature_names
@@ -103,7 +100,7 @@ def _roles_table(site: Site, params: dict[str, Any]) -> pd.DataFrame:
     return table
 
 
-@handler("column_roles", Releases(part=None, meta={"n_columns": COUNT}))
+@handler("column_roles")
 def _column_roles(site: Site, request: Message) -> Message:
     params = {k: request.meta.get(k) for k in ("drop", "categorical")}
     if not all(isinstance(v, list) and all(isinstance(c, str) for c in v) for v in params.values()):

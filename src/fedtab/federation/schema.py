@@ -479,7 +479,7 @@ def _register_handler() -> None:
 
     from ..privacy.gate import Releases
 
-    @handler("schema", Releases(part=None))
+    @handler("schema")
     def _schema(site: "Site", request: Message) -> Message:
         """The stand-alone ``"schema"`` step: the declaration is added by ``Site.handle``."""
         return Message("schema")

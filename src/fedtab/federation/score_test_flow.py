@@ -95,7 +95,7 @@ def _score_part(site: Site, request: Message) -> str:
     return str((site.state.get("score_setup") or {}).get("part", "train"))
 
 
-@handler("score_sums", Releases(part=_score_part, aggregates=(*NEWTON_KEYS, *SCORE_KEYS), meta={"n": COUNT}))
+@handler("score_sums")
 def _score_sums(site: Site, request: Message) -> Message:
     carried = request.meta.get("setup")
     if carried is not None:  # the first request carries the setup (no separate exchange)

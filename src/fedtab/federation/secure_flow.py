@@ -20,7 +20,7 @@ from .site import Site, handler
 __all__: list[str] = []
 
 
-@handler("secagg_keys", Releases(part=None, keys=("pk", "spk", "sig", "id")))
+@handler("secagg_keys")
 @refused
 def _keys(site: Site, request: Message) -> Message:
     session = request.meta.get("session")
@@ -29,12 +29,11 @@ def _keys(site: Site, request: Message) -> Message:
     return Message("secagg_keys", new_session(site, session))
 
 
-@handler("secagg_sign", Releases(part=None, keys=("sig",), meta={"label": TEXT}))
+@handler("secagg_sign")
 def _sign(site: Site, request: Message) -> Message:
     return sign_survivors(site, request)
 
 
-@handler("secagg_unmask", Releases(part=None, keys=("b_shares", "b_salts", "seeds"),
-                                   meta={"label": TEXT, "unreadable": STRUCT}))  # {dealer: why its share failed}
+@handler("secagg_unmask")
 def _unmask(site: Site, request: Message) -> Message:
     return unmask_reply(site, request)

@@ -24,7 +24,8 @@ from ..privacy.gate import GateError, Releases, Vocabulary, error_text, release
 from ..privacy.ledger import LEDGER_FILE, SiteLedger
 from ..privacy.policy import policy_from_config
 from ..privacy.dp import DP_META
-from ..privacy.secagg import SECAGG_META
+from ..privacy.secagg import SECAGG_META, left_in_clear, masked_fields
+from .kinds import KINDS, TABLE_STEP_HOMES, declared, home_of
 from .messages import Message
 from .parts import DEFAULT_FOLDS, PartError, RowParts, canonical_part, draw_parts
 
@@ -39,36 +40,51 @@ log = logging.getLogger("fedtab.site")
 Handler = Callable[["Site", Message], Message]
 
 #: kind -> handler; filled by the workflow modules when they are imported (all of them
-#: when ``fedtab.federation`` is, or one on demand by :func:`find_handler`).
+#: when ``fedtab.federation`` is, or one on demand by :func:`find_handler`). Every kind is
+#: declared first in :mod:`fedtab.federation.kinds`.
 HANDLERS: dict[str, Handler] = {}
-#: kind -> what the handler's reply releases (:class:`fedtab.privacy.gate.Releases`); a
-#: handler without a declaration is refused (the release gate is default-deny).
-RELEASES: dict[str, Releases] = {}
 #: the run id of a site that no engine gave one (an in-process federation sets its own)
 LOCAL_RUN = "local"
 
-#: module -> the handler and table-step kinds it registers. :func:`find_handler` imports
-#: only the module a request needs, so a process that answers one message (a Flower
-#: ClientApp) does not import every workflow. ``tests/engines/test_lean_client.py`` checks that
-#: this table equals what the modules register.
-HANDLER_HOMES: dict[str, tuple[str, ...]] = {
-    "fedtab.federation.baseline_flow": ("local_baseline",),
-    "fedtab.federation.election_flow": ("ballot", "set_mask"),
-    "fedtab.federation.encoding_flow": ("category_sets", "one_hot"),
-    "fedtab.federation.gbdt.site": ("gbdt_summary", "gbdt_start", "gbdt_level", "gbdt_evaluate", "gbdt_score",
-                                    "gbdt_importance"),
-    "fedtab.federation.imputation.site": ("impute_schema", "impute_setup", "impute_stats", "impute_fit",
-                                          "impute_eval", "impute_apply", "impute_fill"),
-    "fedtab.federation.pooled_anova_flow": ("class_moments",),
-    "fedtab.federation.profile_flow": ("job_profile", "column_roles"),
-    "fedtab.federation.schema": ("schema",),
-    "fedtab.federation.score_test_flow": ("score_sums",),
-    "fedtab.federation.secure_flow": ("secagg_keys", "secagg_sign", "secagg_unmask"),
-    "fedtab.federation.selection.site": ("select_prepare", "select_fit", "select_evaluate"),
-    "fedtab.federation.training.site": ("describe", "setup", "fit", "evaluate"),
-    "fedtab.federation.tuning_flow": ("ballot_fit",),
-}
-_HOME_OF = {kind: module for module, kinds in HANDLER_HOMES.items() for kind in kinds}
+
+class _Derived(Mapping[str, Any]):
+    """A read-only view of the kind registry (:mod:`fedtab.federation.kinds`), computed on access:
+    a kind declared later (a test's toy kind) is in it too."""
+
+    def __init__(self, build: Callable[[], dict[str, Any]], doc: str) -> None:
+        self._build, self.__doc__ = build, doc
+
+    def __getitem__(self, key: str) -> Any:
+        return self._build()[key]
+
+    def __iter__(self):  # noqa: ANN204 - a Mapping's iterator
+        return iter(self._build())
+
+    def __len__(self) -> int:
+        return len(self._build())
+
+    def __repr__(self) -> str:
+        return repr(self._build())
+
+
+def _homes() -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[str]] = {}
+    for name, kind in KINDS.items():
+        out.setdefault(kind.home, []).append(name)
+    for name, home in TABLE_STEP_HOMES.items():
+        if name not in out.get(home, []):
+            out.setdefault(home, []).append(name)
+    return {module: tuple(names) for module, names in sorted(out.items())}
+
+
+#: kind -> what the handler's reply releases (:class:`fedtab.privacy.gate.Releases`), derived
+#: from the declarations; a handler without a declaration is refused (the gate is default-deny).
+RELEASES: Mapping[str, Releases] = _Derived(lambda: {n: k.releases for n, k in KINDS.items()},
+                                            "kind -> Releases, from fedtab.federation.kinds")
+#: module -> the handler and table-step kinds it registers, derived from the declarations.
+#: :func:`find_handler` imports only the module a request needs, so a process that answers one
+#: message (a Flower ClientApp) does not import every workflow.
+HANDLER_HOMES: Mapping[str, tuple[str, ...]] = _Derived(_homes, "module -> kinds, from fedtab.federation.kinds")
 
 
 TableStep = Callable[["Site", dict[str, Any]], "pd.DataFrame"]
@@ -79,7 +95,13 @@ TABLE_STEPS: dict[str, TableStep] = {}
 
 
 def table_step(kind: str) -> Callable[[TableStep], TableStep]:
-    """Register ``fn(site, params) -> table`` as the table change named ``kind``."""
+    """Register ``fn(site, params) -> table`` as the table change named ``kind``.
+
+    Raises:
+        ValueError: ``kind`` is not a declared table step (:func:`fedtab.federation.kinds.declare_table_step`).
+    """
+    if kind not in TABLE_STEP_HOMES:
+        raise ValueError(f"table step {kind!r} is not declared in fedtab.federation.kinds")
 
     def register(fn: TableStep) -> TableStep:
         TABLE_STEPS[kind] = fn
@@ -90,7 +112,7 @@ def table_step(kind: str) -> Callable[[TableStep], TableStep]:
 
 def _registered(registry: dict[str, Any], kind: str) -> Any:
     fn = registry.get(kind)
-    home = _HOME_OF.get(kind)
+    home = home_of(kind)
     if fn is None and home is not None:
         try:
             importlib.import_module(home)
@@ -107,9 +129,9 @@ def find_handler(kind: str) -> Handler | None:
 
 
 def find_releases(kind: str) -> Releases | None:
-    """The release declaration of ``kind``'s handler (importing its module if needed)."""
-    find_handler(kind)
-    return RELEASES.get(kind)
+    """The release declaration of ``kind`` (``None``: not declared). Imports nothing."""
+    decl = declared(kind)
+    return None if decl is None else decl.releases
 
 
 def find_table_step(kind: str) -> TableStep | None:
@@ -117,19 +139,22 @@ def find_table_step(kind: str) -> TableStep | None:
     return _registered(TABLE_STEPS, kind)
 
 
-def handler(kind: str, releases: Releases | None = None) -> Callable[[Handler], Handler]:
-    """Register ``fn(site, request) -> reply`` as the site-side handler for ``kind``.
+def handler(kind: str) -> Callable[[Handler], Handler]:
+    """Register ``fn(site, request) -> reply`` as the site-side handler for the declared ``kind``.
 
-    ``releases`` declares what its replies may contain (:class:`fedtab.privacy.gate.Releases`);
-    without it every request of ``kind`` is refused (the release gate is default-deny).
+    Everything about what the replies release is in the declaration
+    (:mod:`fedtab.federation.kinds`), so that it is readable without importing the handler.
+
+    Raises:
+        ValueError: ``kind`` is not declared, or another handler is registered for it.
     """
+    if declared(kind) is None:
+        raise ValueError(f"message kind {kind!r} is not declared in fedtab.federation.kinds (declare it first)")
 
     def register(fn: Handler) -> Handler:
         if kind in HANDLERS and HANDLERS[kind] is not fn:
             raise ValueError(f"a handler for {kind!r} is already registered")
         HANDLERS[kind] = fn
-        if releases is not None:
-            RELEASES[kind] = releases
         return fn
 
     return register
@@ -386,8 +411,9 @@ class Site:
         if request is not None:  # what the server sent may be echoed: its keys and its strings
             extra.update(_strings(request.meta))
             extra.update(map(str, request.arrays))
-            decl = RELEASES.get(request.kind)  # the array names the reply may carry: protocol words
-            if decl is not None:
+            kind = declared(request.kind)  # the array names the reply may carry: protocol words
+            if kind is not None:
+                decl = kind.releases
                 extra.update({*decl.cells, *(a for v in decl.cells.values() for a in v), *decl.histograms,
                               *decl.aggregates, *decl.keys})
         def more() -> list[str]:
@@ -431,11 +457,12 @@ class Site:
                     self.state["schema"] = meta[AGREED]
                 request = Message(request.kind, request.arrays,
                                   {k: v for k, v in meta.items() if k not in (AGREED, DECLARE)})
-            decl = RELEASES.get(request.kind)
-            if decl is None:
+            kind = declared(request.kind)
+            if kind is None:
                 return Message.refusal(f"the site's release gate has no declaration for {request.kind[:80]!r}")
+            decl = kind.releases
             # request -> the part's floors -> site policy (caps charged to the ledger) -> handler
-            reason = self._part_refusal(decl, request) or self.policy.refusal(self, request)
+            reason = self._part_refusal(decl, request) or self.policy.refusal(self, request, kind)
             dp = request.meta.get(DP_META)
             if reason is None and dp is not None:
                 reason, request = self.dp_terms(decl, request)
@@ -445,14 +472,23 @@ class Site:
             reply = fn(self, request)
             if not isinstance(reply, Message):
                 raise TypeError(f"the {request.kind!r} handler returned {type(reply).__name__}, not a Message")
+            secure = SECAGG_META in request.meta and not (reply.is_error or reply.is_refusal)
+            masked = masked_fields(request.meta) if secure else frozenset()
+            if secure:  # masking is the site's decision: every summable array masked, or no reply
+                clear = left_in_clear(masked, reply.arrays, kind.summable)
+                if clear:
+                    reason = (f"the secure-aggregation request for {request.kind!r} leaves summable array(s) "
+                              f"{clear[:8]} unmasked; this site masks all of them or answers nothing")
+                    log.info("site %s refuses %s: %s", self.name, request.kind, reason)
+                    return Message.refusal(reason)
             if not (reply.is_error or reply.is_refusal):
                 reply = release(decl, reply, min_rows=self.policy.min_rows, under_dp=dp is not None,
-                                vocab=self.vocabulary(request), masked=SECAGG_META in request.meta)
+                                vocab=self.vocabulary(request), masked=masked)
                 self._charge_release(decl, request)
-            if SECAGG_META in request.meta and not (reply.is_error or reply.is_refusal):
+            if secure:
                 from ..privacy.secagg import mask_reply
 
-                reply = mask_reply(self, request, reply)  # gate -> [secure masking] -> wire
+                reply = mask_reply(self, request, reply, kind.summable)  # gate -> [secure masking] -> wire
             if meta.get(DECLARE) and not reply.is_error:
                 reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declare(self)})
             return reply

@@ -41,7 +41,7 @@ from .training_flow import part_rows, run_training
 __all__ = ["TuneOutcome", "tune_flow", "tune_and_train", "split_validation", "gather_fit_ballots", "validation_scorer"]
 
 
-@handler("ballot_fit", replace(BALLOT_RELEASES, part="=fit"))
+@handler("ballot_fit")
 def _ballot_fit(site: Site, request: Message) -> Message:
     rows = part_rows(site, "fit")
     return ballot_reply(site, "ballot_fit", request.meta.get("selector"), measured_frame(site, rows[site.feature_names], "fit"),

@@ -18,7 +18,10 @@ masking or the wire (``Site.handle``):
   holding at least ``min_rows`` rows, and each run's count is spread evenly over its bins
   (:func:`smooth_histogram`): the server keeps its bin grid (sites still pool bin by bin)
   but learns no count of fewer than ``min_rows`` rows. A histogram that is secure-masked
-  next is left exact: the server learns only its sum over the site's verified peers;
+  next (named in the masking request's fields, which the site checked cover every summable
+  array of the reply) is left exact: the server learns only its sum over the site's verified
+  peers. Whether a request *says* it is secure does not matter: only arrays actually masked
+  are left exact;
 * **default-deny** — an array or meta key the declaration does not name, a meta value of
   the wrong kind (a name that is not a column, a label that is not one of the site's, a
   category seen in fewer than ``min_rows`` rows), a non-finite model parameter, or a
@@ -315,15 +318,16 @@ def _check_meta(key: str, kind: Any, value: Any, vocab: Vocabulary, min_rows: in
 
 
 def release(decl: Releases, reply: "Message", *, min_rows: int, under_dp: bool, vocab: Vocabulary,
-            masked: bool = False) -> "Message":
+            masked: frozenset[str] = frozenset()) -> "Message":
     """``reply`` as the gate lets it leave (suppressed, smoothed), or :class:`GateError`.
 
     Args:
         decl: the handler's declaration. reply: what the handler returned.
         min_rows: the site's floor. under_dp: the request asked for differential privacy
             (arrays in ``decl.dp`` are then not suppressed). vocab: the site's public names.
-        masked: the reply is secure-masked next (the server learns only a sum over the
-            site's verified peers): histograms are left exact.
+        masked: the arrays of the reply that are secure-masked next (the server learns only
+            their sum over the site's verified peers): histograms among them are left exact;
+            every other histogram is smoothed.
 
     Raises:
         GateError: an undeclared array or meta key, a value of the wrong kind, a
@@ -355,7 +359,7 @@ def release(decl: Releases, reply: "Message", *, min_rows: int, under_dp: bool, 
                 arrays[s] = np.where(small, 0, a).astype(a.dtype)
     meta = reply.meta
     for name in decl.histograms:
-        if name in arrays and not masked and not (under_dp and name in noised):
+        if name in arrays and name not in masked and not (under_dp and name in noised):
             smoothed = smooth_histogram(arrays[name], min_rows)
             if not np.array_equal(smoothed, arrays[name]):
                 meta = {**meta, SMOOTHED: True}  # the server's ranking error bounds no longer hold

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -63,6 +63,14 @@ PARTS = ("train", "test", "fit", "validation", "all")
 
 #: most entries of a list-valued parameter of a server-chosen selector or model (hidden layer sizes, ...)
 MAX_LIST_PARAM = 64
+
+
+class KindTerms(Protocol):
+    """What the policy reads of a message kind's declaration (``fedtab.federation.kinds.MessageKind``)."""
+
+    check: Callable[["DisclosurePolicy", Any, Any], str | None] | None
+
+    def is_summed(self, request: Any) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -94,7 +102,8 @@ class DisclosurePolicy:
         min_peers: fewest peers (the site included) a secure-aggregation request may
             name; a smaller (or self-only) peer set is refused.
         require_secure_aggregation: refuse any request for quantities the server needs
-            only summed (:data:`fedtab.privacy.secagg.SUMMED_KINDS`) unless it arrives with
+            only summed (the kinds declared ``summed`` in ``fedtab.federation.kinds``; per-site
+            kinds such as ballots, the schema, the profile and local baselines are not) unless it arrives with
             secure masking.
         require_dp: the same, unless it arrives with DP settings.
         allow_server_row_sets: answer in the clear requests whose row set the server
@@ -173,13 +182,19 @@ class DisclosurePolicy:
         return cls(**clean)
 
     # ----- the check before every handler -------------------------------------------
-    def refusal(self, site: "Site", request: "Message") -> str | None:
-        """Why ``site`` refuses ``request`` under this policy, or ``None`` to answer it."""
-        for check in (*_EVERY_REQUEST, _CHECKS.get(request.kind)):
-            reason = None if check is None else check(self, site, request)
-            if reason is not None:
-                return reason
-        return None
+    def refusal(self, site: "Site", request: "Message", kind: "KindTerms | None" = None) -> str | None:
+        """Why ``site`` refuses ``request`` under this policy, or ``None`` to answer it.
+
+        ``kind``: the declaration of the request's kind (``fedtab.federation.kinds.MessageKind``,
+        passed in by the site: privacy never imports the federation): its ``check`` runs after
+        the checks every request passes, and ``kind.is_summed(request)`` decides whether the
+        require flags apply. ``None`` (an undeclared kind): only the checks every request passes.
+        """
+        reason = _secure_terms(self, site, request, kind)
+        check = kind.check if kind is not None else None
+        if reason is None and check is not None:
+            reason = check(self, site, request)
+        return reason
 
     def too_few(self, n: int, what: str) -> str | None:
         if n < self.min_rows:
@@ -626,46 +641,23 @@ def _select_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message")
     return _score_bins(policy, request) or _epochs(policy, epochs) or _charge_evaluation(policy, site, part)
 
 
-_CHECKS = {
-    "ballot": _ballot,
-    "ballot_fit": _ballot,
-    "describe": _describe,
-    "set_mask": _describe,
-    "class_moments": _describe,
-    "fit": _fit,
-    "setup": _training_setup,
-    "score_sums": _score_sums,
-    "evaluate": _evaluate,
-    "local_baseline": _local_baseline,
-    "category_sets": _category_sets,
-    "impute_setup": _impute_setup,
-    "impute_fit": _impute_fit,
-    "impute_eval": _impute_eval,
-    "gbdt_summary": _gbdt_setup,
-    "gbdt_start": _gbdt_start,
-    "gbdt_level": _gbdt_level,
-    "gbdt_importance": _gbdt_importance,
-    "gbdt_evaluate": _gbdt_evaluate,
-    "gbdt_score": _gbdt_evaluate,
-    "select_prepare": _select_prepare,
-    "select_fit": _select_fit,
-    "select_evaluate": _select_evaluate,
-}
-
-
-def _secure_terms(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+def _secure_terms(policy: DisclosurePolicy, site: "Site", request: "Message", kind: "KindTerms | None" = None
+                  ) -> str | None:
     """The site's terms for sums: a masking request must pass the secure-aggregation checks
     (verified peers, ``min_peers``, a majority threshold; :func:`fedtab.privacy.secagg.masking_refusal`);
     with ``require_secure_aggregation`` / ``require_dp`` a request for quantities the server
-    needs only summed must arrive masked / with DP settings."""
+    needs only summed (``kind.is_summed(request)``, from the kind's declaration) must arrive
+    masked / with DP settings. Per-site kinds (ballots, schema, profile, local baselines) are
+    not summed: the require flags leave them to their own rules."""
     from .dp import DP_META
-    from .secagg import SECAGG_META, is_summed_request, masking_refusal
+    from .secagg import SECAGG_META, masking_refusal
 
     if SECAGG_META in request.meta:
         reason = masking_refusal(site, request, policy.min_peers)
         if reason is not None:
             return reason
-    if (policy.require_secure_aggregation or policy.require_dp) and is_summed_request(request):
+    summed = kind is not None and kind.is_summed(request)
+    if (policy.require_secure_aggregation or policy.require_dp) and summed:
         if policy.require_secure_aggregation and SECAGG_META not in request.meta:
             return f"this site answers {request.kind!r} only with secure aggregation (require_secure_aggregation)"
         if policy.require_dp and not isinstance(request.meta.get(DP_META), dict):
@@ -673,5 +665,4 @@ def _secure_terms(policy: DisclosurePolicy, site: "Site", request: "Message") ->
     return None
 
 
-#: checks every request passes, whatever its kind, before the kind's own check
-_EVERY_REQUEST = (_secure_terms,)
+

@@ -85,8 +85,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..federation.protocol import Federation
     from ..federation.site import Site
 
-__all__ = ["mask_reply", "unmask_reply", "sign_survivors", "new_session", "refused", "masking_refusal", "is_summed_request", "SUMMED_KINDS",
-           "SECAGG_META", "FRAC_BITS", "MOMENT_BITS", "WEIGHT"]
+__all__ = ["mask_reply", "unmask_reply", "sign_survivors", "new_session", "refused", "masking_refusal", "masked_fields",
+           "left_in_clear", "SECAGG_META", "FRAC_BITS", "MOMENT_BITS", "WEIGHT"]
 
 #: request/reply meta key that carries the secure-aggregation spec.
 SECAGG_META = "secagg"
@@ -98,16 +98,6 @@ FRAC_BITS = 24
 MOMENT_BITS = 16
 #: name of the summed weight in :attr:`~fedtab.federation.protocol.secure_aggregator.SecureSum.sums` when a reply is weighted.
 WEIGHT = "__weight__"
-
-#: Request kinds whose replies the server needs only as sums: moments (``describe``, the
-#: election's ``set_mask`` when it carries a description, ``class_moments``, the moments of
-#: ``impute_schema``, ``impute_stats``), model updates (``fit``, ``impute_fit``) and
-#: evaluation sums (``evaluate``, ``score_sums``, ``impute_eval``). A site whose policy
-#: sets ``require_secure_aggregation`` (or ``require_dp``) refuses them unless they arrive
-#: masked (or with DP settings); see :func:`is_summed_request`. The release gate
-#: (``privacy/gate.py``) will own this set once each handler declares what it releases.
-SUMMED_KINDS = frozenset({"describe", "set_mask", "fit", "evaluate", "class_moments", "score_sums", "impute_schema",
-                          "impute_stats", "impute_fit", "impute_eval"})
 
 _PK, _SPK, _KSIG, _ID = "secagg:pk", "secagg:spk", "secagg:ksig", "secagg:id"
 _Y, _SHARES, _HASHES, _SIGS = "secagg:y", "secagg:shares", "secagg:share_hashes", "secagg:sigs"
@@ -203,17 +193,23 @@ def _names(value: Any) -> list[str] | None:
     return value if value == sorted(set(value)) else None
 
 
-def is_summed_request(request: "Message") -> bool:
-    """Whether ``request`` asks for quantities the server needs only summed
-    (:data:`SUMMED_KINDS`; ``set_mask`` only with a description, ``impute_schema`` only
-    for its moments, not for the column names alone)."""
-    if request.kind not in SUMMED_KINDS:
-        return False
-    if request.kind == "set_mask":
-        return request.meta.get("describe") is not None
-    if request.kind == "impute_schema":
-        return not request.meta.get("columns_only")
-    return True
+def masked_fields(meta: Mapping[str, Any]) -> frozenset[str]:
+    """The reply arrays a secure-aggregation request (``meta["secagg"]``) asks to mask: the
+    names of its ``fields`` (empty when there is no spec or it is malformed; such a request is
+    refused by :func:`masking_refusal` anyway)."""
+    spec = meta.get(SECAGG_META)
+    fields = spec.get("fields") if isinstance(spec, dict) else None
+    if not isinstance(fields, list):
+        return frozenset()
+    return frozenset(f[0] for f in fields if isinstance(f, list) and f and isinstance(f[0], str))
+
+
+def left_in_clear(masked: frozenset[str], arrays: Mapping[str, Any], summable: Callable[[str], bool]) -> list[str]:
+    """The arrays of a reply that its kind declares summable (``summable(name)``, see
+    ``fedtab.federation.kinds.MessageKind.summable``) but that are not among the ``masked``
+    fields, sorted. Masking is the site's decision: a secure-aggregation request that leaves
+    one of them out is refused, never answered with that array in the clear."""
+    return sorted(name for name in arrays if name not in masked and summable(name))
 
 
 # ------------------------------------------------------------------ site side
@@ -363,8 +359,13 @@ def _min_peers(site: "Site") -> int:
     return int(getattr(site.policy, "min_peers", 3))
 
 
-def mask_reply(site: "Site", request: "Message", reply: "Message") -> "Message":
+def mask_reply(site: "Site", request: "Message", reply: "Message",
+               summable: Callable[[str], bool] | None = None) -> "Message":
     """Replace the summed arrays of ``reply`` by this site's masked vector (step 2 above).
+
+    ``summable(name)``: whether the reply's kind declares array ``name`` a number the server
+    needs only summed; every such array must be among the request's fields (``Site.handle``
+    refuses the request before this otherwise; checked again here).
 
     ``request.meta["secagg"]``: ``session``, ``label``, ``peers`` (site names, sorted),
     ``threshold``, ``fields`` (``[[array name, frac bits, weighted], ...]``), optional
@@ -375,10 +376,13 @@ def mask_reply(site: "Site", request: "Message", reply: "Message") -> "Message":
 
     Raises:
         ValueError: everything :func:`masking_refusal` refuses (checked again here), missing
-            arrays, values out of range, or arrays left unmasked at a site that requires
-            secure aggregation.
+            arrays, values out of range, a summable array left out of the fields, or arrays left
+            unmasked at a site that requires secure aggregation.
     """
     spec, st, peers, t, pks = _checked_masking(site, request, _min_peers(site))
+    clear = left_in_clear(masked_fields(request.meta), reply.arrays, summable or (lambda name: False))
+    if clear:
+        raise ValueError(f"secure aggregation: the request leaves summable array(s) {clear[:8]} unmasked")
     session, label = spec["session"], spec["label"]
     arrays, meta = dict(reply.arrays), dict(reply.meta)
     weight = 1.0

@@ -2,9 +2,9 @@
 
 Built from ``result["participation"]["exchanges"]`` (one ``{"step": message kind, "sites"}``
 per exchange the server made, :func:`fedtab.job.guarantees.participation_record`), the
-sites' release declarations (:data:`fedtab.federation.site.RELEASES`, through
-:func:`fedtab.federation.site.find_releases`), the agreed schema (how many columns had a
-coarse range or a category list released) and ``result["privacy"]`` (secure aggregation,
+declarations of the message kinds (:mod:`fedtab.federation.kinds`: what each reply holds,
+whether the sites noise it under DP, whether a secure run masks it, the header's phrases), the
+agreed schema (how many columns had a coarse range or a category list released) and ``result["privacy"]`` (secure aggregation,
 differential privacy). Nothing is claimed that the records do not show: a run without a
 participation record says so instead of guessing.
 """
@@ -18,58 +18,35 @@ from .markup import absent, esc, num, table
 
 __all__ = ["disclosure", "disclosure_summary", "released_kinds", "WHAT"]
 
-#: message kind -> what one site's reply to it holds, in plain words (``{ranges}``, ``{categories}``
-#: and ``{floor}`` are filled from the run)
-WHAT: dict[str, str] = {
-    "column_roles": "the number of columns left after the job's [columns] ignore/categorical (no value)",
-    "job_profile": "column names and kinds, row counts, class labels and, per numeric column, whether it holds only "
-                   "integers and a coarse min/max range (the {floor_th} smallest and largest values rounded outward "
-                   "to two significant digits){ranges}; whether a column is unique per row (a yes/no ID "
-                   "flag); for integer-coded columns with few values, the values held by at least {floor} rows "
-                   "(what imputation may fill in)",
-    "schema": "column names and kinds (the schema declaration)",
-    "category_sets": "the category lists of categorical columns (categories seen in at least {floor} rows){categories}",
-    "one_hot": "an acknowledgement (how many encoded columns)",
-    "describe": "per column: count, sum and sum of squares over the training rows",
-    "set_mask": "per elected column: count, sum and sum of squares over the training rows",
-    "setup": "an acknowledgement",
-    "fit": "model parameters after local training and the number of training rows (one update per round)",
-    "evaluate": "per test part: the confusion matrix (per class), a Brier sum, a histogram of predicted "
-                "probabilities per class and a rank-pair count",
-    "ballot": "a ballot: which columns the site's selector chose, a score (and p-value) per column, the sample count",
-    "ballot_fit": "a ballot on a tuning part of the training rows (mask and scores per column)",
-    "local_baseline": "the test-row scores of the site's own local-only model (confusion matrix, score histogram, "
-                      "Brier sum, rank pairs) and its training rows per class",
-    "score_sums": "score-test sums (gradient and curvature sums) over the training rows",
-    "class_moments": "per class and column: count, sum and sum of squares",
-    "impute_schema": "per column: count, sum and sum of squares over the training rows (the imputer's scaling)",
-    "impute_stats": "per column pair: co-observed count, sums, sums of squares and cross-products (correlations)",
-    "impute_setup": "training and validation row counts",
-    "impute_fit": "imputer (GNN) weights after local training and validation error sums",
-    "impute_eval": "imputation error sums on held-out test cells",
-    "impute_apply": "how many cells were imputed and clipped (counts only)",
-    "impute_fill": "how many cells were imputed (counts only)",
-    "gbdt_summary": "per feature: quantile summaries of the values (candidate split points) with their counts",
-    "gbdt_start": "sums of the labels over the training rows",
-    "gbdt_level": "gradient and hessian histograms per feature bin for the tree level, a validation loss",
-    "gbdt_evaluate": "per test part: the confusion matrix, a Brier sum, a score histogram and a rank-pair count",
-    "gbdt_score": "a sum of squared errors over the test rows",
-    "gbdt_importance": "per feature: the split gain on the site's own training rows, from its record of the splits "
-                       "it applied (splits with a node or child of fewer than {floor} rows left out)",
-    "select_prepare": "ballots per fold (mask and scores per column) and per-column counts, sums and sums of squares",
-    "select_fit": "model parameters after local training",
-    "select_evaluate": "per part: confusion matrix, log-loss and Brier sums, a score histogram and rank pairs",
-    "secagg_keys": "public keys for secure aggregation (no data)",
-    "secagg_sign": "a signature of the survivor list (no data)",
-    "secagg_unmask": "secret shares to remove masks (no data)",
-}
+def _declarations() -> Mapping[str, Any]:
+    from ..federation.kinds import KINDS
+
+    return KINDS
 
 
-#: kinds the server receives through the run's summing strategy (masked under secure aggregation)
-SUMMED = frozenset({"describe", "set_mask", "fit", "evaluate", "gbdt_evaluate", "impute_schema", "impute_stats",
-                    "impute_fit", "impute_eval", "gbdt_start", "gbdt_level", "gbdt_score"})
-#: what an evaluation holds under differential privacy (the histogram, Brier and rank sums are not sent)
-_DP_EVALUATE = "per test part: the confusion matrix (per class) only — no score histogram, Brier sum or rank pairs"
+class _What(Mapping[str, str]):
+    """``{message kind: what one site's reply to it holds}``, read from the kinds' declarations
+    (:attr:`fedtab.federation.kinds.MessageKind.description`; ``{ranges}``, ``{categories}`` and
+    ``{floor}`` are filled from the run)."""
+
+    def __getitem__(self, kind: str) -> str:
+        return _declarations()[kind].description
+
+    def __iter__(self):  # noqa: ANN204 - a Mapping's iterator
+        return iter(_declarations())
+
+    def __len__(self) -> int:
+        return len(_declarations())
+
+
+#: message kind -> what one site's reply to it holds, in plain words (from the declarations)
+WHAT: Mapping[str, str] = _What()
+
+
+def _masked(kind: str) -> bool:
+    """Whether a secure run sends ``kind`` masked (its declaration's ``masked_in_secure_runs``)."""
+    decl = _declarations().get(kind)
+    return bool(decl is not None and decl.secure)
 
 
 def released_kinds(result: Mapping[str, Any]) -> list[dict[str, Any]] | None:
@@ -113,43 +90,29 @@ def _ordinal(n: str) -> str:
 def _what(kind: str, result: Mapping[str, Any]) -> str:
     schema = mapping(result.get("schema"))
     ranges, cats = mapping(schema.get("ranges")), mapping(schema.get("categories"))
-    text = WHAT.get(kind)
-    if text is None:  # a message this page does not know: what its declaration says it may hold
-        from ..federation.site import find_releases
-
-        try:
-            d = find_releases(kind)
-        except (KeyError, LookupError, ImportError, ValueError):
-            d = None
-        if d is None:
-            return "(no release declaration found for this message)"
-        arrays = [*d.aggregates, *d.cells, *(x for v in d.cells.values() for x in v), *d.histograms]
-        return "declared arrays: " + (", ".join(sorted(set(arrays))) or "none") + (
-            "; model parameters" if d.model else "")
+    decl = _declarations().get(kind)
+    if decl is None:  # a message no site declares (a hostile step name): say so, as text
+        return "(no release declaration found for this message)"
+    text = decl.description
     privacy = mapping(result.get("privacy"))
     dp = bool(privacy.get("dp"))
-    if dp and kind in ("evaluate", "gbdt_evaluate"):
-        text = _DP_EVALUATE
+    if dp and decl.description_dp is not None:
+        text = decl.description_dp
     floor = _floor(result)
     text = text.format(floor=floor, floor_th=_ordinal(floor),
                        ranges=f" — released for {len(ranges)} column(s) in this run" if ranges else "",
                        categories=f" — released for {len(cats)} column(s) in this run" if cats else "")
     if dp and _noised(kind):
         text += "; noised by the site (differential privacy)"
-    if privacy.get("secure_aggregation") and kind in SUMMED:
+    if privacy.get("secure_aggregation") and _masked(kind):
         text += "; masked: the server learned only the sum over the sites"
     return text
 
 
 def _noised(kind: str) -> bool:
     """Whether the sites noise ``kind``'s reply under DP (its release declaration says so)."""
-    from ..federation.site import find_releases
-
-    try:
-        d = find_releases(kind)
-    except (ImportError, ValueError):
-        return False
-    return bool(d is not None and d.dp)
+    decl = _declarations().get(kind)
+    return bool(decl is not None and decl.releases.dp)
 
 
 def disclosure_summary(result: Mapping[str, Any]) -> str:
@@ -166,18 +129,12 @@ def disclosure_summary(result: Mapping[str, Any]) -> str:
         parts.append(f"coarse min/max values of {len(ranges)} column(s)")
     if cats and "category_sets" in names:
         parts.append(f"the category lists of {len(cats)} column(s)")
-    groups = [({"describe", "set_mask", "impute_schema", "class_moments", "select_prepare"},
-               "per-column counts, sums and sums of squares"),
-              ({"impute_stats"}, "pairwise correlation statistics"),
-              ({"ballot", "ballot_fit", "select_prepare"}, "each site's ballot (chosen columns and their scores)"),
-              ({"gbdt_summary"}, "quantile summaries of feature values"),
-              ({"gbdt_level"}, "gradient histograms"),
-              ({"gbdt_importance"}, "each site's split gains per feature"),
-              ({"fit", "select_fit", "impute_fit"}, "model parameters after each round"),
-              ({"evaluate", "gbdt_evaluate", "select_evaluate"},
-               "confusion matrices" + ("" if dp else " and score histograms") + " of the test rows"),
-              ({"local_baseline"}, "each site's local-only model scores")]
-    parts += [text for group, text in groups if group & names]
+    decls = _declarations()
+    asked = {phrase for k in names if k in decls for phrase in decls[k].summary}
+    from ..federation.kinds import SUMMARY_PHRASES
+
+    histograms = "" if dp else " and score histograms"
+    parts += [phrase.format(histograms=histograms) for phrase in SUMMARY_PHRASES if phrase in asked]
     if not parts:
         return "Only acknowledgements and row counts left the sites."
     secure = mapping(result.get("privacy")).get("secure_aggregation")

@@ -41,6 +41,7 @@ from ...privacy.dp import DP_META, add_noise, noise_rng
 from ...privacy.gate import COUNT, FLAG, LABELS, SMOOTHED, Releases
 from ...privacy.secagg import SECAGG_META
 from ..messages import Message
+from ..kinds import declared as _declared
 from ..site import Site, handler
 from ..training.site import class_indices, evaluation_sums, label_key, requested_bins, site_matrix
 
@@ -94,8 +95,7 @@ def site_data(site: Site, features: list[str], part: str, classes: list[str] | N
 
 
 # ----------------------------------------------------------------------------- summary
-@handler("gbdt_summary", Releases(part="part", aggregates=("values", "counts", "ptr"),
-                                  meta={"classes": LABELS, "n": COUNT}))
+@handler("gbdt_summary")
 def _summary(site: Site, request: Message) -> Message:
     _check_target(site, request)
     part = str(request.meta.get("part") or "train")
@@ -117,8 +117,7 @@ def _start_part(site: Any, request: Message) -> str:
     return str(request.meta.get("part") or "train")
 
 
-@handler("gbdt_start", Releases(part=_start_part, aggregates=("label_sums",), meta={"n": COUNT}, dp=True,
-                                dp_releases=1))
+@handler("gbdt_start")
 def _start(site: Site, request: Message) -> Message:
     _check_target(site, request)
     meta = request.meta
@@ -225,9 +224,7 @@ def _record(st: dict[str, Any], round_: int, splits: Mapping[str, np.ndarray]) -
     st["grown"] = record_splits(rec, round_, int(this.max()) + 1 if this.size else 0, dict(splits))
 
 
-@handler("gbdt_level", Releases(part=_level_part, aggregates=("hist", "val_loss"),
-                                meta={"withheld": COUNT, "n_val": COUNT, "round": COUNT}, dp=True,
-                                dp_releases=_level_releases))
+@handler("gbdt_level")
 def _level(site: Site, request: Message) -> Message:
     """One level (module docstring). Every check runs before anything is applied: a refused
     request (a replay, another round, malformed splits or leaves, both children of a split)
@@ -376,10 +373,7 @@ def _validation_sums(booster: SiteBooster, dp: Mapping[str, Any] | None) -> np.n
 
 
 # ----------------------------------------------------------------------------- evaluate
-EVALUATE_RELEASES = Releases(part="part", default_part="test", per_class=True,
-                             aggregates=("confusion", "brier_sum", "rank_pairs"),
-                             histograms=("score_hist",), meta={"n": COUNT, SMOOTHED: FLAG}, dp=True,
-                             dp_releases=lambda r: 2 if r.meta.get("score_bins") is not None else 1)
+EVALUATE_RELEASES = _declared("gbdt_evaluate").releases  # declared in fedtab.federation.kinds
 
 
 class _Fitted:
@@ -420,8 +414,7 @@ def _model_from(request: Message, st: Mapping[str, Any]) -> GBDTModel:
     return model
 
 
-@handler("gbdt_score", Releases(part="part", default_part="test", aggregates=("sse",), meta={"n": COUNT}, dp=True,
-                                dp_releases=1))
+@handler("gbdt_score")
 def _score(site: Site, request: Message) -> Message:
     """Regression: ``[squared error sum]`` of a model on a part (each row's error clipped at the
     DP clip under DP)."""
@@ -439,7 +432,7 @@ def _score(site: Site, request: Message) -> Message:
     return Message("gbdt_score", {"sse": noisy}, {"n": int(len(y))})
 
 
-@handler("gbdt_evaluate", EVALUATE_RELEASES)
+@handler("gbdt_evaluate")
 def _evaluate(site: Site, request: Message) -> Message:
     st = _state(site)
     model = _model_from(request, st)
@@ -457,7 +450,7 @@ def _evaluate(site: Site, request: Message) -> Message:
 
 
 # ----------------------------------------------------------------------------- importance
-@handler("gbdt_importance", Releases(part=_level_part, aggregates=("gain",), meta={"n": COUNT, "suppressed": COUNT}))
+@handler("gbdt_importance")
 def _importance(site: Site, request: Message) -> Message:
     """``gain`` ``(d,)``: each feature's summed split gain on the site's training rows over the
     first ``meta["rounds"]`` rounds (:func:`~fedtab.learn.gbdt.importance.site_gains`), replayed

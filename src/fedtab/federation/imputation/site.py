@@ -78,8 +78,7 @@ def _values(site: Site, part: str) -> np.ndarray:
     return _features(site, part).to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-@handler("impute_schema", Releases(part="=train", cells={"count": ("sum", "sumsq")},
-                                   meta={"columns": NAMES, "n_train": COUNT, "n_valid": COUNT}, dp=True, dp_releases=3))
+@handler("impute_schema")
 def _schema(site: Site, request: Message) -> Message:
     validate_site_table(_features(site), site.name)
     train = _values(site, "train")
@@ -133,10 +132,7 @@ def _embed(values: np.ndarray, idx: list[int], f: int) -> np.ndarray:
     return out
 
 
-@handler("impute_stats", Releases(part="=train", cells={"count": ("sum", "sumsq"),
-                                                         "pair_count": ("pair_sx", "pair_sxx", "pair_sxy")},
-                                  aggregates=("shift",), meta={"columns": NAMES}, dp=True,
-                                  dp_releases=len(STAT_ARRAYS)))
+@handler("impute_stats")
 def _stats(site: Site, request: Message) -> Message:
     glob = list(request.meta["columns"])
     pos = {c: i for i, c in enumerate(glob)}
@@ -177,7 +173,7 @@ def _global_values(site: Site, part: str, columns: list[str], mean: np.ndarray, 
     return (out - mean) / std
 
 
-@handler("impute_setup", Releases(part=None, meta={"n_train": COUNT, "n_valid": COUNT}))
+@handler("impute_setup")
 def _setup(site: Site, request: Message) -> Message:
     meta, arr = request.meta, request.arrays
     cfg = ImputeConfig(**meta["config"])
@@ -287,9 +283,7 @@ def _weights(request: Message) -> dict[str, np.ndarray]:
     return {k[2:]: v for k, v in request.arrays.items() if k.startswith("w/")}
 
 
-@handler("impute_fit", Releases(part="=train", model="w/", cells={"val_count": ("val_sse",)},
-                                meta={"n_train": COUNT, "loss": NUMBER, "steps": COUNT}, dp=True,
-                                dp_releases=lambda r: _dp_steps(r.meta.get(DP_META) or {})))
+@handler("impute_fit")
 def _fit(site: Site, request: Message) -> Message:
     from ...impute.model import numpy_to_state, state_to_numpy
     from ...impute.optim_state import optimizer_to_numpy
@@ -339,7 +333,7 @@ MAX_DP_STEPS = 100
 DP_STEPS_PER_ROUND = 1
 
 
-@handler("impute_eval", Releases(part="=test", cells={"val_count": ("val_sse", "val_mean_sse")}))
+@handler("impute_eval")
 def _eval(site: Site, request: Message) -> Message:
     from ...impute.model import numpy_to_state
 
@@ -380,7 +374,7 @@ def _finishing(request: Message, f: int) -> tuple[dict[int, list[float]], list[l
     return levels, groups
 
 
-@handler("impute_apply", Releases(part="=all", meta={"imputed": COUNT, "clipped": COUNT}))
+@handler("impute_apply")
 def _apply(site: Site, request: Message) -> Message:
     from ...impute.fill import fill_from_predictions
     from ...impute.model import numpy_to_state

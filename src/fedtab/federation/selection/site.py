@@ -36,6 +36,7 @@ from ...privacy.gate import COUNT, NAMES, SMOOTHED, FLAG, TEXT, Releases
 from ..local_data import fill_with_column_means, numeric_matrix
 from ..messages import Message
 from ..observed import measured_frame, measured_matrix
+from ..kinds import declared as _declared
 from ..site import Site, handler
 from ..training.site import class_indices, site_matrix
 
@@ -63,13 +64,10 @@ def chain_parts(site: Site, fold: int, stage: str = "cv") -> tuple[str, str | No
 
 # ----------------------------------------------------------------------------- prepare
 #: ballots, measured counts and moments over the training rows and its folds
-PREPARE_RELEASES = Releases(part="=train", aggregates=("ballot_mask", "ballot_scores", "voted"),
-                            cells={"measured_count": (), "missing_count": (),
-                                   "moment_count": ("moment_sum", "moment_sumsq")},
-                            meta={"feature_names": NAMES, "columns": NAMES, "n_folds": COUNT, "selector": TEXT})
+PREPARE_RELEASES = _declared("select_prepare").releases  # declared in fedtab.federation.kinds
 
 
-@handler("select_prepare", PREPARE_RELEASES)
+@handler("select_prepare")
 def _prepare(site: Site, request: Message) -> Message:
     from ..election_flow import abstention_reason
     from ...election.selectors import make_selector
@@ -168,10 +166,10 @@ def _chain_params(arrays: Mapping[str, np.ndarray], m: int, mask: np.ndarray) ->
 
 
 #: one round's updates of every chain (model parameters over the training rows)
-FIT_RELEASES = Releases(part="=train", model="param:", meta={})
+FIT_RELEASES = _declared("select_fit").releases  # declared in fedtab.federation.kinds
 
 
-@handler("select_fit", FIT_RELEASES)
+@handler("select_fit")
 def _fit(site: Site, request: Message) -> Message:
     setup = _store_setup(site, request.meta["setup"], request.arrays) if "setup" in request.meta else _setup(site)
     coef = np.asarray(request.arrays["param:coef"], np.float64)
@@ -200,9 +198,7 @@ def _evaluate_part(site: Site, request: Message) -> str:
 
 
 #: per slot: evaluation sums over a held-out part (a fold of the training rows, or the test rows)
-EVALUATE_RELEASES = Releases(part=_evaluate_part, per_class=True,
-                             aggregates=("logloss_sum", "confusion", "brier_sum", "rank_pairs"),
-                             histograms=("score_hist",), model="param:site:", meta={SMOOTHED: FLAG})
+EVALUATE_RELEASES = _declared("select_evaluate").releases  # declared in fedtab.federation.kinds
 
 
 def histogram_slots(slots: list[tuple[int, str]], stage: str) -> list[int]:
@@ -224,7 +220,7 @@ def _slots(meta: Mapping[str, Any], M: int) -> list[tuple[int, str]]:
     return out
 
 
-@handler("select_evaluate", EVALUATE_RELEASES)
+@handler("select_evaluate")
 def _evaluate(site: Site, request: Message) -> Message:
     setup = _setup(site)
     meta = request.meta

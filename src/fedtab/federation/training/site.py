@@ -27,6 +27,7 @@ from ...privacy.gate import COUNT, FLAG, LABELS, NAMES, SMOOTHED, Releases
 from ...privacy.secagg import SECAGG_META
 from ..local_data import numeric_matrix
 from ..messages import Message
+from ..kinds import declared as _declared
 from ..site import Site, handler
 
 if TYPE_CHECKING:  # pandas only where a table is read: a step answered from cached arrays
@@ -240,12 +241,10 @@ def describe_site(site: Site, feats: list[str], part: str = "train", dp: Mapping
 
 
 #: the description: per-feature moments over a part (counts suppressed below min_rows)
-DESCRIBE_RELEASES = Releases(part="part", default_part="train", cells={"count": ("sum", "sumsq")},
-                             meta={"classes": LABELS, "n_train": COUNT, "n_test": COUNT, "features": NAMES},
-                             dp=True, dp_releases=3)
+DESCRIBE_RELEASES = _declared("describe").releases  # declared in fedtab.federation.kinds
 
 
-@handler("describe", DESCRIBE_RELEASES)
+@handler("describe")
 def _describe(site: Site, request: Message) -> Message:
     return describe_site(site, _features(site, request), str(request.meta.get("part") or "train"),
                          request.meta.get(DP_META))
@@ -262,7 +261,7 @@ def _store_setup(site: Site, meta: Mapping[str, Any], mean: Any, std: Any) -> No
     }
 
 
-@handler("setup", Releases(part=None, meta={"ok": FLAG}))
+@handler("setup")
 def _setup(site: Site, request: Message) -> Message:
     _store_setup(site, request.meta, request.arrays["mean"], request.arrays["std"])
     return Message("setup", meta={"ok": True})
@@ -281,8 +280,7 @@ def _fit_releases(request: Message) -> int:
     return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1 else 1
 
 
-@handler("fit", Releases(part=_fit_part, model=_PARAM, meta={"n_samples": COUNT}, dp=True,
-                         dp_releases=_fit_releases))
+@handler("fit")
 def _fit(site: Site, request: Message) -> Message:
     carried = request.meta.get("setup")
     if carried is not None:  # the first round carries the setup (no separate exchange)
@@ -355,13 +353,10 @@ def evaluation_sums(model: FederatedModel, params: Params, X: np.ndarray, y: np.
 
 #: an evaluation: per-class counts of the part (classes below min_rows refused), score
 #: histograms smoothed to runs of min_rows rows
-EVALUATE_RELEASES = Releases(part="part", default_part="test", per_class=True,
-                             aggregates=("confusion", "brier_sum", "rank_pairs"),
-                             histograms=("score_hist",), meta={"n": COUNT, SMOOTHED: FLAG}, dp=True,
-                             dp_releases=lambda r: 2 if r.meta.get("score_bins") is not None else 1)
+EVALUATE_RELEASES = _declared("evaluate").releases  # declared in fedtab.federation.kinds
 
 
-@handler("evaluate", EVALUATE_RELEASES)
+@handler("evaluate")
 def _evaluate(site: Site, request: Message) -> Message:
     part = request.meta.get("part") or "test"
     X, y = _prepared(site, part)
