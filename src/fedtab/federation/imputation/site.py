@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ...impute.graph import FeatureGraph
-from ...impute.stats import STAT_ARRAYS, SiteStats, site_stats, suppressed_stats
+from ...impute.stats import STAT_ARRAYS, SiteStats, released_stats, site_stats
 from ...privacy.dp import (DP_META, add_noise, clip_rows, clip_values, column_bounds, noise_rng, release_moments,
                            row_radius, stats_sensitivity)
 from ...privacy.gate import COUNT, NAMES, NUMBER, Releases
@@ -154,10 +154,10 @@ def _stats(site: Site, request: Message) -> Message:
         shift = np.zeros(len(cols))
     if dp is not None:
         values = clip_rows(values, row_radius(len(cols)))
-    s = site_stats(values, cols, shift)
-    if dp is None:  # under DP the noise protects small cells (data-dependent suppression would void it)
-        s = suppressed_stats(s, site.policy.min_rows)
-    if dp is not None:
+    if dp is None:  # no difference of the released sums isolates fewer than min_rows rows (release_plan)
+        s = released_stats(values, cols, site.policy.min_rows, shift)
+    else:  # under DP the noise protects small cells (data-dependent suppression would void it)
+        s = site_stats(values, cols, shift)
         sens, rng = stats_sensitivity(row_radius(len(cols)), len(cols)), noise_rng()
         noisy = {k: add_noise(getattr(s, k), sens[k], dp, rng, symmetric=k in ("pair_count", "pair_sxy"))
                  for k in STAT_ARRAYS}
