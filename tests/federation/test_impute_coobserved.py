@@ -134,3 +134,19 @@ def test_secure_and_plain_runs_hide_any_small_complement(k, holder, column, seed
         _, summed, glob, _ = _curious_run(tables, True, mp)
     got, truth = _secure_complements(summed, glob, column), _truth(tables, holder, column, summed["shift"], glob)
     assert all(not np.isclose(got[a], truth[a], rtol=1e-6, atol=1e-6) for a in truth)
+
+
+def test_apply_counts_clipped_cells_only_in_columns_with_enough_imputed_cells():
+    """``impute_apply`` bounds are the server's: with one imputed cell in a column, a bound just
+    below or above it would tell the server where that row's prediction lies."""
+    from fedtab.federation.imputation.site import _released_clipped
+
+    given = np.ones((40, 2))
+    raw = np.zeros((40, 2))
+    given[0, 0] = np.nan  # one imputed cell in column 0
+    low, high = np.array([1.0, -1.0]), np.array([2.0, 1.0])  # column 0's bound excludes its prediction
+    assert _released_clipped(given, raw, low, high, 10) == 0
+    given[:10, 0] = np.nan  # ten imputed cells: an aggregate
+    assert _released_clipped(given, raw, low, high, 10) == 10
+    given[:3, 1] = np.nan  # three in column 1, within its bounds: counted nowhere either way
+    assert _released_clipped(given, raw, low, np.array([2.0, -0.5]), 10) == 10
