@@ -22,7 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["SiteStats", "PooledStats", "column_sums", "site_stats", "suppressed_stats", "pool_stats", "STAT_ARRAYS"]
+__all__ = ["SiteStats", "PooledStats", "ReleasePlan", "column_sums", "site_stats", "suppressed_stats", "release_plan",
+           "released_stats", "pool_stats", "STAT_ARRAYS"]
 
 #: Names of the (F, F) pair arrays in a :class:`SiteStats` (used for messages).
 STAT_ARRAYS = ("count", "sum", "sumsq", "pair_count", "pair_sx", "pair_sxx", "pair_sxy")
@@ -124,6 +125,189 @@ def suppressed_stats(stats: SiteStats, min_rows: int) -> SiteStats:
     pair = {k: np.where(small, 0.0, getattr(stats, k)) for k in ("pair_count", "pair_sx", "pair_sxx", "pair_sxy")}
     cols = {k: np.where(col, 0.0, getattr(stats, k)) for k in ("count", "sum", "sumsq")}
     return SiteStats(columns=list(stats.columns), shift=stats.shift.copy(), **cols, **pair)
+
+
+@dataclass
+class ReleasePlan:
+    """Which co-observation cells a site releases, and how (see :func:`release_plan`).
+
+    Attributes:
+        kept: (F, F) bool, symmetric: the pair cell is released (its count and product); off
+            the diagonal ``False`` means every array of the cell is sent as zero.
+        exact: (F, F) bool: ``pair_sx[i, j]``/``pair_sxx[i, j]`` (sums of ``x_i`` over the rows
+            where ``i`` and ``j`` are both observed) are the exact sums; where ``kept`` but not
+            ``exact`` they are the site's own column moments scaled to the pair's row count
+            (:func:`released_stats`), which are functions of what is released anyway.
+    """
+
+    kept: np.ndarray
+    exact: np.ndarray
+
+
+def _two_valued(x: np.ndarray, obs: np.ndarray) -> np.ndarray:
+    """(F, F) bool: ``x_j`` takes at most two distinct values over the rows where ``i`` and ``j``
+    are both observed (entry ``[i, j]``). Such a ``x_j`` makes ``Σ x_i x_j`` a sum of ``x_i`` over
+    each of its level sets, so it splits ``i``'s rows like an observation mask does."""
+    f = x.shape[1]
+    out = np.zeros((f, f), dtype=bool)
+    for j in range(f):
+        both = obs & obs[:, [j]]  # (n, F): rows of pair (i, j), per i
+        col = x[:, [j]]
+        lo = np.where(both, col, np.inf).min(0)
+        hi = np.where(both, col, -np.inf).max(0)
+        other = both & (col != lo) & (col != hi)
+        out[:, j] = ~other.any(0)
+    return out
+
+
+class _Atoms:
+    """The partition of one column's observed rows into the atoms its released sums separate."""
+
+    def __init__(self, rows: np.ndarray, min_rows: int):
+        self.rows = rows  # indices of the observed rows of the column
+        self.label = np.zeros(len(rows), dtype=np.int64)
+        self.min_rows = min_rows
+
+    def refine(self, key: np.ndarray) -> bool:
+        """Split every atom by ``key`` (small non-negative ints per row, over all rows) if every
+        non-empty atom keeps ``min_rows`` rows; return whether it did."""
+        k = key[self.rows]
+        if len(k) == 0 or np.all(k == k[0]):
+            return True
+        new = self.label * (int(k.max()) + 1) + k
+        counts = np.bincount(new)
+        if counts[counts > 0].min() < self.min_rows:
+            return False
+        self.label = np.unique(new, return_inverse=True)[1].reshape(-1)
+        return True
+
+
+def release_plan(values: np.ndarray, min_rows: int) -> ReleasePlan:
+    """The co-observation cells a site may release so that no difference isolates a few rows.
+
+    The sums of ``x_i`` (and ``x_i**2``) a site releases are over ``O_i`` (rows where ``i`` is
+    observed: ``count``, ``sum``, ``sumsq``) and over ``R_ij = O_i ∩ O_j`` for each partner ``j``
+    (``pair_sx``, ``pair_sxx``); a two-valued ``x_j`` also makes the product ``Σ x_i x_j`` a sum
+    of ``x_i`` per level of ``x_j``. A server combining them linearly learns at most the sum over
+    each *atom* of ``O_i``: the rows that share their membership in every one of those sets. The
+    plan keeps every non-empty atom of every column at ``>= min_rows`` rows, so no combination of
+    the released sums (``Σ_{O_i} − Σ_{R_ij}`` — the complement —, ``Σ_{R_ij} + Σ_{R_ik} − Σ_{O_i}``,
+    …) weights fewer than ``min_rows`` rows differently from the rest of their atom.
+
+    Cells are decided greedily, most co-observed pair first (ties by index: the plan depends on
+    the observation pattern and on which columns are two-valued, never on other values):
+
+    1. the pair is co-observed in fewer than ``min_rows`` rows, or its product would split an
+       atom below ``min_rows`` (a two-valued partner): the whole cell is suppressed;
+    2. otherwise the cell is kept, and ``pair_sx[i, j]``/``pair_sxx[i, j]`` are exact when
+       splitting ``O_i``'s atoms by ``j``'s observation mask keeps them ``>= min_rows`` (always when
+       ``j`` is observed wherever ``i`` is), else replaced (see :func:`released_stats`).
+
+    Args:
+        values: (n, F) float array, NaN = missing (no inf).
+        min_rows: the site's ``min_rows`` (``<= 1``: everything exact).
+
+    Returns:
+        a :class:`ReleasePlan` over the F columns (the diagonal: ``kept``/``exact`` where the
+        column is observed in ``>= min_rows`` rows).
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"values have shape {x.shape}, expected (n, F)")
+    obs = ~np.isnan(x)
+    f = x.shape[1]
+    count = obs.sum(0)
+    pc = obs.T.astype(np.int64) @ obs.astype(np.int64)
+    if min_rows <= 1:
+        full = pc > 0
+        return ReleasePlan(kept=full, exact=full.copy())
+    col_ok = count >= min_rows
+    kept = np.zeros((f, f), dtype=bool)
+    exact = np.zeros((f, f), dtype=bool)
+    kept[np.diag_indices(f)] = col_ok
+    exact[np.diag_indices(f)] = col_ok
+    two = _two_valued(np.where(obs, x, 0.0), obs)
+    # per column and two-valued partner: 0 = missing, 1 / 2 = its lower / upper value on the pair's rows
+    atoms = [_Atoms(np.flatnonzero(obs[:, i]), min_rows) for i in range(f)]
+    mask = obs.astype(np.int64)
+    iu, ju = np.triu_indices(f, k=1)
+    cand = (pc[iu, ju] >= min_rows) & col_ok[iu] & col_ok[ju]
+    order = np.lexsort((ju[cand], iu[cand], -pc[iu, ju][cand]))
+    for i, j in zip(iu[cand][order], ju[cand][order]):
+        sides = ((i, j), (j, i))
+        keys = {}
+        for a, b in sides:  # the levels of b split a's rows when b is two-valued on the pair's rows
+            if two[a, b]:
+                both = obs[:, a] & obs[:, b]
+                lo = x[both, b].min()
+                keys[a] = np.where(obs[:, b], np.where(x[:, b] == lo, 1, 2), 0)
+        saved = {a: atoms[a].label.copy() for a in keys}
+        if not all(atoms[a].refine(keys[a]) for a in keys):
+            for a, lab in saved.items():
+                atoms[a].label = lab
+            continue
+        kept[i, j] = kept[j, i] = True
+        for a, b in sides:
+            exact[a, b] = a in keys or atoms[a].refine(mask[:, b])
+    return ReleasePlan(kept=kept, exact=exact)
+
+
+def released_stats(values: np.ndarray, columns: Sequence[str], min_rows: int,
+                   shift: np.ndarray | None = None) -> SiteStats:
+    """The statistics a site releases without DP: :func:`site_stats` of ``values`` under the
+    :func:`release_plan` for ``min_rows``.
+
+    Suppressed cells (and columns observed in fewer than ``min_rows`` rows) are sent as zero. A
+    kept cell whose ``pair_sx[i, j]``/``pair_sxx[i, j]`` may not be exact carries
+    ``pair_count[i, j]`` times the column's own mean / mean square over ``O_i`` (what the
+    site's full column would contribute; a function of ``count``, ``sum``, ``sumsq`` and
+    ``pair_count``, so it adds nothing to them). Where such a replacement would imply a
+    correlation outside [-1, 1] with the exact product, its variance is widened just enough
+    (again a function of released numbers). The pooled correlation of such a pair is then the
+    product moment over the co-observed rows against the columns' own moments: exact under
+    missingness completely at random, in expectation.
+
+    Raises:
+        ValueError: as :func:`site_stats`.
+    """
+    s = site_stats(values, columns, shift)
+    plan = release_plan(values, min_rows)
+    keep = plan.kept
+    count, total, sumsq = (np.where(np.diag(keep), getattr(s, k), 0.0) for k in ("count", "sum", "sumsq"))
+    pc = np.where(keep, s.pair_count, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = np.where(count > 0, total / np.where(count > 0, count, 1.0), 0.0)
+        q = np.where(count > 0, sumsq / np.where(count > 0, count, 1.0), 0.0)
+    sx = np.where(plan.exact, s.pair_sx, pc * m[:, None])
+    sxx = np.where(plan.exact, s.pair_sxx, pc * q[:, None])
+    sxy = np.where(keep, s.pair_sxy, 0.0)
+    sx, sxx = np.where(keep, sx, 0.0), np.where(keep, sxx, 0.0)
+    sxx = _widened(pc, sx, sxx, sxy, ~plan.exact & keep)
+    return SiteStats(columns=list(s.columns), shift=s.shift.copy(), count=count, sum=total, sumsq=sumsq,
+                     pair_count=pc, pair_sx=sx, pair_sxx=sxx, pair_sxy=sxy)
+
+
+def _widened(pc: np.ndarray, sx: np.ndarray, sxx: np.ndarray, sxy: np.ndarray, loose: np.ndarray) -> np.ndarray:
+    """``sxx`` with the variances of the ``loose`` (replaced) entries widened so that every pair's
+    implied correlation lies in [-1, 1]; exact entries are never changed."""
+    n = np.where(pc > 0, pc, 1.0)
+    mx = sx / n
+    vx = np.maximum(sxx / n - mx * mx, 0.0)
+    vy, my = vx.T, mx.T
+    cov = sxy / n - mx * my
+    need = cov * cov * (1.0 + 1e-9)
+    out = sxx.copy()
+    lx, ly = loose, loose.T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # both replaced: widen both by the same factor; one: widen that one alone
+        t = np.sqrt(need / np.maximum(vx * vy, 1e-300))
+        both = lx & ly & (need > vx * vy)
+        vx_new = np.where(both, vx * np.maximum(t, 1.0), vx)
+        only = lx & ~ly & (need > vx * vy) & (vy > 0)
+        vx_new = np.where(only, need / np.where(vy > 0, vy, 1.0), vx_new)
+    fix = both | only
+    out[fix] = (n * (mx * mx + vx_new))[fix]
+    return out
 
 
 @dataclass

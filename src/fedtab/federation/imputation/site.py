@@ -13,7 +13,12 @@ Handlers (each registered with what its reply releases, :mod:`fedtab.privacy.gat
   (DP gradient descent under DP) and returns its weights;
 * ``"impute_eval"`` — validation errors of the received weights, and those of mean fill;
 * ``"impute_apply"`` — fills its own table (table step ``"impute_fill"``) and replies how
-  many cells it imputed and clipped.
+  many cells it imputed and clipped (clipped cells counted only in columns with 0 or
+  ``>= min_rows`` imputed cells: the bounds are the server's).
+
+Co-observation statistics are released under :func:`fedtab.impute.stats.release_plan` (no
+combination of the sums of a column isolates fewer than ``min_rows`` of its rows), in plain and
+secure runs alike: a site never relies on the server's word about the pooled complement.
 
 The label (``Site.target``) is never imputed and never an input of the imputer. Nothing
 here knows which engine, strategy or mode the server runs.
@@ -28,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ...impute.graph import FeatureGraph
-from ...impute.stats import STAT_ARRAYS, SiteStats, site_stats, suppressed_stats
+from ...impute.stats import STAT_ARRAYS, SiteStats, released_stats, site_stats
 from ...privacy.dp import (DP_META, add_noise, clip_rows, clip_values, column_bounds, noise_rng, release_moments,
                            row_radius, stats_sensitivity)
 from ...privacy.gate import COUNT, NAMES, NUMBER, Releases
@@ -150,10 +155,10 @@ def _stats(site: Site, request: Message) -> Message:
         shift = np.zeros(len(cols))
     if dp is not None:
         values = clip_rows(values, row_radius(len(cols)))
-    s = site_stats(values, cols, shift)
-    if dp is None:  # under DP the noise protects small cells (data-dependent suppression would void it)
-        s = suppressed_stats(s, site.policy.min_rows)
-    if dp is not None:
+    if dp is None:  # no difference of the released sums isolates fewer than min_rows rows (release_plan)
+        s = released_stats(values, cols, site.policy.min_rows, shift)
+    else:  # under DP the noise protects small cells (data-dependent suppression would void it)
+        s = site_stats(values, cols, shift)
         sens, rng = stats_sensitivity(row_radius(len(cols)), len(cols)), noise_rng()
         noisy = {k: add_noise(getattr(s, k), sens[k], dp, rng, symmetric=k in ("pair_count", "pair_sxy"))
                  for k in STAT_ARRAYS}
@@ -391,6 +396,18 @@ def _apply(site: Site, request: Message) -> Message:
     if low.shape != (f,) or high.shape != (f,) or integer.shape != (f,):
         raise ValueError(f"impute_apply: range/integer arrays must have shape ({f},)")
     levels, groups = _finishing(request, f)
-    values, imputed, clipped = fill_from_predictions(raw, pred, mean, std, low, high, integer, levels, groups)
+    values, imputed, _ = fill_from_predictions(raw, pred, mean, std, low, high, integer, levels, groups)
+    clipped = _released_clipped(raw, pred * std + mean, low, high, site.policy.min_rows)
     site.apply_table_step("impute_fill", {"columns": list(columns), "values": values})
     return Message("impute_apply", meta={"imputed": imputed, "clipped": clipped})
+
+
+def _released_clipped(given: np.ndarray, raw: np.ndarray, low: np.ndarray, high: np.ndarray, min_rows: int) -> int:
+    """How many imputed cells fell outside the server's ``[low, high]``, counted only in columns
+    with 0 or ``>= min_rows`` imputed cells: the server chooses the bounds per column, so a
+    column with a few imputed cells would otherwise give a bit about each of those rows."""
+    fill = np.isnan(given)
+    per_col = fill.sum(0)
+    counted = (per_col == 0) | (per_col >= min_rows)
+    out = fill & ((raw < low) | (raw > high))
+    return int(out[:, counted].sum())
