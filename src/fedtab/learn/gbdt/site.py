@@ -179,6 +179,8 @@ def apply_splits(positions: np.ndarray, bins: np.ndarray, layout: BinLayout, spl
     K = positions.shape[0]
     if tree.min() < 0 or tree.max() >= K or feat.min() < 0 or feat.max() >= layout.n_features or node.min() < 0:
         raise ValueError("a split names a tree, node or feature that does not exist")
+    bins = np.ascontiguousarray(bins)
+    missing = layout.n_bins
     for k in np.unique(tree).tolist():
         s = np.flatnonzero(tree == k)
         lookup = np.full(max(int(node[s].max()), int(positions[k].max(initial=0))) + 1, -1, dtype=np.int64)
@@ -188,8 +190,9 @@ def apply_splits(positions: np.ndarray, bins: np.ndarray, layout: BinLayout, spl
         if not rows.size:
             continue
         sp = which[rows]
-        x = bins[rows, feat[sp]].astype(np.int64)
-        go_left = np.where(x == layout.n_bins[feat[sp]], dleft[sp], x <= b[sp])
+        fs = feat[sp]
+        x = bins.reshape(-1).take(rows * bins.shape[1] + fs)  # bins[rows, fs], one flat gather
+        go_left = np.where(x == missing[fs], dleft[sp], x <= b[sp])
         positions[k, rows] = np.where(go_left, left[sp], right[sp])
 
 
