@@ -118,6 +118,8 @@ class SparseSlots:
         out = np.zeros((3, m * S))
         tot = np.zeros((3, m))
         cw = None if count_weight is None else np.asarray(count_weight, dtype=np.float64)
+        if cw is not None and cw.shape == (n,) and (cw == 1.0).all():
+            cw = None  # every row counts 1: integer counts, the same numbers
         ptr = self.entry_ptr
         for k in np.unique(req[:, 0]).tolist():
             where = _node_index(req, k, positions[k])
@@ -134,16 +136,11 @@ class SparseSlots:
                 tot[i] += np.bincount(where[rows], weights=w, minlength=m)
                 out[i] += np.bincount(idx, weights=None if w is None else np.repeat(w, cnt), minlength=m * S)
         out = out.reshape(3, m, S)
-        starts = self.layout.offsets[:-1]
         freq = self.frequent
-        for i in range(3):  # the frequent slot of each feature: node total − the feature's other slots
-            out[i][:, freq] = tot[i][:, None] - np.add.reduceat(out[i], starts, axis=1)
-        empty = out[2][:, freq] == 0
-        if empty.any():
-            for i in (0, 1):
-                block = out[i][:, freq]
-                block[empty] = 0.0
-                out[i][:, freq] = block
+        # the frequent slot of each feature: node total − the feature's other slots (0 there so far)
+        block = tot[:, :, None] - np.add.reduceat(out, self.layout.offsets[:-1], axis=2)
+        block[:2, block[2] == 0] = 0.0  # no row in it: exactly 0
+        out[:, :, freq] = block
         hist = np.stack([out[0], out[1]], axis=2)
         return (hist, out[2]) if with_counts else hist
 
