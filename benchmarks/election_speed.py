@@ -4,7 +4,12 @@
    formulation of the same rule written here, on 18 sites × 20,000 features and
    200 sites × 100,000 features, in the same process, best of ``--repeats`` runs.
    Goal: time ratio ≤ 1.5.
-2. Peak memory (tracemalloc) of ``ElectionTally`` while 30 and then 300 sites
+2. One site's ballot (``site.handle`` of a ``ballot`` request, ANOVA, the site's training
+   part) at 10,000 columns and 60 rows (a site of the 30-site × 10,000-feature scale run) and
+   300 rows, 5 % of the cells missing: best of ``--repeats`` after a first call (which draws the
+   site's parts). Goal: ≤ 0.1 s; most of it used to be reading which cells were measured, one
+   pandas call per column (``federation/observed.py``).
+3. Peak memory (tracemalloc) of ``ElectionTally`` while 30 and then 300 sites
    report over 200,000 features, each ballot generated on arrival and dropped after
    counting. Goal: peak independent of the number of sites.
 
@@ -83,6 +88,22 @@ def tally_peak(k: int, d: int) -> dict:
     return {"sites": k, "features": d, "peak_mib": peak / 2**20}
 
 
+def site_ballot(n: int, d: int, repeats: int) -> dict:
+    """Seconds of one ballot at one site of ``n`` rows × ``d`` columns (see the module docstring)."""
+    import pandas as pd
+
+    from fedtab.federation.messages import Message
+    from fedtab.federation.site import Site
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(n, d))
+    X[rng.random((n, d)) < 0.05] = np.nan
+    site = Site("s", pd.DataFrame(X, columns=[f"f{j}" for j in range(d)]).assign(y=np.arange(n) % 2), "y", seed=0)
+    request = Message("ballot", {}, {"selector": "anova"})
+    site.handle(request)  # the first message draws the parts
+    return {"rows": n, "features": d, "ballot_s": best_of(lambda: site.handle(request), repeats)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (for the test suite)")
@@ -93,7 +114,8 @@ def main(argv: list[str] | None = None) -> dict:
     mem = [(3, 20_000), (30, 20_000)] if args.quick else [(30, 200_000), (300, 200_000)]
     rows = [speed(k, d, args.repeats) for k, d in sizes]
     memory = [tally_peak(k, d) for k, d in mem]
-    doc = {"speed": rows, "tally_memory": memory,
+    ballot = [site_ballot(n, 2_000 if args.quick else 10_000, args.repeats) for n in (60, 300)]
+    doc = {"speed": rows, "tally_memory": memory, "site_ballot": ballot,
            "memory_ratio": memory[1]["peak_mib"] / memory[0]["peak_mib"]}
     print(f"{'sites':>6} {'features':>9} {'numpy s':>9} {'fedtab s':>9} {'ratio':>6}")
     for r in rows:
@@ -101,6 +123,8 @@ def main(argv: list[str] | None = None) -> dict:
     for m in memory:
         print(f"tally peak memory, {m['sites']} sites × {m['features']} features: {m['peak_mib']:.1f} MiB")
     print(f"peak memory ratio (10× the sites): {doc['memory_ratio']:.2f}")
+    for b in ballot:
+        print(f"one site's ballot, {b['rows']} rows × {b['features']:,} columns: {b['ballot_s']:.3f} s")
     if not args.quick:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "election_speed.json").write_text(json.dumps(doc, indent=2))
@@ -108,6 +132,8 @@ def main(argv: list[str] | None = None) -> dict:
         lines += [f"| {r['sites']} | {r['features']:,} | {r['plain_numpy_s']:.4f} | {r['fedtab_elect_s']:.4f} | {r['ratio']:.2f} |" for r in rows]
         lines += ["", "| tally: sites | features | peak memory (MiB) |", "|---:|---:|---:|"]
         lines += [f"| {m['sites']} | {m['features']:,} | {m['peak_mib']:.1f} |" for m in memory]
+        lines += ["", "| one site's ballot: rows | columns | seconds |", "|---:|---:|---:|"]
+        lines += [f"| {b['rows']} | {b['features']:,} | {b['ballot_s']:.3f} |" for b in ballot]
         (args.out / "election_speed.md").write_text("\n".join(lines) + "\n")
     return doc
 

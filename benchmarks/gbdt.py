@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -158,8 +159,12 @@ def _pooled_with_nan(parts, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def federated_rows(params: GBDTParams, case: str, *, xgb_threads: int = 1, lr_rounds: int = 10, lr_epochs: int = 5,
-                   root: str | None = None) -> list[dict[str, Any]]:
-    """The rows of one case (``homogeneous`` / ``heterogeneous``), see the module docstring."""
+                   root: str | None = None, compute_only: bool = False) -> list[dict[str, Any]]:
+    """The rows of one case (``homogeneous`` / ``heterogeneous``), see the module docstring.
+
+    Every timed row also carries ``cpu_seconds`` (this process's CPU time, :func:`time.process_time`:
+    the server and the in-process sites together for the federated rows, all of XGBoost's
+    threads for XGBoost's). ``compute_only``: only ``fed_gbdt`` (plain) and ``xgb_pooled``."""
     from fedtab.federation.gbdt import run_gbdt
     from fedtab.federation.training import run_training
     from fedtab.learn.models import LogisticRegressionModel
@@ -168,16 +173,16 @@ def federated_rows(params: GBDTParams, case: str, *, xgb_threads: int = 1, lr_ro
     parts = site_tables(X, y, names, case == "heterogeneous")
     rows: list[dict[str, Any]] = []
     trees = {}
-    for secure in (False, True):
+    for secure in (False,) if compute_only else (False, True):
         fed = _federation(parts, secure)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         # importance=False: the per-site gains exchange runs in plain mode only; timing both modes on the same work
         out = run_gbdt(fed, names, params=params, eval_part="train", score_bins=None, importance=False)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         lv = out.level_exchanges
         trees[secure] = out.model.to_arrays()
         rows.append({"case": case, "row": "fed_gbdt_secure" if secure else "fed_gbdt",
-                     **_scores(yt, out.model.predict_proba(Xt)[:, 1]), "seconds": seconds,
+                     **_scores(yt, out.model.predict_proba(Xt)[:, 1]), "seconds": seconds, "cpu_seconds": cpu,
                      "exchanges": len(out.exchanges), "level_exchanges": len(lv),
                      "exchanges_per_tree": out.exchanges_per_tree,
                      "bytes": int(sum(e["bytes_down"] + e["bytes_up"] for e in out.exchanges)),
@@ -187,16 +192,22 @@ def federated_rows(params: GBDTParams, case: str, *, xgb_threads: int = 1, lr_ro
                      "mean_level_wire_bytes": float(np.mean([e["wire_down"] + e["wire_up"] for e in lv])),
                      "withheld_nodes": int(sum(out.withheld.values())), "slots": out.model.layout.n_slots,
                      "trees": out.model.n_trees})
-    rows[-1]["same_trees_as_plain"] = all(np.array_equal(trees[False][k], trees[True][k]) for k in trees[False])
-    rows[-1]["time_vs_plain"] = rows[-1]["seconds"] / rows[-2]["seconds"]
+    if not compute_only:
+        rows[-1]["same_trees_as_plain"] = all(np.array_equal(trees[False][k], trees[True][k]) for k in trees[False])
+        rows[-1]["time_vs_plain"] = rows[-1]["seconds"] / rows[-2]["seconds"]
     Xp, yp = _pooled_with_nan(parts, names)
-    pooled = [("xgb_pooled", Xp)] + ([("xgb_pooled_complete", X)] if case == "heterogeneous" else [])
+    pooled = [("xgb_pooled", Xp)] + ([("xgb_pooled_complete", X)] if case == "heterogeneous" and not compute_only else [])
     for row, Xtrain in pooled:
         clf = _xgb(params, xgb_threads)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         clf.fit(Xtrain, yp if Xtrain is Xp else y)
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         rows.append({"case": case, "row": row, **_scores(yt, clf.predict_proba(Xt)[:, 1]),
-                     "seconds": time.perf_counter() - t0})
+                     "seconds": seconds, "cpu_seconds": cpu})
+    fed_row = next(r for r in rows if r["row"] == "fed_gbdt")
+    fed_row["cpu_vs_xgb_pooled"] = fed_row["cpu_seconds"] / rows[-len(pooled)]["cpu_seconds"]
+    if compute_only:
+        return rows
     fed = _federation(parts)
     t0 = time.perf_counter()
     tr = run_training(fed, names, model="logistic", rounds=lr_rounds, local_epochs=lr_epochs, eval_part="train",
@@ -228,23 +239,33 @@ def _federated_report(rows: list[dict[str, Any]], params: GBDTParams) -> dict[st
     for case in ("homogeneous", "heterogeneous"):
         if (case, "fed_gbdt") not in by:
             continue
+        if (case, "fed_gbdt_secure") not in by:  # --compute-only
+            checks[case] = {"cpu_vs_xgb": by[(case, "fed_gbdt")]["cpu_vs_xgb_pooled"]}
+            continue
         f, x, s, lr = (by[(case, k)] for k in ("fed_gbdt", "xgb_pooled", "fed_gbdt_secure", "fed_logistic"))
         checks[case] = {"auroc_vs_xgb": f["auroc"] - x["auroc"], "auroc_vs_logistic": f["auroc"] - lr["auroc"],
-                        "secure_same_trees": s["same_trees_as_plain"], "secure_time_ratio": s["time_vs_plain"]}
+                        "secure_same_trees": s["same_trees_as_plain"], "secure_time_ratio": s["time_vs_plain"],
+                        "cpu_vs_xgb": f["cpu_vs_xgb_pooled"]}
     return checks
 
 
 def _print_federated(rows: list[dict[str, Any]], checks: dict[str, Any]) -> None:
-    print(f"{'case':<14} {'row':<22} {'AUROC':>7} {'log-loss':>9} {'seconds':>8} {'exch':>5} {'MB':>8}")
+    print(f"{'case':<14} {'row':<22} {'AUROC':>7} {'log-loss':>9} {'seconds':>8} {'CPU s':>6} {'exch':>5} {'MB':>8}")
     for r in rows:
         mb = f"{r['bytes'] / 1e6:8.2f}" if "bytes" in r else f"{'':>8}"
         ex = f"{r['exchanges']:5d}" if "exchanges" in r else f"{'':>5}"
-        print(f"{r['case']:<14} {r['row']:<22} {r['auroc']:7.4f} {r['log_loss']:9.4f} {r['seconds']:8.2f} {ex} {mb}")
+        cpu = f"{r['cpu_seconds']:6.2f}" if "cpu_seconds" in r else f"{'':>6}"
+        print(f"{r['case']:<14} {r['row']:<22} {r['auroc']:7.4f} {r['log_loss']:9.4f} {r['seconds']:8.2f} {cpu} {ex} {mb}")
     for case, c in checks.items():
+        print(f"{case}: CPU of fed GBDT (server + sites, in-process) / XGBoost hist on the same pooled rows "
+              f"{c['cpu_vs_xgb']:.2f}x (load average {os.getloadavg()[0]:.2f})")
+        if "secure_same_trees" not in c:
+            continue
         print(f"{case}: fed GBDT - centralised XGBoost AUROC {c['auroc_vs_xgb']:+.4f}; - federated logistic "
               f"{c['auroc_vs_logistic']:+.4f}; secure: same trees {c['secure_same_trees']}, time "
               f"{c['secure_time_ratio']:.2f}x plain")
-    print(f"nvflare_xgboost: not run: {NVFLARE_ROW['why']}")
+    if any("secure_same_trees" in c for c in checks.values()):
+        print(f"nvflare_xgboost: not run: {NVFLARE_ROW['why']}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -262,13 +283,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--lr-rounds", type=int, default=10, help="federated logistic: FedAvg rounds")
     ap.add_argument("--lr-epochs", type=int, default=5, help="federated logistic: local L-BFGS epochs per round")
     ap.add_argument("--markdown", default=None, help="write the federated table as markdown here")
+    ap.add_argument("--compute-only", action="store_true",
+                    help="only the plain fed_gbdt and xgb_pooled rows: the CPU ratio, quickly")
     args = ap.parse_args(argv)
     trees, depth = (10, 4) if args.quick else (args.trees, args.max_depth)
     params = GBDTParams(n_trees=trees, max_depth=depth, learning_rate=args.learning_rate, max_bins=args.max_bins)
     if not args.pooled_only:
         fed_rows = [r for case in args.cases.split(",") for r in
                     federated_rows(params, case, xgb_threads=args.xgb_threads, lr_rounds=args.lr_rounds,
-                                   lr_epochs=args.lr_epochs, root=args.data)]
+                                   lr_epochs=args.lr_epochs, root=args.data, compute_only=args.compute_only)]
         checks = _federated_report(fed_rows, params)
         print(f"Adult, 3 sites {SITE_FRACTIONS}, {trees} rounds, depth {depth}, eta {args.learning_rate}, "
               f"{args.max_bins} bins")
@@ -277,7 +300,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                "command": "python -m benchmarks.gbdt " + " ".join(argv if argv is not None else __import__("sys").argv[1:])}
         if args.out:
             Path(args.out).write_text(json.dumps(out, indent=1))
-        if args.markdown:
+        if args.markdown and not args.compute_only:
             Path(args.markdown).write_text(markdown(out))
         return out
     rows = pooled_rows(params, args.xgb_threads, args.data)
@@ -314,11 +337,11 @@ def markdown(out: dict[str, Any]) -> str:
         mb = f"{r['bytes'] / 1e6:.2f}" if "bytes" in r else ""
         lines.append(f"| {r['case']} | {r['row']} | {r['auroc']:.4f} | {r['log_loss']:.4f} | {r['seconds']:.1f} | "
                      f"{r.get('exchanges', '')} | {mb} |")
-    lines += ["", "| case | fed - centralised XGB AUROC | fed - fed logistic AUROC | secure: same trees | secure time / plain |",
-              "|---|---:|---:|---|---:|"]
+    lines += ["", "| case | fed - centralised XGB AUROC | fed - fed logistic AUROC | secure: same trees | secure time / plain "
+              "| CPU fed GBDT / XGBoost hist |", "|---|---:|---:|---|---:|---:|"]
     for case, c in out["checks"].items():
         lines.append(f"| {case} | {c['auroc_vs_xgb']:+.4f} | {c['auroc_vs_logistic']:+.4f} | {c['secure_same_trees']} | "
-                     f"{c['secure_time_ratio']:.2f}x |")
+                     f"{c['secure_time_ratio']:.2f}x | {c['cpu_vs_xgb']:.2f}x |")
     fed = [r for r in out["rows"] if r["row"] == "fed_gbdt"]
     if fed:
         f = fed[0]

@@ -6,6 +6,8 @@ def test_quick_benchmark_runs_and_agrees_with_plain_rule():
     assert [m["sites"] for m in doc["tally_memory"]] == [3, 30]
     # O(d) memory: ten times the sites may not cost anything like ten times the memory
     assert doc["memory_ratio"] < 2.0
+    assert [(b["rows"], b["features"]) for b in doc["site_ballot"]] == [(60, 2_000), (300, 2_000)]
+    assert all(b["ballot_s"] > 0 for b in doc["site_ballot"])
 
 
 def test_plain_rule_reference_is_the_rule():

@@ -27,3 +27,13 @@ def test_quick_federated_rows_run_and_secure_grows_the_same_trees(tmp_path):
     assert abs(rows["fed_gbdt"]["auroc"] - rows["xgb_pooled"]["auroc"]) < 0.01
     assert rows["fed_gbdt"]["exchanges_per_tree"] <= 4 + 0.1  # --quick: depth 4
     assert "not run" in (tmp_path / "gbdt.md").read_text()
+
+
+def test_compute_only_prints_the_cpu_ratio_to_xgboost(capsys):
+    out = main(["--quick", "--cases", "homogeneous", "--compute-only"])
+    rows = {r["row"]: r for r in out["rows"]}
+    assert set(rows) == {"fed_gbdt", "xgb_pooled"}
+    assert rows["fed_gbdt"]["cpu_seconds"] > 0 and rows["xgb_pooled"]["cpu_seconds"] > 0
+    ratio = rows["fed_gbdt"]["cpu_seconds"] / rows["xgb_pooled"]["cpu_seconds"]
+    assert out["checks"]["homogeneous"]["cpu_vs_xgb"] == ratio
+    assert f"{ratio:.2f}x" in capsys.readouterr().out

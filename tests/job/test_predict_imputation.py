@@ -119,3 +119,34 @@ def test_a_model_file_without_value_sets_reads_as_before(job, tmp_path):
         im.pop("levels"), im.pop("groups")
     m = load_model(_rewrite(job[0], tmp_path / "old.fedtab", drop))
     assert m.has_imputer and m.features == load_model(job[0]).features
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch
+def test_predict_in_a_fresh_process_imports_no_torch_geometric_and_leaves_no_file(job, tmp_path):
+    """``fedtab predict`` with an imputer that fills cells: the same probabilities as in-process,
+    torch_geometric never imported (seconds of start-up), and nothing left in the temporary folder
+    (torch_geometric wrote a generated module there in every process)."""
+    import os
+    import subprocess
+    import sys
+
+    path, rows, _ = job
+    table, out, tmp = tmp_path / "rows.csv", tmp_path / "pred.csv", tmp_path / "tmp"
+    rows.loc[GAPS].to_csv(table, index=False, na_rep="?")
+    tmp.mkdir()
+    probe = ("import atexit, sys\n"
+             "atexit.register(lambda: print('torch_geometric loaded:', 'torch_geometric' in sys.modules, "
+             "'torch loaded:', 'torch' in sys.modules))\n"
+             "from fedtab.cli import app\napp()")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    run = subprocess.run([sys.executable, "-c", probe, "predict", str(path), str(table), "-o", str(out)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert "torch_geometric loaded: False torch loaded: True" in run.stdout  # the imputer did run
+    assert sorted(os.listdir(tmp)) == []
+    got = pd.read_csv(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PredictionWarning)
+        proba = load_model(path).predict_proba(pd.read_csv(table, na_values=["?"]))
+    np.testing.assert_allclose(got.filter(like="probability_").to_numpy(), proba, rtol=1e-12, atol=1e-15)

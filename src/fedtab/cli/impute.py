@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import numpy as np
-import pandas as pd
 import typer
 
 from . import err_console, fail, finite_number
 from .elect import max_site_share_option, option_text
+
+if TYPE_CHECKING:  # pragma: no cover - numpy and pandas load inside the command (fast `fedtab --help`)
+    import pandas as pd
 
 __all__ = ["impute_command", "read_site_csv", "ImputeInputError"]
 
@@ -46,6 +47,8 @@ def read_site_csv(path: Path, sep: Optional[str] = None, na_values: Optional[lis
     """Read one site's CSV (or Parquet: ``.parquet``/``.pq``); raise :class:`ImputeInputError`
     if unreadable, empty, mixing numbers and text in a column or holding an infinite or huge
     number. ``sep``/``decimal``: ``None`` = sniffed (:func:`fedtab.data.tables.sniff_csv`)."""
+    import pandas as pd
+
     from ..data.tables import TableError, check_column_types, check_finite, csv_header, duplicate_names, sniff_csv
 
     if not path.is_file():
@@ -105,6 +108,8 @@ def _kept_columns(tables: dict[str, pd.DataFrame], target: Optional[str], ignore
 
 
 def _plots(out: Path, history: list[dict], graph, pooled) -> None:
+    import numpy as np
+
     from ..report.plots import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(5, 3.5))

@@ -39,12 +39,23 @@ def record_measured(site: "Site", before: "pd.DataFrame", columns: Sequence[str]
     """
     if MEASURED_KEY in site.state:
         return
-    held = set(map(str, before.columns))
-    mask = np.zeros((len(before), len(columns)), dtype=bool)
-    for j, c in enumerate(columns):
-        if c in held:
-            mask[:, j] = before[c].notna().to_numpy()
-    site.state[MEASURED_KEY] = {"columns": list(map(str, columns)), "mask": mask}
+    names = list(map(str, columns))
+    mask = _notna(before, names, np.arange(len(before)))
+    site.state[MEASURED_KEY] = {"columns": names, "mask": mask}
+
+
+def _notna(frame: "pd.DataFrame", columns: Sequence[str], rows: np.ndarray) -> np.ndarray:
+    """``(len(rows), len(columns))`` bool: True where ``frame`` holds a value at positional ``rows``
+    (a column absent from ``frame``, or ``None``: all False). One pandas call for all the columns
+    (a ballot names thousands), not one per column."""
+    out = np.zeros((len(rows), len(columns)), dtype=bool)
+    pos = {c: j for j, c in enumerate(frame.columns.astype(str).tolist())}
+    where = np.array([pos.get(c, -1) if c is not None else -1 for c in columns], dtype=np.int64)
+    at = np.flatnonzero(where >= 0)
+    if at.size:
+        block = frame.iloc[:, where[at]]
+        out[:, at] = (block if len(rows) == len(frame) else block.iloc[rows]).notna().to_numpy()
+    return out
 
 
 def measured_matrix(site: "Site", columns: Sequence[str], part: str) -> np.ndarray:
@@ -57,20 +68,17 @@ def measured_matrix(site: "Site", columns: Sequence[str], part: str) -> np.ndarr
 
     idx = np.arange(len(site.table)) if canonical_part(part) == "all" else site.parts.indices(part)
     record = site.state.get(MEASURED_KEY)
-    out = np.zeros((len(idx), len(columns)), dtype=bool)
-    if isinstance(record, dict):
-        pos = {c: j for j, c in enumerate(record["columns"])}
-        mask = np.asarray(record["mask"], dtype=bool)
-        for j, c in enumerate(columns):
-            if c in pos:
-                out[:, j] = mask[idx, pos[c]]
-            elif c in site.feature_set:  # a column the imputation did not touch: its cells as they are
-                out[:, j] = site.table[c].iloc[idx].notna().to_numpy()
-        return out
+    columns = [str(c) for c in columns]
     held = site.feature_set
-    for j, c in enumerate(columns):
-        if c in held:
-            out[:, j] = site.table[c].iloc[idx].notna().to_numpy()
+    if not isinstance(record, dict):
+        return _notna(site.table, [c if c in held else None for c in columns], idx)
+    pos = {c: j for j, c in enumerate(record["columns"])}
+    mask = np.asarray(record["mask"], dtype=bool)
+    # a column the imputation did not touch: its cells as they are
+    out = _notna(site.table, [c if c not in pos and c in held else None for c in columns], idx)
+    at = [j for j, c in enumerate(columns) if c in pos]
+    if at:
+        out[:, at] = mask[np.ix_(idx, [pos[columns[j]] for j in at])]
     return out
 
 
@@ -87,10 +95,9 @@ def measured_columns(site: "Site", part: str = "train", columns: Sequence[str] |
 def measured_frame(site: "Site", frame: "pd.DataFrame", part: str) -> "pd.DataFrame":
     """``frame`` (rows of ``part``) with only the columns the site measures there, and its
     imputed cells set back to missing (NaN): what a ballot may rank."""
-    cols = [str(c) for c in frame.columns]
-    mask = measured_matrix(site, cols, part)
+    mask = measured_matrix(site, frame.columns.astype(str).tolist(), part)
     keep = mask.any(axis=0)
-    out = frame.loc[:, [c for c, k in zip(frame.columns, keep) if k]]
+    out = frame if keep.all() else frame.iloc[:, np.flatnonzero(keep)]
     mask = mask[:, keep]
     if mask.all():
         return out

@@ -1,4 +1,4 @@
-"""GNN imputer over the global feature graph (PyTorch + PyTorch Geometric).
+"""GNN imputer over the global feature graph (plain PyTorch).
 
 Each table row is one graph whose nodes are the global columns. Node input:
 ``embedding(feature id) + MLP([z-value or 0, observed flag, available flag])``.
@@ -19,7 +19,10 @@ zero, so an untrained model *is* the linear model and training learns non-linear
 corrections. With ``block_unavailable`` the prior of unavailable nodes is zeroed too.
 
 Tensors are node-major: hidden states are ``(F, B, d)`` so one sparse ``(F, F)``
-adjacency multiplies a whole batch at once.
+adjacency multiplies a whole batch at once. The message passing is two sparse products per
+layer written in plain torch (it was a PyTorch Geometric ``MessagePassing`` layer with the same
+arithmetic): predicting with an imputer imports no PyTorch Geometric, which costs seconds of
+start-up and leaves a generated file in the temporary folder of every process that imports it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch_geometric.nn import MessagePassing
 
 from .graph import FeatureGraph
 
@@ -52,25 +54,25 @@ class GNNConfig:
         return asdict(self)
 
 
-class SignedGraphConv(MessagePassing):
+class SignedGraphConv(nn.Module):
     """Gated, signed, weighted mean of neighbour messages.
 
     ``agg_i = sum_j s_ij w_ij g_j W x_j / sum_j w_ij g_j`` over the incoming edges of i,
     where ``w_ij = |r_ij|``, ``s_ij`` its sign and ``g_j = sigmoid(a . x_j)`` a learned
     gate that lets a node ignore uninformative senders (e.g. neighbours that are
     themselves missing). The gate depends only on the sender, so the whole layer is two
-    sparse ``(F, F)`` products (:meth:`message_and_aggregate`).
+    sparse ``(F, F)`` products.
 
     Node dimension is 0: ``x`` is ``(F, B, d)``; ``adj`` is the signed adjacency from
     :func:`graph_tensors` (``adj[i, j] = s_ij w_ij``), ``adj_abs`` its absolute value.
-    Passing an ``edge_index`` (2, E) plus ``edge_weight`` (E,) instead runs the generic
-    gather/scatter path (same result, for checking); dense ``(F, F)`` adjacencies run
-    plain matrix products (same result; what per-example gradients under
-    ``torch.func.vmap`` need, see :mod:`.dp_train`).
+    Passing an ``edge_index`` (2, E) (row 0 the senders ``j``, row 1 the receivers ``i``) plus
+    ``edge_weight`` (E,) instead runs a gather/scatter over the edges (same result up to the
+    order of float sums, for checking); dense ``(F, F)`` adjacencies run plain matrix products
+    (same result; what per-example gradients under ``torch.func.vmap`` need, see :mod:`.dp_train`).
     """
 
     def __init__(self, dim: int) -> None:
-        super().__init__(aggr="add", node_dim=0)
+        super().__init__()
         self.lin = nn.Linear(dim, dim, bias=False)
         self.gate = nn.Linear(dim, 1)
 
@@ -79,19 +81,26 @@ class SignedGraphConv(MessagePassing):
         if adj_abs is not None and adj.layout == torch.strided:  # dense (F, F): works under torch.func.vmap
             return torch.einsum("ij,jbd->ibd", adj, self.lin(x) * g) / (torch.einsum("ij,jbd->ibd", adj_abs, g) + 1e-3)
         if adj_abs is None:  # edge_index path
-            num = self.propagate(adj, x=self.lin(x) * g, edge_weight=edge_weight)
-            den = self.propagate(adj, x=g, edge_weight=edge_weight.abs())
+            if edge_weight is None:
+                raise ValueError("an edge_index needs its edge_weight")
+            num = _scatter_edges(adj, self.lin(x) * g, edge_weight)
+            den = _scatter_edges(adj, g, edge_weight.abs())
         else:
-            num = self.propagate(adj, x=self.lin(x) * g, edge_weight=None)
-            den = self.propagate(adj_abs, x=g, edge_weight=None)
+            num = _sparse_mm(adj, self.lin(x) * g)
+            den = _sparse_mm(adj_abs, g)
         return num / (den + 1e-3)
 
-    def message(self, x_j: Tensor, edge_weight: Tensor) -> Tensor:  # x_j: (E, B, d)
-        return x_j * edge_weight.view(-1, 1, 1)
 
-    def message_and_aggregate(self, adj_t: Tensor, x: Tensor) -> Tensor:
-        f, b, d = x.shape
-        return torch.sparse.mm(adj_t, x.reshape(f, b * d)).view(f, b, d)
+def _sparse_mm(adj: Tensor, x: Tensor) -> Tensor:
+    """``(F, B, d)``: the sparse ``(F, F)`` ``adj`` times every batch column of ``x`` ``(F, B, d)``."""
+    f, b, d = x.shape
+    return torch.sparse.mm(adj, x.reshape(f, b * d)).view(f, b, d)
+
+
+def _scatter_edges(edge_index: Tensor, x: Tensor, weight: Tensor) -> Tensor:
+    """``out[i] = sum over edges (j, i) of weight · x[j]`` for ``x`` ``(F, B, d)``."""
+    src, dst = edge_index[0].long(), edge_index[1].long()
+    return torch.zeros_like(x).index_add_(0, dst, x[src] * weight.view(-1, 1, 1).to(x.dtype))
 
 
 def graph_tensors(graph: FeatureGraph) -> tuple[Tensor, Tensor]:

@@ -87,95 +87,111 @@ def smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, min_row
     small slots only spreads its sums evenly over its slots; a group that holds a large slot puts
     all its sums on that slot and releases its small slots as 0 (their few rows are counted in
     the large neighbour: the least distortion of the split gains). ``min_rows <= 1`` returns a copy.
+
+    ``counts`` are row counts (whole numbers). Vectorised over every (node, feature) sequence at
+    once: no Python loop over slots (:func:`_groups`).
     """
     h = np.asarray(hist, dtype=np.float64)
     out = h.copy()
     if min_rows <= 1 or h.shape[0] == 0:
         return out
-    m, d = h.shape[0], layout.n_features
-    width = layout.n_bins + 1
-    j = np.arange(int(width.max()))
-    real = j[None, :] < width[:, None]  # (d, B)
-    flat = np.where(real, layout.offsets[:-1, None] + j[None, :], 0)
+    m, S = h.shape[0], layout.n_slots
     cnt = np.asarray(counts, dtype=np.float64)
     small_slot = (cnt > 0) & (cnt < min_rows)
     needy = np.add.reduceat(small_slot, layout.offsets[:-1], axis=1) > 0  # (m, d): sequences with a small slot
     if not needy.any():
         return out
     node, feat = np.nonzero(needy)  # only these sequences change
-    w = width[feat]
-    B = int(w.max())
-    parts: list[tuple[np.ndarray, ...]] = []
-    lo = 0
-    for hi in sorted({4, 16, 64, B}):  # sequences of similar length together: a short one needs few steps
-        sub = np.flatnonzero((w > lo) & (w <= hi))
-        lo = hi
-        if not sub.size:
-            continue
-        top = int(w[sub].max())
-        slot = flat[feat[sub], :top].T  # (top, n) flat slot of each position
-        ok = real[feat[sub], :top].T
-        c = np.where(ok, cnt[node[sub][None, :], slot], 0.0)
-        gid = _groups(c, min_rows)
-        sel = ok & (gid >= 0)
-        seq = np.broadcast_to(sub[None, :], sel.shape)[sel]
-        parts.append((seq * (B + 1) + gid[sel], node[seq], slot[sel], c[sel],
-                      np.broadcast_to(np.arange(top)[:, None], sel.shape)[sel]))
-        if hi >= B:
-            break
-    key, rows, slots, cs, order = (np.concatenate(a) for a in zip(*parts))
-    n_groups = node.size * (B + 1)
-    length = np.bincount(key, minlength=n_groups).astype(np.float64)
-    # a group with a large slot puts its sums on that slot (its largest), the others release 0;
+    width = (layout.n_bins + 1)[feat]
+    ends = np.cumsum(width)
+    starts = ends - width
+    # flat index (node * n_slots + slot) of every position of every needy sequence, in order
+    pos = np.arange(int(ends[-1])) - np.repeat(starts - (node * S + layout.offsets[feat]), width)
+    c = cnt.reshape(-1)[pos]
+    label = _groups(c, starts, ends, min_rows)
+    sel = np.flatnonzero(label >= 0)
+    key = label[sel]  # non-decreasing: groups come in slot order
+    flat, cs = pos[sel], c[sel]
+    bounds = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1]
+    length = np.diff(np.r_[bounds, key.size])
+    gid = np.repeat(np.arange(bounds.size), length)
+    gmax = np.maximum.reduceat(cs, bounds)
+    # a group with a large slot puts its sums on that slot (its first largest), the others release 0;
     # a group of small slots only spreads them evenly
-    gmax = np.zeros(n_groups)
-    np.maximum.at(gmax, key, cs)
-    first = np.full(n_groups, np.iinfo(np.int64).max)
-    at_max = cs == gmax[key]
-    np.minimum.at(first, key[at_max], order[at_max])
-    share = np.where(gmax[key] >= min_rows, (order == first[key]).astype(np.float64), 1.0 / length[key])
-    for i in (0, 1):
-        total = np.bincount(key, weights=h[rows, slots, i], minlength=n_groups)
-        out[rows, slots, i] = total[key] * share
+    at_max = np.flatnonzero(cs == gmax[gid])
+    first = at_max[np.unique(gid[at_max], return_index=True)[1]]
+    share = np.where((gmax >= min_rows)[gid], (np.arange(key.size) == first[gid]).astype(np.float64),
+                     1.0 / length[gid])
+    flat_h = h.reshape(-1, 2)
+    flat_out = out.reshape(-1, 2)
+    for i in (0, 1):  # bincount sums each group in slot order
+        total = np.bincount(gid, weights=flat_h[flat, i], minlength=bounds.size)
+        flat_out[flat, i] = total[gid] * share
     return out
 
 
-def _groups(c: np.ndarray, min_rows: int) -> np.ndarray:
-    """``(B, S)`` group id of each slot of ``S`` count sequences (along axis 0), −1 for a slot left
-    as 0 (see :func:`smooth_bins`); ids are per sequence."""
-    B, S = c.shape
-    gid = np.full((B, S), -1, dtype=np.int64)
-    is_open = np.zeros(S, dtype=bool)
-    acc = np.zeros(S)
-    next_id = np.zeros(S, dtype=np.int64)
-    cur = np.full(S, -1, dtype=np.int64)  # the open run's id
-    last = np.full(S, -1, dtype=np.int64)  # the last closed group's id
-    small_at, big_at = (c > 0) & (c < min_rows), c >= min_rows
-    for b in range(B):  # in place: this loop is the site's hot path
-        opening = small_at[b] & ~is_open
-        np.copyto(cur, next_id, where=opening)
-        next_id += opening
-        is_open |= opening
-        np.copyto(acc, 0.0, where=opening)
-        alone = big_at[b] & ~is_open  # a large slot on its own: its own group
-        g = gid[b]
-        np.copyto(g, cur, where=is_open)
-        np.copyto(g, next_id, where=alone)
-        np.copyto(last, next_id, where=alone)
-        next_id += alone
-        np.add(acc, c[b], out=acc, where=is_open)
-        closing = is_open & (acc >= min_rows)
-        np.copyto(last, cur, where=closing)
-        is_open &= ~closing
-    # a run still open at the end holds fewer than min_rows rows: it joins the group before it;
-    # its trailing empty slots go back to 0
-    tail = is_open & (last >= 0)
-    for b in range(B - 1, -1, -1):
-        g = gid[b]
-        gid[b] = np.where(tail & (g == cur) & (c[b] == 0), -1, g)
-        tail &= ~((g == cur) & (c[b] > 0))
-    joins = is_open & (last >= 0)
-    return np.where(joins[None, :] & (gid == cur[None, :]), last[None, :], gid)
+def _groups(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, min_rows: int) -> np.ndarray:
+    """The group of every position of count sequences laid end to end (see :func:`smooth_bins`).
+
+    Args:
+        c: ``(N,)`` counts (≥ 0, whole numbers) of sequences ``c[starts[i]:ends[i]]`` (consecutive,
+            each holding a small count).
+        starts, ends: ``(S,)`` the sequences' bounds.
+
+    Returns:
+        ``(N,)`` int64: each position's group, named by a position of that group (unique across
+        sequences, non-decreasing over the positions in a group), −1 for a slot left as 0.
+
+    A run opens at a small slot and closes at the first position where its rows reach
+    ``min_rows`` (found by a search in the prefix sums); the next run opens at the next small
+    slot. The chain of run openings is followed by pointer doubling (``log2`` of the longest
+    sequence steps), so no step loops over positions.
+    """
+    N = c.size
+    idx = np.arange(N)
+    seq_end = np.repeat(ends, ends - starts)  # (N,) end of each position's sequence
+    small, big = (c > 0) & (c < min_rows), c >= min_rows
+    csum = np.cumsum(c)
+    before = csum - c  # rows before each position
+    # the next small slot at or after each position (N where none in the sequence)
+    nxt = np.minimum.accumulate(np.where(small, idx, N)[::-1])[::-1]
+    nxt = np.where(nxt < seq_end, nxt, N)
+    # a run opened at p closes at the first e ≥ p with rows(p..e) ≥ min_rows (or stays open: e ≥ end)
+    close = np.searchsorted(csum, before + min_rows, side="left")
+    closed = close < seq_end
+    after = np.minimum(close + 1, N - 1)
+    follow = np.where(closed & (close + 1 < seq_end), nxt[after], N)
+    follow = np.where(follow < N, follow, idx)  # the last run of a sequence points at itself
+    opened = np.zeros(N, dtype=bool)
+    opened[nxt[starts]] = True  # every sequence has a small slot
+    jump = follow
+    reach = 1
+    longest = int((ends - starts).max())
+    while reach < longest:  # after this step, openings up to 2·reach runs along the chain are marked
+        opened[jump[opened]] = True
+        jump = jump[jump]
+        reach *= 2
+    opened[jump[opened]] = True
+    run_start = np.flatnonzero(opened)
+    run_end = np.minimum(close[run_start], seq_end[run_start] - 1)  # inclusive
+    depth = np.bincount(run_start, minlength=N + 1) - np.bincount(run_end + 1, minlength=N + 1)
+    in_run = np.cumsum(depth[:N]) > 0  # runs never overlap
+    label = np.where(in_run, np.maximum.accumulate(np.where(opened, idx, -1)), np.where(big, idx, -1))
+    # a run still open at its sequence's end holds fewer than min_rows rows: it joins the group before
+    # it (if any) up to its last counted slot; its trailing empty slots go back to 0
+    tail = run_start[~closed[run_start]]
+    if tail.size:
+        seq = np.searchsorted(ends, tail, side="right")  # the sequence of each open run
+        seen = np.maximum.accumulate(np.where(label >= 0, label, -1))
+        prev = np.where(tail > 0, seen[np.maximum(tail - 1, 0)], -1)  # the group before it
+        joins = prev >= starts[seq]
+        tail, seq, prev = tail[joins], seq[joins], prev[joins]
+        if tail.size:
+            last_nz = np.maximum.accumulate(np.where(c > 0, idx, -1))[ends[seq] - 1]
+            span = ends[seq] - tail
+            at = np.arange(int(span.sum())) - np.repeat(np.cumsum(span) - span - tail, span)
+            label[at] = np.where(at <= np.repeat(last_nz, span), np.repeat(prev, span), -1)
+    return label
 
 
 def quantize(hist: np.ndarray, bits: int = GRID_BITS) -> np.ndarray:

@@ -91,6 +91,14 @@ class SparseSlots:
         rare = slots != self.frequent[None, :]
         self.entry_row = np.nonzero(rare)[0].astype(np.int64)
         self.entry_slot = slots[rare].astype(np.int64)
+        self._ptr = None
+
+    @property
+    def entry_ptr(self) -> np.ndarray:
+        """``(n + 1,)`` the entries of row ``i`` are ``entry_ptr[i]:entry_ptr[i + 1]`` (they are in row order)."""
+        if getattr(self, "_ptr", None) is None:
+            self._ptr = np.r_[0, np.cumsum(np.bincount(self.entry_row, minlength=self.n_rows))].astype(np.int64)
+        return self._ptr
 
     def histograms(self, grad: np.ndarray, hess: np.ndarray, positions: np.ndarray, nodes: np.ndarray, *,
                    count_weight: np.ndarray | None = None, with_counts: bool = False
@@ -109,29 +117,30 @@ class SparseSlots:
         m = req.shape[0]
         out = np.zeros((3, m * S))
         tot = np.zeros((3, m))
+        cw = None if count_weight is None else np.asarray(count_weight, dtype=np.float64)
+        if cw is not None and cw.shape == (n,) and (cw == 1.0).all():
+            cw = None  # every row counts 1: integer counts, the same numbers
+        ptr = self.entry_ptr
         for k in np.unique(req[:, 0]).tolist():
             where = _node_index(req, k, positions[k])
             rows = np.flatnonzero(where >= 0)
-            cw = None if count_weight is None else np.asarray(count_weight, dtype=np.float64)
+            if not rows.size:
+                continue
+            # the entries of those rows, in row order (CSR by row): no pass over the other rows' entries
+            cnt = ptr[rows + 1] - ptr[rows]
+            ends = np.cumsum(cnt)
+            ent = np.arange(int(ends[-1])) + np.repeat(ptr[rows] - (ends - cnt), cnt)
+            idx = np.repeat(where[rows] * S, cnt) + self.entry_slot[ent]
             for i, w in enumerate((grad[rows, k].astype(np.float64), hess[rows, k].astype(np.float64),
                                    None if cw is None else cw[rows])):
                 tot[i] += np.bincount(where[rows], weights=w, minlength=m)
-            ew = where[self.entry_row]
-            keep = ew >= 0
-            idx = ew[keep] * S + self.entry_slot[keep]
-            r = self.entry_row[keep]
-            for i, w in enumerate((grad[r, k].astype(np.float64), hess[r, k].astype(np.float64),
-                                   None if cw is None else cw[r])):
-                out[i] += np.bincount(idx, weights=w, minlength=m * S)
+                out[i] += np.bincount(idx, weights=None if w is None else np.repeat(w, cnt), minlength=m * S)
         out = out.reshape(3, m, S)
-        starts = self.layout.offsets[:-1]
-        for i in range(3):  # the frequent slot of each feature: node total − the feature's other slots
-            out[i][:, self.frequent] = tot[i][:, None] - np.add.reduceat(out[i], starts, axis=1)
-        empty = out[2][:, self.frequent] == 0
-        for i in (0, 1):
-            block = out[i][:, self.frequent]
-            block[empty] = 0.0
-            out[i][:, self.frequent] = block
+        freq = self.frequent
+        # the frequent slot of each feature: node total − the feature's other slots (0 there so far)
+        block = tot[:, :, None] - np.add.reduceat(out, self.layout.offsets[:-1], axis=2)
+        block[:2, block[2] == 0] = 0.0  # no row in it: exactly 0
+        out[:, :, freq] = block
         hist = np.stack([out[0], out[1]], axis=2)
         return (hist, out[2]) if with_counts else hist
 
@@ -167,6 +176,8 @@ def apply_splits(positions: np.ndarray, bins: np.ndarray, layout: BinLayout, spl
     K = positions.shape[0]
     if tree.min() < 0 or tree.max() >= K or feat.min() < 0 or feat.max() >= layout.n_features or node.min() < 0:
         raise ValueError("a split names a tree, node or feature that does not exist")
+    bins = np.ascontiguousarray(bins)
+    missing = layout.n_bins
     for k in np.unique(tree).tolist():
         s = np.flatnonzero(tree == k)
         lookup = np.full(max(int(node[s].max()), int(positions[k].max(initial=0))) + 1, -1, dtype=np.int64)
@@ -176,8 +187,9 @@ def apply_splits(positions: np.ndarray, bins: np.ndarray, layout: BinLayout, spl
         if not rows.size:
             continue
         sp = which[rows]
-        x = bins[rows, feat[sp]].astype(np.int64)
-        go_left = np.where(x == layout.n_bins[feat[sp]], dleft[sp], x <= b[sp])
+        fs = feat[sp]
+        x = bins.reshape(-1).take(rows * bins.shape[1] + fs)  # bins[rows, fs], one flat gather
+        go_left = np.where(x == missing[fs], dleft[sp], x <= b[sp])
         positions[k, rows] = np.where(go_left, left[sp], right[sp])
 
 

@@ -68,13 +68,37 @@ def node_totals(hist: np.ndarray, layout: BinLayout) -> np.ndarray:
     return np.cumsum(h[:, layout.offsets[0]:layout.offsets[1], :], axis=1)[:, -1, :]
 
 
-def _groups(layout: BinLayout) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Features grouped by bin count: ``(features, (len, nb) flat slots of their value bins)``,
-    so each group is a dense block without padding."""
-    out = []
-    for nb in np.unique(layout.n_bins).tolist():
-        feats = np.flatnonzero(layout.n_bins == nb)
-        out.append((feats, layout.offsets[feats, None] + np.arange(nb)[None, :]))
+def _groups(layout: BinLayout) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Features in blocks scanned together: ``(features (ascending), (len, nb) flat slots of their
+    value bins, (len, nb) bool real bins or None)``.
+
+    Features of one bin count form a dense block; the wider ones (more than 2 bins, usually a
+    few numeric columns of different widths) are padded to the widest of their block, blocks
+    kept at most twice their real size, so the split search makes a few large numpy passes
+    instead of one small pass per width. Padded bins hold no rows and are never candidates."""
+    nb_all = layout.n_bins
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+    wide: list[int] = []
+    for nb in np.unique(nb_all).tolist():
+        feats = np.flatnonzero(nb_all == nb)
+        if nb <= 2:
+            out.append((feats, layout.offsets[feats, None] + np.arange(nb)[None, :], None))
+        else:
+            wide.extend(feats.tolist())
+    wide.sort(key=lambda f: int(nb_all[f]))
+    blocks: list[list[int]] = []
+    for f in wide:  # ascending width: a block takes the next feature while padding at most doubles it
+        if blocks and (len(blocks[-1]) + 1) * int(nb_all[f]) <= 2 * (sum(int(nb_all[g]) for g in blocks[-1]) + int(nb_all[f])):
+            blocks[-1].append(f)
+        else:
+            blocks.append([f])
+    for block in blocks:
+        feats = np.sort(np.asarray(block, dtype=np.int64))
+        width = nb_all[feats]
+        NB = int(width.max())
+        valid = np.arange(NB)[None, :] < width[:, None]
+        slots = np.where(valid, layout.offsets[feats, None] + np.arange(NB)[None, :], 0)
+        out.append((feats, slots, None if valid.all() else valid))
     return out
 
 
@@ -84,24 +108,36 @@ def _gain(left: np.ndarray, right: np.ndarray, root: np.ndarray, params: GBDTPar
 
 
 def _best_in_group(hist: np.ndarray, totals: np.ndarray, root: np.ndarray, feats: np.ndarray, slots: np.ndarray,
-                   params: GBDTParams) -> dict:
-    """Best candidate per node among features of one bin count ``nb`` (first maximum in
-    XGBoost's order: feature, forward scan, backward scan)."""
+                   params: GBDTParams, valid: np.ndarray | None = None) -> dict:
+    """Best candidate per node among one block of features (first maximum in XGBoost's order:
+    feature, forward scan, backward scan).
+
+    ``valid`` ``(g, nb)`` marks the real bins of features padded to ``nb`` (None: all real). A
+    padded feature of ``w`` bins scans exactly as unpadded: its padded bins add 0 to the
+    forward sums and come first in the backward ones (``x + 0 = x`` in floats), and they are
+    no candidate; the backward candidate at padded index ``k`` is bin ``nb − 2 − k`` either way."""
     m, (g, nb) = hist.shape[0], slots.shape
     V = hist[:, slots, :]                                 # (m, g, nb, 2) value bins
+    if valid is not None:
+        V = np.where(valid[None, :, :, None], V, 0.0)
     P = totals[:, None, None, :]
     r = root[:, None, None]
     mcw = params.min_child_weight
 
     L = np.cumsum(V, axis=2)                              # forward: bins ≤ b left, missing right
     R = P - L
-    fwd = np.where((L[..., 1] >= mcw) & (R[..., 1] >= mcw), _gain(L, R, r, params), -np.inf)
+    ok_f = (L[..., 1] >= mcw) & (R[..., 1] >= mcw)
+    if valid is not None:
+        ok_f &= valid[None]
+    fwd = np.where(ok_f, _gain(L, R, r, params), -np.inf)
 
     Rb = np.cumsum(V[:, :, ::-1, :], axis=2)              # backward: k ↔ bin i = nb−1−k; bins ≥ i right
     Lb = P - Rb                                           # missing left
     last = L[:, :, -1, :]                                 # sums of the value bins
     has_missing = (last[..., 0] != totals[:, None, 0]) | (last[..., 1] != totals[:, None, 1])
     ok_b = has_missing[:, :, None] & (Lb[..., 1] >= mcw) & (Rb[..., 1] >= mcw)
+    if valid is not None:
+        ok_b &= valid[None, :, ::-1]  # backward index k is bin nb − 1 − k
     bwd = np.where(ok_b, _gain(Lb, Rb, r, params), -np.inf)
 
     cand = np.concatenate([fwd, bwd], axis=2).astype(np.float32).reshape(m, g * 2 * nb)
@@ -120,8 +156,8 @@ def _best_in_group(hist: np.ndarray, totals: np.ndarray, root: np.ndarray, feats
 def _chunk(hist: np.ndarray, totals: np.ndarray, groups: list, params: GBDTParams) -> dict:
     root = node_score(totals[:, 0], totals[:, 1], params)
     best = None
-    for feats, slots in groups:
-        cand = _best_in_group(hist, totals, root, feats, slots, params)
+    for feats, slots, valid in groups:
+        cand = _best_in_group(hist, totals, root, feats, slots, params, valid)
         if best is None:
             best = cand
             continue

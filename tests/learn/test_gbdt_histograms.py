@@ -1,0 +1,46 @@
+"""The sparse histogram builder (SparseSlots, the site's hot path) equals the dense one.
+
+Random layouts, rows, trees of a round, node positions, requests (nodes holding no row, trees
+not requested) and the round's subsample as count weights (gradients 0 outside it, as a site's): gradient and hessian sums equal
+:func:`level_histograms` to float rounding, exactly for integer-valued gradients, and the
+counts equal the weighted row counts."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedtab.learn.gbdt import BinLayout, level_histograms
+from fedtab.learn.gbdt.site import SparseSlots
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60), K=st.integers(1, 3), n_nodes=st.integers(1, 6),
+       widths=st.lists(st.integers(0, 6), min_size=1, max_size=4), integer=st.booleans())
+def test_sparse_histograms_equal_the_dense_ones(seed, n, K, n_nodes, widths, integer):
+    rng = np.random.default_rng(seed)
+    layout = BinLayout([np.arange(w, dtype=np.float32) for w in widths])
+    skew = rng.uniform(0, 1, len(widths))  # some features mostly in one bin (the sparse path's case)
+    bins = np.column_stack([np.where(rng.random(n) < skew[f], 0, rng.integers(0, w + 2, n))
+                            for f, w in enumerate(widths)])
+    slots = layout.slots(bins)
+    g = (rng.integers(-3, 4, (n, K)) if integer else rng.normal(size=(n, K))).astype(np.float32)
+    h = (rng.integers(0, 3, (n, K)) if integer else rng.uniform(0, 0.25, (n, K))).astype(np.float32)
+    positions = rng.integers(0, n_nodes, (K, n)).astype(np.int32)
+    pairs = [(k, v) for k in range(K) for v in range(n_nodes + 1)]  # node n_nodes holds no row
+    pick = rng.permutation(len(pairs))[: rng.integers(1, len(pairs) + 1)]
+    nodes = np.array([pairs[i] for i in sorted(pick)], dtype=np.int64)
+    weight = (rng.random(n) < 0.7).astype(np.float64)  # the round's subsample: the others' gradients are 0
+    g[weight == 0], h[weight == 0] = 0, 0
+    sparse = SparseSlots(slots, layout)
+    hist, counts = sparse.histograms(g, h, positions, nodes, count_weight=weight, with_counts=True)
+    dense = level_histograms(slots, g, h, positions, nodes, layout.n_slots)
+    if integer:
+        np.testing.assert_array_equal(hist, dense)
+    else:
+        np.testing.assert_allclose(hist, dense, rtol=1e-12, atol=1e-12)
+    ones = np.ones((n, K), np.float32)
+    expect = level_histograms(slots, ones * weight[:, None].astype(np.float32), ones, positions, nodes, layout.n_slots)
+    np.testing.assert_array_equal(counts, expect[..., 0])
+    np.testing.assert_array_equal(sparse.histograms(g, h, positions, nodes), hist)
+    _, every = sparse.histograms(g, h, positions, nodes, with_counts=True)  # no weight: every row counts 1
+    np.testing.assert_array_equal(every, level_histograms(slots, ones, ones, positions, nodes, layout.n_slots)[..., 0])
