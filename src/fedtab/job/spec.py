@@ -90,7 +90,10 @@ class ImputeSpec:
 class ElectionSpec:
     """How the columns are selected. ``method="vote"``: Feature Election (``tune`` chooses the
     freedom degree, else ``freedom_degree`` is used; ``grid``: the tuning grid); ``"score-test"``:
-    forward selection by score tests on the pooled sums at false discovery rate ``score_test_alpha``.
+    forward selection by score tests on the pooled sums at false discovery rate ``score_test_alpha``
+    (per step), or with ``fdr = q`` the selection with error control: every column's pooled score
+    test, one Benjamini-Hochberg (``fdr_method = "bh"``) or Benjamini-Yekutieli (``"by"``, any
+    dependence) correction at FDR ``q`` (:func:`fedtab.election.score_test.fdr_score_selection`).
     ``grid`` / ``refine_step``: the grid tuner's freedom degrees (``None`` = 0, 0.1, ..., 1) and the
     step of its refinement around the best one (0 = none). ``tune = "cv"``: honest model selection
     (:func:`fedtab.federation.selection.select_model`, the job's ``selection`` step) instead of the
@@ -110,6 +113,8 @@ class ElectionSpec:
     consensus_alpha: float = 0.05
     method: str = "vote"
     score_test_alpha: float = 0.05
+    fdr: float | None = None
+    fdr_method: str = "bh"
     grid: list | None = None
     refine_step: float = 0.025
     modes: list[str] | None = None
@@ -578,6 +583,15 @@ def _check_election(spec: JobSpec) -> None:
     if not 0 < e.score_test_alpha < 1:
         raise JobError(f"[election] score_test_alpha must be a number in (0, 1), got {e.score_test_alpha}")
     make_selector(e.selector)
+    if e.method != "score-test" and (e.fdr is not None or e.fdr_method != "bh"):
+        raise JobError("[election] fdr and fdr_method apply to method = \"score-test\" (the score test's p-values)")
+    if e.fdr is not None or e.fdr_method != "bh":
+        from ..election.score_test import check_fdr
+
+        try:
+            check_fdr(0.05 if e.fdr is None else e.fdr, e.fdr_method)
+        except ValueError as exc:
+            raise JobError(f"[election] {exc}") from None
     if e.method == "score-test":
         if e.tune != "none":
             raise JobError("[election] tune applies to method = \"vote\" (the score test has no freedom degree)")
