@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 __all__ = ["JobError", "JobSpec", "SiteSpec", "ImputeSpec", "ElectionSpec", "TrainingSpec", "RunSpec",
            "PrivacySpec", "TrustSpec", "SchemaSpec", "EvaluationSpec", "ColumnsSpec", "LabelsSpec", "ENGINES", "TUNERS", "METHODS", "DP_KEYS",
-           "check_dp_bounds", "check_spec", "dp_columns_without_bounds", "load_job", "parse_job", "spec_from_plan"]
+           "check_dp_bounds", "check_site_files", "check_spec", "check_target", "did_you_mean", "dp_columns_without_bounds", "load_job", "parse_job", "spec_from_plan"]
 
 ENGINES = ("local", "flower", "nvflare")
 TUNERS = ("none", "grid", "hill-climb", "cv")
@@ -484,10 +484,53 @@ def _site_columns(site: SiteSpec) -> list[str] | None:
         return None
 
 
-def check_dp_bounds(spec: JobSpec) -> JobSpec:
+def did_you_mean(name: str, candidates: list[str] | tuple[str, ...]) -> str:
+    """``" (did you mean 'x'?)"`` for the candidate closest to ``name`` (one that differs only
+    in case first, then :func:`difflib.get_close_matches`), or ``""``."""
+    same = [c for c in candidates if c.lower() == name.lower() and c != name]
+    close = same or difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_target(spec: JobSpec, headers: Mapping[str, list[str]]) -> None:
+    """Refuse a target that a site file's header lacks, naming the target, the sites and the
+    closest column there (``headers``: ``{site: its file's column names}``, readable files only).
+
+    Raises:
+        JobError: ``target`` is not a column of one or more of the files.
+    """
+    if spec.target is None:
+        return
+    lacking = [name for name, cols in headers.items() if spec.target not in cols]
+    if not lacking:
+        return
+    hints = {name: did_you_mean(spec.target, headers[name]) for name in lacking}
+    if len(set(hints.values())) == 1:
+        where = f"site(s) {', '.join(lacking)}{hints[lacking[0]]}"
+    else:
+        where = ", ".join(f"{name}{hints[name]}" for name in lacking)
+    raise JobError(f"{spec.source}: target = {spec.target!r} is not a column in the file of {where}")
+
+
+def check_site_files(spec: JobSpec) -> JobSpec:
+    """What a job file can be checked against in the headers of the site files it names (a site
+    kept by its own deployment is checked when the run starts): the target is a column of every
+    file (:func:`check_target`) and a DP job has the bounds it needs (:func:`check_dp_bounds`);
+    returns ``spec``.
+
+    Raises:
+        JobError: as :func:`check_target` and :func:`check_dp_bounds`.
+    """
+    headers = {s.name: cols for s in spec.sites if (cols := _site_columns(s)) is not None}
+    check_target(spec, headers)
+    return check_dp_bounds(spec, headers)
+
+
+def check_dp_bounds(spec: JobSpec, headers: Mapping[str, list[str]] | None = None) -> JobSpec:
     """Refuse a DP job whose releases need public bounds it lacks, naming the columns: from the
-    headers of the site files the job names (a site kept by its own deployment is checked when
-    the run starts: its site names the column); returns ``spec``.
+    headers of the site files the job names (``headers``: ``{site: column names}``, default read
+    here; a site kept by its own deployment is checked when the run starts: its site names the
+    column); returns ``spec``.
 
     Raises:
         JobError: ``[privacy] dp`` with imputation or training and a feature column without
@@ -495,7 +538,9 @@ def check_dp_bounds(spec: JobSpec) -> JobSpec:
     """
     if not needs_dp_bounds(spec):
         return spec
-    columns = [c for s in spec.sites for c in (_site_columns(s) or [])]
+    if headers is None:
+        headers = {s.name: cols for s in spec.sites if (cols := _site_columns(s)) is not None}
+    columns = [c for cols in headers.values() for c in cols]
     missing = dp_columns_without_bounds(spec, columns)
     if not columns and (spec.privacy.dp or {}).get("bounds") is None:
         raise JobError(f"{spec.source}: [privacy] dp needs public value bounds for every feature column: give "
@@ -834,9 +879,9 @@ def load_job(path_or_doc: str | Path | Mapping[str, Any], *, out_given: bool = F
 
     Raises:
         JobError: the file is missing, unreadable, not valid TOML or nested too deep, its
-            ``[run] out`` lies outside its folder (unless ``out_given``), a DP job lacks the
-            bounds of a column in the site files' headers (:func:`check_dp_bounds`), or as
-            :func:`parse_job`.
+            ``[run] out`` lies outside its folder (unless ``out_given``), the target is not a
+            column of a site file or a DP job lacks the bounds of a column in their headers
+            (:func:`check_site_files`), or as :func:`parse_job`.
     """
     if isinstance(path_or_doc, Mapping):
         return parse_job(path_or_doc)
@@ -851,4 +896,4 @@ def load_job(path_or_doc: str | Path | Mapping[str, Any], *, out_given: bool = F
         raise JobError(f"{p}: the job nests tables or arrays deeper than {MAX_DEPTH} levels") from None
     except OSError as exc:
         raise JobError(f"{p}: cannot read the job file ({exc.strerror or exc})") from None
-    return check_dp_bounds(parse_job(doc, p.parent, source=str(p), confine_out=not out_given))
+    return check_site_files(parse_job(doc, p.parent, source=str(p), confine_out=not out_given))
