@@ -42,3 +42,15 @@ def test_did_you_mean():
     assert did_you_mean("diseas", ["age", "disease"]) == " (did you mean 'disease'?)"
     assert did_you_mean("AGE", ["age", "agent"]) == " (did you mean 'age'?)"
     assert did_you_mean("zzz", ["age"]) == ""
+
+
+def test_a_quorum_that_allows_it_leaves_the_site_to_the_run(tmp_path):
+    """With [trust] min_sites the run drops a site whose file lacks the label (and names it), as
+    for any site that cannot read its table; a typo that leaves too few sites is still refused."""
+    _files(tmp_path, b_target="Disease")
+    job = _job(tmp_path, "disease")
+    job.write_text(job.read_text() + "[trust]\nmin_sites = 2\n")
+    assert load_job(job).target == "disease"  # a and c (unknown here) can make the quorum
+    job.write_text(job.read_text().replace("min_sites = 2", "min_sites = 3"))
+    with pytest.raises(JobError, match=r"site\(s\) b \(did you mean 'Disease'\?\)"):
+        load_job(job)

@@ -493,16 +493,19 @@ def did_you_mean(name: str, candidates: list[str] | tuple[str, ...]) -> str:
 
 
 def check_target(spec: JobSpec, headers: Mapping[str, list[str]]) -> None:
-    """Refuse a target that a site file's header lacks, naming the target, the sites and the
-    closest column there (``headers``: ``{site: its file's column names}``, readable files only).
+    """Refuse a target that site files' headers lack, naming the target, the sites and the
+    closest column there (``headers``: ``{site: its file's column names}``, readable files only),
+    when too few sites are left for the quorum (``[trust] min_sites``; without it every site must
+    answer): with a quorum that allows it, the run drops such a site and names it.
 
     Raises:
-        JobError: ``target`` is not a column of one or more of the files.
+        JobError: ``target`` is not a column of so many files that the quorum cannot hold.
     """
     if spec.target is None:
         return
     lacking = [name for name, cols in headers.items() if spec.target not in cols]
-    if not lacking:
+    quorum = spec.trust.min_sites or len(spec.sites)
+    if not lacking or len(spec.sites) - len(lacking) >= quorum:
         return
     hints = {name: did_you_mean(spec.target, headers[name]) for name in lacking}
     if len(set(hints.values())) == 1:
