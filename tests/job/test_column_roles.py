@@ -51,7 +51,7 @@ def test_columns_keys_are_checked():
         load_job({**base, "columns": {"ignor": ["x"]}})
     with pytest.raises(JobError, match=r"\[columns\] ignore and categorical/keep both name \['x'\]"):
         load_job({**base, "columns": {"ignore": ["x"], "keep": ["x"]}})
-    with pytest.raises(JobError, match=r"\[columns\] needs the column profile"):
+    with pytest.raises(JobError, match=r"\[columns\] categorical, ignore and keep need the column profile"):
         load_job({**base, "columns": {"ignore": ["x"]}, "privacy": {"secure_aggregation": True}})
     with pytest.raises(JobError, match=r"\[labels\] map must map labels to labels"):
         load_job({**base, "labels": {"map": {"yes": [1]}}})

@@ -7,7 +7,9 @@ are a :class:`~fedtab.estimators.FederatedImputer`'s, whose ``fit`` builds the
 
 * ``<site>.imputed.csv`` — the site's rows over the global schema, every gap filled (integer
   codes such as ``thal`` in {3, 6, 7} take a value of their agreed set), then the ``--target``
-  and ``--ignore`` columns as given (never imputed, never an input of the imputer);
+  and ``--ignore`` columns as given (never imputed, never an input of the imputer); every cell
+  the site gave is written back exactly as read (a column of whole numbers whose filled
+  values are whole too is written as integers);
 * ``<site>.imputed_mask.csv`` — the same columns of the global schema, 1 where the cell was
   imputed (missing, or a column the site lacks), 0 where it is the site's own value;
 * ``result.json`` + ``report.html`` — the sites, their columns and the imputation quality per
@@ -222,7 +224,13 @@ def impute_command(
             imp.fit(tables, progress=progress)
         with atomic_dir(out) as tmp:  # all files appear at once, or none (previous results kept)
             for name, table in tables.items():
-                filled = imp.transform(table)
+                filled = imp.transform(table)  # observed cells copied from the table bit for bit
+                for c in table.columns:  # integer input stays integer text ("50", not "50.0") when
+                    given = table[c].dropna().to_numpy(dtype=np.float64)  # every filled value is whole
+                    values = filled[c].to_numpy(dtype=np.float64)
+                    if given.size and np.all(given == np.round(given)) and np.all(values == np.round(values)) \
+                            and np.all(np.abs(values) < 2.0 ** 53):
+                        filled[c] = values.astype(np.int64)
                 for c in kept:  # the label and ignored columns, as the site gave them
                     if c in raw[name].columns:
                         filled[c] = raw[name][c].to_numpy()

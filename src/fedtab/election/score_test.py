@@ -18,13 +18,21 @@ For a binary target ``y ∈ {0, 1}`` and standardised features ``Z`` ``(n, d)``,
    ``U_j = Σ_i z_ij (y_i − p_i)``, its information
    ``v_j = Σ_i w_i z_ij² − I_jS H⁻¹ I_Sj`` with ``I_jS = Σ_i w_i z_ij a_iᵀ``, and
    ``z_j = U_j / √v_j`` (two-sided normal p-value);
-3. Benjamini-Hochberg at ``alpha`` over the features not in ``S``; every feature that
-   passes joins ``S``; stop when none passes (or after ``max_steps``).
+3. Benjamini-Hochberg (or Benjamini-Yekutieli, ``fdr_method="by"``) at ``alpha`` over the
+   features not in ``S``; every feature that passes joins ``S``; stop when none passes (or
+   after ``max_steps``).
 
 Assumptions: the logistic model with the selected features is the reference; the
-score test is asymptotic (large pooled ``n``); BH is applied afresh at every step, so
-the FDR control of the whole sequence is approximate. A feature almost collinear with
-``S`` (``v_j`` below ``COLLINEAR`` of its raw information) is never tested (p = 1).
+score test is asymptotic (large pooled ``n``); the correction is applied afresh at every
+step, so the FDR control of the whole sequence is approximate. A feature almost collinear
+with ``S`` (``v_j`` below ``COLLINEAR`` of its raw information) is never tested (p = 1).
+
+**Selection with error control** (:func:`fdr_score_selection`): one step only — the score
+test of every feature against the intercept-only model (``H0_j``: the feature is not
+associated with the label) and one correction at level ``q`` over all ``d`` p-values. Its
+false discovery rate is at most ``q`` (asymptotically in the pooled ``n``): BH for
+independent or positively dependent p-values, BY (``q / Σ 1/k`` in effect) under any
+dependence. It cannot find a column whose signal shows only jointly with others.
 
 :func:`site_sums` is a site's reply (pure numpy), :func:`forward_score_selection` is
 the server's loop over any source of summed replies — the federated workflow
@@ -41,10 +49,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..learn.models import sigmoid
-from .evidence import benjamini_hochberg
 
 __all__ = ["ScoreStep", "ScoreSelection", "site_sums", "newton_step", "score_statistics", "forward_score_selection",
-           "pooled_score_selection", "pooled_table_selection", "NEWTON_KEYS", "SCORE_KEYS", "COLLINEAR", "MAX_COEF"]
+           "fdr_score_selection", "fdr_select", "check_fdr", "pooled_score_selection", "pooled_table_selection",
+           "NEWTON_KEYS", "SCORE_KEYS", "COLLINEAR", "MAX_COEF", "FDR_METHODS"]
 
 #: arrays of a Newton reply: ``grad`` (m,), ``hess`` (m, m), ``loglik`` (1,)
 NEWTON_KEYS = ("grad", "hess", "loglik")
@@ -57,7 +65,47 @@ MAX_COEF = 50.0
 #: is (numerically) a combination of the selected ones and is not tested
 COLLINEAR = 1e-8
 
+#: multiple-testing corrections: Benjamini-Hochberg (independent or positively dependent
+#: p-values) and Benjamini-Yekutieli (any dependence)
+FDR_METHODS = ("bh", "by")
+
 Sums = Mapping[str, np.ndarray]
+
+
+def check_fdr(q: float, method: str = "bh") -> None:
+    """Refuse an FDR level outside (0, 1) or a method not in :data:`FDR_METHODS`.
+
+    Raises:
+        ValueError: one line naming the bad value.
+    """
+    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 1:
+        raise ValueError(f"fdr must be a false discovery rate in (0, 1), got {q!r}")
+    if method not in FDR_METHODS:
+        raise ValueError(f"fdr_method must be one of {list(FDR_METHODS)}, got {method!r}")
+
+
+def fdr_select(pvalues: np.ndarray, q: float, method: str = "bh", eligible: np.ndarray | None = None) -> np.ndarray:
+    """``(d,)`` bool: the features whose p-values pass the step-up correction ``method``
+    (``"bh"`` / ``"by"``, :func:`scipy.stats.false_discovery_control`) at FDR ``q``.
+
+    Only ``eligible`` features (default all) are tested, so the correction counts only them;
+    the others are never kept. ``q`` may be 1 (the forward selection's edge case: keep all).
+
+    Raises:
+        ValueError: ``method`` unknown, ``q`` outside (0, 1], p-values outside [0, 1].
+    """
+    from scipy.stats import false_discovery_control
+
+    if method not in FDR_METHODS:
+        raise ValueError(f"fdr_method must be one of {list(FDR_METHODS)}, got {method!r}")
+    if not 0 < q <= 1:
+        raise ValueError(f"the FDR level must be in (0, 1], got {q}")
+    p = np.asarray(pvalues, dtype=np.float64).reshape(-1)
+    idx = np.arange(p.size) if eligible is None else np.flatnonzero(eligible)
+    keep = np.zeros(p.size, dtype=bool)
+    if idx.size:
+        keep[idx] = false_discovery_control(p[idx], method=method) <= q
+    return keep
 #: ``sums(selected, coef, with_score) -> summed arrays`` (NEWTON_KEYS, plus SCORE_KEYS when asked)
 SumSource = Callable[[list[int], np.ndarray, bool], Sums]
 
@@ -219,22 +267,28 @@ def _fit(sums: SumSource, selected: list[int], coef: np.ndarray, *, ridge: float
 
 
 def forward_score_selection(sums: SumSource, d: int, alpha: float = 0.05, *, max_steps: int = 10,
-                            ridge: float = 1e-8, tol: float = 1e-8, max_newton: int = 25) -> ScoreSelection:
+                            ridge: float = 1e-8, tol: float = 1e-8, max_newton: int = 25,
+                            fdr_method: str = "bh") -> ScoreSelection:
     """Forward selection by score tests over ``d`` columns, from summed replies (module docstring).
 
     Args:
         sums: ``sums(selected, coef, with_score)`` — the sums of :func:`site_sums` over
             every row (one table, or a federation's replies added up).
-        alpha: FDR level of each step's Benjamini-Hochberg correction, in (0, 1].
+        alpha: FDR level of each step's correction, in (0, 1].
         max_steps: most steps that admit columns; ridge: added to the information matrix
             before it is inverted; tol: Newton stops when no coefficient moves more;
             max_newton: Newton iterations per fit.
+        fdr_method: each step's correction, ``"bh"`` (Benjamini-Hochberg) or ``"by"``
+            (Benjamini-Yekutieli).
 
     Raises:
-        ValueError: ``alpha`` outside (0, 1], ``d`` < 1, ``max_steps`` < 1, or as ``sums``.
+        ValueError: ``alpha`` outside (0, 1], ``d`` < 1, ``max_steps`` < 1, an unknown
+            ``fdr_method``, or as ``sums``.
     """
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    if fdr_method not in FDR_METHODS:
+        raise ValueError(f"fdr_method must be one of {list(FDR_METHODS)}, got {fdr_method!r}")
     if d < 1 or max_steps < 1 or max_newton < 1:
         raise ValueError(f"d, max_steps and max_newton must be at least 1, got {d}, {max_steps}, {max_newton}")
     selected: list[int] = []
@@ -260,7 +314,7 @@ def forward_score_selection(sums: SumSource, d: int, alpha: float = 0.05, *, max
         eligible = np.ones(d, dtype=bool)
         eligible[selected] = False
         z[eligible], p[eligible] = zs[eligible], ps[eligible]
-        new = np.flatnonzero(benjamini_hochberg(ps, alpha, eligible)).tolist()
+        new = np.flatnonzero(fdr_select(ps, alpha, fdr_method, eligible)).tolist()
         if not new:
             stopped = "no feature passes"
             break
@@ -270,6 +324,20 @@ def forward_score_selection(sums: SumSource, d: int, alpha: float = 0.05, *, max
     mask = np.zeros(d, dtype=bool)
     mask[selected] = True
     return ScoreSelection(selected, mask, z, p, steps, coef, ll, converged, stopped, exchanges)
+
+
+def fdr_score_selection(sums: SumSource, d: int, q: float = 0.05, method: str = "bh", **options: float,
+                        ) -> ScoreSelection:
+    """Selection with error control (module docstring): the score test of every column against
+    the intercept-only model, one ``method`` correction at FDR ``q`` over all ``d`` p-values;
+    the selected columns' model is then refitted (``coef``). ``p`` holds every column's
+    p-value; ``options``: ``ridge`` / ``tol`` / ``max_newton`` of :func:`forward_score_selection`.
+
+    Raises:
+        ValueError: ``q`` outside (0, 1), an unknown ``method``, or as :func:`forward_score_selection`.
+    """
+    check_fdr(q, method)
+    return forward_score_selection(sums, d, q, max_steps=1, fdr_method=method, **options)  # type: ignore[arg-type]
 
 
 def pooled_score_selection(Z: np.ndarray, y: np.ndarray, alpha: float = 0.05, **options: float) -> ScoreSelection:

@@ -324,18 +324,26 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         bad = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]
         if bad:
             raise ValueError(f"non-numeric columns {[str(c) for c in bad[:8]]}")
-        pos = {c: i for i, c in enumerate(self.columns_)}
-        given = np.full((len(table), len(self.columns_)), np.nan)
-        idx = [pos[c] for c in cols]
-        given[:, idx] = table.to_numpy(dtype=np.float64, na_value=np.nan)
-        given = (given - self.mean_) / self.std_
-        available = np.zeros(len(self.columns_), dtype=bool)
-        available[idx] = True
+        raw, available = self._given(table, cols)
+        given = (raw - self.mean_) / self.std_
         pred = predict(self.model_, given, available, self._adj) if len(table) else np.zeros((0, len(self.columns_)))
         return pred, given
 
+    def _given(self, table: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(raw, available)``: ``table`` (whose columns ``cols`` are fitted columns) over
+        ``columns_`` in original units, NaN where not given, ``(n, F)``; ``(F,)`` bool, the
+        columns it has."""
+        pos = {c: i for i, c in enumerate(self.columns_)}
+        raw = np.full((len(table), len(self.columns_)), np.nan)
+        idx = [pos[c] for c in cols]
+        raw[:, idx] = table.to_numpy(dtype=np.float64, na_value=np.nan)
+        available = np.zeros(len(self.columns_), dtype=bool)
+        available[idx] = True
+        return raw, available
+
     def transform(self, table: Any) -> Any:
-        """``table`` over the global schema (``columns_``), original units, no NaN left.
+        """``table`` over the global schema (``columns_``), original units, no NaN left; every
+        cell ``table`` holds is copied from it bit for bit (never through the z-scoring).
 
         A DataFrame (any subset of the fitted columns) gives a DataFrame; a 2-D array
         (``n_features_in_`` columns, global order) gives an array. The columns a
@@ -360,9 +368,10 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         pred, given = self.predict_z(table)
         if np.isinf(given).any():
             raise ValueError("the table contains infinite values")
+        raw, _ = self._given(table, [str(c) for c in table.columns])  # observed cells exactly as given
         unbounded = np.full(len(self.columns_), np.inf)
         pos = {c: j for j, c in enumerate(self.columns_)}
-        values, _, _ = fill_from_predictions(given * self.std_ + self.mean_, pred, self.mean_, self.std_, -unbounded,
+        values, _, _ = fill_from_predictions(raw, pred, self.mean_, self.std_, -unbounded,
                                              unbounded, np.zeros(len(self.columns_), bool),
                                              {pos[c]: v for c, v in getattr(self, "levels_", {}).items()})
         return pd.DataFrame(values, columns=self.columns_, index=table.index)

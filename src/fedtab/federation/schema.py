@@ -40,6 +40,9 @@ only that site. What a declaration may not exceed is bounded by :class:`SchemaLi
 
 from __future__ import annotations
 
+import difflib
+import re
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
@@ -53,7 +56,8 @@ from .protocol import Federation, FederationError, SiteError, reject_text
 if TYPE_CHECKING:
     from .site import Site
 
-__all__ = ["Schema", "SchemaLimits", "SiteDeclaration", "agree_schema", "declare", "DECLARE", "DECLARED", "AGREED"]
+__all__ = ["Schema", "SchemaLimits", "SiteDeclaration", "agree_schema", "declare", "DECLARE", "DECLARED", "AGREED",
+           "ColumnNameWarning", "similar_columns"]
 
 #: request meta flag: "declare your schema in this reply"
 DECLARE = "schema:declare"
@@ -468,8 +472,82 @@ def agree_schema(federation: Federation, replies: Mapping[str, Message] | None =
     return schema
 
 
+class ColumnNameWarning(UserWarning):
+    """Two columns that no site holds together have names so close that they are likely one
+    column named differently at different sites (``Age`` / ``age``, ``max_heart_rate`` / ``max_hr``)."""
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", name.lower())
+
+
+def _spellings(name: str) -> set[str]:
+    """The name without case and separators, and with any run of two or more of its words
+    replaced by their initials (``max_heart_rate`` -> ``maxheartrate``, ``maxhr``, ``mhr``...)."""
+    words = re.findall(r"[a-z]+|[0-9]+", re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower())
+    out = {"".join(words)}
+    for i in range(len(words)):
+        for j in range(i + 2, len(words) + 1):
+            run = words[i:j]
+            if all(w.isalpha() for w in run):
+                out.add("".join(words[:i]) + "".join(w[0] for w in run) + "".join(words[j:]))
+    return out
+
+
+def _close_names(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` read as one column's name: equal without case and separators, one
+    an abbreviation of the other by initials, one a prefix (4+ characters) of the other, or
+    :class:`difflib.SequenceMatcher` ratio ≥ 0.85 -- but never names that differ only in their
+    numbers (``x1`` / ``x2``: distinct columns of a series)."""
+    na, nb = _normal(a), _normal(b)
+    if na == nb:
+        return True
+    if not na or not nb or re.sub(r"[0-9]+", "#", na) == re.sub(r"[0-9]+", "#", nb):
+        return False
+    if _spellings(a) & _spellings(b):
+        return True
+    short, long_ = sorted((na, nb), key=len)
+    if len(short) >= 4 and long_.startswith(short):
+        return True
+    return difflib.SequenceMatcher(None, na, nb).ratio() >= 0.85
+
+
+def similar_columns(holders: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:
+    """Pairs ``(rarer, commoner)`` of columns that no site holds together and whose names are
+    close (:func:`_close_names`): likely one column under two names, which the schema otherwise
+    keeps as two (each missing at the other's sites). ``rarer`` is held by fewer sites (ties:
+    the later column), ``holders``: column -> the sites holding it."""
+    names = list(holders)
+    out = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if set(holders[a]) & set(holders[b]) or not _close_names(a, b):
+                continue
+            out.append((b, a) if len(holders[b]) <= len(holders[a]) else (a, b))
+    return out
+
+
+def _warn_similar(schema: "Schema") -> None:
+    """A :class:`ColumnNameWarning` per pair of :func:`similar_columns` (bounded: few columns
+    differ between sites; a table of thousands is compared pairwise only among columns that
+    not every site holds)."""
+    partial = {c: h for c, h in schema.holders.items() if len(h) < len(schema.sites)}
+    if len(partial) > 2000:
+        return
+    for rare, common in similar_columns(partial):
+        warnings.warn(f"column {rare!r} (at {', '.join(partial[rare])}) and column {common!r} (at "
+                      f"{', '.join(partial[common])}) are never held together and look like one column under two "
+                      f"names (did you mean {common!r}?): as given they are two columns, each missing at the other's "
+                      f"sites; rename it in that site's file to merge them", ColumnNameWarning,
+                      stacklevel=3)
+
+
 def set_schema(federation: Federation, schema: Schema) -> None:
-    """Make ``schema`` the federation's; every active site receives it with its next request."""
+    """Make ``schema`` the federation's; every active site receives it with its next request.
+    A schema agreed from the sites' declarations (none before it) warns of columns that look
+    like one column under two names (:class:`ColumnNameWarning`, :func:`similar_columns`)."""
+    if federation.schema is None:
+        _warn_similar(schema)
     federation.schema = schema
     federation._schema_pending = set(federation.active)
 

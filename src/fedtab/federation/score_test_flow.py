@@ -52,7 +52,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..election.score_test import NEWTON_KEYS, SCORE_KEYS, ScoreSelection, forward_score_selection, site_sums
+from ..election.score_test import (FDR_METHODS, NEWTON_KEYS, SCORE_KEYS, ScoreSelection, check_fdr,
+                                   forward_score_selection, site_sums)
 from ..privacy.secagg import FRAC_BITS
 from .protocol.secure_aggregator import SecureAggregator
 from ..errors import SiteFault
@@ -148,6 +149,9 @@ class PooledScoreTest:
             rest. The top level then holds the union: ``selected`` in order of first entry
             (classes in order), ``z``/``p`` of the class with the smallest p per feature,
             every step with its ``"class"``, ``coef`` empty, ``stopped = "one-vs-rest"``.
+        fdr / fdr_method: the FDR level ``q`` and correction (``"bh"`` / ``"by"``) of a
+            selection with error control (``fdr=`` of :func:`run_pooled_score_test`; ``fdr``
+            is ``None`` for the forward selection, whose ``fdr_method`` is its steps').
     """
 
     feature_names: list[str]
@@ -166,6 +170,8 @@ class PooledScoreTest:
     exchanges: int
     participation: list[dict[str, Any]]
     by_class: dict[str, "PooledScoreTest"] = field(default_factory=dict)
+    fdr: float | None = None
+    fdr_method: str = "bh"
 
     @property
     def selected_names(self) -> list[str]:
@@ -255,11 +261,21 @@ def run_pooled_score_test(
     max_newton: int = 25,
     min_sites: int | None = None,
     one_vs_rest: bool = False,
+    fdr: float | None = None,
+    fdr_method: str = "bh",
 ) -> PooledScoreTest:
-    """Forward selection by score tests on the sites' pooled rows (module docstring).
+    """Forward selection by score tests on the sites' pooled rows (module docstring), or with
+    ``fdr`` a selection with error control.
 
     Args:
-        alpha: FDR level of each step's Benjamini-Hochberg correction, in (0, 1].
+        alpha: FDR level of each forward step's correction, in (0, 1].
+        fdr: instead of the forward selection, the selection with error control
+            (:func:`~fedtab.election.score_test.fdr_score_selection`): every feature's score
+            test against the intercept-only model on the pooled rows, one correction at false
+            discovery rate ``fdr`` in (0, 1) over them all (``alpha`` and ``max_steps`` unused).
+        fdr_method: the correction, ``"bh"`` (Benjamini-Hochberg) or ``"by"``
+            (Benjamini-Yekutieli, for any dependence between the features); also the forward
+            steps' correction without ``fdr``.
         max_steps: most steps that admit features.
         features: the features to test (default: every column of the agreed schema).
         part: the sites' row part to use (``"train"``; ``"fit"`` after a fit/validation split).
@@ -268,7 +284,8 @@ def run_pooled_score_test(
             mid-run leaves the remaining steps' sums.
         one_vs_rest: with more than two classes, run the selection once per class against
             the rest (same describe, one forward selection each) and keep the union
-            (``PooledScoreTest.by_class``). Each run controls its own FDR at ``alpha``.
+            (``PooledScoreTest.by_class``). Each run controls its own FDR at ``alpha``
+            (at ``fdr``): the union's FDR is at most the number of classes times it.
 
     With the run's secure sums (``federation.options``) every reply (the description and every
     ``"score_sums"``) is summed securely: the server learns only the totals (and each site's
@@ -289,6 +306,11 @@ def run_pooled_score_test(
     """
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    if fdr is not None:
+        check_fdr(fdr, fdr_method)
+        alpha, max_steps = float(fdr), 1  # fdr_score_selection: one correction over every feature
+    elif fdr_method not in FDR_METHODS:
+        raise ValueError(f"fdr_method must be one of {list(FDR_METHODS)}, got {fdr_method!r}")
     set_quorum(federation, min_sites)
     p0 = len(federation.participation)
     if features is None:
@@ -345,9 +367,9 @@ def run_pooled_score_test(
         n_total = n_rows[SECURE_SUM] if secure is not None else sum(n_rows[s] for s in last)
         return PooledScoreTest(feats, run.mask, [feats[i] for i in run.selected], run.z, run.p, steps, run.coef, mean,
                                std, classes, int(n_total), run.converged, run.stopped, exchanges,
-                               federation.participation[p0:])
+                               federation.participation[p0:], fdr=fdr, fdr_method=fdr_method)
 
-    options = {"max_steps": max_steps, "ridge": ridge, "tol": tol, "max_newton": max_newton}
+    options = {"max_steps": max_steps, "ridge": ridge, "tol": tol, "max_newton": max_newton, "fdr_method": fdr_method}
     if len(classes) == 2:
         run = forward_score_selection(sums, d, alpha, **options)  # type: ignore[arg-type]
         return result(run, run.exchanges + 1)
@@ -371,7 +393,7 @@ def _union(by_class: dict[str, PooledScoreTest], exchanges: int) -> PooledScoreT
     return PooledScoreTest(first.feature_names, np.logical_or.reduce([r.mask for r in runs]), selected,
                            np.stack([r.z for r in runs])[best, cols], p[best, cols], steps, np.zeros(0), first.mean,
                            first.std, first.classes, first.n_rows, all(r.converged for r in runs), "one-vs-rest",
-                           exchanges, runs[-1].participation, dict(by_class))
+                           exchanges, runs[-1].participation, dict(by_class), first.fdr, first.fdr_method)
 
 
 def _secure_sums(secure: SecureAggregator, request: Message, keys: tuple[str, ...],

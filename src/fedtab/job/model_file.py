@@ -27,6 +27,9 @@ file may come from someone else:
 * the imputer's finishing (``imputer.levels``: the agreed value set of each integer-coded
   column; ``imputer.groups``: the indicator columns of each categorical column) names only
   imputer columns, with non-empty sets of finite numbers and disjoint groups of two or more;
+* the model's predictions on probe rows (the mean row, each feature at ±1 and ±5 standard
+  deviations, all of them together) are finite probabilities, for the pooled model and each
+  site's personalised one (a coefficient of 1e308 overflows to NaN): checked on write too;
 * every failure is a :class:`ModelFileError` naming the file and what is wrong, in one line.
 
 :class:`FedtabModel` (what :func:`load_model` returns) predicts on a DataFrame with the
@@ -53,7 +56,7 @@ import pandas as pd
 from .spec import nesting_depth
 
 __all__ = ["FORMAT", "FedtabModel", "InputCheck", "ModelFileError", "PredictionError", "PredictionWarning", "load_model",
-           "write_model"]
+           "probe_rows", "write_model"]
 
 FORMAT = "fedtab-model"
 VERSION = 1
@@ -152,6 +155,27 @@ class InputCheck:
         return out
 
 
+#: standard deviations from the mean the probe rows of :meth:`FedtabModel.check_predictions` sit at
+PROBE_SD = (1.0, 5.0)
+#: features probed one at a time (all of them together in every case)
+PROBE_FEATURES = 64
+
+
+def probe_rows(d: int) -> np.ndarray:
+    """``(n, d)`` standardised probe rows: zeros (the mean row); for the first
+    :data:`PROBE_FEATURES` features, each alone at ``±s``; all features at ``±s`` with the same
+    sign and with alternating signs (both phases), for each ``s`` in :data:`PROBE_SD`."""
+    rows = [np.zeros(d)]
+    k = min(d, PROBE_FEATURES)
+    alternating = np.where(np.arange(d) % 2 == 0, 1.0, -1.0)
+    for sd in PROBE_SD:
+        for sign in (1.0, -1.0):
+            unit = np.zeros((k, d))
+            unit[np.arange(k), np.arange(k)] = sign * sd
+            rows.extend([*unit, np.full(d, sign * sd), sign * sd * alternating])
+    return np.vstack(rows) if d else np.zeros((1, 0))
+
+
 # ----------------------------------------------------------------------------- writing
 def _collect_arrays(model: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Split the workflow's model section into named arrays and the JSON rest."""
@@ -216,12 +240,21 @@ def _gbdt_model(m: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> Any:
 def write_model(path: str | Path, model: Mapping[str, Any], provenance: Mapping[str, Any]) -> Path:
     """Write ``model`` (the job workflow's ``"model"`` section) and ``provenance`` to ``path``.
 
-    Returns the path. Raises ``OSError`` when the file cannot be written.
+    Returns the path.
+
+    Raises:
+        ModelFileError: the model yields non-finite probabilities
+            (:meth:`FedtabModel.check_predictions`; one line, nothing written).
+        OSError: the file cannot be written.
     """
     arrays, rest = _collect_arrays(model)
     manifest = {"format": FORMAT, "version": VERSION, "provenance": dict(provenance), **rest,
                 "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str} for k, a in arrays.items()}}
     path = Path(path)
+    try:
+        FedtabModel(manifest, arrays, str(path)).check_predictions()
+    except ValueError as exc:
+        raise ModelFileError(f"{path}: not written: {' '.join(str(exc).split())}") from None
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr(MANIFEST, json.dumps(manifest, indent=1))
@@ -550,7 +583,12 @@ def load_model(path: str | Path) -> "FedtabModel":
                 fail(f"manifest.json lacks {key!r}")
         arrays = _read_arrays(zf, declared, fail)
     _check_shapes(m, arrays, fail)
-    return FedtabModel(m, arrays, str(p))
+    model = FedtabModel(m, arrays, str(p))
+    try:
+        model.check_predictions()
+    except ValueError as exc:
+        fail(str(exc))
+    return model
 
 
 def _label(value: str) -> Any:
@@ -820,8 +858,6 @@ class FedtabModel:
         """
         import warnings
 
-        from ..learn.personalise import personalised_proba
-
         own = self.site_params(site) if site is not None else None
 
         enc, unseen = self._encoded(table)
@@ -832,11 +868,50 @@ class FedtabModel:
         for message in found.warnings():
             warnings.warn(message, PredictionWarning, stacklevel=2)
         Z = self._standardised(self._features(enc, table.index).to_numpy(dtype=np.float64))
+        return self._proba(Z, own)
+
+    def _proba(self, Z: np.ndarray, own: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """``(n, classes)`` probabilities of the model's inputs ``Z`` (standardised; raw for
+        trees), of the personalised model with ``own`` (a site's parameters)."""
+        from ..learn.personalise import personalised_proba
+
         if self._trees is not None:
             return np.asarray(self._trees.predict_proba(Z), dtype=np.float64)
         if own is not None and self.personalisation not in (None, "none"):
             return personalised_proba(str(self.personalisation), self._params, own, Z)
         return np.asarray(self._model.predict_proba(self._params, Z), dtype=np.float64)
+
+    def check_predictions(self) -> None:
+        """Refuse a model whose predictions are not finite probabilities on the probe rows
+        (:func:`probe_rows`: the mean row, each feature at ±1 and ±5 standard deviations, all
+        features together at ±1 and ±5 with the same and with alternating signs) -- e.g. a
+        coefficient of 1e308, whose logits overflow to ``inf - inf``; for the pooled model and
+        every site's personalised one.
+
+        Raises:
+            ValueError: one line naming the model (pooled or site) and the largest parameter.
+        """
+        import warnings
+
+        mean, std = self.arrays["standardise/mean"], self.arrays["standardise/std"]
+        X = probe_rows(len(self.features)) * std + mean
+        Z = self._standardised(X)
+        for site in [None, *self.sites]:
+            own = None if site is None else self.site_params(site)
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                try:
+                    proba = self._proba(Z, own)
+                    ok = bool(np.isfinite(proba).all() and np.all(proba >= 0)
+                              and np.allclose(proba.sum(axis=1), 1.0, atol=1e-6))
+                except (ValueError, FloatingPointError, OverflowError):
+                    ok = False
+            if not ok:
+                params = {**self._params, **(own or {})}
+                big = max(((float(np.abs(a).max()), k) for k, a in params.items()
+                           if a.size and np.asarray(a).dtype.kind == "f"), default=(float("nan"), "?"))
+                raise ValueError(f"the {'pooled model' if site is None else f'model of site {site!r}'} yields "
+                                 f"non-finite probabilities (largest parameter |{big[1]}| = {big[0]:.3g})")
 
     def labels(self, proba: np.ndarray) -> np.ndarray:
         """The class label of each row of ``proba`` (its largest probability)."""

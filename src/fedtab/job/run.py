@@ -148,6 +148,44 @@ def _superlink_run_config(spec: JobSpec, plan: dict[str, Any], site_keys: Any, i
     return cfg
 
 
+def _plan_differences(mine: Any, theirs: Any, path: tuple[str, ...] = ()) -> list[str]:
+    """The keys (``[training] rounds``, ``[privacy] dp.epsilon``, ``target``) where two plans
+    (JSON data) differ."""
+    if isinstance(mine, Mapping) and isinstance(theirs, Mapping):
+        return [d for key in sorted(set(mine) | set(theirs), key=str)
+                for d in _plan_differences(mine.get(key), theirs.get(key), (*path, str(key)))]
+    if mine == theirs:
+        return []
+    if len(path) < 2:
+        return [path[0] if path else "the plan"]
+    return [f"[{path[0]}] {'.'.join(path[1:])}"]
+
+
+def check_attached_plan(plan: Mapping[str, Any], ran: Any, run_id: int, source: str) -> None:
+    """Refuse to write a run's outputs under a job file whose plan (:meth:`JobSpec.plan`, as sent)
+    differs from the plan the run ran (the server's result carries it); ``[run] out`` is where
+    this machine writes and is not compared.
+
+    Raises:
+        JobError: the plans differ (naming the keys) or the run's result carries no plan.
+    """
+    if not isinstance(ran, Mapping):
+        raise JobError(f"{source}: Flower run {run_id}'s result does not carry the plan it ran (a server older "
+                       "than this fedtab): cannot check that it ran this job file")
+
+    def comparable(p: Mapping[str, Any]) -> Any:
+        data = json.loads(json.dumps(p))
+        if isinstance(data.get("run"), dict):
+            data["run"].pop("out", None)
+        return data
+
+    differ = _plan_differences(comparable(plan), comparable(ran))
+    if differ:
+        shown = ", ".join(differ[:6]) + (f" and {len(differ) - 6} more" if len(differ) > 6 else "")
+        raise JobError(f"{source} is not the job Flower run {run_id} ran: they differ in {shown}; attach with the "
+                       "job file the run was submitted with")
+
+
 def _run_on_superlink(spec: JobSpec, plan: dict[str, Any], superlink: "SuperLink", workdir: Path,
                       progress: Callable[[str], None]) -> dict[str, Any]:
     from ..engines.flower_remote import SuperLinkClient
@@ -157,6 +195,7 @@ def _run_on_superlink(spec: JobSpec, plan: dict[str, Any], superlink: "SuperLink
     if superlink.attach is not None:
         progress(f"following Flower run {superlink.attach} on the SuperLink at {superlink.address}")
         raw = client.attach(superlink.attach, timeout=superlink.timeout, progress=progress)
+        check_attached_plan(plan, raw.get("plan"), superlink.attach, spec.source)
     else:
         run_config = _superlink_run_config(spec, plan, superlink.site_keys, superlink.insecure)
         progress(f"submitting the job to the Flower SuperLink at {superlink.address}")

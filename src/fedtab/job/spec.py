@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 __all__ = ["JobError", "JobSpec", "SiteSpec", "ImputeSpec", "ElectionSpec", "TrainingSpec", "RunSpec",
            "PrivacySpec", "TrustSpec", "SchemaSpec", "EvaluationSpec", "ColumnsSpec", "LabelsSpec", "ENGINES", "TUNERS", "METHODS", "DP_KEYS",
-           "check_spec", "load_job", "parse_job", "spec_from_plan"]
+           "check_dp_bounds", "check_site_files", "check_spec", "check_target", "did_you_mean", "dp_columns_without_bounds", "load_job", "parse_job", "spec_from_plan"]
 
 ENGINES = ("local", "flower", "nvflare")
 TUNERS = ("none", "grid", "hill-climb", "cv")
@@ -91,7 +91,10 @@ class ImputeSpec:
 class ElectionSpec:
     """How the columns are selected. ``method="vote"``: Feature Election (``tune`` chooses the
     freedom degree, else ``freedom_degree`` is used; ``grid``: the tuning grid); ``"score-test"``:
-    forward selection by score tests on the pooled sums at false discovery rate ``score_test_alpha``.
+    forward selection by score tests on the pooled sums at false discovery rate ``score_test_alpha``
+    (per step), or with ``fdr = q`` the selection with error control: every column's pooled score
+    test, one Benjamini-Hochberg (``fdr_method = "bh"``) or Benjamini-Yekutieli (``"by"``, any
+    dependence) correction at FDR ``q`` (:func:`fedtab.election.score_test.fdr_score_selection`).
     ``grid`` / ``refine_step``: the grid tuner's freedom degrees (``None`` = 0, 0.1, ..., 1) and the
     step of its refinement around the best one (0 = none). ``tune = "cv"``: honest model selection
     (:func:`fedtab.federation.selection.select_model`, the job's ``selection`` step) instead of the
@@ -111,6 +114,8 @@ class ElectionSpec:
     consensus_alpha: float = 0.05
     method: str = "vote"
     score_test_alpha: float = 0.05
+    fdr: float | None = None
+    fdr_method: str = "bh"
     grid: list | None = None
     refine_step: float = 0.025
     modes: list[str] | None = None
@@ -196,16 +201,30 @@ class ColumnsSpec:
     """What the columns mean. ``categorical``: columns treated as categories (one-hot encoded,
     imputed to one of their categories) even when coded as numbers; ``ignore``: columns left
     out at every site; ``keep``: columns kept although they look like row identifiers (unique
-    per row at the sites, or named like an id), which are otherwise left out with a warning."""
+    per row at the sites, or named like an id), which are otherwise left out with a warning.
+    ``bounds`` (``{column: [low, high]}``) and ``levels`` (``{column: [code, ...]}``): the public
+    data dictionary, the value bounds a DP run clips each column into (a column with only
+    ``levels`` is bounded by its smallest and largest code); they are public facts about the
+    column (age 0-120), never the sites' minimum and maximum."""
 
     categorical: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     keep: list[str] = field(default_factory=list)
+    bounds: dict = field(default_factory=dict)
+    levels: dict = field(default_factory=dict)
 
     @property
     def declared(self) -> bool:
-        """Whether the job names any column."""
+        """Whether the job gives any column a role (``bounds`` and ``levels`` are public facts
+        that need no profile: they only bound values under DP)."""
         return bool(self.categorical or self.ignore or self.keep)
+
+    def public_bounds(self) -> dict[str, list[float]]:
+        """``{column: [low, high]}`` of the data dictionary: ``bounds``, and for a column
+        given only ``levels`` the smallest and largest of its codes."""
+        out = {c: [float(min(v)), float(max(v))] for c, v in self.levels.items()}
+        out.update({c: [float(b[0]), float(b[1])] for c, b in self.bounds.items()})
+        return out
 
 
 @dataclass
@@ -364,11 +383,12 @@ def _check_columns(spec: JobSpec) -> None:
     if set(c.ignore) & set(c.categorical + c.keep):
         both = sorted(set(c.ignore) & set(c.categorical + c.keep))
         raise JobError(f"[columns] ignore and categorical/keep both name {both[:5]}")
+    _check_dictionary(c)
     from .steps.schema import wants_profile
 
     if c.declared and not wants_profile(spec):
-        raise JobError("[columns] needs the column profile ([schema] profile, not in a job with [privacy] "
-                       "secure_aggregation or dp): the sites apply the roles after it")
+        raise JobError("[columns] categorical, ignore and keep need the column profile ([schema] profile, not in a "
+                       "job with [privacy] secure_aggregation or dp): the sites apply the roles after it")
     m = spec.labels.map
     if m is not None:
         if not m or not all(isinstance(k, str) and isinstance(v, (str, int)) and not isinstance(v, bool)
@@ -376,6 +396,166 @@ def _check_columns(spec: JobSpec) -> None:
             raise JobError(f"[labels] map must map labels to labels ({{ yes = 1, no = 0 }}), got {m!r}")
         if spec.target is None:
             raise JobError("[labels] map needs target = \"<label column>\"")
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check_dictionary(c: ColumnsSpec) -> None:
+    """``[columns] bounds`` (``{column: [low, high]}``, finite ``low < high``) and ``levels``
+    (``{column: [code, ...]}``, finite numbers)."""
+    if not isinstance(c.bounds, Mapping):
+        raise JobError(f"[columns] bounds must be a table {{ age = [0, 120], ... }}, got {c.bounds!r}")
+    if not isinstance(c.levels, Mapping):
+        raise JobError(f"[columns] levels must be a table {{ cp = [1, 2, 3, 4], ... }}, got {c.levels!r}")
+    for column, b in c.bounds.items():
+        if not (isinstance(b, (list, tuple)) and len(b) == 2 and all(_finite(x) for x in b) and b[0] < b[1]):
+            raise JobError(f"[columns] bounds.{column} must be [low, high] with finite low < high, got {b!r}")
+    for column, v in c.levels.items():
+        if not (isinstance(v, (list, tuple)) and v and all(_finite(x) for x in v)):
+            raise JobError(f"[columns] levels.{column} must be a non-empty list of numeric codes, got {v!r}")
+    c.bounds = {str(k): [float(x) for x in b] for k, b in c.bounds.items()}
+    c.levels = {str(k): [float(x) for x in v] for k, v in c.levels.items()}
+
+
+def _dp_bounds(spec: JobSpec) -> None:
+    """Under ``[privacy] dp``, put the data dictionary's bounds (``[columns] bounds`` / ``levels``)
+    into ``dp["bounds"]``, where every DP step reads them (:func:`fedtab.privacy.dp.column_bounds`).
+
+    Raises:
+        JobError: ``dp.bounds = [lo, hi]`` (one pair for every column) together with a data
+            dictionary, or a column given two different bounds.
+    """
+    dp, table = spec.privacy.dp, spec.columns.public_bounds()
+    if dp is None or not table:
+        return
+    given = dp.get("bounds")
+    if given is None:
+        dp["bounds"] = table
+        return
+    if not isinstance(given, Mapping):
+        raise JobError("[privacy] dp.bounds = [low, high] (one range for every column) and [columns] bounds/levels "
+                       "both bound the columns: give them in one place ([columns] bounds per column)")
+    merged = {str(k): [float(x) for x in b] for k, b in given.items()}
+    for column, b in table.items():
+        if column in merged and merged[column] != b:
+            raise JobError(f"[privacy] dp.bounds.{column} = {merged[column]} but [columns] gives {b}: "
+                           "give the column's bounds in one place")
+        merged[column] = b
+    dp["bounds"] = merged
+
+
+def needs_dp_bounds(spec: JobSpec) -> bool:
+    """Whether the job's DP releases clip column values into public bounds (imputation and
+    training do: the moments, statistics and tree edges they release are of bounded values)."""
+    return spec.privacy.dp is not None and (spec.impute is not None or spec.training is not None)
+
+
+def dp_columns_without_bounds(spec: JobSpec, columns: list[str]) -> list[str]:
+    """The feature columns among ``columns`` (the label and ``[columns] ignore`` excluded) that
+    ``spec``'s DP releases need bounds for and that have none (empty when the job needs none)."""
+    if not needs_dp_bounds(spec):
+        return []
+    bounds = (spec.privacy.dp or {}).get("bounds")
+    if bounds is not None and not isinstance(bounds, Mapping):
+        return []  # one [low, high] for every column
+    have = set(bounds or {})
+    skip = {spec.target, *spec.columns.ignore}
+    return [c for c in dict.fromkeys(columns) if c not in skip and c not in have]
+
+
+def _site_columns(site: SiteSpec) -> list[str] | None:
+    """The column names of a site's file (its header only), or ``None`` when it cannot be read here
+    (the run reports it)."""
+    from ..data.tables import csv_header, csv_sample, sniff_csv
+
+    p = site.path
+    if p is None or not p.is_file():
+        return None
+    try:
+        if p.name.lower().endswith((".parquet", ".pq")):
+            import pyarrow.parquet as pq
+
+            return [str(c) for c in pq.read_schema(p).names if not str(c).startswith("__index_level_")]
+        default = "\t" if p.name.lower().endswith((".tsv", ".tsv.gz")) else ","
+        sep, _ = sniff_csv(csv_sample(p), default, site.sep)
+        return [c.strip() for c in csv_header(p, sep)]
+    except Exception:  # noqa: BLE001 - an unreadable file is the run's error, not the job file's
+        return None
+
+
+def did_you_mean(name: str, candidates: list[str] | tuple[str, ...]) -> str:
+    """``" (did you mean 'x'?)"`` for the candidate closest to ``name`` (one that differs only
+    in case first, then :func:`difflib.get_close_matches`), or ``""``."""
+    same = [c for c in candidates if c.lower() == name.lower() and c != name]
+    close = same or difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_target(spec: JobSpec, headers: Mapping[str, list[str]]) -> None:
+    """Refuse a target that site files' headers lack, naming the target, the sites and the
+    closest column there (``headers``: ``{site: its file's column names}``, readable files only),
+    when too few sites are left for the quorum (``[trust] min_sites``; without it every site must
+    answer): with a quorum that allows it, the run drops such a site and names it.
+
+    Raises:
+        JobError: ``target`` is not a column of so many files that the quorum cannot hold.
+    """
+    if spec.target is None:
+        return
+    lacking = [name for name, cols in headers.items() if spec.target not in cols]
+    quorum = spec.trust.min_sites or len(spec.sites)
+    if not lacking or len(spec.sites) - len(lacking) >= quorum:
+        return
+    hints = {name: did_you_mean(spec.target, headers[name]) for name in lacking}
+    if len(set(hints.values())) == 1:
+        where = f"site(s) {', '.join(lacking)}{hints[lacking[0]]}"
+    else:
+        where = ", ".join(f"{name}{hints[name]}" for name in lacking)
+    raise JobError(f"{spec.source}: target = {spec.target!r} is not a column in the file of {where}")
+
+
+def check_site_files(spec: JobSpec) -> JobSpec:
+    """What a job file can be checked against in the headers of the site files it names (a site
+    kept by its own deployment is checked when the run starts): the target is a column of every
+    file (:func:`check_target`) and a DP job has the bounds it needs (:func:`check_dp_bounds`);
+    returns ``spec``.
+
+    Raises:
+        JobError: as :func:`check_target` and :func:`check_dp_bounds`.
+    """
+    headers = {s.name: cols for s in spec.sites if (cols := _site_columns(s)) is not None}
+    check_target(spec, headers)
+    return check_dp_bounds(spec, headers)
+
+
+def check_dp_bounds(spec: JobSpec, headers: Mapping[str, list[str]] | None = None) -> JobSpec:
+    """Refuse a DP job whose releases need public bounds it lacks, naming the columns: from the
+    headers of the site files the job names (``headers``: ``{site: column names}``, default read
+    here; a site kept by its own deployment is checked when the run starts: its site names the
+    column); returns ``spec``.
+
+    Raises:
+        JobError: ``[privacy] dp`` with imputation or training and a feature column without
+            bounds (in ``[columns] bounds`` / ``levels`` or ``dp.bounds``).
+    """
+    if not needs_dp_bounds(spec):
+        return spec
+    if headers is None:
+        headers = {s.name: cols for s in spec.sites if (cols := _site_columns(s)) is not None}
+    columns = [c for cols in headers.values() for c in cols]
+    missing = dp_columns_without_bounds(spec, columns)
+    if not columns and (spec.privacy.dp or {}).get("bounds") is None:
+        raise JobError(f"{spec.source}: [privacy] dp needs public value bounds for every feature column: give "
+                       "[columns] bounds = { age = [0, 120], ... } (the data dictionary; or levels = { cp = "
+                       "[1, 2, 3, 4] } for coded columns)")
+    if missing:
+        example = ", ".join(f"{c} = [low, high]" for c in missing[:2])
+        raise JobError(f"{spec.source}: [privacy] dp needs public value bounds for the column(s) "
+                       f"{', '.join(missing)}: add them to [columns] bounds = {{ {example} }} (public ranges, "
+                       "not the sites' minimum and maximum) or levels = { column = [codes] }")
+    return spec
 
 
 def _na_values(value: Any, where: str, source: str) -> list[str]:
@@ -452,6 +632,15 @@ def _check_election(spec: JobSpec) -> None:
     if not 0 < e.score_test_alpha < 1:
         raise JobError(f"[election] score_test_alpha must be a number in (0, 1), got {e.score_test_alpha}")
     make_selector(e.selector)
+    if e.method != "score-test" and (e.fdr is not None or e.fdr_method != "bh"):
+        raise JobError("[election] fdr and fdr_method apply to method = \"score-test\" (the score test's p-values)")
+    if e.fdr is not None or e.fdr_method != "bh":
+        from ..election.score_test import check_fdr
+
+        try:
+            check_fdr(0.05 if e.fdr is None else e.fdr, e.fdr_method)
+        except ValueError as exc:
+            raise JobError(f"[election] {exc}") from None
     if e.method == "score-test":
         if e.tune != "none":
             raise JobError("[election] tune applies to method = \"vote\" (the score test has no freedom degree)")
@@ -546,6 +735,7 @@ def check_spec(spec: JobSpec) -> JobSpec:
         if spec.election is not None:
             _check_election(spec)
         _check_columns(spec)
+        _dp_bounds(spec)
         for s in spec.sites:
             if s.selector is not None:
                 make_selector(s.selector)
@@ -700,7 +890,9 @@ def load_job(path_or_doc: str | Path | Mapping[str, Any], *, out_given: bool = F
 
     Raises:
         JobError: the file is missing, unreadable, not valid TOML or nested too deep, its
-            ``[run] out`` lies outside its folder (unless ``out_given``), or as :func:`parse_job`.
+            ``[run] out`` lies outside its folder (unless ``out_given``), the target is not a
+            column of a site file or a DP job lacks the bounds of a column in their headers
+            (:func:`check_site_files`), or as :func:`parse_job`.
     """
     if isinstance(path_or_doc, Mapping):
         return parse_job(path_or_doc)
@@ -715,4 +907,4 @@ def load_job(path_or_doc: str | Path | Mapping[str, Any], *, out_given: bool = F
         raise JobError(f"{p}: the job nests tables or arrays deeper than {MAX_DEPTH} levels") from None
     except OSError as exc:
         raise JobError(f"{p}: cannot read the job file ({exc.strerror or exc})") from None
-    return parse_job(doc, p.parent, source=str(p), confine_out=not out_given)
+    return check_site_files(parse_job(doc, p.parent, source=str(p), confine_out=not out_given))

@@ -17,6 +17,7 @@ included). Nothing here imports an engine.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable, Mapping
 
@@ -116,7 +117,8 @@ def engine_workflow(federation: Federation, run_config: Mapping[str, Any], *,
     (``progress``: as :func:`run_workflow`'s).
 
     Returns:
-        The JSON-able ``Outputs.result``.
+        The JSON-able ``Outputs.result``, with ``plan``: the plan it ran, as received (``fedtab
+        attach`` checks its job file against it).
 
     Raises:
         JobError: no ``job`` in the run config, or an invalid plan. As :func:`run_workflow`.
@@ -125,4 +127,5 @@ def engine_workflow(federation: Federation, run_config: Mapping[str, Any], *,
     if plan in (None, ""):
         raise JobError("the run config needs job = '<the job plan as JSON>' (JobSpec.plan(); fedtab run writes it, "
                        "see docs/deployment.md)")
-    return run_workflow(federation, spec_from_plan(plan), progress=progress).result
+    result = run_workflow(federation, spec_from_plan(plan), progress=progress).result
+    return {**result, "plan": json.loads(plan) if isinstance(plan, str) else dict(plan)}

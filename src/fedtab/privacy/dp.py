@@ -112,7 +112,8 @@ def column_bounds(spec: Mapping[str, Any], columns: Sequence[str], held: Sequenc
     """
     bounds = spec.get("bounds")
     if bounds is None:
-        raise ValueError("DP statistics need public value bounds (dp['bounds'] = [lo, hi] or {column: [lo, hi]})")
+        raise ValueError("DP statistics need public value bounds: [columns] bounds = {column = [lo, hi]} in the job "
+                         "(or dp['bounds'] = [lo, hi] for every column)")
     held_set = set(columns if held is None else held)
     lo, hi = np.zeros(len(columns)), np.zeros(len(columns))
     for i, c in enumerate(columns):

@@ -170,6 +170,8 @@ def election(result: Mapping[str, Any]) -> str:
     el = result.get("election")
     if not isinstance(el, Mapping):
         return _absent("No feature election in this job (every column was used).")
+    if el.get("method") == "score-test":
+        return _score_test(el)
     feats = el.get("features") or el.get("explain") or []
     out = ['<p class="note">Each site ranked its columns with its own selector and voted. A column every '
            "holding site selected is kept by consensus; disputed columns are ranked by their sample-weighted "
@@ -191,6 +193,32 @@ def election(result: Mapping[str, Any]) -> str:
     out.append(_table(["Column", "Decision", "Why", "Held by", "Selected by", "Vote", "Disputed rank"],
                       rows, ["kept" if f["kept"] else "dropped" for f in ordered], num_cols=(5, 6), text_cols=(2,)))
     out.append(_pooled_agreement(el))
+    return "".join(out)
+
+
+def _score_test(el: Mapping[str, Any]) -> str:
+    """The score-test selection: its error control (q and correction, or the forward steps'
+    level) and each column's pooled p-value."""
+    fdr = el.get("fdr")
+    names = {"bh": "Benjamini-Hochberg", "by": "Benjamini-Yekutieli"}
+    if isinstance(fdr, Mapping):
+        how = (f"<p>Selection with error control: every column's score test on the pooled rows, one "
+               f"{_e(names.get(fdr.get('method'), fdr.get('method')))} correction at false discovery rate "
+               f"<strong>q = {_num(fdr.get('q'))}</strong> (at most that share of the kept columns is expected to "
+               f"carry no signal).</p>")
+    else:
+        how = (f"<p>Forward selection by score tests on the pooled rows, each step's "
+               f"{_e(names.get(el.get('fdr_method', 'bh'), ''))} correction at α = {_num(el.get('alpha'))} "
+               "(the whole sequence's false discovery rate is approximate).</p>")
+    stats = el.get("stats") or {}
+    out = [how, f"<p>Kept {_num(stats.get('kept'))} of {_num(stats.get('features'))} columns.</p>"]
+    names_, p, mask = el.get("feature_names") or [], el.get("p") or [], el.get("mask") or []
+    if names_ and len(p) == len(names_) == len(mask):
+        rows = sorted(zip(names_, p, mask), key=lambda r: (not r[2], r[1] if r[1] is not None else 2.0))
+        out.append(_table(["Column", "Decision", "Pooled p-value"],
+                          [[_e(n), "kept" if k else "dropped", "—" if v is None else f"{float(v):.3g}"]
+                           for n, v, k in rows],
+                          ["kept" if k else "dropped" for _, _, k in rows], num_cols=(2,)))
     return "".join(out)
 
 

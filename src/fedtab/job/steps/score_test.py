@@ -1,6 +1,9 @@
 """Step 5, the score test (``[election] method = "score-test"``): forward selection by score tests
 on the sites' pooled sums (one-vs-rest with more than two classes), at false discovery rate
-``[election] score_test_alpha`` (:func:`fedtab.federation.score_test_flow.run_pooled_score_test`).
+``[election] score_test_alpha`` (:func:`fedtab.federation.score_test_flow.run_pooled_score_test`),
+or with ``[election] fdr = q`` the selection with error control (every column's pooled score test,
+one ``fdr_method`` correction at ``q``). ``result["election"]`` records ``fdr`` (``{"q", "method"}``
+or ``None``) and ``fdr_method``.
 
 Secure aggregation comes from ``[privacy]``; the score test has no DP or robust mode
 (:func:`fedtab.job.spec.check_spec` refuses them).
@@ -28,12 +31,17 @@ def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
     e = spec.election
     assert e is not None
     set_step_dp(federation, None)  # no DP mode (check_spec refuses it); secure sums: the run's options
-    st = run_pooled_score_test(federation, alpha=e.score_test_alpha, features=out.features, one_vs_rest=True)
+    st = run_pooled_score_test(federation, alpha=e.score_test_alpha, features=out.features, one_vs_rest=True,
+                               fdr=e.fdr, fdr_method=e.fdr_method)
     if spec.training is not None and not st.selected_names:
-        raise FederationError(f"the score test at alpha {e.score_test_alpha:g} selected no column")
+        level = (f"false discovery rate {e.fdr:g} ({e.fdr_method.upper()})" if e.fdr is not None
+                 else f"alpha {e.score_test_alpha:g}")
+        raise FederationError(f"the score test at {level} selected no column")
     out.outcomes["election"] = st
     out.result["election"] = {
         "method": "score-test", "alpha": e.score_test_alpha, "selected": list(st.selected_names),
+        "fdr": None if e.fdr is None else {"q": e.fdr, "method": e.fdr_method},
+        "fdr_method": e.fdr_method,
         "kept": len(st.selected_names), "entered": list(st.selected), "feature_names": list(st.feature_names),
         "mask": [bool(m) for m in st.mask], "p": _jsonable(st.p), "stopped": _jsonable(st.stopped),
         "exchanges": int(st.exchanges), "stats": {"features": len(st.feature_names), "kept": len(st.selected_names)},
