@@ -184,6 +184,7 @@ def impute_command(
                                      "learns no single site's.")] = False,
 ) -> None:
     """Impute missing cells and unavailable columns across site CSVs, federatedly."""
+    import numpy as np
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..report.output import OutputError  # here: the report package imports matplotlib
