@@ -155,6 +155,8 @@ def test_local_only_of_a_single_site_is_the_federated_model():
         local = run_baselines(fed, out)["local_only"]["per_site"]["only"]
         fed_m = out.metrics["per_site"]["only"]
         assert local.pop("confusion") == fed_m.pop("confusion")
+        for key in ("auroc_bounds", "pr_auc_bounds"):
+            assert local.pop(key) == pytest.approx(fed_m.pop(key))
         assert local == pytest.approx(fed_m)
 
 
@@ -177,7 +179,7 @@ def test_evaluation_scores_brier_and_confusion_from_sums():
 
 def test_under_the_default_floor_histograms_are_smoothed_and_site_aucs_stay_exact():
     """min_rows=10: no histogram count of fewer than 10 rows leaves a site; each site's AUROC is
-    still exact (its rank pairs), the pooled one is approximate and says it has no error bound."""
+    still exact (its rank pairs), the pooled one is an interval that holds the exact AUROC."""
     fed, feats = _make_fed(2)
     out = run_training(fed, feats, rounds=4)
     preds = _central_predictions(fed, out)
@@ -188,4 +190,8 @@ def test_under_the_default_floor_histograms_are_smoothed_and_site_aucs_stay_exac
     y = np.concatenate([preds[s][0] for s in evaluated])
     p = np.concatenate([preds[s][1] for s in evaluated])
     pooled = out.metrics["pooled"]
-    assert pooled["auroc_error_bound"] is None and abs(pooled["auroc"] - roc_auc_score(y, p[:, 1])) < 0.05
+    lo, hi = pooled["auroc_bounds"]
+    assert lo - 1e-12 <= roc_auc_score(y, p[:, 1]) <= hi + 1e-12 and lo <= pooled["auroc"] <= hi
+    assert pooled["auroc_error_bound"] == pytest.approx((hi - lo) / 2)
+    lo, hi = pooled["pr_auc_bounds"]
+    assert lo - 1e-12 <= average_precision_score(y, p[:, 1]) <= hi + 1e-12

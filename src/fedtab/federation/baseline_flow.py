@@ -31,7 +31,7 @@ from . import validate
 from .protocol import Federation, FederationError, exchange
 from .site import Site, handler
 from .training_flow import TrainingOutcome, checked_sums, class_indices, evaluation_sums, pool_evaluations, \
-    requested_bins, site_matrix, was_smoothed
+    requested_bins, site_matrix, smoothed_sites
 
 __all__ = ["run_baselines", "majority_sums"]
 
@@ -141,7 +141,7 @@ def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epo
         raise FederationError("no site has training rows for the majority-class baseline")
     majority = pool_evaluations({name: majority_sums(pooled_train, s[0].sum(axis=1), score_bins)
                                  for name, s in sums.items()})
-    local = pool_evaluations(sums, smoothed=was_smoothed(replies))
+    local = pool_evaluations(sums, smoothed=smoothed_sites(replies))
     return {
         "majority": {"class": trained.classes[int(np.argmax(pooled_train))], **majority},
         "local_only": {**local, "epochs": epochs},
