@@ -246,8 +246,9 @@ def pooled_ranking(hists: Sequence[Any], pairs: Sequence[float | None] | None = 
         ``*_error_bound`` = the largest distance from the point to a bound. The AUROC counts
         pairs of rows inside a site with a ``rank_pairs`` exactly and every other (positive,
         negative) pair from the runs: 1 or 0 when the two runs are disjoint, unknown (between 0 and
-        1) when they overlap; its point is the middle of its bounds (an unknown pair counts ½: on
-        exact bins, a pair in one bin). The PR-AUC point is the middle of its bounds when a
+        1) when they overlap; its point counts an unknown pair as the sites' own (exactly ranked)
+        pairs score on average — ``lo + Â·(hi − lo)`` with ``Â`` their pooled AUROC — or ½ without
+        any (on exact bins: a pair in one bin counts ½, as a tie). The PR-AUC point is the middle of its bounds when a
         histogram was smoothed, else the pooled histogram's (:func:`ranking_scores`). Every value
         is ``None`` when the pooled rows lack a class.
 
@@ -272,15 +273,19 @@ def pooled_ranking(hists: Sequence[Any], pairs: Sequence[float | None] | None = 
         return none
     runs = [(histogram_runs(h[0], s), histogram_runs(h[1], s)) for h, s in zip(hs, sm)]
     lo = hi = 0.0
+    within = within_pairs = 0.0  # the sites' exact rank pairs and how many pairs they rank
     for i in range(len(hs)):
         for j in range(len(hs)):
             if i == j and pr[i] is not None:
                 lo, hi = lo + pr[i], hi + pr[i]
+                within, within_pairs = within + pr[i], within_pairs + float(hs[i][1].sum() * hs[i][0].sum())
             else:
                 l, u = _pair_bounds(runs[i][1], runs[j][0])
                 lo, hi = lo + l, hi + u
     auroc_lo, auroc_hi = _unit_interval(lo / (P * N), hi / (P * N))
-    auroc = 0.5 * (auroc_lo + auroc_hi)
+    # an unordered pair counts as the sites' own pairs do on average (½ without any)
+    rate = min(max(within / within_pairs, 0.0), 1.0) if within_pairs > 0 else 0.5
+    auroc = auroc_lo + rate * (auroc_hi - auroc_lo)
     pr_lo, pr_hi = _unit_interval(*_pr_bounds(runs, P))
     if any(sm):
         pr_auc = 0.5 * (pr_lo + pr_hi)
