@@ -214,8 +214,9 @@ def test_a_bounded_pooled_auroc_shows_its_bounds_and_an_unbounded_one_is_not_hea
     ci = auroc_interval(pooled)
     assert ci["bounds"] == (0.70, 0.80)  # the 95 % interval runs from the bounds outwards
     assert ci["low"] == pytest.approx(0.70 - Z95 * ci["se"]) and ci["high"] == pytest.approx(0.80 + Z95 * ci["se"])
-    assert (f"its AUROC is 0.750 (exactly between 0.700 and 0.800: the sites' score histograms leave some pairs of "
-            f"rows unordered; 95 % CI {ci['low']:.3f}–{ci['high']:.3f}) against 0.500") in text
+    assert (f"its AUROC is 0.750 (an estimate: the exact value lies between 0.700 and 0.800, as the sites' smoothed "
+            "score histograms leave some pairs of rows unordered; secure aggregation gives it exactly; 95 % CI "
+            f"{ci['low']:.3f}–{ci['high']:.3f}) against 0.500") in text
     fed_all = next(t for _, t in page.section_rows("metrics") if t.startswith("Federated") and "all sites" in t)
     assert "0.750 [0.700–0.800]" in " ".join(fed_all.split())
     assert "somewhere in [0.700, 0.800]" in " ".join(page.text["metrics"].split())

@@ -85,8 +85,8 @@ def metrics(result: Mapping[str, Any]) -> str:
            "it has them). PR-AUC: average precision over all thresholds. Brier: mean squared error of the "
            "predicted probabilities (lower is better). Pooled = over the test rows of all sites together; computed "
            "from per-site counts and histograms, no prediction left a site. A value followed by [lo–hi] is not "
-           "exact: the exact value on the same predictions lies between lo and hi (the value shown is their "
-           "middle); a value without brackets is exact (to the last digit shown).</p>"]
+           "exact: the exact value on the same predictions lies between lo and hi (the value shown is an estimate "
+           "inside them); a value without brackets is exact (to the last digit shown).</p>"]
     rows = [[esc(label), "all sites", *_cells(m.get("pooled"), keys, role != MAJORITY)] for role, label, m in models]
     sites = list(dict.fromkeys(s for _, _, m in models for s in mapping(m.get("per_site"))))
     for s in sites:
@@ -102,9 +102,10 @@ def metrics(result: Mapping[str, Any]) -> str:
                    "one site are ranked exactly (each site sends its own AUROC's pair count); pairs of rows of "
                    "different sites are ranked from the sites' score histograms, which each site's release gate "
                    "smooths into runs of at least <code>min_rows</code> rows. A pair whose two runs overlap cannot "
-                   f"be ordered, so the exact pooled AUROC is somewhere in [{lo:.3f}, {hi:.3f}] (the value shown is "
-                   f"the middle, at most {bound((hi - lo) / 2)} from the exact one); the PR-AUC likewise within "
-                   f"{bound(fed.get('pr_auc_error_bound'))}. Secure aggregation sums exact histograms instead: the "
+                   f"be ordered, so the exact pooled AUROC is somewhere in [{lo:.3f}, {hi:.3f}]; the value shown "
+                   "counts each such pair as the sites' own pairs score on average, an estimate at most "
+                   f"{bound(fed.get('auroc_error_bound'))} from the exact one. The PR-AUC is bounded likewise (within "
+                   f"{bound(fed.get('pr_auc_error_bound'))}). Secure aggregation sums exact histograms instead: the "
                    "bound is then that of the 1,000-bin grid.</p>")
     elif fed.get("auroc") is not None and auroc_bounds(fed) is None:
         out.append('<p class="note"><span class="warn">⚠</span> The pooled AUROC / PR-AUC of this result were '

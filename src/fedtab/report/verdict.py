@@ -121,14 +121,16 @@ def auroc_text(ci: Mapping[str, Any]) -> str:
 
 
 def _auroc_note(ci: Mapping[str, Any] | None) -> str:
-    """`` (exactly between … and …; 95 % CI …–…)`` of :func:`auroc_text`, "" without either."""
+    """`` (an estimate: the exact value lies between … and …; 95 % CI …–…)`` of :func:`auroc_text`,
+    "" without either."""
     if not ci:
         return ""
     bounds = ci.get("bounds")
     inside = []
     if bounds is not None and bounds[1] - bounds[0] >= TIE:
-        inside.append(f"exactly between {num(bounds[0])} and {num(bounds[1])}: the sites' score histograms leave "
-                      "some pairs of rows unordered")
+        inside.append(f"an estimate: the exact value lies between {num(bounds[0])} and {num(bounds[1])}, as the "
+                      "sites' smoothed score histograms leave some pairs of rows unordered; secure aggregation "
+                      "gives it exactly")
     if ci.get("low") is not None:
         inside.append(f"95 % CI {num(ci['low'])}–{num(ci['high'])}")
     return f" ({'; '.join(inside)})" if inside else ""
