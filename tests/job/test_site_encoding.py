@@ -10,6 +10,7 @@ rows of squared probability errors) and AUROC must equal those of ``predict`` on
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -54,8 +55,10 @@ def _doc(d: Path, **sections) -> dict:
 
 
 def _check_scores_equal_predict(doc: dict, out: Path) -> None:
-    result = run_job(doc, out=out)
+    run_job(doc, out=out)
+    result = json.loads((out / "result.json").read_text())
     model = load_model(out / "model.fedtab")
+    ys, ps = [], []
     assert "x" in model.schema["categories"]["c"] and "w" not in model.schema["categories"]["c"]
     for config in site_configs(load_job(doc)):
         site = build_site(config)  # the same site, from its file and its seed: the same test part
@@ -67,6 +70,13 @@ def _check_scores_equal_predict(doc: dict, out: Path) -> None:
         assert scores["auroc"] == pytest.approx(roc_auc_score(y, p), abs=1e-9), site.name
         if site.name == "small":  # the case this test is about: rare categories in the scored rows
             assert rows["c"].isin(["x", "w"]).sum() >= 2, rows["c"].value_counts()
+        ys.append(y)
+        ps.append(p)
+    # result.json: the pooled AUROC with bounds that hold the exact AUROC of predict over every test row
+    pooled = result["training"]["metrics"]["pooled"]
+    exact = roc_auc_score(np.concatenate(ys), np.concatenate(ps))
+    lo, hi = pooled["auroc_bounds"]
+    assert lo - 1e-9 <= exact <= hi + 1e-9 and lo <= pooled["auroc"] <= hi
 
 
 def test_rare_categories_on_the_test_rows_are_scored_as_predict_scores_them(site_files, tmp_path):
