@@ -307,3 +307,20 @@ def test_bounds_from_smoothed_runs_hold_for_any_order_inside_a_run():
     assert r2["auroc"] == pytest.approx(ranking_scores(sum(exact))["auroc"], abs=1e-12)
     with pytest.raises(ValueError, match="rank pairs"):
         pooled_ranking(exact, [None], False)
+
+
+def test_robust_pooled_scores_carry_the_medians_of_the_sites_bounds():
+    """Robust mode: the pooled AUROC is the median of the sites' (exact) ones, and the pooled
+    PR-AUC's bounds, medians of the sites' bounds, hold the median of the sites' exact PR-AUCs."""
+    from fedtab.federation.protocol import set_options
+
+    fed = federation(_unlike_sites([300, 300, 400], seed=8))
+    set_options(fed, robust=True)
+    out = run_training(fed, [f"f{j}" for j in range(4)], rounds=2)
+    preds = _central_predictions(fed, out)
+    pooled = out.metrics["pooled"]
+    med = float(np.median([roc_auc_score(y, p[:, 1]) for y, p in preds.values()]))
+    assert pooled["auroc"] == pytest.approx(med, abs=1e-9)
+    assert pooled["auroc_bounds"] == pytest.approx([med, med], abs=1e-9)
+    lo, hi = pooled["pr_auc_bounds"]
+    assert lo <= float(np.median([average_precision_score(y, p[:, 1]) for y, p in preds.values()])) <= hi
