@@ -223,6 +223,40 @@ def _pooled_exact(fed, out):
     return preds, roc_auc_score(y, p), average_precision_score(y, p)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 100_000), st.integers(1, 5), st.booleans(), st.sampled_from([1, 5, 10]))
+def test_pooled_ranking_bounds_hold_for_any_sites(seed, n_sites, with_pairs, min_rows):
+    """Random sites (sizes, base rates, score shifts, tied scores), histograms smoothed by the
+    release gate's own function or exact, with or without each site's rank pairs: the exact
+    AUROC / PR-AUC of the pooled predictions lie inside the bounds, and so do the points."""
+    from fedtab.learn.metrics import pooled_ranking, rank_pairs
+    from fedtab.privacy.gate import smooth_histogram
+
+    rng = np.random.default_rng(seed)
+    ys, ps, hists, pairs, smoothed = [], [], [], [], []
+    for _ in range(n_sites):
+        n = int(rng.integers(2 * min_rows, 150))
+        y = rng.integers(0, 2, n)
+        y[:min_rows], y[min_rows:2 * min_rows] = 0, 1
+        p = np.clip(rng.normal(0.5 + rng.uniform(-0.3, 0.3) + rng.uniform(0, 0.4) * (y - 0.5), rng.uniform(0.01, 0.3)),
+                    0, 1)
+        if rng.random() < 0.3:
+            p = np.round(p, 2)  # ties in the raw scores
+        h = score_histogram(y, p).astype(float)
+        smooth = bool(rng.random() < 0.7)
+        hists.append(smooth_histogram(h, min_rows) if smooth else h)
+        smoothed.append(smooth)
+        pairs.append(rank_pairs(y, p) if with_pairs and rng.random() < 0.8 else None)
+        ys.append(y)
+        ps.append(p)
+    r = pooled_ranking(hists, pairs, smoothed)
+    y, p = np.concatenate(ys), np.concatenate(ps)
+    for key, exact in (("auroc", roc_auc_score(y, p)), ("pr_auc", average_precision_score(y, p))):
+        lo, hi = r[f"{key}_bounds"]
+        assert lo - 1e-12 <= exact <= hi + 1e-12, key
+        assert lo <= r[key] <= hi and abs(r[key] - exact) <= r[f"{key}_error_bound"] + 1e-12, key
+
+
 @pytest.mark.parametrize("model", ["logistic", "gbdt"])
 @pytest.mark.parametrize("secure", [False, True])
 def test_the_pooled_auroc_holds_the_exact_auroc_of_the_same_predictions(secure, model):
