@@ -220,6 +220,11 @@ def test_a_bounded_pooled_auroc_shows_its_bounds_and_an_unbounded_one_is_not_hea
     fed_all = next(t for _, t in page.section_rows("metrics") if t.startswith("Federated") and "all sites" in t)
     assert "0.750 [0.700–0.800]" in " ".join(fed_all.split())
     assert "somewhere in [0.700, 0.800]" in " ".join(page.text["metrics"].split())
+    assert "each site sends its own AUROC's pair count" in " ".join(page.text["metrics"].split())
+    r["privacy"]["secure_aggregation"] = True  # the note says how a secure run pooled it instead
+    note = " ".join(Page(render_report(r)).text["metrics"].split())
+    assert "summed exactly under secure aggregation" in note and "pair count" not in note
+    r["privacy"]["secure_aggregation"] = False
     # an estimate with no bound (a result of an older fedtab): the verdict states the exact pooled F1 instead
     del pooled["auroc_bounds"], pooled["auroc_error_bound"]
     page = Page(render_report(r))

@@ -96,7 +96,14 @@ def metrics(result: Mapping[str, Any]) -> str:
                      table_id="metrics-table"))
     out.append(_few_rows_note(models))
     fed_label, fed = models[0][1], mapping(models[0][2].get("pooled"))
-    if auroc_bounds(fed) is not None and auroc_bounds(fed)[1] - auroc_bounds(fed)[0] >= TIE:
+    secure = bool(mapping(result.get("privacy")).get("secure_aggregation"))
+    if secure and auroc_bounds(fed) is not None and auroc_bounds(fed)[1] - auroc_bounds(fed)[0] >= TIE:
+        lo, hi = auroc_bounds(fed)
+        out.append(f'<p class="note">How the pooled AUROC of {esc(fed_label)} was computed: from the sum of the '
+                   "sites' score histograms on a grid of 1,000 bins, summed exactly under secure aggregation; only a "
+                   "positive and a negative row in the same bin cannot be ordered, so the exact pooled AUROC is "
+                   f"somewhere in [{lo:.3f}, {hi:.3f}] (the PR-AUC within {bound(fed.get('pr_auc_error_bound'))}).</p>")
+    elif auroc_bounds(fed) is not None and auroc_bounds(fed)[1] - auroc_bounds(fed)[0] >= TIE:
         lo, hi = auroc_bounds(fed)
         out.append(f'<p class="note">How the pooled AUROC of {esc(fed_label)} was computed: pairs of test rows of '
                    "one site are ranked exactly (each site sends its own AUROC's pair count); pairs of rows of "
