@@ -79,8 +79,10 @@ def _check_scores_equal_predict(doc: dict, out: Path) -> None:
     assert lo - 1e-9 <= exact <= hi + 1e-9 and lo <= pooled["auroc"] <= hi
 
 
-def test_rare_categories_on_the_test_rows_are_scored_as_predict_scores_them(site_files, tmp_path):
-    _check_scores_equal_predict(_doc(site_files), tmp_path / "plain")
+@pytest.mark.parametrize("model", ["logistic", {"name": "gbdt", "params": {"n_trees": 4, "max_depth": 3}}])
+def test_rare_categories_on_the_test_rows_are_scored_as_predict_scores_them(site_files, tmp_path, model):
+    doc = _doc(site_files, training={"model": model, "rounds": 3, "local_epochs": 3})
+    _check_scores_equal_predict(doc, tmp_path / "plain")
 
 
 @pytest.mark.slow  # imports torch and trains the imputer (one round)
