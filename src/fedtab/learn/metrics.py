@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
-from scipy.special import digamma
 
 __all__ = ["confusion", "scores_from_confusion", "score_histogram", "ranking_scores", "brier_sum",
            "evaluation_scores", "rank_pairs", "cross_pairs", "pooled_auroc", "histogram_runs", "pooled_ranking",
@@ -190,6 +189,8 @@ def _pr_bounds(runs: Sequence[tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ..
     ``FP`` of the other at or above its score, with ``k + (positives surely above) ≤ TP ≤ (positives
     possibly at or above)`` and likewise ``FP``; its precision ``TP/(TP+FP)`` lies between the
     extremes."""
+    from scipy.special import digamma  # here: a site answering a message in a fresh process skips scipy
+
     def cat(c: int, k: int) -> np.ndarray:
         return np.concatenate([r[c][k] for r in runs]).astype(np.float64)
 
