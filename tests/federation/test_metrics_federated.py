@@ -155,6 +155,8 @@ def test_local_only_of_a_single_site_is_the_federated_model():
         local = run_baselines(fed, out)["local_only"]["per_site"]["only"]
         fed_m = out.metrics["per_site"]["only"]
         assert local.pop("confusion") == fed_m.pop("confusion")
+        for key in ("auroc_bounds", "pr_auc_bounds"):
+            assert local.pop(key) == pytest.approx(fed_m.pop(key))
         assert local == pytest.approx(fed_m)
 
 
@@ -177,7 +179,7 @@ def test_evaluation_scores_brier_and_confusion_from_sums():
 
 def test_under_the_default_floor_histograms_are_smoothed_and_site_aucs_stay_exact():
     """min_rows=10: no histogram count of fewer than 10 rows leaves a site; each site's AUROC is
-    still exact (its rank pairs), the pooled one is approximate and says it has no error bound."""
+    still exact (its rank pairs), the pooled one is an interval that holds the exact AUROC."""
     fed, feats = _make_fed(2)
     out = run_training(fed, feats, rounds=4)
     preds = _central_predictions(fed, out)
@@ -188,4 +190,171 @@ def test_under_the_default_floor_histograms_are_smoothed_and_site_aucs_stay_exac
     y = np.concatenate([preds[s][0] for s in evaluated])
     p = np.concatenate([preds[s][1] for s in evaluated])
     pooled = out.metrics["pooled"]
-    assert pooled["auroc_error_bound"] is None and abs(pooled["auroc"] - roc_auc_score(y, p[:, 1])) < 0.05
+    lo, hi = pooled["auroc_bounds"]
+    assert lo - 1e-12 <= roc_auc_score(y, p[:, 1]) <= hi + 1e-12 and lo <= pooled["auroc"] <= hi
+    assert pooled["auroc_error_bound"] == pytest.approx(max(pooled["auroc"] - lo, hi - pooled["auroc"]))
+    lo, hi = pooled["pr_auc_bounds"]
+    assert lo - 1e-12 <= average_precision_score(y, p[:, 1]) <= hi + 1e-12
+
+
+# ----------------------------------------------------------------------------- pooled AUROC bounds (issue 30)
+def _unlike_sites(sizes, seed=0):
+    """Small sites that differ in size, base rate and score location (the pooled AUROC is not any
+    site's): numeric ``f0..f3`` and ``target``."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for k, n in enumerate(sizes):
+        X = rng.normal(size=(n, 4)) + 0.4 * k
+        p = 1 / (1 + np.exp(-(1.5 * X[:, 0] - X[:, 1] + X[:, 2] * 0.5 - 0.4 * k + rng.normal(0, 0.5))))
+        frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(4)])
+        frame["target"] = (rng.random(n) < p).astype(int)
+        parts.append(frame)
+    return parts
+
+
+def _auc(y, p):
+    return roc_auc_score(y, p) if len(set(y)) == 2 else float("nan")
+
+
+def _pooled_exact(fed, out):
+    preds = _central_predictions(fed, out)
+    y = np.concatenate([v[0] for v in preds.values()])
+    p = np.concatenate([v[1][:, 1] for v in preds.values()])
+    return preds, roc_auc_score(y, p), average_precision_score(y, p)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 100_000), st.integers(1, 5), st.booleans(), st.sampled_from([1, 5, 10]))
+def test_pooled_ranking_bounds_hold_for_any_sites(seed, n_sites, with_pairs, min_rows):
+    """Random sites (sizes, base rates, score shifts, tied scores), histograms smoothed by the
+    release gate's own function or exact, with or without each site's rank pairs: the exact
+    AUROC / PR-AUC of the pooled predictions lie inside the bounds, and so do the points."""
+    from fedtab.learn.metrics import pooled_ranking, rank_pairs
+    from fedtab.privacy.gate import smooth_histogram
+
+    rng = np.random.default_rng(seed)
+    ys, ps, hists, pairs, smoothed = [], [], [], [], []
+    for _ in range(n_sites):
+        n = int(rng.integers(2 * min_rows, 150))
+        y = rng.integers(0, 2, n)
+        y[:min_rows], y[min_rows:2 * min_rows] = 0, 1
+        p = np.clip(rng.normal(0.5 + rng.uniform(-0.3, 0.3) + rng.uniform(0, 0.4) * (y - 0.5), rng.uniform(0.01, 0.3)),
+                    0, 1)
+        if rng.random() < 0.3:
+            p = np.round(p, 2)  # ties in the raw scores
+        h = score_histogram(y, p).astype(float)
+        smooth = bool(rng.random() < 0.7)
+        hists.append(smooth_histogram(h, min_rows) if smooth else h)
+        smoothed.append(smooth)
+        pairs.append(rank_pairs(y, p) if with_pairs and rng.random() < 0.8 else None)
+        ys.append(y)
+        ps.append(p)
+    r = pooled_ranking(hists, pairs, smoothed)
+    y, p = np.concatenate(ys), np.concatenate(ps)
+    for key, exact in (("auroc", roc_auc_score(y, p)), ("pr_auc", average_precision_score(y, p))):
+        lo, hi = r[f"{key}_bounds"]
+        assert lo - 1e-12 <= exact <= hi + 1e-12, key
+        assert lo <= r[key] <= hi and abs(r[key] - exact) <= r[f"{key}_error_bound"] + 1e-12, key
+
+
+@pytest.mark.parametrize("model", ["logistic", "gbdt"])
+@pytest.mark.parametrize("secure", [False, True])
+def test_the_pooled_auroc_holds_the_exact_auroc_of_the_same_predictions(secure, model):
+    """Four small, unlike sites under the default floor (min_rows=10): plain, the sites' smoothed
+    histograms leave cross-site pairs unordered and the reported bounds hold the exact AUROC and
+    PR-AUC of the same predictions; secure, the summed histograms are exact (the 1,000-bin grid's
+    bound only). Each site's own AUROC equals the exact one on its rows."""
+    from fedtab.federation.protocol import set_options
+
+    fed = federation(_unlike_sites([90, 130, 160, 220], seed=3))
+    if secure:
+        set_options(fed, secure_aggregation=True)
+    feats = [f"f{j}" for j in range(4)]
+    if model == "gbdt":
+        from fedtab.federation.gbdt import run_gbdt
+
+        out = run_gbdt(fed, feats, params={"n_trees": 5, "max_depth": 3, "learning_rate": 0.3})
+        m = out.metrics
+        proba = {s: out.model.predict_proba(fed.site(s).rows("test")[feats].to_numpy(float)) for s in fed.sites}
+        ys = {s: np.array([int(v) for v in fed.site(s).rows("test")["target"]]) for s in fed.sites}
+        y, p = np.concatenate(list(ys.values())), np.concatenate([proba[s][:, 1] for s in fed.sites])
+        exact, exact_pr = roc_auc_score(y, p), average_precision_score(y, p)
+        site_auc = {s: _auc(ys[s], proba[s][:, 1]) for s in fed.sites}
+    else:
+        out = run_training(fed, feats, rounds=3)
+        m = out.metrics
+        preds, exact, exact_pr = _pooled_exact(fed, out)
+        site_auc = {s: _auc(preds[s][0], preds[s][1][:, 1]) for s in fed.sites}
+    pooled = m["pooled"]
+    lo, hi = pooled["auroc_bounds"]
+    assert lo - 1e-9 <= exact <= hi + 1e-9
+    assert abs(pooled["auroc"] - exact) <= pooled["auroc_error_bound"] + 1e-9
+    plo, phi = pooled["pr_auc_bounds"]
+    assert plo - 1e-9 <= exact_pr <= phi + 1e-9
+    if secure:
+        # exact histograms: only pairs inside one of the 1,000 bins are unordered (a few trees' scores cluster)
+        assert m["per_site"] == {} and hi - lo < (0.01 if model == "logistic" else 0.05)
+    else:
+        assert hi - lo > 0.05  # smoothed runs of >= 10 of ~20-40 test rows: wide, and said so (never a bare point)
+        assert sum(not np.isnan(a) for a in site_auc.values()) >= 3
+        for s, auc in site_auc.items():
+            if np.isnan(auc):  # a one-class test part: no AUROC
+                assert m["per_site"][s]["auroc"] is None
+                continue
+            assert m["per_site"][s]["auroc"] == pytest.approx(auc, abs=1e-9)
+            assert m["per_site"][s]["auroc_bounds"] == pytest.approx([auc, auc], abs=1e-9)
+
+
+def test_the_pooled_auroc_bound_is_narrow_on_sites_of_realistic_size():
+    """Four sites of 1,000–2,500 rows (200–500 test rows) under min_rows=10: the interval is under 0.1 wide and holds
+    the exact AUROC (a point estimate alone could not be trusted to this width)."""
+    fed = federation(_unlike_sites([1000, 1500, 2000, 2500], seed=5))
+    out = run_training(fed, [f"f{j}" for j in range(4)], rounds=3)
+    _, exact, _ = _pooled_exact(fed, out)
+    lo, hi = out.metrics["pooled"]["auroc_bounds"]
+    assert lo <= exact <= hi and hi - lo < 0.1  # measured: [0.785, 0.874] around 0.839
+
+
+def test_bounds_from_smoothed_runs_hold_for_any_order_inside_a_run():
+    """The bounds hold whatever the scores inside the gate's runs; an adversarial placement (every
+    positive at the bottom / top of its run) reaches them, so they cannot be narrowed from runs."""
+    from fedtab.learn.metrics import pooled_ranking, rank_pairs
+    from fedtab.privacy.gate import smooth_histogram
+
+    rng = np.random.default_rng(11)
+    ys, ps = [], []
+    for k in range(3):
+        y = np.r_[np.zeros(25, int), np.ones(15, int)]
+        ys.append(y)
+        ps.append(np.clip(rng.normal(0.35 + 0.1 * k + 0.3 * y, 0.15), 0, 1))
+    hists = [smooth_histogram(score_histogram(y, p).astype(float), 10) for y, p in zip(ys, ps)]
+    r = pooled_ranking(hists, [rank_pairs(y, p) for y, p in zip(ys, ps)], True)
+    y, p = np.concatenate(ys), np.concatenate(ps)
+    lo, hi = r["auroc_bounds"]
+    assert lo <= roc_auc_score(y, p) <= hi
+    within = sum(rank_pairs(y, p) for y, p in zip(ys, ps)) / (3 * 25 * 15)  # the sites' own AUROC, pooled
+    assert r["auroc"] == pytest.approx(lo + within * (hi - lo))  # an unordered pair counts as the sites' own do
+    # an exact histogram (no smoothing) is known by bins: the bound is the old same-bin one
+    exact = [score_histogram(y, p) for y, p in zip(ys, ps)]
+    r2 = pooled_ranking(exact, [None] * 3, False)
+    assert r2["auroc_error_bound"] == pytest.approx(ranking_scores(sum(exact))["auroc_error_bound"], abs=1e-12)
+    assert r2["auroc"] == pytest.approx(ranking_scores(sum(exact))["auroc"], abs=1e-12)
+    with pytest.raises(ValueError, match="rank pairs"):
+        pooled_ranking(exact, [None], False)
+
+
+def test_robust_pooled_scores_carry_the_medians_of_the_sites_bounds():
+    """Robust mode: the pooled AUROC is the median of the sites' (exact) ones, and the pooled
+    PR-AUC's bounds, medians of the sites' bounds, hold the median of the sites' exact PR-AUCs."""
+    from fedtab.federation.protocol import set_options
+
+    fed = federation(_unlike_sites([300, 300, 400], seed=8))
+    set_options(fed, robust=True)
+    out = run_training(fed, [f"f{j}" for j in range(4)], rounds=2)
+    preds = _central_predictions(fed, out)
+    pooled = out.metrics["pooled"]
+    med = float(np.median([roc_auc_score(y, p[:, 1]) for y, p in preds.values()]))
+    assert pooled["auroc"] == pytest.approx(med, abs=1e-9)
+    assert pooled["auroc_bounds"] == pytest.approx([med, med], abs=1e-9)
+    lo, hi = pooled["pr_auc_bounds"]
+    assert lo <= float(np.median([average_precision_score(y, p[:, 1]) for y, p in preds.values()])) <= hi

@@ -75,8 +75,10 @@ class Page(HTMLParser):
 
 
 def _scores(auroc: float, cm: list[list[int]], **extra) -> dict:
+    """An evaluation's scores as a job writes them: an exact AUROC (bounds [a, a]) unless ``extra`` says."""
     n = int(sum(map(sum, cm)))
-    return {"auroc": auroc, "confusion": cm, "n": n, "accuracy": (cm[0][0] + cm[1][1]) / n, **extra}
+    return {"auroc": auroc, "auroc_bounds": [auroc, auroc], "auroc_error_bound": 0.0, "confusion": cm, "n": n,
+            "accuracy": (cm[0][0] + cm[1][1]) / n, **extra}
 
 
 def four_sites() -> dict:
@@ -201,6 +203,36 @@ def test_metrics_show_an_interval_per_site_and_pooled_and_flag_few_rows():
     assert tiny and all("⚠ few" in t for t in tiny)
     assert not any("⚠ few" in t for t in rows if "north" in t)
     assert "tiny: 3 negative, 23 positive" in page.text["metrics"]
+
+
+def test_a_bounded_pooled_auroc_shows_its_bounds_and_an_unbounded_one_is_not_headlined():
+    r = four_sites()
+    pooled = r["training"]["metrics"]["pooled"]
+    pooled.update(auroc=0.75, auroc_bounds=[0.70, 0.80], auroc_error_bound=0.05, weighted_f1=0.77)
+    page = Page(render_report(r))
+    text = " ".join(page.text["verdict"].split())
+    ci = auroc_interval(pooled)
+    assert ci["bounds"] == (0.70, 0.80)  # the 95 % interval runs from the bounds outwards
+    assert ci["low"] == pytest.approx(0.70 - Z95 * ci["se"]) and ci["high"] == pytest.approx(0.80 + Z95 * ci["se"])
+    assert (f"its AUROC is 0.750 (an estimate: the exact value lies between 0.700 and 0.800, as the sites' smoothed "
+            "score histograms leave some pairs of rows unordered; secure aggregation gives it exactly; 95 % CI "
+            f"{ci['low']:.3f}–{ci['high']:.3f}) against 0.500") in text
+    fed_all = next(t for _, t in page.section_rows("metrics") if t.startswith("Federated") and "all sites" in t)
+    assert "0.750 [0.700–0.800]" in " ".join(fed_all.split())
+    assert "somewhere in [0.700, 0.800]" in " ".join(page.text["metrics"].split())
+    assert "each site sends its own AUROC's pair count" in " ".join(page.text["metrics"].split())
+    r["privacy"]["secure_aggregation"] = True  # the note says how a secure run pooled it instead
+    note = " ".join(Page(render_report(r)).text["metrics"].split())
+    assert "summed exactly under secure aggregation" in note and "pair count" not in note
+    r["privacy"]["secure_aggregation"] = False
+    # an estimate with no bound (a result of an older fedtab): the verdict states the exact pooled F1 instead
+    del pooled["auroc_bounds"], pooled["auroc_error_bound"]
+    page = Page(render_report(r))
+    text = " ".join(page.text["verdict"].split())
+    assert "its AUROC is" not in text and "its F1 (weighted) is 0.770" in text
+    assert "⚠ estimate The pooled AUROC (0.750) was estimated from smoothed score histograms without a bound" in text
+    assert "worse than training alone at 3 of 4 sites" in text  # the per-site AUROCs are exact: still compared
+    assert "(no bound)" in " ".join(page.text["metrics"].split())
 
 
 # ----------------------------------------------------------------------------- settings, model, deployment

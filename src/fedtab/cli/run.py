@@ -108,6 +108,11 @@ def run_command(
         console.print(f"elected {len(el['selected'])} of {el['stats']['features']} columns at freedom degree "
                       f"{el['freedom_degree']:g}: {', '.join(el['selected'])}", highlight=False, markup=False)
     auroc = f", AUROC {ev['auroc']:.3f}" if ev.get("auroc") is not None else ""
+    bounds = ev.get("auroc_bounds")
+    if auroc and isinstance(bounds, list) and len(bounds) == 2 and bounds[1] - bounds[0] >= 5e-4:
+        auroc += f" (an estimate: the exact value is in [{bounds[0]:.3f}, {bounds[1]:.3f}])"
+    elif auroc and bounds is None:
+        auroc += " (an estimate without a bound)"
     console.print(f"{result['training']['model']}: weighted F1 {ev['weighted_f1']:.3f}, accuracy {ev['accuracy']:.3f}"
                   f"{auroc} on {ev.get('n', '?')} test rows", highlight=False)
     dp = (result.get("privacy") or {}).get("dp")

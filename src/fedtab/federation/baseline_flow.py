@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..learn.metrics import SCORE_BINS, score_histogram
+from ..learn.metrics import SCORE_BINS, pooled_ranking, score_histogram
 from ..learn.models import make_model
 from ..privacy.gate import COUNT, FLAG, SMOOTHED, Releases
 from .messages import Message
@@ -31,7 +31,7 @@ from . import validate
 from .protocol import Federation, FederationError, exchange
 from .site import Site, handler
 from .training_flow import TrainingOutcome, checked_sums, class_indices, evaluation_sums, pool_evaluations, \
-    requested_bins, site_matrix, was_smoothed
+    requested_bins, site_matrix, smoothed_sites
 
 __all__ = ["run_baselines", "majority_sums"]
 
@@ -68,8 +68,10 @@ def _local_baseline(site: Site, request: Message) -> Message:
     return Message("local_baseline", sums, {"n_train": int(len(y))})
 
 
-def majority_sums(train_counts: np.ndarray, test_counts: np.ndarray, bins: int | None) -> tuple[Any, Any, Any]:
-    """Evaluation sums ``(confusion, score_hist, brier_sum)`` of the majority-class predictor.
+def majority_sums(train_counts: np.ndarray, test_counts: np.ndarray, bins: int | None
+                  ) -> tuple[Any, Any, Any, Any]:
+    """Evaluation sums ``(confusion, score_hist, brier_sum, rank_pairs)`` of the majority-class
+    predictor (every row scores the same: each (positive, negative) pair ties, ½).
 
     ``train_counts`` (pooled training rows per class) fix the predicted class (the most
     frequent; the first on ties) and the predicted probabilities (the class frequencies);
@@ -87,7 +89,8 @@ def majority_sums(train_counts: np.ndarray, test_counts: np.ndarray, bins: int |
     if bins is not None and c == 2:
         rows = [np.repeat(k, test_counts[k]) for k in range(2)]
         hist = score_histogram(np.concatenate(rows), np.full(int(test_counts.sum()), prior[1]), bins).astype(np.int64)
-    return cm, hist, brier
+    pairs = 0.5 * float(test_counts[1]) * float(test_counts[0]) if hist is not None else None
+    return cm, hist, brier, pairs
 
 
 def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epochs: int | None = None,
@@ -139,7 +142,11 @@ def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epo
         raise FederationError("no site has training rows for the majority-class baseline")
     majority = pool_evaluations({name: majority_sums(pooled_train, s[0].sum(axis=1), score_bins)
                                  for name, s in sums.items()})
-    local = pool_evaluations(sums, smoothed=was_smoothed(replies))
+    if majority["pooled"].get("auroc") is not None:  # one score for every row of every site: pooled, all pairs tie
+        totals = sum(s[0].sum(axis=1) for s in sums.values())
+        majority["pooled"].update(pooled_ranking([majority_sums(pooled_train, totals, score_bins)[1]],
+                                                 [0.5 * float(totals[1]) * float(totals[0])]))
+    local = pool_evaluations(sums, smoothed=smoothed_sites(replies))
     return {
         "majority": {"class": trained.classes[int(np.argmax(pooled_train))], **majority},
         "local_only": {**local, "epochs": epochs},

@@ -12,11 +12,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..data.categories import one_hot, union_categories
+from ..data.categories import category_key, one_hot, onehot_name, union_categories
 from ..privacy.policy import OTHER_CATEGORY, merged_categories
 from ..errors import SiteFault
 from ..privacy.gate import CATEGORIES, COUNT, Releases
@@ -26,7 +26,10 @@ from .protocol import Federation, FederationError, exchange
 from .schema import set_schema
 from .site import Site, handler, table_step
 
-__all__ = ["agree_categories", "encode_categories", "federated_one_hot"]
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = ["agree_categories", "encode_categories", "federated_one_hot", "model_file_codes"]
 
 
 @handler("category_sets")
@@ -42,14 +45,28 @@ def _category_sets(site: Site, request: Message) -> Message:
 
 @table_step("one_hot")
 def _one_hot_table(site: Site, params: dict[str, Any]) -> Any:
-    """The site's table one-hot encoded with the agreed lists. A category this site holds in
-    fewer than ``min_rows`` rows is encoded as :data:`OTHER_CATEGORY` even when another site
-    made it a column of its own (its own indicator would single out those rows); when the
-    site's ``(other)`` bucket itself holds fewer than ``min_rows`` rows, those cells are
-    encoded as missing (all-zero indicators), so no indicator column of this site has fewer
-    than ``min_rows`` ones."""
+    """The site's table one-hot encoded with the agreed lists.
+
+    The rows the site trains and is described on keep the site's floor: a category this site
+    holds in fewer than ``min_rows`` rows is encoded as :data:`OTHER_CATEGORY` even when
+    another site made it a column of its own (its own indicator would single out those rows),
+    and when the site's ``(other)`` bucket itself holds fewer than ``min_rows`` rows, those
+    cells are encoded as missing (all-zero indicators, or cells for the imputer), so no
+    indicator column of these rows has fewer than ``min_rows`` ones.
+
+    The rows of the site's **test part** are encoded exactly as the model file encodes a row
+    at ``predict`` (:func:`model_file_codes`): a category in the agreed list is its own
+    indicator however rare here, any other one is ``(other)`` when the list has that level and
+    no level (all zeros) otherwise; so the site scores its test rows as ``fedtab predict`` scores
+    the same rows, and its evaluation (an aggregate over the whole test part) is the model's.
+    """
     held = {c: v for c, v in params["categories"].items() if c in site.table.columns and c != site.target}
     table = site.table.copy()
+    test = np.zeros(len(table), dtype=bool)
+    parts = getattr(site, "parts", None)
+    if parts is not None and parts.n_rows == len(table):
+        test[parts.test] = True
+    no_level: dict[str, np.ndarray] = {}
     for c, cats in held.items():
         frequent = set(merged_categories(site.table[c], site.policy.min_rows)) - {OTHER_CATEGORY}
         values = site.table[c]
@@ -58,15 +75,36 @@ def _one_hot_table(site: Site, params: dict[str, Any]) -> Any:
         keep = strings.isin(frequent & set(cats))
         if OTHER_CATEGORY in cats:
             strings = strings.where(keep, OTHER_CATEGORY)
-        elif not keep.all():
+        elif not (keep | test[observed.to_numpy()]).all():  # test rows: no level (below)
             raise SiteFault(f"column {c!r} has {int((~keep).sum())} value(s) outside the agreed list or too rare "
                             f"here, and the list has no {OTHER_CATEGORY!r} level")
         if OTHER_CATEGORY in cats and 0 < int((strings == OTHER_CATEGORY).sum()) < site.policy.min_rows:
             strings = strings.where(strings != OTHER_CATEGORY, None)
         column = values.astype(object)
         column[observed] = strings
+        scored = observed.to_numpy() & test  # the test rows: as the model file encodes them
+        codes = model_file_codes(values[scored], cats)
+        column[scored] = codes.where(codes.notna(), None)
+        no_level[c] = scored & column.isna().to_numpy()  # observed, but no level of the list: all zeros
         table[c] = column.where(column.notna(), np.nan)
-    return one_hot(table, held, other=OTHER_CATEGORY, missing=np.nan if params.get("missing") == "nan" else 0.0)
+    out = one_hot(table, held, other=OTHER_CATEGORY, missing=np.nan if params.get("missing") == "nan" else 0.0)
+    for c, rows in no_level.items():
+        if rows.any():
+            names = [onehot_name(c, v) for v in held[c]]
+            out.loc[out.index[rows], names] = 0.0
+    return out
+
+
+def model_file_codes(values: "pd.Series", categories: list[str]) -> "pd.Series":
+    """The agreed category of each observed cell as the model file encodes it at ``predict``
+    (:meth:`fedtab.job.model_file.FedtabModel.predict_proba`): its :func:`category_key` when the
+    list holds it, else :data:`OTHER_CATEGORY` when the list has that level, else missing (no
+    level: all-zero indicators)."""
+    keys = values.map(category_key)
+    known = keys.isin(categories)
+    if OTHER_CATEGORY in categories:
+        return keys.where(known, OTHER_CATEGORY)
+    return keys.where(known, None)
 
 
 @handler("one_hot")

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 import numpy as np
 
 __all__ = ["confusion", "scores_from_confusion", "score_histogram", "ranking_scores", "brier_sum",
-           "evaluation_scores", "rank_pairs", "cross_pairs", "pooled_auroc", "SCORE_BINS"]
+           "evaluation_scores", "rank_pairs", "cross_pairs", "pooled_auroc", "histogram_runs", "pooled_ranking",
+           "SCORE_BINS"]
 
 
 def confusion(y_true: Any, y_pred: Any, n_classes: int) -> np.ndarray:
@@ -138,6 +139,165 @@ def pooled_auroc(hists: Sequence[np.ndarray], pairs: Sequence[float]) -> tuple[f
     return (within + across) / (P * N), bound / (P * N)
 
 
+def histogram_runs(row: Any, smoothed: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(start, end, count)`` ``(R,)`` of the runs of one class row ``(B,)`` of a score histogram:
+    run ``r`` holds ``count[r]`` rows whose scores lie in bins ``start[r] .. end[r] - 1``, i.e. in
+    ``[start/B, end/B)``, in unknown places; runs are disjoint and in increasing order, empty
+    bins belong to none.
+
+    An exact histogram (``smoothed=False``): each non-empty bin is a run. A smoothed one (the
+    release gate spread each run's count evenly over its bins,
+    :func:`fedtab.privacy.gate.smooth_histogram`): the maximal stretches of equal non-zero
+    values. Every gate run lies inside one such stretch (two adjacent runs that happen to have
+    the same per-bin value merge into one, wider, run), so a bound computed from these runs
+    holds for the gate's runs too.
+    """
+    h = np.asarray(row, dtype=np.float64).ravel()
+    nz = h > 0
+    if not smoothed:
+        idx = np.flatnonzero(nz)
+        return idx, idx + 1, h[idx]
+    if not nz.any():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    change = np.flatnonzero(np.diff(h) != 0) + 1
+    starts = np.concatenate([[0], change])
+    ends = np.concatenate([change, [h.size]])
+    keep = h[starts] > 0
+    starts, ends = starts[keep], ends[keep]
+    counts = np.array([h[a:b].sum() for a, b in zip(starts, ends)])
+    return starts, ends, counts
+
+
+def _pair_bounds(pos: tuple[np.ndarray, ...], neg: tuple[np.ndarray, ...]) -> tuple[float, float]:
+    """``(lo, hi)`` of the Mann-Whitney count of the positives in runs ``pos`` against the
+    negatives in runs ``neg``: a pair whose runs are disjoint is known (1 or 0), any other pair
+    is somewhere in ``[0, 1]``."""
+    ps, pe, pn = pos
+    ns, ne, nn = neg
+    if not pn.size or not nn.size:
+        return 0.0, 0.0
+    cum = np.concatenate([[0.0], np.cumsum(nn)])
+    below = cum[np.searchsorted(ne, ps, side="right")]  # negatives surely below each positive run
+    above = cum[-1] - cum[np.searchsorted(ns, pe, side="left")]  # negatives surely above it
+    return float((pn * below).sum()), float((pn * (cum[-1] - above)).sum())
+
+
+def _pr_bounds(runs: Sequence[tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]], P: float
+               ) -> tuple[float, float]:
+    """``(lo, hi)`` of the average precision of rows known by runs ``[(negative runs, positive
+    runs) per site]``: the ``k``-th highest positive of run ``r`` has ``TP`` rows of its class and
+    ``FP`` of the other at or above its score, with ``k + (positives surely above) ≤ TP ≤ (positives
+    possibly at or above)`` and likewise ``FP``; its precision ``TP/(TP+FP)`` lies between the
+    extremes."""
+    from scipy.special import digamma  # here: a site answering a message in a fresh process skips scipy
+
+    def cat(c: int, k: int) -> np.ndarray:
+        return np.concatenate([r[c][k] for r in runs]).astype(np.float64)
+
+    starts = {c: cat(c, 0) for c in (0, 1)}
+    ends = {c: cat(c, 1) for c in (0, 1)}
+    counts = {c: cat(c, 2) for c in (0, 1)}
+
+    def surely_above(c: int, at: np.ndarray) -> np.ndarray:  # rows of class c in runs starting at or after ``at``
+        o = np.argsort(starts[c], kind="stable")
+        s, n = starts[c][o], counts[c][o]
+        tail = np.concatenate([np.cumsum(n[::-1])[::-1], [0.0]])
+        return tail[np.searchsorted(s, at, side="left")]
+
+    def possibly_above(c: int, at: np.ndarray) -> np.ndarray:  # rows of class c in runs ending after ``at``
+        o = np.argsort(ends[c], kind="stable")
+        e, n = ends[c][o], counts[c][o]
+        tail = np.concatenate([np.cumsum(n[::-1])[::-1], [0.0]])
+        return tail[np.searchsorted(e, at, side="right")]
+
+    s, e, n = starts[1], ends[1], counts[1]
+    sure = surely_above(1, e)  # positives of other runs surely above (a run is never above itself)
+    tp_min = 1.0 + sure
+    tp_max = np.maximum(possibly_above(1, s), tp_min)
+    fp_min, fp_max = surely_above(0, e), possibly_above(0, s)
+    # the k-th highest of a run's m whole rows has the k−1 above it too: Σ_k (S+k)/(S+k+F)
+    # = m − F·(ψ(S+F+m+1) − ψ(S+F+1)); a fractional remainder gets the k = 1 bound
+    m = np.floor(n + 1e-9)
+    whole = m - fp_max * (digamma(sure + fp_max + m + 1) - digamma(sure + fp_max + 1))
+    lo = float((whole + (n - m) * tp_min / (tp_min + fp_max)).sum() / P)
+    hi = float((n * tp_max / (tp_max + fp_min)).sum() / P)
+    return lo, hi
+
+
+def _unit_interval(lo: float, hi: float) -> tuple[float, float]:
+    """``[lo, hi]`` within ``[0, 1]`` and ordered (float rounding can push an exact 1 past 1)."""
+    lo, hi = min(max(lo, 0.0), 1.0), min(max(hi, 0.0), 1.0)
+    return min(lo, hi), hi
+
+
+def pooled_ranking(hists: Sequence[Any], pairs: Sequence[float | None] | None = None,
+                   smoothed: Sequence[bool] | bool = False) -> dict[str, Any]:
+    """AUROC and PR-AUC of the pooled rows of one or more sites, each with rigorous bounds.
+
+    Args:
+        hists: each site's ``(2, B)`` score histogram (row 0 negatives, row 1 positives),
+            exact or smoothed by its release gate.
+        pairs: each site's exact :func:`rank_pairs` (``None`` for a site that sent none).
+        smoothed: per site (or for all), whether its histogram was smoothed: its rows are
+            then known only by runs (:func:`histogram_runs`), otherwise by bins.
+
+    Returns:
+        ``auroc`` and ``pr_auc`` (point estimates), ``auroc_bounds`` / ``pr_auc_bounds``
+        ``[lo, hi]`` that hold whatever the order of the rows inside a run or bin, and
+        ``*_error_bound`` = the largest distance from the point to a bound. The AUROC counts
+        pairs of rows inside a site with a ``rank_pairs`` exactly and every other (positive,
+        negative) pair from the runs: 1 or 0 when the two runs are disjoint, unknown (between 0 and
+        1) when they overlap; its point counts an unknown pair as the sites' own (exactly ranked)
+        pairs score on average — ``lo + Â·(hi − lo)`` with ``Â`` their pooled AUROC — or ½ without
+        any (on exact bins: a pair in one bin counts ½, as a tie). The PR-AUC point is the middle of its bounds when a
+        histogram was smoothed, else the pooled histogram's (:func:`ranking_scores`). Every value
+        is ``None`` when the pooled rows lack a class.
+
+    Raises:
+        ValueError: a histogram is not ``(2, B)`` with non-negative finite counts, or the
+            lists differ in length.
+    """
+    hs = [np.asarray(h, np.float64) for h in hists]
+    pr = list(pairs) if pairs is not None else [None] * len(hs)
+    sm = [bool(smoothed)] * len(hs) if isinstance(smoothed, (bool, np.bool_)) else [bool(v) for v in smoothed]
+    if len(pr) != len(hs) or len(sm) != len(hs):
+        raise ValueError(f"{len(hs)} histograms but {len(pr)} rank pairs and {len(sm)} smoothing flags")
+    for h in hs:
+        if h.ndim != 2 or h.shape[0] != 2 or h.shape != hs[0].shape or not np.isfinite(h).all() or (h < 0).any():
+            raise ValueError(f"a score histogram must be (2, B) non-negative counts, got shape {h.shape}")
+    none = {"auroc": None, "pr_auc": None, "auroc_error_bound": None, "pr_auc_error_bound": None,
+            "auroc_bounds": None, "pr_auc_bounds": None}
+    if not hs:
+        return none
+    P, N = sum(float(h[1].sum()) for h in hs), sum(float(h[0].sum()) for h in hs)
+    if not (P > 0 and N > 0):
+        return none
+    runs = [(histogram_runs(h[0], s), histogram_runs(h[1], s)) for h, s in zip(hs, sm)]
+    lo = hi = 0.0
+    within = within_pairs = 0.0  # the sites' exact rank pairs and how many pairs they rank
+    for i in range(len(hs)):
+        for j in range(len(hs)):
+            if i == j and pr[i] is not None:
+                lo, hi = lo + pr[i], hi + pr[i]
+                within, within_pairs = within + pr[i], within_pairs + float(hs[i][1].sum() * hs[i][0].sum())
+            else:
+                l, u = _pair_bounds(runs[i][1], runs[j][0])
+                lo, hi = lo + l, hi + u
+    auroc_lo, auroc_hi = _unit_interval(lo / (P * N), hi / (P * N))
+    # an unordered pair counts as the sites' own pairs do on average (½ without any)
+    rate = min(max(within / within_pairs, 0.0), 1.0) if within_pairs > 0 else 0.5
+    auroc = auroc_lo + rate * (auroc_hi - auroc_lo)
+    pr_lo, pr_hi = _unit_interval(*_pr_bounds(runs, P))
+    if any(sm):
+        pr_auc = 0.5 * (pr_lo + pr_hi)
+    else:
+        pr_auc = min(max(float(ranking_scores(sum(hs))["pr_auc"]), pr_lo), pr_hi)
+    return {"auroc": auroc, "pr_auc": pr_auc,
+            "auroc_error_bound": max(auroc - auroc_lo, auroc_hi - auroc),
+            "pr_auc_error_bound": max(pr_auc - pr_lo, pr_hi - pr_auc),
+            "auroc_bounds": [auroc_lo, auroc_hi], "pr_auc_bounds": [pr_lo, pr_hi]}
+
+
 def ranking_scores(hist: Any) -> dict[str, float | None]:
     """AUROC and PR-AUC (average precision) of a ``(2, B)`` score histogram, with error bounds.
 
@@ -199,7 +359,7 @@ def brier_sum(y_true: Any, proba: Any) -> float:
 
 
 def evaluation_scores(cm: Any, hist: Any = None, brier: float | None = None,
-                      pairs: float | None = None) -> dict[str, Any]:
+                      pairs: float | None = None, smoothed: bool = False) -> dict[str, Any]:
     """Every metric of one evaluation, from sums only (one site's or the pooled sums).
 
     Args:
@@ -207,22 +367,21 @@ def evaluation_scores(cm: Any, hist: Any = None, brier: float | None = None,
         hist: ``(2, B)`` score histogram (:func:`score_histogram`, binary only) or None.
         brier: :func:`brier_sum` over the same rows, or None.
         pairs: :func:`rank_pairs` over the same rows (one site's), or None: the AUROC is
-            then exact (error bound 0) instead of the histogram's.
+            then exact (bounds ``[a, a]``, error bound 0) instead of the histogram's.
+        smoothed: ``hist`` was smoothed by a release gate (known by runs, not bins).
 
     Returns:
         :func:`scores_from_confusion`'s keys, ``confusion`` (nested lists, rows = true
-        class), and — when their inputs are given — ``auroc``, ``pr_auc`` and their
-        ``*_error_bound`` (:func:`ranking_scores`) and ``brier``: the mean over rows,
-        halved for two classes, i.e. ``sklearn.metrics.brier_score_loss`` (binary: mean
-        ``(p₁ − y)²``; more classes: mean ``Σ_c (p_c − y_c)²``). Absent inputs give no key.
+        class), and — when their inputs are given — ``auroc``, ``pr_auc``, their
+        ``*_bounds`` ``[lo, hi]`` and ``*_error_bound`` (:func:`pooled_ranking`) and ``brier``:
+        the mean over rows, halved for two classes, i.e. ``sklearn.metrics.brier_score_loss``
+        (binary: mean ``(p₁ − y)²``; more classes: mean ``Σ_c (p_c − y_c)²``). Absent inputs
+        give no key.
     """
     m = np.asarray(cm)
     out: dict[str, Any] = {**scores_from_confusion(m), "confusion": m.astype(np.int64).tolist()}
     if hist is not None:
-        out.update(ranking_scores(hist))
-        if pairs is not None and out.get("auroc") is not None:
-            h = np.asarray(hist, np.float64)
-            out["auroc"], out["auroc_error_bound"] = float(pairs) / float(h[1].sum() * h[0].sum()), 0.0
+        out.update(pooled_ranking([hist], [pairs], smoothed))
     if brier is not None:
         n = out["n"]
         out["brier"] = (float(brier) / n / (2 if m.shape[0] == 2 else 1)) if n else None

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-__all__ = ["METRICS", "site_summaries", "evaluated_models", "headline_metric", "mapping"]
+from .intervals import bounded
+
+__all__ = ["METRICS", "site_summaries", "evaluated_models", "headline_metric", "pooled_headline", "mapping"]
 
 #: metric key -> column heading, in table order
 METRICS = [("auroc", "AUROC"), ("pr_auc", "PR-AUC"), ("brier", "Brier"), ("accuracy", "Accuracy"),
@@ -64,6 +66,18 @@ def evaluated_models(result: Mapping[str, Any]) -> list[tuple[str, str, Mapping[
 
 def headline_metric(scores: Mapping[str, Any]) -> tuple[str, str]:
     """``(key, heading)`` of the metric a verdict compares: AUROC when the federated model has
-    one (binary with probabilities), else the weighted F1."""
+    one (binary with probabilities), else the weighted F1. (A pooled AUROC that is neither exact
+    nor bounded is not headlined: :func:`pooled_headline`.)"""
     key = "auroc" if mapping(scores.get("pooled")).get("auroc") is not None else "weighted_f1"
     return key, dict(METRICS)[key]
+
+
+def pooled_headline(scores: Mapping[str, Any]) -> tuple[str, str]:
+    """``(key, heading)`` of the pooled metric a verdict may headline: :func:`headline_metric`'s,
+    except that a pooled AUROC with neither bounds nor an error bound (an estimate from smoothed
+    histograms, :func:`fedtab.report.intervals.bounded`) gives way to the weighted F1, which the
+    summed confusion matrices give exactly."""
+    key, heading = headline_metric(scores)
+    if key == "auroc" and not bounded(mapping(scores.get("pooled"))):
+        return "weighted_f1", dict(METRICS)["weighted_f1"]
+    return key, heading

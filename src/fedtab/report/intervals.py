@@ -13,9 +13,11 @@ distributions and needs no score; it is an approximation, and with a handful of 
 class no interval is trustworthy: :data:`FEW_ROWS` marks such an AUROC. At ``A`` = 0 or 1 the
 formula gives SE = 0, which is no interval at all: ``low``/``high`` are then ``None``.
 
-An AUROC pooled from score histograms (``auroc_error_bound`` > 0: pairs of rows from different
-sites in one bin) is at most that bound from the exact one; the interval is widened by it on
-both sides, so it covers the exact AUROC's interval.
+An AUROC pooled from score histograms comes with bounds ``auroc_bounds`` ``[lo, hi]`` that
+hold the exact AUROC of the same predictions (pairs of rows the histograms do not order count
+as unknown, :func:`fedtab.learn.metrics.pooled_ranking`); the interval runs from ``lo`` minus
+its margin to ``hi`` plus it, so it covers the exact AUROC's interval. An older result with
+only ``auroc_error_bound`` is widened by that bound on both sides.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-__all__ = ["Z95", "FEW_ROWS", "hanley_mcneil_se", "auroc_interval", "class_counts"]
+__all__ = ["Z95", "FEW_ROWS", "hanley_mcneil_se", "auroc_interval", "class_counts", "auroc_bounds", "bounded"]
 
 #: the two-sided 95 % normal quantile
 Z95 = 1.959963984540054
@@ -58,12 +60,37 @@ def class_counts(metrics: Mapping[str, Any]) -> tuple[int, int] | None:
         return None
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def auroc_bounds(metrics: Mapping[str, Any] | None, key: str = "auroc") -> tuple[float, float] | None:
+    """``(lo, hi)`` that hold the exact ``metrics[key]`` (``auroc`` or ``pr_auc``): its
+    ``*_bounds``, else the point ± ``*_error_bound``; ``None`` when the value has no bound (an
+    estimate the report must not headline)."""
+    if not isinstance(metrics, Mapping) or not _finite(metrics.get(key)):
+        return None
+    b = metrics.get(f"{key}_bounds")
+    if isinstance(b, (list, tuple)) and len(b) == 2 and all(_finite(v) for v in b) and b[0] <= b[1]:
+        return float(b[0]), float(b[1])
+    err = metrics.get(f"{key}_error_bound")
+    if _finite(err):
+        a = float(metrics[key])
+        return max(0.0, a - float(err)), min(1.0, a + float(err))
+    return None
+
+
+def bounded(metrics: Mapping[str, Any] | None, key: str = "auroc") -> bool:
+    """Whether ``metrics[key]`` is exact or comes with bounds (:func:`auroc_bounds`)."""
+    return auroc_bounds(metrics, key) is not None
+
+
 def auroc_interval(metrics: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The 95 % interval of ``metrics["auroc"]`` (an :func:`fedtab.learn.metrics.evaluation_scores`
-    dict): ``{auroc, low, high, se, positives, negatives, few, binning}``; ``few`` is true when a class
-    has fewer than :data:`FEW_ROWS` test rows; ``low``/``high`` are ``None`` at an AUROC of 0
-    or 1; ``binning`` is the histogram error bound the interval was widened by. ``None`` without an
-    AUROC or without class counts."""
+    dict): ``{auroc, low, high, se, positives, negatives, few, binning, bounds}``; ``few`` is true when
+    a class has fewer than :data:`FEW_ROWS` test rows; ``low``/``high`` are ``None`` at an AUROC of 0
+    or 1; ``bounds`` is :func:`auroc_bounds` (``None``: an estimate without a bound) and ``binning``
+    half its width. ``None`` without an AUROC or without class counts."""
     if not isinstance(metrics, Mapping):
         return None
     a, counts = metrics.get("auroc"), class_counts(metrics)
@@ -75,10 +102,10 @@ def auroc_interval(metrics: Mapping[str, Any] | None) -> dict[str, Any] | None:
     a = min(max(float(a), 0.0), 1.0)
     a = 1.0 if a > 1 - 1e-9 else 0.0 if a < 1e-9 else a  # float noise of an exact 0 or 1
     se = hanley_mcneil_se(a, p, n)
-    err = metrics.get("auroc_error_bound")
-    err = float(err) if isinstance(err, (int, float)) and not isinstance(err, bool) and math.isfinite(err) else 0.0
+    bounds = auroc_bounds(metrics)
+    lo, hi = bounds if bounds is not None else (a, a)
     low = high = None
     if se > 0:
-        low, high = max(0.0, a - Z95 * se - err), min(1.0, a + Z95 * se + err)
+        low, high = max(0.0, lo - Z95 * se), min(1.0, hi + Z95 * se)
     return {"auroc": a, "low": low, "high": high, "se": se, "positives": p, "negatives": n,
-            "few": min(p, n) < FEW_ROWS, "binning": err}
+            "few": min(p, n) < FEW_ROWS, "binning": (hi - lo) / 2, "bounds": bounds}

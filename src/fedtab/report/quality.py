@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from .data import FEDERATED, LOCAL, MAJORITY, METRICS, evaluated_models, headline_metric, mapping
-from .intervals import FEW_ROWS, auroc_interval
+from .intervals import FEW_ROWS, auroc_bounds, auroc_interval
 from .markup import absent, bound, esc, figure, num, signed, table
 from .verdict import TIE
 
@@ -26,13 +26,24 @@ def interval_text(m: Mapping[str, Any] | None) -> str:
     return text
 
 
+def _bounds_text(m: Mapping[str, Any], key: str) -> str:
+    """`` [lo–hi]`` after a pooled AUROC / PR-AUC that is bounded but not exact, `` (no bound)``
+    after one that is neither, "" after an exact one."""
+    if m.get(key) is None:
+        return ""
+    b = auroc_bounds(m, key)
+    if b is None:
+        return ' <span class="warn" title="an estimate from smoothed histograms, without a bound">(no bound)</span>'
+    return "" if b[1] - b[0] < TIE else f' <span class="bounds">[{b[0]:.3f}–{b[1]:.3f}]</span>'
+
+
 def _cells(m: Mapping[str, Any] | None, keys: Sequence[str], interval: bool = True) -> list[str]:
     """The metric cells of one row; after the AUROC its interval (a majority-class guess, which
     scores every row alike, has none)."""
     m = m or {}
     out = []
     for k in keys:
-        out.append(num(m.get(k)))
+        out.append(num(m.get(k)) + (_bounds_text(m, k) if k in ("auroc", "pr_auc") else ""))
         if k == "auroc":
             out.append(interval_text(m) if interval else "—")
     return out
@@ -70,11 +81,12 @@ def metrics(result: Mapping[str, Any]) -> str:
     headers = [h for k, h in present for h in ((h, "AUROC 95 % CI") if k == "auroc" else (h,))]
     out = ['<p class="note">All models are scored on the same held-out test rows of every site. AUROC: chance '
            "that a random positive case scores above a random negative one (0.5 = coin toss); its 95 % interval is "
-           "Hanley and McNeil's, from the AUROC and the test rows of each class (widened by the histogram error "
-           "bound where the AUROC has one). PR-AUC: average "
-           "precision over all thresholds. Brier: mean squared error of the predicted probabilities (lower is "
-           "better). Pooled = over the test rows of all sites together; computed from per-site counts and "
-           "histograms, no prediction left a site.</p>"]
+           "Hanley and McNeil's, from the AUROC and the test rows of each class (widened by the AUROC's bounds where "
+           "it has them). PR-AUC: average precision over all thresholds. Brier: mean squared error of the "
+           "predicted probabilities (lower is better). Pooled = over the test rows of all sites together; computed "
+           "from per-site counts and histograms, no prediction left a site. A value followed by [lo–hi] is not "
+           "exact: the exact value on the same predictions lies between lo and hi (the value shown is an estimate "
+           "inside them); a value without brackets is exact (to the last digit shown).</p>"]
     rows = [[esc(label), "all sites", *_cells(m.get("pooled"), keys, role != MAJORITY)] for role, label, m in models]
     sites = list(dict.fromkeys(s for _, _, m in models for s in mapping(m.get("per_site"))))
     for s in sites:
@@ -84,10 +96,28 @@ def metrics(result: Mapping[str, Any]) -> str:
                      table_id="metrics-table"))
     out.append(_few_rows_note(models))
     fed_label, fed = models[0][1], mapping(models[0][2].get("pooled"))
-    if fed.get("auroc_error_bound") is not None:
-        out.append(f'<p class="note">AUROC and PR-AUC come from histograms of predicted probabilities on a '
-                   f"fixed grid; their distance to the exact values is at most {bound(fed['auroc_error_bound'])} "
-                   f"(AUROC) and {bound(fed.get('pr_auc_error_bound'))} (PR-AUC) for the pooled federated model.</p>")
+    secure = bool(mapping(result.get("privacy")).get("secure_aggregation"))
+    if secure and auroc_bounds(fed) is not None and auroc_bounds(fed)[1] - auroc_bounds(fed)[0] >= TIE:
+        lo, hi = auroc_bounds(fed)
+        out.append(f'<p class="note">How the pooled AUROC of {esc(fed_label)} was computed: from the sum of the '
+                   "sites' score histograms on a grid of 1,000 bins, summed exactly under secure aggregation; only a "
+                   "positive and a negative row in the same bin cannot be ordered, so the exact pooled AUROC is "
+                   f"somewhere in [{lo:.3f}, {hi:.3f}] (the PR-AUC within {bound(fed.get('pr_auc_error_bound'))}).</p>")
+    elif auroc_bounds(fed) is not None and auroc_bounds(fed)[1] - auroc_bounds(fed)[0] >= TIE:
+        lo, hi = auroc_bounds(fed)
+        out.append(f'<p class="note">How the pooled AUROC of {esc(fed_label)} was computed: pairs of test rows of '
+                   "one site are ranked exactly (each site sends its own AUROC's pair count); pairs of rows of "
+                   "different sites are ranked from the sites' score histograms, which each site's release gate "
+                   "smooths into runs of at least <code>min_rows</code> rows. A pair whose two runs overlap cannot "
+                   f"be ordered, so the exact pooled AUROC is somewhere in [{lo:.3f}, {hi:.3f}]; the value shown "
+                   "counts each such pair as the sites' own pairs score on average, an estimate at most "
+                   f"{bound(fed.get('auroc_error_bound'))} from the exact one. The PR-AUC is bounded likewise (within "
+                   f"{bound(fed.get('pr_auc_error_bound'))}). Secure aggregation sums exact histograms instead: the "
+                   "bound is then that of the 1,000-bin grid.</p>")
+    elif fed.get("auroc") is not None and auroc_bounds(fed) is None:
+        out.append('<p class="note"><span class="warn">⚠</span> The pooled AUROC / PR-AUC of this result were '
+                   "estimated from smoothed score histograms without a bound (a result written by an older "
+                   "fedtab): read them as rough indications; the per-site AUROCs are exact.</p>")
     schema = mapping(result.get("schema"))
     classes = mapping(result.get("training")).get("classes") or schema.get("classes") or []
     if fed.get("confusion"):

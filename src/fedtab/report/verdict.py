@@ -4,7 +4,9 @@ Read from the federated model's scores and the baselines (``result["baselines"]`
 each site, the headline metric (:func:`~fedtab.report.data.headline_metric`) of the
 federated model against the local-only model of that site, then the pooled score against
 always predicting the majority class, with the 95 % AUROC interval
-(:mod:`fedtab.report.intervals`). A worse result is marked three ways: the row class
+(:mod:`fedtab.report.intervals`) and, when the pooled AUROC is not exact, its bounds. Only an
+AUROC that is exact or bounded is headlined (:func:`~fedtab.report.data.headline_metric`;
+otherwise the weighted F1, exact from the summed confusion matrices). A worse result is marked three ways: the row class
 ``worse`` (red), a minus sign (U+2212) and the words "▼ worse" — never by colour alone.
 Sites whose AUROC rests on fewer than :data:`~fedtab.report.intervals.FEW_ROWS` test rows of a
 class are named, and so is each site that holds one class only, with what it took part in
@@ -15,12 +17,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .data import FEDERATED, LOCAL, MAJORITY, evaluated_models, headline_metric, mapping
+from .data import FEDERATED, LOCAL, MAJORITY, evaluated_models, headline_metric, mapping, pooled_headline
 from .intervals import FEW_ROWS, auroc_interval
 from .markup import absent, esc, num, signed
 from .run_sections import one_class_notes
 
-__all__ = ["verdict", "compare_sites", "TIE"]
+__all__ = ["verdict", "compare_sites", "auroc_text", "TIE"]
 
 #: differences smaller than this are "the same" (they print as ±0.000)
 TIE = 0.0005
@@ -112,13 +114,35 @@ def _headline(rows: list[dict[str, Any]]) -> str:
     return f"The federated model is at least as good as training alone at every site ({better} of {n} better)."
 
 
+def auroc_text(ci: Mapping[str, Any]) -> str:
+    """A pooled AUROC as the verdict states it: the value, its bounds when it is not exact (the
+    sites' smoothed histograms leave some pairs of rows unordered) and its 95 % interval."""
+    return num(ci["auroc"]) + _auroc_note(ci)
+
+
+def _auroc_note(ci: Mapping[str, Any] | None) -> str:
+    """`` (an estimate: the exact value lies between … and …; 95 % CI …–…)`` of :func:`auroc_text`,
+    "" without either."""
+    if not ci:
+        return ""
+    bounds = ci.get("bounds")
+    inside = []
+    if bounds is not None and bounds[1] - bounds[0] >= TIE:
+        inside.append(f"an estimate: the exact value lies between {num(bounds[0])} and {num(bounds[1])}, as the "
+                      "sites' smoothed score histograms leave some pairs of rows unordered; secure aggregation "
+                      "gives it exactly")
+    if ci.get("low") is not None:
+        inside.append(f"95 % CI {num(ci['low'])}–{num(ci['high'])}")
+    return f" ({'; '.join(inside)})" if inside else ""
+
+
 def _against_majority(models: dict[str, Mapping[str, Any]], key: str, label: str) -> list[str]:
     fed = mapping(models[FEDERATED].get("pooled"))
     f = fed.get(key)
     if f is None:
         return []
     ci = auroc_interval(fed) if key == "auroc" else None
-    ci_text = f" (95 % CI {num(ci['low'])}–{num(ci['high'])})" if ci and ci["low"] is not None else ""
+    ci_text = _auroc_note(ci)
     major = mapping(models.get(MAJORITY))
     m = mapping(major.get("pooled")).get(key)
     if m is None:
@@ -134,6 +158,16 @@ def _against_majority(models: dict[str, Mapping[str, Any]], key: str, label: str
     if covered:
         text += f" The interval includes {num(m)}: this test set does not show it ranks better than chance."
     return [text + "</li>"]
+
+
+def _unbounded(fed: Mapping[str, Any], pooled_key: str) -> list[str]:
+    """A caution when the pooled AUROC is an estimate without a bound (so not headlined)."""
+    a = mapping(fed.get("pooled")).get("auroc")
+    if a is None or pooled_key == "auroc":
+        return []
+    return [f'<li class="warn"><span class="mark">⚠ estimate</span> The pooled AUROC ({num(a)}) was estimated '
+            "from smoothed score histograms without a bound, so it is not stated above; the per-site AUROCs are "
+            "exact.</li>"]
 
 
 def _few_rows(models: dict[str, Mapping[str, Any]]) -> list[str]:
@@ -165,12 +199,12 @@ def _without_baselines(fed: Mapping[str, Any], private: bool) -> str:
     out = ('<p class="headline"><strong>No comparison with training alone: this run computed no baselines.'
            f'</strong></p><p class="note">{why}</p>')
     ci = auroc_interval(mapping(fed.get("pooled")))
-    if ci is None or ci["low"] is None:
+    if ci is None or ci["low"] is None or ci["bounds"] is None:  # an estimate without a bound is not headlined
         return out
     chance = ci["low"] <= 0.5 <= ci["high"]
     cls, mark = ("same", "≈ not shown better") if chance else _marker(ci["auroc"] - 0.5)
     return out + (f'<ul class="verdict"><li class="{cls}"><span class="mark">{mark}</span> Over all sites\' test rows '
-                  f"its AUROC is {num(ci['auroc'])} (95 % CI {num(ci['low'])}–{num(ci['high'])}); 0.500 is chance"
+                  f"its AUROC is {auroc_text(ci)}; 0.500 is chance"
                   + (": this test set does not show it ranks better than chance." if chance else ".") + "</li></ul>")
 
 
@@ -196,7 +230,9 @@ def verdict(result: Mapping[str, Any]) -> str:
     else:
         head = "No site-by-site comparison: the server saw only pooled scores (secure aggregation)."
         items = []
-    items += _against_majority(models, key, label) + _few_rows(models) + _one_class(result)
+    pooled_key, pooled_label = pooled_headline(models[FEDERATED])
+    items += (_against_majority(models, pooled_key, pooled_label) + _unbounded(models[FEDERATED], pooled_key)
+              + _few_rows(models) + _one_class(result))
     return (f'<p class="headline"><strong>{head}</strong></p>'
             f'<p class="note">Compared on {label}, on the same held-out test rows of every site.</p>'
             f"<ul class=\"verdict\">{''.join(items)}</ul>")

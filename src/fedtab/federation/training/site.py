@@ -28,6 +28,7 @@ from ...privacy.secagg import SECAGG_META
 from ..local_data import numeric_matrix
 from ..messages import Message
 from ..kinds import declared as _declared
+from ..parts import canonical_part
 from ..site import Site, handler
 
 if TYPE_CHECKING:  # pandas only where a table is read: a step answered from cached arrays
@@ -213,6 +214,22 @@ def params_to(params: Params) -> dict[str, np.ndarray]:
     return {_PARAM + k: np.asarray(v) for k, v in params.items()}
 
 
+def _suppress_rare_ones(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, X: np.ndarray, min_rows: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The moments with every 0/1 column whose ones number ``1 .. min_rows - 1`` zeroed: its sum
+    counts rows. The test part is one-hot encoded as the model file encodes it, so a category
+    this site holds in fewer than ``min_rows`` rows has an indicator of its own there
+    (:func:`fedtab.federation.encoding_flow._one_hot_table`); a description over rows that
+    include the test part must not count them."""
+    obs = ~np.isnan(X)
+    binary = ~(obs & (X != 0) & (X != 1)).any(axis=0)
+    ones = (obs & (X == 1)).sum(axis=0)
+    small = binary & (ones > 0) & (ones < min_rows)
+    if not small.any():
+        return count, total, sumsq
+    return tuple(np.where(small, 0, a).astype(np.asarray(a).dtype) for a in (count, total, sumsq))  # type: ignore
+
+
 def describe_site(site: Site, feats: list[str], part: str = "train", dp: Mapping[str, Any] | None = None) -> Message:
     """The ``"describe"`` reply of ``site`` over ``feats`` on row part ``part``.
 
@@ -233,6 +250,8 @@ def describe_site(site: Site, feats: list[str], part: str = "train", dp: Mapping
     labels = sorted({label_key(v) for v in y})
     count, total, sumsq = release_moments(obs.sum(axis=0).astype(np.int64), Xz.sum(axis=0), (Xz * Xz).sum(axis=0),
                                           min_rows=site.policy.min_rows, dp=dp, lo=lo, hi=hi)
+    if dp is None and canonical_part(part) in ("test", "all"):
+        count, total, sumsq = _suppress_rare_ones(count, total, sumsq, X, site.policy.min_rows)
     return Message(
         "describe",
         {"count": count, "sum": total, "sumsq": sumsq},

@@ -17,11 +17,11 @@ run's options (``federation.options``), read once per step:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Collection, Literal, Mapping
 
 import numpy as np
 
-from ...learn.metrics import evaluation_scores, pooled_auroc
+from ...learn.metrics import evaluation_scores, pooled_ranking
 from ...learn.models import FederatedModel, LogisticRegressionModel, Params
 from ...privacy.accountant import PrivacyLedger
 from ...privacy.dp import DP_GD_LR, DP_GD_NOISE_SCALE, DP_GD_STEPS_PER_EPOCH, DP_META, column_bounds, dp_request
@@ -35,7 +35,7 @@ from ..schema import sort_labels
 from .site import PARAM, SETUP, params_from, params_to
 
 __all__ = ["Description", "describe", "as_description", "describe_checker", "pooled_standardisation",
-           "fit_round", "evaluate", "checked_sums", "pool_evaluations", "was_smoothed", "dp_plan",
+           "fit_round", "evaluate", "checked_sums", "pool_evaluations", "was_smoothed", "smoothed_sites", "dp_plan",
            "exact_statistics_checker", "DESCRIBE_FIELDS", "standardisation", "fit_request", "dp_fit_settings",
            "median_scores"]
 
@@ -424,34 +424,41 @@ def checked_sums(name: str, reply: Message, n_classes: int, bins: int | None) ->
     return cm, hist, brier, pairs
 
 
-def pool_evaluations(sums: Mapping[str, tuple[np.ndarray, Any, Any]], smoothed: bool = False) -> dict[str, Any]:
+def pool_evaluations(sums: Mapping[str, tuple[Any, ...]], smoothed: bool | Collection[str] = False
+                     ) -> dict[str, Any]:
     """``{"pooled", "per_site"}`` of :func:`~fedtab.learn.metrics.evaluation_scores` from the sites'
-    checked sums; a ranking or Brier metric is pooled only when every site sent its sum.
+    checked sums ``(confusion, score_hist, brier_sum[, rank_pairs])``; a ranking or Brier metric is
+    pooled only when every site sent its sum.
 
-    ``smoothed``: a site's release gate spread histogram counts over runs of bins
-    (:func:`fedtab.privacy.gate.smooth_histogram`): the AUROC / PR-AUC are then computed from
-    the smoothed counts and their error bounds (which assume exact bin counts) are ``None``.
+    The pooled AUROC / PR-AUC come with ``*_bounds`` ``[lo, hi]`` that hold
+    (:func:`~fedtab.learn.metrics.pooled_ranking`): pairs of rows inside a site that sent its
+    exact ``rank_pairs`` count exactly, every other pair from the histograms' bins, or — for a
+    site whose release gate smoothed its histogram (:func:`fedtab.privacy.gate.smooth_histogram`)
+    — from its runs of bins (a pair whose two runs overlap is unknown, between 0 and 1).
+
+    ``smoothed``: the names of the sites whose histograms were smoothed (:func:`smoothed_sites`),
+    or one flag for all (``True`` is always safe: runs are then inferred from every histogram,
+    bounds are only wider).
     """
-    per_site = {name: evaluation_scores(*s) for name, s in sums.items()}
+    flags = {name: (bool(smoothed) if isinstance(smoothed, bool) else name in smoothed) for name in sums}
+    per_site = {name: evaluation_scores(*s[:4], smoothed=flags[name]) for name, s in sums.items()}
     parts = list(zip(*sums.values()))
     pooled = [sum(p[1:], p[0]) if all(v is not None for v in p) else None for p in parts]
-    out = {"pooled": evaluation_scores(*pooled[:3]), "per_site": per_site}
-    if len(parts) > 3 and pooled[1] is not None and all(v is not None for v in parts[3]) \
-            and out["pooled"].get("auroc") is not None:  # pairs inside each site exactly, across sites binned
-        auroc, bound = pooled_auroc(parts[1], parts[3])
-        out["pooled"]["auroc"], out["pooled"]["auroc_error_bound"] = auroc, bound
-    if smoothed:  # per-site AUROCs from exact rank pairs keep their bound (0)
-        for scores in (out["pooled"], *per_site.values()):
-            for key in ("auroc_error_bound", "pr_auc_error_bound"):
-                if key in scores and not (key == "auroc_error_bound" and scores is not out["pooled"]
-                                          and scores[key] == 0.0):
-                    scores[key] = None
+    out = {"pooled": evaluation_scores(pooled[0], None, *pooled[2:3]), "per_site": per_site}
+    if len(parts) > 1 and pooled[1] is not None:
+        pairs = parts[3] if len(parts) > 3 else [None] * len(sums)
+        out["pooled"].update(pooled_ranking(parts[1], pairs, [flags[n] for n in sums]))
     return out
 
 
 def was_smoothed(replies: Mapping[str, Message]) -> bool:
     """Whether any reply says its release gate smoothed a histogram."""
     return any(r.meta.get(SMOOTHED) is True for r in replies.values())
+
+
+def smoothed_sites(replies: Mapping[str, Message]) -> set[str]:
+    """The sites whose reply says their release gate smoothed a histogram."""
+    return {s for s, r in replies.items() if r.meta.get(SMOOTHED) is True}
 
 
 def evaluate(federation: Federation, params: Params, n_classes: int, part: str = "test", bins: int | None = None,
@@ -503,7 +510,7 @@ def evaluate(federation: Federation, params: Params, n_classes: int, part: str =
             replies = {s: Message("evaluate", {"confusion": np.maximum(np.rint(r.arrays["confusion"]), 0)})
                        for s, r in replies.items() if "confusion" in r.arrays}
         sums = {s: checked_sums(s, r, n_classes, bins) for s, r in replies.items()}
-        metrics = pool_evaluations(sums, smoothed=was_smoothed(replies))
+        metrics = pool_evaluations(sums, smoothed=smoothed_sites(replies))
         metrics["pooled"] = {**metrics["pooled"], **median_scores(metrics["per_site"])}
         return metrics
     summed = exchange_sums(federation, request, SumSpec(fields), check, step=kind, on_error=on_error)
@@ -520,7 +527,7 @@ def evaluate(federation: Federation, params: Params, n_classes: int, part: str =
                                    smoothed=was_smoothed(summed.replies))
     else:
         metrics = pool_evaluations({s: checked_sums(s, r, n_classes, bins) for s, r in summed.replies.items()},
-                                   smoothed=was_smoothed(summed.replies))
+                                   smoothed=smoothed_sites(summed.replies))
     if summed.secure:
         metrics["per_site"] = {}
     return metrics
@@ -528,12 +535,19 @@ def evaluate(federation: Federation, params: Params, n_classes: int, part: str =
 
 def median_scores(per_site: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Robust pooled scores: every scalar metric's median over the sites that scored rows
-    (one vote per site; a metric some site lacks is left out); ``n`` is their total."""
+    (one vote per site; a metric some site lacks is left out); ``n`` is their total. The AUROC's
+    and PR-AUC's ``*_bounds`` are the medians of the sites' bounds (they hold the median of the
+    sites' exact values)."""
     scored = [m for m in per_site.values() if m["n"] > 0] or list(per_site.values())
     out: dict[str, Any] = {}
     for k in scored[0]:
         values = [m.get(k) for m in scored]
         if k != "n" and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             out[k] = float(site_median(np.array(values, dtype=np.float64)))
+    for k in ("auroc", "pr_auc"):  # the median is monotone: medians of the bounds bound the median
+        bounds = [m.get(f"{k}_bounds") for m in scored]
+        if k in out and all(isinstance(b, list) and len(b) == 2 for b in bounds):
+            lo, hi = (float(site_median(np.array(v, dtype=np.float64))) for v in zip(*bounds))
+            out[f"{k}_bounds"], out[f"{k}_error_bound"] = [lo, hi], max(out[k] - lo, hi - out[k])
     out["n"] = int(sum(m["n"] for m in scored))
     return out
