@@ -11,7 +11,9 @@ rows (:func:`check_parts` verifies it where the parts are drawn), so no combinat
 isolates fewer than ``min_rows`` rows of a class (issue 28, item 2):
 
 * a class with fewer than ``min_rows`` rows at the site is in **no** part (``all``
-  included): it is left out of every release;
+  included): it is left out of every release — unless the site has a single atom
+  (``train`` = ``all``: no test part, no folds), which no other part can be differenced
+  against (the gate's per-class floor refuses a per-class release over it);
 * ``"test"`` — each class contributes ``round(n_c · test_size)`` rows (at least one and
   leaving one, as before), but only when that and the class's remaining training rows are
   both at least ``min_rows``; a class too rare for that stays wholly in training.
@@ -227,6 +229,10 @@ def check_parts(parts: RowParts, labels: np.ndarray | None, min_rows: int) -> li
 
 
 def _verified(parts: RowParts, labels: np.ndarray | None, min_rows: int) -> RowParts:
+    if len(parts.excluded) and not parts.folds and not len(parts.test):
+        # one atom (train = all): nothing to difference it by, so the rare rows need not be left
+        # out; a per-class release over it is refused by the gate's per-class floor
+        parts = RowParts(parts.n_rows, np.sort(np.concatenate([parts.train, parts.excluded])), parts.test)
     problems = check_parts(parts, labels, min_rows)
     if problems:  # the draws above never do this; a site refuses to release over such parts
         raise PartError("the site's parts break the differencing rule: " + "; ".join(problems))
