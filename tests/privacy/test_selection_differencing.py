@@ -101,6 +101,15 @@ def test_given_splits_leave_a_rare_class_out_of_every_part(n_rare):
     assert parts.sizes()["all"] == len(labels) - 2 * n_rare
 
 
+def test_given_unlabelled_parts_below_the_floor_are_left_out():
+    few_train = fixed_parts(5, 40, None, folds=5, min_rows=MIN_ROWS, seed=0)
+    assert few_train.sizes()["train"] == 0 and few_train.sizes()["all"] == 40
+    few_test = fixed_parts(40, 5, None, folds=5, min_rows=MIN_ROWS, seed=0)
+    assert few_test.sizes()["test"] == 0 and few_test.sizes()["all"] == 40
+    for parts in (few_train, few_test):
+        assert check_parts(parts, None, MIN_ROWS) == []
+
+
 def test_parts_that_break_the_rule_are_reported():
     labels = np.array(["a"] * 40 + ["b"] * 3)
     idx = np.arange(len(labels))

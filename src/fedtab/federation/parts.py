@@ -279,6 +279,8 @@ def fixed_parts(n_train: int, n_test: int, labels: np.ndarray | None, *, folds: 
     test = np.setdiff1d(test, excluded, assume_unique=True)
     if labels is None and 0 < len(test) < min_rows:
         excluded, test = np.concatenate([excluded, test]), test[:0]
+    if labels is None and 0 < len(train) < min_rows and len(test):
+        excluded, train = np.concatenate([excluded, train]), train[:0]
     fold_rng = np.random.default_rng([int(seed), 0x666f6c64])
     parts = RowParts(n_train + n_test, train, test, _folds(train, labels, int(folds), int(min_rows), fold_rng),
                      np.sort(excluded).astype(np.int64))
