@@ -284,8 +284,24 @@ def server_row_set_refusal(policy: DisclosurePolicy, request: "Message", what: s
 
 def _charge_evaluation(policy: DisclosurePolicy, site: "Site", part: Any) -> str | None:
     """Count one more evaluation of ``part`` in the site's ledger unless past ``max_evaluations``."""
-    return site.ledger.charge_period(f"evaluate:{part}", policy.max_evaluations, f"evaluations of part {part!r}",
-                                     cap_name="max_evaluations")
+    return _charge_evaluations(policy, site, {str(part): 1})
+
+
+def _charge_evaluations(policy: DisclosurePolicy, site: "Site", counts: Mapping[str, int]) -> str | None:
+    """Count ``counts[part]`` more evaluations of every part unless one would pass
+    ``max_evaluations``: all or none, so a refusal changes no count. The one place that
+    decides the evaluations' ledger scope (the period here)."""
+    for part, n in counts.items():
+        used = site.ledger.period_count(f"evaluate:{part}")
+        if used + n > policy.max_evaluations:
+            return (f"evaluations of part {part!r}: {used} answered in the last {policy.period_days} days and {n} "
+                    f"asked, the site's cap is max_evaluations={policy.max_evaluations}")
+    for part, n in counts.items():
+        reason = site.ledger.charge_period(f"evaluate:{part}", policy.max_evaluations,
+                                           f"evaluations of part {part!r}", n=n, cap_name="max_evaluations")
+        if reason is not None:  # pragma: no cover - checked just above
+            return reason
+    return None
 
 
 def _agreed_columns(site: "Site") -> set[str] | None:
@@ -692,21 +708,6 @@ def _scored_parts(site: "Site", shapes: Mapping[str, Any], slots: Any, stage: st
         if stage == "test" or int(folds[s[0]]) >= 0 and _rows_of(site, part):
             out[part] = out.get(part, 0) + 1
     return out
-
-
-def _charge_evaluations(policy: DisclosurePolicy, site: "Site", counts: Mapping[str, int]) -> str | None:
-    """Charge ``counts[part]`` evaluations of every part, all or none (a refusal changes nothing)."""
-    for part, n in counts.items():
-        used = site.ledger.period_count(f"evaluate:{part}")
-        if used + n > policy.max_evaluations:
-            return (f"evaluations of part {part!r}: {used} answered in this period and {n} asked, the site's cap is "
-                    f"max_evaluations={policy.max_evaluations}")
-    for part, n in counts.items():
-        reason = site.ledger.charge_period(f"evaluate:{part}", policy.max_evaluations,
-                                           f"evaluations of part {part!r}", n=n, cap_name="max_evaluations")
-        if reason is not None:
-            return reason
-    return None
 
 
 def _select_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
