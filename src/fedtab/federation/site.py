@@ -339,7 +339,7 @@ class Site:
 
     def rows(self, part: str) -> pd.DataFrame:
         """That part of the table (see :meth:`n_rows`)."""
-        if canonical_part(part) == "all":
+        if canonical_part(part) == "all" and not len(self.parts.excluded):
             return self.table
         return self.table.iloc[self.parts.indices(part)]
 

@@ -318,13 +318,14 @@ class GradientBoostedTreesModel(FederatedModel):
         """Boosting ``n_trees`` rounds (one tree per class for multiclass): per level a site adds
         each row's gradients into ``max_bins`` bins of every feature, so the work is about
         ``trees × groups × (max_depth + 1) × rows × features`` plus the split search over the
-        bins; the model holds at most ``2^(max_depth+1)`` nodes per tree (fewer than the rows)."""
+        bins, and a fixed :data:`STEP_OVERHEAD` per level of a tree; the model holds at most
+        ``2^(max_depth+1)`` nodes per tree (fewer than the rows)."""
         p = self.gbdt_params(n_classes)
         groups = p.n_classes if p.objective == "multiclass" else 1
         trees = float(p.n_trees) * groups
         levels = p.max_depth + 1
         nodes = min(2.0 ** levels, 2.0 * max(n_rows, 1))
-        work = trees * levels * (float(n_rows) * n_features + nodes * n_features * p.max_bins) + trees * STEP_OVERHEAD
+        work = trees * levels * (float(n_rows) * n_features + nodes * n_features * p.max_bins + STEP_OVERHEAD)
         return Cost(work, trees * nodes * 4, driver({"n_trees": (p.n_trees, 100), "max_depth": (p.max_depth, 6)}))
 
     def _model(self, params: Params, n_features: int, n_classes: int) -> Any:
