@@ -196,7 +196,7 @@ def test_every_model_of_an_evaluation_is_one_evaluation_of_its_fold():
     slots = [[m, "none"] for m in range(M)]  # chains alternate folds 0 and 1: 10 models per fold
     reply = site.handle(Message("select_evaluate", params, {"slots": slots, "stage": "cv"}))
     assert not reply.is_refusal, reply.meta
-    assert site.ledger.period_count("evaluate:fold:0") == 10 and site.ledger.period_count("evaluate:fold:1") == 10
+    assert site.ledger.run_count(site.run_id, "evaluate:fold:0") == 10 and site.ledger.run_count(site.run_id, "evaluate:fold:1") == 10
     # 10 more per fold make 20 of the cap of 25; the next 10 per fold would pass it: refused, nothing charged
     assert not site.handle(Message("select_evaluate", params, {"slots": slots, "stage": "cv"})).is_refusal
     before = site.ledger.snapshot()
@@ -212,7 +212,7 @@ def test_more_slots_than_the_per_request_cap_are_refused():
     slots = [[m % 4, "none"] for m in range(11)]
     reply = site.handle(Message("select_evaluate", params, {"slots": slots, "stage": "cv"}))
     assert reply.is_refusal and "max_models_per_request=10" in reply.meta["reason"]
-    assert site.ledger.period_count("evaluate:fold:0") == 0
+    assert site.ledger.run_count(site.run_id, "evaluate:fold:0") == 0
 
 
 @pytest.mark.parametrize("field, value, words", [
@@ -244,7 +244,7 @@ def test_a_crafted_model_sent_for_evaluation_is_refused():
         reply = site.handle(Message("select_evaluate", {"param:coef": coef, "param:intercept": np.zeros((2, 1))},
                                     {"slots": [[0, "none"], [1, "none"]], "stage": "cv"}))
         assert reply.is_refusal and ("max_model_abs" in reply.meta["reason"] or "shape" in reply.meta["reason"])
-    assert site.ledger.period_count("evaluate:fold:0") == 0
+    assert site.ledger.run_count(site.run_id, "evaluate:fold:0") == 0
 
 
 def test_the_chains_work_is_counted_against_max_work():
