@@ -353,7 +353,8 @@ for _kind in (
     # ----- gradient-boosted trees
     MessageKind("gbdt_summary", _GBDT,
                 Releases(part="part", aggregates=("values", "counts", "ptr"), meta={"classes": LABELS, "n": COUNT}),
-                "per feature: quantile summaries of the values (candidate split points) with their counts",
+                "per feature: quantile summaries of the training values (candidate split points) with their "
+                "counts, in blocks of at least {floor} rows the site fixed (the same reply all period)",
                 check=_policy._gbdt_setup, summary=(_QUANTILES,)),
     MessageKind("gbdt_start", _GBDT,
                 Releases(part=_in_home(_GBDT, "_start_part"), aggregates=("label_sums",), meta={"n": COUNT},

@@ -523,9 +523,10 @@ def _model_params(policy: DisclosurePolicy, site: "Site", request: "Message") ->
 
 
 def _evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    part = request.meta.get("part", "test")
+    """A server-sent model scored on a part: its shapes and bounds, the distinct models of the
+    run (:func:`_server_models`), then one evaluation of the part (``max_evaluations``)."""
     return (_score_bins(policy, request) or _model_params(policy, site, request)
-            or _charge_evaluation(policy, site, part))
+            or _evaluated_model(policy, site, request))
 
 
 def _local_baseline(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
@@ -668,7 +669,61 @@ def _gbdt_importance(policy: DisclosurePolicy, site: "Site", request: "Message")
 
 
 def _gbdt_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    return _score_bins(policy, request) or _charge_evaluation(policy, site, request.meta.get("part", "test"))
+    """A server-sent tree model scored on a part (``gbdt_evaluate``, ``gbdt_score``): the distinct
+    models of the run (:func:`_server_models`), then one evaluation of the part."""
+    return _score_bins(policy, request) or _evaluated_model(policy, site, request)
+
+
+#: distinct server-sent models a site scores in the clear on one part per run, beyond the
+#: training rounds (``fit``, boosting trees) it answered in the run: an honest run scores at
+#: most one model per round, plus its final one (and tuning one per candidate's ``rounds``)
+PLAIN_MODELS_EXTRA = 3
+#: what an evaluation of a server-sent model computes over, in its refusal
+SERVER_MODEL_ROW_SETS = "the rows a model of the server's picks out (a step-function model sweeps thresholds)"
+#: part aliases (as ``fedtab.federation.parts.canonical_part``): one part counts under one name
+_PART_ALIASES = {"validation": "fold:0", "fit": "fit:0"}
+
+
+def model_digest(request: "Message") -> str:
+    """SHA-256 of a request's model arrays (``param:*``: names, dtypes, shapes, bytes): the
+    ledger's name of a server-sent model."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(k for k in request.arrays if k.startswith("param:")):
+        a = np.ascontiguousarray(request.arrays[name])
+        h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _server_models(policy: DisclosurePolicy, site: "Site", request: "Message", part: str,
+                   record: bool) -> str | None:
+    """Distinct server-sent models scored in the clear on ``part`` in the site's run, counted by
+    :func:`model_digest` in the ledger: past the run's training rounds (``fit`` requests and
+    boosting trees answered) + :data:`PLAIN_MODELS_EXTRA`, a new model is answered only inside
+    a secure sum, with DP or with ``allow_server_row_sets`` (:func:`server_row_set_refusal`);
+    the same model again is always answered. ``record=False`` only checks."""
+    if server_row_set_refusal(policy, request, SERVER_MODEL_ROW_SETS) is None:
+        return None
+    run = getattr(site, "run_id", "local")
+    cap = site.ledger.run_count(run, "fit") + site.ledger.run_count(run, "gbdt_round") + PLAIN_MODELS_EXTRA
+    reason = site.ledger.charge_run_distinct(run, f"models:{part}", model_digest(request), cap,
+                                             f"models evaluated on part {part!r}",
+                                             cap_name="the run's training rounds + PLAIN_MODELS_EXTRA", record=record)
+    if reason is None:
+        return None
+    return f"{server_row_set_refusal(policy, request, SERVER_MODEL_ROW_SETS)} past its cap ({reason})"
+
+
+def _evaluated_model(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """The distinct-model check, one evaluation of the part charged, then the model recorded:
+    a refused request changes no count."""
+    part = str(request.meta.get("part") or "test")
+    part = _PART_ALIASES.get(part, part)
+    reason = _server_models(policy, site, request, part, record=False) or _charge_evaluation(
+        policy, site, request.meta.get("part", "test"))
+    return reason or _server_models(policy, site, request, part, record=True)
 
 
 def _select_prepare(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:

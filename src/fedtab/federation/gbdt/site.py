@@ -1,9 +1,11 @@
 """The GBDT workflow's site side: its handlers over the site's fixed row parts.
 
-* ``"gbdt_summary"`` — the site's bin summary of the training part (:func:`~fedtab.learn.gbdt.site_summary`,
-  block means of at least ``max(min_rows of the request, the site's min_rows)`` rows) and, for
-  classification, its class labels. Under DP no summary is sent (the edges come from public
-  bounds).
+* ``"gbdt_summary"`` — the site's bin summary of its training part (:func:`fixed_summary`:
+  block means of at least the site's own ``min_rows`` rows, at most
+  :data:`~fedtab.learn.gbdt.bins.SUMMARY_POINTS` per column; the first one of a period, kept
+  in the site's ledger, answers every later request of the period — no request parameter
+  shapes it, so no two summaries can be differenced) and, for classification, the class
+  labels of the named part. Under DP no summary is sent (the edges come from public bounds).
 * ``"gbdt_start"`` — the agreed edges, classes and parameters: the site bins its rows, keeps
   its boosting state (:class:`~fedtab.learn.gbdt.SiteBooster`, stored as plain arrays in
   ``site.state["gbdt"]`` so an engine can keep it between processes) and replies its label
@@ -34,6 +36,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_sums, site_summary
+from ...learn.gbdt.bins import SUMMARY_POINTS
 from ...learn.gbdt.importance import SPLIT_RECORD, record_splits, site_gains
 from ...learn.gbdt.objectives import loss_sums
 from ...learn.gbdt.release import check_request, histogram_sensitivity, noisy_level, release_level
@@ -45,7 +48,7 @@ from ..kinds import declared as _declared
 from ..site import Site, handler
 from ..training.site import class_indices, evaluation_sums, label_key, requested_bins, site_matrix
 
-__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "LEVEL_RELEASES"]
+__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "LEVEL_RELEASES", "fixed_summary", "SUMMARY_PART"]
 
 #: ``site.state`` key of the boosting state (plain arrays: an engine keeps it between processes)
 STATE = "gbdt"
@@ -95,8 +98,34 @@ def site_data(site: Site, features: list[str], part: str, classes: list[str] | N
 
 
 # ----------------------------------------------------------------------------- summary
+#: the part every bin summary is computed over, whatever the request names
+SUMMARY_PART = "train"
+
+
+def _column_summary(site: Site, feature: str) -> dict[str, list]:
+    """One column's summary over the site's training part (JSON-able, for the ledger): blocks
+    of at least the site's own ``min_rows`` rows, at most :data:`SUMMARY_POINTS` of them."""
+    X, _ = site_matrix(site, [feature], SUMMARY_PART)
+    s = site_summary(X, sketch_size=SUMMARY_POINTS, min_rows=int(site.policy.min_rows))
+    return {"values": [float(v) for v in s["values"]], "counts": [int(c) for c in s["counts"]]}
+
+
+def fixed_summary(site: Site, features: list[str]) -> dict[str, np.ndarray]:
+    """The site's bin summary of ``features`` (:func:`~fedtab.learn.gbdt.site_summary` layout):
+    per column the one the site's ledger recorded first in the period, else computed now over
+    the training part and recorded. Nothing of a request shapes it (no size, floor or part),
+    so every summary of a column the site sends in a period is the same."""
+    cols = [site.ledger.fixed_release(f"gbdt_summary:{f}", lambda f=f: _column_summary(site, f)) for f in features]
+    return {"values": np.asarray([v for c in cols for v in c["values"]], dtype=np.float64),
+            "counts": np.asarray([n for c in cols for n in c["counts"]], dtype=np.int64),
+            "ptr": np.r_[0, np.cumsum([len(c["counts"]) for c in cols])].astype(np.int64)}
+
+
 @handler("gbdt_summary")
 def _summary(site: Site, request: Message) -> Message:
+    """The class labels of the named part and, unless the request says ``summary = False`` (DP:
+    the edges come from public bounds), :func:`fixed_summary` of the named features. The
+    request's ``sketch_size``, ``min_rows`` and part do not change the summary."""
     _check_target(site, request)
     part = str(request.meta.get("part") or "train")
     feats = _features(request)
@@ -106,10 +135,7 @@ def _summary(site: Site, request: Message) -> Message:
         meta["classes"] = sorted({label_key(v) for v in y})
     if request.meta.get("summary", True) is False:
         return Message("gbdt_summary", {}, meta)
-    sketch = request.meta.get("sketch_size", 1024)
-    if isinstance(sketch, bool) or not isinstance(sketch, int) or not 2 <= sketch <= 1_000_000:
-        raise ValueError("sketch_size must be an integer in 2..1000000")
-    return Message("gbdt_summary", site_summary(X, sketch_size=sketch, min_rows=_floor(site, request)), meta)
+    return Message("gbdt_summary", fixed_summary(site, feats), meta)
 
 
 # ----------------------------------------------------------------------------- start
