@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .federation import Federation
 
 __all__ = ["Measurements", "Outcome", "NoisyRelease", "SumStep", "Reduction", "RunStrategy", "BaseSums",
-           "RobustSums", "NoisySums", "run_strategy", "MODES", "declare_modes", "check_modes", "modes_of",
+           "RobustSums", "NoisySums", "run_strategy", "use_wrapper", "MODES", "declare_modes", "check_modes", "modes_of",
            "supported_modes"]
 
 R = TypeVar("R")
@@ -151,9 +151,10 @@ class RunStrategy(ABC):
         return own + (inner.modes if inner is not None else ())
 
     def check_supported(self, supported: Collection[str], what: str) -> None:
-        """Raise ``ValueError`` when a mode of this run is not in ``supported`` (``what`` names the step)."""
+        """Raise ``ValueError`` when a mode of :data:`MODES` this run has on is not in ``supported``
+        (``what`` names the step); a mode added by :func:`use_wrapper` is the run's own."""
         for mode in self.modes:
-            if mode not in supported:
+            if mode in MODES and mode not in supported:
                 raise ValueError(f"{mode} is not available for {what}")
 
 
@@ -263,11 +264,19 @@ def run_strategy(federation: "Federation", accountant: "PrivacyLedger | None" = 
     """
     opts = federation.options
     strategy: RunStrategy = BaseSums(federation.summing)
+    for wrap in getattr(federation, "_mode_wrappers", ()):  # modes added to this run (:func:`use_wrapper`)
+        strategy = wrap(strategy)
     if opts.robust:
         strategy = RobustSums(strategy)
     if opts.dp is not None:
         strategy = NoisySums(strategy, accountant, opts.dp)
     return strategy
+
+
+def use_wrapper(federation: "Federation", wrap: Callable[[RunStrategy], RunStrategy]) -> None:
+    """Add a mode to ``federation``'s runs: every step's strategy is wrapped by ``wrap(inner)``
+    (inside the DP and robust wrappers). A new mode is one :class:`RunStrategy` wrapper class."""
+    federation._mode_wrappers = (*getattr(federation, "_mode_wrappers", ()), wrap)  # type: ignore[attr-defined]
 
 
 # ----------------------------------------------------------------------------- declarations
