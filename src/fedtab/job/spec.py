@@ -709,12 +709,18 @@ def _check_guarantees(spec: JobSpec) -> None:
     if p.private and spec.evaluation.baselines:
         raise JobError("[evaluation] baselines = true scores each site's own model in the clear: not in a job "
                        "with [privacy] secure_aggregation or dp")
-    if p.dp is not None and spec.training is not None:
+    if spec.training is not None:  # the modes the training step declared (federation.training.steps)
+        from ..federation.protocol.modes import check_modes, modes_of
+        from ..federation.training.steps import EXACT_TRAINING_MODES  # noqa: F401  (registers the declarations)
         from ..learn.models import make_model
 
-        if make_model(spec.training.model).exact:
-            raise JobError(f"[privacy] dp is not available for the exact-aggregation model "
-                           f"{make_model(spec.training.model).name!r}")
+        fm = make_model(spec.training.model)
+        try:
+            check_modes("training.exact" if fm.exact else "training",
+                        modes_of(secure=p.secure_aggregation, dp=p.dp is not None, robust=t.robust),
+                        f"the exact-aggregation model {fm.name!r}" if fm.exact else f"the model {fm.name!r}")
+        except ValueError as exc:
+            raise JobError(f"[privacy] {exc}") from None
 
 
 def check_spec(spec: JobSpec) -> JobSpec:

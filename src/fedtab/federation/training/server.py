@@ -23,8 +23,10 @@ from ...privacy.policy import DisclosurePolicy
 from .. import validate
 from ..messages import Message
 from ..protocol import Federation, run_ledger, set_quorum
+from ..protocol.modes import run_strategy
 from .site import check_part
-from .steps import (as_description, describe, dp_fit_settings, dp_plan, evaluate, fit_request, fit_round,
+from .steps import (EXACT_TRAINING_MODES, TRAINING_MODES, as_description, describe, dp_fit_release, dp_plan,
+                    evaluate, fit_request, fit_round,
                     standardisation)
 
 __all__ = ["TrainingOutcome", "run_training"]
@@ -172,8 +174,9 @@ def run_training(
     set_quorum(federation, min_sites)
     p0, dropped0 = len(federation.participation), set(federation.dropped)
     opts = federation.options
-    if opts.dp is not None and fm.exact:
-        raise ValueError(f"dp is not available for the exact-aggregation model {fm.name!r}")
+    run_strategy(federation).check_supported(EXACT_TRAINING_MODES if fm.exact else TRAINING_MODES,
+                                             f"the exact-aggregation model {fm.name!r}" if fm.exact
+                                             else f"the model {fm.name!r}")
     ledger = run_ledger(federation, *dp_plan(fm, rounds, local_epochs, eval_every, described is not None))
     if described is None:
         description = describe(federation, features, train_part, ledger, on_error=on_error)
@@ -184,7 +187,7 @@ def run_training(
     feats, class_list = description.features, description.classes
     mean, std, left_out = standardisation(federation, description)
     setup = {"features": feats, "classes": class_list, "model": spec, "part": train_part}
-    dp_fit = dp_fit_settings(federation, fm, ledger, local_epochs) if ledger is not None else None
+    dp_fit = None if fm.exact else dp_fit_release(fm, local_epochs)  # how a fit round releases under DP
     has_proba = getattr(fm, "predict_proba", None) is not None
 
     params = _initial_params(fm, len(feats), len(class_list), seed)
@@ -198,8 +201,8 @@ def run_training(
     detail = evaluate(federation, params, len(class_list), eval_part, score_bins, has_proba=has_proba, ledger=ledger,
                       on_error=on_error)
     pooled, per_site = _historic(detail)
-    bytes_down, bytes_up = (sum(t["bytes_down"] for t in traffic), sum(t["bytes_up"] for t in traffic)) \
-        if opts.secure else (end_bytes[0] - start_bytes[0], end_bytes[1] - start_bytes[1])
+    # every fit exchange of the rounds, a secure sum's key exchange and unmasking included
+    bytes_down, bytes_up = sum(t["bytes_down"] for t in traffic), sum(t["bytes_up"] for t in traffic)
     return TrainingOutcome(
         model=fm.name, params=params, features=list(feats), classes=class_list, mean=mean, std=std, pooled=pooled,
         per_site=per_site, history=history, n_params=fm.n_params(len(feats), len(class_list)),
@@ -243,12 +246,10 @@ def _fedavg_rounds(federation: Federation, fm: FederatedModel, params: Params, n
     traffic: list[dict[str, Any]] = []
     for r in range(1, n_rounds + 1):
         request = fit_request(params, fm, epochs=local_epochs, round_=r, seed=seed, setup=setup if r == 1 else None,
-                              mean=mean, std=std, dp_fit=dp_fit)
-        if ledger is not None:
-            ledger.spend("training.fit", dp_fit["steps"])  # type: ignore[index]
+                              mean=mean, std=std, dp_fit=None)
         n_log = len(federation.traffic.records)
         params, dropped, _ = fit_round(federation, fm, request, template, train_part, max_param_abs=max_param_abs,
-                                       n_classes=n_classes, round_=r, on_error=on_error)
+                                       n_classes=n_classes, round_=r, on_error=on_error, ledger=ledger, dp_fit=dp_fit)
         left_out.update(dropped)
         traffic += _round_traffic(federation, n_log, r, {} if fm.exact else {k: v for k, v in request.arrays.items()
                                                                               if k.startswith("param:")}, n_up)
