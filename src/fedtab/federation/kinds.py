@@ -307,6 +307,11 @@ for _kind in (
                 "per test part: the confusion matrix (per class), a Brier sum, a histogram of predicted "
                 "probabilities per class and a rank-pair count", description_dp=_DP_EVALUATE, summed=True,
                 check=_policy._evaluate, server_row_set=True, summary=(_EVALUATIONS,)),
+    MessageKind("regression_evaluate", _TRAINING,
+                Releases(part="part", default_part="test", aggregates=("sse", "sae", "sum_y", "sum_y2"),
+                         meta={"n": COUNT}),
+                "per test part: a regression model's sums of squared and absolute errors and of the target and "
+                "its square", summed=True, check=_policy._evaluate, server_row_set=True, summary=(_EVALUATIONS,)),
     MessageKind("local_baseline", f"{_F}.baseline_flow",
                 Releases(part="=test", per_class=True, aggregates=("confusion", "brier_sum", "rank_pairs"),
                          histograms=("score_hist",), cells={"train_counts": ()},
@@ -358,9 +363,10 @@ for _kind in (
                 description_dp=_DP_EVALUATE, summed=True, check=_policy._gbdt_evaluate, server_row_set=True,
                 summary=(_EVALUATIONS,)),
     MessageKind("gbdt_score", _GBDT,
-                Releases(part="part", default_part="test", aggregates=("sse",), meta={"n": COUNT}, dp=True,
-                         dp_releases=1),
-                "a sum of squared errors over the test rows", summed=True, check=_policy._gbdt_evaluate,
+                Releases(part="part", default_part="test", aggregates=("sse", "sae", "sum_y", "sum_y2"),
+                         meta={"n": COUNT}, dp=True, dp_releases=1),
+                "a sum of squared errors over the test rows (and, without DP, of absolute errors, of the target "
+                "and of its square)", summed=True, check=_policy._gbdt_evaluate,
                 server_row_set=True),
     MessageKind("gbdt_importance", _GBDT,
                 Releases(part=_in_home(_GBDT, "_level_part"), aggregates=("gain",),
