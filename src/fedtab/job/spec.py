@@ -721,6 +721,7 @@ def _check_guarantees(spec: JobSpec) -> None:
 
 def _check_task(spec: JobSpec) -> None:
     """``[training] task``: one of the tasks, and one the model can serve (one line otherwise)."""
+    from ..learn.models import make_model
     from ..learn.tasks import TASKS, given_objective, model_refusal
 
     assert spec.training is not None

@@ -559,11 +559,11 @@ def pool_regression(sums: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
     """``{"pooled", "per_site"}`` RMSE / MAE / R² / n from per-site ``{sse, sae, sum_y, sum_y2, n}``
     (:func:`fedtab.learn.metrics.regression_scores`): pooled = the scores of the summed terms,
     i.e. exactly the metrics of every site's test rows together. A :data:`SECURE_SUM` entry
-    is the total (no per-site scores)."""
+    is the total (no per-site scores); a site with no rows in the part has none either."""
     total = {k: float(sum(s[k] for s in sums.values())) for k in (*REGRESSION_SUMS, "n")}
     pooled = regression_scores(total["sse"], total["sae"], total["sum_y"], total["sum_y2"], total["n"])
     per_site = {site: regression_scores(s["sse"], s["sae"], s["sum_y"], s["sum_y2"], s["n"])
-                for site, s in sums.items() if site != SECURE_SUM}
+                for site, s in sums.items() if site != SECURE_SUM and s["n"] > 0}  # a site with no rows: no scores
     return {"pooled": pooled, "per_site": per_site}
 
 
