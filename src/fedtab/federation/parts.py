@@ -29,6 +29,13 @@ isolates fewer than ``min_rows`` rows of a class (issue 28, item 2):
   ``"fit"`` = ``"fit:0"`` (the tuning workflow's split). Without folds ``"fit"`` is the
   whole training part and ``"validation"`` is empty.
 
+**A continuous target** (``values`` given, a regression site): the floors apply to the
+whole atom (as for an unsupervised site: every atom holds 0 or ``>= min_rows`` rows), and
+the draws are stratified by the target's quantiles instead of by class — the test part takes
+``round(n_b · test_size)`` rows of each of up to 10 quantile bins, and each fold one row of
+every run of ``K`` consecutive training rows in target order — so every part spans the
+target's range (:func:`quantile_strata`).
+
 The draws use the site's seed only; the test draw is the one fedtab has always made
 (same generator and order), so a site with classes above the floors keeps its split.
 """
@@ -42,7 +49,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["RowParts", "draw_parts", "fixed_parts", "check_parts", "canonical_part", "BASE_PARTS", "DEFAULT_FOLDS",
-           "PartError"]
+           "PartError", "quantile_strata"]
 
 #: parts every site has (possibly empty).
 BASE_PARTS = ("train", "test", "all")
@@ -164,6 +171,42 @@ def _test_split(labels: np.ndarray | None, idx: np.ndarray, test_size: float, mi
     return tr, te
 
 
+def quantile_strata(values: np.ndarray, idx: np.ndarray, n_bins: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``idx`` cut into ``n_bins`` (or fewer, at least 1) runs of near-equal size in the order of
+    ``values[idx]`` (ties in a random order from ``rng``): the target's quantile bins."""
+    if not len(idx):
+        return []
+    order = idx[np.lexsort((rng.permutation(len(idx)), np.asarray(values, dtype=np.float64)[idx]))]
+    return [b for b in np.array_split(order, max(1, min(int(n_bins), len(idx)))) if len(b)]
+
+
+def _quantile_test_split(values: np.ndarray, idx: np.ndarray, test_size: float, min_rows: int,
+                         rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A test part of ``round(n_b · test_size)`` rows from each of up to 10 quantile bins of ``idx``,
+    or none when it or the rest would hold fewer than ``min_rows`` rows."""
+    if test_size == 0 or len(idx) < 2:
+        return idx, idx[:0]
+    test = [rng.permutation(b)[:int(round(len(b) * test_size))] for b in quantile_strata(values, idx, 10, rng)]
+    te = np.sort(np.concatenate(test)) if test else idx[:0]
+    if len(te) < max(min_rows, 1) or len(idx) - len(te) < max(min_rows, 1):
+        return idx, idx[:0]
+    return np.setdiff1d(idx, te, assume_unique=True), te
+
+
+def _quantile_folds(train: np.ndarray, values: np.ndarray, k_max: int, min_rows: int,
+                    rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """A tiling of ``train`` into the most folds (``<= k_max``) of ``>= min_rows`` rows each, every fold
+    taking one row of each run of ``K`` consecutive rows in target order, or ``()``."""
+    floor = max(min_rows, 1)
+    k = next((k for k in range(k_max, 1, -1) if len(train) // k >= floor), None)
+    if k is None:
+        return ()
+    order = quantile_strata(values, train, len(train), rng)  # one row per bin: the rows in target order
+    flat = np.concatenate(order)
+    fold_of = np.concatenate([rng.permutation(k) for _ in range(-(-len(flat) // k))])[:len(flat)]
+    return tuple(np.sort(flat[fold_of == j]) for j in range(k))
+
+
 def _folds(train: np.ndarray, labels: np.ndarray | None, k_max: int, min_rows: int,
            rng: np.random.Generator) -> tuple[np.ndarray, ...]:
     """A tiling of ``train`` into folds with 0 or ``>= min_rows`` rows of every class each
@@ -240,7 +283,7 @@ def _verified(parts: RowParts, labels: np.ndarray | None, min_rows: int) -> RowP
 
 
 def draw_parts(n_rows: int, labels: np.ndarray | None, *, test_size: float, folds: int, min_rows: int,
-               seed: int) -> RowParts:
+               seed: int, values: np.ndarray | None = None) -> RowParts:
     """The site's parts (see the module docstring), verified by :func:`check_parts`.
 
     Args:
@@ -248,14 +291,20 @@ def draw_parts(n_rows: int, labels: np.ndarray | None, *, test_size: float, fold
             by (``None`` for an unsupervised site). test_size: share held out, in [0, 1).
         folds: the most folds to draw (0 = none). min_rows: the site's floor.
         seed: the site's own seed (never the server's).
+        values: ``(n_rows,)`` finite numbers of a continuous target to stratify by quantile
+            (``labels`` must then be ``None``: the floors apply to whole atoms).
 
     Raises:
-        ValueError: ``test_size`` outside [0, 1), negative ``folds`` or ``min_rows``.
+        ValueError: ``test_size`` outside [0, 1), negative ``folds`` or ``min_rows``, ``values``
+            with ``labels`` or of the wrong length.
     """
     if not 0 <= test_size < 1:
         raise ValueError(f"test_size must be in [0, 1), got {test_size}")
     if folds < 0 or min_rows < 0:
         raise ValueError("folds and min_rows must be non-negative")
+    if values is not None:
+        return _regression_parts(n_rows, np.asarray(values, dtype=np.float64), labels, float(test_size), int(folds),
+                                 int(min_rows), int(seed))
     labels = None if labels is None else np.asarray(labels)
     idx = np.arange(n_rows)
     excluded = _rare_rows(idx, labels, int(min_rows))
@@ -264,6 +313,20 @@ def draw_parts(n_rows: int, labels: np.ndarray | None, *, test_size: float, fold
     fold_rng = np.random.default_rng([int(seed), 0x666f6c64])  # "fold": a stream apart from the test draw
     parts = RowParts(n_rows, train, test, _folds(train, labels, int(folds), int(min_rows), fold_rng), excluded)
     return _verified(parts, labels, int(min_rows))
+
+
+def _regression_parts(n_rows: int, values: np.ndarray, labels: Any, test_size: float, folds: int, min_rows: int,
+                      seed: int) -> RowParts:
+    if labels is not None:
+        raise ValueError("stratify by class labels or by a continuous target's values, not both")
+    if values.shape != (n_rows,) or not np.isfinite(values).all():
+        raise ValueError(f"values must be {n_rows} finite numbers")
+    idx = np.arange(n_rows)
+    train, test = _quantile_test_split(values, idx, test_size, min_rows, np.random.default_rng(seed))
+    fold_rng = np.random.default_rng([seed, 0x666f6c64])
+    parts = RowParts(n_rows, train, test, _quantile_folds(train, values, folds, min_rows, fold_rng) if folds >= 2
+                     else ())
+    return _verified(parts, None, min_rows)
 
 
 def fixed_parts(n_train: int, n_test: int, labels: np.ndarray | None, *, folds: int, min_rows: int,

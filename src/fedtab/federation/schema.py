@@ -114,7 +114,7 @@ def declare(site: "Site") -> dict[str, Any]:
     numeric = set(site.table.select_dtypes(include=["number", "bool"]).columns.astype(str))
     kinds = ["numeric" if c in numeric else "categorical" for c in columns]  # one pass, no per-column calls
     classes: list[str] = []
-    if site.target is not None:
+    if site.target is not None and getattr(site, "target_kind", "classes") != "regression":  # no values of a number
         classes = sorted({label_key(v) for v in site.table[site.target].dropna().unique()})
     rows = site.part_sizes()
     out = {"columns": columns, "target": site.target, "classes": classes, "rows": rows}

@@ -362,12 +362,24 @@ def _check_model_spec(spec: Any, d: int, c: int, arrays: Mapping[str, np.ndarray
         fail(f"model: {exc}")
 
 
+def _regression_spec(spec: Any) -> bool:
+    """Whether a model file's ``{"name", "params"}`` predicts a number (``linear``, or ``gbdt`` with
+    ``objective = "regression"``): such a file holds no classes."""
+    if not isinstance(spec, dict):
+        return False
+    return spec.get("name") == "linear" or (spec.get("name") == "gbdt"
+                                            and (spec.get("params") or {}).get("objective") == "regression")
+
+
 def _check_shapes(m: dict[str, Any], arrays: dict[str, np.ndarray], fail) -> None:
     feats, classes = m["features"], m["classes"]
     if (not isinstance(feats, list) or not feats or not all(isinstance(f, str) for f in feats)
             or len(set(feats)) != len(feats)):
         fail("features must be a non-empty list of unique names")
-    if not isinstance(classes, list) or len(classes) < 2 or not all(isinstance(c, str) for c in classes):
+    if classes == [] and not _regression_spec(m["model"]):
+        fail("classes must be a list of at least two labels (no classes: a regression model, linear or gbdt with "
+             "objective = \"regression\")")
+    if not isinstance(classes, list) or (classes and len(classes) < 2) or not all(isinstance(c, str) for c in classes):
         fail("classes must be a list of at least two labels")
     d, c = len(feats), len(classes)
     for k in ("standardise/mean", "standardise/std"):
@@ -631,6 +643,8 @@ class FedtabModel:
         self.manifest, self.arrays, self.source = manifest, arrays, source
         self.features: list[str] = list(manifest["features"])
         self.classes: list[Any] = [_label(c) for c in manifest["classes"]]
+        #: a regression model (no classes): :meth:`predict` returns numbers, :meth:`predict_proba` refuses
+        self.regression: bool = not self.classes
         self.schema: dict[str, Any] = manifest["schema"]
         self.input_columns: list[str] = list(self.schema["columns"])
         self.provenance: dict[str, Any] = dict(manifest.get("provenance", {}))
@@ -856,6 +870,13 @@ class FedtabModel:
                 and ``allow_missing`` does not allow it, or a value cannot be used (naming the row
                 and column); a site the model has no personalised model for (naming the known ones).
         """
+        if self.regression:
+            raise PredictionError("a regression model predicts numbers, not class probabilities: use predict")
+        return self._proba(*self._inputs(table, site, allow_missing))
+
+    def _inputs(self, table: pd.DataFrame, site: str | None, allow_missing: bool | None
+                ) -> tuple[np.ndarray, Mapping[str, np.ndarray] | None]:
+        """``(Z, own)``: the model's inputs for ``table`` and ``site``'s own parameters (as :meth:`predict_proba`)."""
         import warnings
 
         own = self.site_params(site) if site is not None else None
@@ -868,7 +889,13 @@ class FedtabModel:
         for message in found.warnings():
             warnings.warn(message, PredictionWarning, stacklevel=2)
         Z = self._standardised(self._features(enc, table.index).to_numpy(dtype=np.float64))
-        return self._proba(Z, own)
+        return Z, own
+
+    def _values(self, Z: np.ndarray) -> np.ndarray:
+        """``(n,)`` predicted numbers of a regression model's inputs ``Z``."""
+        if self._trees is not None:
+            return np.asarray(self._trees.predict(Z), dtype=np.float64)
+        return np.asarray(self._model.predict(self._params, Z), dtype=np.float64)
 
     def _proba(self, Z: np.ndarray, own: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
         """``(n, classes)`` probabilities of the model's inputs ``Z`` (standardised; raw for
@@ -901,8 +928,13 @@ class FedtabModel:
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 try:
-                    proba = self._proba(Z, own)
-                    ok = bool(np.isfinite(proba).all() and np.all(proba >= 0)
+                    if self.regression:
+                        values = self._values(Z)
+                        ok = bool(np.isfinite(values).all())
+                        proba = None
+                    else:
+                        proba = self._proba(Z, own)
+                    ok = ok if proba is None else bool(np.isfinite(proba).all() and np.all(proba >= 0)
                               and np.allclose(proba.sum(axis=1), 1.0, atol=1e-6))
                 except (ValueError, FloatingPointError, OverflowError):
                     ok = False
@@ -939,7 +971,9 @@ class FedtabModel:
     def predict(self, table: pd.DataFrame, site: str | None = None, *,
                 allow_missing: bool | None = None) -> np.ndarray:
         """``(n,)`` predicted class labels for the rows of ``table``, in order (``site``,
-        ``allow_missing``: as :meth:`predict_proba`)."""
+        ``allow_missing``: as :meth:`predict_proba`). A regression model: ``(n,)`` predicted numbers."""
+        if self.regression:
+            return self._values(self._inputs(table, site, allow_missing)[0])
         return self.labels(self.predict_proba(table, site, allow_missing=allow_missing))
 
     def to_sklearn(self):

@@ -130,6 +130,8 @@ class TrainingSpec:
     model: Any = "logistic"
     rounds: int = 10
     local_epochs: int = 5
+    #: ``"binary"``, ``"multiclass"`` or ``"regression"``; ``None``: read from the sites' targets
+    task: str | None = None
 
 
 @dataclass
@@ -723,6 +725,23 @@ def _check_guarantees(spec: JobSpec) -> None:
             raise JobError(f"[privacy] {exc}") from None
 
 
+def _check_task(spec: JobSpec) -> None:
+    """``[training] task``: one of the tasks, and one the model can serve (one line otherwise)."""
+    from ..learn.models import make_model
+    from ..learn.tasks import TASKS, given_objective, model_refusal
+
+    assert spec.training is not None
+    task = spec.training.task
+    if task is None:
+        return
+    if task not in TASKS:
+        raise JobError(f"[training] task must be one of {', '.join(TASKS)}, got {task!r}")
+    fm = make_model(spec.training.model)
+    why = model_refusal(fm.name, task, given_objective(spec.training.model) if fm.name == "gbdt" else None)
+    if why is not None:
+        raise JobError(f"{spec.source}: [training] {why}")
+
+
 def check_spec(spec: JobSpec) -> JobSpec:
     """Validate a :class:`JobSpec` however it was built (a job file, a plan, a command's options,
     an estimator's parameters); returns it.
@@ -756,6 +775,7 @@ def check_spec(spec: JobSpec) -> JobSpec:
                              ("[training] local_epochs", spec.training.local_epochs)):
                 if n < 1:
                     raise JobError(f"{where} must be at least 1, got {n}")
+            _check_task(spec)
         if spec.impute is not None:  # rounds = 0: the linear prior alone
             from .steps.imputation import impute_config
 

@@ -498,6 +498,13 @@ def _evaluate(federation: Federation, model: GBDTModel, classes: list[str], part
         log.append({"step": "gbdt_evaluate", "round": -1, "level": -1, "nodes": 0,
                     "bytes_down": payload_bytes(Message("e", params_to(arrays))) * n, "bytes_up": 0, **wire()})
         return out
+    if ledger is None:  # plain or secure: RMSE, MAE and R² from the sites' regression sums
+        from ..training.steps import evaluate_regression
+
+        out = evaluate_regression(federation, arrays, part, kind="gbdt_score", on_error=on_error)
+        log.append({"step": "gbdt_score", "round": -1, "level": -1, "nodes": 0,
+                    "bytes_down": payload_bytes(Message("e", params_to(arrays))) * n, "bytes_up": 32 * n, **wire()})
+        return out
     meta: dict[str, Any] = {"part": part}
     if ledger is not None:
         ledger.spend("training.evaluate")

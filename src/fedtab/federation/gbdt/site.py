@@ -19,7 +19,7 @@
 * ``"gbdt_evaluate"`` — the evaluation sums of a classification model (arrays of
   :meth:`~fedtab.learn.gbdt.GBDTModel.to_arrays`, validated as a hostile model) on a part:
   the training workflow's sums (per class: every class needs ``min_rows`` rows there);
-  ``"gbdt_score"`` — a regression model's squared error sum on a part.
+  ``"gbdt_score"`` — a regression model's sums of squared and absolute errors, of the target and of its square on a part (only the squared errors under DP).
 * ``"gbdt_importance"`` — each feature's summed split gain on the site's training rows,
   replayed from the site's own record of the splits and leaf values it applied (no model of
   the server's choosing; small nodes suppressed; refused after a secure or DP run).
@@ -39,6 +39,7 @@ from ...learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_s
 from ...learn.gbdt.bins import SUMMARY_POINTS
 from ...learn.gbdt.importance import SPLIT_RECORD, record_splits, site_gains
 from ...learn.gbdt.objectives import loss_sums
+from ...learn.metrics import regression_sums
 from ...learn.gbdt.release import check_request, histogram_sensitivity, noisy_level, release_level
 from ...privacy.dp import DP_META, add_noise, noise_rng
 from ...privacy.gate import COUNT, FLAG, LABELS, SMOOTHED, Releases
@@ -449,10 +450,12 @@ def _score(site: Site, request: Message) -> Message:
     if model.params.objective != "regression":
         raise ValueError("gbdt_score scores regression models; classification uses gbdt_evaluate")
     X, y = site_data(site, st["features"], str(request.meta.get("part") or "test"), None, True)
-    err = (model.predict(X) - y) ** 2 if len(y) else np.zeros(0)
+    pred = model.predict(X) if len(y) else np.zeros(0)
+    err = (pred - y) ** 2
     dp = request.meta.get(DP_META)
-    if dp is None:
-        return Message("gbdt_score", {"sse": np.array([float(err.sum())])}, {"n": int(len(y))})
+    if dp is None:  # the regression sums of fedtab.learn.metrics.regression_sums
+        sums = regression_sums(y, pred)
+        return Message("gbdt_score", {k: np.array([v]) for k, v in sums.items()}, {"n": int(len(y))})
     c = float(dp.get("clip", 1.0))
     noisy = add_noise(np.array([float(np.minimum(err, c * c).sum())]), c * c, dp, noise_rng())
     return Message("gbdt_score", {"sse": noisy}, {"n": int(len(y))})

@@ -21,7 +21,7 @@ from typing import Any, Callable, Collection, Literal, Mapping
 
 import numpy as np
 
-from ...learn.metrics import evaluation_scores, pooled_ranking
+from ...learn.metrics import REGRESSION_SUMS, evaluation_scores, pooled_ranking, regression_scores
 from ...learn.models import FederatedModel, LogisticRegressionModel, Params
 from ...privacy.accountant import PrivacyLedger
 from ...privacy.dp import DP_GD_LR, DP_GD_NOISE_SCALE, DP_GD_STEPS_PER_EPOCH, DP_META, column_bounds, dp_request
@@ -39,7 +39,7 @@ __all__ = ["TRAINING_MODES", "EXACT_TRAINING_MODES", "describe_step", "fit_step"
            "exact_moments", "noisy_moments", "dp_fit_release", "Description", "describe", "as_description", "describe_checker", "pooled_standardisation",
            "fit_round", "evaluate", "checked_sums", "pool_evaluations", "was_smoothed", "smoothed_sites", "dp_plan",
            "exact_statistics_checker", "DESCRIBE_FIELDS", "standardisation", "fit_request", "dp_fit_settings",
-           "median_scores"]
+           "median_scores", "evaluate_regression", "pool_regression"]
 
 #: the modes the training steps support (an exact-aggregation model: no DP release)
 TRAINING_MODES = declare_modes("training", "secure", "dp", "robust")
@@ -315,7 +315,8 @@ def fit_step(federation: Federation, fm: FederatedModel, request: Message, templ
     coordinate-wise median of the updates (an exact model: screened and capped statistics);
     DP (``dp_fit``: :func:`dp_fit_settings`, ``None`` when the model has no DP release): the
     updates are checked for shape and finiteness only (they are noisy by design)."""
-    exact_check = exact_statistics_checker(n_classes, template["sum"][1]) if fm.exact else None
+    exact_check = None if not fm.exact else getattr(fm, "check_statistics", None) \
+        or exact_statistics_checker(n_classes, template["sum"][1])  # a model may check its own statistics
     accepted: dict[str, tuple[Params, int]] = {}
     names = [PARAM + k for k in template]
     if fm.exact:
@@ -624,3 +625,68 @@ def median_scores(per_site: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             out[f"{k}_bounds"], out[f"{k}_error_bound"] = [lo, hi], max(out[k] - lo, hi - out[k])
     out["n"] = int(sum(m["n"] for m in scored))
     return out
+
+
+# ----------------------------------------------------------------------------- regression
+def pool_regression(sums: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """``{"pooled", "per_site"}`` RMSE / MAE / R² / n from per-site ``{sse, sae, sum_y, sum_y2, n}``
+    (:func:`fedtab.learn.metrics.regression_scores`): pooled = the scores of the summed terms,
+    i.e. exactly the metrics of every site's test rows together. A :data:`SECURE_SUM` entry
+    is the total (no per-site scores); a site with no rows in the part has none either."""
+    total = {k: float(sum(s[k] for s in sums.values())) for k in (*REGRESSION_SUMS, "n")}
+    pooled = regression_scores(total["sse"], total["sae"], total["sum_y"], total["sum_y2"], total["n"])
+    per_site = {site: regression_scores(s["sse"], s["sae"], s["sum_y"], s["sum_y2"], s["n"])
+                for site, s in sums.items() if site != SECURE_SUM and s["n"] > 0}  # a site with no rows: no scores
+    return {"pooled": pooled, "per_site": per_site}
+
+
+def regression_checker(federation: Federation, part: str) -> Callable[[str, Message], None]:
+    """Validator of regression sums: the rows the site declared for ``part``, and (sent in the
+    clear) finite sums with ``sse, sae, sum_y2 >= 0``, ``sae² <= n·sse`` and ``sum_y² <= n·sum_y2``."""
+
+    def check(site: str, reply: Message) -> None:
+        assert federation.schema is not None
+        n = validate.integer(reply.meta.get("n"), "evaluated rows", equal=federation.schema.rows(site, part))
+        if not all(k in reply.arrays for k in REGRESSION_SUMS):
+            return  # masked: the total is checked
+        v = {k: validate.array(reply, k, (1,))[0] for k in REGRESSION_SUMS}
+        _check_regression_sums(v, n)
+
+    return check
+
+
+def _check_regression_sums(v: Mapping[str, float], n: float) -> None:
+    if not all(np.isfinite(float(x)) for x in v.values()):
+        raise ValueError("regression sums must be finite")
+    tol = 1e-9 * max(1.0, abs(float(v["sse"])), abs(float(v["sum_y2"])), float(v["sae"]) ** 2)
+    if min(v["sse"], v["sae"], v["sum_y2"]) < -tol or v["sae"] ** 2 > n * v["sse"] + tol * max(n, 1) \
+            or v["sum_y"] ** 2 > n * v["sum_y2"] + tol * max(n, 1):
+        raise ValueError("regression sums are inconsistent (negative or impossible for the rows)")
+
+
+def evaluate_regression(federation: Federation, params: Params, part: str = "test", *,
+                        kind: str = "regression_evaluate", meta: Mapping[str, Any] | None = None,
+                        on_error: Literal["raise", "skip"] | None = None) -> dict[str, Any]:
+    """The regression evaluation exchange (``kind``: ``"regression_evaluate"`` or GBDT's
+    ``"gbdt_score"``): ``{"pooled", "per_site"}`` RMSE / MAE / R² (:func:`pool_regression`).
+
+    Plain: per site and pooled; secure: the pooled sums only (``per_site`` empty); robust: the
+    pooled sums too (sums of squares of a fixed part have no outlier-robust reduction here).
+
+    Raises:
+        ValueError: under DP (the regression sums have no noisy release).
+        FederationError: as the exchange.
+    """
+    if federation.options.dp is not None:
+        raise ValueError("a regression evaluation is not available under differential privacy")
+    request = Message(kind, params_to(params), {"part": part, **dict(meta or {})})
+    summed = exchange_sums(federation, request, SumSpec({k: MOMENT_BITS for k in REGRESSION_SUMS}),
+                           regression_checker(federation, part), step=kind, on_error=on_error)
+    assert federation.schema is not None
+    if summed.secure:
+        n = float(sum(federation.schema.rows(s, part) for s in summed.replies))
+        total = {k: float(np.asarray(summed.sums[k]).ravel()[0]) for k in REGRESSION_SUMS}
+        _check_regression_sums(total, n)
+        return pool_regression({SECURE_SUM: {**total, "n": n}})
+    return pool_regression({s: {**{k: float(r.arrays[k][0]) for k in REGRESSION_SUMS}, "n": float(r.meta["n"])}
+                            for s, r in summed.replies.items()})
