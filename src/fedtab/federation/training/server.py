@@ -25,7 +25,7 @@ from ..messages import Message
 from ..protocol import Federation, run_ledger, set_quorum
 from ..protocol.modes import run_strategy
 from .site import check_part
-from .steps import (EXACT_TRAINING_MODES, TRAINING_MODES, as_description, describe, dp_fit_release, dp_plan,
+from .steps import (EXACT_TRAINING_MODES, LINEAR_MODES, TRAINING_MODES, as_description, describe, dp_fit_release, dp_plan,
                     evaluate, fit_request, fit_round,
                     standardisation)
 
@@ -172,6 +172,11 @@ def run_training(
     """
     from ..gbdt.training import is_gbdt, train_gbdt
 
+    if not is_gbdt(model):  # a mode the model does not support is refused before any exchange
+        early = make_model(model)
+        run_strategy(federation).check_supported(EXACT_TRAINING_MODES if early.exact else TRAINING_MODES,
+                                                 f"the exact-aggregation model {early.name!r}" if early.exact
+                                                 else f"the model {early.name!r}")
     task = training_task(federation, task)
     model = _model_for_task(model, task)
     if task == "regression" and not is_gbdt(model):
@@ -291,11 +296,7 @@ def _run_linear(federation: Federation, features: list[str] | None, model: Any, 
     check_part(train_part), check_part(eval_part)
     set_quorum(federation, min_sites)
     p0, dropped0 = len(federation.participation), set(federation.dropped)
-    opts = federation.options
-    if opts.dp is not None:
-        raise ValueError(f"dp is not available for the exact-aggregation model {fm.name!r}")
-    if opts.robust:
-        raise ValueError(f"robust mode is not available for the regression model {fm.name!r}")
+    run_strategy(federation).check_supported(LINEAR_MODES, f"the regression model {fm.name!r}")
     description = describe(federation, features, train_part, None, on_error=on_error) if described is None \
         else as_description(described, features, federation)
     feats = description.features

@@ -29,21 +29,24 @@ from ...privacy.gate import SMOOTHED
 from ...privacy.secagg import MOMENT_BITS
 from .. import validate
 from ..messages import Message
-from ..protocol import Federation, FederationError, Summed, SumSpec
+from ..protocol import SECURE_SUM, Federation, FederationError, Summed, SumSpec
 from ..protocol.modes import NoisyRelease, Reduction, SumStep, declare_modes, run_strategy
 from ..reduce import cap_weights, moment_summaries, robust_params, screen_sites, site_median, usable_counts
 from ..schema import sort_labels
 from .site import PARAM, SETUP, params_from, params_to
 
-__all__ = ["TRAINING_MODES", "EXACT_TRAINING_MODES", "describe_step", "fit_step", "evaluate_step",
+__all__ = ["TRAINING_MODES", "EXACT_TRAINING_MODES", "LINEAR_MODES", "describe_step", "fit_step", "evaluate_step",
            "exact_moments", "noisy_moments", "dp_fit_release", "Description", "describe", "as_description", "describe_checker", "pooled_standardisation",
            "fit_round", "evaluate", "checked_sums", "pool_evaluations", "was_smoothed", "smoothed_sites", "dp_plan",
            "exact_statistics_checker", "DESCRIBE_FIELDS", "standardisation", "fit_request", "dp_fit_settings",
-           "median_scores", "evaluate_regression", "pool_regression"]
+           "median_scores", "evaluate_regression", "evaluate_regression_step", "pool_regression"]
 
 #: the modes the training steps support (an exact-aggregation model: no DP release)
 TRAINING_MODES = declare_modes("training", "secure", "dp", "robust")
 EXACT_TRAINING_MODES = declare_modes("training.exact", "secure", "robust")
+#: the modes of an exact regression model (``linear``): its evaluation has no DP release and its
+#: statistics no robust screen
+LINEAR_MODES = declare_modes("training.linear", "secure")
 
 #: the description's summed arrays and their fixed-point bits under secure sums
 DESCRIBE_FIELDS = {"count": 0, "sum": MOMENT_BITS, "sumsq": MOMENT_BITS}
@@ -664,29 +667,48 @@ def _check_regression_sums(v: Mapping[str, float], n: float) -> None:
         raise ValueError("regression sums are inconsistent (negative or impossible for the rows)")
 
 
+def evaluate_regression_step(federation: Federation, params: Params, part: str = "test", *,
+                             kind: str = "regression_evaluate", meta: Mapping[str, Any] | None = None
+                             ) -> SumStep[dict[str, Any]]:
+    """The regression evaluation's configure/aggregate pair (see :func:`evaluate_regression`);
+    no DP release (the run's noisy strategy refuses it)."""
+    assert federation.schema is not None
+    schema = federation.schema
+
+    def aggregate(summed: Summed) -> dict[str, Any]:
+        sums: dict[str, dict[str, float]] = {}
+        for key, reply in summed.parts.items():
+            if key in summed.replies:  # one site's own sums
+                sums[key] = {**{k: float(reply.arrays[k][0]) for k in REGRESSION_SUMS}, "n": float(reply.meta["n"])}
+            else:  # the secure total over the sites that answered
+                total = {k: float(np.asarray(reply.arrays[k]).ravel()[0]) for k in REGRESSION_SUMS}
+                n = float(sum(schema.rows(s, part) for s in summed.replies))
+                _check_regression_sums(total, n)
+                sums[SECURE_SUM] = {**total, "n": n}
+        return pool_regression(sums)
+
+    def robust(summed: Summed) -> tuple[dict[str, Any], dict[str, str]]:
+        return aggregate(summed), {}  # sums of a fixed part: no outlier-robust reduction here
+
+    return SumStep(Message(kind, params_to(params), {"part": part, **dict(meta or {})}),
+                   SumSpec({k: MOMENT_BITS for k in REGRESSION_SUMS}), regression_checker(federation, part),
+                   aggregate, robust, kind=kind)
+
+
 def evaluate_regression(federation: Federation, params: Params, part: str = "test", *,
                         kind: str = "regression_evaluate", meta: Mapping[str, Any] | None = None,
                         on_error: Literal["raise", "skip"] | None = None) -> dict[str, Any]:
-    """The regression evaluation exchange (``kind``: ``"regression_evaluate"`` or GBDT's
-    ``"gbdt_score"``): ``{"pooled", "per_site"}`` RMSE / MAE / R² (:func:`pool_regression`).
+    """The regression evaluation exchange on the run's strategy (``kind``:
+    ``"regression_evaluate"`` or GBDT's ``"gbdt_score"``): ``{"pooled", "per_site"}`` RMSE /
+    MAE / R² (:func:`pool_regression`).
 
     Plain: per site and pooled; secure: the pooled sums only (``per_site`` empty); robust: the
     pooled sums too (sums of squares of a fixed part have no outlier-robust reduction here).
 
     Raises:
-        ValueError: under DP (the regression sums have no noisy release).
+        ValueError: under DP (the step has no noisy release: the run's noisy strategy refuses it
+            before the request goes out).
         FederationError: as the exchange.
     """
-    if federation.options.dp is not None:
-        raise ValueError("a regression evaluation is not available under differential privacy")
-    request = Message(kind, params_to(params), {"part": part, **dict(meta or {})})
-    summed = exchange_sums(federation, request, SumSpec({k: MOMENT_BITS for k in REGRESSION_SUMS}),
-                           regression_checker(federation, part), step=kind, on_error=on_error)
-    assert federation.schema is not None
-    if summed.secure:
-        n = float(sum(federation.schema.rows(s, part) for s in summed.replies))
-        total = {k: float(np.asarray(summed.sums[k]).ravel()[0]) for k in REGRESSION_SUMS}
-        _check_regression_sums(total, n)
-        return pool_regression({SECURE_SUM: {**total, "n": n}})
-    return pool_regression({s: {**{k: float(r.arrays[k][0]) for k in REGRESSION_SUMS}, "n": float(r.meta["n"])}
-                            for s, r in summed.replies.items()})
+    pair = evaluate_regression_step(federation, params, part, kind=kind, meta=meta)
+    return run_strategy(federation, None).run(federation, pair, on_error=on_error).result
