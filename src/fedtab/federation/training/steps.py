@@ -163,9 +163,10 @@ def describe(federation: Federation, features: list[str] | None, part: str, ledg
              *, kind: str = "describe", meta: Mapping[str, Any] | None = None,
              unpack: Callable[[Message], Message] | None = None, step: str = "training.describe",
              check_reply: Callable[[str, Message], Any] | None = None,
-             on_error: Literal["raise", "skip"] | None = None) -> Description:
+             on_error: Literal["raise", "skip"] | None = None,
+             arrays: Mapping[str, Any] | None = None) -> Description:
     """The description exchange (``kind`` ``"describe"``, or the election's ``"set_mask"``
-    carrying it: ``meta`` adds to the request, ``unpack`` finds the description in a reply,
+    carrying it: ``meta`` and ``arrays`` add to the request, ``unpack`` finds the description in a reply,
     ``check_reply`` validates the rest of it).
 
     Raises:
@@ -188,7 +189,7 @@ def describe(federation: Federation, features: list[str] | None, part: str, ledg
         check(site, unpack(reply) if unpack is not None else reply)
 
     fields = dict(DESCRIBE_FIELDS) if not noisy else {k: MOMENT_BITS for k in DESCRIBE_FIELDS}
-    summed = exchange_sums(federation, Message(kind, meta=body), SumSpec(fields), checked, step=kind,
+    summed = exchange_sums(federation, Message(kind, dict(arrays or {}), meta=body), SumSpec(fields), checked, step=kind,
                            on_error=on_error)
     return _description_of(federation, summed, unpack, noisy)
 
