@@ -324,8 +324,8 @@ def ballot_columns(declared: tuple[str, ...], reply: Message,
         if hashes is not None:
             hashes[id(declared)] = hit
     if reply.meta.get(SCHEMA_HASH) != hit[1]:
-        raise ValueError(f"the ballot's schema hash {str(reply.meta.get(SCHEMA_HASH))[:40]!r} is not the hash of "
-                         "the columns the site declared")
+        raise ValueError(f"the schema hash {str(reply.meta.get(SCHEMA_HASH))[:40]!r} of the ballot is not the hash "
+                         "of the columns the site declared")
     index = reply.arrays.get("column_index")
     if index is None:
         names = declared

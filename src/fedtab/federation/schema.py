@@ -473,7 +473,7 @@ def received_schema(site: "Site", meta: Any) -> dict[str, Any]:
             raise ValueError("the agreed schema's holder counts do not match its columns")
     digest = meta.get("hash")
     if digest is not None and digest != columns_hash(columns):
-        raise ValueError(f"the agreed schema's hash {str(digest)[:40]!r} does not match its columns "
+        raise ValueError(f"the hash {str(digest)[:40]} of the agreed schema does not match its columns "
                          "(the site refuses a schema it cannot reconstruct)")
     return {"columns": columns, "holders": holders, "target": meta.get("target"), "hash": columns_hash(columns)}
 
@@ -490,7 +490,7 @@ def check_request_hash(site: "Site", meta: Mapping[str, Any]) -> None:
     if mine is None:
         raise ValueError("the request refers to an agreed schema this site has not received")
     if meta[SCHEMA_HASH] != mine:
-        raise ValueError(f"the request's schema hash {str(meta[SCHEMA_HASH])[:40]!r} does not match the schema "
+        raise ValueError(f"the schema hash {str(meta[SCHEMA_HASH])[:40]} of the request does not match the schema "
                          f"this site agreed ({mine})")
 
 
