@@ -122,12 +122,11 @@ def exchange(
             bad[site] = f"replied {reply.kind[:80]!r} to a {expected!r} request"
         elif declaring:
             try:
-                declarations[site] = _schema.parse_declaration(reply.meta.pop(_schema.DECLARED, None), limits,
-                                                               validated)
+                declarations[site] = _schema.parse_declaration(reply.meta.get(_schema.DECLARED), limits, validated)
             except ValueError as exc:
                 bad[site] = f"invalid schema declaration: {exc}"
             else:
-                held[site] = reply
+                held[site] = _without(reply, _schema.DECLARED)  # its names now live once, in the declaration
         elif _schema.DECLARED in reply.meta:
             bad[site] = "sent a schema declaration in a later message (column names go only in the first exchange)"
         else:
@@ -165,6 +164,13 @@ def exchange(
         raise QuorumError(f"{expected} step: no site replied successfully")
     federation.participation.append({"step": step or expected, "sites": list(good)})
     return good
+
+
+def _without(reply: Message, key: str) -> Message:
+    """``reply`` without meta ``key`` (a new message sharing the arrays; the reply itself is not changed)."""
+    out = Message.__new__(Message)
+    out.kind, out.arrays, out.meta = reply.kind, reply.arrays, {k: v for k, v in reply.meta.items() if k != key}
+    return out
 
 
 def _check_one(check: Validator | None, site: str, reply: Message, good: dict[str, Message],
