@@ -458,8 +458,9 @@ def received_schema(site: "Site", meta: Any) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise ValueError("the agreed schema is not a JSON object")
     columns = meta.get("columns")
-    if columns == "declared":
-        columns = list(map(str, site.feature_names))
+    if columns == "declared":  # the columns this site declared (stored then: no table read here)
+        stored = site.state.get(DECLARED)
+        columns = list(stored) if isinstance(stored, list) else list(map(str, site.feature_names))
     if not isinstance(columns, list) or set(map(type, columns)) - {str}:
         raise ValueError("the agreed schema's columns must be a list of names or 'declared'")
     if "holders_all" in meta:

@@ -491,7 +491,9 @@ class Site:
 
                 reply = mask_reply(self, request, reply, kind.summable)  # gate -> [secure masking] -> wire
             if meta.get(DECLARE) and not reply.is_error:
-                reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declare(self)})
+                declaration = declare(self)
+                self.state[DECLARED] = list(declaration["columns"])  # what "declared" means in the agreed schema
+                reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declaration})
             return reply
         except KeyboardInterrupt:
             raise
