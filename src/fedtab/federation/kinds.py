@@ -239,9 +239,11 @@ _TRAINING, _GBDT, _IMPUTE, _SELECT = f"{_F}.training.site", f"{_F}.gbdt.site", f
     f"{_F}.selection.site"
 
 _MOMENT_META = {"classes": LABELS, "n_train": COUNT, "n_test": COUNT, "features": NAMES}
-_BALLOT = Releases(part="=train", aggregates=("mask", "scores", "pvalues"),
-                   meta={"feature_names": NAMES, "n_samples": COUNT, "selector": TEXT, "n_effective": NUMBER,
-                         "abstain": TEXT}, dp=("mask", "scores"), dp_releases=1)
+# a ballot names no column: packed mask bits and scores over the declared columns (or the subset
+# ``column_index`` gives by position), with the hash of that declared list (``schema:hash``)
+_BALLOT = Releases(part="=train", aggregates=("mask", "scores", "pvalues", "column_index"),
+                   meta={"n_features": COUNT, "schema:hash": TEXT, "n_samples": COUNT, "selector": TEXT,
+                         "n_effective": NUMBER, "abstain": TEXT}, dp=("mask", "scores"), dp_releases=1)
 _EVALUATE = Releases(part="part", default_part="test", per_class=True,
                      aggregates=("confusion", "brier_sum", "rank_pairs"), histograms=("score_hist",),
                      meta={"n": COUNT, SMOOTHED: FLAG}, dp=True,

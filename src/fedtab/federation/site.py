@@ -467,7 +467,7 @@ class Site:
         request is stored in ``state["schema"]`` before the handler runs; a request
         flagged ``schema:declare`` gets this site's declaration added to its reply.
         """
-        from .schema import AGREED, DECLARE, DECLARED, declare
+        from .schema import AGREED, DECLARE, DECLARED, SCHEMA_HASH, check_request_hash, declare, received_schema
 
         fn = find_handler(request.kind)
         if fn is None:
@@ -475,11 +475,12 @@ class Site:
         try:
             self.replay_table_steps()
             meta = request.meta
-            if AGREED in meta or DECLARE in meta:
-                if isinstance(meta.get(AGREED), dict):
-                    self.state["schema"] = meta[AGREED]
+            if AGREED in meta or DECLARE in meta or SCHEMA_HASH in meta:
+                if AGREED in meta:  # the server's schema, checked against its hash before it is stored
+                    self.state["schema"] = received_schema(self, meta[AGREED])
+                check_request_hash(self, meta)  # a request referring to the schema by position
                 request = Message(request.kind, request.arrays,
-                                  {k: v for k, v in meta.items() if k not in (AGREED, DECLARE)})
+                                  {k: v for k, v in meta.items() if k not in (AGREED, DECLARE, SCHEMA_HASH)})
             kind = declared(request.kind)
             if kind is None:
                 return Message.refusal(f"the site's release gate has no declaration for {request.kind[:80]!r}")
@@ -513,7 +514,9 @@ class Site:
 
                 reply = mask_reply(self, request, reply, kind.summable)  # gate -> [secure masking] -> wire
             if meta.get(DECLARE) and not reply.is_error:
-                reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declare(self)})
+                declaration = declare(self)
+                self.state[DECLARED] = list(declaration["columns"])  # what "declared" means in the agreed schema
+                reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declaration})
             return reply
         except KeyboardInterrupt:
             raise

@@ -185,7 +185,7 @@ def _description_of(federation: Federation, summed: Any, unpack: Callable[[Messa
 def describe_step(federation: Federation, features: list[str] | None, part: str, *, kind: str = "describe",
                   meta: Mapping[str, Any] | None = None, unpack: Callable[[Message], Message] | None = None,
                   step: str = "training.describe", check_reply: Callable[[str, Message], Any] | None = None,
-                  ) -> SumStep[Description]:
+                  request_arrays: Mapping[str, Any] | None = None) -> SumStep[Description]:
     """The description's configure/aggregate pair (see :func:`describe`); its DP release is 3
     releases of ``step``'s budget, its robust reduction the same description (the moments are
     screened when standardising: :func:`standardisation`)."""
@@ -204,8 +204,8 @@ def describe_step(federation: Federation, features: list[str] | None, part: str,
         def aggregate(summed: Summed) -> Description:
             return _description_of(federation, summed, unpack, noisy)
 
-        return SumStep(Message(kind, meta=body), SumSpec(dict(bits)), checked, aggregate,
-                       robust=lambda summed: (aggregate(summed), {}), kind=kind)
+        return SumStep(Message(kind, dict(request_arrays or {}), meta=body), SumSpec(dict(bits)), checked,
+                       aggregate, robust=lambda summed: (aggregate(summed), {}), kind=kind)
 
     exact = pair(exact_moments, DESCRIBE_FIELDS, False)
     exact.noisy = NoisyRelease(pair(noisy_moments, {k: MOMENT_BITS for k in DESCRIBE_FIELDS}, True), step, 3)
@@ -216,17 +216,18 @@ def describe(federation: Federation, features: list[str] | None, part: str, ledg
              *, kind: str = "describe", meta: Mapping[str, Any] | None = None,
              unpack: Callable[[Message], Message] | None = None, step: str = "training.describe",
              check_reply: Callable[[str, Message], Any] | None = None,
-             on_error: Literal["raise", "skip"] | None = None) -> Description:
+             on_error: Literal["raise", "skip"] | None = None,
+             arrays: Mapping[str, Any] | None = None) -> Description:
     """The description exchange (``kind`` ``"describe"``, or the election's ``"set_mask"``
-    carrying it: ``meta`` adds to the request, ``unpack`` finds the description in a reply,
-    ``check_reply`` validates the rest of it), on the run's strategy (:func:`run_strategy`).
+    carrying it: ``meta`` and ``arrays`` add to the request, ``unpack`` finds the description in a
+    reply, ``check_reply`` validates the rest of it), on the run's strategy (:func:`run_strategy`).
 
     Raises:
         FederationError: a site failed or sent an implausible description (naming it).
         ValueError: DP without the run's accountant (``ledger``).
     """
     pair = describe_step(federation, features, part, kind=kind, meta=meta, unpack=unpack, step=step,
-                         check_reply=check_reply)
+                         check_reply=check_reply, request_arrays=arrays)
     return run_strategy(federation, ledger).run(federation, pair, on_error=on_error).result
 
 
