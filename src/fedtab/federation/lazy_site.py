@@ -68,7 +68,8 @@ class LazySite(Site):
             self.__dict__["_site"] = site
             sizes = site.part_sizes()
             self._state[ROWS_KEY] = {"parts": sizes, "classes": {p: site.class_counts(p) for p in sizes},
-                                     "steps": len(self._state.get("table_steps") or [])}
+                                     "steps": len(self._state.get("table_steps") or []),
+                                     "target_kind": site.target_kind}
         return self._site
 
     def __getattr__(self, name: str) -> Any:  # attributes only the loaded site has (table, _split, selector ...)
@@ -117,6 +118,15 @@ class LazySite(Site):
         if counts is not None and name in counts.get("classes", {}):
             return {str(k): int(v) for k, v in counts["classes"][name].items()}
         return self.real().class_counts(part)
+
+    @property
+    def target_kind(self) -> str:
+        """How the site reads its target (``"classes"`` / ``"regression"``), recorded when the table
+        was read, so a later message need not read it again."""
+        counts = self._recorded()
+        if counts is not None and counts.get("target_kind") in ("classes", "regression"):
+            return str(counts["target_kind"])
+        return self.real().target_kind
 
     def part_sizes(self) -> dict[str, int]:
         counts = self._recorded()
