@@ -18,7 +18,8 @@ state folder, as ``fedtab deploy`` writes one (so the table cache of
   authentication (:class:`fedtab.engines.flower_deploy.LoopbackDeployment`; seconds are
   ``flwr run`` until the result, without starting the deployment), then ``flower-bare``
   (benchmarks/flower_bare.py: no fedtab, the same exchanges with the same payload sizes)
-  on the same SuperLink and SuperNodes;
+  on the same SuperLink and SuperNodes, then fedtab again with the ServerApp pulling replies
+  every 3 s (Flower's ``Grid.send_and_receive``) instead of every 0.05 s;
 * ``nvflare-sim``: FLARE's simulator (threads = 3, ``task_request_interval`` 0.2 s).
 
 Printed per engine: exchanges (the site-naming hello not counted), seconds, seconds per
@@ -128,17 +129,32 @@ def _flower_inprocess(sites: list[dict[str, Any]], cfg: dict[str, Any]) -> list[
                  note="ServerApp + ClientApps in one process, no SuperLink")]
 
 
-def _flower_loopback(sites: list[dict[str, Any]], cfg: dict[str, Any], workdir: Path) -> list[dict[str, Any]]:
-    from benchmarks.vs_nvflare import run_fedtab_flower
+def _flower_loopback(sites: list[dict[str, Any]], cfg: dict[str, Any], workdir: Path, *,
+                     slow_poll: bool = True) -> list[dict[str, Any]]:
+    """fedtab, then ``flower-bare`` with fedtab's exchange plan, then (``slow_poll``) fedtab again
+    pulling replies every 3 s as ``Grid.send_and_receive`` does, on one loopback deployment."""
+    from benchmarks.vs_nvflare import BARE_APP, bare_plan
 
-    _, result, bare = run_fedtab_flower(sites, cfg, workdir)
+    from fedtab.engines.flower_deploy import LoopbackDeployment
+
+    dep = LoopbackDeployment(sites, workdir, start_timeout=120)
+    t0 = time.perf_counter()
+    try:
+        dep.start()
+        started = time.perf_counter() - t0
+        result = dep.run(cfg, timeout=900)
+        bare = dep.run({"plan": json.dumps(bare_plan(result))}, timeout=900, app=BARE_APP)
+        slow = dep.run({**cfg, "poll-interval": 3.0}, timeout=900) if slow_poll else None
+    finally:
+        dep.stop()
     n = _workflow_exchanges(result)
-    seconds = float(result["run_seconds"])
-    rows = [_row("flower-loopback", seconds, n, _clientapp_cpu(result),
-                 note=f"TLS + auth; hello + {n} exchanges; deployment start "
-                      f"{result['deployment_start_seconds']:.1f} s not counted")]
-    if bare is not None:  # the bare run makes the hello too: the same number of Flower exchanges
-        rows.append(_row("flower-bare", float(bare["run_seconds"]), n, None, note="no fedtab; same exchanges and bytes"))
+    rows = [_row("flower-loopback", float(result["run_seconds"]), n, _clientapp_cpu(result),
+                 note=f"TLS + auth; `flwr run` until the result (hello + {n} exchanges); deployment start "
+                      f"{started:.1f} s not counted"),
+            _row("flower-bare", float(bare["run_seconds"]), n, None, note="no fedtab; same exchanges and bytes")]
+    if slow is not None:
+        rows.append(_row("flower-loopback, 3 s reply poll", float(slow["run_seconds"]), _workflow_exchanges(slow),
+                         _clientapp_cpu(slow), note="run config poll-interval = 3 (Grid.send_and_receive's sleep)"))
     return rows
 
 

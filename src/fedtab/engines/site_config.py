@@ -34,7 +34,8 @@ Keys (hyphens and underscores are interchangeable)::
                 it the ledger lives with the site object (one process, one run), so its
                 period budget (epsilon_budget) resets with every run, and the engine
                 says so at the run's start (:func:`warn_without_state_dir`). ``fedtab
-                deploy`` writes one into every site's configuration.
+                deploy`` writes one into every site's configuration. The site's
+                prepared table is cached there too (:mod:`fedtab.engines.table_cache`).
 
 Secure aggregation (the site's own configuration, never the job's or the server's)::
 
