@@ -23,12 +23,13 @@ state folder, as ``fedtab deploy`` writes one (so the table cache of
 * ``nvflare-sim``: FLARE's simulator (threads = 3, ``task_request_interval`` 0.2 s).
 
 Printed per engine: exchanges (the site-naming hello not counted), seconds, seconds per
-exchange, fedtab's own CPU per site message, and the ratio of seconds per exchange to
-``flower-bare``'s. "fedtab CPU per message" is measured where it can be told apart: on
-Flower, from the ClientApp's own stage timings (importing fedtab, restoring the site,
-the handler, storing its state; wall seconds of a single-threaded stage); in-process and
-on FLARE's simulator it is this process's (and its children's) CPU seconds divided by the
-site messages, which for FLARE includes FLARE's own work (marked ``≤``).
+exchange, fedtab's own seconds per site message, and the ratio of seconds per exchange to
+``flower-bare``'s. "fedtab s / site message" is measured where it can be told apart: on a
+Flower deployment, the mean over exchanges of the ClientApp's own stage timings (importing
+fedtab, restoring the site, the handler, storing its state: wall seconds of single-threaded
+stages, so a loaded machine inflates them); in-process and on FLARE's simulator it is this
+process's (and its children's) CPU seconds divided by the site messages, which for FLARE
+includes FLARE's own work (marked ``≤``).
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     def num(v: float | None, fmt: str) -> str:
         return "—" if v is None or v != v else format(v, fmt)
 
-    lines = ["| engine | exchanges | seconds | s / exchange | fedtab CPU-s / message | × bare per exchange | note |",
+    lines = ["| engine | exchanges | seconds | s / exchange | fedtab s / site message | × bare per exchange | note |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         cpu = num(r["fedtab_cpu_per_message"], ".3f")
