@@ -75,6 +75,17 @@ def test_the_flower_app_declares_exactly_the_run_config_keys(jobs):
     assert spec.plan() == plan
 
 
+def test_the_server_app_pulls_replies_at_the_run_configs_poll_interval(site_configs):
+    """``poll-interval`` reaches the federation (default 0.05 s, not Grid.send_and_receive's 3 s);
+    a value outside 0.001-10 s or not a number is refused in one line."""
+    app = flower.make_server_app(lambda fed, cfg: {"poll": fed.poll_interval})
+    assert flower.run_in_process(site_configs, {}, app=app)["poll"] == 0.05
+    assert flower.run_in_process(site_configs, {"poll-interval": 0.2}, app=app)["poll"] == 0.2
+    for bad in (0, 60, "soon"):
+        with pytest.raises(flower.FederationError, match="poll-interval"):
+            flower.run_in_process(site_configs, {"poll-interval": bad}, app=app)
+
+
 def test_records_round_trip_without_pickle():
     msg = Message("ballot", {"mask": np.array([True, False]), "scores": np.arange(3.0), "names": np.array(["a", "b"])},
                   {"n_samples": 7, "nested": {"x": [1, 2]}})

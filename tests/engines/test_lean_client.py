@@ -5,7 +5,9 @@ tests replay a whole election + training run one message per fresh Python proces
 site's state carried between them as Flower carries it (``encode_state`` →
 ``decode_state``), and check that (1) every reply equals the in-process run's, (2) after
 the first FedAvg round no process imports pandas/scikit-learn or reads the site's file
-(its file is overwritten), and (3) the handler table that lets a site import one workflow
+(its file is overwritten), (3) a GBDT run replayed the same way reads its CSV only in the
+first message (later table reads come from the site's table cache) and its level and
+importance messages import none of pandas/pyarrow/scipy/scikit-learn/torch, and (4) the handler table that lets a site import one workflow
 module matches what the modules register.
 """
 
@@ -185,3 +187,48 @@ def test_the_handler_table_matches_what_the_workflow_modules_register():
                   if fn.__module__.startswith("fedtab.")}
     homes = {kind: module for module, kinds in HANDLER_HOMES.items() for kind in kinds if module.startswith("fedtab.")}
     assert registered == homes
+
+
+# REPLAY with the table reader refused: a site built in this process must come from its table cache.
+REPLAY_CACHED = REPLAY.replace("import fedtab.engines.flower  # what the ClientApp process imports", textwrap.dedent("""\
+    import fedtab.engines.flower  # what the ClientApp process imports
+    import fedtab.engines.site_config as _config  # (not fedtab.data.tables: it imports pandas)
+    def _refuse(*args, **kwargs):
+        raise AssertionError("the CSV reader was called")
+    _config._read_tables = _refuse"""))
+GBDT_JOB = {"training": {"model": {"name": "gbdt", "params": {"n_trees": 2, "max_depth": 2, "max_bins": 16}}}}
+#: GBDT kinds answered from the site's state alone: no table, no pandas/pyarrow/scipy/scikit-learn
+GBDT_LEAN = ("gbdt_level", "gbdt_importance")
+
+
+def test_gbdt_messages_in_fresh_processes_read_the_csv_once_and_levels_import_nothing_heavy(tmp_path, jobs):
+    configs = write_classification_sites(tmp_path, 600, 6, 3, 1, table_seed=7, split_seed=0)
+    configs = [{**c, "policy": json.dumps({"allow_server_row_sets": True}), "state-dir": str(tmp_path / f"st{i}")}
+               for i, c in enumerate(configs)]
+    sites = [build_site(c) for c in configs]
+    calls: list[tuple[Message, Message]] = []
+    answer = sites[0].handle
+    sites[0].handle = lambda request: calls.append((request, answer(request))) or calls[-1][1]
+    from fedtab.job.spec import spec_from_plan
+    from fedtab.job.workflow import run_workflow
+
+    run_workflow(LocalFederation(sites), spec_from_plan(jobs.plan(**GBDT_JOB)))
+    kinds = [req.kind for req, _ in calls]
+    assert kinds.count("gbdt_level") >= 2 and set(GBDT_LEAN) <= set(kinds) and "gbdt_evaluate" in kinds
+    work = tmp_path / "replay"
+    work.mkdir()
+    (work / "config.json").write_text(json.dumps({**configs[0], "state-dir": str(tmp_path / "fresh-state")}))
+    for k, (request, _) in enumerate(calls):
+        (work / f"{k}_req.bin").write_bytes(request.to_bytes())
+    loads = []
+    for k, kind in enumerate(kinds):
+        script = REPLAY if k == 0 else REPLAY_CACHED  # only the site's first message may read the CSV
+        out = subprocess.run([sys.executable, "-c", script, str(work), str(k)], capture_output=True, text=True,
+                             timeout=300, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+        assert out.returncode == 0, (k, kind, out.stderr[-2000:])
+        report = json.loads(out.stdout.strip().splitlines()[-1])
+        _assert_same_reply(Message.from_bytes((work / f"{k}_rep.bin").read_bytes()), calls[k][1])
+        if kind in GBDT_LEAN:
+            assert report == {"loaded": False, "heavy": []}, (k, kind)
+        loads.append(report["loaded"])
+    assert loads[0] and sum(loads) >= 2  # later table reads (evaluation) came from the cache, not the CSV

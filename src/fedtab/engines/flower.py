@@ -463,7 +463,8 @@ Workflow = Callable[[Federation, Mapping[str, Any]], dict[str, Any]]
 
 #: the run-config keys of the Flower app (declared in ``flower_app/pyproject.toml``; ``flwr run
 #: --run-config`` refuses any other): the job plan and what the ServerApp and ClientApps read
-RUN_CONFIG_KEYS = ("job", "min-sites", "timeout", "site-keys", "result-path", "result-log", "site-settings")
+RUN_CONFIG_KEYS = ("job", "min-sites", "timeout", "site-keys", "result-path", "result-log", "site-settings",
+                   "poll-interval")
 
 
 def _site_keys(text: str) -> dict[str, str]:
@@ -473,6 +474,21 @@ def _site_keys(text: str) -> dict[str, str]:
         return load_site_keys(text)
     except ValueError as exc:
         raise FederationError(f"run config 'site-keys': {exc}") from None
+
+
+def _poll_interval(value: Any) -> float:
+    """The run config's ``poll-interval`` (seconds, 0.001–10).
+
+    Raises:
+        FederationError: not a number in that range.
+    """
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise FederationError(f"run config 'poll-interval' must be a number of seconds, got {value!r}") from None
+    if not 0.001 <= seconds <= 10:
+        raise FederationError(f"run config 'poll-interval' must be between 0.001 and 10 seconds, got {seconds:g}")
+    return seconds
 
 
 def _truthy(value: Any) -> bool:
@@ -510,7 +526,9 @@ def make_server_app(workflow: Workflow | None = None) -> ServerApp:
     ``site-keys`` (JSON ``{site: public-key fingerprint or public key}``: name each node
     by the key it authenticated with, see :class:`FlowerFederation`),
     ``result-log`` (true: also print the summary into the ServerApp's log, where
-    ``flwr log`` fetches it, see :mod:`fedtab.engines.result_log`); ``site-settings`` is
+    ``flwr log`` fetches it, see :mod:`fedtab.engines.result_log`), ``poll-interval`` (seconds
+    between two pulls of the sites' replies, default 0.05: a reply is collected as soon as it
+    arrives instead of on ``Grid.send_and_receive``'s 3 s sleep); ``site-settings`` is
     read by the ClientApps; the rest (``job``) goes to the workflow. The summary
     gains ``engine``, ``seconds_total``, ``bytes``, ``exchanges`` (per request/reply
     exchange of the workflow, see :attr:`FlowerFederation.exchanges`), ``identity`` (``"key"`` or
@@ -524,7 +542,8 @@ def make_server_app(workflow: Workflow | None = None) -> ServerApp:
         t0 = time.perf_counter()
         keys = str(cfg.get("site-keys", "") or "")
         fed = FlowerFederation(grid, min_sites=int(cfg.get("min-sites", 1)), timeout=float(cfg.get("timeout", 600)),
-                               site_keys=_site_keys(keys) if keys else None)
+                               site_keys=_site_keys(keys) if keys else None,
+                               poll_interval=_poll_interval(cfg.get("poll-interval", 0.05)))
         if workflow is None:
             from ..job.workflow import engine_workflow  # the server's imports stay out of every ClientApp process
 

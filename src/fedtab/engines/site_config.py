@@ -37,7 +37,8 @@ Keys (hyphens and underscores are interchangeable)::
                 it the ledger lives with the site object (one process, one run), so its
                 period budget (epsilon_budget) resets with every run, and the engine
                 says so at the run's start (:func:`warn_without_state_dir`). ``fedtab
-                deploy`` writes one into every site's configuration.
+                deploy`` writes one into every site's configuration. The site's
+                prepared table is cached there too (:mod:`fedtab.engines.table_cache`).
 
 Secure aggregation (the site's own configuration, never the job's or the server's)::
 
@@ -217,31 +218,68 @@ def with_job_settings(node_config: Mapping[str, Any], site_settings: Any) -> dic
 def build_site(config: Mapping[str, Any]) -> Site:
     """The :class:`Site` described by ``config`` (see the module docstring).
 
+    With a ``state-dir`` the prepared table (parsed, typed, parts drawn) is kept in the
+    site's state folder (:mod:`fedtab.engines.table_cache`, keyed by the file's content hash
+    and the settings that shape it): only the first site built from a file reads it.
+
     Raises:
         ValueError: a required key is missing or a value is invalid (naming it).
         fedtab.data.TableError: a data file cannot be read.
     """
-    from ..data.tables import read_table
-
     cfg = _checked(config)
     name = str(cfg["name"])
     target = cfg.get("target") or None
     selector = parse_selector(cfg.get("selector") or "lasso")
     seed = int(cfg.get("seed", 0))
     policy = site_policy(cfg)
-    na_values = parse_na_values(cfg.get("na_values"))
     folds, state_dir = _folds(cfg), cfg.get("state_dir") or None
-    read = {"sep": cfg.get("sep") or None, "decimal": cfg.get("decimal") or None}
-    table = _mapped(read_table(str(cfg["data_path"]), na_values, **read), target, cfg.get("label_map"))
-    if cfg.get("test_path"):
-        test = _mapped(read_table(str(cfg["test_path"]), na_values, **read), target, cfg.get("label_map"))
-        site: Site = FixedSplitSite(name, table, test, target, selector=selector, seed=seed, policy=policy, folds=folds,
-                                    state_dir=state_dir, task=str(cfg.get("task") or "auto"))
+    task = str(cfg.get("task") or "auto")
+    cache = key = cached = None
+    if state_dir is not None:
+        from .table_cache import TableCache, cache_key
+
+        try:
+            cache, key = TableCache(state_dir), cache_key(cfg)
+            cached = cache.load(key)
+        except OSError:  # an unreadable file: read_table below names it
+            cache = None
+    if cached is not None:
+        table, test = cached.table, cached.test
     else:
-        site = Site(name, table, target, test_size=float(cfg.get("test_size", 0.2)), seed=seed, selector=selector,
-                    policy=policy, folds=folds, state_dir=state_dir, task=str(cfg.get("task") or "auto"))
+        table, test = _read_tables(cfg, target)
+    site_cls = FixedSplitSite if test is not None else Site
+    site = site_cls.__new__(site_cls)
+    if cached is not None:  # the stored parts, not drawn again (checked against the table below)
+        site._draw_parts = lambda: cached.parts  # type: ignore[method-assign]
+    if test is not None:
+        site.__init__(name, table, test, target, selector=selector, seed=seed, policy=policy, folds=folds,
+                      state_dir=state_dir, task=task)
+    else:
+        site.__init__(name, table, target, test_size=float(cfg.get("test_size", 0.2)), seed=seed,
+                      selector=selector, policy=policy, folds=folds, state_dir=state_dir, task=task)
+    if cached is not None:
+        del site._draw_parts
+        if site.parts.n_rows != len(site.table):  # a damaged entry that still hashed right: draw them
+            site.parts = site._draw_parts()
+    elif cache is not None and key is not None:
+        from .table_cache import CachedTables
+
+        cache.store(key, CachedTables(table, test, site.parts))
     site.identity = site_identity(cfg)
     return site
+
+
+def _read_tables(cfg: Mapping[str, Any], target: str | None) -> tuple["pd.DataFrame", "pd.DataFrame | None"]:
+    """The site's table and held-out table (``None`` without ``test-path``) read from their files."""
+    from ..data.tables import read_table
+
+    na_values = parse_na_values(cfg.get("na_values"))
+    read = {"sep": cfg.get("sep") or None, "decimal": cfg.get("decimal") or None}
+    table = _mapped(read_table(str(cfg["data_path"]), na_values, **read), target, cfg.get("label_map"))
+    test = None
+    if cfg.get("test_path"):
+        test = _mapped(read_table(str(cfg["test_path"]), na_values, **read), target, cfg.get("label_map"))
+    return table, test
 
 
 def _mapped(table: "pd.DataFrame", target: str | None, label_map: Any) -> "pd.DataFrame":
