@@ -10,6 +10,12 @@ at fault (``[training] rounds``) and, for an unknown key, the closest valid one 
 line, also for a file that cannot be read, is not TOML, or nests deeper than
 :data:`MAX_DEPTH` levels.
 
+Validation is declarative, as scikit-learn's ``_parameter_constraints``: a key's type is its
+dataclass annotation (:data:`_TYPES`), each section's values meet its ``_constraints`` table
+(:mod:`fedtab.job.constraints`), and the keys' interactions are the rows of :data:`RULES`; the
+run's options (secure aggregation, robust reducers, ``max_site_share``, ``min_holders``) are
+checked once, by the :class:`~fedtab.federation.protocol.RunOptions` the workflows are given.
+
 A job *file* writes only inside its own folder: ``[run] out`` must resolve (symbolic links
 followed) to the job file's folder or below it; an output elsewhere is given by the
 caller (``fedtab run --out``, ``run_job(..., out=...)``), never by the file.
@@ -362,51 +368,46 @@ def _unknown(where: str, key: str, valid: tuple[str, ...] | list[str], source: s
     return JobError(f"{source}: unknown key {where}{key!r}{hint}")
 
 
-def _typed(value: Any, default: Any, annotation: str, where: str, source: str) -> Any:
-    """Check ``value`` against the field's declared type (from the dataclass annotation string)."""
-    def bad(kind: str) -> JobError:
-        return JobError(f"{source}: {where} must be {kind}, got {value!r}")
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-    if value is None and annotation.endswith("| None"):
+
+def _same(v: Any) -> Any:
+    return v
+
+
+#: a field's declared type (its annotation) -> (what it accepts, what the error says it must be, the
+#: value kept); an ``X | None`` field not listed takes ``X``'s row and also ``None``; any other
+#: annotation (``Any``: selector and model specs, checked by their factories) takes the value as is
+_TYPES: dict[str, tuple[Callable[[Any], bool], str, Callable[[Any], Any]]] = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer", _same),
+    "float": (_is_number, "a number", float),
+    "bool": (lambda v: isinstance(v, bool), "true or false", _same),
+    "str": (lambda v: isinstance(v, str), "a string", _same),
+    "list | None": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers",
+                    lambda v: [float(x) for x in v]),
+    "list[str] | None": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings",
+                         list),
+    "dict | None": (lambda v: isinstance(v, Mapping), "a table (an inline table { ... } in TOML)", dict),
+    "list[str]": (lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v),
+                  "a list of column names", list),
+    "Path": (lambda v: isinstance(v, str) and bool(v), "a path string", Path),
+}
+
+
+def _typed(value: Any, default: Any, annotation: str, where: str, source: str) -> Any:
+    """Check ``value`` against the field's declared type (from the dataclass annotation string,
+    :data:`_TYPES`)."""
+    optional = annotation.endswith(" | None")
+    if value is None and optional:
         return None
-    if annotation in ("int", "int | None"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad("an integer")
+    row = _TYPES.get(annotation) or (_TYPES.get(annotation.removesuffix(" | None")) if optional else None)
+    if row is None:
         return value
-    if annotation in ("float", "float | None"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad("a number")
-        return float(value)
-    if annotation in ("bool", "bool | None"):
-        if not isinstance(value, bool):
-            raise bad("true or false")
-        return value
-    if annotation == "list | None":
-        if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                  for v in value):
-            raise bad("a list of numbers")
-        return [float(v) for v in value]
-    if annotation == "list[str] | None":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise bad("a list of strings")
-        return list(value)
-    if annotation == "dict | None":
-        if not isinstance(value, Mapping):
-            raise bad("a table (an inline table { ... } in TOML)")
-        return dict(value)
-    if annotation == "list[str]":
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise bad("a list of column names")
-        return list(value)
-    if annotation in ("str", "str | None"):
-        if not isinstance(value, str):
-            raise bad("a string")
-        return value
-    if annotation == "Path":
-        if not isinstance(value, str) or not value:
-            raise bad("a path string")
-        return Path(value)
-    return value  # Any: selector / model specs are checked by their factories
+    accepts, kind, keep = row
+    if not accepts(value):
+        raise JobError(f"{source}: {where} must be {kind}, got {value!r}")
+    return keep(value)
 
 
 def _section(cls: type, raw: Any, name: str, source: str) -> Any:
@@ -712,6 +713,29 @@ def _check_out(out: Path, base: Path, source: str) -> None:
                        "there); give the output directory on the command line (--out) to write elsewhere")
 
 
+def _site(name: str, raw: Any, base: Path, source: str) -> SiteSpec:
+    """``[sites.<name>]``: its keys and their types (its values are checked by :meth:`SiteSpec`'s
+    table in :func:`check_spec`); a relative path is resolved against ``base``."""
+    if not isinstance(raw, Mapping):
+        raise JobError(f"{source}: [sites.{name}] must be a table with path = \"...\"")
+    for key in raw:
+        if key not in _SITE_KEYS:
+            raise _unknown(f"[sites.{name}] ", key, _SITE_KEYS, source)
+    where = f"[sites.{name}]"
+    path = _typed(raw["path"], None, "Path", f"{where} path", source) if raw.get("path") else None
+    return SiteSpec(
+        name=name,
+        path=path if path is None or path.is_absolute() else base / path,
+        na_values=_na_values(raw.get("na_values", []), f"{where} na_values", source),
+        selector=raw.get("selector"),
+        min_rows=_typed(raw.get("min_rows"), None, "int | None", f"{where} min_rows", source),
+        allow_server_row_sets=_typed(raw.get("allow_server_row_sets", False), False, "bool",
+                                     f"{where} allow_server_row_sets", source),
+        sep=_typed(raw.get("sep"), None, "str | None", f"{where} sep", source),
+        decimal=_typed(raw.get("decimal"), None, "str | None", f"{where} decimal", source),
+    )
+
+
 def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = "<dict>", *,
               sites_required: bool = True, confine_out: bool = False) -> JobSpec:
     """Validate a job document (the parsed TOML) and resolve site paths against ``base_dir``.
@@ -745,25 +769,7 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
     if not isinstance(sites_raw, Mapping) or (sites_required and not sites_raw):
         raise JobError(f"{source}: the job needs at least one [sites.<name>] table")
     base = Path(base_dir)
-    sites = []
-    for name, raw in sites_raw.items():
-        if not isinstance(raw, Mapping):
-            raise JobError(f"{source}: [sites.{name}] must be a table with path = \"...\"")
-        for key in raw:
-            if key not in _SITE_KEYS:
-                raise _unknown(f"[sites.{name}] ", key, _SITE_KEYS, source)
-        path = _typed(raw["path"], None, "Path", f"[sites.{name}] path", source) if raw.get("path") else None
-        sites.append(SiteSpec(
-            name=str(name),
-            path=path if path is None or path.is_absolute() else base / path,
-            na_values=_na_values(raw.get("na_values", []), f"[sites.{name}] na_values", source),
-            selector=raw.get("selector"),
-            min_rows=_typed(raw.get("min_rows"), None, "int | None", f"[sites.{name}] min_rows", source),
-            allow_server_row_sets=_typed(raw.get("allow_server_row_sets", False), False, "bool",
-                                         f"[sites.{name}] allow_server_row_sets", source),
-            sep=_typed(raw.get("sep"), None, "str | None", f"[sites.{name}] sep", source),
-            decimal=_typed(raw.get("decimal"), None, "str | None", f"[sites.{name}] decimal", source),
-        ))
+    sites = [_site(str(name), raw, base, source) for name, raw in sites_raw.items()]
     sections = {k: _section(cls, doc[k], k, source) for k, cls in _SECTIONS.items() if doc.get(k) is not None}
     run = sections.get("run", RunSpec())
     if confine_out:
