@@ -33,6 +33,14 @@
   correlations the secure sums produce — the GNN's drift is in the notes). The plain
   imputation run is the ε = ∞ row's.
 
+* ``steps`` rows — per step (``election``, ``training`` on the seed demo; ``imputation`` on
+  AirQuality) and mode (``plain``, ``secure``, ``dp`` at ε = 8): the guarantee, read from the
+  declarations of the message kinds the step sent (:mod:`fedtab.report.guarantees`), and its
+  measured cost: seconds (wall, one run), bytes (both directions), exchanges (requests the
+  server made; not recorded for the imputer, which builds its own federation) and the utility
+  the rows above measure (election: signal columns kept; training: pooled weighted F1 —
+  under DP from the noisy confusion matrices; imputation: RMSE).
+
 Run: ``python -m benchmarks.privacy`` (``--quick`` for a smoke run); writes
 ``benchmarks/results/privacy.{json,md}`` with the goals table (secure ≤ 2× plain time;
 at ε = 8 within 0.02 F1 / 5 % RMSE of ε = ∞).
@@ -164,14 +172,15 @@ def _imputation_runs(metric: str, eps: float, quick: bool) -> int:
     return PRIOR_REPEATS if metric == "rmse_prior_only" else (GNN_REPEATS_AT_GOAL if eps == 8.0 else 1)
 
 
-def imputation(epsilons, quick: bool, log) -> tuple[list[dict], list[str], dict[str, Any]]:
+def imputation(epsilons, quick: bool, log) -> tuple[list[dict], list[str], dict[str, Any], list[dict]]:
     """DP rows of AirQuality imputation and the plain-vs-secure row. The non-private
     (ε = ∞) run is also the plain side of the secure-aggregation comparison: same settings.
 
     The secure row's ``max_rel_diff`` is over what the secure sums produce — pooled mean,
     std and correlations; the notes add how far the fitted prior, the GNN weights and the
     RMSE moved (the factor prior's fit amplifies a 1e-9 change of the correlations, and
-    float32 training amplifies that over the rounds)."""
+    float32 training amplifies that over the rounds). The last value: the imputation's
+    ``steps`` rows (:func:`step_row`): plain, secure and DP at ε = 8 (its first run)."""
     from benchmarks.impute import score
 
     train, tests, queries, cols, split = _airquality(quick)
@@ -194,6 +203,10 @@ def imputation(epsilons, quick: bool, log) -> tuple[list[dict], list[str], dict[
                  f"GNN weights (jointly) {_rel(weights(p), weights(s)):.1e}; test RMSE "
                  f"{score(plain_preds, tests, q, split, cols)[0]:.4f} plain vs "
                  f"{score(secure_preds, tests, q, split, cols)[0]:.4f} secure")
+    kinds = _imputation_kinds()
+    steps = [step_row("imputation", mode, dataset, sec, sum(r.result_.bytes), None, "rmse",
+                      score(pr, tests, q, split, cols)[0], kinds)
+             for mode, sec, r, pr in (("plain", sp, plain, plain_preds), ("secure", ss, secure, secure_preds))]
     for eps in epsilons:
         for metric, extra in (("rmse", {}), ("rmse_prior_only", {"rounds": 0})):
             values, spent, t0 = [], "no noise", time.perf_counter()
@@ -201,7 +214,10 @@ def imputation(epsilons, quick: bool, log) -> tuple[list[dict], list[str], dict[
                 if math.isinf(eps) and metric == "rmse":
                     imp, preds = plain, plain_preds
                 else:
-                    imp, preds, _ = _timed_impute(train, cols, q, quick, dp=_dp(eps, Z_BOUNDS), **extra)
+                    imp, preds, sec = _timed_impute(train, cols, q, quick, dp=_dp(eps, Z_BOUNDS), **extra)
+                    if eps == STEP_EPSILON and metric == "rmse" and len(steps) == 2:
+                        steps.append(step_row("imputation", "dp", dataset, sec, sum(imp.result_.bytes), None,
+                                              "rmse", score(preds, tests, q, split, cols)[0], kinds))
                 values.append(score(preds, tests, q, split, cols)[0])
                 pr = imp.result_.privacy
                 if pr:
@@ -213,7 +229,7 @@ def imputation(epsilons, quick: bool, log) -> tuple[list[dict], list[str], dict[
             notes.append(f"imputation ({metric}) ε = {eps}: {spent}{spread}")
             log(f"ε={eps}: imputation {metric} {np.mean(values):.4f} over {len(values)} run(s)  "
                 f"[{time.perf_counter() - t0:.1f}s]")
-    return rows, notes, secure_row
+    return rows, notes, secure_row, steps
 
 
 def _rel(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
@@ -250,6 +266,73 @@ def secure_demo(cfg: DemoConfig, log, runs: int = 3) -> dict[str, Any]:
     diff = _rel({**p.params, "mean": p.mean, "std": p.std}, {**s.params, "mean": s.mean, "std": s.std})
     return {"task": "election+training", "dataset": "seed_demo", "seconds_plain": min(seconds[False]),
             "seconds_secure": min(seconds[True]), "bytes_plain": int(bp), "bytes_secure": int(bs), "max_rel_diff": diff}
+
+
+#: the ε of the ``dp`` mode in the step × mode table
+STEP_EPSILON = 8.0
+#: the modes of the step × mode table
+MODES = ("plain", "secure", "dp")
+
+
+def _imputation_kinds() -> list[str]:
+    """The imputation's message kinds over rows, read from their declarations (the imputer runs
+    its own federation, whose traffic this benchmark does not see)."""
+    from fedtab.federation.kinds import KINDS
+
+    return [k.name for k in KINDS.values() if k.home == "fedtab.federation.imputation.site" and k.releases.part]
+
+
+def step_row(step: str, mode: str, dataset: str, seconds: float, nbytes: int, exchanges: int | None, metric: str,
+             value: float, kinds: list[str]) -> dict[str, Any]:
+    """One row of the step × mode table (``kinds``: the message kinds the step sent, first use first)."""
+    return {"step": step, "mode": mode, "dataset": dataset, "epsilon": STEP_EPSILON if mode == "dp" else None,
+            "seconds": float(seconds), "bytes": int(nbytes), "exchanges": exchanges, "metric": metric,
+            "value": float(value), "kinds": list(kinds)}
+
+
+def demo_steps(cfg: DemoConfig, log) -> list[dict[str, Any]]:
+    """The election and the training of the seed demo, once per mode, each on a fresh federation:
+    seconds, bytes, exchanges, utility and the kinds sent (from the federation's traffic)."""
+    fed, features = _demo_federation(cfg)
+    signal = set(features[:SIGNAL_FEATURES])
+    plain_features = run_election(fed, 0.5).result.selected_names
+    out = []
+    for step in ("election", "training"):
+        for mode in MODES:
+            fed, _ = _demo_federation(cfg)
+            set_options(fed, secure_aggregation=mode == "secure",
+                        dp=_dp(STEP_EPSILON, DEMO_BOUNDS) if mode == "dp" else None)
+            t0 = time.perf_counter()
+            if step == "election":
+                kept = run_election(fed, 0.5, describe="train").result.selected_names
+                metric, value = "signal_kept", len(set(kept) & signal)
+            else:
+                tr = run_training(fed, plain_features, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
+                                  seed=cfg.seed)
+                metric, value = "f1", tr.pooled["weighted_f1"]
+            seconds = time.perf_counter() - t0
+            kinds = list(dict.fromkeys(r.kind for r in fed.traffic.records))
+            out.append(step_row(step, mode, "seed_demo", seconds, sum(fed.traffic.total()), fed.exchange_count,
+                                metric, value, kinds))
+            log(f"{step} {mode}: {seconds:.2f}s, {out[-1]['bytes']} bytes, {fed.exchange_count} exchanges, "
+                f"{metric} {value:.4f}")
+    return out
+
+
+def step_guarantee(kinds: list[str], mode: str) -> str:
+    """What the declarations of ``kinds`` guarantee in ``mode`` (:func:`fedtab.report.guarantees.guarantee_of`),
+    one clause per kind over rows (key exchanges and acknowledgements left out)."""
+    from fedtab.federation.kinds import KINDS
+    from fedtab.report.guarantees import guarantee_of
+
+    parts = []
+    for name in kinds:
+        kind = KINDS.get(name)
+        if kind is None or kind.releases.part is None:
+            continue
+        text = guarantee_of(kind)[mode]
+        parts.append(f"`{name}`: {text.split(' — ', 1)[-1] if mode == 'plain' else text}")
+    return "; ".join(parts).replace("|", "\\|")
 
 
 def _value(result: dict[str, Any], task: str, metric: str, eps: float) -> float | None:
@@ -321,6 +404,15 @@ def summarise(result: dict[str, Any], notes: list[str], command: str, seconds: f
     lines = ["# Privacy benchmark", "", f"Command: `{command}` ({seconds / 60:.1f} min on the shared 2-core box).", "",
              "## Goals", "", "| goal | measured | met |", "|---|---|---|"]
     lines += [f"| {g} | {m} | {'yes' if ok else 'NO'} |" for g, m, ok in goals(result)]
+    lines += ["", f"## Per step and mode: the guarantee and its cost (DP at ε = {STEP_EPSILON:g})", "",
+              "The guarantee is read from the declarations of the message kinds each step sent "
+              "(`fedtab.report.guarantees`, the table of docs/privacy.md); the cost is one measured run.", "",
+              "| step | mode | dataset | seconds | bytes | exchanges | utility | guarantee |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in result.get("steps", []):
+        ex = "—" if r["exchanges"] is None else str(r["exchanges"])
+        lines.append(f"| {r['step']} | {r['mode']} | {r['dataset']} | {r['seconds']:.2f} | {r['bytes']} | {ex} | "
+                     f"{r['metric']} {r['value']:.4f} | {step_guarantee(r['kinds'], r['mode'])} |")
     lines += ["", *guarantee_lines(), "## Differential privacy: utility against ε (δ = 1e-5)", "",
               "| task | dataset | metric | " + " | ".join("∞" if math.isinf(e) else f"ε={e:g}" for e in EPSILONS) + " |",
               "|---|---|---|" + "---|" * len(EPSILONS)]
@@ -356,8 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     epsilons = (8.0, math.inf) if args.quick else EPSILONS
     dp_rows, notes = dp_election_and_training(cfg, epsilons, 1 if args.quick else REPEATS, print)
     demo_row = secure_demo(cfg, print)
-    rows, more, impute_row = imputation(epsilons, args.quick, print)
-    result = {"dp": dp_rows + rows, "secure_aggregation": [demo_row, impute_row]}
+    steps = demo_steps(cfg, print)
+    rows, more, impute_row, impute_steps = imputation(epsilons, args.quick, print)
+    result = {"dp": dp_rows + rows, "secure_aggregation": [demo_row, impute_row], "steps": steps + impute_steps}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "privacy.json").write_text(json.dumps(result, indent=2) + "\n")
     command = "python -m benchmarks.privacy" + (" --quick" if args.quick else "")

@@ -12,9 +12,9 @@ format on (every message is serialised and decoded, so byte counts are real).
    the request, in the handler and encoding the reply, summed over sites
    (``LocalFederation.site_seconds``); server seconds = wall − site seconds (CPU
    seconds likewise, robust to other load on a shared machine). Peak server memory =
-   tracemalloc peak of the server's side of the step (encoding requests, decoding and
-   holding the replies, reducing), replayed untimed from the replies recorded in the
-   timed run.
+   tracemalloc peak of the server's side of the step (encoding requests, decoding each
+   reply as it is taken, validating and reducing), replayed untimed from the replies
+   recorded in the timed run.
 2. **Non-IID** (K = 30) — label skew (Dirichlet α ∈ {∞, 1, 0.1}), quantity skew
    and covariate shift. The elected mask (ANOVA F with FDR control, ``fd`` =
    ``NONIID_FD``; sites with one class abstain) is scored by signal recall, noise kept
@@ -211,9 +211,14 @@ class Replay(Federation):
         return list(self._names)
 
     def ask(self, requests: Mapping[str, Message]) -> dict[str, Message]:
+        return dict(self.ask_each(requests))
+
+    def ask_each(self, requests: Mapping[str, Message]) -> Iterator[tuple[str, Message]]:
+        """Decode each recorded reply only when the server takes it (as a streaming engine does)."""
         encoded = {id(r): r.to_bytes() for r in requests.values()}  # a broadcast is encoded once
         assert encoded
-        return {n: Message.from_bytes(self._raw[r.kind][n]) for n, r in requests.items()}
+        for n, r in requests.items():
+            yield n, Message.from_bytes(self._raw[r.kind][n])
 
 
 def peak_mb(fn: Callable[[], Any]) -> float:

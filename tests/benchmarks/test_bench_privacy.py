@@ -8,6 +8,7 @@ import pytest
 pytestmark = pytest.mark.requires("dp_accounting", "torch")
 
 DP_KEYS = {"task", "dataset", "epsilon", "delta", "metric", "value"}
+STEP_KEYS = {"step", "mode", "dataset", "epsilon", "seconds", "bytes", "exchanges", "metric", "value", "kinds"}
 SECURE_KEYS = {"task", "dataset", "seconds_plain", "seconds_secure", "bytes_plain", "bytes_secure", "max_rel_diff"}
 
 
@@ -17,7 +18,7 @@ def test_quick_run_writes_results(tmp_path):
 
     privacy.main(["--quick", "--out", str(tmp_path)])
     doc = json.loads((tmp_path / "privacy.json").read_text())
-    assert set(doc) == {"dp", "secure_aggregation"}
+    assert set(doc) == {"dp", "secure_aggregation", "steps"}
     assert all(set(r) == DP_KEYS for r in doc["dp"]) and all(set(r) == SECURE_KEYS for r in doc["secure_aggregation"])
     rows = {(r["task"], r["metric"], r["epsilon"]): r["value"] for r in doc["dp"]}
     for task, metric in (("election", "f1"), ("election", "signal_kept"), ("training", "f1"),
@@ -30,6 +31,23 @@ def test_quick_run_writes_results(tmp_path):
         assert r["max_rel_diff"] < 1e-6, r  # the secure sums reproduce the plain run
         assert r["bytes_secure"] > r["bytes_plain"] > 0 and r["seconds_plain"] > 0
     assert {r["task"] for r in doc["secure_aggregation"]} == {"election+training", "imputation"}
+    # per step and mode: the guarantee (from the declarations of the kinds sent) and the measured cost
+    steps = {(r["step"], r["mode"]): r for r in doc["steps"]}
+    assert all(set(r) == STEP_KEYS for r in doc["steps"])
+    assert set(steps) == {(s, m) for s in ("election", "training", "imputation") for m in ("plain", "secure", "dp")}
+    for r in doc["steps"]:
+        assert r["seconds"] > 0 and r["bytes"] > 0 and math.isfinite(r["value"]) and r["kinds"], r
+    for s in ("election", "training"):
+        assert steps[(s, "secure")]["exchanges"] > steps[(s, "plain")]["exchanges"] > 0  # masking costs exchanges
+        assert steps[(s, "secure")]["bytes"] > steps[(s, "plain")]["bytes"]
+        assert "secagg_keys" in steps[(s, "secure")]["kinds"] and "secagg_keys" not in steps[(s, "plain")]["kinds"]
+    assert "fit" in steps[("training", "plain")]["kinds"] and "ballot" in steps[("election", "plain")]["kinds"]
     md = (tmp_path / "privacy.md").read_text()
+    assert "| step | mode | dataset | seconds | bytes | exchanges | utility | guarantee |" in md
+    from fedtab.federation.kinds import KINDS
+    from fedtab.report.guarantees import guarantee_of
+
+    assert f"`fit`: {guarantee_of(KINDS['fit'])['secure']}" in md  # the guarantee is the declarations' text
+    assert f"`ballot`: {guarantee_of(KINDS['ballot'])['dp']}" in md
     assert "python -m benchmarks.privacy --quick" in md
     assert "| goal | measured | met |" in md and "secure aggregation ≤ 2× plain time" in md

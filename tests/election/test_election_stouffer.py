@@ -24,8 +24,8 @@ from fedtab.privacy import DisclosurePolicy
 
 def skewed_tables(n_sites=10, n=3000, d=60, alpha=0.1, shift=0.25, seed=0):
     """Two Gaussian classes whose means differ by ``shift`` on the first 6 columns (the
-    signal), split by Dirichlet(alpha) label skew; every site keeps >= 6 rows of each class
-    (so none abstains). Returns (tables, signal mask)."""
+    signal), split by Dirichlet(alpha) label skew; every site keeps >= 10 rows (the policy floor) of each class
+    (so none abstains, and no class falls below the floor into no part). Returns (tables, signal mask)."""
     rng = np.random.default_rng(seed)
     y = rng.integers(0, 2, size=n)
     X = rng.normal(size=(n, d))
@@ -34,9 +34,9 @@ def skewed_tables(n_sites=10, n=3000, d=60, alpha=0.1, shift=0.25, seed=0):
     parts = [[] for _ in range(n_sites)]
     for c in (0, 1):
         idx = rng.permutation(np.flatnonzero(y == c))
-        take = 6 * n_sites  # 6 rows of this class for every site, the rest by Dirichlet shares
+        take = 10 * n_sites  # min_rows (10) rows of this class for every site, the rest by Dirichlet shares
         for i in range(n_sites):
-            parts[i].extend(idx[6 * i:6 * i + 6].tolist())
+            parts[i].extend(idx[10 * i:10 * i + 10].tolist())
         cuts = (np.cumsum(rng.dirichlet(np.full(n_sites, alpha)))[:-1] * (len(idx) - take)).astype(int)
         for i, chunk in enumerate(np.split(idx[take:], cuts)):
             parts[i].extend(chunk.tolist())
@@ -48,7 +48,7 @@ def fdr_selector():
 
 
 def test_label_skew_plain_rule_loses_the_signal_stouffer_keeps_the_pooled_mask():
-    tables, signal = skewed_tables(shift=0.3, seed=2)
+    tables, signal = skewed_tables(shift=0.3, seed=4)
     plain = FederatedFeatureElection(fdr_selector(), freedom_degree=0.5, pooled_comparison=True).fit(tables, "target")
     stouffer = FederatedFeatureElection(fdr_selector(), freedom_degree=0.5, pooled_comparison=True,
                                         consensus="stouffer").fit(tables, "target")

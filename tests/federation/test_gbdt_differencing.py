@@ -231,3 +231,67 @@ def test_dp_regression_clips_the_labels_at_the_site():
     true_sum = float(site.rows("train")["target"].sum())
     assert true_sum > 1000 * n * 0.9
     assert abs(s[0]) < 50  # the noise (z ≥ 1 at sensitivity ~1), never ~1000 per row
+
+
+# ----------------------------------------------------------------------------- bin summaries
+def _summary(site: Site, **meta) -> Message:
+    return site.handle(Message("gbdt_summary", meta={"features": FEATS, "part": "train", **meta}))
+
+
+def _column(reply: Message, j: int) -> tuple[np.ndarray, np.ndarray]:
+    p = reply.arrays["ptr"]
+    return reply.arrays["values"][p[j]:p[j + 1]], reply.arrays["counts"][p[j]:p[j + 1]]
+
+
+def test_bin_summaries_with_the_servers_parameters_cannot_be_differenced(tmp_path):
+    """The probe: summaries of one column under many ``sketch_size``/``min_rows``/parts, each
+    block a mean of >= min_rows rows, but differently cut: ``c2·m2 − c1·m1`` of two first
+    blocks of ``c1 < c2`` rows is the sum of ``c2 − c1`` rows (one row's value for 11 and 10).
+    The site answers every one with the summary it fixed, also after a restart and after its
+    table changed: every difference of two replies is zero, and no block holds fewer than 10 rows."""
+    table = _table()
+    site = Site("s", table, "target", state_dir=tmp_path)
+    x0 = np.sort(site.rows("train")["f0"].to_numpy())
+    first = _summary(site)
+    assert first.kind == "gbdt_summary", first.meta
+    replies = [first]
+    for sketch in (2, 7, 16, 25, 64, 1000):
+        for floor in (1, 10, 11, 30):
+            for part in ("train", "fit", "validation"):
+                replies.append(_summary(site, sketch_size=sketch, min_rows=floor, part=part))
+    replies.append(site.handle(Message("gbdt_summary", meta={"features": ["f1", "f0"], "part": "train"})))
+    restarted = Site("s", table.assign(f0=table["f0"] + 1.0), "target", state_dir=tmp_path)  # same ledger
+    replies.append(_summary(restarted, sketch_size=11))
+    firsts = set()
+    for r in replies:
+        assert r.kind == "gbdt_summary", r.meta
+        j = 1 if r.arrays["ptr"].size == 3 else 0  # the ["f1", "f0"] request: two columns, f0 second
+        values, counts = _column(r, j)
+        np.testing.assert_array_equal(values, _column(first, 0)[0])
+        np.testing.assert_array_equal(counts, _column(first, 0)[1])
+        assert counts.min() >= 10
+        firsts.add((int(counts[0]), float(values[0])))
+    # the probe's differences: first blocks of c1 < c2 rows give the sum of c2 - c1 rows
+    recovered = [(c2 * m2 - c1 * m1) for c1, m1 in firsts for c2, m2 in firsts if 0 < c2 - c1 < 10]
+    assert recovered == []
+    assert len(firsts) == 1
+    # what an old site answered: blocks cut by the request, and the 11th smallest value read exactly
+    from fedtab.learn.gbdt import site_summary
+    a = site_summary(x0[:, None], sketch_size=10**6, min_rows=10)  # an old site's floor: max(its, the request's)
+    b = site_summary(x0[:, None], sketch_size=10**6, min_rows=11)
+    assert a["counts"][0] == 10 and b["counts"][0] == 11
+    assert abs(11 * b["values"][0] - 10 * a["values"][0] - x0[10]) < 1e-9
+
+
+def test_a_site_summarises_its_training_part_with_its_own_floor():
+    """The site's floor (25 here) and its training part, whatever the request asks (a floor of
+    1, 1000 points, the fit part): blocks of >= 25 rows counting every training row's cell."""
+    table = _table()
+    site = Site("s", table, "target", policy={"min_rows": 25})
+    reply = _summary(site, min_rows=1, sketch_size=1000, part="fit")
+    assert reply.kind == "gbdt_summary", reply.meta
+    n_train = len(site.rows("train"))
+    for j in range(len(FEATS)):
+        _, counts = _column(reply, j)
+        assert counts.min() >= 25 and counts.sum() == n_train
+    assert reply.meta["n"] == len(site.rows("fit"))

@@ -73,16 +73,19 @@ def _assert_only(exc, site):
 
 
 @pytest.mark.parametrize("tamper, match", [
-    (lambda r: _replace(r, {"mask": np.append(r.arrays["mask"], True), "scores": np.append(r.arrays["scores"], 9.0)},
-                        feature_names=r.meta["feature_names"] + ["secret"]), "limit 8"),
-    (lambda r: _replace(r, feature_names=r.meta["feature_names"][:-1] + ["secret"]), "'secret'.*did not declare"),
+    # a ballot is packed mask bits + scores over the declared columns, named by the columns' hash
+    (lambda r: _replace(r, {"mask": np.append(r.arrays["mask"], np.uint8(255)), "scores": np.append(r.arrays["scores"], 9.0)},
+                        n_features=9), "n_features is 9"),
+    (lambda r: _replace(r, feature_names=["f0", "secret"]), "carries column names"),
+    (lambda r: _replace(r, **{"schema:hash": "0" * 32}), "schema hash"),
     (lambda r: _replace(r, n_samples=10**12), "n_samples"),
     (lambda r: _replace(r, n_samples=10**400 // 10**390), "n_samples"),
-    (lambda r: _replace(r, {"mask": r.arrays["mask"][:-1]}), "entries"),
+    (lambda r: _replace(r, {"mask": np.zeros(2, np.uint8)}), "1 packed bytes"),
+    (lambda r: _replace(r, {"scores": np.zeros(10**6)}), "8 entries but scores have 1000000"),
     # a ballot may cover a subset of the declared columns (the ones the site measures, issue 22),
-    # but its names and its mask must agree
-    (lambda r: _replace(r, feature_names=r.meta["feature_names"][:-1],
-                        ), "7 feature names for 8 mask entries"),
+    # named by position, and its count and mask must agree
+    (lambda r: _replace(r, {"column_index": np.array([0, 99], np.uint32)}, n_features=2), "increasing positions"),
+    (lambda r: _replace(r, {"column_index": np.arange(7, dtype=np.uint32)}), "n_features is 8"),
 ])
 def test_ballots_that_break_the_schema_are_rejected_naming_only_the_sender(tamper, match):
     fed = LocalFederation(sites(hostile=tamper))

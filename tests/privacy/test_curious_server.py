@@ -76,6 +76,16 @@ def test_class_moments_and_evaluations_refuse_a_class_below_the_floor():
     t = pd.DataFrame({"x": rng.normal(size=120), "target": [0] * 112 + [1] * 8})  # 8 positives in all
     site = Site("s", t, "target", policy=DisclosurePolicy(min_rows=MIN_ROWS), test_size=0.2)
     assert site.n_rows("test") >= MIN_ROWS and site.class_counts("test") == {"0": site.n_rows("test")}
+    # a class below the floor is in no part (issue 28): nothing is computed over its 8 rows
+    for part in site.part_sizes():
+        assert "1" not in site.class_counts(part), part
+    reply = site.handle(Message("class_moments", meta={"part": "train"}))
+    assert not reply.is_refusal and reply.meta["classes"] == ["0"]
+    # parts that held them (the old draw: all 8 in train) are refused by the gate per class
+    from fedtab.federation.parts import RowParts
+
+    idx = np.arange(len(t))
+    site.parts = RowParts(len(t), np.setdiff1d(idx, site.parts.test), site.parts.test)
     reply = site.handle(Message("class_moments", meta={"part": "train"}))  # 8 positives in train
     assert reply.is_refusal and "class" in reply.meta["reason"]
 

@@ -53,7 +53,8 @@ def predict_command(
             fail(found.missing_message("--allow-missing"))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PredictionWarning)
-            proba = m.predict_proba(frame, site, allow_missing=True)
+            proba = m.predict(frame, site, allow_missing=True) if m.regression \
+                else m.predict_proba(frame, site, allow_missing=True)
     except (ModelFileError, PredictionError, TableError) as exc:
         fail(str(exc))
         return
@@ -61,7 +62,11 @@ def predict_command(
         if issubclass(w.category, PredictionWarning):
             _warn(str(w.message))
     preds = frame.copy()
-    preds["prediction"] = m.labels(proba)
+    if m.regression:  # numbers: the prediction, and RMSE / MAE / R² when the table holds the target
+        preds["prediction"] = proba
+        _regression_line(m, frame, proba)
+    else:
+        preds["prediction"] = m.labels(proba)
     for j, c in enumerate(m.classes):
         preds[f"probability_{c}"] = proba[:, j]
     if out is None:
@@ -73,3 +78,24 @@ def predict_command(
     except OSError as exc:
         fail(f"cannot write {out}: {exc}")
     console.print(f"wrote {len(preds)} predictions to {out}", highlight=False)
+
+
+def _regression_line(m, frame, predicted) -> None:  # noqa: ANN001 - FedtabModel, DataFrame, ndarray
+    """Print RMSE, MAE and R² of a regression model's predictions against the table's target
+    column (named in the model's schema), over the rows whose target is a number."""
+    import numpy as np
+    import pandas as pd
+
+    from ..learn.metrics import regression_scores, regression_sums
+
+    target = (m.manifest.get("schema") or {}).get("target")
+    if not target or target not in frame.columns:
+        return
+    y = pd.to_numeric(frame[target], errors="coerce").to_numpy(dtype=np.float64)
+    keep = np.isfinite(y) & np.isfinite(predicted)
+    s = regression_sums(y[keep], np.asarray(predicted)[keep])
+    sc = regression_scores(s["sse"], s["sae"], s["sum_y"], s["sum_y2"], float(keep.sum()))
+    if sc["rmse"] is None:
+        return
+    r2 = "n/a" if sc["r2"] is None else f"{sc['r2']:.4f}"
+    console.print(f"{target}: RMSE {sc['rmse']:.4g}, MAE {sc['mae']:.4g}, R² {r2} on {sc['n']} rows", highlight=False)

@@ -40,6 +40,7 @@ this size). With ``model="linear"`` a permutation changes the logits by
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -52,6 +53,17 @@ from ..learn.models import STEP_OVERHEAD, Cost, count_param, driver
 from .selectors import SELECTORS, Selection, Selector, _check_xy, _is_regression
 
 __all__ = ["MarkovBlanketSelector"]
+
+
+def _one_thread(model: str) -> Any:
+    """Histogram boosting on one OpenMP thread, as the forest runs on one job: its threads
+    spin on a busy site machine (CPU time 10–20× the single-threaded one for these small
+    fits, measured on 2 shared cores), which no work estimate can bound."""
+    if model != "boosting":
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="openmp")
 
 
 class MarkovBlanketSelector(Selector):
@@ -98,26 +110,56 @@ class MarkovBlanketSelector(Selector):
         self.max_shrink_rounds = max_shrink_rounds
 
     def cost(self, n_rows: int, n_features: int) -> Cost:
-        """Each test (the grow test and up to ``max_shrink_rounds`` shrink tests; ``None``: up to one
-        per feature) fits ``n_splits`` models on at most ``max_rows`` rows and re-predicts every
-        feature's ``n_repeats`` permutations of the held-out rows."""
-        splits, repeats = count_param(self.n_splits, "n_splits"), count_param(self.n_repeats, "n_repeats")
-        rows = min(float(n_rows), count_param(self.max_rows, "max_rows"))
+        """Operations of :meth:`select`, counted as it runs them (checked against measured CPU
+        time by ``python -m benchmarks.cost_model``, within 3× on the shipped benchmarks' data):
+
+        * fits: ``n_splits`` per test, one grow test and up to ``max_shrink_rounds`` shrink
+          tests (``None``: up to one per feature), on at most ``max_rows`` rows — a forest
+          ``n_trees · rows · log₂ rows · √d``, histogram boosting 100 iterations of
+          ``15 · rows · d``, the logistic model up to 300 L-BFGS passes of ``rows · d · k``;
+          each with its fixed cost (per tree, per boosting iteration, ten per scikit-learn fit);
+        * permutation predictions: every test re-predicts each column group's permuted
+          held-out rows (``n_repeats`` times, all folds: ``rows`` rows per group): ``d`` groups
+          in the grow test, up to ``3d`` in a shrink test (its own test, then the joint-drop
+          prefixes and one group per weak column);
+        * per batched prediction and t-test (``n_splits · n_repeats`` per group test; a shrink
+          round up to ``d + 2`` of them): one :data:`STEP_OVERHEAD`.
+        """
+        ops = self.operation_counts(n_rows, n_features)
+        rows, d = ops["rows"], float(n_features)
         trees = count_param(self.n_trees, "n_trees")
-        rounds = n_features if self.max_shrink_rounds is None else count_param(self.max_shrink_rounds,
-                                                                                 "max_shrink_rounds")
         depth = math.log2(rows + 1)
         if self.model == "forest":
-            fit, predict = trees * (rows * depth * math.sqrt(n_features) + STEP_OVERHEAD), trees * depth
-        elif self.model == "boosting":  # 100 boosting iterations of histogram trees
-            fit, predict = 100.0 * (rows * n_features + STEP_OVERHEAD), 100.0 * depth
-        else:
-            fit, predict = 300.0 * rows * n_features + STEP_OVERHEAD, 1.0
-        per_test = splits * fit + n_features * repeats * rows * predict + splits * STEP_OVERHEAD
-        size = splits * (trees * 2.0 * rows if self.model == "forest" else float(n_features)) + rows * n_features
-        return Cost((1.0 + rounds) * per_test, size,
-                    driver({"n_splits": (splits, 5), "n_repeats": (repeats, 1), "n_trees": (trees, 30),
-                            "max_rows": (rows, 5000), "max_shrink_rounds": (rounds, 1)}))
+            fit, predict = trees * (rows * depth * math.sqrt(d) + STEP_OVERHEAD), trees * depth
+        elif self.model == "boosting":  # 100 iterations of histogram trees (single-threaded, see _fit)
+            fit, predict = 100.0 * (15.0 * rows * d + STEP_OVERHEAD / 2), 100.0 * 2.0 * depth
+        else:  # up to 300 L-BFGS passes; a permuted group copies the held-out rows (d numbers per row)
+            fit, predict = 300.0 * rows * d + 10.0 * STEP_OVERHEAD, d
+        work = ops["fits"] * fit + ops["predicted_rows"] * predict + ops["tests"] * STEP_OVERHEAD
+        size = ops["splits"] * (trees * 2.0 * rows if self.model == "forest" else d) + rows * d
+        return Cost(work, size,
+                    driver({"n_splits": (ops["splits"], 5), "n_repeats": (ops["repeats"], 1), "n_trees": (trees, 30),
+                            "max_rows": (rows, 5000), "max_shrink_rounds": (ops["rounds"], 1)}))
+
+    def operation_counts(self, n_rows: int, n_features: int) -> dict[str, float]:
+        """The most operations :meth:`select` runs on ``(n_rows, n_features)`` (what
+        :meth:`cost` prices): ``fits`` (model fits), ``predicted_rows`` (rows re-predicted
+        under permutations, every fold and repeat), ``tests`` (per-fold batched group tests,
+        each a prediction call and part of a t-test), with ``rows`` (used rows), ``splits``,
+        ``repeats`` and ``rounds`` (shrink rounds).
+
+        Raises:
+            ValueError: a count parameter that is not a finite non-negative number.
+        """
+        splits, repeats = count_param(self.n_splits, "n_splits"), count_param(self.n_repeats, "n_repeats")
+        rows = min(float(n_rows), count_param(self.max_rows, "max_rows"))
+        rounds = n_features if self.max_shrink_rounds is None else count_param(self.max_shrink_rounds,
+                                                                                 "max_shrink_rounds")
+        d = float(n_features)
+        shrinks = min(rounds, max(d - 1.0, 0.0))  # a shrink round drops a column, or the loop ends
+        return {"fits": splits * (1.0 + shrinks), "predicted_rows": (d + shrinks * 3.0 * d) * repeats * rows,
+                "tests": splits * repeats * (1.0 + shrinks * (d + 2.0)), "rows": rows, "splits": splits,
+                "repeats": repeats, "rounds": rounds}
 
     # ------------------------------------------------------------------ internals
     def _fit(self, X: np.ndarray, y: np.ndarray, regression: bool) -> Any:
@@ -140,15 +182,17 @@ class MarkovBlanketSelector(Selector):
             est = cls(max_iter=100, early_stopping=False, random_state=self.seed)
         else:
             raise ValueError(f"model must be 'linear', 'forest' or 'boosting', got {self.model!r}")
-        return est.fit(X, y)
+        with _one_thread(self.model):
+            return est.fit(X, y)
 
     def _row_losses(self, est: Any, X: np.ndarray, y: np.ndarray, regression: bool) -> np.ndarray:
         """Per-row loss (squared error / log-loss) of ``est`` on ``X``."""
         if self.model == "linear":
             return _loss_from_logits(X @ np.atleast_2d(est.coef_).T + np.atleast_1d(est.intercept_), y, regression)
-        if regression:
-            return (est.predict(X).ravel() - y) ** 2
-        p = est.predict_proba(X)
+        with _one_thread(self.model):
+            if regression:
+                return (est.predict(X).ravel() - y) ** 2
+            p = est.predict_proba(X)
         return -np.log(np.clip(p[np.arange(len(y)), y], 1e-12, 1))
 
     def _fold(self, est: Any, X: np.ndarray, y: np.ndarray, regression: bool) -> dict[str, Any]:

@@ -69,7 +69,8 @@ class SequentialAttentionSelector(Selector):
 
     def cost(self, n_rows: int, n_features: int) -> Cost:
         """``(phases + 1) · steps_per_phase`` Adam steps of a batch through the network
-        ``d -> hidden... -> classes`` and the feature logits (≈ 6 operations per parameter and row)."""
+        ``d -> hidden... -> classes`` and the feature logits (≈ 1 operation per parameter and row
+        in torch's BLAS, plus :data:`STEP_OVERHEAD` per Adam step)."""
         k = max(min(n_features, math.ceil(n_features / 2)), 1)
         phases = max(1.0, min(float(k), count_param(self.n_phases, "n_phases") if self.n_phases else min(k, 10)))
         steps = (phases + 1.0) * count_param(self.steps_per_phase, "steps_per_phase")
@@ -79,7 +80,7 @@ class SequentialAttentionSelector(Selector):
         widest = max(widths[1:-1], default=0.0)
         factors = {"hidden": (widest * max(len(widths) - 2, 1), 64), "steps_per_phase": (steps / (phases + 1), 150),
                    "n_phases": (phases, 10), "batch_size": (batch, 256)}
-        return Cost(steps * (6.0 * batch * size + STEP_OVERHEAD), size, driver(factors))
+        return Cost(steps * (batch * size + STEP_OVERHEAD), size, driver(factors))
 
     def select(self, X: Any, y: Any) -> Selection:
         from ..learn.torch_threads import torch_threads

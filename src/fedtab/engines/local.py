@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from ..federation.messages import Message, MessageError
 from ..federation.protocol import Federation, Traffic, check_min_sites
@@ -94,32 +94,42 @@ class LocalFederation(Federation):
         return self._sites[name]
 
     def ask(self, requests: Mapping[str, Message]) -> dict[str, Message]:
-        replies: dict[str, Message] = {}
+        return dict(self._replies(requests))
+
+    def ask_each(self, requests: Mapping[str, Message]) -> Iterator[tuple[str, Message]]:
+        """Ask the sites one after another, yielding each decoded reply before asking the next
+        (a subclass that overrides :meth:`ask` is asked through it)."""
+        if type(self).ask is not LocalFederation.ask:
+            return iter(self.ask(requests).items())
+        return self._replies(requests)
+
+    def _replies(self, requests: Mapping[str, Message]) -> Iterator[tuple[str, Message]]:
         encoded: dict[int, bytes] = {}  # a broadcast sends one request object: serialise it once
         for name, request in requests.items():
             site = self._sites.get(name)
             if site is None:
-                replies[name] = Message.error(f"no site called {name!r} in this federation")
+                yield name, Message.error(f"no site called {name!r} in this federation")
                 continue
             if name in self._hung:
-                replies[name] = Message.error(f"site {name!r} did not answer an earlier request in time")
+                yield name, Message.error(f"site {name!r} did not answer an earlier request in time")
                 continue
             if not self.wire:
-                replies[name] = self._answer(name, lambda: site.handle(request))
+                yield name, self._answer(name, lambda: site.handle(request))
                 continue
             down = encoded.get(id(request))
             if down is None:
                 down = encoded[id(request)] = request.to_bytes()
             up = self._answer(name, lambda: site.handle(Message.from_bytes(down)).to_bytes())
             if isinstance(up, Message):  # timed out or failed before reaching the wire
-                replies[name] = up
+                yield name, up
                 continue
             self.traffic.records.append(Traffic(name, request.kind, len(down), len(up)))
             try:
-                replies[name] = Message.from_bytes(up)
+                reply = Message.from_bytes(up)
             except MessageError as exc:
-                replies[name] = Message.error(f"undecodable reply: {exc}")
-        return replies
+                reply = Message.error(f"undecodable reply: {exc}")
+            del up
+            yield name, reply
 
     def _answer(self, name: str, work: Callable[[], object]) -> object:
         """Run the site's side of one exchange, within ``timeout`` when one is set."""

@@ -26,6 +26,9 @@ Keys (hyphens and underscores are interchangeable)::
                 :data:`SELECTOR_ALIASES` (default "lasso")
     policy      the site's disclosure policy as a JSON object
                 ('{"min_rows": 20, "max_rounds": 50}'; see fedtab.privacy.DisclosurePolicy)
+    task        how the site reads its target: "auto" (default: a number with many values is
+                continuous, see fedtab.learn.tasks.target_kind), "classes" or "regression"
+                (the job's ``[training] task``)
     min-rows    shorthand for the policy's min_rows (overrides the one in policy)
     folds       the most cross-validation folds the site draws of its training rows
                 (default 5; see fedtab.federation.parts)
@@ -92,7 +95,7 @@ class FixedSplitSite(Site):
 
     def __init__(self, name: str, train: pd.DataFrame, test: pd.DataFrame, target: str | None = None, *,
                  selector: Any = "lasso", seed: int = 0, policy: Any = None, folds: int = 5,
-                 state_dir: Any = None) -> None:
+                 state_dir: Any = None, task: str = "auto") -> None:
         if list(train.columns) != list(test.columns):
             raise ValueError(f"site {name!r}: the train and test tables have different columns")
         unlabelled = 0
@@ -103,7 +106,7 @@ class FixedSplitSite(Site):
 
         self._n_train = len(train)
         super().__init__(name, pd.concat([train, test], ignore_index=True), target, test_size=0.0, seed=seed,
-                         selector=selector, policy=policy, folds=folds, state_dir=state_dir)
+                         selector=selector, policy=policy, folds=folds, state_dir=state_dir, task=task)
         self.unlabelled_rows = unlabelled
 
     def _draw_parts(self):  # noqa: ANN202 - RowParts
@@ -161,7 +164,7 @@ def parse_na_values(value: Any) -> list[str]:
 
 #: keys a job may set for a site that its own (node) config leaves out; never where the
 #: site's data is (``data-path``, ``test-path``) or its disclosure policy.
-JOB_SITE_KEYS = ("target", "na_values", "selector", "test_size", "seed", "sep", "decimal", "label_map")
+JOB_SITE_KEYS = ("target", "na_values", "selector", "test_size", "seed", "sep", "decimal", "label_map", "task")
 
 
 def _decoded(value: Any, what: str) -> Any:
@@ -232,11 +235,11 @@ def build_site(config: Mapping[str, Any]) -> Site:
     table = _mapped(read_table(str(cfg["data_path"]), na_values, **read), target, cfg.get("label_map"))
     if cfg.get("test_path"):
         test = _mapped(read_table(str(cfg["test_path"]), na_values, **read), target, cfg.get("label_map"))
-        site: Site = FixedSplitSite(name, table, test, target,
-                                    selector=selector, seed=seed, policy=policy, folds=folds, state_dir=state_dir)
+        site: Site = FixedSplitSite(name, table, test, target, selector=selector, seed=seed, policy=policy, folds=folds,
+                                    state_dir=state_dir, task=str(cfg.get("task") or "auto"))
     else:
         site = Site(name, table, target, test_size=float(cfg.get("test_size", 0.2)), seed=seed, selector=selector,
-                    policy=policy, folds=folds, state_dir=state_dir)
+                    policy=policy, folds=folds, state_dir=state_dir, task=str(cfg.get("task") or "auto"))
     site.identity = site_identity(cfg)
     return site
 

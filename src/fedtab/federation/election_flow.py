@@ -46,11 +46,12 @@ from . import validate
 from .messages import Message
 from .observed import measured_frame
 from .protocol import Federation, exchange, run_ledger, set_quorum
+from .schema import SCHEMA_HASH, columns_hash
 from .reduce import robust_votes
 from .kinds import declared as _declared
 from .site import Site, handler
 
-__all__ = ["ElectionOutcome", "abstention_reason", "ballot_reply", "ballots_from_replies", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
+__all__ = ["ElectionOutcome", "abstention_reason", "ballot_reply", "ballot_columns", "pack_mask", "unpack_mask", "ballots_from_replies", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
 
 
 def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
@@ -115,12 +116,36 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
     if dp is not None:
         mask, scores = noisy_scores(scores, dp, noise_rng())
         arrays = {"mask": mask, "scores": scores}
-    return Message(
-        kind,
-        arrays,
-        {"feature_names": list(map(str, frame.columns.tolist())), "n_samples": int(len(y)), "selector": selector.name,
-         **extra},
-    )
+    arrays["mask"] = pack_mask(arrays["mask"])
+    columns = list(map(str, frame.columns.tolist()))
+    declared = list(map(str, site.feature_names))
+    if columns != declared:  # a subset of its declared columns: their positions, never their names
+        position = {c: i for i, c in enumerate(declared)}
+        arrays["column_index"] = np.fromiter((position[c] for c in columns), dtype=np.uint32, count=len(columns))
+    return Message(kind, arrays, {"n_features": len(columns), SCHEMA_HASH: columns_hash(declared),
+                                  "n_samples": int(len(y)), "selector": selector.name, **extra})
+
+
+def pack_mask(mask: Any) -> np.ndarray:
+    """A boolean ``(d,)`` mask as bits on the wire: ``uint8`` of ``ceil(d / 8)`` bytes (``np.packbits``,
+    big-endian bit order, the padding bits zero)."""
+    return np.packbits(np.asarray(mask, dtype=bool))
+
+
+def unpack_mask(bits: Any, n: int, what: str = "mask") -> np.ndarray:
+    """The ``(n,)`` boolean mask of :func:`pack_mask`'s ``bits``.
+
+    Raises:
+        ValueError: not a 1-D ``uint8`` array of exactly ``ceil(n / 8)`` bytes, or padding bits set.
+    """
+    b = np.asarray(bits) if bits is not None else None
+    if b is None or b.dtype != np.uint8 or b.ndim != 1 or b.size != (n + 7) // 8:
+        got = "nothing" if b is None else f"{b.dtype} of shape {b.shape}"
+        raise ValueError(f"{what} must be {(n + 7) // 8} packed bytes (uint8) for {n} columns, got {got}")
+    out = np.unpackbits(b, count=None)
+    if out[n:].any():
+        raise ValueError(f"{what} has bits set beyond its {n} columns")
+    return out[:n].astype(bool)
 
 
 #: a ballot over the training part: the selector's mask and scores (and p-values)
@@ -153,6 +178,13 @@ def _min_rows(value: Any) -> int:
 @handler("set_mask")
 def _set_mask(site: Site, request: Message) -> Message:
     features = request.meta.get("features")
+    if features is None and "elected" in request.arrays:  # bits over the agreed columns (hash checked on arrival)
+        schema = site.state.get("schema")
+        columns = schema.get("columns") if isinstance(schema, dict) else None
+        if not isinstance(columns, list):
+            raise ValueError("set_mask refers to an agreed schema this site has not received")
+        bits = unpack_mask(request.arrays["elected"], len(columns), "the elected mask")
+        features = [c for c, b in zip(columns, bits.tolist()) if b]
     if not isinstance(features, list) or not set(map(type, features)) <= {str}:
         raise ValueError("set_mask needs a list of feature names")
     site.state["features"] = list(features)
@@ -249,6 +281,8 @@ def ballot_checker(federation: Federation, part: str, ballots: dict[str, Ballot]
     a voting site's reply must carry valid ``pvalues`` (else they are ignored).
     """
 
+    hashes: dict[int, tuple[tuple[str, ...], str]] = {}  # declared column lists are shared: hashed once each
+
     def check(site: str, reply: Message) -> None:
         schema = federation.schema
         assert schema is not None
@@ -260,24 +294,52 @@ def ballot_checker(federation: Federation, part: str, ballots: dict[str, Ballot]
             if abstained is not None:
                 abstained[site] = str(reason)[:500]
             return
-        # a subset of its declared columns: a site votes only on the columns it measures
-        names = schema.check_features(site, reply.meta.get("feature_names"), what="ballot features")
-        declared = schema.declaration(site).columns
+        names = ballot_columns(schema.declaration(site).columns, reply, hashes)
         p = reply.arrays.get("pvalues") if pvalues else None
         eff = reply.meta.get("n_effective") if pvalues else None
         if pvalues and (p is None or eff is None):
             raise ValueError("the ballot carries no p-values and n_effective, which consensus='stouffer' asked for")
-        if tuple(names) == declared:  # unique strings, checked at declaration: shared tuple, not re-checked
-            ballot = Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n, None, site=site, pvalues=p,
-                                  n_effective=eff)
-            if ballot.n_features != len(declared):
-                raise ValueError(f"{len(declared)} feature names for {ballot.n_features} mask entries")
-            ballots[site] = replace(ballot, feature_names=declared)
-        else:
-            ballots[site] = Ballot.build(reply.arrays.get("mask"), reply.arrays.get("scores"), n, names, site=site,
-                                         pvalues=p, n_effective=eff)
+        mask = unpack_mask(reply.arrays.get("mask"), len(names))
+        ballot = Ballot.build(mask, reply.arrays.get("scores"), n, None, site=site, pvalues=p, n_effective=eff)
+        ballots[site] = replace(ballot, feature_names=names)  # unique declared names: not re-checked
 
     return check
+
+
+def ballot_columns(declared: tuple[str, ...], reply: Message,
+                   hashes: dict[int, tuple[tuple[str, ...], str]] | None = None) -> tuple[str, ...]:
+    """The columns a ballot reply votes on: the site's ``declared`` columns, or the subset its
+    ``column_index`` array names by position (strictly increasing, in range). A ballot carries no
+    names: meta ``schema:hash`` must be :func:`~fedtab.federation.schema.columns_hash` of
+    ``declared`` and ``n_features`` the number of columns voted on.
+
+    Raises:
+        ValueError: names in the ballot, a missing or different hash, a bad index array or count.
+    """
+    if "feature_names" in reply.meta:
+        raise ValueError("the ballot carries column names; a ballot refers to the declared columns by position")
+    hit = hashes.get(id(declared)) if hashes is not None else None
+    if hit is None or hit[0] is not declared:
+        hit = (declared, columns_hash(declared))
+        if hashes is not None:
+            hashes[id(declared)] = hit
+    if reply.meta.get(SCHEMA_HASH) != hit[1]:
+        raise ValueError(f"the schema hash {str(reply.meta.get(SCHEMA_HASH))[:40]!r} of the ballot is not the hash "
+                         "of the columns the site declared")
+    index = reply.arrays.get("column_index")
+    if index is None:
+        names = declared
+    else:
+        idx = np.asarray(index)
+        if idx.dtype.kind not in "iu" or idx.ndim != 1 or idx.size > len(declared):
+            raise ValueError(f"column_index must be at most {len(declared)} integer positions")
+        if idx.size and (idx.min() < 0 or idx.max() >= len(declared) or (np.diff(idx.astype(np.int64)) <= 0).any()):
+            raise ValueError(f"column_index must be increasing positions within the {len(declared)} declared columns")
+        names = tuple(declared[i] for i in idx.tolist())
+    count = reply.meta.get("n_features")
+    if isinstance(count, bool) or count != len(names):
+        raise ValueError(f"n_features is {str(count)[:20]}, but the ballot votes on {len(names)} columns")
+    return names
 
 
 def _valid_ballots(ballots: list[Ballot], left_out: Mapping[str, str], abstained: dict[str, str] | None,
@@ -424,14 +486,28 @@ def broadcast_mask(federation: Federation, features: list[str], *, describe: str
         validate.integer(reply.meta.get("kept"), "kept", equal=len(features))
         validate.integer(reply.meta.get("held"), "held", upper=len(features))
 
+    arrays, meta = _mask_request(federation, features)
     if describe is None:
-        exchange(federation, Message("set_mask", meta={"features": list(features)}), check_mask)
+        exchange(federation, Message("set_mask", arrays, meta), check_mask)
         return None
     from .training.steps import describe as describe_step
 
     return describe_step(federation, list(features), str(describe), ledger, kind="set_mask",
-                         meta={"features": list(features), "describe": str(describe)}, unpack=_described_from,
+                         meta={**meta, "describe": str(describe)}, arrays=arrays, unpack=_described_from,
                          check_reply=check_mask, step="election.describe")
+
+
+def _mask_request(federation: Federation, features: list[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The elected features as bits over the agreed columns with the schema's hash (array ``elected``,
+    meta ``schema:hash``: the site checks the hash and reads the names from the schema it stored), or as
+    names when there is no agreed schema or a feature is outside it."""
+    schema = federation.schema
+    if schema is not None and schema.column_set().issuperset(features):
+        chosen = set(features)
+        bits = np.fromiter((c in chosen for c in schema.columns), dtype=bool, count=len(schema.columns))
+        if [c for c, b in zip(schema.columns, bits.tolist()) if b] == list(features):  # order kept
+            return {"elected": pack_mask(bits)}, {SCHEMA_HASH: schema.hash}
+    return {}, {"features": list(features)}
 
 
 @dataclass

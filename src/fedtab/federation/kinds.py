@@ -101,6 +101,13 @@ class MessageKind:
             here; each workflow's check enforces it.
         summary: the phrases (:data:`SUMMARY_PHRASES`) the report's header uses for it.
         progress: the job step whose rounds it is (:class:`Progress`), or ``None``.
+        rows: the rows behind its numbers in plain words, for docs/privacy.md's generated
+            guarantees (:func:`fedtab.report.guarantees.guarantee_table`), when
+            ``releases.part`` is computed by the handler's module (``None``: read from the part).
+        plain_bound: for a ``server_row_set`` kind, the :class:`~fedtab.privacy.policy.DisclosurePolicy`
+            setting that bounds a plain answer: ``"allow_server_row_sets"`` (refused in the clear
+            unless the site opts in), ``"max_evaluations"`` (each request one evaluation of the part,
+            per run) or ``"max_rounds"`` (each request one round, per run); ``None`` otherwise.
     """
 
     name: str
@@ -116,6 +123,8 @@ class MessageKind:
     server_row_set: bool = False
     summary: tuple[str, ...] = ()
     progress: Progress | None = None
+    rows: str | None = None
+    plain_bound: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.summary if p not in SUMMARY_PHRASES]
@@ -230,9 +239,11 @@ _TRAINING, _GBDT, _IMPUTE, _SELECT = f"{_F}.training.site", f"{_F}.gbdt.site", f
     f"{_F}.selection.site"
 
 _MOMENT_META = {"classes": LABELS, "n_train": COUNT, "n_test": COUNT, "features": NAMES}
-_BALLOT = Releases(part="=train", aggregates=("mask", "scores", "pvalues"),
-                   meta={"feature_names": NAMES, "n_samples": COUNT, "selector": TEXT, "n_effective": NUMBER,
-                         "abstain": TEXT}, dp=("mask", "scores"), dp_releases=1)
+# a ballot names no column: packed mask bits and scores over the declared columns (or the subset
+# ``column_index`` gives by position), with the hash of that declared list (``schema:hash``)
+_BALLOT = Releases(part="=train", aggregates=("mask", "scores", "pvalues", "column_index"),
+                   meta={"n_features": COUNT, "schema:hash": TEXT, "n_samples": COUNT, "selector": TEXT,
+                         "n_effective": NUMBER, "abstain": TEXT}, dp=("mask", "scores"), dp_releases=1)
 _EVALUATE = Releases(part="part", default_part="test", per_class=True,
                      aggregates=("confusion", "brier_sum", "rank_pairs"), histograms=("score_hist",),
                      meta={"n": COUNT, SMOOTHED: FLAG}, dp=True,
@@ -289,7 +300,8 @@ for _kind in (
                          aggregates=("grad", "hess", "loglik", "score", "info_diag", "info_cross"),
                          meta={"n": COUNT}),
                 "score-test sums (gradient and curvature sums) over the training rows", summed=True,
-                check=_policy._score_sums),
+                check=_policy._score_sums,
+                rows="the part the score test's setup named (default `train`)"),
     # ----- training
     MessageKind("describe", _TRAINING,
                 Releases(part="part", default_part="train", cells={"count": ("sum", "sumsq")}, meta=_MOMENT_META,
@@ -302,11 +314,19 @@ for _kind in (
                 Releases(part=_in_home(_TRAINING, "_fit_part"), model="param:", meta={"n_samples": COUNT}, dp=True,
                          dp_releases=_in_home(_TRAINING, "_fit_releases")),
                 "model parameters after local training and the number of training rows (one update per round)",
-                summed=True, check=_policy._fit, summary=(_MODELS,), progress=Progress("training", "training.rounds")),
+                summed=True, check=_policy._fit, summary=(_MODELS,), progress=Progress("training", "training.rounds"),
+                rows="the part the training setup named (default `train`)"),
     MessageKind("evaluate", _TRAINING, _EVALUATE,
                 "per test part: the confusion matrix (per class), a Brier sum, a histogram of predicted "
                 "probabilities per class and a rank-pair count", description_dp=_DP_EVALUATE, summed=True,
-                check=_policy._evaluate, server_row_set=True, summary=(_EVALUATIONS,)),
+                check=_policy._evaluate, server_row_set=True, summary=(_EVALUATIONS,),
+                plain_bound="max_evaluations"),
+    MessageKind("regression_evaluate", _TRAINING,
+                Releases(part="part", default_part="test", aggregates=("sse", "sae", "sum_y", "sum_y2"),
+                         meta={"n": COUNT}),
+                "per test part: a regression model's sums of squared and absolute errors and of the target and "
+                "its square", summed=True, check=_policy._evaluate, server_row_set=True, summary=(_EVALUATIONS,),
+                plain_bound="max_evaluations"),
     MessageKind("local_baseline", f"{_F}.baseline_flow",
                 Releases(part="=test", per_class=True, aggregates=("confusion", "brier_sum", "rank_pairs"),
                          histograms=("score_hist",), cells={"train_counts": ()},
@@ -341,34 +361,43 @@ for _kind in (
     # ----- gradient-boosted trees
     MessageKind("gbdt_summary", _GBDT,
                 Releases(part="part", aggregates=("values", "counts", "ptr"), meta={"classes": LABELS, "n": COUNT}),
-                "per feature: quantile summaries of the values (candidate split points) with their counts",
+                "per feature: quantile summaries of the training values (candidate split points) with their "
+                "counts, in blocks of at least {floor} rows the site fixed (the same reply all period)",
                 check=_policy._gbdt_setup, summary=(_QUANTILES,)),
     MessageKind("gbdt_start", _GBDT,
                 Releases(part=_in_home(_GBDT, "_start_part"), aggregates=("label_sums",), meta={"n": COUNT},
                          dp=True, dp_releases=1),
-                "sums of the labels over the training rows", summed=True, check=_policy._gbdt_start),
+                "sums of the labels over the training rows", summed=True, check=_policy._gbdt_start,
+                rows="the part the request names (default `train`)"),
     MessageKind("gbdt_level", _GBDT,
                 Releases(part=_in_home(_GBDT, "_level_part"), aggregates=("hist", "val_loss"),
                          meta={"withheld": COUNT, "n_val": COUNT, "round": COUNT}, dp=True,
                          dp_releases=_in_home(_GBDT, "_level_releases")),
                 "gradient and hessian histograms per feature bin for the tree level, a validation loss",
-                summed=True, check=_policy._gbdt_level, server_row_set=True, summary=(_GRADIENTS,)),
+                summed=True, check=_policy._gbdt_level, server_row_set=True, summary=(_GRADIENTS,),
+                rows="tree nodes, under the server's splits and bin edges, of the part `gbdt_start` named",
+                plain_bound="allow_server_row_sets"),
     MessageKind("gbdt_evaluate", _GBDT, _EVALUATE,
                 "per test part: the confusion matrix, a Brier sum, a score histogram and a rank-pair count",
                 description_dp=_DP_EVALUATE, summed=True, check=_policy._gbdt_evaluate, server_row_set=True,
-                summary=(_EVALUATIONS,)),
+                summary=(_EVALUATIONS,),
+                plain_bound="max_evaluations"),
     MessageKind("gbdt_score", _GBDT,
-                Releases(part="part", default_part="test", aggregates=("sse",), meta={"n": COUNT}, dp=True,
-                         dp_releases=1),
-                "a sum of squared errors over the test rows", summed=True, check=_policy._gbdt_evaluate,
-                server_row_set=True),
+                Releases(part="part", default_part="test", aggregates=("sse", "sae", "sum_y", "sum_y2"),
+                         meta={"n": COUNT}, dp=True, dp_releases=1),
+                "a sum of squared errors over the test rows (and, without DP, of absolute errors, of the target "
+                "and of its square)", summed=True, check=_policy._gbdt_evaluate,
+                server_row_set=True,
+                plain_bound="max_evaluations"),
     MessageKind("gbdt_importance", _GBDT,
                 Releases(part=_in_home(_GBDT, "_level_part"), aggregates=("gain",),
                          meta={"n": COUNT, "suppressed": COUNT}),
                 "per feature: the split gain on the site's own training rows, from its record of the splits it "
                 "applied (splits with a node or child of fewer than {floor} rows left out)", summed=True,
                 masked_in_secure_runs=False, check=_policy._gbdt_importance, server_row_set=True,
-                summary=(_GAINS,)),
+                summary=(_GAINS,),
+                rows="the nodes of the site's record of the splits it applied, on the part `gbdt_start` named",
+                plain_bound="allow_server_row_sets"),
     # ----- model selection (plain sums only: a secure run does not ask these)
     MessageKind("select_prepare", _SELECT,
                 Releases(part="=train", aggregates=("ballot_mask", "ballot_scores", "voted"),
@@ -380,14 +409,17 @@ for _kind in (
                 check=_policy._select_prepare, summary=(_MOMENTS, _BALLOTS)),
     MessageKind("select_fit", _SELECT, Releases(part="=train", model="param:", meta={}),
                 "model parameters after local training", summed=True, masked_in_secure_runs=False,
-                check=_policy._select_fit, server_row_set=True, summary=(_MODELS,)),
+                check=_policy._select_fit, server_row_set=True, summary=(_MODELS,),
+                plain_bound="max_rounds"),
     MessageKind("select_evaluate", _SELECT,
                 Releases(part=_in_home(_SELECT, "_evaluate_part"), per_class=True,
                          aggregates=("logloss_sum", "confusion", "brier_sum", "rank_pairs"),
                          histograms=("score_hist",), model="param:site:", meta={SMOOTHED: FLAG}),
                 "per part: confusion matrix, log-loss and Brier sums, a score histogram and rank pairs",
                 summed=True, masked_in_secure_runs=False, check=_policy._select_evaluate, server_row_set=True,
-                summary=(_EVALUATIONS,)),
+                summary=(_EVALUATIONS,),
+                rows="the folds of `train` (cross-validation) or the `test` part, per selection chain",
+                plain_bound="max_evaluations"),
     # ----- secure aggregation's own protocol: key material, no data
     MessageKind("secagg_keys", f"{_F}.secure_flow", Releases(part=None, keys=("pk", "spk", "sig", "id")),
                 "public keys for secure aggregation (no data)"),

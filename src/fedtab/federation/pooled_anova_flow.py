@@ -23,7 +23,11 @@ server can compute the *pooled* test exactly:
    ``SelectFdr(f_classif)`` on the pooled table gives the same mask).
 
 Disclosure: per-class means and variances of every feature (the training workflow's
-``"describe"`` already sends the per-feature ones).
+``"describe"`` already sends the per-feature ones). Over a part that includes the test rows
+(``test``, ``all``), which keep the model file's categories (a category this site holds in
+fewer than ``min_rows`` rows has an indicator of its own there), every 0/1 column whose ones
+in a class number 1 to ``min_rows - 1`` is sent as 0 for that class (count, sum and sum of
+squares): its sum would count those rows (:func:`suppress_rare_ones_per_class`).
 """
 
 from __future__ import annotations
@@ -34,11 +38,13 @@ import numpy as np
 from ..privacy.gate import COUNT, LABELS, NAMES, Releases
 from . import validate
 from .messages import Message
+from .parts import canonical_part
 from .protocol import Federation, FederationError, exchange, set_quorum
 from .site import Site, handler
 from .training_flow import label_key, site_matrix
 
-__all__ = ["PooledAnova", "class_moments", "class_moments_checker", "pooled_anova", "run_pooled_anova"]
+__all__ = ["PooledAnova", "class_moments", "class_moments_checker", "pooled_anova", "run_pooled_anova",
+           "suppress_rare_ones_per_class"]
 
 
 def class_moments(X: np.ndarray, labels: list[str]) -> dict[str, np.ndarray]:
@@ -54,12 +60,37 @@ def class_moments(X: np.ndarray, labels: list[str]) -> dict[str, np.ndarray]:
     return {"count": count.astype(np.int64), "sum": total, "sumsq": sumsq}
 
 
+def suppress_rare_ones_per_class(moments: dict[str, np.ndarray], X: np.ndarray, labels: list[str],
+                                 min_rows: int) -> dict[str, np.ndarray]:
+    """``moments`` (:func:`class_moments` of ``X`` ``(n, d)`` and ``labels``) with the cells
+    ``(class, column)`` of every 0/1 column (all observed values 0 or 1 over ``X``) whose ones
+    in that class number 1 to ``min_rows - 1`` set to 0 in ``count``, ``sum`` and ``sumsq``:
+    the sum of an indicator counts the rows holding its category, and the test rows keep
+    categories this site holds in fewer than ``min_rows`` rows. A new dict; the input is
+    not modified."""
+    classes = sorted(set(labels))
+    obs = ~np.isnan(X)
+    binary = ~(obs & (X != 0) & (X != 1)).any(axis=0)
+    if not classes or not binary.any():
+        return dict(moments)
+    keys = np.asarray(labels, dtype=object)
+    ones = np.stack([(obs & (X == 1))[keys == c].sum(axis=0) for c in classes])  # (C, d)
+    small = binary[None, :] & (ones > 0) & (ones < min_rows)
+    out = dict(moments)
+    for k in ("count", "sum", "sumsq"):
+        out[k] = np.where(small, 0, moments[k]).astype(np.asarray(moments[k]).dtype)
+    return out
+
+
 @handler("class_moments")
 def _class_moments(site: Site, request: Message) -> Message:
     features = site.feature_names
-    X, y = site_matrix(site, features, str(request.meta.get("part") or "train"))
+    part = str(request.meta.get("part") or "train")
+    X, y = site_matrix(site, features, part)
     labels = [label_key(v) for v in y]
     moments = class_moments(X, labels)
+    if canonical_part(part) in ("test", "all"):  # the test rows keep the model file's rare categories
+        moments = suppress_rare_ones_per_class(moments, X, labels, site.policy.min_rows)
     classes = sorted(set(labels))
     keys = np.asarray(labels, dtype=object)
     moments["n_class"] = np.array([int((keys == c).sum()) for c in classes], dtype=np.int64)

@@ -69,7 +69,8 @@ def _profile(site: Site, request: Message) -> Message:
         unique.append(_unique_per_row(col, numeric and not integer[-1]))
         if integer[-1] and len(np.unique(values)) <= MAX_LEVELS:  # the values in min_rows rows or more
             levels[c] = [v for v in merged_categories(col, site.policy.min_rows) if v != OTHER_CATEGORY]
-    labels = sorted({label_key(v) for v in site.table[site.target]}) if site.target else []
+    labels = sorted({label_key(v) for v in site.table[site.target]}) \
+        if site.target and getattr(site, "target_kind", "classes") != "regression" else []  # a number: no labels
     return Message(
         "job_profile",
         {"low": np.asarray(low, np.float64), "high": np.asarray(high, np.float64),

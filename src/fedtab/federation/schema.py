@@ -57,7 +57,8 @@ if TYPE_CHECKING:
     from .site import Site
 
 __all__ = ["Schema", "SchemaLimits", "SiteDeclaration", "agree_schema", "declare", "DECLARE", "DECLARED", "AGREED",
-           "ColumnNameWarning", "similar_columns"]
+           "SCHEMA_HASH", "ColumnNameWarning", "similar_columns", "columns_hash", "received_schema",
+           "check_request_hash"]
 
 #: request meta flag: "declare your schema in this reply"
 DECLARE = "schema:declare"
@@ -65,6 +66,20 @@ DECLARE = "schema:declare"
 DECLARED = "schema:declared"
 #: request meta key carrying the agreed schema to a site
 AGREED = "schema:agreed"
+#: request/reply meta key: the hash (:func:`columns_hash`) of the column list a message refers to by index
+#: (a request: the agreed schema's columns; a ballot reply: the columns the site declared)
+SCHEMA_HASH = "schema:hash"
+
+
+def columns_hash(names: Sequence[str]) -> str:
+    """A 128-bit hex digest (SHA-256, truncated) of an ordered list of column names.
+
+    Messages after the first of a run refer to columns by position in a list both sides hold;
+    this hash rides with them so a reader can tell it holds the same list."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(list(names), ensure_ascii=False).encode()).hexdigest()[:32]
 
 KINDS = ("numeric", "categorical")
 BASE_PARTS = ("train", "test", "all")
@@ -114,7 +129,7 @@ def declare(site: "Site") -> dict[str, Any]:
     numeric = set(site.table.select_dtypes(include=["number", "bool"]).columns.astype(str))
     kinds = ["numeric" if c in numeric else "categorical" for c in columns]  # one pass, no per-column calls
     classes: list[str] = []
-    if site.target is not None:
+    if site.target is not None and getattr(site, "target_kind", "classes") != "regression":  # no values of a number
         classes = sorted({label_key(v) for v in site.table[site.target].dropna().unique()})
     rows = site.part_sizes()
     out = {"columns": columns, "target": site.target, "classes": classes, "rows": rows}
@@ -441,19 +456,95 @@ class Schema:
         return new
 
     # ----- what a site receives -------------------------------------------------------
+    @property
+    def hash(self) -> str:
+        """:func:`columns_hash` of :attr:`columns` (recomputed when the columns change)."""
+        cached = self.__dict__.get("_cached_hash")
+        if cached is None or cached[0] is not self.columns or cached[1] != len(self.columns):
+            cached = self.__dict__["_cached_hash"] = (self.columns, len(self.columns), columns_hash(self.columns))
+        return cached[2]
+
     def to_site_meta(self) -> dict[str, Any]:
-        """What the sites store as ``site.state["schema"]``: columns and holder counts."""
-        return {"columns": list(self.columns), "holders": self.holder_count().tolist(), "target": self.target}
+        """What the sites store as ``site.state["schema"]``: columns, holder counts and the hash."""
+        return {"columns": list(self.columns), "holders": self.holder_count().tolist(), "target": self.target,
+                "hash": self.hash}
 
-    def attach(self, request: Message) -> Message:
-        """``request`` carrying the agreed schema (the same for every site)."""
-        return Message(request.kind, request.arrays, {**request.meta, AGREED: self._site_meta()})
+    def wire_meta(self, site: str | None = None) -> dict[str, Any]:
+        """The agreed schema as sent to ``site`` (see :func:`received_schema`): the column names only
+        when they differ from the ones ``site`` declared (``"columns": "declared"`` otherwise: the site
+        holds them), holder counts as one number when every column has the same, and the hash."""
+        holders = self.holder_count()
+        out: dict[str, Any] = {"target": self.target, "hash": self.hash}
+        d = self.sites.get(site) if site is not None else None
+        same = d is not None and len(d.columns) == len(self.columns) and tuple(self.columns) == d.columns
+        out["columns"] = "declared" if same else list(self.columns)
+        if holders.size and (holders == holders[0]).all():
+            out["holders_all"] = int(holders[0])
+        else:
+            out["holders"] = holders.tolist()
+        return out
 
-    def _site_meta(self) -> dict[str, Any]:
-        cached = self.__dict__.get("_cached_site_meta")
-        if cached is None:
-            cached = self.__dict__["_cached_site_meta"] = self.to_site_meta()
-        return cached
+    def attach(self, request: Message, site: str | None = None) -> Message:
+        """``request`` carrying the agreed schema as sent to ``site`` (:meth:`wire_meta`)."""
+        return Message(request.kind, request.arrays, {**request.meta, AGREED: self._site_meta(site)})
+
+    def _site_meta(self, site: str | None) -> dict[str, Any]:
+        cache = self.__dict__.setdefault("_cached_site_meta", {})
+        d = self.sites.get(site) if site is not None else None
+        key = (id(d.columns) if d is not None else None, len(self.columns))
+        hit = cache.get(key)
+        if hit is None or hit[0] is not (d.columns if d is not None else None):
+            hit = cache[key] = (d.columns if d is not None else None, self.wire_meta(site))
+        return hit[1]
+
+
+def received_schema(site: "Site", meta: Any) -> dict[str, Any]:
+    """The site side of :meth:`Schema.wire_meta`: the agreed schema as the site stores it
+    (``{"columns", "holders", "target", "hash"}``), its own declared columns filled in where the
+    server sent ``"declared"``.
+
+    Raises:
+        ValueError: a malformed schema, or one whose column names do not hash to the hash the
+            server sent (the server's schema is not the one this site can reconstruct).
+    """
+    if not isinstance(meta, dict):
+        raise ValueError("the agreed schema is not a JSON object")
+    columns = meta.get("columns")
+    if columns == "declared":  # the columns this site declared (stored then: no table read here)
+        stored = site.state.get(DECLARED)
+        columns = list(stored) if isinstance(stored, list) else list(map(str, site.feature_names))
+    if not isinstance(columns, list) or set(map(type, columns)) - {str}:
+        raise ValueError("the agreed schema's columns must be a list of names or 'declared'")
+    if "holders_all" in meta:
+        n = meta["holders_all"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError("the agreed schema's holders_all must be a non-negative integer")
+        holders = [n] * len(columns)
+    else:
+        holders = meta.get("holders")
+        if not isinstance(holders, list) or len(holders) != len(columns):
+            raise ValueError("the agreed schema's holder counts do not match its columns")
+    digest = meta.get("hash")
+    if digest is not None and digest != columns_hash(columns):
+        raise ValueError(f"the hash {str(digest)[:40]} of the agreed schema does not match its columns "
+                         "(the site refuses a schema it cannot reconstruct)")
+    return {"columns": columns, "holders": holders, "target": meta.get("target"), "hash": columns_hash(columns)}
+
+
+def check_request_hash(site: "Site", meta: Mapping[str, Any]) -> None:
+    """A request that refers to the agreed schema by position (meta :data:`SCHEMA_HASH`) must name
+    the schema this site stored; ``ValueError`` (the site's one-line error) otherwise."""
+    if SCHEMA_HASH not in meta:
+        return
+    stored = site.state.get("schema")
+    mine = stored.get("hash") if isinstance(stored, dict) else None
+    if mine is None and isinstance(stored, dict) and isinstance(stored.get("columns"), list):
+        mine = columns_hash(stored["columns"])
+    if mine is None:
+        raise ValueError("the request refers to an agreed schema this site has not received")
+    if meta[SCHEMA_HASH] != mine:
+        raise ValueError(f"the schema hash {str(meta[SCHEMA_HASH])[:40]} of the request does not match the schema "
+                         f"this site agreed ({mine})")
 
 
 def sort_labels(labels: Iterable[str]) -> list[str]:
@@ -478,6 +569,13 @@ def declarations_from(replies: Mapping[str, Message], limits: SchemaLimits = Sch
             good[site] = parse_declaration(reply.meta.get(DECLARED), limits, validated)
         except ValueError as exc:
             bad[site] = f"invalid schema declaration: {exc}"
+    settle_target(good, bad)
+    return good, bad
+
+
+def settle_target(good: dict[str, SiteDeclaration], bad: dict[str, str]) -> None:
+    """The sites must agree on the target column: the most common one wins and a site declaring
+    another moves from ``good`` to ``bad`` with the reason (a tie moves every site that declares one)."""
     targets = Counter(d.target for d in good.values())
     if len(targets) > 1:
         (top, n), *rest = targets.most_common()
@@ -487,7 +585,6 @@ def declarations_from(replies: Mapping[str, Message], limits: SchemaLimits = Sch
                 bad[site] = (f"declares target {d.target!r}; the sites disagree on the target" if tie
                              else f"declares target {d.target!r}, the others {top!r}")
                 del good[site]
-    return good, bad
 
 
 def agree_schema(federation: Federation, replies: Mapping[str, Message] | None = None, *,

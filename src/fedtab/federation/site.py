@@ -244,6 +244,7 @@ class Site:
         policy: Any = None,
         folds: int = DEFAULT_FOLDS,
         state_dir: Any = None,
+        task: str = "auto",
     ) -> None:
         import pandas as pd
 
@@ -274,6 +275,12 @@ class Site:
         self.test_size = float(test_size)
         self.seed = int(seed)
         self.folds = int(folds)
+        from ..learn.tasks import site_kind
+
+        #: ``"classes"`` or ``"regression"``: how the site reads its target (``task``: told by its
+        #: operator or the job; ``"auto"``: :func:`fedtab.learn.tasks.target_kind` of its values).
+        #: A regression site declares no class labels and stratifies its parts by target quantile.
+        self.target_kind = "classes" if target is None else site_kind(self.table[target].to_numpy(), task)
         self.selector = selector
         self.policy = policy_from_config(policy)
         self.state: dict[str, Any] = {}
@@ -305,7 +312,7 @@ class Site:
 
     def _labels(self) -> np.ndarray | None:
         """The label key of every row (``None`` for an unsupervised site)."""
-        if self.target is None:
+        if self.target is None or self.target_kind == "regression":
             return None
         from .training.site import label_key
 
@@ -313,8 +320,24 @@ class Site:
 
     def _draw_parts(self) -> RowParts:
         """The site's fixed parts (:func:`fedtab.federation.parts.draw_parts`), from its own seed."""
+        values = self.target_values() if self.target_kind == "regression" else None
         return draw_parts(len(self.table), self._labels(), test_size=self.test_size, folds=self.folds,
-                          min_rows=self.policy.min_rows, seed=self.seed)
+                          min_rows=self.policy.min_rows, seed=self.seed, values=values)
+
+    def target_values(self) -> np.ndarray:
+        """``(n_rows,)`` the target as float64 (a regression site).
+
+        Raises:
+            ValueError: a value that is not a finite number (naming no value).
+        """
+        try:
+            y = np.asarray(self.table[self.target].to_numpy(), dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"site {self.name!r}: the target {self.target!r} holds values that are not numbers") \
+                from None
+        if not np.isfinite(y).all():
+            raise ValueError(f"site {self.name!r}: the target {self.target!r} holds values that are not finite")
+        return y
 
     def n_rows(self, part: str) -> int:
         """Number of rows of ``part`` (``"train"``, ``"test"``, ``"all"``, ``"fold:k"``,
@@ -339,7 +362,7 @@ class Site:
 
     def rows(self, part: str) -> pd.DataFrame:
         """That part of the table (see :meth:`n_rows`)."""
-        if canonical_part(part) == "all":
+        if canonical_part(part) == "all" and not len(self.parts.excluded):
             return self.table
         return self.table.iloc[self.parts.indices(part)]
 
@@ -444,7 +467,7 @@ class Site:
         request is stored in ``state["schema"]`` before the handler runs; a request
         flagged ``schema:declare`` gets this site's declaration added to its reply.
         """
-        from .schema import AGREED, DECLARE, DECLARED, declare
+        from .schema import AGREED, DECLARE, DECLARED, SCHEMA_HASH, check_request_hash, declare, received_schema
 
         fn = find_handler(request.kind)
         if fn is None:
@@ -452,11 +475,12 @@ class Site:
         try:
             self.replay_table_steps()
             meta = request.meta
-            if AGREED in meta or DECLARE in meta:
-                if isinstance(meta.get(AGREED), dict):
-                    self.state["schema"] = meta[AGREED]
+            if AGREED in meta or DECLARE in meta or SCHEMA_HASH in meta:
+                if AGREED in meta:  # the server's schema, checked against its hash before it is stored
+                    self.state["schema"] = received_schema(self, meta[AGREED])
+                check_request_hash(self, meta)  # a request referring to the schema by position
                 request = Message(request.kind, request.arrays,
-                                  {k: v for k, v in meta.items() if k not in (AGREED, DECLARE)})
+                                  {k: v for k, v in meta.items() if k not in (AGREED, DECLARE, SCHEMA_HASH)})
             kind = declared(request.kind)
             if kind is None:
                 return Message.refusal(f"the site's release gate has no declaration for {request.kind[:80]!r}")
@@ -490,7 +514,9 @@ class Site:
 
                 reply = mask_reply(self, request, reply, kind.summable)  # gate -> [secure masking] -> wire
             if meta.get(DECLARE) and not reply.is_error:
-                reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declare(self)})
+                declaration = declare(self)
+                self.state[DECLARED] = list(declaration["columns"])  # what "declared" means in the agreed schema
+                reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declaration})
             return reply
         except KeyboardInterrupt:
             raise

@@ -109,9 +109,16 @@ def site_configs(spec: JobSpec, *, check_files: bool = True) -> list[dict[str, A
                "test-size": spec.run.test_size, "seed": spec.run.seed, "min-rows": s.min_rows, "sep": s.sep,
                "decimal": s.decimal,
                "policy": json.dumps({"allow_server_row_sets": True}) if s.allow_server_row_sets else None,
-               "label-map": None if spec.labels.map is None else json.dumps(spec.labels.map, sort_keys=True)}
+               "label-map": None if spec.labels.map is None else json.dumps(spec.labels.map, sort_keys=True),
+               "task": _site_task(spec)}
         out.append({k: v for k, v in cfg.items() if v is not None})
     return out
+
+
+def _site_task(spec: JobSpec) -> str | None:
+    """How the job tells its sites to read the target (``None``: each reads it from its values)."""
+    task = spec.training.task if spec.training is not None else None
+    return None if task is None else "regression" if task == "regression" else "classes"
 
 
 def site_settings(configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -81,6 +81,14 @@ def _each(check: Callable[[Any], Any]) -> Callable[[list], None]:
 _POSITIVE_INT = Interval(1, None, integer=True, text="a positive integer")
 
 
+def _task_name(task: Any) -> None:
+    """``[training] task``: one of :data:`fedtab.learn.tasks.TASKS`."""
+    from ..learn.tasks import TASKS
+
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+
+
 @dataclass
 class SiteSpec:
     """One site: its table (CSV or Parquet), extra missing-value strings, its selector, and
@@ -187,10 +195,13 @@ class TrainingSpec:
     model: Any = "logistic"
     rounds: int = 10
     local_epochs: int = 5
+    #: ``"binary"``, ``"multiclass"`` or ``"regression"``; ``None``: read from the sites' targets
+    task: str | None = None
 
     _constraints: ClassVar[dict] = {"model": Checked(_late("learn.models", "make_model")),
                                     "rounds": Interval(1, None, text="at least 1"),
-                                    "local_epochs": Interval(1, None, text="at least 1")}
+                                    "local_epochs": Interval(1, None, text="at least 1"),
+                                    "task": Checked(_task_name)}
 
 
 @dataclass
@@ -585,10 +596,31 @@ def _wants_profile(spec: JobSpec) -> bool:
     return wants_profile(spec)
 
 
-def _exact_model(spec: JobSpec) -> bool:
+def _training_modes(spec: JobSpec) -> None:
+    """The modes the training step declared (:mod:`fedtab.federation.training.steps`) hold this run's."""
+    from ..federation.protocol.modes import check_modes, modes_of
+    from ..federation.training.steps import EXACT_TRAINING_MODES  # noqa: F401  (registers the declarations)
     from ..learn.models import make_model
 
-    return make_model(spec.training.model).exact
+    p, fm = spec.privacy, make_model(spec.training.model)
+    try:
+        check_modes("training.exact" if fm.exact else "training",
+                    modes_of(secure=p.secure_aggregation, dp=p.dp is not None, robust=spec.trust.robust),
+                    f"the exact-aggregation model {fm.name!r}" if fm.exact else f"the model {fm.name!r}")
+    except ValueError as exc:
+        raise JobError(f"[privacy] {exc}") from None
+
+
+def _check_task(spec: JobSpec) -> None:
+    """``[training] task``: one the model can serve (its name is checked by the section's table)."""
+    from ..learn.models import make_model
+    from ..learn.tasks import given_objective, model_refusal
+
+    task, fm = spec.training.task, make_model(spec.training.model)
+    why = None if task is None else model_refusal(fm.name, task,
+                                                  given_objective(spec.training.model) if fm.name == "gbdt" else None)
+    if why is not None:
+        raise JobError(f"[training] {why}")
 
 
 def _has(section: str) -> Callable[[JobSpec], bool]:
@@ -654,9 +686,8 @@ RULES: tuple[Rule | Callable[[JobSpec], None], ...] = (
     Rule(lambda s: s.privacy.private and bool(s.evaluation.baselines),
          "[evaluation] baselines = true scores each site's own model in the clear: not in a job with "
          "[privacy] secure_aggregation or dp"),
-    Rule(lambda s: s.privacy.dp is not None and s.training is not None and _exact_model(s),
-         lambda s: f"[privacy] dp is not available for the exact-aggregation model "
-                   f"{_late('learn.models', 'make_model')(s.training.model).name!r}"),
+    lambda s: s.training is not None and _training_modes(s),
+    lambda s: s.training is not None and _check_task(s),
 )
 
 

@@ -5,6 +5,8 @@ predicted); summing the sites' matrices and scoring the sum gives exactly the
 metric on the pooled test rows, without any row leaving a site. The same holds for
 the ranking metrics (AUROC, PR-AUC) computed from per-class histograms of predicted
 probabilities on a fixed grid, and for the Brier score from a sum of squared errors.
+Regression pools the same way: each site's SSE, SAE, Σy, Σy² and row count over its test
+part give the pooled RMSE, MAE and R² exactly (:func:`regression_scores`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 __all__ = ["confusion", "scores_from_confusion", "score_histogram", "ranking_scores", "brier_sum",
            "evaluation_scores", "rank_pairs", "cross_pairs", "pooled_auroc", "histogram_runs", "pooled_ranking",
-           "SCORE_BINS"]
+           "SCORE_BINS", "REGRESSION_SUMS", "regression_sums", "regression_scores"]
 
 
 def confusion(y_true: Any, y_pred: Any, n_classes: int) -> np.ndarray:
@@ -386,3 +388,30 @@ def evaluation_scores(cm: Any, hist: Any = None, brier: float | None = None,
         n = out["n"]
         out["brier"] = (float(brier) / n / (2 if m.shape[0] == 2 else 1)) if n else None
     return out
+
+
+#: the per-site sums a regression evaluation releases (each an aggregate over the site's part)
+REGRESSION_SUMS = ("sse", "sae", "sum_y", "sum_y2")
+
+
+def regression_sums(y_true: Any, y_pred: Any) -> dict[str, float]:
+    """``{"sse", "sae", "sum_y", "sum_y2"}`` of predictions ``(n,)`` against targets ``(n,)``:
+    Σ(ŷ−y)², Σ|ŷ−y|, Σy, Σy² (what :func:`regression_scores` pools)."""
+    y = np.asarray(y_true, dtype=np.float64)
+    e = np.asarray(y_pred, dtype=np.float64) - y
+    return {"sse": float(e @ e), "sae": float(np.abs(e).sum()), "sum_y": float(y.sum()), "sum_y2": float(y @ y)}
+
+
+def regression_scores(sse: float, sae: float, sum_y: float, sum_y2: float, n: float) -> dict[str, float | None]:
+    """RMSE, MAE and R² from summed :func:`regression_sums` over ``n`` rows (pooled over sites:
+    sum each term, then call this once; the result equals the metrics of the pooled rows).
+
+    R² = 1 − SSE / SST with SST = Σy² − (Σy)²/n around the evaluated rows' own mean (``None``
+    when SST is 0 or ``n < 2``); every score is ``None`` without rows.
+    """
+    if not n > 0:
+        return {"rmse": None, "mae": None, "r2": None, "n": 0}
+    sst = sum_y2 - sum_y * sum_y / n
+    r2 = 1.0 - sse / sst if n >= 2 and sst > 1e-12 * max(1.0, abs(sum_y2)) else None
+    return {"rmse": float(np.sqrt(max(sse, 0.0) / n)), "mae": float(max(sae, 0.0) / n),
+            "r2": None if r2 is None else float(r2), "n": int(round(n))}

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Params", "Cost", "FederatedModel", "LogisticRegressionModel", "GradientBoostedTreesModel", "MODELS",
+__all__ = ["Params", "Cost", "FederatedModel", "LogisticRegressionModel", "GradientBoostedTreesModel", "LinearRegressionModel", "MODELS",
            "make_model", "model_cost", "fedavg", "sigmoid", "STEP_OVERHEAD", "count_param", "driver"]
 
 Params = dict[str, np.ndarray]
@@ -318,13 +318,14 @@ class GradientBoostedTreesModel(FederatedModel):
         """Boosting ``n_trees`` rounds (one tree per class for multiclass): per level a site adds
         each row's gradients into ``max_bins`` bins of every feature, so the work is about
         ``trees × groups × (max_depth + 1) × rows × features`` plus the split search over the
-        bins; the model holds at most ``2^(max_depth+1)`` nodes per tree (fewer than the rows)."""
+        bins, and a fixed :data:`STEP_OVERHEAD` per level of a tree; the model holds at most
+        ``2^(max_depth+1)`` nodes per tree (fewer than the rows)."""
         p = self.gbdt_params(n_classes)
         groups = p.n_classes if p.objective == "multiclass" else 1
         trees = float(p.n_trees) * groups
         levels = p.max_depth + 1
         nodes = min(2.0 ** levels, 2.0 * max(n_rows, 1))
-        work = trees * levels * (float(n_rows) * n_features + nodes * n_features * p.max_bins) + trees * STEP_OVERHEAD
+        work = trees * levels * (float(n_rows) * n_features + nodes * n_features * p.max_bins + STEP_OVERHEAD)
         return Cost(work, trees * nodes * 4, driver({"n_trees": (p.n_trees, 100), "max_depth": (p.max_depth, 6)}))
 
     def _model(self, params: Params, n_features: int, n_classes: int) -> Any:
@@ -353,9 +354,85 @@ class GradientBoostedTreesModel(FederatedModel):
         return np.argmax(self.predict_proba(params, X), axis=1)
 
 
+class LinearRegressionModel(FederatedModel):
+    """Least squares (ridge ``l2`` per row) on a numeric target, aggregated exactly.
+
+    ``exact = True``: a site's update is its sufficient statistics over its training rows —
+    ``count`` ``(1,)``, ``xtx`` ``(d+1, d+1)`` = ``Aᵀ A`` and ``xty`` ``(d+1,)`` = ``Aᵀ y`` with
+    ``A = [1, X]`` — and :meth:`aggregate` solves the pooled normal equations
+    ``(Σ AᵀA + l2·n·I₀) w = Σ Aᵀy`` (``I₀``: the identity without the intercept). One round
+    gives the model least squares fits on the pooled rows (up to float rounding), whatever the
+    sites' split. Parameters: ``coef`` ``(d,)``, ``intercept`` ``(1,)``; :meth:`predict`
+    returns numbers, not class indices; ``y`` is the target itself (float), not class indices.
+    """
+
+    name = "linear"
+    exact = True
+
+    def __init__(self, l2: float = 1e-6):
+        l2 = count_param(l2, "l2")
+        self.l2 = l2
+
+    def init(self, n_features: int, n_classes: int = 1, seed: int = 0) -> Params:
+        return {"coef": np.zeros(n_features), "intercept": np.zeros(1)}
+
+    def update_template(self, n_features: int, n_classes: int = 1) -> dict[str, tuple[int, ...]]:
+        return {"count": (1,), "xtx": (n_features + 1, n_features + 1), "xty": (n_features + 1,)}
+
+    def cost(self, n_features: int, n_classes: int = 1, n_rows: int = 1, epochs: int = 1) -> Cost:
+        """One pass over the rows (``Aᵀ A``: ``(d+1)²`` per row), whatever ``epochs``."""
+        size = float((n_features + 1) ** 2)
+        return Cost(n_rows * size + STEP_OVERHEAD, size, "rows × features")
+
+    def local_update(self, params: Params, X: np.ndarray, y: np.ndarray, *, epochs: int = 1, seed: int = 0) -> Params:
+        """The statistics of ``(X (n, d), y (n,) float)`` (the incoming ``params`` are not used)."""
+        A = np.hstack([np.ones((X.shape[0], 1)), np.asarray(X, dtype=np.float64)])
+        t = np.asarray(y, dtype=np.float64)
+        return {"count": np.array([float(len(t))]), "xtx": A.T @ A, "xty": A.T @ t}
+
+    @staticmethod
+    def check_statistics(p: Params, n: int) -> None:
+        """Raise ``ValueError`` unless ``p`` is a consistent update over at most ``n`` rows
+        (count an integer ``≤ n``, ``xtx`` symmetric with ``xtx[0, 0] = count`` and a
+        non-negative diagonal, everything finite)."""
+        count = float(np.asarray(p["count"]).ravel()[0])
+        xtx = np.asarray(p["xtx"], dtype=np.float64)
+        if not (count.is_integer() and 0 <= count <= n):
+            raise ValueError(f"the row count must be an integer in 0..{n}")
+        if not (np.isfinite(xtx).all() and np.isfinite(np.asarray(p["xty"])).all()):
+            raise ValueError("the normal-equation statistics are not finite")
+        if xtx[0, 0] != count or (np.diag(xtx) < 0).any():
+            raise ValueError("the normal-equation statistics are inconsistent with the row count")
+        if not np.allclose(xtx, xtx.T, rtol=1e-9, atol=1e-9 * max(1.0, float(np.abs(xtx).max()))):
+            raise ValueError("the normal-equation statistics are not symmetric")
+
+    def aggregate(self, updates: Sequence[tuple[Params, int]]) -> Params:
+        """Solve the pooled normal equations of the summed statistics (least-norm when singular).
+
+        Raises:
+            ValueError: no updates, or no rows in them.
+        """
+        if not updates:
+            raise ValueError("linear regression needs at least one update")
+        xtx = sum(np.asarray(p["xtx"], dtype=np.float64) for p, _ in updates)
+        xty = sum(np.asarray(p["xty"], dtype=np.float64) for p, _ in updates)
+        n = float(sum(float(np.asarray(p["count"]).ravel()[0]) for p, _ in updates))
+        if not n > 0:
+            raise ValueError("linear regression: the summed statistics hold no rows")
+        penalty = np.eye(len(xty)) * self.l2 * n
+        penalty[0, 0] = 0.0
+        w = np.linalg.lstsq(xtx + penalty, xty, rcond=None)[0]
+        return {"coef": w[1:], "intercept": w[:1]}
+
+    def predict(self, params: Params, X: np.ndarray) -> np.ndarray:
+        """``(n,)`` predicted values (float64)."""
+        return np.asarray(X, dtype=np.float64) @ np.asarray(params["coef"]) + float(np.asarray(params["intercept"])[0])
+
+
 #: name -> model class (``gnb``, ``sgd`` and ``mlp`` are registered by ``fedtab.learn``).
 MODELS: dict[str, type[FederatedModel]] = {LogisticRegressionModel.name: LogisticRegressionModel,
-                                           GradientBoostedTreesModel.name: GradientBoostedTreesModel}
+                                           GradientBoostedTreesModel.name: GradientBoostedTreesModel,
+                                           LinearRegressionModel.name: LinearRegressionModel}
 
 
 def make_model(spec: Any) -> FederatedModel:

@@ -260,3 +260,47 @@ class SiteLedger:
         """The ledger's content (a copy), for the site operator's report."""
         with self._lock:
             return json.loads(json.dumps(self._load()))
+
+    # ----- distinct values per run, releases fixed per period --------------------------
+    def run_distinct(self, run: str, key: str) -> list[str]:
+        """The distinct values recorded under ``key`` in ``run`` (:meth:`charge_run_distinct`)."""
+        with self._lock:
+            return list(self._load().get("run_distinct", {}).get(str(run), {}).get(key, []))
+
+    def charge_run_distinct(self, run: str, key: str, value: str, cap: int, what: str, cap_name: str = "cap",
+                            record: bool = True) -> str | None:
+        """Record ``value`` among the distinct values of ``key`` in ``run`` unless it is new and
+        the run would then hold more than ``cap`` of them (a value seen before is always
+        accepted). ``record=False`` only checks. The refusal names ``what`` and ``cap_name``.
+        A run's values are dropped with its counters (``period_days`` after it was last charged)."""
+        with self._lock:
+            data = self._load()
+            values = data.setdefault("run_distinct", {}).setdefault(str(run), {}).setdefault(key, [])
+            if value in values:
+                return None
+            if len(values) + 1 > cap:
+                return f"{what}: {len(values)} distinct in this run, the site's cap is {cap_name}={cap}"
+            if not record:
+                return None
+            values.append(value)
+            self._prune_runs(data, str(run))
+            for old in [r for r in data["run_distinct"] if r not in data.get("run_days", {})]:
+                data["run_distinct"].pop(old, None)
+            self._store(data)
+        return None
+
+    def fixed_release(self, key: str, make: Callable[[], Any]) -> Any:
+        """The value released under ``key`` in the current period: the one recorded, else
+        ``make()`` (JSON-able), recorded today and returned. So every request of a period gets
+        the same answer, whatever changed in between (a release the site fixed once)."""
+        with self._lock:
+            data = self._load()
+            self._prune(data)
+            for day in sorted(data["days"]):
+                fixed = data["days"][day].get("fixed", {})
+                if key in fixed:
+                    return json.loads(json.dumps(fixed[key]))
+            value = make()
+            data["days"].setdefault(_today(self._clock), {}).setdefault("fixed", {})[key] = value
+            self._store(data)
+            return json.loads(json.dumps(value))

@@ -23,8 +23,10 @@ enforces the rest on what each handler declares it releases:
 * caps on server-chosen work, kept in the site's ledger (:mod:`fedtab.privacy.ledger`)
   so that no setup, run or restart resets them: ``max_rounds`` fit requests (and as many
   ``score_sums`` and imputation rounds) per run, ``max_evaluations`` evaluations per
-  part per run, ``max_releases_per_part`` releases per part per run (per run, so that a
-  server spending them with cheap requests cannot lock a site out past its own run),
+  part per run (every model a request scores is one: a selection request with 200 slots
+  is 200, :func:`_select_evaluate`), ``max_models_per_request`` models in one request,
+  ``max_releases_per_part`` releases per part per run (per run, so that a server spending
+  them with cheap requests cannot lock a site out past its own run),
   ``max_local_epochs``, ``max_score_bins`` bins of a score histogram, ``max_param`` for
   any numeric parameter of a server-chosen selector or model (numbers nested in lists
   and dicts too; lists hold at most :data:`MAX_LIST_PARAM` entries), and ``max_work`` /
@@ -82,7 +84,8 @@ class DisclosurePolicy:
             computed over; also the cell-suppression threshold.
         max_rounds: most ``fit`` (and ``score_sums``, ``impute_fit``) requests answered per run.
         max_local_epochs: most local epochs a request may ask for.
-        max_evaluations: most ``evaluate``/``impute_eval`` requests answered per part per run.
+        max_evaluations: most evaluations answered per part per run: an ``evaluate`` /
+            ``impute_eval`` request is one, a selection request one per model it scores.
         max_param: bound on every numeric parameter of a server-chosen selector or model,
             numbers inside list- and dict-valued parameters included.
         allow_server_selector: whether the server may choose the selector at all.
@@ -106,6 +109,11 @@ class DisclosurePolicy:
             kinds such as ballots, the schema, the profile and local baselines are not) unless it arrives with
             secure masking.
         require_dp: the same, unless it arrives with DP settings.
+        max_models_per_request: most models (selection chains, evaluation slots) one request
+            may carry. Each is one evaluation against ``max_evaluations`` (charged to the part
+            it is scored on) and one model's work against ``max_work``; a request with more is
+            answered only as a request over row sets the server chooses
+            (``allow_server_row_sets``, a secure sum or DP).
         allow_server_row_sets: answer in the clear requests whose row set the server
             chooses (GBDT nodes under server-chosen splits or bin edges, selection chains,
             evaluations of server-sent models beyond the per-request cap). ``False`` (the
@@ -141,10 +149,12 @@ class DisclosurePolicy:
     require_dp: bool = False
     allow_server_row_sets: bool = False
     max_split_thresholds: int = 512
+    max_models_per_request: int = 2000
 
     def __post_init__(self) -> None:
         for name in ("min_rows", "max_rounds", "max_local_epochs", "max_evaluations", "max_score_bins",
-                     "max_releases_per_part", "period_days", "min_peers", "max_split_thresholds"):
+                     "max_releases_per_part", "period_days", "min_peers", "max_split_thresholds",
+                     "max_models_per_request"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"disclosure policy: {name} must be a non-negative integer, got {value!r}")
@@ -295,10 +305,27 @@ def server_row_set_refusal(policy: DisclosurePolicy, request: "Message", what: s
 
 
 def _charge_evaluation(policy: DisclosurePolicy, site: "Site", part: Any) -> str | None:
-    """Count one more evaluation of ``part`` in the site's current run (its ledger) unless past
-    ``max_evaluations``: per run, so cheap evaluations spent by one run leave the next run its own."""
-    return site.ledger.charge_run(getattr(site, "run_id", "local"), f"evaluate:{part}", policy.max_evaluations,
-                                  f"evaluations of part {part!r}", cap_name="max_evaluations")
+    """Count one more evaluation of ``part`` in the site's current run unless past ``max_evaluations``."""
+    return _charge_evaluations(policy, site, {str(part): 1})
+
+
+def _charge_evaluations(policy: DisclosurePolicy, site: "Site", counts: Mapping[str, int]) -> str | None:
+    """Count ``counts[part]`` more evaluations of every part in the site's current run unless one
+    would pass ``max_evaluations``: all or none, so a refusal changes no count. The one place that
+    decides the evaluations' ledger scope: per run, so cheap evaluations spent by one run leave
+    the next run its own."""
+    run = getattr(site, "run_id", "local")
+    for part, n in counts.items():
+        used = site.ledger.run_count(run, f"evaluate:{part}")
+        if used + n > policy.max_evaluations:
+            return (f"evaluations of part {part!r}: {used} answered in this run and {n} asked, the site's cap "
+                    f"is max_evaluations={policy.max_evaluations}")
+    for part, n in counts.items():
+        reason = site.ledger.charge_run(run, f"evaluate:{part}", policy.max_evaluations,
+                                        f"evaluations of part {part!r}", n=n, cap_name="max_evaluations")
+        if reason is not None:  # pragma: no cover - checked just above
+            return reason
+    return None
 
 
 def _agreed_columns(site: "Site") -> set[str] | None:
@@ -356,10 +383,36 @@ def _too_big(params: Any, cap: float) -> list[str]:
     return big
 
 
-def _check_selector(policy: DisclosurePolicy, spec: Any, site: "Site | None" = None, part: str = "train"
-                    ) -> str | None:
-    if spec is None:
+def _own_selector_cost(policy: DisclosurePolicy, site: "Site", part: str, runs: int) -> str | None:
+    """The site's own selector (its configuration's, or a job's written into it) held to the
+    same work caps as a server-chosen one: ``runs`` runs of it on ``part``'s rows."""
+    own = getattr(site, "selector", None)
+    if own is None:
         return None
+    from ..election.selectors import selector_cost
+
+    try:
+        cost = selector_cost(own, _rows_of(site, part), len(site.feature_names))
+    except ValueError:
+        return None  # a selector that cannot be built: the handler reports it
+    return _times(cost, runs).refusal(policy.max_work, policy.max_size, "selector", own if isinstance(
+        own, (str, Mapping)) else getattr(own, "name", type(own).__name__))
+
+
+def _times(cost: Any, n: int) -> Any:
+    """``cost`` of one run made ``n`` runs' work (the size is what one run holds at once)."""
+    from ..learn.models import Cost
+
+    return Cost(cost.work * max(int(n), 1), cost.size, cost.driver)
+
+
+def _check_selector(policy: DisclosurePolicy, spec: Any, site: "Site | None" = None, part: str = "train",
+                    runs: int = 1) -> str | None:
+    """A server-chosen selector ``spec`` (``None``: the site's own) within the site's caps:
+    its parameters within ``max_param`` and ``runs`` runs of it on ``part`` within
+    ``max_work``/``max_size``; the site's own selector is held to the work caps too."""
+    if spec is None:
+        return None if site is None else _own_selector_cost(policy, site, part, runs)
     if not policy.allow_server_selector:
         return "the site does not let the server choose its selector"
     params = spec.get("params", {}) if isinstance(spec, dict) else {}
@@ -374,7 +427,7 @@ def _check_selector(policy: DisclosurePolicy, spec: Any, site: "Site | None" = N
         cost = selector_cost(spec, _rows_of(site, part), len(site.feature_names))
     except ValueError:
         return None  # a spec that cannot be built: the handler reports it
-    return cost.refusal(policy.max_work, policy.max_size, "selector", spec)
+    return _times(cost, runs).refusal(policy.max_work, policy.max_size, "selector", spec)
 
 
 def _check_model(policy: DisclosurePolicy, site: "Site", spec: Any, features: Any, classes: Any, part: Any,
@@ -470,9 +523,10 @@ def _model_params(policy: DisclosurePolicy, site: "Site", request: "Message") ->
 
 
 def _evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    part = request.meta.get("part", "test")
+    """A server-sent model scored on a part: its shapes and bounds, the distinct models of the
+    run (:func:`_server_models`), then one evaluation of the part (``max_evaluations``)."""
     return (_score_bins(policy, request) or _model_params(policy, site, request)
-            or _charge_evaluation(policy, site, part))
+            or _evaluated_model(policy, site, request))
 
 
 def _local_baseline(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
@@ -615,30 +669,229 @@ def _gbdt_importance(policy: DisclosurePolicy, site: "Site", request: "Message")
 
 
 def _gbdt_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    return _score_bins(policy, request) or _charge_evaluation(policy, site, request.meta.get("part", "test"))
+    """A server-sent tree model scored on a part (``gbdt_evaluate``, ``gbdt_score``): the distinct
+    models of the run (:func:`_server_models`), then one evaluation of the part."""
+    return _score_bins(policy, request) or _evaluated_model(policy, site, request)
+
+
+#: distinct server-sent models a site scores in the clear on one part per run, beyond the
+#: training rounds (``fit``, boosting trees) it answered in the run: an honest run scores at
+#: most one model per round, plus its final one (and tuning one per candidate's ``rounds``)
+PLAIN_MODELS_EXTRA = 3
+#: what an evaluation of a server-sent model computes over, in its refusal
+SERVER_MODEL_ROW_SETS = "the rows a model of the server's picks out (a step-function model sweeps thresholds)"
+#: part aliases (as ``fedtab.federation.parts.canonical_part``): one part counts under one name
+_PART_ALIASES = {"validation": "fold:0", "fit": "fit:0"}
+
+
+def model_digest(request: "Message") -> str:
+    """SHA-256 of a request's model arrays (``param:*``: names, dtypes, shapes, bytes): the
+    ledger's name of a server-sent model."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(k for k in request.arrays if k.startswith("param:")):
+        a = np.ascontiguousarray(request.arrays[name])
+        h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _server_models(policy: DisclosurePolicy, site: "Site", request: "Message", part: str,
+                   record: bool) -> str | None:
+    """Distinct server-sent models scored in the clear on ``part`` in the site's run, counted by
+    :func:`model_digest` in the ledger: past the run's training rounds (``fit`` requests and
+    boosting trees answered) + :data:`PLAIN_MODELS_EXTRA`, a new model is answered only inside
+    a secure sum, with DP or with ``allow_server_row_sets`` (:func:`server_row_set_refusal`);
+    the same model again is always answered. ``record=False`` only checks."""
+    if server_row_set_refusal(policy, request, SERVER_MODEL_ROW_SETS) is None:
+        return None
+    run = getattr(site, "run_id", "local")
+    cap = site.ledger.run_count(run, "fit") + site.ledger.run_count(run, "gbdt_round") + PLAIN_MODELS_EXTRA
+    reason = site.ledger.charge_run_distinct(run, f"models:{part}", model_digest(request), cap,
+                                             f"models evaluated on part {part!r}",
+                                             cap_name="the run's training rounds + PLAIN_MODELS_EXTRA", record=record)
+    if reason is None:
+        return None
+    return f"{server_row_set_refusal(policy, request, SERVER_MODEL_ROW_SETS)} past its cap ({reason})"
+
+
+def _evaluated_model(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """The distinct-model check, one evaluation of the part charged, then the model recorded:
+    a refused request changes no count."""
+    part = str(request.meta.get("part") or "test")
+    part = _PART_ALIASES.get(part, part)
+    reason = _server_models(policy, site, request, part, record=False) or _charge_evaluation(
+        policy, site, request.meta.get("part", "test"))
+    return reason or _server_models(policy, site, request, part, record=True)
 
 
 def _select_prepare(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """Model selection's fold ballots (:mod:`fedtab.federation.selection`): as a ballot."""
-    return _check_selector(policy, request.meta.get("selector"), site, "train")
+    """Model selection's fold ballots (:mod:`fedtab.federation.selection`): as a ballot, the
+    selector (the server's or the site's own) run once per fold and once on ``train``."""
+    runs = 1 + sum(1 for part in site.part_sizes() if part.startswith("fold:"))
+    return _check_selector(policy, request.meta.get("selector"), site, "train", runs)
+
+
+#: ``Site.state`` key of the selection chains' setup (written by the ``select_fit`` handler)
+_SELECT_SETUP = "select_setup"
+
+
+def _bounded(policy: DisclosurePolicy, name: str, a: Any, shape: tuple[int, ...]) -> str | None:
+    """``a`` a finite number array of ``shape`` with every ``|entry| <= max_model_abs``, else why not."""
+    try:
+        arr = np.asarray(a, dtype=np.float64)
+    except (TypeError, ValueError):
+        return f"{name} is not a number array"
+    if arr.shape != shape:
+        return f"{name} has shape {arr.shape}, the chains need {shape}"
+    if arr.size and not (np.isfinite(arr).all() and np.abs(arr).max() <= policy.max_model_abs):
+        return f"{name} is not finite or beyond the site's bound max_model_abs={policy.max_model_abs:g}"
+    return None
+
+
+def _selection_setup(policy: DisclosurePolicy, site: "Site", request: "Message"
+                     ) -> tuple[str | None, dict[str, Any] | None]:
+    """``(refusal, shapes)`` of the chains a ``select_fit`` / ``select_evaluate`` request is
+    about: its own setup (checked: shapes, indices, finite means, ``0 < std``, L2 within
+    ``max_param``, every entry within ``max_model_abs``) or the one the site stored;
+    ``shapes`` = ``{"M", "k", "d", "C", "fold", "features", "classes", "model"}`` or ``None``
+    when there is none yet (the handler reports that)."""
+    setup = request.meta.get("setup")
+    if isinstance(setup, dict):
+        features, classes = setup.get("features"), setup.get("classes")
+        if not isinstance(features, list) or not isinstance(classes, list) or len(classes) < 2:
+            return None, None  # the handler reports the malformed setup
+        a = request.arrays
+        if any(k not in a for k in ("setup:masks", "setup:chain_mask", "setup:chain_fold", "setup:mean",
+                                    "setup:std", "setup:chain_l2")):
+            return None, None
+        d, M = len(features), int(np.size(a["setup:chain_mask"]))
+        masks = np.asarray(a["setup:masks"])
+        chain_mask = np.asarray(a["setup:chain_mask"])
+        fold = np.asarray(a["setup:chain_fold"])
+        if masks.ndim != 2 or masks.shape[1] != d or chain_mask.shape != (M,) or fold.shape != (M,) \
+                or chain_mask.dtype.kind not in "iu" or fold.dtype.kind not in "iu" \
+                or (M and (chain_mask.min() < 0 or chain_mask.max() >= len(masks) or fold.min() < -1)):
+            return "the selection setup's masks, chain masks and folds do not fit its features", None
+        without = setup.get("without")
+        if not isinstance(without, list) or len(without) != M:
+            return "the selection setup names no left-out site for every chain", None
+        reason = _bounded(policy, "the chains' means", a["setup:mean"], (M, d)) or \
+            _bounded(policy, "the chains' stds", a["setup:std"], (M, d))
+        if reason is None and not (np.asarray(a["setup:std"], np.float64) > 1e-12).all():
+            reason = "the chains' stds must be above 1e-12"
+        l2 = np.asarray(a["setup:chain_l2"], dtype=np.float64) if np.size(a["setup:chain_l2"]) == M else None
+        if reason is None and (l2 is None or not (np.isfinite(l2).all() and (l2 >= 0).all()
+                                                  and (l2 <= policy.max_param).all())):
+            reason = f"the chains' L2 strengths must be finite, non-negative and at most max_param={policy.max_param:g}"
+        if reason is not None:
+            return reason, None
+        model = setup.get("model")
+    else:
+        stored = site.state.get(_SELECT_SETUP)
+        if not isinstance(stored, dict):
+            return None, None
+        features, classes, model = stored["features"], stored["classes"], stored["model"]
+        d, M, fold = len(features), len(stored["chain_mask"]), np.asarray(stored["chain_fold"])
+    C = len(classes)
+    return None, {"M": M, "k": 1 if C == 2 else C, "d": d, "C": C, "fold": fold, "features": features,
+                  "classes": classes, "model": model}
+
+
+def _chain_params(policy: DisclosurePolicy, request: "Message", shapes: Mapping[str, Any]) -> str | None:
+    """The chains' parameters: ``param:coef`` ``(M, k, d)`` and ``param:intercept`` ``(M, k)``, bounded."""
+    M, k, d = shapes["M"], shapes["k"], shapes["d"]
+    for name, shape in (("param:coef", (M, k, d)), ("param:intercept", (M, k))):
+        if name not in request.arrays:
+            return f"the request carries no {name}"
+        reason = _bounded(policy, f"model parameter {name!r}", request.arrays[name], shape)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _models_per_request(policy: DisclosurePolicy, request: "Message", n: int, what: str) -> str | None:
+    """More than ``max_models_per_request`` models in one request: a set of row sets the server
+    chooses (a crafted model per threshold reads values off counts), answered only as such."""
+    if n <= policy.max_models_per_request:
+        return None
+    return server_row_set_refusal(policy, request, f"{n} {what} (more than max_models_per_request="
+                                                   f"{policy.max_models_per_request})")
+
+
+def _models_work(policy: DisclosurePolicy, site: "Site", shapes: Mapping[str, Any], fits: float) -> str | None:
+    """``fits`` local fits (chains × epochs) of the agreed model on the training rows within ``max_work``."""
+    from ..learn.models import model_cost
+
+    try:
+        one = model_cost(shapes["model"], shapes["d"], max(shapes["C"], 2), _rows_of(site, "train"), 1)
+    except (ValueError, TypeError, KeyError):
+        return None  # a model that cannot be built: the handler reports it
+    return _times(one, max(int(fits), 1)).refusal(policy.max_work, policy.max_size, "model", shapes["model"])
 
 
 def _select_fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """One round of every selection chain: a fit round (epochs capped, counted per run)."""
+    """One round of every selection chain: the agreed columns, a bounded setup and bounded,
+    well-shaped parameters, at most ``max_models_per_request`` chains (else only as a request
+    over server-chosen row sets), every chain's local fit within ``max_work``, epochs capped,
+    one fit round of the run."""
     setup = request.meta.get("setup")
     reason = _check_features(site, setup.get("features")) if isinstance(setup, dict) else None
+    reason = reason or _epochs(policy, request.meta.get("epochs"))
     if reason is None and isinstance(setup, dict):
         reason = _check_model(policy, site, setup.get("model"), setup.get("features"), setup.get("classes"), "train",
                               request.meta.get("epochs", 1))
-    return reason or _epochs(policy, request.meta.get("epochs")) or _charge_run(policy, site, "fit", "fit rounds")
+    if reason is not None:
+        return reason
+    reason, shapes = _selection_setup(policy, site, request)
+    if reason is None and shapes is not None:
+        epochs = request.meta.get("epochs", 1)
+        epochs = epochs if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 else 1
+        reason = (_chain_params(policy, request, shapes)
+                  or _models_per_request(policy, request, shapes["M"], "selection chains")
+                  or _models_work(policy, site, shapes, shapes["M"] * epochs))
+    return reason or _charge_run(policy, site, "fit", "fit rounds")
+
+
+def _scored_parts(site: "Site", shapes: Mapping[str, Any], slots: Any, stage: str) -> dict[str, int]:
+    """``{part: models scored on it}`` of a ``select_evaluate`` request's slots at this site:
+    the test rows for the test stage, else each chain's ``fold:k`` the site has (rows)."""
+    out: dict[str, int] = {}
+    folds = shapes["fold"]
+    for s in slots:
+        if not (isinstance(s, list) and len(s) == 2 and isinstance(s[0], int) and 0 <= s[0] < shapes["M"]):
+            continue  # the handler refuses a malformed slot
+        part = "test" if stage == "test" else f"fold:{int(folds[s[0]])}"
+        if stage == "test" or int(folds[s[0]]) >= 0 and _rows_of(site, part):
+            out[part] = out.get(part, 0) + 1
+    return out
 
 
 def _select_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """Every selection slot's evaluation sums: one evaluation of the folds (or of the test rows)."""
+    """Every selection slot's evaluation sums: one evaluation per slot, charged to the part it
+    is scored on (its chain's ``fold:k``, or the test rows); at most ``max_models_per_request``
+    slots (else only as a request over server-chosen row sets); bounded, well-shaped models;
+    the personalisations' fits within ``max_work``."""
     personal = request.meta.get("personal")
     epochs = personal.get("epochs") if isinstance(personal, dict) else None
-    part = "test" if request.meta.get("stage") == "test" else "cv"
-    return _score_bins(policy, request) or _epochs(policy, epochs) or _charge_evaluation(policy, site, part)
+    stage = "test" if request.meta.get("stage") == "test" else "cv"
+    reason = _score_bins(policy, request) or _epochs(policy, epochs)
+    if reason is None and isinstance(personal, dict):
+        reason = _epochs(policy, personal.get("local_epochs"))
+    if reason is not None:
+        return reason
+    reason, shapes = _selection_setup(policy, site, request)
+    slots = request.meta.get("slots")
+    if reason is not None or shapes is None or not isinstance(slots, list):
+        return reason  # no setup or no slot list: the handler reports it
+    n_epochs = max(e for e in (epochs, personal.get("local_epochs") if isinstance(personal, dict) else None, 50)
+                   if isinstance(e, int) and not isinstance(e, bool))
+    personalised = sum(1 for s in slots if isinstance(s, list) and len(s) == 2 and s[1] != "none")
+    return (_chain_params(policy, request, shapes)
+            or _models_per_request(policy, request, len(slots), "models to evaluate")
+            or _models_work(policy, site, shapes, personalised * n_epochs + len(slots))
+            or _charge_evaluations(policy, site, _scored_parts(site, shapes, slots, stage)))
 
 
 def _secure_terms(policy: DisclosurePolicy, site: "Site", request: "Message", kind: "KindTerms | None" = None

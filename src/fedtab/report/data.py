@@ -15,7 +15,8 @@ __all__ = ["METRICS", "site_summaries", "evaluated_models", "headline_metric", "
 
 #: metric key -> column heading, in table order
 METRICS = [("auroc", "AUROC"), ("pr_auc", "PR-AUC"), ("brier", "Brier"), ("accuracy", "Accuracy"),
-           ("weighted_f1", "F1 (weighted)"), ("macro_f1", "F1 (macro)"), ("n", "Test rows")]
+           ("weighted_f1", "F1 (weighted)"), ("macro_f1", "F1 (macro)"), ("rmse", "RMSE"), ("mae", "MAE"),
+           ("r2", "R²"), ("n", "Test rows")]
 
 FEDERATED, LOCAL, MAJORITY = "federated", "local_only", "majority"
 
@@ -68,7 +69,8 @@ def headline_metric(scores: Mapping[str, Any]) -> tuple[str, str]:
     """``(key, heading)`` of the metric a verdict compares: AUROC when the federated model has
     one (binary with probabilities), else the weighted F1. (A pooled AUROC that is neither exact
     nor bounded is not headlined: :func:`pooled_headline`.)"""
-    key = "auroc" if mapping(scores.get("pooled")).get("auroc") is not None else "weighted_f1"
+    pooled = mapping(scores.get("pooled"))
+    key = "auroc" if pooled.get("auroc") is not None else "rmse" if "rmse" in pooled else "weighted_f1"
     return key, dict(METRICS)[key]
 
 

@@ -208,12 +208,38 @@ def _without_baselines(fed: Mapping[str, Any], private: bool) -> str:
                   + (": this test set does not show it ranks better than chance." if chance else ".") + "</li></ul>")
 
 
+def _regression(fed: Mapping[str, Any], result: Mapping[str, Any]) -> str:
+    """A regression run: the pooled RMSE / MAE / R² (exact: every site's sums over its test part,
+    summed), each evaluated site's, and the sites without a test part (named)."""
+    def text(m: Mapping[str, Any]) -> str:
+        def num(k: str) -> str:
+            return "n/a" if m.get(k) is None else f"{m[k]:.4g}"
+        return f"RMSE {num('rmse')}, MAE {num('mae')}, R² {num('r2')} on {m.get('n', 0)} test rows"
+
+    per_site = mapping(fed.get("per_site"))
+    sites = mapping(result.get("sites"))
+    items = [f"<li class=\"same\"><span class=\"mark\">·</span> {esc(str(s))}: {text(mapping(m))}</li>"
+             for s, m in per_site.items()]
+    items += [f"<li class=\"worse\"><span class=\"mark\">!</span> {esc(str(s))}: not evaluated — "
+              f"{esc(str(mapping(info).get('no_test', '')))}</li>"
+              for s, info in sites.items() if mapping(info).get("no_test")]
+    n_eval = len(per_site) if per_site else None
+    of = f" ({n_eval} of {len(sites)} sites evaluated)" if n_eval is not None and sites else ""
+    return (f'<p class="headline"><strong>Regression: {text(mapping(fed.get("pooled")))} over all sites{of}.'
+            f'</strong></p><p class="note">Exact: each site sends its sums of squared and absolute errors, of the '
+            f"target and of its square over its own test part; the pooled scores are those of all test rows together."
+            f" No local-only baselines in a regression job (<code>python -m benchmarks.regression</code> compares "
+            f"them).</p><ul class=\"verdict\">{''.join(items)}</ul>")
+
+
 def verdict(result: Mapping[str, Any]) -> str:
     """The ``verdict`` section's HTML (an absent note without a trained model)."""
     models = {role: m for role, _, m in evaluated_models(result)}
     if FEDERATED not in models:
         return absent("No model was trained in this job: there is no verdict to give.")
     key, label = headline_metric(models[FEDERATED])
+    if key == "rmse":
+        return _regression(models[FEDERATED], result)
     rows = compare_sites(result)
     if rows:
         head = _headline(rows)

@@ -34,6 +34,7 @@ import numpy as np
 
 from ...learn.gbdt import (BinLayout, Booster, GBDTModel, GBDTParams, base_margin, check_site_histogram,
                            merge_summaries)
+from ...learn.gbdt.bins import SUMMARY_POINTS
 from ...learn.gbdt.importance import pooled_importance
 from ...learn.gbdt.pooled import as_params
 from ...learn.gbdt.release import GRID_BITS
@@ -242,9 +243,10 @@ def _agree_bins(run: _Run) -> list[str]:
     """Exchange 1: bin summaries and class labels -> the agreed edges (public ones under DP), the
     resolved objective and (DP) the run's ledger. Returns the agreed classes."""
     fed, p, noisy, regression = run.federation, run.params, run.noisy, run.regression
-    request = Message("gbdt_summary", meta={**run.base_meta, "sketch_size": p.sketch_size, "summary": not noisy})
+    request = Message("gbdt_summary", meta={**run.base_meta, "summary": not noisy})
+    # a site's summary is its own (its floor, SUMMARY_POINTS a column): the server checks only that
     replies = exchange(fed, request, summary_checker(fed, len(run.features), run.train_part,
-                                                     sketch_size=p.sketch_size, min_rows=p.min_rows,
+                                                     sketch_size=SUMMARY_POINTS, min_rows=1,
                                                      regression=regression, with_summary=not noisy),
                        on_error=run.on_error, step="gbdt_summary")
     run.record("gbdt_summary", request, len(replies), sum(payload_bytes(r) for r in replies.values()))
@@ -255,7 +257,7 @@ def _agree_bins(run: _Run) -> list[str]:
     else:
         names = list(replies)
         run.layout = merge_summaries([replies[s].arrays for s in names], len(run.features), max_bins=p.max_bins,
-                                     sketch_size=p.sketch_size, min_rows=p.min_rows, sites=names)
+                                     sketch_size=SUMMARY_POINTS, min_rows=1, sites=names)
     run.ledger = run_ledger(fed, *dp_plan(p, run.validation_part is not None)) if noisy else None
     return classes
 
@@ -495,6 +497,13 @@ def _evaluate(federation: Federation, model: GBDTModel, classes: list[str], part
                        kind="gbdt_evaluate")
         log.append({"step": "gbdt_evaluate", "round": -1, "level": -1, "nodes": 0,
                     "bytes_down": payload_bytes(Message("e", params_to(arrays))) * n, "bytes_up": 0, **wire()})
+        return out
+    if ledger is None:  # plain or secure: RMSE, MAE and R² from the sites' regression sums
+        from ..training.steps import evaluate_regression
+
+        out = evaluate_regression(federation, arrays, part, kind="gbdt_score", on_error=on_error)
+        log.append({"step": "gbdt_score", "round": -1, "level": -1, "nodes": 0,
+                    "bytes_down": payload_bytes(Message("e", params_to(arrays))) * n, "bytes_up": 32 * n, **wire()})
         return out
     meta: dict[str, Any] = {"part": part}
     if ledger is not None:

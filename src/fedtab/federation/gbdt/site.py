@@ -1,9 +1,11 @@
 """The GBDT workflow's site side: its handlers over the site's fixed row parts.
 
-* ``"gbdt_summary"`` — the site's bin summary of the training part (:func:`~fedtab.learn.gbdt.site_summary`,
-  block means of at least ``max(min_rows of the request, the site's min_rows)`` rows) and, for
-  classification, its class labels. Under DP no summary is sent (the edges come from public
-  bounds).
+* ``"gbdt_summary"`` — the site's bin summary of its training part (:func:`fixed_summary`:
+  block means of at least the site's own ``min_rows`` rows, at most
+  :data:`~fedtab.learn.gbdt.bins.SUMMARY_POINTS` per column; the first one of a period, kept
+  in the site's ledger, answers every later request of the period — no request parameter
+  shapes it, so no two summaries can be differenced) and, for classification, the class
+  labels of the named part. Under DP no summary is sent (the edges come from public bounds).
 * ``"gbdt_start"`` — the agreed edges, classes and parameters: the site bins its rows, keeps
   its boosting state (:class:`~fedtab.learn.gbdt.SiteBooster`, stored as plain arrays in
   ``site.state["gbdt"]`` so an engine can keep it between processes) and replies its label
@@ -17,7 +19,7 @@
 * ``"gbdt_evaluate"`` — the evaluation sums of a classification model (arrays of
   :meth:`~fedtab.learn.gbdt.GBDTModel.to_arrays`, validated as a hostile model) on a part:
   the training workflow's sums (per class: every class needs ``min_rows`` rows there);
-  ``"gbdt_score"`` — a regression model's squared error sum on a part.
+  ``"gbdt_score"`` — a regression model's sums of squared and absolute errors, of the target and of its square on a part (only the squared errors under DP).
 * ``"gbdt_importance"`` — each feature's summed split gain on the site's training rows,
   replayed from the site's own record of the splits and leaf values it applied (no model of
   the server's choosing; small nodes suppressed; refused after a secure or DP run).
@@ -34,8 +36,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_sums, site_summary
+from ...learn.gbdt.bins import SUMMARY_POINTS
 from ...learn.gbdt.importance import SPLIT_RECORD, record_splits, site_gains
 from ...learn.gbdt.objectives import loss_sums
+from ...learn.metrics import regression_sums
 from ...learn.gbdt.release import check_request, histogram_sensitivity, noisy_level, release_level
 from ...privacy.dp import DP_META, add_noise, noise_rng
 from ...privacy.gate import COUNT, FLAG, LABELS, SMOOTHED, Releases
@@ -45,7 +49,7 @@ from ..kinds import declared as _declared
 from ..site import Site, handler
 from ..training.site import class_indices, evaluation_sums, label_key, requested_bins, site_matrix
 
-__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "LEVEL_RELEASES"]
+__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "LEVEL_RELEASES", "fixed_summary", "SUMMARY_PART"]
 
 #: ``site.state`` key of the boosting state (plain arrays: an engine keeps it between processes)
 STATE = "gbdt"
@@ -95,8 +99,34 @@ def site_data(site: Site, features: list[str], part: str, classes: list[str] | N
 
 
 # ----------------------------------------------------------------------------- summary
+#: the part every bin summary is computed over, whatever the request names
+SUMMARY_PART = "train"
+
+
+def _column_summary(site: Site, feature: str) -> dict[str, list]:
+    """One column's summary over the site's training part (JSON-able, for the ledger): blocks
+    of at least the site's own ``min_rows`` rows, at most :data:`SUMMARY_POINTS` of them."""
+    X, _ = site_matrix(site, [feature], SUMMARY_PART)
+    s = site_summary(X, sketch_size=SUMMARY_POINTS, min_rows=int(site.policy.min_rows))
+    return {"values": [float(v) for v in s["values"]], "counts": [int(c) for c in s["counts"]]}
+
+
+def fixed_summary(site: Site, features: list[str]) -> dict[str, np.ndarray]:
+    """The site's bin summary of ``features`` (:func:`~fedtab.learn.gbdt.site_summary` layout):
+    per column the one the site's ledger recorded first in the period, else computed now over
+    the training part and recorded. Nothing of a request shapes it (no size, floor or part),
+    so every summary of a column the site sends in a period is the same."""
+    cols = [site.ledger.fixed_release(f"gbdt_summary:{f}", lambda f=f: _column_summary(site, f)) for f in features]
+    return {"values": np.asarray([v for c in cols for v in c["values"]], dtype=np.float64),
+            "counts": np.asarray([n for c in cols for n in c["counts"]], dtype=np.int64),
+            "ptr": np.r_[0, np.cumsum([len(c["counts"]) for c in cols])].astype(np.int64)}
+
+
 @handler("gbdt_summary")
 def _summary(site: Site, request: Message) -> Message:
+    """The class labels of the named part and, unless the request says ``summary = False`` (DP:
+    the edges come from public bounds), :func:`fixed_summary` of the named features. The
+    request's ``sketch_size``, ``min_rows`` and part do not change the summary."""
     _check_target(site, request)
     part = str(request.meta.get("part") or "train")
     feats = _features(request)
@@ -106,10 +136,7 @@ def _summary(site: Site, request: Message) -> Message:
         meta["classes"] = sorted({label_key(v) for v in y})
     if request.meta.get("summary", True) is False:
         return Message("gbdt_summary", {}, meta)
-    sketch = request.meta.get("sketch_size", 1024)
-    if isinstance(sketch, bool) or not isinstance(sketch, int) or not 2 <= sketch <= 1_000_000:
-        raise ValueError("sketch_size must be an integer in 2..1000000")
-    return Message("gbdt_summary", site_summary(X, sketch_size=sketch, min_rows=_floor(site, request)), meta)
+    return Message("gbdt_summary", fixed_summary(site, feats), meta)
 
 
 # ----------------------------------------------------------------------------- start
@@ -423,10 +450,12 @@ def _score(site: Site, request: Message) -> Message:
     if model.params.objective != "regression":
         raise ValueError("gbdt_score scores regression models; classification uses gbdt_evaluate")
     X, y = site_data(site, st["features"], str(request.meta.get("part") or "test"), None, True)
-    err = (model.predict(X) - y) ** 2 if len(y) else np.zeros(0)
+    pred = model.predict(X) if len(y) else np.zeros(0)
+    err = (pred - y) ** 2
     dp = request.meta.get(DP_META)
-    if dp is None:
-        return Message("gbdt_score", {"sse": np.array([float(err.sum())])}, {"n": int(len(y))})
+    if dp is None:  # the regression sums of fedtab.learn.metrics.regression_sums
+        sums = regression_sums(y, pred)
+        return Message("gbdt_score", {k: np.array([v]) for k, v in sums.items()}, {"n": int(len(y))})
     c = float(dp.get("clip", 1.0))
     noisy = add_noise(np.array([float(np.minimum(err, c * c).sum())]), c * c, dp, noise_rng())
     return Message("gbdt_score", {"sse": noisy}, {"n": int(len(y))})

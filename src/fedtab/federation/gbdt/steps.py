@@ -36,17 +36,20 @@ __all__ = ["summary_checker", "labels_checker", "level_checker", "importance_che
 
 def summary_checker(federation: Federation, n_features: int, part: str, *, sketch_size: int, min_rows: int,
                     regression: bool, with_summary: bool) -> Callable[[str, Message], None]:
-    """Validator of ``"gbdt_summary"`` replies."""
+    """Validator of ``"gbdt_summary"`` replies: the rows of ``part`` and class labels the site
+    declared; a summary (:func:`~fedtab.learn.gbdt.bins.check_summary`) of at most
+    ``sketch_size`` points a column, each of at least ``min_rows`` rows, counting at most the
+    site's training rows (a site summarises its whole training part, with its own floor)."""
 
     def check(site: str, reply: Message) -> None:
         schema = federation.schema
         assert schema is not None
-        n = validate.integer(reply.meta.get("n"), f"{part} rows", equal=schema.rows(site, part))
+        validate.integer(reply.meta.get("n"), f"{part} rows", equal=schema.rows(site, part))
         if not regression:
             schema.check_classes(site, reply.meta.get("classes"))
         if with_summary:
             check_summary(reply.arrays, n_features, sketch_size=sketch_size, min_rows=min_rows, site=f"site {site!r}",
-                          n_rows=n)
+                          n_rows=schema.rows(site, "train"))
         elif reply.arrays:
             raise ValueError("sent a bin summary that was not asked for")
 

@@ -57,4 +57,6 @@ def train_gbdt(federation: Federation, features: list[str] | None, model: Any, *
         local_epochs=0, seed=int(seed), model_spec={"name": fm.name, "params": out.params.to_dict()},
         participation=out.participation, dropped=out.dropped, robust=federation.options.robust,
         left_out={s: f"gbdt: hessian share {v:.3g} capped" for s, v in out.left_out.items()}, privacy=out.privacy,
-        importance=out.importance)
+        importance=out.importance,
+        task="regression" if out.params.objective == "regression" else "binary" if len(out.classes) <= 2
+        else "multiclass")

@@ -85,49 +85,64 @@ def exchange(
         requests = {s: flagged.setdefault(id(m), Message(m.kind, m.arrays, {**m.meta, _schema.DECLARE: True}))
                     for s, m in requests.items()}
     elif federation._schema_pending:  # one message per distinct request, so a broadcast stays one
-        attached: dict[int, Message] = {}
-        requests = {s: (attached.setdefault(id(m), schema.attach(m)) if s in federation._schema_pending else m)
-                    for s, m in requests.items()}
-    replies = federation.ask(requests)
-    if not declaring:
-        federation._schema_pending.difference_update(s for s, r in replies.items() if not r.is_error)
-    arrived: dict[str, Message] = {}
+        attached: dict[tuple[int, int], Message] = {}  # sites that declared the same columns share one
+        out: dict[str, Message] = {}
+        for s, m in requests.items():
+            if s not in federation._schema_pending:
+                out[s] = m
+                continue
+            key = (id(m), id(schema._site_meta(s)))
+            if key not in attached:
+                attached[key] = schema.attach(m, s)
+            out[s] = attached[key]
+        requests = out
+    # replies are taken one at a time as the engine decodes them: each is classified, its
+    # declaration parsed (names kept once, in the shared declared tuple) and validated before the
+    # next is held -- never all K decoded replies with their names at once
     bad: dict[str, str] = {}
     refusals: dict[str, str] = {}
-    for site in requests:
-        reply = replies.get(site)
-        if reply is None:
-            bad[site] = "no reply"
-        elif reply.is_refusal:  # the site's disclosure policy declined: reported by name, never reduced
+    good: dict[str, Message] = {}
+    held: dict[str, Message] = {}  # declaring: replies waiting for the agreed schema, declaration stripped
+    declarations: dict[str, "_schema.SiteDeclaration"] = {}
+    validated: dict[tuple[str, ...], tuple[str, ...]] = {}
+    limits = (getattr(federation, "schema_limits", None) or _schema.SchemaLimits()) if declaring else None
+    seen: set[str] = set()
+    for site, reply in federation.ask_each(requests):
+        if site not in requests or site in seen:
+            continue
+        seen.add(site)
+        if not declaring and not reply.is_error:
+            federation._schema_pending.discard(site)
+        if reply.is_refusal:  # the site's disclosure policy declined: reported by name, never reduced
             refusals[site] = str(reply.meta.get("reason", "no reason given"))[:2000]
             bad[site] = f"refused: {refusals[site]}"
         elif reply.is_error:
             bad[site] = str(reply.meta.get("error", "unknown error"))[:2000]
         elif reply.kind != expected:
             bad[site] = f"replied {reply.kind[:80]!r} to a {expected!r} request"
+        elif declaring:
+            try:
+                declarations[site] = _schema.parse_declaration(reply.meta.get(_schema.DECLARED), limits, validated)
+            except ValueError as exc:
+                bad[site] = f"invalid schema declaration: {exc}"
+            else:
+                held[site] = _without(reply, _schema.DECLARED)  # its names now live once, in the declaration
+        elif _schema.DECLARED in reply.meta:
+            bad[site] = "sent a schema declaration in a later message (column names go only in the first exchange)"
         else:
-            arrived[site] = reply
+            _check_one(check, site, reply, good, bad)
+    for site in requests:
+        if site not in seen:
+            bad[site] = "no reply"
     if declaring:
-        limits = getattr(federation, "schema_limits", None) or _schema.SchemaLimits()
-        declared, refused = _schema.declarations_from(arrived, limits)
-        bad.update(refused)
-        arrived = {s: r for s, r in arrived.items() if s in declared}
-        if declared:
-            _schema.set_schema(federation, _schema.Schema.from_declarations(declared, limits))
-    good: dict[str, Message] = {}
-    for site, reply in arrived.items():
-        if check is None:
-            good[site] = reply
-            continue
-        try:
-            check(site, reply)
-        except SiteError as exc:
-            bad[site] = str(exc).removeprefix(f"site {site!r}: ")
-        except _REPLY_FAULTS as exc:
-            text = str(exc).removeprefix(f"site {site!r}: ")
-            bad[site] = text if isinstance(exc, (FederationError, ValueError)) else f"{type(exc).__name__}: {text}"
-        else:
-            good[site] = reply
+        _schema.settle_target(declarations, bad)
+        if declarations:
+            _schema.set_schema(federation, _schema.Schema.from_declarations(declarations, limits))
+        for site in list(held):
+            reply = held.pop(site)
+            if site in declarations:
+                _check_one(check, site, reply, good, bad)
+    good = {s: good[s] for s in requests if s in good}
     bad = {s: bad[s] for s in requests if s in bad}
     if bad:
         text = "; ".join(reject_text(s, e) for s, e in bad.items())
@@ -149,6 +164,30 @@ def exchange(
         raise QuorumError(f"{expected} step: no site replied successfully")
     federation.participation.append({"step": step or expected, "sites": list(good)})
     return good
+
+
+def _without(reply: Message, key: str) -> Message:
+    """``reply`` without meta ``key`` (a new message sharing the arrays; the reply itself is not changed)."""
+    out = Message.__new__(Message)
+    out.kind, out.arrays, out.meta = reply.kind, reply.arrays, {k: v for k, v in reply.meta.items() if k != key}
+    return out
+
+
+def _check_one(check: Validator | None, site: str, reply: Message, good: dict[str, Message],
+               bad: dict[str, str]) -> None:
+    """Validate one reply into ``good`` or its reason into ``bad`` (the site named once, by the caller)."""
+    if check is None:
+        good[site] = reply
+        return
+    try:
+        check(site, reply)
+    except SiteError as exc:
+        bad[site] = str(exc).removeprefix(f"site {site!r}: ")
+    except _REPLY_FAULTS as exc:
+        text = str(exc).removeprefix(f"site {site!r}: ")
+        bad[site] = text if isinstance(exc, (FederationError, ValueError)) else f"{type(exc).__name__}: {text}"
+    else:
+        good[site] = reply
 
 
 def exchange_sums(

@@ -26,7 +26,7 @@ import functools
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping
 
 from ..messages import Message
 
@@ -135,6 +135,25 @@ class Federation(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        each = cls.__dict__.get("ask_each")
+        if each is not None and not getattr(each, "_counts_exchanges", False):
+            @functools.wraps(each)
+            def counted_each(self: "Federation", *args: Any, **kwargs: Any) -> Iterator[tuple[str, Message]]:
+                if self.__dict__.get("_asking"):  # ask() built on ask_each counts once, in ask
+                    return each(self, *args, **kwargs)
+                self.exchange_count = self.__dict__.get("exchange_count", 0) + 1
+
+                def run() -> Iterator[tuple[str, Message]]:
+                    self.__dict__["_asking"] = True  # an ask() the stream falls back on is not counted again
+                    try:
+                        yield from each(self, *args, **kwargs)
+                    finally:
+                        self.__dict__["_asking"] = False
+
+                return run()
+
+            counted_each._counts_exchanges = True  # type: ignore[attr-defined]
+            cls.ask_each = counted_each  # type: ignore[method-assign]
         ask = cls.__dict__.get("ask")
         if ask is None or getattr(ask, "_counts_exchanges", False):
             return
@@ -227,6 +246,15 @@ class Federation(ABC):
         is reported by an error reply too. Implementations must not raise for a single
         site's failure.
         """
+
+    def ask_each(self, requests: Mapping[str, Message]) -> Iterator[tuple[str, Message]]:
+        """Like :meth:`ask`, but yield ``(site, reply)`` one at a time, as each reply is decoded,
+        so a server can validate and reduce a reply and drop it before the next one is held.
+
+        The default calls :meth:`ask` (every reply held at once); an engine that decodes replies
+        one by one overrides it (then its ``ask`` may be ``dict(self.ask_each(requests))``).
+        One call is one exchange (:attr:`exchange_count`)."""
+        return iter(self.ask(requests).items())
 
     def broadcast(self, request: Message, sites: list[str] | None = None) -> dict[str, Message]:
         """Send the same request to every active site (or the listed ones)."""

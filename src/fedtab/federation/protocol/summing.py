@@ -75,6 +75,8 @@ class Summed:
             reply without the summed arrays with secure sums.
         sites: the sites whose values are in the sums.
         secure: whether the sums travelled masked (per-site values unknown to the server).
+        parts: what a reduction pools: each site's reply (plain sums; the same as
+            ``replies``), or the one total ``{SECURE_SUM: Message(sums)}`` (secure sums).
     """
 
     sums: dict[str, np.ndarray]
@@ -83,6 +85,11 @@ class Summed:
     sites: list[str]
     secure: bool = False
     dropped: list[str] = field(default_factory=list)
+    parts: dict[str, Message] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            self.parts = ({SECURE_SUM: Message(SECURE_SUM, dict(self.sums))} if self.secure else dict(self.replies))
 
 
 class SummingStrategy(ABC):

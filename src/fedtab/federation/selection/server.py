@@ -40,8 +40,12 @@ from ...learn.models import LogisticRegressionModel, make_model
 from ...learn.personalise import check_mode, mode_order
 from .. import validate
 from ..protocol import Federation
+from ..protocol.modes import declare_modes, run_strategy
 from .plan import Candidate, Plan, build_plan
 from .steps import Prepared, candidates, cv_summary, evaluate, per_site_cv, prepare, test_metrics, train
+
+#: the modes model selection supports: none (its sums travel in the clear, reduced plainly)
+SELECTION_MODES = declare_modes("selection")
 
 __all__ = ["SelectionOutcome", "select_model", "DEFAULT_FD_GRID", "DEFAULT_MODES"]
 
@@ -250,9 +254,7 @@ def select_model(
 def _checked(federation: Federation, model: Any, rounds: int, local_epochs: int, modes: Sequence[str]
              ) -> tuple[LogisticRegressionModel, list[str], dict[str, Any]]:
     """``(model, modes with "none" first, the model's {name, params})`` of valid settings (raises ``ValueError``)."""
-    opts = federation.options
-    if opts.secure or opts.dp is not None or opts.robust:
-        raise ValueError("model selection runs with plain sums only (no secure aggregation, DP or robust mode yet)")
+    run_strategy(federation).check_supported(SELECTION_MODES, "model selection (it runs with plain sums only)")
     fm = make_model(model)
     if not isinstance(fm, LogisticRegressionModel):
         raise ValueError(f"model selection trains logistic regression, not {fm.name!r}")

@@ -23,11 +23,13 @@ from ...privacy.policy import DisclosurePolicy
 from .. import validate
 from ..messages import Message
 from ..protocol import Federation, run_ledger, set_quorum
+from ..protocol.modes import run_strategy
 from .site import check_part
-from .steps import (as_description, describe, dp_fit_settings, dp_plan, evaluate, fit_request, fit_round,
+from .steps import (EXACT_TRAINING_MODES, LINEAR_MODES, TRAINING_MODES, as_description, describe, dp_fit_release, dp_plan,
+                    evaluate, fit_request, fit_round,
                     standardisation)
 
-__all__ = ["TrainingOutcome", "run_training"]
+__all__ = ["TrainingOutcome", "run_training", "training_task"]
 
 
 @dataclass
@@ -87,6 +89,8 @@ class TrainingOutcome:
     left_out: dict[str, str] = field(default_factory=dict)
     privacy: dict[str, Any] | None = None
     importance: dict[str, Any] | None = None
+    #: ``"binary"``, ``"multiclass"`` or ``"regression"`` (:func:`training_task`)
+    task: str = "binary"
 
 
 
@@ -123,6 +127,7 @@ def run_training(
     score_bins: int | None = SCORE_BINS,
     min_sites: int | None = None,
     max_param_abs: float = validate.MAX_PARAM_ABS,
+    task: str | None = None,
 ) -> TrainingOutcome:
     """Train ``model`` by federated rounds on ``features`` (default: each site's elected mask).
 
@@ -154,12 +159,29 @@ def run_training(
             follow the federation's quorum policy.
         min_sites: quorum (sets ``federation.min_sites``); ``None`` keeps the federation's.
         max_param_abs: largest ``|entry|`` accepted in a site's parameters.
+        task: ``"binary"``, ``"multiclass"`` or ``"regression"``; ``None``: :func:`training_task`
+            (regression when every site reads its target as a number). A regression run trains
+            ``"linear"`` (pooled normal equations, one exact round) or ``"gbdt"`` (objective
+            ``"regression"``) and scores RMSE / MAE / R² (:func:`~.steps.evaluate_regression`);
+            ``classes`` is empty.
 
     Raises:
         FederationError: a site failed or replied inconsistently (naming it).
-        ValueError: bad arguments, DP with an exact-aggregation model, fewer than 2 classes.
+        ValueError: bad arguments, DP with an exact-aggregation model, fewer than 2 classes, a
+            model that cannot serve the task (one line, :func:`fedtab.learn.tasks.model_refusal`).
     """
     from ..gbdt.training import is_gbdt, train_gbdt
+
+    if not is_gbdt(model):  # a mode the model does not support is refused before any exchange
+        early = make_model(model)
+        run_strategy(federation).check_supported(EXACT_TRAINING_MODES if early.exact else TRAINING_MODES,
+                                                 f"the exact-aggregation model {early.name!r}" if early.exact
+                                                 else f"the model {early.name!r}")
+    task = training_task(federation, task)
+    model = _model_for_task(model, task)
+    if task == "regression" and not is_gbdt(model):
+        return _run_linear(federation, features, model, seed=seed, train_part=train_part, eval_part=eval_part,
+                           described=described, min_sites=min_sites, on_error=on_error)
 
     if is_gbdt(model):  # boosted trees grow level by level from summed histograms, not by FedAvg rounds
         return train_gbdt(federation, features, model, seed=seed, train_part=train_part, eval_part=eval_part,
@@ -172,8 +194,9 @@ def run_training(
     set_quorum(federation, min_sites)
     p0, dropped0 = len(federation.participation), set(federation.dropped)
     opts = federation.options
-    if opts.dp is not None and fm.exact:
-        raise ValueError(f"dp is not available for the exact-aggregation model {fm.name!r}")
+    run_strategy(federation).check_supported(EXACT_TRAINING_MODES if fm.exact else TRAINING_MODES,
+                                             f"the exact-aggregation model {fm.name!r}" if fm.exact
+                                             else f"the model {fm.name!r}")
     ledger = run_ledger(federation, *dp_plan(fm, rounds, local_epochs, eval_every, described is not None))
     if described is None:
         description = describe(federation, features, train_part, ledger, on_error=on_error)
@@ -184,7 +207,7 @@ def run_training(
     feats, class_list = description.features, description.classes
     mean, std, left_out = standardisation(federation, description)
     setup = {"features": feats, "classes": class_list, "model": spec, "part": train_part}
-    dp_fit = dp_fit_settings(federation, fm, ledger, local_epochs) if ledger is not None else None
+    dp_fit = None if fm.exact else dp_fit_release(fm, local_epochs)  # how a fit round releases under DP
     has_proba = getattr(fm, "predict_proba", None) is not None
 
     params = _initial_params(fm, len(feats), len(class_list), seed)
@@ -198,16 +221,101 @@ def run_training(
     detail = evaluate(federation, params, len(class_list), eval_part, score_bins, has_proba=has_proba, ledger=ledger,
                       on_error=on_error)
     pooled, per_site = _historic(detail)
-    bytes_down, bytes_up = (sum(t["bytes_down"] for t in traffic), sum(t["bytes_up"] for t in traffic)) \
-        if opts.secure else (end_bytes[0] - start_bytes[0], end_bytes[1] - start_bytes[1])
+    # every fit exchange of the rounds, a secure sum's key exchange and unmasking included
+    bytes_down, bytes_up = sum(t["bytes_down"] for t in traffic), sum(t["bytes_up"] for t in traffic)
     return TrainingOutcome(
         model=fm.name, params=params, features=list(feats), classes=class_list, mean=mean, std=std, pooled=pooled,
         per_site=per_site, history=history, n_params=fm.n_params(len(feats), len(class_list)),
         bytes_down=bytes_down, bytes_up=bytes_up, traffic=traffic, rounds=n_rounds, metrics=detail,
         local_epochs=int(local_epochs), seed=seed, model_spec=spec, participation=federation.participation[p0:],
         dropped={s: why for s, why in federation.dropped.items() if s not in dropped0}, robust=opts.robust,
-        left_out=left_out, privacy=ledger.report() if ledger is not None else None,
+        left_out=left_out, privacy=ledger.report() if ledger is not None else None, task=task,
     )
+
+
+def training_task(federation: Federation, task: str | None = None) -> str:
+    """The run's task: ``task`` when given (checked against the sites), else read from the agreed
+    schema — ``"regression"`` when every site declares no class label (each reads its target as a
+    number), ``"binary"`` / ``"multiclass"`` by the agreed classes.
+
+    Raises:
+        ValueError: an unknown task; sites that read the target differently (naming them), or a
+            classification task where a site reads the target as a number (and the reverse).
+    """
+    from ...learn.tasks import TASKS
+    from ..schema import agree_schema
+
+    if task is not None and task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+    if federation.schema is None:
+        agree_schema(federation)
+    schema = federation.schema
+    assert schema is not None
+    numeric = sorted(s for s, d in schema.sites.items() if d.target is not None and not d.classes)
+    labelled = sorted(s for s, d in schema.sites.items() if d.target is not None and d.classes)
+    if task == "regression" and labelled:
+        raise ValueError(f"task = \"regression\", but site(s) {labelled} read the target as classes (tell them "
+                         f"task = \"regression\")")
+    if task in ("binary", "multiclass") and numeric:
+        raise ValueError(f"task = {task!r}, but site(s) {numeric} read the target as a number (tell them "
+                         f"task = \"classes\")")
+    if task is None and numeric and labelled:
+        raise ValueError(f"site(s) {numeric} read the target as a number and {labelled} as classes: set "
+                         f"[training] task = \"regression\" or \"binary\"/\"multiclass\"")
+    if task is not None:
+        return task
+    if numeric:
+        return "regression"
+    return "binary" if len(schema.classes) <= 2 else "multiclass"
+
+
+def _model_for_task(model: Any, task: str) -> Any:
+    """``model`` fit for ``task`` (a ``"gbdt"`` spec gets ``objective = "regression"`` for a
+    regression task); ``ValueError`` with :func:`~fedtab.learn.tasks.model_refusal`'s line otherwise."""
+    from ...learn.tasks import given_objective, model_refusal
+
+    fm = make_model(model)
+    objective = given_objective(model) if fm.name == "gbdt" else None
+    why = model_refusal(fm.name, task, objective)
+    if why is not None:
+        raise ValueError(why)
+    if fm.name == "gbdt" and task == "regression" and objective is None:
+        return {"name": "gbdt", "params": {**fm.get_params(), "objective": "regression"}}
+    return model
+
+
+def _run_linear(federation: Federation, features: list[str] | None, model: Any, *, seed: int, train_part: str,
+                eval_part: str, described: Any, min_sites: int | None,
+                on_error: Literal["raise", "skip"] | None) -> TrainingOutcome:
+    """A regression run of an exact model (``"linear"``): describe, one fit round of the sites'
+    normal-equation statistics over standardised columns, the regression evaluation."""
+    from .steps import evaluate_regression
+
+    fm: FederatedModel = make_model(model)
+    spec = {"name": fm.name, "params": fm.get_params()}
+    check_part(train_part), check_part(eval_part)
+    set_quorum(federation, min_sites)
+    p0, dropped0 = len(federation.participation), set(federation.dropped)
+    run_strategy(federation).check_supported(LINEAR_MODES, f"the regression model {fm.name!r}")
+    description = describe(federation, features, train_part, None, on_error=on_error) if described is None \
+        else as_description(described, features, federation)
+    feats = description.features
+    mean, std, left_out = standardisation(federation, description)
+    setup = {"features": feats, "classes": [], "model": spec, "part": train_part, "task": "regression"}
+    params = _initial_params(fm, len(feats), 1, seed)
+    params, _, traffic = _fedavg_rounds(
+        federation, fm, params, 1, setup=setup, local_epochs=1, seed=seed, mean=mean, std=std, dp_fit=None,
+        ledger=None, train_part=train_part, eval_part=eval_part, eval_every=0, on_round=None, on_error=on_error,
+        left_out=left_out, max_param_abs=validate.MAX_PARAM_ABS, has_proba=False)
+    detail = evaluate_regression(federation, params, eval_part, on_error=on_error)
+    return TrainingOutcome(
+        model=fm.name, params=params, features=list(feats), classes=[], mean=mean, std=std,
+        pooled=dict(detail["pooled"]), per_site={s: dict(m) for s, m in detail["per_site"].items()},
+        n_params=fm.n_params(len(feats), 1), bytes_down=sum(t["bytes_down"] for t in traffic),
+        bytes_up=sum(t["bytes_up"] for t in traffic), traffic=traffic, rounds=1, metrics=detail, local_epochs=1,
+        seed=seed, model_spec=spec, participation=federation.participation[p0:],
+        dropped={s: why for s, why in federation.dropped.items() if s not in dropped0}, robust=False,
+        left_out=left_out, task="regression")
 
 
 def _initial_params(fm: FederatedModel, d: int, c: int, seed: int) -> Params:
@@ -243,12 +351,10 @@ def _fedavg_rounds(federation: Federation, fm: FederatedModel, params: Params, n
     traffic: list[dict[str, Any]] = []
     for r in range(1, n_rounds + 1):
         request = fit_request(params, fm, epochs=local_epochs, round_=r, seed=seed, setup=setup if r == 1 else None,
-                              mean=mean, std=std, dp_fit=dp_fit)
-        if ledger is not None:
-            ledger.spend("training.fit", dp_fit["steps"])  # type: ignore[index]
+                              mean=mean, std=std, dp_fit=None)
         n_log = len(federation.traffic.records)
         params, dropped, _ = fit_round(federation, fm, request, template, train_part, max_param_abs=max_param_abs,
-                                       n_classes=n_classes, round_=r, on_error=on_error)
+                                       n_classes=n_classes, round_=r, on_error=on_error, ledger=ledger, dp_fit=dp_fit)
         left_out.update(dropped)
         traffic += _round_traffic(federation, n_log, r, {} if fm.exact else {k: v for k, v in request.arrays.items()
                                                                               if k.startswith("param:")}, n_up)
@@ -264,7 +370,8 @@ def _fedavg_rounds(federation: Federation, fm: FederatedModel, params: Params, n
 
 
 def _historic(detail: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """The historic ``pooled`` / ``per_site`` dicts (F1, macro F1, accuracy, rows) of a full evaluation."""
-    keep = ("weighted_f1", "macro_f1", "accuracy", "n")
-    return ({k: detail["pooled"][k] for k in keep},
-            {s: {k: m[k] for k in keep} for s, m in detail["per_site"].items()})
+    """The historic ``pooled`` / ``per_site`` dicts (F1, macro F1, accuracy, rows) of a full evaluation
+    (a regression evaluation: RMSE, MAE, R², rows)."""
+    keep = ("rmse", "mae", "r2", "n") if "rmse" in detail["pooled"] else ("weighted_f1", "macro_f1", "accuracy", "n")
+    return ({k: detail["pooled"].get(k) for k in keep},
+            {s: {k: m.get(k) for k in keep} for s, m in detail["per_site"].items()})

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from ...learn.metrics import brier_sum, confusion, rank_pairs, score_histogram
+from ...learn.metrics import brier_sum, confusion, rank_pairs, regression_sums, score_histogram
 from ...learn.models import FederatedModel, LogisticRegressionModel, Params, make_model
 from ...privacy.dp import (DP_GD_LR, DP_META, add_noise, clip_update, clip_values, column_bounds, dp_logistic_update,
                            noise_rng, release_moments)
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pandas only where a table is read: a step answered from cac
 __all__ = ["label_key", "part_rows", "check_part", "PARTS", "MATRIX_KEY", "MATRIX_CACHE_CELLS", "store_part_matrices",
            "held_features", "site_matrix", "class_indices", "describe_site",
            "requested_bins", "evaluation_sums", "params_from", "params_to", "PARAM", "SETUP", "DESCRIBE_RELEASES",
-           "EVALUATE_RELEASES"]
+           "EVALUATE_RELEASES", "regression_targets"]
 
 #: row parts a request may name besides ``fold:k`` / ``fit:k`` (see :mod:`fedtab.federation.parts`).
 PARTS = ("train", "test", "fit", "validation", "all")
@@ -189,7 +189,24 @@ def _standardised(site: Site, setup: dict[str, Any], part: str) -> tuple[np.ndar
     X, y_raw = site_matrix(site, setup["features"], part)
     Z = (X - setup["mean"]) / setup["std"]
     Z[np.isnan(Z)] = 0.0
+    if setup.get("task") == "regression":
+        return Z, regression_targets(y_raw)
     return Z, class_indices(y_raw, setup["classes"])
+
+
+def regression_targets(y_raw: Any) -> np.ndarray:
+    """``(n,)`` float64 targets of a regression model.
+
+    Raises:
+        ValueError: a value that is not a finite number (the value is not named).
+    """
+    try:
+        y = np.asarray(y_raw, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("the target holds values that are not numbers: this site reads it as classes") from None
+    if not np.isfinite(y).all():
+        raise ValueError("the target holds values that are not finite numbers")
+    return y
 
 
 def class_indices(y_raw: Any, classes: list[str]) -> np.ndarray:
@@ -247,7 +264,7 @@ def describe_site(site: Site, feats: list[str], part: str = "train", dp: Mapping
         X = clip_values(X, lo, hi)
     obs = ~np.isnan(X)
     Xz = np.where(obs, X, 0.0)
-    labels = sorted({label_key(v) for v in y})
+    labels = [] if getattr(site, "target_kind", "classes") == "regression" else sorted({label_key(v) for v in y})
     count, total, sumsq = release_moments(obs.sum(axis=0).astype(np.int64), Xz.sum(axis=0), (Xz * Xz).sum(axis=0),
                                           min_rows=site.policy.min_rows, dp=dp, lo=lo, hi=hi)
     if dp is None and canonical_part(part) in ("test", "all"):
@@ -277,6 +294,7 @@ def _store_setup(site: Site, meta: Mapping[str, Any], mean: Any, std: Any) -> No
         "std": np.asarray(std, dtype=np.float64),
         "model": meta["model"],
         "part": str(meta.get("part", "train")),
+        "task": "regression" if meta.get("task") == "regression" else "classes",
     }
 
 
@@ -388,3 +406,19 @@ def _evaluate(site: Site, request: Message) -> Message:
         rng = noise_rng()
         sums = {k: add_noise(v, 2.0 if k == "brier_sum" else np.sqrt(2.0), dp, rng) for k, v in sums.items()}
     return Message("evaluate", sums, {"n": int(len(y))})
+
+
+@handler("regression_evaluate")
+def _regression_evaluate(site: Site, request: Message) -> Message:
+    """A regression model's ``sse``, ``sae``, ``sum_y``, ``sum_y2`` ``(1,)`` each on a part (the test
+    part by default; :func:`fedtab.learn.metrics.regression_sums`), and its rows ``n``."""
+    setup = site.state.get("train_setup") or {}
+    if setup.get("task") != "regression":
+        raise ValueError("regression_evaluate scores a regression model; this site was set up for classes")
+    if request.meta.get(DP_META) is not None:
+        raise ValueError("differential privacy is not available for a regression evaluation")
+    X, y = _prepared(site, str(request.meta.get("part") or "test"))
+    model = make_model(setup["model"])
+    pred = model.predict(params_from(request), X) if len(y) else np.zeros(0)
+    sums = regression_sums(y, pred)
+    return Message("regression_evaluate", {k: np.array([v]) for k, v in sums.items()}, {"n": int(len(y))})

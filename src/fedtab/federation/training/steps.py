@@ -21,7 +21,7 @@ from typing import Any, Callable, Collection, Literal, Mapping
 
 import numpy as np
 
-from ...learn.metrics import evaluation_scores, pooled_ranking
+from ...learn.metrics import REGRESSION_SUMS, evaluation_scores, pooled_ranking, regression_scores
 from ...learn.models import FederatedModel, LogisticRegressionModel, Params
 from ...privacy.accountant import PrivacyLedger
 from ...privacy.dp import DP_GD_LR, DP_GD_NOISE_SCALE, DP_GD_STEPS_PER_EPOCH, DP_META, column_bounds, dp_request
@@ -29,15 +29,24 @@ from ...privacy.gate import SMOOTHED
 from ...privacy.secagg import MOMENT_BITS
 from .. import validate
 from ..messages import Message
-from ..protocol import SECURE_SUM, Federation, FederationError, SumSpec, exchange, exchange_sums
+from ..protocol import SECURE_SUM, Federation, FederationError, Summed, SumSpec
+from ..protocol.modes import NoisyRelease, Reduction, SumStep, declare_modes, run_strategy
 from ..reduce import cap_weights, moment_summaries, robust_params, screen_sites, site_median, usable_counts
 from ..schema import sort_labels
 from .site import PARAM, SETUP, params_from, params_to
 
-__all__ = ["Description", "describe", "as_description", "describe_checker", "pooled_standardisation",
+__all__ = ["TRAINING_MODES", "EXACT_TRAINING_MODES", "LINEAR_MODES", "describe_step", "fit_step", "evaluate_step",
+           "exact_moments", "noisy_moments", "dp_fit_release", "Description", "describe", "as_description", "describe_checker", "pooled_standardisation",
            "fit_round", "evaluate", "checked_sums", "pool_evaluations", "was_smoothed", "smoothed_sites", "dp_plan",
            "exact_statistics_checker", "DESCRIBE_FIELDS", "standardisation", "fit_request", "dp_fit_settings",
-           "median_scores"]
+           "median_scores", "evaluate_regression", "evaluate_regression_step", "pool_regression"]
+
+#: the modes the training steps support (an exact-aggregation model: no DP release)
+TRAINING_MODES = declare_modes("training", "secure", "dp", "robust")
+EXACT_TRAINING_MODES = declare_modes("training.exact", "secure", "robust")
+#: the modes of an exact regression model (``linear``): its evaluation has no DP release and its
+#: statistics no robust screen
+LINEAR_MODES = declare_modes("training.linear", "secure")
 
 #: the description's summed arrays and their fixed-point bits under secure sums
 DESCRIBE_FIELDS = {"count": 0, "sum": MOMENT_BITS, "sumsq": MOMENT_BITS}
@@ -99,17 +108,21 @@ class Description:
     noisy: bool = False
 
 
-def describe_checker(federation: Federation, features: list[str] | None, part: str, *, noisy: bool = False,
-                     ) -> Callable[[str, Message], None]:
+def describe_checker(federation: Federation, features: list[str] | None, part: str, *,
+                     arrays: Callable[[np.ndarray, np.ndarray, np.ndarray, int, frozenset[str], list[str]], None]
+                     | None = None) -> Callable[[str, Message], None]:
     """Validator of ``"describe"`` replies over ``features`` (``None``: the site's choice) on ``part``.
 
-    Exact replies: the features are the ones asked for and the site declared; the row
-    counts are the declared ones; counts are integers within them, zero for columns the site
-    does not hold, and the moments are consistent. Noisy (DP) replies: the shapes, the
-    finiteness and ``|x| <= MAX_SUM``. The arrays are checked only when present (a secure sum sends them masked).
+    The features are the ones asked for and the site declared; the row counts are the
+    declared ones. ``arrays(count, sum, sumsq, rows, held columns, features)`` checks the
+    moments (default :func:`exact_moments`: counts are integers within the rows, zero for
+    columns the site does not hold, the moments consistent; a DP release uses
+    :func:`noisy_moments`: finiteness and ``|x| <= MAX_SUM``). The arrays are checked only
+    when present (a secure sum sends them masked).
     """
     expected = None if features is None else list(features)
     checked_for: list[Any] = []  # the schema the expected list was validated against (once, not per site)
+    check_arrays = exact_moments if arrays is None else arrays
 
     def check(site: str, reply: Message) -> None:
         schema = federation.schema
@@ -123,23 +136,33 @@ def describe_checker(federation: Federation, features: list[str] | None, part: s
                 checked_for[:] = [schema]  # equal to ``expected`` and valid: later equal lists are too
         schema.check_classes(site, reply.meta.get("classes"))
         d = len(feats)
+        n = -1
         if "n_train" in reply.meta:
             n = validate.integer(reply.meta.get("n_train"), f"{part} rows", equal=schema.rows(site, part))
             validate.integer(reply.meta.get("n_test"), "test rows", equal=schema.rows(site, "test"))
         if "count" not in reply.arrays:
             return
         count, total, sumsq = (validate.array(reply, k, (d,)) for k in ("count", "sum", "sumsq"))
-        if noisy:  # DP releases: not integer counts; only their magnitude can be checked
-            for k, a in (("counts", count), ("sums", total), ("sums of squares", sumsq)):
-                validate.bounded(a, f"noisy feature {k}")
-            return
-        validate.counts(count, n, "feature counts")
-        held = schema.column_set(site)
-        if not held.issuperset(feats) and [f for f, c in zip(feats, count) if c > 0 and f not in held]:
-            raise ValueError("counts values of features it did not declare")
-        validate.moments(count, total, sumsq, "feature moments")
+        check_arrays(count, total, sumsq, n, frozenset(schema.column_set(site)), list(feats))
 
     return check
+
+
+def exact_moments(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, n: int, held: frozenset[str],
+                  feats: list[str]) -> None:
+    """Exact per-feature moments of ``n`` rows: integer counts within ``n``, none for a column
+    the site does not hold (``held``), consistent moments (raises ``ValueError``)."""
+    validate.counts(count, n, "feature counts")
+    if not held.issuperset(feats) and [f for f, c in zip(feats, count) if c > 0 and f not in held]:
+        raise ValueError("counts values of features it did not declare")
+    validate.moments(count, total, sumsq, "feature moments")
+
+
+def noisy_moments(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, n: int, held: frozenset[str],
+                  feats: list[str]) -> None:
+    """DP releases of the moments: not integer counts; only their magnitude can be checked."""
+    for k, a in (("counts", count), ("sums", total), ("sums of squares", sumsq)):
+        validate.bounded(a, f"noisy feature {k}")
 
 
 def _description_of(federation: Federation, summed: Any, unpack: Callable[[Message], Message] | None,
@@ -152,45 +175,60 @@ def _description_of(federation: Federation, summed: Any, unpack: Callable[[Messa
         elif meta.get("features") != feats:
             federation.drop(name, "describes different features than the others")
         classes |= {str(c) for c in meta.get("classes", [])}
-    per_site = {} if summed.secure else {
+    per_site = {  # each site's moments when the server sees them (not in a secure sum's one total)
         s: tuple(np.asarray((unpack(r) if unpack else r).arrays[k], dtype=np.float64) for k in DESCRIBE_FIELDS)
-        for s, r in summed.replies.items() if s in federation.active}
+        for s, r in summed.parts.items() if s in federation.active}
     return Description(list(feats or []), sort_labels(classes), *(summed.sums[k] for k in DESCRIBE_FIELDS),
                        per_site=per_site, sites=list(summed.sites), noisy=noisy)
+
+
+def describe_step(federation: Federation, features: list[str] | None, part: str, *, kind: str = "describe",
+                  meta: Mapping[str, Any] | None = None, unpack: Callable[[Message], Message] | None = None,
+                  step: str = "training.describe", check_reply: Callable[[str, Message], Any] | None = None,
+                  request_arrays: Mapping[str, Any] | None = None) -> SumStep[Description]:
+    """The description's configure/aggregate pair (see :func:`describe`); its DP release is 3
+    releases of ``step``'s budget, its robust reduction the same description (the moments are
+    screened when standardising: :func:`standardisation`)."""
+    body: dict[str, Any] = dict(meta or {})
+    if kind == "describe":
+        body.update({"part": part, **({"features": list(features)} if features is not None else {})})
+
+    def pair(arrays: Any, bits: Mapping[str, int], noisy: bool) -> SumStep[Description]:
+        check = describe_checker(federation, features, part, arrays=arrays)
+
+        def checked(site: str, reply: Message) -> None:
+            if check_reply is not None:
+                check_reply(site, reply)
+            check(site, unpack(reply) if unpack is not None else reply)
+
+        def aggregate(summed: Summed) -> Description:
+            return _description_of(federation, summed, unpack, noisy)
+
+        return SumStep(Message(kind, dict(request_arrays or {}), meta=body), SumSpec(dict(bits)), checked,
+                       aggregate, robust=lambda summed: (aggregate(summed), {}), kind=kind)
+
+    exact = pair(exact_moments, DESCRIBE_FIELDS, False)
+    exact.noisy = NoisyRelease(pair(noisy_moments, {k: MOMENT_BITS for k in DESCRIBE_FIELDS}, True), step, 3)
+    return exact
 
 
 def describe(federation: Federation, features: list[str] | None, part: str, ledger: PrivacyLedger | None = None,
              *, kind: str = "describe", meta: Mapping[str, Any] | None = None,
              unpack: Callable[[Message], Message] | None = None, step: str = "training.describe",
              check_reply: Callable[[str, Message], Any] | None = None,
-             on_error: Literal["raise", "skip"] | None = None) -> Description:
+             on_error: Literal["raise", "skip"] | None = None,
+             arrays: Mapping[str, Any] | None = None) -> Description:
     """The description exchange (``kind`` ``"describe"``, or the election's ``"set_mask"``
-    carrying it: ``meta`` adds to the request, ``unpack`` finds the description in a reply,
-    ``check_reply`` validates the rest of it).
+    carrying it: ``meta`` and ``arrays`` add to the request, ``unpack`` finds the description in a
+    reply, ``check_reply`` validates the rest of it), on the run's strategy (:func:`run_strategy`).
 
     Raises:
         FederationError: a site failed or sent an implausible description (naming it).
+        ValueError: DP without the run's accountant (``ledger``).
     """
-    noisy = federation.options.dp is not None
-    body: dict[str, Any] = dict(meta or {})
-    if kind == "describe":
-        body.update({"part": part, **({"features": list(features)} if features is not None else {})})
-    if noisy:
-        if ledger is None:
-            raise ValueError("a DP description needs the run's accountant")
-        body[DP_META] = dp_request(federation.options.dp, ledger.multiplier(step))
-        ledger.spend(step, 3)
-    check = describe_checker(federation, features, part, noisy=noisy)
-
-    def checked(site: str, reply: Message) -> None:
-        if check_reply is not None:
-            check_reply(site, reply)
-        check(site, unpack(reply) if unpack is not None else reply)
-
-    fields = dict(DESCRIBE_FIELDS) if not noisy else {k: MOMENT_BITS for k in DESCRIBE_FIELDS}
-    summed = exchange_sums(federation, Message(kind, meta=body), SumSpec(fields), checked, step=kind,
-                           on_error=on_error)
-    return _description_of(federation, summed, unpack, noisy)
+    pair = describe_step(federation, features, part, kind=kind, meta=meta, unpack=unpack, step=step,
+                         check_reply=check_reply, request_arrays=arrays)
+    return run_strategy(federation, ledger).run(federation, pair, on_error=on_error).result
 
 
 def as_description(described: Any, features: list[str] | None, federation: Federation) -> Description:
@@ -211,36 +249,36 @@ def as_description(described: Any, features: list[str] | None, federation: Feder
         if features is not None and reply.meta.get("features") != list(features):
             raise FederationError(f"site {name!r} described other features than the ones to train on")
 
-    class _Summed:  # the plain strategy's result shape
-        secure = False
-        sums = {k: sum(np.asarray(r.arrays[k], dtype=np.float64) for r in replies.values()) for k in DESCRIBE_FIELDS}
-        sites = list(replies)
-
-    _Summed.replies = replies  # type: ignore[attr-defined]
-    return _description_of(federation, _Summed, None, False)
+    sums = {k: sum(np.asarray(r.arrays[k], dtype=np.float64) for r in replies.values()) for k in DESCRIBE_FIELDS}
+    return _description_of(federation, Summed(sums, None, dict(replies), list(replies)), None, False)
 
 
 def standardisation(federation: Federation, d: Description) -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
-    """``(mean, std, left out)`` of the training setup from the description: the pooled moments,
-    or (robust) screened and capped per-site moments; DP: counts below 1 are noise and the
-    mean/std are kept within the public bounds."""
-    opts = federation.options
-    count = d.count
-    left_out: dict[str, str] = {}
-    if d.noisy:
-        count = np.where(count >= 1, count, 0.0)
-    if opts.robust:
-        count, mean, var, left_out = _robust_moments(d.per_site, d.features, opts.max_site_share)
-        mean = np.where(count > 0, mean, 0.0)
-        std = np.sqrt(np.maximum(np.where(count > 0, var, 0.0), 0.0))
-    else:
-        mean, std = pooled_standardisation(count, d.total, d.sumsq, floor=False)
-    dp = opts.dp
-    if dp is not None and dp.get("bounds") is not None:  # keep noisy moments within the bounds
-        lo, hi = column_bounds(dp, d.features)
-        mean, std = np.clip(mean, lo, hi), np.minimum(std, hi - lo)
+    """``(mean, std, left out)`` of the training setup from the description, on the run's
+    strategy: the pooled moments, or (robust) screened and capped per-site moments; DP: the
+    mean/std are kept within the public bounds. Counts below 1 are noise (an exact count is
+    an integer: 0 stays 0)."""
+    count = np.where(d.count >= 1, d.count, 0.0)
+
+    def pooled() -> tuple[np.ndarray, np.ndarray]:
+        return pooled_standardisation(count, d.total, d.sumsq, floor=False)
+
+    def robust() -> tuple[tuple[np.ndarray, np.ndarray], dict[str, str]]:
+        kept, mean, var, left_out = _robust_moments(d.per_site, d.features, federation.options.max_site_share)
+        mean = np.where(kept > 0, mean, 0.0)
+        return (mean, np.sqrt(np.maximum(np.where(kept > 0, var, 0.0), 0.0))), left_out
+
+    def within_bounds(ms: tuple[np.ndarray, np.ndarray], settings: Mapping[str, Any]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        if settings.get("bounds") is None:
+            return ms
+        lo, hi = column_bounds(settings, d.features)  # keep noisy moments within the bounds
+        return np.clip(ms[0], lo, hi), np.minimum(ms[1], hi - lo)
+
+    out = run_strategy(federation).reduce(Reduction(pooled, robust, within_bounds))
+    mean, std = out.result
     std[~(std > 1e-12)] = 1.0
-    return mean, std, left_out
+    return mean, std, out.measurements.left_out
 
 
 def _robust_moments(moments: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], feats: list[str],
@@ -273,63 +311,85 @@ def exact_statistics_checker(n_classes: int, n_features: int) -> Callable[[Param
     return check
 
 
-def fit_round(federation: Federation, fm: FederatedModel, request: Message, template: Mapping[str, tuple[int, ...]],
-              part: str, *, max_param_abs: float, n_classes: int, round_: int,
-              on_error: Literal["raise", "skip"] | None = None) -> tuple[Params, dict[str, str], dict[str, Message]]:
-    """One FedAvg round (or an exact model's one round): ``(parameters, left out, replies)``.
-
-    Plain or secure: the sample-weighted sum of the updates (an exact model: the summed
-    statistics) over the summed weight; robust: the coordinate-wise median of the updates
-    (an exact model: screened and capped statistics). DP updates are checked for shape and
-    finiteness only (they are noisy by design).
-
-    Raises:
-        FederationError: no valid update; the summed update does not fit the template.
-    """
-    opts = federation.options
-    noisy = opts.dp is not None
-    exact_check = exact_statistics_checker(n_classes, template["sum"][1]) if fm.exact else None
+def fit_step(federation: Federation, fm: FederatedModel, request: Message, template: Mapping[str, tuple[int, ...]],
+             part: str, *, max_param_abs: float, n_classes: int, round_: int, dp_fit: Mapping[str, Any] | None = None
+             ) -> SumStep[Params]:
+    """One fit round's configure/aggregate pair: ``request`` (:func:`fit_request`), the
+    sample-weighted sum of the updates (an exact model: the summed statistics); robust: the
+    coordinate-wise median of the updates (an exact model: screened and capped statistics);
+    DP (``dp_fit``: :func:`dp_fit_settings`, ``None`` when the model has no DP release): the
+    updates are checked for shape and finiteness only (they are noisy by design)."""
+    exact_check = None if not fm.exact else getattr(fm, "check_statistics", None) \
+        or exact_statistics_checker(n_classes, template["sum"][1])  # a model may check its own statistics
     accepted: dict[str, tuple[Params, int]] = {}
-
-    def check_fit(site: str, reply: Message) -> None:
-        assert federation.schema is not None
-        if "n_samples" in reply.meta:
-            n = validate.integer(reply.meta.get("n_samples"), "n_samples", equal=federation.schema.rows(site, part))
-            if n == 0:
-                raise ValueError(f"has no {part} rows to train on")
-        else:
-            n = federation.schema.rows(site, part)
-        if not any(k.startswith(PARAM) for k in reply.arrays):
-            return  # masked: checked as a sum
-        p = validate.parameters(params_from(reply), template, what="parameter",
-                                max_abs=np.inf if fm.exact or noisy else max_param_abs)
-        if exact_check is not None and not noisy:
-            exact_check(p, n)
-        accepted[site] = (p, n)
-
     names = [PARAM + k for k in template]
-    if opts.robust:
-        replies = exchange(federation, request, check_fit, on_error=on_error, step="fit")
-        updates = [accepted[s] for s in replies]
-        if fm.exact:
-            params, dropped = _robust_exact(fm, updates, list(replies), opts.max_site_share)
-            return params, {n: f"fit round {round_}: {why}" for n, why in dropped.items()}, replies
-        return robust_params([p for p, _ in updates]), {}, replies
     if fm.exact:
         spec = SumSpec({n: (0 if n == PARAM + "count" else MOMENT_BITS) for n in names}, drop_meta=("n_samples",))
     else:
         spec = SumSpec({n: None for n in names}, weighted=tuple(names), weight="n_samples")
-    summed = exchange_sums(federation, request, spec, check_fit, step="fit", on_error=on_error)
-    if fm.exact:
-        update = {k[len(PARAM):]: v for k, v in summed.sums.items()}
-    else:
-        n = summed.weight
-        if n is None or not n > 0:
-            raise FederationError("the summed sample count of the fit round is not positive")
-        update = {k[len(PARAM):]: summed.sums[k] / n for k in names}
-    if any(tuple(update[k].shape) != tuple(shape) for k, shape in template.items()):
-        raise FederationError("the summed model update does not have the model's shapes")
-    return fm.aggregate([(update, 1)]), {}, summed.replies
+
+    def checker(max_abs: float, statistics: Callable[[Params, int], None] | None) -> Callable[[str, Message], None]:
+        def check_fit(site: str, reply: Message) -> None:
+            assert federation.schema is not None
+            if "n_samples" in reply.meta:
+                n = validate.integer(reply.meta.get("n_samples"), "n_samples", equal=federation.schema.rows(site, part))
+                if n == 0:
+                    raise ValueError(f"has no {part} rows to train on")
+            else:
+                n = federation.schema.rows(site, part)
+            if not any(k.startswith(PARAM) for k in reply.arrays):
+                return  # masked: checked as a sum
+            p = validate.parameters(params_from(reply), template, what="parameter", max_abs=max_abs)
+            if statistics is not None:
+                statistics(p, n)
+            accepted[site] = (p, n)
+
+        return check_fit
+
+    def aggregate(summed: Summed) -> Params:
+        if fm.exact:
+            update = {k[len(PARAM):]: v for k, v in summed.sums.items()}
+        else:
+            n = summed.weight
+            if n is None or not n > 0:
+                raise FederationError("the summed sample count of the fit round is not positive")
+            update = {k[len(PARAM):]: summed.sums[k] / n for k in names}
+        if any(tuple(update[k].shape) != tuple(shape) for k, shape in template.items()):
+            raise FederationError("the summed model update does not have the model's shapes")
+        return fm.aggregate([(update, 1)])
+
+    def robust(summed: Summed) -> tuple[Params, dict[str, str]]:
+        updates = [accepted[s] for s in summed.replies]
+        if fm.exact:
+            params, dropped = _robust_exact(fm, updates, list(summed.replies), federation.options.max_site_share)
+            return params, {n: f"fit round {round_}: {why}" for n, why in dropped.items()}
+        return robust_params([p for p, _ in updates]), {}
+
+    pair = SumStep(request, spec, checker(np.inf if fm.exact else max_param_abs, exact_check), aggregate, robust,
+                   kind="fit")
+    if dp_fit is not None:
+        noisy = SumStep(request, spec, checker(np.inf, None), aggregate, robust, kind="fit")
+        pair.noisy = NoisyRelease(noisy, "training.fit", int(dp_fit["steps"]),
+                                  extra={"steps": dp_fit["steps"], "lr": dp_fit["lr"]})
+    return pair
+
+
+def fit_round(federation: Federation, fm: FederatedModel, request: Message, template: Mapping[str, tuple[int, ...]],
+              part: str, *, max_param_abs: float, n_classes: int, round_: int,
+              on_error: Literal["raise", "skip"] | None = None, ledger: PrivacyLedger | None = None,
+              dp_fit: Mapping[str, Any] | None = None) -> tuple[Params, dict[str, str], dict[str, Message]]:
+    """One FedAvg round (or an exact model's one round) on the run's strategy:
+    ``(parameters, left out, replies)`` (see :func:`fit_step`); under DP the round's releases
+    are spent from ``ledger`` before the request goes out.
+
+    Raises:
+        FederationError: no valid update; the summed update does not fit the template.
+    """
+    pair = fit_step(federation, fm, request, template, part, max_param_abs=max_param_abs, n_classes=n_classes,
+                    round_=round_, dp_fit=dp_fit)
+    out = run_strategy(federation, ledger).run(federation, pair, on_error=on_error)
+    assert out.summed is not None
+    return out.result, out.measurements.left_out, out.summed.replies
 
 
 def _robust_exact(fm: FederatedModel, updates: list[tuple[Params, int]], names: list[str], max_site_share: float,
@@ -360,6 +420,13 @@ def fit_request(params: Params, fm: FederatedModel, *, epochs: int, round_: int,
     if setup is not None:
         return Message("fit", {**down, SETUP + "mean": mean, SETUP + "std": std}, {**meta, "setup": dict(setup)})
     return Message("fit", down, meta)
+
+
+def dp_fit_release(fm: FederatedModel, local_epochs: int) -> dict[str, Any]:
+    """How a fit round of ``fm`` releases under DP: ``{"steps": gradient steps (the accountant's
+    releases), "lr": step size}`` (the noise multiplier is the accountant's)."""
+    steps = DP_GD_STEPS_PER_EPOCH * int(local_epochs) if isinstance(fm, LogisticRegressionModel) else 1
+    return {"steps": steps, "lr": DP_GD_LR}
 
 
 def dp_fit_settings(federation: Federation, fm: FederatedModel, ledger: PrivacyLedger, local_epochs: int
@@ -461,10 +528,74 @@ def smoothed_sites(replies: Mapping[str, Message]) -> set[str]:
     return {s for s, r in replies.items() if r.meta.get(SMOOTHED) is True}
 
 
+def _tidy_total(message: Message) -> Message:
+    """A summed evaluation as counts: the confusion matrix rounded (a secure sum's fixed point),
+    the other sums floored at 0; a site's exact reply (validated counts) is unchanged."""
+    return Message("evaluate", {k: np.rint(v) if k == "confusion" else np.maximum(v, 0.0)
+                                for k, v in message.arrays.items()}, dict(message.meta))
+
+
+def _noisy_confusion(message: Message) -> tuple[Message, int]:
+    """Post-processing of a noisy confusion matrix: rounded, floored at 0 (``(message, cells floored)``)."""
+    cm = np.rint(np.asarray(message.arrays["confusion"], dtype=np.float64))
+    return Message("evaluate", {"confusion": np.maximum(cm, 0)}), int((cm < 0).sum())
+
+
+def evaluate_step(federation: Federation, params: Params, n_classes: int, part: str = "test",
+                  bins: int | None = None, *, has_proba: bool = False, kind: str = "evaluate") -> SumStep[dict[str, Any]]:
+    """The evaluation's configure/aggregate pair (see :func:`evaluate`)."""
+
+    def pair(bins: int | None, check_counts: bool) -> SumStep[dict[str, Any]]:
+        meta: dict[str, Any] = {"part": part}
+        if bins is not None:
+            meta["score_bins"] = bins
+
+        def check(site: str, reply: Message) -> None:
+            assert federation.schema is not None
+            n = federation.schema.rows(site, part)
+            validate.integer(reply.meta.get("n"), "evaluated rows", equal=n)
+            if "confusion" in reply.arrays:
+                validate.confusion_matrix(reply, n_classes, n)  # sums to the rows the site declared
+                checked_sums(site, reply, n_classes, bins)
+
+        def check_shape(site: str, reply: Message) -> None:
+            if "confusion" in reply.arrays:  # masked under secure aggregation: the sum is checked
+                validate.array(reply, "confusion", (n_classes, n_classes))  # noisy: shape and finiteness only
+
+        fields: dict[str, int | None] = {"confusion": 0 if check_counts else MOMENT_BITS}
+        if bins is not None and has_proba:
+            fields["brier_sum"] = MOMENT_BITS
+            if n_classes == 2:  # smoothed by the sites' release gates: fractional counts
+                fields["score_hist"] = MOMENT_BITS
+
+        def aggregate(summed: Summed) -> dict[str, Any]:
+            parts = {k: _tidy_total(m) if k not in summed.replies else m for k, m in summed.parts.items()}
+            smoothed = {k for k in parts if any(summed.replies[s].meta.get(SMOOTHED) is True
+                                                for s in ([k] if k in summed.replies else summed.sites)
+                                                if s in summed.replies)}
+            metrics = pool_evaluations({k: checked_sums(k, m, n_classes, bins) for k, m in parts.items()},
+                                       smoothed=smoothed)
+            metrics["per_site"] = {k: v for k, v in metrics["per_site"].items() if k in summed.replies}
+            return metrics
+
+        def robust(summed: Summed) -> tuple[dict[str, Any], dict[str, str]]:
+            metrics = aggregate(summed)
+            metrics["pooled"] = {**metrics["pooled"], **median_scores(metrics["per_site"])}
+            return metrics, {}
+
+        return SumStep(Message(kind, params_to(params), meta), SumSpec(fields),
+                       check if check_counts else check_shape, aggregate, robust, kind=kind)
+
+    exact = pair(bins, True)
+    exact.noisy = NoisyRelease(pair(None, False), "training.evaluate", denoise=_noisy_confusion)  # no histograms
+    return exact
+
+
 def evaluate(federation: Federation, params: Params, n_classes: int, part: str = "test", bins: int | None = None,
              *, has_proba: bool = False, ledger: PrivacyLedger | None = None,
              on_error: Literal["raise", "skip"] | None = None, kind: str = "evaluate") -> dict[str, Any]:
-    """The evaluation exchange: ``{"pooled", "per_site"}`` metrics (:func:`pool_evaluations`).
+    """The evaluation exchange on the run's strategy: ``{"pooled", "per_site"}`` metrics
+    (:func:`pool_evaluations`).
 
     ``kind``: the request's kind (another workflow's handler that replies the same sums, e.g.
     ``"gbdt_evaluate"``).
@@ -472,65 +603,12 @@ def evaluate(federation: Federation, params: Params, n_classes: int, part: str =
     Plain: per site and pooled. Secure: the pooled sums only (``per_site`` is empty). DP: the
     confusion matrices are noisy releases (rounded and floored at 0 here); no histograms.
     Robust: every scalar pooled metric is the median over the sites (:func:`median_scores`).
+
+    Raises:
+        ValueError: DP without the run's accountant (``ledger``).
     """
-    opts = federation.options
-    dp = opts.dp
-    if dp is not None:
-        bins = None
-    meta: dict[str, Any] = {"part": part}
-    if bins is not None:
-        meta["score_bins"] = bins
-    if dp is not None:
-        if ledger is None:
-            raise ValueError("a DP evaluation needs the run's accountant")
-        meta[DP_META] = dp_request(dp, ledger.multiplier("training.evaluate"))
-        ledger.spend("training.evaluate")
-    request = Message(kind, params_to(params), meta)
-
-    def check(site: str, reply: Message) -> None:
-        if dp is not None:
-            if "confusion" in reply.arrays:  # masked under secure aggregation: the sum is checked
-                validate.array(reply, "confusion", (n_classes, n_classes))  # noisy: shape and finiteness only
-            return
-        assert federation.schema is not None
-        n = federation.schema.rows(site, part)
-        validate.integer(reply.meta.get("n"), "evaluated rows", equal=n)
-        if "confusion" in reply.arrays:
-            validate.confusion_matrix(reply, n_classes, n)  # sums to the rows the site declared
-            checked_sums(site, reply, n_classes, bins)
-
-    fields: dict[str, int | None] = {"confusion": 0 if dp is None else MOMENT_BITS}
-    if bins is not None and has_proba:
-        fields["brier_sum"] = MOMENT_BITS
-        if n_classes == 2:  # smoothed by the sites' release gates: fractional counts
-            fields["score_hist"] = MOMENT_BITS
-    if opts.robust:
-        replies = exchange(federation, request, check, on_error=on_error, step=kind)
-        if dp is not None:  # post-processing of noisy counts, as below
-            replies = {s: Message("evaluate", {"confusion": np.maximum(np.rint(r.arrays["confusion"]), 0)})
-                       for s, r in replies.items() if "confusion" in r.arrays}
-        sums = {s: checked_sums(s, r, n_classes, bins) for s, r in replies.items()}
-        metrics = pool_evaluations(sums, smoothed=smoothed_sites(replies))
-        metrics["pooled"] = {**metrics["pooled"], **median_scores(metrics["per_site"])}
-        return metrics
-    summed = exchange_sums(federation, request, SumSpec(fields), check, step=kind, on_error=on_error)
-    if dp is not None:  # post-processing of noisy counts
-        replies = {s: Message("evaluate", {"confusion": np.maximum(np.rint(r.arrays["confusion"]), 0)})
-                   for s, r in summed.replies.items() if "confusion" in r.arrays}
-        if summed.secure:
-            replies = {SECURE_SUM: Message("evaluate", {"confusion": np.maximum(np.rint(summed.sums["confusion"]), 0)})}
-        metrics = pool_evaluations({s: checked_sums(s, r, n_classes, None) for s, r in replies.items()})
-    elif summed.secure:
-        total = Message("evaluate", {k: np.rint(v) if k == "confusion" else np.maximum(v, 0.0)
-                                     for k, v in summed.sums.items()})
-        metrics = pool_evaluations({SECURE_SUM: checked_sums(SECURE_SUM, total, n_classes, bins)},
-                                   smoothed=was_smoothed(summed.replies))
-    else:
-        metrics = pool_evaluations({s: checked_sums(s, r, n_classes, bins) for s, r in summed.replies.items()},
-                                   smoothed=smoothed_sites(summed.replies))
-    if summed.secure:
-        metrics["per_site"] = {}
-    return metrics
+    pair = evaluate_step(federation, params, n_classes, part, bins, has_proba=has_proba, kind=kind)
+    return run_strategy(federation, ledger).run(federation, pair, on_error=on_error).result
 
 
 def median_scores(per_site: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -551,3 +629,87 @@ def median_scores(per_site: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             out[f"{k}_bounds"], out[f"{k}_error_bound"] = [lo, hi], max(out[k] - lo, hi - out[k])
     out["n"] = int(sum(m["n"] for m in scored))
     return out
+
+
+# ----------------------------------------------------------------------------- regression
+def pool_regression(sums: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """``{"pooled", "per_site"}`` RMSE / MAE / R² / n from per-site ``{sse, sae, sum_y, sum_y2, n}``
+    (:func:`fedtab.learn.metrics.regression_scores`): pooled = the scores of the summed terms,
+    i.e. exactly the metrics of every site's test rows together. A :data:`SECURE_SUM` entry
+    is the total (no per-site scores); a site with no rows in the part has none either."""
+    total = {k: float(sum(s[k] for s in sums.values())) for k in (*REGRESSION_SUMS, "n")}
+    pooled = regression_scores(total["sse"], total["sae"], total["sum_y"], total["sum_y2"], total["n"])
+    per_site = {site: regression_scores(s["sse"], s["sae"], s["sum_y"], s["sum_y2"], s["n"])
+                for site, s in sums.items() if site != SECURE_SUM and s["n"] > 0}  # a site with no rows: no scores
+    return {"pooled": pooled, "per_site": per_site}
+
+
+def regression_checker(federation: Federation, part: str) -> Callable[[str, Message], None]:
+    """Validator of regression sums: the rows the site declared for ``part``, and (sent in the
+    clear) finite sums with ``sse, sae, sum_y2 >= 0``, ``sae² <= n·sse`` and ``sum_y² <= n·sum_y2``."""
+
+    def check(site: str, reply: Message) -> None:
+        assert federation.schema is not None
+        n = validate.integer(reply.meta.get("n"), "evaluated rows", equal=federation.schema.rows(site, part))
+        if not all(k in reply.arrays for k in REGRESSION_SUMS):
+            return  # masked: the total is checked
+        v = {k: validate.array(reply, k, (1,))[0] for k in REGRESSION_SUMS}
+        _check_regression_sums(v, n)
+
+    return check
+
+
+def _check_regression_sums(v: Mapping[str, float], n: float) -> None:
+    if not all(np.isfinite(float(x)) for x in v.values()):
+        raise ValueError("regression sums must be finite")
+    tol = 1e-9 * max(1.0, abs(float(v["sse"])), abs(float(v["sum_y2"])), float(v["sae"]) ** 2)
+    if min(v["sse"], v["sae"], v["sum_y2"]) < -tol or v["sae"] ** 2 > n * v["sse"] + tol * max(n, 1) \
+            or v["sum_y"] ** 2 > n * v["sum_y2"] + tol * max(n, 1):
+        raise ValueError("regression sums are inconsistent (negative or impossible for the rows)")
+
+
+def evaluate_regression_step(federation: Federation, params: Params, part: str = "test", *,
+                             kind: str = "regression_evaluate", meta: Mapping[str, Any] | None = None
+                             ) -> SumStep[dict[str, Any]]:
+    """The regression evaluation's configure/aggregate pair (see :func:`evaluate_regression`);
+    no DP release (the run's noisy strategy refuses it)."""
+    assert federation.schema is not None
+    schema = federation.schema
+
+    def aggregate(summed: Summed) -> dict[str, Any]:
+        sums: dict[str, dict[str, float]] = {}
+        for key, reply in summed.parts.items():
+            if key in summed.replies:  # one site's own sums
+                sums[key] = {**{k: float(reply.arrays[k][0]) for k in REGRESSION_SUMS}, "n": float(reply.meta["n"])}
+            else:  # the secure total over the sites that answered
+                total = {k: float(np.asarray(reply.arrays[k]).ravel()[0]) for k in REGRESSION_SUMS}
+                n = float(sum(schema.rows(s, part) for s in summed.replies))
+                _check_regression_sums(total, n)
+                sums[SECURE_SUM] = {**total, "n": n}
+        return pool_regression(sums)
+
+    def robust(summed: Summed) -> tuple[dict[str, Any], dict[str, str]]:
+        return aggregate(summed), {}  # sums of a fixed part: no outlier-robust reduction here
+
+    return SumStep(Message(kind, params_to(params), {"part": part, **dict(meta or {})}),
+                   SumSpec({k: MOMENT_BITS for k in REGRESSION_SUMS}), regression_checker(federation, part),
+                   aggregate, robust, kind=kind)
+
+
+def evaluate_regression(federation: Federation, params: Params, part: str = "test", *,
+                        kind: str = "regression_evaluate", meta: Mapping[str, Any] | None = None,
+                        on_error: Literal["raise", "skip"] | None = None) -> dict[str, Any]:
+    """The regression evaluation exchange on the run's strategy (``kind``:
+    ``"regression_evaluate"`` or GBDT's ``"gbdt_score"``): ``{"pooled", "per_site"}`` RMSE /
+    MAE / R² (:func:`pool_regression`).
+
+    Plain: per site and pooled; secure: the pooled sums only (``per_site`` empty); robust: the
+    pooled sums too (sums of squares of a fixed part have no outlier-robust reduction here).
+
+    Raises:
+        ValueError: under DP (the step has no noisy release: the run's noisy strategy refuses it
+            before the request goes out).
+        FederationError: as the exchange.
+    """
+    pair = evaluate_regression_step(federation, params, part, kind=kind, meta=meta)
+    return run_strategy(federation, None).run(federation, pair, on_error=on_error).result

@@ -83,6 +83,15 @@ def _provenance(m: Mapping[str, Any]) -> bool:
         "na_values" not in job or job["na_values"] is None or strings(job["na_values"]))
 
 
+def _regression_spec(spec: Any) -> bool:
+    """Whether a model file's ``{"name", "params"}`` predicts a number (``linear``, or ``gbdt`` with
+    ``objective = "regression"``): such a file holds no classes."""
+    if not isinstance(spec, dict):
+        return False
+    return spec.get("name") == "linear" or (spec.get("name") == "gbdt"
+                                            and (spec.get("params") or {}).get("objective") == "regression")
+
+
 def _is_gbdt(x: Manifest) -> bool:
     return isinstance(x.m["model"], dict) and x.m["model"].get("name") == "gbdt"
 
@@ -227,7 +236,10 @@ def _with_imputer(check: Callable[[Manifest], None]) -> Callable[[Manifest], Non
 #: the checks of a manifest and its arrays, in order (each may rely on the ones before it)
 CHECKS: tuple[Check, ...] = (
     Rule(lambda x: _unique_names(x.m["features"]), "features must be a non-empty list of unique names"),
-    Rule(lambda x: isinstance(x.m["classes"], list) and len(x.m["classes"]) >= 2
+    Rule(lambda x: x.m["classes"] != [] or _regression_spec(x.m["model"]),
+         "classes must be a list of at least two labels (no classes: a regression model, linear or gbdt with "
+         "objective = \"regression\")"),
+    Rule(lambda x: isinstance(x.m["classes"], list) and (not x.m["classes"] or len(x.m["classes"]) >= 2)
          and all(isinstance(c, str) for c in x.m["classes"]), "classes must be a list of at least two labels"),
     *(Rule(lambda x, k=k: x.arrays[k].shape == (x.d,),
            lambda x, k=k: f"{k} has shape {x.arrays[k].shape}, expected ({x.d},) for {x.d} features")

@@ -149,6 +149,8 @@ class FedtabModel:
         self.manifest, self.arrays, self.source = manifest, arrays, source
         self.features: list[str] = list(manifest["features"])
         self.classes: list[Any] = [_label(c) for c in manifest["classes"]]
+        #: a regression model (no classes): :meth:`predict` returns numbers, :meth:`predict_proba` refuses
+        self.regression: bool = not self.classes
         self.schema: dict[str, Any] = manifest["schema"]
         self.input_columns: list[str] = list(self.schema["columns"])
         self.provenance: dict[str, Any] = dict(manifest.get("provenance", {}))
@@ -374,6 +376,13 @@ class FedtabModel:
                 and ``allow_missing`` does not allow it, or a value cannot be used (naming the row
                 and column); a site the model has no personalised model for (naming the known ones).
         """
+        if self.regression:
+            raise PredictionError("a regression model predicts numbers, not class probabilities: use predict")
+        return self._proba(*self._inputs(table, site, allow_missing))
+
+    def _inputs(self, table: pd.DataFrame, site: str | None, allow_missing: bool | None
+                ) -> tuple[np.ndarray, Mapping[str, np.ndarray] | None]:
+        """``(Z, own)``: the model's inputs for ``table`` and ``site``'s own parameters (as :meth:`predict_proba`)."""
         import warnings
 
         own = self.site_params(site) if site is not None else None
@@ -386,7 +395,13 @@ class FedtabModel:
         for message in found.warnings():
             warnings.warn(message, PredictionWarning, stacklevel=2)
         Z = self._standardised(self._features(enc, table.index).to_numpy(dtype=np.float64))
-        return self._proba(Z, own)
+        return Z, own
+
+    def _values(self, Z: np.ndarray) -> np.ndarray:
+        """``(n,)`` predicted numbers of a regression model's inputs ``Z``."""
+        if self._trees is not None:
+            return np.asarray(self._trees.predict(Z), dtype=np.float64)
+        return np.asarray(self._model.predict(self._params, Z), dtype=np.float64)
 
     def _proba(self, Z: np.ndarray, own: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
         """``(n, classes)`` probabilities of the model's inputs ``Z`` (standardised; raw for
@@ -419,8 +434,13 @@ class FedtabModel:
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 try:
-                    proba = self._proba(Z, own)
-                    ok = bool(np.isfinite(proba).all() and np.all(proba >= 0)
+                    if self.regression:
+                        values = self._values(Z)
+                        ok = bool(np.isfinite(values).all())
+                        proba = None
+                    else:
+                        proba = self._proba(Z, own)
+                    ok = ok if proba is None else bool(np.isfinite(proba).all() and np.all(proba >= 0)
                               and np.allclose(proba.sum(axis=1), 1.0, atol=1e-6))
                 except (ValueError, FloatingPointError, OverflowError):
                     ok = False
@@ -457,7 +477,9 @@ class FedtabModel:
     def predict(self, table: pd.DataFrame, site: str | None = None, *,
                 allow_missing: bool | None = None) -> np.ndarray:
         """``(n,)`` predicted class labels for the rows of ``table``, in order (``site``,
-        ``allow_missing``: as :meth:`predict_proba`)."""
+        ``allow_missing``: as :meth:`predict_proba`). A regression model: ``(n,)`` predicted numbers."""
+        if self.regression:
+            return self._values(self._inputs(table, site, allow_missing)[0])
         return self.labels(self.predict_proba(table, site, allow_missing=allow_missing))
 
     def to_sklearn(self):

@@ -24,6 +24,8 @@ __all__ = ["ALL_COLUMNS", "BASELINES"]
 def _wants_baselines(spec: "JobSpec", out: Outputs) -> bool:
     if spec.training is None:
         return False
+    if getattr(out.outcomes.get("training"), "task", None) == "regression":
+        return False  # the local-only baselines score classes; `python -m benchmarks.regression` compares RMSE
     return spec.evaluation.baselines if spec.evaluation.baselines is not None else not spec.privacy.private
 
 

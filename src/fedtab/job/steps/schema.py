@@ -260,6 +260,11 @@ def _run(federation: "Federation", spec: "JobSpec", out: "Outputs") -> None:
             "one_class": len(p["classes"]) == 1 and len(schema["classes"]) > 1}
         for s, p in profiles.items()}
     for s, info in out.result["sites"].items():
+        if info["n_test"] == 0 and spec.run.test_size > 0:  # named, with why: the report and the verdict say it
+            info["no_test"] = (f"no test part: its {info['n_train']} rows are too few for a test share and a "
+                               f"training share of at least min_rows rows each (of every class it holds), so it is "
+                               f"trained on but not evaluated")
+            log.warning("site %r: %s", s, info["no_test"])
         if info["one_class"]:
             log.warning("site %r holds one class only (%s)", s, profiles[s]["classes"][0])
     set_columns(out)

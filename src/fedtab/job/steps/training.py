@@ -1,5 +1,10 @@
 """Step 6, the training (``[training]``) with the final evaluation on the sites' test rows.
 
+The task is ``[training] task`` or read from the sites (binary, multiclass or regression:
+:func:`fedtab.federation.training.training_task`); a model that cannot serve it is refused
+in one line. A regression run reports RMSE, MAE and R² (pooled from each site's sums over its
+test part) where a classification run reports F1, accuracy and AUROC.
+
 FedAvg (or exact aggregation) of the model on the selected columns (all columns without a
 selection step), then one ``evaluate`` exchange: metrics pooled and per site. Robust mode and
 ``max_site_share`` come from ``[trust]``, secure aggregation and the step's DP share from
@@ -32,12 +37,12 @@ def train(federation: "Federation", spec: "JobSpec", out: Outputs, features: lis
     assert tr is not None
     use_run_accountant(federation, spec, out)
     return run_training(federation, features, model=tr.model, rounds=tr.rounds, local_epochs=tr.local_epochs,
-                        seed=spec.run.seed, described=described)
+                        seed=spec.run.seed, described=described, task=tr.task)
 
 
 def summary(tr: "TrainingOutcome") -> dict[str, Any]:
     """The JSON-able ``result["training"]`` of a training outcome (no parameters: they are in the model file)."""
-    return {"model": tr.model, "rounds": tr.rounds, "local_epochs": tr.local_epochs, "features": list(tr.features),
+    return {"model": tr.model, "task": tr.task, "rounds": tr.rounds, "local_epochs": tr.local_epochs, "features": list(tr.features),
             "classes": list(tr.classes), "n_params": tr.n_params, "history": tr.history, "metrics": tr.metrics,
             "robust": tr.robust, "left_out": dict(tr.left_out), "privacy": tr.privacy,
             **({"importance": tr.importance} if tr.importance is not None else {})}

@@ -11,6 +11,12 @@ values are averaged with ≥ ``min_rows − 1`` others, and a value is released 
 when ≥ ``min_rows`` rows share it (a block made of one run of equal values). A column with
 fewer than ``min_rows`` observed cells contributes no point. Missing cells are not counted.
 
+**A release over blocks the site fixed.** A federated site summarises its whole training
+part with its own floor and :data:`SUMMARY_POINTS` (never a request's ``sketch_size``,
+``min_rows`` or part) and answers every summary request of a period with the summary it
+recorded first (``fedtab.federation.gbdt.site``): two summaries with different block
+structures, whose block means could be differenced, never leave a site.
+
 Server side: :func:`merge_summaries` pools the points of all sites (weighted by their
 counts) and places at most ``max_bins − 1`` edges per column, at the midpoints between
 consecutive pooled points, equally spaced in pooled rank. The edges are float32 because
@@ -29,9 +35,13 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["BinLayout", "SummaryError", "site_summary", "merge_summaries", "check_summary", "SUMMARY_KEYS"]
+__all__ = ["BinLayout", "SummaryError", "site_summary", "merge_summaries", "check_summary", "SUMMARY_KEYS",
+           "SUMMARY_POINTS"]
 
 SUMMARY_KEYS = ("values", "counts", "ptr")
+#: the most points per column of a site's summary: fixed here, not by any request (the block
+#: size of a column of ``n`` observed cells is ``max(min_rows, ⌈n / SUMMARY_POINTS⌉)``)
+SUMMARY_POINTS = 1024
 _F32_MAX = np.float32(np.finfo(np.float32).max)
 
 
@@ -76,7 +86,7 @@ def _blocks(sorted_values: np.ndarray, block: int, min_rows: int, sketch_size: i
     return np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64), counts
 
 
-def site_summary(X: np.ndarray, *, sketch_size: int = 1024, min_rows: int = 10) -> dict[str, np.ndarray]:
+def site_summary(X: np.ndarray, *, sketch_size: int = SUMMARY_POINTS, min_rows: int = 10) -> dict[str, np.ndarray]:
     """A site's bin summary of ``X`` ``(n, d)`` (NaN = missing; see the module docstring).
 
     Returns:

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .bins import BinLayout, merge_summaries, site_summary
+from .bins import SUMMARY_POINTS, BinLayout, merge_summaries, site_summary
 from .grow import Booster
 from .model import GBDTModel
 from .objectives import base_margin, label_sums
@@ -45,6 +45,11 @@ def fit_gbdt_sites(sites: Sequence[tuple], params: GBDTParams | Mapping[str, Any
         log: if given, one dict per level exchange is appended: ``round``, ``level``,
             ``nodes`` (histograms built), ``bytes_per_site`` (float64 histogram payload).
 
+    The bins are agreed as a federation's sites agree them: each site summarises its whole
+    training part (``X`` and, when given, ``X_val``: a site's fit and validation parts tile
+    its training part) with :data:`~.bins.SUMMARY_POINTS` points per column and blocks of at
+    least ``params.min_rows`` rows (the sites' floor; ``sketch_size`` plays no part).
+
     Returns:
         the trained :class:`GBDTModel` (early stopping needs validation rows at every site
         that has any; the pooled validation loss decides).
@@ -60,8 +65,8 @@ def fit_gbdt_sites(sites: Sequence[tuple], params: GBDTParams | Mapping[str, Any
         raise ValueError(f"every site needs a 2-d X with the same columns, got widths {sorted(widths)}")
     d = widths.pop()
     if layout is None:
-        summaries = [site_summary(s[0], sketch_size=p.sketch_size, min_rows=p.min_rows) for s in sites]
-        layout = merge_summaries(summaries, d, max_bins=p.max_bins, sketch_size=p.sketch_size, min_rows=p.min_rows)
+        summaries = [site_summary(_training_rows(s), sketch_size=SUMMARY_POINTS, min_rows=p.min_rows) for s in sites]
+        layout = merge_summaries(summaries, d, max_bins=p.max_bins, sketch_size=SUMMARY_POINTS, min_rows=p.min_rows)
     elif layout.n_features != d:
         raise ValueError(f"layout has {layout.n_features} features, X has {d}")
     margin0 = base_margin(p, np.sum([label_sums(p, s[1]) for s in sites], axis=0))
@@ -89,6 +94,13 @@ def fit_gbdt_sites(sites: Sequence[tuple], params: GBDTParams | Mapping[str, Any
         if validating:
             booster.record_validation(np.sum([b.validation_sums() for b in validating], axis=0))
     return booster.model()
+
+
+def _training_rows(site: tuple) -> np.ndarray:
+    """A site's whole training part: ``X``, and ``X_val`` below it when given."""
+    if len(site) > 2 and site[2] is not None and np.asarray(site[2]).size:
+        return np.vstack([np.asarray(site[0], dtype=np.float64), np.asarray(site[2], dtype=np.float64)])
+    return np.asarray(site[0], dtype=np.float64)
 
 
 def fit_gbdt_pooled(X: np.ndarray, y: np.ndarray, params: GBDTParams | Mapping[str, Any] | None = None, *,

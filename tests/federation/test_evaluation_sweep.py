@@ -1,0 +1,132 @@
+"""A curious server sweeping step-function models over a site's fixed test part (issue 28 item 2).
+
+The probe: the server sends models of its own (a steep one-feature logistic model, a boosted
+stump at another agreed edge), each picking out the test rows on one side of a threshold; two
+replies whose positive-prediction counts differ by one give that row's class and place its
+value between the two thresholds. A default site answers at most the run's training rounds
++ ``PLAIN_MODELS_EXTRA`` distinct models per part in the clear; past that it answers a new
+model only inside a secure sum or with DP (or when its operator opted in with
+``allow_server_row_sets``), so the sweep isolates no row beyond those few answers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fedtab.engines.local import LocalFederation
+from fedtab.federation.gbdt import run_gbdt
+from fedtab.federation.messages import Message
+from fedtab.federation.protocol import set_options
+from fedtab.federation.site import Site
+from fedtab.privacy.policy import PLAIN_MODELS_EXTRA
+from tests.builders import gbdt_parts, make_sites
+
+MIN_ROWS = 10
+
+
+def _table(n: int = 600, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    return pd.DataFrame({"x": x, "z": rng.normal(size=n), "target": (x + rng.normal(size=n) > 0).astype(int)})
+
+
+def _fit(site: Site) -> None:
+    setup = {"features": ["x", "z"], "classes": ["0", "1"], "model": {"name": "logistic", "params": {}},
+             "part": "train"}
+    reply = site.handle(Message("fit", {"setup:mean": np.zeros(2), "setup:std": np.ones(2),
+                                        "param:coef": np.zeros((1, 2)), "param:intercept": np.zeros(1)},
+                                {"setup": setup, "epochs": 1}))
+    assert not reply.is_refusal and not reply.is_error, reply.meta
+
+
+def _step(site: Site, t: float, **meta) -> Message:
+    """A model predicting class 1 exactly when ``x > t`` (a steep logistic model)."""
+    w = 1e5
+    return site.handle(Message("evaluate", {"param:coef": np.array([[w, 0.0]]), "param:intercept": np.array([-w * t])},
+                               {"part": "test", **meta}))
+
+
+def _sweep(site: Site, thresholds: np.ndarray) -> tuple[list[np.ndarray], list[str]]:
+    """The confusion matrices answered and the refusals of a threshold sweep."""
+    answered, refused = [], []
+    for t in thresholds:
+        reply = _step(site, float(t))
+        if reply.is_refusal:
+            refused.append(reply.meta["reason"])
+        else:
+            assert not reply.is_error, reply.meta
+            answered.append(np.asarray(reply.arrays["confusion"]))
+    return answered, refused
+
+
+def _isolated(confusions: list[np.ndarray]) -> int:
+    """Rows the server isolates: consecutive answers whose predicted-positive count of a class moved by one."""
+    pos = np.array([c[:, 1] for c in confusions])
+    return int((np.abs(np.diff(pos, axis=0)) == 1).sum()) if len(pos) > 1 else 0
+
+
+def test_a_threshold_sweep_of_crafted_models_stops_at_the_runs_rounds():
+    table = _table()
+    site = Site("s", table, "target", policy={"min_rows": MIN_ROWS})
+    _fit(site)
+    x = np.sort(site.rows("test")["x"].to_numpy())
+    between = (x[MIN_ROWS:-MIN_ROWS - 1] + x[MIN_ROWS + 1:-MIN_ROWS]) / 2  # one test row between neighbours
+    answered, refused = _sweep(site, between)
+    cap = 1 + PLAIN_MODELS_EXTRA  # one fit round answered in this run
+    assert len(answered) == cap and len(refused) == len(between) - cap
+    assert all("allow_server_row_sets" in r and "secure sum" in r for r in refused)
+    assert _isolated(answered) <= cap - 1  # at most the few answers' differences, not the sweep's
+    # the same model again is answered (an honest server re-evaluating its model loses nothing) ...
+    assert not _step(site, float(between[0])).is_refusal
+    # ... and a new one with DP (noised at the site's terms) is not refused by the model cap
+    dp = _step(site, float(between[-1]), dp={"z": 5.0})
+    assert "allow_server_row_sets" not in str(dp.meta.get("reason", ""))
+    # the control: a site that opted in answers the whole sweep, which isolates row after row
+    open_site = Site("o", table, "target", policy={"min_rows": MIN_ROWS, "allow_server_row_sets": True})
+    _fit(open_site)
+    every, none = _sweep(open_site, between)
+    assert none == [] and _isolated(every) >= len(between) // 2
+
+
+def test_training_rounds_widen_the_cap_one_model_per_round():
+    """An honest run may score one model per round (``eval_every = 1``) plus its last: each
+    fit round answered lets one more distinct model through, and the refusal changes no count."""
+    site = Site("s", _table(seed=1), "target", policy={"min_rows": MIN_ROWS})
+    for _ in range(3):
+        _fit(site)
+    ts = np.linspace(-0.5, 0.5, 3 + PLAIN_MODELS_EXTRA + 4)
+    answered, refused = _sweep(site, ts)
+    assert len(answered) == 3 + PLAIN_MODELS_EXTRA and len(refused) == 4
+    evals = site.ledger.run_count(site.run_id, "evaluate:test")
+    assert evals == len(answered)  # the refused requests charged no evaluation
+    _fit(site)
+    assert not _step(site, 0.9).is_refusal and _step(site, 0.95).is_refusal
+
+
+def test_crafted_stumps_at_the_agreed_edges_stop_at_the_boosting_rounds():
+    """After a secure boosting run (default sites), the server sends its own trees in the clear:
+    the root split moved to every agreed edge of a feature. The site answers the run's trees +
+    PLAIN_MODELS_EXTRA distinct models, then refuses new ones (the same sweep inside a secure sum
+    would only give pooled counts)."""
+    parts = gbdt_parts(5)
+    fed = LocalFederation(make_sites(parts))
+    set_options(fed, secure_aggregation=True)
+    fast = {"n_trees": 2, "max_depth": 2, "max_bins": 32}
+    out = run_gbdt(fed, None, params=fast, importance=False)
+    arrays = out.model.to_arrays()
+    layout = out.model.layout
+    f = int(arrays["feature"][0])
+    site = fed.site("s0")
+    answered = refused = 0
+    for b in range(layout.edges[f].size):
+        a = {k: v.copy() for k, v in arrays.items()}
+        a["bin"][0], a["threshold"][0] = b, layout.edges[f][b]
+        reply = site.handle(Message("gbdt_evaluate", {f"param:{k}": v for k, v in a.items()}, {"part": "test"}))
+        if reply.is_refusal:
+            assert "allow_server_row_sets" in reply.meta["reason"]
+            refused += 1
+        else:
+            assert not reply.is_error, reply.meta
+            answered += 1
+    assert answered == fast["n_trees"] + PLAIN_MODELS_EXTRA and refused == layout.edges[f].size - answered
