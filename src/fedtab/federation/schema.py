@@ -46,7 +46,7 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -169,9 +169,90 @@ def _names(value: Any, what: str, limits: SchemaLimits) -> list[str]:
     return list(value)
 
 
+@dataclass
+class _Declaring:
+    """A declaration under check: the raw meta, the limits, and the parts parsed so far."""
+
+    meta: dict[str, Any]
+    limits: SchemaLimits
+    columns: tuple[str, ...]
+    kinds: Any = None
+    target: Any = None
+    rows: Any = None
+    extra: list[str] = field(default_factory=list)
+    classes: Any = None
+
+    def folds(self) -> list[int]:
+        return sorted({int(p.split(":")[1]) for p in self.extra})
+
+
+def _read(d: _Declaring) -> None:
+    d.kinds = d.meta.get("kinds", ["numeric"] * len(d.columns))
+    d.target = d.meta.get("target")
+    d.rows = d.meta.get("rows")
+    d.classes = d.meta.get("classes", [])
+
+
+def _counts(d: _Declaring) -> None:
+    d.extra = [p for p in d.rows if p not in BASE_PARTS]
+    if len(d.extra) > 2 * MAX_FOLDS or not all(isinstance(p, str) and _FOLD_PART.match(p) for p in d.extra):
+        raise ValueError(f"declared rows name parts other than {list(BASE_PARTS)} and at most {MAX_FOLDS} "
+                         "'fold:k'/'fit:k' pairs")
+    d.rows = {p: as_count(d.rows[p], f"declared {p} rows", d.limits.max_rows) for p in (*BASE_PARTS, *d.extra)}
+
+
+def _folds_consistent(d: _Declaring) -> bool:
+    folds, rows = d.folds(), d.rows
+    return folds == list(range(len(folds))) and all(
+        rows.get(f"fold:{k}", -1) + rows.get(f"fit:{k}", -1) == rows["train"] for k in folds) \
+        and sum(rows[f"fold:{k}"] for k in folds) <= rows["train"]
+
+
+def _class_names(d: _Declaring) -> None:
+    d.classes = _names(d.classes, "declared classes", replace(d.limits, max_columns=d.limits.max_classes)) \
+        if d.classes else []
+
+
+def _rule(holds: Callable[[_Declaring], bool], message: str | Callable[[_Declaring], str]
+          ) -> Callable[[_Declaring], None]:
+    """A check of the table: ``holds`` or ``ValueError(message)``."""
+    def check(d: _Declaring) -> None:
+        if not holds(d):
+            raise ValueError(message if isinstance(message, str) else message(d))
+
+    return check
+
+
+#: the checks of one declaration after its columns, in order (each relies on those before it):
+#: rules (``holds`` or the one-line reason) and steps that parse a part for the next ones
+DECLARATION_CHECKS: tuple[Callable[[_Declaring], None], ...] = (
+    _read,
+    _rule(lambda d: isinstance(d.kinds, list) and len(d.kinds) == len(d.columns)
+          and not set(map(type, d.kinds)) - {str} and not set(d.kinds) - set(KINDS),
+          f"declared kinds must be one of {KINDS} per column"),
+    _rule(lambda d: d.target is None or (isinstance(d.target, str) and 0 < len(d.target) <= d.limits.max_name),
+          "declared target must be a column name or null"),
+    _rule(lambda d: d.target is None or d.target not in d.columns,
+          lambda d: f"declared target {d.target!r} is also declared as a feature"),
+    _rule(lambda d: isinstance(d.rows, dict) and not set(BASE_PARTS) - set(d.rows),
+          f"declared rows must give {list(BASE_PARTS)}"),
+    _counts,
+    _rule(lambda d: d.rows["all"] != 0 and d.rows["train"] + d.rows["test"] == d.rows["all"],
+          lambda d: f"declared rows are inconsistent (train {d.rows['train']} + test {d.rows['test']} != all "
+                    f"{d.rows['all']}, or no rows)"),
+    _rule(_folds_consistent, "declared folds are inconsistent (each fold:k with its fit:k must make the training "
+                             "rows, the folds no more than them)"),
+    _rule(lambda d: isinstance(d.classes, list) and len(d.classes) <= min(d.limits.max_classes, d.rows["all"]),
+          "declared classes must be a list no longer than the rows declared"),
+    _class_names,
+    _rule(lambda d: not d.classes or d.target is not None, "classes declared without a target"),
+)
+
+
 def parse_declaration(meta: Any, limits: SchemaLimits = SchemaLimits(),
                       validated: dict[tuple[str, ...], tuple[str, ...]] | None = None) -> SiteDeclaration:
-    """Validate one site's declaration (``ValueError`` with the reason; the caller names the site).
+    """Validate one site's declaration (``ValueError`` with the reason; the caller names the site):
+    its columns, then :data:`DECLARATION_CHECKS` in order.
 
     ``validated``: column lists already validated against the same ``limits`` (filled
     here); a site declaring the same list as an earlier one reuses that check and that
@@ -186,39 +267,10 @@ def parse_declaration(meta: Any, limits: SchemaLimits = SchemaLimits(),
         columns = tuple(_names(raw, "declared columns", limits))
         if key is not None:
             validated[key] = columns  # type: ignore[index]
-    kinds = meta.get("kinds", ["numeric"] * len(columns))
-    if not isinstance(kinds, list) or len(kinds) != len(columns) or set(map(type, kinds)) - {str} \
-            or set(kinds) - set(KINDS):
-        raise ValueError(f"declared kinds must be one of {KINDS} per column")
-    target = meta.get("target")
-    if target is not None and (not isinstance(target, str) or not 0 < len(target) <= limits.max_name):
-        raise ValueError("declared target must be a column name or null")
-    if target is not None and target in columns:
-        raise ValueError(f"declared target {target!r} is also declared as a feature")
-    rows = meta.get("rows")
-    if not isinstance(rows, dict) or set(BASE_PARTS) - set(rows):
-        raise ValueError(f"declared rows must give {list(BASE_PARTS)}")
-    extra = [p for p in rows if p not in BASE_PARTS]
-    if len(extra) > 2 * MAX_FOLDS or not all(isinstance(p, str) and _FOLD_PART.match(p) for p in extra):
-        raise ValueError(f"declared rows name parts other than {list(BASE_PARTS)} and at most {MAX_FOLDS} "
-                         "'fold:k'/'fit:k' pairs")
-    rows = {p: as_count(rows[p], f"declared {p} rows", limits.max_rows) for p in (*BASE_PARTS, *extra)}
-    if rows["all"] == 0 or rows["train"] + rows["test"] != rows["all"]:
-        raise ValueError(f"declared rows are inconsistent (train {rows['train']} + test {rows['test']} != all "
-                         f"{rows['all']}, or no rows)")
-    folds = sorted({int(p.split(":")[1]) for p in extra})
-    if folds != list(range(len(folds))) or any(rows.get(f"fold:{k}", -1) + rows.get(f"fit:{k}", -1) != rows["train"]
-                                               for k in folds) \
-            or sum(rows[f"fold:{k}"] for k in folds) > rows["train"]:
-        raise ValueError("declared folds are inconsistent (each fold:k with its fit:k must make the training rows, "
-                         "the folds no more than them)")
-    classes = meta.get("classes", [])
-    if not isinstance(classes, list) or len(classes) > min(limits.max_classes, rows["all"]):
-        raise ValueError("declared classes must be a list no longer than the rows declared")
-    classes = _names(classes, "declared classes", replace(limits, max_columns=limits.max_classes)) if classes else []
-    if classes and target is None:
-        raise ValueError("classes declared without a target")
-    return SiteDeclaration(columns, tuple(kinds), target, tuple(classes), rows)
+    d = _Declaring(meta, limits, columns)
+    for check in DECLARATION_CHECKS:
+        check(d)
+    return SiteDeclaration(columns, tuple(d.kinds), d.target, tuple(d.classes), d.rows)
 
 
 @dataclass

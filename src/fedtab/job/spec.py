@@ -10,6 +10,12 @@ at fault (``[training] rounds``) and, for an unknown key, the closest valid one 
 line, also for a file that cannot be read, is not TOML, or nests deeper than
 :data:`MAX_DEPTH` levels.
 
+Validation is declarative, as scikit-learn's ``_parameter_constraints``: a key's type is its
+dataclass annotation (:data:`_TYPES`), each section's values meet its ``_constraints`` table
+(:mod:`fedtab.job.constraints`), and the keys' interactions are the rows of :data:`RULES`; the
+run's options (secure aggregation, robust reducers, ``max_site_share``, ``min_holders``) are
+checked once, by the :class:`~fedtab.federation.protocol.RunOptions` the workflows are given.
+
 A job *file* writes only inside its own folder: ``[run] out`` must resolve (symbolic links
 followed) to the job file's folder or below it; an output elsewhere is given by the
 caller (``fedtab run --out``, ``run_job(..., out=...)``), never by the file.
@@ -23,7 +29,11 @@ import math
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, ClassVar, Mapping
+
+from .constraints import Checked, Interval, Items, Names, Options, Rule, check_rules, validate_section
+from .site_files import (check_dp_bounds, check_site_files, check_target, did_you_mean, dp_columns_without_bounds,
+                         needs_dp_bounds)
 
 __all__ = ["JobError", "JobSpec", "SiteSpec", "ImputeSpec", "ElectionSpec", "TrainingSpec", "RunSpec",
            "PrivacySpec", "TrustSpec", "SchemaSpec", "EvaluationSpec", "ColumnsSpec", "LabelsSpec", "ENGINES", "TUNERS", "METHODS", "DP_KEYS",
@@ -37,10 +47,46 @@ MAX_DEPTH = 16
 METHODS = ("vote", "score-test")
 #: keys of ``[privacy] dp``
 DP_KEYS = ("epsilon", "delta", "bounds", "clip")
+#: field separators and decimal marks a site's CSV may use
+SEPARATORS = (",", ";", "\t", "|")
+DECIMALS = (".", ",")
+#: the longest ``[trust] timeout`` (a year, in seconds): a longer wait overflows the platform's timers
+MAX_TIMEOUT = 365 * 24 * 3600.0
 
 
 class JobError(ValueError):
     """The job file cannot be used; the message names the file and the key at fault."""
+
+
+def _late(module: str, name: str) -> Callable[..., Any]:
+    """``fedtab.<module>.<name>``, imported when first called (the job module stays light to import)."""
+    def call(*args: Any) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(f"fedtab.{module}"), name)(*args)
+
+    call.__name__ = name
+    return call
+
+
+def _each(check: Callable[[Any], Any]) -> Callable[[list], None]:
+    """``check`` applied to every item of a list."""
+    def run(values: list) -> None:
+        for v in values:
+            check(v)
+
+    return run
+
+
+_POSITIVE_INT = Interval(1, None, integer=True, text="a positive integer")
+
+
+def _task_name(task: Any) -> None:
+    """``[training] task``: one of :data:`fedtab.learn.tasks.TASKS`."""
+    from ..learn.tasks import TASKS
+
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
 
 
 @dataclass
@@ -57,6 +103,10 @@ class SiteSpec:
     allow_server_row_sets: bool = False  # the policy's opt-in to plain answers over server-chosen row sets
     sep: str | None = None  # None: sniffed from the file (",", ";", tab or "|")
     decimal: str | None = None  # None: sniffed ("," with a ";" or tab separator and decimal commas)
+
+    _constraints: ClassVar[dict] = {"selector": Checked(_late("election.selectors", "make_selector")),
+                                    "min_rows": _POSITIVE_INT, "sep": Options(SEPARATORS),
+                                    "decimal": Options(DECIMALS)}
 
 
 @dataclass
@@ -122,6 +172,21 @@ class ElectionSpec:
     l2_grid: list | None = None
     contributions: bool = True
 
+    _constraints: ClassVar[dict] = {
+        "method": Options(METHODS), "tune": Options(TUNERS), "freedom_degree": Interval(0, 1),
+        "grid": Items(Interval(0, 1), text="freedom degrees in [0, 1]"), "refine_step": Interval(0, 1, "left"),
+        "aggregation": Checked(_late("election.rule", "check_aggregation")),
+        "normalization": Checked(_late("election.rule", "check_normalization")),
+        "consensus": Checked(_late("election.evidence", "check_consensus")),
+        "consensus_alpha": Checked(_late("election.evidence", "check_consensus_alpha")),
+        "score_test_alpha": Interval(0, 1, "neither", text="a number in (0, 1)"),
+        "selector": Checked(_late("election.selectors", "make_selector")),
+        "fdr": Checked(lambda q: _late("election.score_test", "check_fdr")(q, "bh")),
+        "fdr_method": Checked(lambda m: _late("election.score_test", "check_fdr")(0.05, m)),
+        "modes": Checked(_each(_late("learn.personalise", "check_mode"))),
+        "l2_grid": Items(Interval(0, math.inf, "left"), text="non-negative finite L2 strengths"),
+    }
+
 
 @dataclass
 class TrainingSpec:
@@ -132,6 +197,11 @@ class TrainingSpec:
     local_epochs: int = 5
     #: ``"binary"``, ``"multiclass"`` or ``"regression"``; ``None``: read from the sites' targets
     task: str | None = None
+
+    _constraints: ClassVar[dict] = {"model": Checked(_late("learn.models", "make_model")),
+                                    "rounds": Interval(1, None, text="at least 1"),
+                                    "local_epochs": Interval(1, None, text="at least 1"),
+                                    "task": Checked(_task_name)}
 
 
 @dataclass
@@ -144,6 +214,9 @@ class RunSpec:
     test_size: float = 0.2
     engine: str = "local"
     mlflow: str | None = None
+
+    #: ``test_size`` is in (0, 1) or, without training, 0: a rule of the job (:data:`RULES`)
+    _constraints: ClassVar[dict] = {"engine": Options(ENGINES)}
 
 
 @dataclass
@@ -175,6 +248,14 @@ class TrustSpec:
     min_sites: int | None = None
     timeout: float | None = None
     min_holders: int | None = None
+
+    #: ``robust``, ``max_site_share`` and ``min_holders`` are the run's options: :class:`RunOptions
+    #: <fedtab.federation.protocol.RunOptions>` checks them (:func:`_run_options`)
+    _constraints: ClassVar[dict] = {
+        "min_sites": _POSITIVE_INT,
+        "timeout": Interval(0, MAX_TIMEOUT, "right",
+                            text=f"a positive number of seconds, at most {MAX_TIMEOUT:.0f} (a year)"),
+    }
 
 
 @dataclass
@@ -214,6 +295,8 @@ class ColumnsSpec:
     keep: list[str] = field(default_factory=list)
     bounds: dict = field(default_factory=dict)
     levels: dict = field(default_factory=dict)
+
+    _constraints: ClassVar[dict] = {"categorical": Names(), "ignore": Names(), "keep": Names()}
 
     @property
     def declared(self) -> bool:
@@ -288,9 +371,6 @@ _SECTIONS: dict[str, type] = {"impute": ImputeSpec, "election": ElectionSpec, "t
 _ALWAYS = ("training", "run", "privacy", "trust", "schema", "evaluation", "columns", "labels")
 _TOP = ("target", "na_values", "sites", *_SECTIONS)
 _SITE_KEYS = ("path", "na_values", "selector", "min_rows", "sep", "decimal", "allow_server_row_sets")
-#: field separators and decimal marks a site's CSV may use
-SEPARATORS = (",", ";", "\t", "|")
-DECIMALS = (".", ",")
 
 
 def _unknown(where: str, key: str, valid: tuple[str, ...] | list[str], source: str) -> JobError:
@@ -299,51 +379,46 @@ def _unknown(where: str, key: str, valid: tuple[str, ...] | list[str], source: s
     return JobError(f"{source}: unknown key {where}{key!r}{hint}")
 
 
-def _typed(value: Any, default: Any, annotation: str, where: str, source: str) -> Any:
-    """Check ``value`` against the field's declared type (from the dataclass annotation string)."""
-    def bad(kind: str) -> JobError:
-        return JobError(f"{source}: {where} must be {kind}, got {value!r}")
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-    if value is None and annotation.endswith("| None"):
+
+def _same(v: Any) -> Any:
+    return v
+
+
+#: a field's declared type (its annotation) -> (what it accepts, what the error says it must be, the
+#: value kept); an ``X | None`` field not listed takes ``X``'s row and also ``None``; any other
+#: annotation (``Any``: selector and model specs, checked by their factories) takes the value as is
+_TYPES: dict[str, tuple[Callable[[Any], bool], str, Callable[[Any], Any]]] = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer", _same),
+    "float": (_is_number, "a number", float),
+    "bool": (lambda v: isinstance(v, bool), "true or false", _same),
+    "str": (lambda v: isinstance(v, str), "a string", _same),
+    "list | None": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers",
+                    lambda v: [float(x) for x in v]),
+    "list[str] | None": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings",
+                         list),
+    "dict | None": (lambda v: isinstance(v, Mapping), "a table (an inline table { ... } in TOML)", dict),
+    "list[str]": (lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v),
+                  "a list of column names", list),
+    "Path": (lambda v: isinstance(v, str) and bool(v), "a path string", Path),
+}
+
+
+def _typed(value: Any, default: Any, annotation: str, where: str, source: str) -> Any:
+    """Check ``value`` against the field's declared type (from the dataclass annotation string,
+    :data:`_TYPES`)."""
+    optional = annotation.endswith(" | None")
+    if value is None and optional:
         return None
-    if annotation in ("int", "int | None"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad("an integer")
+    row = _TYPES.get(annotation) or (_TYPES.get(annotation.removesuffix(" | None")) if optional else None)
+    if row is None:
         return value
-    if annotation in ("float", "float | None"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad("a number")
-        return float(value)
-    if annotation in ("bool", "bool | None"):
-        if not isinstance(value, bool):
-            raise bad("true or false")
-        return value
-    if annotation == "list | None":
-        if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                  for v in value):
-            raise bad("a list of numbers")
-        return [float(v) for v in value]
-    if annotation == "list[str] | None":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise bad("a list of strings")
-        return list(value)
-    if annotation == "dict | None":
-        if not isinstance(value, Mapping):
-            raise bad("a table (an inline table { ... } in TOML)")
-        return dict(value)
-    if annotation == "list[str]":
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise bad("a list of column names")
-        return list(value)
-    if annotation in ("str", "str | None"):
-        if not isinstance(value, str):
-            raise bad("a string")
-        return value
-    if annotation == "Path":
-        if not isinstance(value, str) or not value:
-            raise bad("a path string")
-        return Path(value)
-    return value  # Any: selector / model specs are checked by their factories
+    accepts, kind, keep = row
+    if not accepts(value):
+        raise JobError(f"{source}: {where} must be {kind}, got {value!r}")
+    return keep(value)
 
 
 def _section(cls: type, raw: Any, name: str, source: str) -> Any:
@@ -357,47 +432,6 @@ def _section(cls: type, raw: Any, name: str, source: str) -> Any:
         f = fields[key]
         kwargs[key] = _typed(value, f.default, str(f.type), f"[{name}] {key}", source)
     return cls(**kwargs)
-
-
-def _min_rows(value: Any, where: str, source: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise JobError(f"{source}: {where} must be a positive integer, got {value!r}")
-    return value
-
-
-def _choice(value: Any, choices: tuple[str, ...], where: str, source: str) -> str | None:
-    if value is None or value in choices:
-        return value
-    raise JobError(f"{source}: {where} must be one of {list(choices)}, got {value!r}")
-
-
-def _check_columns(spec: JobSpec) -> None:
-    """``[columns]`` and ``[labels]``: no column in two roles, never the target, a profile to apply them."""
-    c = spec.columns
-    roles = {"categorical": c.categorical, "ignore": c.ignore, "keep": c.keep}
-    for role, names in roles.items():
-        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
-            raise JobError(f"[columns] {role} must be a list of column names, got {names!r}")
-        if spec.target is not None and spec.target in names:
-            raise JobError(f"[columns] {role} names the target {spec.target!r} (the label is never a feature)")
-    if set(c.ignore) & set(c.categorical + c.keep):
-        both = sorted(set(c.ignore) & set(c.categorical + c.keep))
-        raise JobError(f"[columns] ignore and categorical/keep both name {both[:5]}")
-    _check_dictionary(c)
-    from .steps.schema import wants_profile
-
-    if c.declared and not wants_profile(spec):
-        raise JobError("[columns] categorical, ignore and keep need the column profile ([schema] profile, not in a "
-                       "job with [privacy] secure_aggregation or dp): the sites apply the roles after it")
-    m = spec.labels.map
-    if m is not None:
-        if not m or not all(isinstance(k, str) and isinstance(v, (str, int)) and not isinstance(v, bool)
-                            for k, v in m.items()):
-            raise JobError(f"[labels] map must map labels to labels ({{ yes = 1, no = 0 }}), got {m!r}")
-        if spec.target is None:
-            raise JobError("[labels] map needs target = \"<label column>\"")
 
 
 def _finite(x: Any) -> bool:
@@ -448,118 +482,6 @@ def _dp_bounds(spec: JobSpec) -> None:
     dp["bounds"] = merged
 
 
-def needs_dp_bounds(spec: JobSpec) -> bool:
-    """Whether the job's DP releases clip column values into public bounds (imputation and
-    training do: the moments, statistics and tree edges they release are of bounded values)."""
-    return spec.privacy.dp is not None and (spec.impute is not None or spec.training is not None)
-
-
-def dp_columns_without_bounds(spec: JobSpec, columns: list[str]) -> list[str]:
-    """The feature columns among ``columns`` (the label and ``[columns] ignore`` excluded) that
-    ``spec``'s DP releases need bounds for and that have none (empty when the job needs none)."""
-    if not needs_dp_bounds(spec):
-        return []
-    bounds = (spec.privacy.dp or {}).get("bounds")
-    if bounds is not None and not isinstance(bounds, Mapping):
-        return []  # one [low, high] for every column
-    have = set(bounds or {})
-    skip = {spec.target, *spec.columns.ignore}
-    return [c for c in dict.fromkeys(columns) if c not in skip and c not in have]
-
-
-def _site_columns(site: SiteSpec) -> list[str] | None:
-    """The column names of a site's file (its header only), or ``None`` when it cannot be read here
-    (the run reports it)."""
-    from ..data.tables import csv_header, csv_sample, sniff_csv
-
-    p = site.path
-    if p is None or not p.is_file():
-        return None
-    try:
-        if p.name.lower().endswith((".parquet", ".pq")):
-            import pyarrow.parquet as pq
-
-            return [str(c) for c in pq.read_schema(p).names if not str(c).startswith("__index_level_")]
-        default = "\t" if p.name.lower().endswith((".tsv", ".tsv.gz")) else ","
-        sep, _ = sniff_csv(csv_sample(p), default, site.sep)
-        return [c.strip() for c in csv_header(p, sep)]
-    except Exception:  # noqa: BLE001 - an unreadable file is the run's error, not the job file's
-        return None
-
-
-def did_you_mean(name: str, candidates: list[str] | tuple[str, ...]) -> str:
-    """``" (did you mean 'x'?)"`` for the candidate closest to ``name`` (one that differs only
-    in case first, then :func:`difflib.get_close_matches`), or ``""``."""
-    same = [c for c in candidates if c.lower() == name.lower() and c != name]
-    close = same or difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def check_target(spec: JobSpec, headers: Mapping[str, list[str]]) -> None:
-    """Refuse a target that site files' headers lack, naming the target, the sites and the
-    closest column there (``headers``: ``{site: its file's column names}``, readable files only),
-    when too few sites are left for the quorum (``[trust] min_sites``; without it every site must
-    answer): with a quorum that allows it, the run drops such a site and names it.
-
-    Raises:
-        JobError: ``target`` is not a column of so many files that the quorum cannot hold.
-    """
-    if spec.target is None:
-        return
-    lacking = [name for name, cols in headers.items() if spec.target not in cols]
-    quorum = spec.trust.min_sites or len(spec.sites)
-    if not lacking or len(spec.sites) - len(lacking) >= quorum:
-        return
-    hints = {name: did_you_mean(spec.target, headers[name]) for name in lacking}
-    if len(set(hints.values())) == 1:
-        where = f"site(s) {', '.join(lacking)}{hints[lacking[0]]}"
-    else:
-        where = ", ".join(f"{name}{hints[name]}" for name in lacking)
-    raise JobError(f"{spec.source}: target = {spec.target!r} is not a column in the file of {where}")
-
-
-def check_site_files(spec: JobSpec) -> JobSpec:
-    """What a job file can be checked against in the headers of the site files it names (a site
-    kept by its own deployment is checked when the run starts): the target is a column of every
-    file (:func:`check_target`) and a DP job has the bounds it needs (:func:`check_dp_bounds`);
-    returns ``spec``.
-
-    Raises:
-        JobError: as :func:`check_target` and :func:`check_dp_bounds`.
-    """
-    headers = {s.name: cols for s in spec.sites if (cols := _site_columns(s)) is not None}
-    check_target(spec, headers)
-    return check_dp_bounds(spec, headers)
-
-
-def check_dp_bounds(spec: JobSpec, headers: Mapping[str, list[str]] | None = None) -> JobSpec:
-    """Refuse a DP job whose releases need public bounds it lacks, naming the columns: from the
-    headers of the site files the job names (``headers``: ``{site: column names}``, default read
-    here; a site kept by its own deployment is checked when the run starts: its site names the
-    column); returns ``spec``.
-
-    Raises:
-        JobError: ``[privacy] dp`` with imputation or training and a feature column without
-            bounds (in ``[columns] bounds`` / ``levels`` or ``dp.bounds``).
-    """
-    if not needs_dp_bounds(spec):
-        return spec
-    if headers is None:
-        headers = {s.name: cols for s in spec.sites if (cols := _site_columns(s)) is not None}
-    columns = [c for cols in headers.values() for c in cols]
-    missing = dp_columns_without_bounds(spec, columns)
-    if not columns and (spec.privacy.dp or {}).get("bounds") is None:
-        raise JobError(f"{spec.source}: [privacy] dp needs public value bounds for every feature column: give "
-                       "[columns] bounds = { age = [0, 120], ... } (the data dictionary; or levels = { cp = "
-                       "[1, 2, 3, 4] } for coded columns)")
-    if missing:
-        example = ", ".join(f"{c} = [low, high]" for c in missing[:2])
-        raise JobError(f"{spec.source}: [privacy] dp needs public value bounds for the column(s) "
-                       f"{', '.join(missing)}: add them to [columns] bounds = {{ {example} }} (public ranges, "
-                       "not the sites' minimum and maximum) or levels = { column = [codes] }")
-    return spec
-
-
 def _na_values(value: Any, where: str, source: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise JobError(f"{source}: {where} must be a list of strings, got {value!r}")
@@ -602,69 +524,11 @@ def _check_bounds(bounds: Any, source: str) -> None:
         pair(bounds, "")
 
 
-def _positive_int(value: Any, where: str) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise JobError(f"{where} must be a positive integer, got {value!r}")
-
-
-def _check_election(spec: JobSpec) -> None:
-    from ..election.evidence import check_consensus, check_consensus_alpha
-    from ..election.rule import check_aggregation, check_normalization, check_profile
-    from ..election.selectors import make_selector
-
-    e = spec.election
-    assert e is not None
-    if e.method not in METHODS:
-        raise JobError(f"[election] method must be one of {list(METHODS)}, got {e.method!r}")
-    if e.tune not in TUNERS:
-        raise JobError(f"[election] tune must be one of {list(TUNERS)}, got {e.tune!r}")
-    if e.tune != "none" and e.freedom_degree is not None:
-        raise JobError("[election] give either tune or freedom_degree, not both")
-    if e.freedom_degree is not None and not 0 <= e.freedom_degree <= 1:
-        raise JobError(f"[election] freedom_degree must be in [0, 1], got {e.freedom_degree}")
-    if e.grid is not None and (not e.grid or not all(0 <= g <= 1 for g in e.grid)):
-        raise JobError(f"[election] grid must be freedom degrees in [0, 1], got {e.grid}")
-    if not 0 <= e.refine_step < 1:
-        raise JobError(f"[election] refine_step must be in [0, 1), got {e.refine_step}")
-    check_aggregation(e.aggregation)
-    check_normalization(e.normalization)
-    check_profile(e.compat, e.normalization)
-    check_consensus(e.consensus)
-    check_consensus_alpha(e.consensus_alpha)
-    if not 0 < e.score_test_alpha < 1:
-        raise JobError(f"[election] score_test_alpha must be a number in (0, 1), got {e.score_test_alpha}")
-    make_selector(e.selector)
-    if e.method != "score-test" and (e.fdr is not None or e.fdr_method != "bh"):
-        raise JobError("[election] fdr and fdr_method apply to method = \"score-test\" (the score test's p-values)")
-    if e.fdr is not None or e.fdr_method != "bh":
-        from ..election.score_test import check_fdr
-
-        try:
-            check_fdr(0.05 if e.fdr is None else e.fdr, e.fdr_method)
-        except ValueError as exc:
-            raise JobError(f"[election] {exc}") from None
-    if e.method == "score-test":
-        if e.tune != "none":
-            raise JobError("[election] tune applies to method = \"vote\" (the score test has no freedom degree)")
-        if spec.privacy.dp is not None or spec.trust.robust:
-            raise JobError("[election] method = \"score-test\" has no DP or robust mode; use method = \"vote\" "
-                           "in a job with [privacy] dp or [trust] robust")
-    elif e.tune == "cv":
-        _check_cv(spec)
-    elif e.tune != "none" and spec.privacy.private:
-        raise JobError("[privacy] secure_aggregation or dp cannot be combined with [election] tune (tuning scores "
-                       "every site's validation F1 in the clear; give freedom_degree instead)")
-    if e.tune != "cv" and (e.modes is not None or e.l2_grid is not None):
-        raise JobError("[election] modes and l2_grid apply to tune = \"cv\"")
-
-
 def _check_cv(spec: JobSpec) -> None:
-    """``tune = "cv"``: logistic regression, valid modes and L2 strengths, no private or robust run."""
+    """``tune = "cv"``: logistic regression with the training step, no private or robust run (the
+    modes and L2 strengths are checked by ``[election]``'s table)."""
     from ..learn.models import LogisticRegressionModel, make_model
-    from ..learn.personalise import check_mode
 
-    e = spec.election
-    assert e is not None
     blocked = [name for name, on in (("[privacy] secure_aggregation", spec.privacy.secure_aggregation),
                                      ("[privacy] dp", spec.privacy.dp is not None),
                                      ("[trust] robust", spec.trust.robust)) if on]
@@ -677,110 +541,179 @@ def _check_cv(spec: JobSpec) -> None:
     if not isinstance(make_model(spec.training.model), LogisticRegressionModel):
         raise JobError(f"[election] tune = \"cv\" trains logistic regression; [training] model is "
                        f"{make_model(spec.training.model).name!r}")
-    for mode in e.modes or ():
-        try:
-            check_mode(mode)
-        except ValueError as exc:
-            raise JobError(f"[election] modes: {exc}") from None
-    if e.l2_grid is not None and (not e.l2_grid or not all(math.isfinite(x) and x >= 0 for x in e.l2_grid)):
-        raise JobError(f"[election] l2_grid must be non-negative finite L2 strengths, got {e.l2_grid}")
 
 
-#: the longest ``[trust] timeout`` (a year, in seconds): a longer wait overflows the platform's timers
-MAX_TIMEOUT = 365 * 24 * 3600.0
+#: ``RunOptions`` argument -> the job key that sets it, to name the key in its errors
+_OPTION_KEYS = {"robust=True": "[trust] robust", "secure_aggregation=True": "[privacy] secure_aggregation",
+                "min_holders": "[trust] min_holders", "max_site_share": "[trust] max_site_share"}
 
 
-def _check_guarantees(spec: JobSpec) -> None:
-    t, p = spec.trust, spec.privacy
-    from ..federation.reduce import check_max_site_share
+def _run_options(spec: JobSpec) -> None:
+    """The run's options (robust reducers, ``max_site_share``, ``min_holders``, secure aggregation)
+    checked once, by :class:`~fedtab.federation.protocol.RunOptions` itself -- the object every
+    workflow is given -- with its errors naming the job's keys. (DP is checked by ``[privacy] dp``,
+    with the same :func:`~fedtab.privacy.dp.parse_dp`.)"""
+    from ..federation.protocol.options import RunOptions
 
-    check_max_site_share(t.max_site_share)
-    _positive_int(t.min_sites, "[trust] min_sites")
-    _positive_int(t.min_holders, "[trust] min_holders")
-    if t.min_sites is not None and spec.sites and t.min_sites > len(spec.sites):
-        raise JobError(f"[trust] min_sites = {t.min_sites} but the job has {len(spec.sites)} site(s)")
-    if t.timeout is not None and not (math.isfinite(t.timeout) and 0 < t.timeout <= MAX_TIMEOUT):
-        raise JobError(f"[trust] timeout must be a positive number of seconds, at most {MAX_TIMEOUT:.0f} (a year), "
-                       f"got {t.timeout:g}")
-    if t.robust and p.secure_aggregation:
-        raise JobError("[trust] robust cannot be combined with [privacy] secure_aggregation: the robust reducers "
-                       "need each site's values, secure aggregation shows the server only their sum")
-    if p.private and spec.schema.profile:
-        raise JobError("[schema] profile = true sends each site's coarse column ranges in the clear: not in a job "
-                       "with [privacy] secure_aggregation or dp")
-    if p.private and spec.evaluation.baselines:
-        raise JobError("[evaluation] baselines = true scores each site's own model in the clear: not in a job "
-                       "with [privacy] secure_aggregation or dp")
-    if spec.training is not None:  # the modes the training step declared (federation.training.steps)
-        from ..federation.protocol.modes import check_modes, modes_of
-        from ..federation.training.steps import EXACT_TRAINING_MODES  # noqa: F401  (registers the declarations)
-        from ..learn.models import make_model
+    t = spec.trust
+    try:
+        RunOptions.of(secure_aggregation=spec.privacy.secure_aggregation, robust=t.robust,
+                      max_site_share=t.max_site_share, min_holders=t.min_holders)
+    except (ValueError, TypeError) as exc:
+        message = str(exc)
+        for option, key in _OPTION_KEYS.items():
+            message = message.replace(option, key)
+        raise JobError(message) from None
 
-        fm = make_model(spec.training.model)
-        try:
-            check_modes("training.exact" if fm.exact else "training",
-                        modes_of(secure=p.secure_aggregation, dp=p.dp is not None, robust=t.robust),
-                        f"the exact-aggregation model {fm.name!r}" if fm.exact else f"the model {fm.name!r}")
-        except ValueError as exc:
-            raise JobError(f"[privacy] {exc}") from None
+
+def _impute(spec: JobSpec) -> None:
+    """``[impute]``: the settings :class:`~fedtab.federation.imputation.ImputeConfig` validates."""
+    from .steps.imputation import impute_config
+
+    try:
+        impute_config(spec).validate()  # rounds = 0: the linear prior alone
+    except ValueError as exc:
+        raise JobError(f"[impute] {exc}") from None
+
+
+def _profile_with_compat(spec: JobSpec) -> None:
+    from ..election.rule import check_profile
+
+    try:
+        check_profile(spec.election.compat, spec.election.normalization)
+    except ValueError as exc:
+        raise JobError(f"[election] compat: {exc}") from None
+
+
+def _labels_map(m: Any) -> bool:
+    return bool(m) and all(isinstance(k, str) and isinstance(v, (str, int)) and not isinstance(v, bool)
+                           for k, v in m.items())
+
+
+def _wants_profile(spec: JobSpec) -> bool:
+    from .steps.schema import wants_profile
+
+    return wants_profile(spec)
+
+
+def _training_modes(spec: JobSpec) -> None:
+    """The modes the training step declared (:mod:`fedtab.federation.training.steps`) hold this run's."""
+    from ..federation.protocol.modes import check_modes, modes_of
+    from ..federation.training.steps import EXACT_TRAINING_MODES  # noqa: F401  (registers the declarations)
+    from ..learn.models import make_model
+
+    p, fm = spec.privacy, make_model(spec.training.model)
+    try:
+        check_modes("training.exact" if fm.exact else "training",
+                    modes_of(secure=p.secure_aggregation, dp=p.dp is not None, robust=spec.trust.robust),
+                    f"the exact-aggregation model {fm.name!r}" if fm.exact else f"the model {fm.name!r}")
+    except ValueError as exc:
+        raise JobError(f"[privacy] {exc}") from None
 
 
 def _check_task(spec: JobSpec) -> None:
-    """``[training] task``: one of the tasks, and one the model can serve (one line otherwise)."""
+    """``[training] task``: one the model can serve (its name is checked by the section's table)."""
     from ..learn.models import make_model
-    from ..learn.tasks import TASKS, given_objective, model_refusal
+    from ..learn.tasks import given_objective, model_refusal
 
-    assert spec.training is not None
-    task = spec.training.task
-    if task is None:
-        return
-    if task not in TASKS:
-        raise JobError(f"[training] task must be one of {', '.join(TASKS)}, got {task!r}")
-    fm = make_model(spec.training.model)
-    why = model_refusal(fm.name, task, given_objective(spec.training.model) if fm.name == "gbdt" else None)
+    task, fm = spec.training.task, make_model(spec.training.model)
+    why = None if task is None else model_refusal(fm.name, task,
+                                                  given_objective(spec.training.model) if fm.name == "gbdt" else None)
     if why is not None:
-        raise JobError(f"{spec.source}: [training] {why}")
+        raise JobError(f"[training] {why}")
+
+
+def _has(section: str) -> Callable[[JobSpec], bool]:
+    return lambda spec: getattr(spec, section) is not None
+
+
+_ROLES = ("categorical", "ignore", "keep")
+
+#: the rules that tie keys together, in order (each names the keys; the sections' own tables run first)
+RULES: tuple[Rule | Callable[[JobSpec], None], ...] = (
+    Rule(lambda s: s.target is None and (s.training is not None or s.election is not None),
+         "the job needs target = \"<label column>\" (it elects or trains)"),
+    # [election]
+    Rule(lambda s: s.election.tune != "none" and s.election.freedom_degree is not None,
+         "[election] give either tune or freedom_degree, not both", when=_has("election")),
+    lambda s: s.election is not None and _profile_with_compat(s),
+    Rule(lambda s: s.election.method != "score-test" and (s.election.fdr is not None or s.election.fdr_method != "bh"),
+         "[election] fdr and fdr_method apply to method = \"score-test\" (the score test's p-values)",
+         when=_has("election")),
+    Rule(lambda s: s.election.method == "score-test" and s.election.tune != "none",
+         "[election] tune applies to method = \"vote\" (the score test has no freedom degree)", when=_has("election")),
+    Rule(lambda s: s.election.method == "score-test" and (s.privacy.dp is not None or s.trust.robust),
+         "[election] method = \"score-test\" has no DP or robust mode; use method = \"vote\" in a job with "
+         "[privacy] dp or [trust] robust", when=_has("election")),
+    lambda s: s.election is not None and s.election.method != "score-test" and s.election.tune == "cv" and _check_cv(s),
+    Rule(lambda s: s.election.method != "score-test" and s.election.tune not in ("none", "cv") and s.privacy.private,
+         "[privacy] secure_aggregation or dp cannot be combined with [election] tune (tuning scores every site's "
+         "validation F1 in the clear; give freedom_degree instead)", when=_has("election")),
+    Rule(lambda s: s.election.tune != "cv" and (s.election.modes is not None or s.election.l2_grid is not None),
+         "[election] modes and l2_grid apply to tune = \"cv\"", when=_has("election")),
+    # [columns] and [labels]
+    *(Rule(lambda s, r=r: s.target is not None and s.target in getattr(s.columns, r),
+           lambda s, r=r: f"[columns] {r} names the target {s.target!r} (the label is never a feature)")
+      for r in _ROLES),
+    Rule(lambda s: bool(set(s.columns.ignore) & set(s.columns.categorical + s.columns.keep)),
+         lambda s: f"[columns] ignore and categorical/keep both name "
+                   f"{sorted(set(s.columns.ignore) & set(s.columns.categorical + s.columns.keep))[:5]}"),
+    lambda s: _check_dictionary(s.columns),
+    Rule(lambda s: s.columns.declared and not _wants_profile(s),
+         "[columns] categorical, ignore and keep need the column profile ([schema] profile, not in a job with "
+         "[privacy] secure_aggregation or dp): the sites apply the roles after it"),
+    Rule(lambda s: not _labels_map(s.labels.map),
+         lambda s: f"[labels] map must map labels to labels ({{ yes = 1, no = 0 }}), got {s.labels.map!r}",
+         when=lambda s: s.labels.map is not None),
+    Rule(lambda s: s.target is None, "[labels] map needs target = \"<label column>\"",
+         when=lambda s: s.labels.map is not None),
+    _dp_bounds,
+    # [sites]
+    Rule(lambda s: any(x.sep is not None and x.sep == x.decimal for x in s.sites),
+         lambda s: next(f"[sites.{x.name}] sep and decimal must differ, both are {x.sep!r}"
+                        for x in s.sites if x.sep is not None and x.sep == x.decimal)),
+    # [run]
+    Rule(lambda s: not 0 < s.run.test_size < 1 and not (s.run.test_size == 0 and s.training is None),
+         lambda s: f"[run] test_size must be in (0, 1), got {s.run.test_size}"),
+    lambda s: s.impute is not None and _impute(s),
+    # [trust] and [privacy]: what the run guarantees
+    Rule(lambda s: s.trust.min_sites is not None and bool(s.sites) and s.trust.min_sites > len(s.sites),
+         lambda s: f"[trust] min_sites = {s.trust.min_sites} but the job has {len(s.sites)} site(s)"),
+    _run_options,
+    Rule(lambda s: s.privacy.private and bool(s.schema.profile),
+         "[schema] profile = true sends each site's coarse column ranges in the clear: not in a job with "
+         "[privacy] secure_aggregation or dp"),
+    Rule(lambda s: s.privacy.private and bool(s.evaluation.baselines),
+         "[evaluation] baselines = true scores each site's own model in the clear: not in a job with "
+         "[privacy] secure_aggregation or dp"),
+    lambda s: s.training is not None and _training_modes(s),
+    lambda s: s.training is not None and _check_task(s),
+)
+
+
+def _sections(spec: JobSpec) -> list[tuple[Any, str]]:
+    """``(section, its name in errors)`` of every section the job has, sites first."""
+    out: list[tuple[Any, str]] = [(s, f"sites.{s.name}") for s in spec.sites]
+    return out + [(getattr(spec, k), k) for k in _SECTIONS if getattr(spec, k) is not None]
 
 
 def check_spec(spec: JobSpec) -> JobSpec:
     """Validate a :class:`JobSpec` however it was built (a job file, a plan, a command's options,
     an estimator's parameters); returns it.
 
+    Every section is checked against its table (``_constraints``, :mod:`fedtab.job.constraints`),
+    then the job against :data:`RULES`; the run's options by :class:`RunOptions
+    <fedtab.federation.protocol.RunOptions>`, which the workflows then trust.
+
     Raises:
         JobError: naming the key at fault (``[trust] min_sites``) and the source.
     """
-    from ..election.selectors import make_selector
-    from ..learn.models import make_model
-
     src = spec.source
     spec.privacy.dp = _dp(spec.privacy.dp, src)
     try:
-        if spec.target is None and (spec.training is not None or spec.election is not None):
-            raise JobError("the job needs target = \"<label column>\" (it elects or trains)")
-        if spec.election is not None:
-            _check_election(spec)
-        _check_columns(spec)
-        _dp_bounds(spec)
-        for s in spec.sites:
-            if s.selector is not None:
-                make_selector(s.selector)
-        if spec.training is not None:
-            make_model(spec.training.model)
-        if spec.run.engine not in ENGINES:
-            raise JobError(f"[run] engine must be one of {list(ENGINES)}, got {spec.run.engine!r}")
-        if not 0 < spec.run.test_size < 1 and not (spec.run.test_size == 0 and spec.training is None):
-            raise JobError(f"[run] test_size must be in (0, 1), got {spec.run.test_size}")
-        if spec.training is not None:
-            for where, n in (("[training] rounds", spec.training.rounds),
-                             ("[training] local_epochs", spec.training.local_epochs)):
-                if n < 1:
-                    raise JobError(f"{where} must be at least 1, got {n}")
-            _check_task(spec)
-        if spec.impute is not None:  # rounds = 0: the linear prior alone
-            from .steps.imputation import impute_config
-
-            impute_config(spec).validate()
-        _check_guarantees(spec)
+        for section, name in _sections(spec):
+            validate_section(section, name, JobError)
+        check_rules(spec, RULES, JobError)
     except JobError as exc:
         raise JobError(f"{src}: {exc}") from None
     except (ValueError, KeyError, TypeError) as exc:
@@ -809,6 +742,29 @@ def _check_out(out: Path, base: Path, source: str) -> None:
     if not (base / out).resolve().is_relative_to(folder):
         raise JobError(f"{source}: [run] out must be inside the job's folder {folder} (a job file writes only "
                        "there); give the output directory on the command line (--out) to write elsewhere")
+
+
+def _site(name: str, raw: Any, base: Path, source: str) -> SiteSpec:
+    """``[sites.<name>]``: its keys and their types (its values are checked by :meth:`SiteSpec`'s
+    table in :func:`check_spec`); a relative path is resolved against ``base``."""
+    if not isinstance(raw, Mapping):
+        raise JobError(f"{source}: [sites.{name}] must be a table with path = \"...\"")
+    for key in raw:
+        if key not in _SITE_KEYS:
+            raise _unknown(f"[sites.{name}] ", key, _SITE_KEYS, source)
+    where = f"[sites.{name}]"
+    path = _typed(raw["path"], None, "Path", f"{where} path", source) if raw.get("path") else None
+    return SiteSpec(
+        name=name,
+        path=path if path is None or path.is_absolute() else base / path,
+        na_values=_na_values(raw.get("na_values", []), f"{where} na_values", source),
+        selector=raw.get("selector"),
+        min_rows=_typed(raw.get("min_rows"), None, "int | None", f"{where} min_rows", source),
+        allow_server_row_sets=_typed(raw.get("allow_server_row_sets", False), False, "bool",
+                                     f"{where} allow_server_row_sets", source),
+        sep=_typed(raw.get("sep"), None, "str | None", f"{where} sep", source),
+        decimal=_typed(raw.get("decimal"), None, "str | None", f"{where} decimal", source),
+    )
 
 
 def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = "<dict>", *,
@@ -844,27 +800,7 @@ def parse_job(doc: Mapping[str, Any], base_dir: str | Path = ".", source: str = 
     if not isinstance(sites_raw, Mapping) or (sites_required and not sites_raw):
         raise JobError(f"{source}: the job needs at least one [sites.<name>] table")
     base = Path(base_dir)
-    sites = []
-    for name, raw in sites_raw.items():
-        if not isinstance(raw, Mapping):
-            raise JobError(f"{source}: [sites.{name}] must be a table with path = \"...\"")
-        for key in raw:
-            if key not in _SITE_KEYS:
-                raise _unknown(f"[sites.{name}] ", key, _SITE_KEYS, source)
-        path = _typed(raw["path"], None, "Path", f"[sites.{name}] path", source) if raw.get("path") else None
-        sites.append(SiteSpec(
-            name=str(name),
-            path=path if path is None or path.is_absolute() else base / path,
-            na_values=_na_values(raw.get("na_values", []), f"[sites.{name}] na_values", source),
-            selector=raw.get("selector"),
-            min_rows=_min_rows(raw.get("min_rows"), f"[sites.{name}] min_rows", source),
-            allow_server_row_sets=_typed(raw.get("allow_server_row_sets", False), False, "bool",
-                                         f"[sites.{name}] allow_server_row_sets", source),
-            sep=_choice(raw.get("sep"), SEPARATORS, f"[sites.{name}] sep", source),
-            decimal=_choice(raw.get("decimal"), DECIMALS, f"[sites.{name}] decimal", source),
-        ))
-        if sites[-1].sep is not None and sites[-1].sep == sites[-1].decimal:
-            raise JobError(f"{source}: [sites.{name}] sep and decimal must differ, both are {sites[-1].sep!r}")
+    sites = [_site(str(name), raw, base, source) for name, raw in sites_raw.items()]
     sections = {k: _section(cls, doc[k], k, source) for k, cls in _SECTIONS.items() if doc.get(k) is not None}
     run = sections.get("run", RunSpec())
     if confine_out:

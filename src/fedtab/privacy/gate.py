@@ -265,56 +265,86 @@ def _finite(a: np.ndarray) -> bool:
     return a.dtype.kind not in "fc" or bool(np.isfinite(a).all())
 
 
-def _check_meta(key: str, kind: Any, value: Any, vocab: Vocabulary, min_rows: int) -> None:
-    def bad(why: str) -> GateError:
-        return GateError(f"release gate: meta {key!r} {why}")
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
+
+def _count(value: Any, vocab: Vocabulary, min_rows: int) -> str | None:
+    return "is not a count" if isinstance(value, bool) or not isinstance(value, int) or value < 0 else None
+
+
+def _flag(value: Any, vocab: Vocabulary, min_rows: int) -> str | None:
+    return None if isinstance(value, bool) else "is not true/false"
+
+
+def _number(value: Any, vocab: Vocabulary, min_rows: int) -> str | None:
+    ok = value is None or (not isinstance(value, bool) and isinstance(value, (int, float))
+                           and math.isfinite(float(value)))
+    return None if ok else "is not a finite number"
+
+
+def _text(value: Any, vocab: Vocabulary, min_rows: int) -> str | None:
+    ok = isinstance(value, str) and len(value) <= _MAX_TEXT
+    return None if ok else f"is not a text of at most {_MAX_TEXT} characters"
+
+
+def _names(value: Any, vocab: Vocabulary, min_rows: int) -> str | None:
+    if not _strings(value):
+        return "is not a list of names"
+    names = vocab.names()
+    outside = sum(1 for v in value if v not in names and v not in vocab.extra)  # extra: what the server sent
+    return f"holds {outside} name(s) that are not columns of this site or of the agreed schema" if outside else None
+
+
+def _labels(value: Any, vocab: Vocabulary, min_rows: int) -> str | None:
+    if not _strings(value):
+        return "is not a list of class labels"
+    labels = vocab.label_keys()
+    return "holds a value that is not one of the site's class labels" if any(v not in labels for v in value) else None
+
+
+def _categories(value: Any, vocab: Vocabulary, min_rows: int) -> str | None:
+    if not isinstance(value, dict) or not all(isinstance(v, list) for v in value.values()):
+        return "is not {column: [categories]}"
+    from .policy import OTHER_CATEGORY
+
+    names = vocab.names()
+    for column, cats in value.items():
+        if column not in names:
+            return "names a column that is not one of the site's"
+        for c in cats:
+            if not isinstance(c, str):
+                return "holds a category that is not a string"
+            if c != OTHER_CATEGORY and vocab.category_count is not None and vocab.category_count(column, c) < min_rows:
+                return f"lists a category of column {column!r} seen in fewer than min_rows={min_rows} rows"
+    return None
+
+
+#: a meta value's declared kind -> its check (``None``, or why the value may not leave the site);
+#: ``STRUCT`` is protocol data the handler vouches for (checked by the message limits)
+_META_CHECKS: dict[str, Callable[[Any, Vocabulary, int], str | None]] = {
+    COUNT: _count, FLAG: _flag, NUMBER: _number, TEXT: _text, NAMES: _names, LABELS: _labels,
+    CATEGORIES: _categories, STRUCT: lambda value, vocab, min_rows: None,
+}
+
+
+def _check_meta(key: str, kind: Any, value: Any, vocab: Vocabulary, min_rows: int) -> None:
+    """Check one meta value against its declared kind (:data:`_META_CHECKS`; a mapping of kinds:
+    an object of those keys, each checked in turn).
+
+    Raises:
+        GateError: ``release gate: meta 'key' <why>``.
+    """
     if isinstance(kind, Mapping):
         if not isinstance(value, dict) or set(value) - set(kind):
-            raise bad("is not an object of the declared keys")
+            raise GateError(f"release gate: meta {key!r} is not an object of the declared keys")
         for k, v in value.items():
             _check_meta(f"{key}.{k}", kind[k], v, vocab, min_rows)
-    elif kind == COUNT:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise bad("is not a count")
-    elif kind == FLAG:
-        if not isinstance(value, bool):
-            raise bad("is not true/false")
-    elif kind == NUMBER:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(float(value))):
-            raise bad("is not a finite number")
-    elif kind == TEXT:
-        if not isinstance(value, str) or len(value) > _MAX_TEXT:
-            raise bad(f"is not a text of at most {_MAX_TEXT} characters")
-    elif kind == NAMES:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise bad("is not a list of names")
-        names = vocab.names()
-        outside = sum(1 for v in value if v not in names and v not in vocab.extra)  # extra: what the server sent
-        if outside:
-            raise bad(f"holds {outside} name(s) that are not columns of this site or of the agreed schema")
-    elif kind == LABELS:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise bad("is not a list of class labels")
-        labels = vocab.label_keys()
-        if any(v not in labels for v in value):
-            raise bad("holds a value that is not one of the site's class labels")
-    elif kind == CATEGORIES:
-        if not isinstance(value, dict) or not all(isinstance(v, list) for v in value.values()):
-            raise bad("is not {column: [categories]}")
-        from .policy import OTHER_CATEGORY
-
-        names = vocab.names()
-        for column, cats in value.items():
-            if column not in names:
-                raise bad("names a column that is not one of the site's")
-            for c in cats:
-                if not isinstance(c, str):
-                    raise bad("holds a category that is not a string")
-                if c != OTHER_CATEGORY and vocab.category_count is not None and vocab.category_count(column, c) < min_rows:
-                    raise bad(f"lists a category of column {column!r} seen in fewer than min_rows={min_rows} rows")
-    # STRUCT: protocol data the handler vouches for (checked by the message limits)
+        return
+    check = _META_CHECKS.get(kind) if isinstance(kind, str) else None
+    why = check(value, vocab, min_rows) if check is not None else None
+    if why is not None:
+        raise GateError(f"release gate: meta {key!r} {why}")
 
 
 def release(decl: Releases, reply: "Message", *, min_rows: int, under_dp: bool, vocab: Vocabulary,
