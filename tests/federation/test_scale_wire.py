@@ -184,3 +184,20 @@ def test_exchange_validates_each_reply_before_the_engine_yields_the_next():
     exchange(fed, Message("ballot"), lambda site, reply: events.append(f"check {site}"))
     assert events == ["yield h0", "check h0", "yield h1", "check h1", "yield h2", "check h2"]
     assert fed.exchange_count == 3  # ballot, set_mask, this one: a streamed exchange counts once
+
+
+def test_a_schema_sent_as_declared_resolves_to_the_declaration_with_its_hash_after_a_re_declaration():
+    """A job re-declares after a table step; a schema agreed on the earlier declaration and sent as
+    ``"declared"`` still resolves to those columns (by their hash), and a hash the site never
+    declared is refused, not silently filled with its current columns."""
+    from fedtab.federation.schema import received_schema, remember_declaration
+
+    site = make_sites(classification_parts(200, 4, 2, 0, (1.0,), seed=3)[1][:1])[0]
+    first, later = ["f0", "f1", "f2", "f3"], ["f0", "f1", "f2", "f3", "f0_x"]
+    site.state[DECLARED] = remember_declaration(remember_declaration(None, first), later)
+    got = received_schema(site, {"columns": "declared", "holders_all": 2, "hash": columns_hash(first)})
+    assert got["columns"] == first and got["holders"] == [2] * 4
+    assert received_schema(site, {"columns": "declared", "holders_all": 2, "hash": columns_hash(later)})["columns"] \
+        == later
+    with pytest.raises(ValueError, match="does not match its columns"):
+        received_schema(site, {"columns": "declared", "holders_all": 2, "hash": columns_hash(["zz"])})

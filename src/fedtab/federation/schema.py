@@ -498,6 +498,35 @@ class Schema:
         return hit[1]
 
 
+#: most declarations a site remembers by hash (a job re-declares after each table step)
+MAX_REMEMBERED_DECLARATIONS = 16
+
+
+def remember_declaration(stored: Any, columns: list[str]) -> dict[str, list[str]]:
+    """The site's record of its declarations (``state[DECLARED]``): ``{columns hash: columns}``
+    with ``columns`` added last (the oldest dropped past :data:`MAX_REMEMBERED_DECLARATIONS`)."""
+    record = {str(k): list(v) for k, v in stored.items() if isinstance(v, list)} if isinstance(stored, dict) else {}
+    digest = columns_hash(columns)
+    record.pop(digest, None)
+    record[digest] = list(columns)
+    while len(record) > MAX_REMEMBERED_DECLARATIONS:
+        record.pop(next(iter(record)))
+    return record
+
+
+def declared_columns(site: "Site", digest: Any) -> list[str]:
+    """The columns ``site`` declared whose hash is ``digest`` (a schema sent as ``"declared"``):
+    looked up among the declarations it remembers, so a schema agreed before a later
+    re-declaration (a table step) still resolves; the site's current columns otherwise (the
+    hash check then refuses a schema it cannot reconstruct)."""
+    stored = site.state.get(DECLARED)
+    if isinstance(stored, dict) and isinstance(digest, str) and isinstance(stored.get(digest), list):
+        return list(stored[digest])
+    if isinstance(stored, list):  # a state written before declarations were kept by hash
+        return list(stored)
+    return list(map(str, site.feature_names))
+
+
 def received_schema(site: "Site", meta: Any) -> dict[str, Any]:
     """The site side of :meth:`Schema.wire_meta`: the agreed schema as the site stores it
     (``{"columns", "holders", "target", "hash"}``), its own declared columns filled in where the
@@ -510,9 +539,8 @@ def received_schema(site: "Site", meta: Any) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise ValueError("the agreed schema is not a JSON object")
     columns = meta.get("columns")
-    if columns == "declared":  # the columns this site declared (stored then: no table read here)
-        stored = site.state.get(DECLARED)
-        columns = list(stored) if isinstance(stored, list) else list(map(str, site.feature_names))
+    if columns == "declared":  # the columns this site declared (stored by their hash then: no table read here)
+        columns = declared_columns(site, meta.get("hash"))
     if not isinstance(columns, list) or set(map(type, columns)) - {str}:
         raise ValueError("the agreed schema's columns must be a list of names or 'declared'")
     if "holders_all" in meta:

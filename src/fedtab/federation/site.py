@@ -467,7 +467,8 @@ class Site:
         request is stored in ``state["schema"]`` before the handler runs; a request
         flagged ``schema:declare`` gets this site's declaration added to its reply.
         """
-        from .schema import AGREED, DECLARE, DECLARED, SCHEMA_HASH, check_request_hash, declare, received_schema
+        from .schema import (AGREED, DECLARE, DECLARED, SCHEMA_HASH, check_request_hash, declare, received_schema,
+                             remember_declaration)
 
         fn = find_handler(request.kind)
         if fn is None:
@@ -515,7 +516,7 @@ class Site:
                 reply = mask_reply(self, request, reply, kind.summable)  # gate -> [secure masking] -> wire
             if meta.get(DECLARE) and not reply.is_error:
                 declaration = declare(self)
-                self.state[DECLARED] = list(declaration["columns"])  # what "declared" means in the agreed schema
+                self.state[DECLARED] = remember_declaration(self.state.get(DECLARED), list(declaration["columns"]))
                 reply = Message(reply.kind, reply.arrays, {**reply.meta, DECLARED: declaration})
             return reply
         except KeyboardInterrupt:
