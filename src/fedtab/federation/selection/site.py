@@ -2,8 +2,10 @@
 candidate and fold at once (so selection costs a few exchanges, not a multiple).
 
 * ``"select_prepare"`` — the site's ballots on each of its cross-validation fit parts
-  (``fit:0`` … ``fit:K-1``) and on its training part, over the columns it *measures*
-  (imputed cells are no evidence, :mod:`fedtab.federation.observed`); per column of its
+  (``fit:0`` … ``fit:K-1``) and on its training part, over the columns it *measures* in
+  every one of those parts (imputed cells are no evidence, :mod:`fedtab.federation.observed`;
+  a column unmeasured in one fold's fit rows is in none of the site's ballots); a part with one
+  class gets no ballot (``voted`` false); per column of its
   table the measured and still-missing cells of its training rows; and the count / sum /
   sum of squares of every column on each of those parts (the standardisation of every
   chain). Arrays ``ballot_mask`` / ``ballot_scores`` ``(P, m)``, ``voted`` ``(P,)``,
@@ -18,7 +20,8 @@ candidate and fold at once (so selection costs a few exchanges, not a multiple).
 * ``"select_evaluate"`` — for each requested *slot* (a chain and a personalisation mode,
   :mod:`fedtab.learn.personalise`) the evaluation sums on the chain's held-out rows
   (``fold:k``; ``test`` for ``stage = "test"``): log-loss sum, confusion matrix, Brier sum,
-  exact rank pairs and score histogram rows (:func:`histogram_slots`). A personalisation is fitted on the chain's
+  exact rank pairs and score histogram rows (:func:`histogram_slots`); a site without folds
+  answers a cross-validation request with zeros (it abstains, :func:`_evaluate_part`). A personalisation is fitted on the chain's
   training rows of this site only. With ``send_personal`` the site also returns its
   personalised parameters of one slot (``param:site:*``), for the model file.
 """
