@@ -419,10 +419,13 @@ def _abstentions(federation: Federation, prep: Prepared, cv_of: Mapping[tuple[in
     out: dict[str, list[str]] = {}
     for site, k in prep.n_folds.items():
         notes: list[str] = []
-        if prep.unvoted.get(site):
-            cols = prep.unvoted[site]
-            notes.append(f"votes on none of {len(cols)} column(s) it holds but does not measure in the fit rows of "
-                         f"every fold ({', '.join(cols[:10])}{' …' if len(cols) > 10 else ''})")
+        # columns it measures in its training rows (a count the gate did not suppress) but not in the fit rows
+        # of every fold; a column it never measures is no abstention (ballots rank measured cells only)
+        measured = dict(zip(prep.columns, prep.measured[site]))
+        cols = [c for c in prep.unvoted.get(site, []) if measured.get(c, 0) > 0]
+        if cols:
+            notes.append(f"does not vote on {len(cols)} column(s) it measures in its training rows but not in the "
+                         f"fit rows of every fold ({', '.join(cols[:10])}{' …' if len(cols) > 10 else ''})")
         ballots = prep.ballots.get(site) or []
         if ballots and ballots[-1] is None:
             notes.append("casts no ballot: its training rows hold one class (or none)")
