@@ -23,7 +23,7 @@ and scored on the pooled test rows — the same rows as the job's, rebuilt from 
 site configs (:func:`fedtab.job.run.site_configs`, :func:`fedtab.engines.site_config.build_site`).
 
 Small heterogeneous sites THROUGH THE JOB (issue 22): ``--small-sites`` runs, per case
-(``--cases heart adult``, the consortia of :mod:`benchmarks.small_sites`: unequal sites lacking
+(``--cases heart adult icu``, the consortia of :mod:`benchmarks.small_sites`: unequal sites lacking
 different columns, 25 % test rows per site, ``min_rows = 5``) and seed, two jobs with FedHF-Impute
 (10 rounds) and 10 FedAvg rounds × 5 local epochs: ``tuned`` (``[election] tune = "cv"``, L2 grid
 of :data:`benchmarks.small_sites.L2_GRID`) and ``no_election`` (no ``[election]``). Every model is
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--quick", action="store_true", help="heart, 150 rows, 3 rounds, no tuning, no imputation")
     ap.add_argument("--small-sites", action="store_true",
                     help="the small heterogeneous consortia of benchmarks.small_sites through the job (issue 22)")
-    ap.add_argument("--cases", nargs="+", default=["heart", "adult"], choices=["heart", "adult"],
+    ap.add_argument("--cases", nargs="+", default=["heart", "adult"], choices=["heart", "adult", "icu"],
                     help="with --small-sites: the consortia")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--work", type=Path, default=None,

@@ -8,7 +8,17 @@ Issue 22's benchmark. Two consortia, rebuilt per seed from the real tables in
   ``thal``, is measured at two of them only, ``ca`` at two);
 * ``adult`` — UCI Adult, 1,200 rows sampled per seed and split into five small sites
   (30/25/20/15/10 %) over its six numeric columns plus ``sex`` and a married flag (both
-  fixed row-wise transforms), each site lacking different columns (:data:`ADULT_SITES`).
+  fixed row-wise transforms), each site lacking different columns (:data:`ADULT_SITES`);
+* ``icu`` — PhysioNet/CinC 2012 set A (4,000 ICU stays) as four hospitals by ICU type
+  (:data:`ICU_TYPES`: coronary care, cardiac surgery recovery, medical, surgical), one row per
+  stay: ``Age``, ``Gender``, ``Height``, ever ventilated (``MechVent``, 0/1) and, for each of
+  the 36 other parameters, its last and its mean value over the stay (``<p>_last``,
+  ``<p>_mean``; missing when never measured) — 76 columns; target ``In-hospital_death``. The
+  sites differ in case mix and in what they measure (a cardiac surgery unit hardly ever
+  measures troponin). Rows are shuffled per seed; the sites are the ICU types themselves.
+
+The four-hospital UCI heart-disease consortium (Cleveland, Hungarian, Switzerland, VA) of
+issue 30 is not in ``../shared/datasets`` (only Cleveland is); ``heart`` splits Cleveland.
 
 Every site holds out 25 % of its rows (its own stratified ``test`` part, from its seed) and
 draws 5 folds of the rest; the disclosure floor is ``min_rows = 5`` (small sites).
@@ -79,6 +89,9 @@ ADULT_SITES: dict[str, tuple[float, list[str]]] = {
     "a5": (0.10, ["hours-per-week"]),
 }
 ADULT_ROWS = 1200
+#: PhysioNet 2012 ICUType -> site name
+ICU_TYPES = {1: "coronary", 2: "cardiac_surgery", 3: "medical", 4: "surgical"}
+ICU_TARGET = "In-hospital_death"
 POLICY = {"min_rows": 5}
 TEST_SIZE = 0.25
 #: the logistic model's L2 strengths the cross-validation compares (per row, as fedtab's ``l2``)
@@ -100,8 +113,45 @@ def _heart(seed: int) -> tuple[pd.DataFrame, str]:
     return data.table.sample(frac=1.0, random_state=seed).reset_index(drop=True), data.target
 
 
+_ICU_CACHE: dict[str, pd.DataFrame] = {}
+
+
+def icu_table() -> pd.DataFrame:
+    """One row per PhysioNet 2012 set-A stay (see the module docstring), with ``ICUType`` and
+    the target; read from ``../shared/datasets/impute`` (checked, never copied)."""
+    if "t" in _ICU_CACHE:
+        return _ICU_CACHE["t"].copy()
+    from fedtab.data.impute_datasets import DatasetError, _file
+
+    path, out_path = _file(None, "physionet2012_set_a.csv.gz"), _file(None, "physionet2012_outcomes_a.csv.gz")
+    raw = pd.read_csv(path)
+    if list(raw.columns) != ["RecordID", "Time", "Parameter", "Value"] or len(raw) != 1_757_980:
+        raise DatasetError(f"{path.name} looks altered (columns {list(raw.columns)}, {len(raw)} rows)")
+    raw = raw.dropna(subset=["Parameter"])
+    raw = raw[raw["Parameter"] != "RecordID"]
+    raw = raw.assign(Value=raw["Value"].mask(raw["Value"] == -1))  # -1 = unknown
+    static = ["Age", "Gender", "Height", "ICUType"]
+    g = raw.groupby(["RecordID", "Parameter"], sort=True)["Value"]
+    last, mean = g.last().unstack("Parameter"), g.mean().unstack("Parameter")  # the file is in time order
+    series = [c for c in last.columns if c not in static and c != "MechVent"]
+    table = pd.concat([last[["Age", "Gender", "Height"]],
+                       last["MechVent"].notna().astype(np.float64).rename("MechVent"),
+                       last[series].add_suffix("_last"), mean[series].add_suffix("_mean")], axis=1)
+    outcomes = pd.read_csv(out_path).set_index("RecordID")
+    if len(outcomes) != 4000 or ICU_TARGET not in outcomes.columns or len(table) != 4000:
+        raise DatasetError(f"{out_path.name} or {path.name} looks altered (4,000 stays expected)")
+    table["ICUType"] = last["ICUType"]
+    table[ICU_TARGET] = outcomes.loc[table.index, ICU_TARGET].astype(int)
+    _ICU_CACHE["t"] = table.reset_index(drop=True).rename_axis(columns=None)
+    return _ICU_CACHE["t"].copy()
+
+
 def site_tables(case: str, seed: int) -> tuple[dict[str, pd.DataFrame], str]:
     """``({site: raw table}, target)`` of one consortium and seed (see the module docstring)."""
+    if case == "icu":
+        t = icu_table().sample(frac=1.0, random_state=seed).reset_index(drop=True)
+        return ({name: t[t["ICUType"] == k].drop(columns=["ICUType"]).reset_index(drop=True)
+                 for k, name in ICU_TYPES.items()}, ICU_TARGET)
     frame, target = (_heart if case == "heart" else _adult)(seed)
     layout = HEART_SITES if case == "heart" else ADULT_SITES
     cuts = np.cumsum([int(round(len(frame) * share)) for share, _ in layout.values()])[:-1]
@@ -267,7 +317,7 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--cases", nargs="+", default=["heart", "adult"], choices=["heart", "adult"])
+    ap.add_argument("--cases", nargs="+", default=["heart", "adult"], choices=["heart", "adult", "icu"])
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--no-impute", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one seed, heart, 3 rounds, no imputation (tests)")

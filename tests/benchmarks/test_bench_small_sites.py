@@ -16,3 +16,24 @@ def test_quick_run_writes_results(tmp_path):
     assert set(r["contributions"]) == {"h1", "h2", "h3", "h4"}
     md = (tmp_path / "small_sites.md").read_text()
     assert "python -m benchmarks.small_sites --quick" in md and "| mean |" in md
+
+
+def test_the_icu_consortium_is_four_icu_types_from_the_shared_physionet_files():
+    import pytest
+
+    from benchmarks import small_sites
+    from fedtab.data.impute_datasets import DatasetError
+
+    try:
+        tables, target = small_sites.site_tables("icu", 0)
+    except DatasetError as exc:  # the shared data folder is not on this machine
+        pytest.skip(str(exc))
+    assert target == "In-hospital_death" and list(tables) == list(small_sites.ICU_TYPES.values())
+    assert sum(len(t) for t in tables.values()) == 4000
+    for t in tables.values():
+        assert t.shape[1] == 77 and "ICUType" not in t.columns and set(t[target].unique()) == {0, 1}
+    # the sites differ in what they measure: cardiac surgery hardly ever measures troponin T
+    troponin = {n: t["TroponinT_last"].notna().mean() for n, t in tables.items()}
+    assert troponin["cardiac_surgery"] < troponin["coronary"]
+    again, _ = small_sites.site_tables("icu", 0)
+    assert all(again[n].equals(t) for n, t in tables.items())  # per seed, the same rows

@@ -271,3 +271,37 @@ def test_fedtab_run_of_a_cv_job_prints_its_summary(tmp_path, grid):
     assert "test rows" in got.output and (tmp_path / "run-out" / "model.fedtab").is_file()
     result = json.loads((tmp_path / "run-out" / "result.json").read_text())
     assert result["contributions"] == {} and result["selection"]["features"]
+
+
+def test_a_one_class_site_abstains_and_the_cv_job_goes_on(tmp_path):
+    """Issue 30 item 2: the job names the site in result.json and the report, and finishes."""
+    parts = base_rate_parts(1)
+    parts.append(parts[0].assign(target=1).iloc[:120])  # a fourth site holding one class
+    paths = write_csvs(parts, tmp_path, stem="s{i}")
+    result = run_job(_doc(paths, tmp_path / "out", modes=["none"], contributions=False))
+    abst = result["selection"]["abstentions"]
+    assert "s3" in abst and any("casts no ballot" in n for n in abst["s3"])
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "What each site abstained from" in html and "⚠ abstained" in html
+    rule = result["selection"]["rule"]["columns"]
+    assert rule["auroc_guard"]["tolerance"] == 0.01 and rule["auroc_guard"]["chosen_auroc"] is not None
+    assert rule["auroc_guard"]["shortfall"] <= 0.01 + 1e-12
+
+
+def test_the_verdict_says_when_the_guard_set_the_sparse_choice_aside(tuned):
+    from fedtab.report.selection import selection_section
+    from fedtab.report.verdict import verdict
+
+    _, _, result = tuned
+    edited = json.loads(json.dumps(result))
+    guard = edited["selection"]["rule"]["columns"]["auroc_guard"]
+    if not guard["passed_over"] and guard["shortfall"] <= 0.01:
+        assert "⚠ selection" not in re.sub(r"<[^>]+>", "", verdict(result))
+    guard.update({"rule_choice": "fd=0.1", "rule_auroc": 0.794, "best": "all columns", "best_auroc": 0.82,
+                  "chosen_auroc": 0.815, "shortfall": 0.005, "passed_over": ["fd=0.1"]})
+    text = re.sub(r"<[^>]+>", "", verdict(edited))
+    assert "⚠ selection" in text and "fd=0.1" in text and "0.794" in text and "0.820" in text
+    assert "one-standard-error rule alone" in selection_section(edited)
+    guard.update({"passed_over": [], "shortfall": 0.03, "chosen_auroc": 0.79})  # a choice that trades ranking
+    text = re.sub(r"<[^>]+>", "", verdict(edited))
+    assert "traded ranking for fewer columns" in text and "0.030" in text

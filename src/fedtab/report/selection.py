@@ -10,7 +10,11 @@
 * the contribution table (``contributions[site]``: AUROC without the site, its change, the
   log-loss change, columns only that site measures, columns its ballot decided) and a plot of
   the two changes per site;
-* per site, the kept columns it must impute at prediction (``measured``).
+* per site, the kept columns it must impute at prediction (``measured``);
+* what each site abstained from (``selection.abstentions``: columns it does not vote on, folds
+  it casts no ballot on or does not score, no test rows, dropped by the quorum) — and, for the
+  verdict (:func:`selection_verdict_notes`), the candidates the AUROC guard passed over and any
+  choice more than 0.01 below the best CV AUROC.
 
 Every site-derived string is escaped (through :mod:`fedtab.report.html`'s helpers); a result
 without a selection gets one line saying so.
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-__all__ = ["selection_section", "contribution_figure"]
+__all__ = ["selection_section", "contribution_figure", "selection_verdict_notes"]
 
 
 def _score(cand: Mapping[str, Any] | None, key: str) -> str:
@@ -46,12 +50,18 @@ def _choice(sel: Mapping[str, Any]) -> str:
         classes.append("kept" if label == "chosen" else "")
     note = ('<p class="note">Each candidate (the election at a freedom degree, or all columns) was trained on '
             "every fold's fit rows and scored on the held-out fold rows of every site, pooled by sums. Score: "
-            "pooled cross-validated log-loss (lower is better) ± its standard error over the folds. The chosen "
-            "mask is the one with the fewest columns whose log-loss is within one standard error of the best; "
-            "the final model is refitted on all training rows and scored on the test rows, which the selection "
-            "never saw.</p>")
+            "pooled cross-validated log-loss (lower is better) ± its standard error over the folds, and the "
+            "pooled CV AUROC (the mean of the folds' pooled AUROCs: each site's own pairs exact, pairs across "
+            "sites bounded by the score histograms) ± its standard error. The chosen mask is the one with the "
+            "fewest columns whose log-loss is within one standard error of the paired fold differences to the "
+            "best candidate and whose CV AUROC is within 0.01 of the best CV AUROC; the final model is refitted "
+            "on all training rows and scored on the test rows, which the selection never saw.</p>")
+    guard = _guard_text(sel)
+    if guard:
+        note += f'<p class="warn">{guard}</p>'
     modes = sel.get("modes") if isinstance(sel.get("modes"), Mapping) else {}
-    mode_rows = [[_e(m), _score(s, "logloss"), _e("chosen" if m == sel.get("personalisation") else "")]
+    mode_rows = [[_e(m), _score(s, "logloss"), _score(s, "auroc"), _e("chosen" if m == sel.get("personalisation")
+                                                                     else "")]
                  for m, s in modes.items() if isinstance(s, Mapping)]
     out = [note, _table(["", "Candidate", "Freedom degree", "Columns kept", "CV log-loss ± SE", "CV AUROC ± SE"], rows,
                         classes, num_cols=(2, 3, 4, 5))]
@@ -59,8 +69,70 @@ def _choice(sel: Mapping[str, Any]) -> str:
     out.append(f"<p>Chosen columns ({len(features)}): {', '.join(_e(f) for f in features)}. "
                f"Personalisation: <strong>{_e(sel.get('personalisation', 'none'))}</strong>.</p>")
     if mode_rows:
-        out.append(_table(["Personalisation", "CV log-loss ± SE", ""], mode_rows, num_cols=(1,)))
+        out.append(_table(["Personalisation", "CV log-loss ± SE", "CV AUROC ± SE", ""], mode_rows, num_cols=(1, 2)))
     return "".join(out)
+
+
+def _guard(sel: Mapping[str, Any]) -> Mapping[str, Any]:
+    rule = sel.get("rule") if isinstance(sel.get("rule"), Mapping) else {}
+    cols = rule.get("columns") if isinstance(rule.get("columns"), Mapping) else {}
+    g = cols.get("auroc_guard")
+    return g if isinstance(g, Mapping) else {}
+
+
+def _guard_text(sel: Mapping[str, Any]) -> str:
+    """One sentence (HTML) when the AUROC guard set the one-SE rule's choice aside or the choice
+    is more than the tolerance below the best CV AUROC; ``""`` otherwise."""
+    from .markup import esc as _e, num as _num
+
+    g = _guard(sel)
+    tol = g.get("tolerance") if isinstance(g.get("tolerance"), (int, float)) else 0.01
+    out = []
+    if g.get("passed_over"):
+        out.append(f"The one-standard-error rule alone would have chosen {_e(g.get('rule_choice', ''))} "
+                   f"(CV AUROC {_num(g.get('rule_auroc'))}), more than {_num(tol, 2)} below the best CV AUROC "
+                   f"({_num(g.get('best_auroc'))}, {_e(g.get('best', ''))}); the selection kept the sparsest "
+                   f"candidate within {_num(tol, 2)} instead (CV AUROC {_num(g.get('chosen_auroc'))}).")
+    short = g.get("shortfall")
+    if g.get("flagged") or (isinstance(short, (int, float)) and short > tol + 1e-12):
+        out.append(f"The chosen columns' CV AUROC is {_num(short)} below the best candidate's "
+                   f"({_e(g.get('best', ''))}): the selection traded ranking for fewer columns.")
+    return " ".join(out)
+
+
+def selection_verdict_notes(result: Mapping[str, Any]) -> list[str]:
+    """The verdict's items (``<li>`` HTML) about a cross-validated selection: the AUROC the
+    choice gave up or the candidates the guard set aside (:func:`_guard_text`), and the sites
+    that abstained from part of it; ``[]`` without a selection or with nothing to say."""
+    from .markup import esc as _e
+
+    sel = result.get("selection")
+    if not isinstance(sel, Mapping):
+        return []
+    items = []
+    text = _guard_text(sel)
+    if text:
+        items.append(f'<li class="warn"><span class="mark">⚠ selection</span> {text}</li>')
+    abst = sel.get("abstentions")
+    if isinstance(abst, Mapping) and abst:
+        items.append(f'<li class="warn"><span class="mark">⚠ abstained</span> {len(abst)} site(s) abstained from '
+                     f"part of the model selection ({', '.join(_e(s) for s in abst)}); the selection section says "
+                     "what and why.</li>")
+    return items
+
+
+def _abstentions(sel: Mapping[str, Any]) -> str:
+    from .markup import esc as _e, table as _table
+
+    abst = sel.get("abstentions")
+    if not isinstance(abst, Mapping) or not abst:
+        return ""
+    rows = [[_e(s), "<br>".join(_e(str(n)) for n in (notes if isinstance(notes, list) else [notes]))]
+            for s, notes in abst.items()]
+    return ("<h3>What each site abstained from</h3>"
+            '<p class="note">A site abstains from what it cannot answer on its own rows (a column it does not '
+            "measure in every fold's fit rows, a part with one class, folds or test rows it is too small for); "
+            "the run goes on while the quorum holds.</p>" + _table(["Site", "Abstained from"], rows))
 
 
 def _local_vs_federated(result: Mapping[str, Any]) -> str:
@@ -148,6 +220,6 @@ def selection_section(result: Mapping[str, Any]) -> str:
     sel = result.get("selection")
     if not isinstance(sel, Mapping):
         return _absent("No cross-validated model selection in this job ([election] tune = \"cv\").")
-    parts: Sequence[str] = (_choice(sel), _local_vs_federated(result), _contributions(result),
+    parts: Sequence[str] = (_choice(sel), _abstentions(sel), _local_vs_federated(result), _contributions(result),
                             _must_impute(result.get("measured")))
     return "".join(parts)

@@ -21,6 +21,7 @@ from .data import FEDERATED, LOCAL, MAJORITY, evaluated_models, headline_metric,
 from .intervals import FEW_ROWS, auroc_interval
 from .markup import absent, esc, num, signed
 from .run_sections import one_class_notes
+from .selection import selection_verdict_notes
 
 __all__ = ["verdict", "compare_sites", "auroc_text", "TIE"]
 
@@ -258,7 +259,7 @@ def verdict(result: Mapping[str, Any]) -> str:
         items = []
     pooled_key, pooled_label = pooled_headline(models[FEDERATED])
     items += (_against_majority(models, pooled_key, pooled_label) + _unbounded(models[FEDERATED], pooled_key)
-              + _few_rows(models) + _one_class(result))
+              + _few_rows(models) + _one_class(result) + selection_verdict_notes(result))
     return (f'<p class="headline"><strong>{head}</strong></p>'
             f'<p class="note">Compared on {label}, on the same held-out test rows of every site.</p>'
             f"<ul class=\"verdict\">{''.join(items)}</ul>")

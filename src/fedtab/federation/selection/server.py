@@ -17,10 +17,20 @@ histograms and exact within-site rank pairs per fold): no row or prediction leav
 The choice (:func:`fedtab.election.one_se.one_standard_error`): each candidate's score is
 the pooled cross-validated log-loss (all folds' rows), its standard error the spread of the
 per-fold pooled log-losses over ``sqrt(K)``; the chosen columns are the fewest whose score is
-within one standard error of the best candidate's; then, for those columns, the chosen
+within one standard error of the best candidate's (the standard error of the paired fold
+differences to it) and whose pooled CV AUROC is within 0.01 of the best candidate's AUROC
+(:func:`~fedtab.election.one_se.guarded_one_standard_error`: the candidates it passes over are
+reported); then, for those columns, the chosen
 personalisation is the simplest mode within one standard error of the best mode. The final
 model is the chosen candidate's refit on every site's training rows (scikit-learn's refit
 convention); its metrics come from the sites' test rows, which nothing above has seen.
+
+Abstentions, not failures (issue 30): a site votes only on the columns it measures in the fit
+rows of every fold; it casts no ballot on a part with one class; a site without folds (too few
+rows for folds above its ``min_rows``) trains every chain on its training rows and scores no
+fold; a one-class site has no within-site AUROC; a site without test rows is in no test score.
+Each is named in :attr:`SelectionOutcome.abstentions`. Only a failing or refusing site stops
+the run — or, with a quorum (``min_sites``), is dropped, named too, until too few remain.
 
 Plain sums only: secure aggregation, DP and robust reducers are not implemented for this
 workflow yet (it raises ``ValueError``).
@@ -34,7 +44,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ...election.ballot import Ballot
-from ...election.one_se import Scored, one_standard_error
+from ...election.one_se import AUROC_TOLERANCE, Scored, guarded_one_standard_error, one_standard_error
 from ...learn.metrics import SCORE_BINS
 from ...learn.models import LogisticRegressionModel, make_model
 from ...learn.personalise import check_mode, mode_order
@@ -84,6 +94,8 @@ class SelectionOutcome:
             sum's; ``steps`` from the participation record), with the bytes the engine measured.
         ballots: per site the train-rows ballot (``None`` if it abstained).
         n_folds: the federation's folds ``K``; rounds / local_epochs: the FedAvg settings.
+        abstentions: per site, what it abstained from and why (sentences naming the folds,
+            columns or stage; :func:`_abstentions`), and the sites the quorum dropped.
     """
 
     features: list[str]
@@ -106,6 +118,7 @@ class SelectionOutcome:
     local_epochs: int = 0
     election: dict[str, Any] = field(default_factory=dict)
     model_all_columns: dict[str, Any] = field(default_factory=dict)
+    abstentions: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Everything but the ballots, JSON-able (arrays as lists)."""
@@ -130,7 +143,7 @@ class SelectionOutcome:
             "selection": {"rule": self.rule, "freedom_degree": self.freedom_degree, "features": self.features,
                           "personalisation": self.personalisation, "chosen": self.chosen,
                           "all_columns": self.all_columns, "best_fd": self.best_fd, "candidates": self.candidates,
-                          "modes": self.modes, "n_folds": self.n_folds},
+                          "modes": self.modes, "n_folds": self.n_folds, "abstentions": self.abstentions},
             "metrics_from": {"rows": test["rows"], "trained_on": test["trained_on"]},
             "metrics": test["modes"], "all_columns": test["all_columns"], "local_only": test["modes"].get("local"),
             "contributions": site_contributions(self) if self.loso else {},
@@ -201,6 +214,7 @@ def select_model(
         FederationError: a site failed or replied something impossible (naming it).
     """
     fm, modes, spec = _checked(federation, model, rounds, local_epochs, modes)
+    dropped0 = set(federation.dropped)
     p0, x0, b0 = len(federation.participation), federation.exchange_count, federation.traffic.total()
     prep = prepare(federation, selector)
     K = max(prep.n_folds.values())
@@ -240,13 +254,16 @@ def select_model(
     return SelectionOutcome(
         features=list(model_data["features"]), freedom_degree=chosen.freedom_degree, personalisation=mode,
         chosen=cols.chosen_d, all_columns=cols.all_d, best_fd=cols.best_fd, candidates=[d for d, _ in cols.scored],
-        rule={"columns": cols.choice.to_dict(), "personalisation": mode_choice.to_dict(),
-              "score": "pooled cross-validated log-loss (lower is better)"},
+        rule={"columns": {**cols.choice.to_dict(), "auroc_guard": cols.guard.to_dict()},
+              "personalisation": mode_choice.to_dict(),
+              "score": "pooled cross-validated log-loss (lower is better), paired fold differences; "
+                       f"no candidate more than {AUROC_TOLERANCE:g} below the best pooled CV AUROC"},
         modes=mode_scores, test=test_out, model=model_data, model_all_columns=all_model,
         measured=_measured(prep, schema, model_data["features"]), loso=loso,
         exchanges=_exchanges(federation, p0, x0, b0),
         ballots={s: b[-1] for s, b in prep.ballots.items()}, n_folds=K, rounds=rounds, local_epochs=local_epochs,
         election={**election, "fd": chosen.freedom_degree, "columns": list(plan.features)},
+        abstentions=_abstentions(federation, prep, cv_of, chosen, test_out, dropped0),
     )
 
 
@@ -294,6 +311,7 @@ class _Columns:
     all_d: dict[str, Any]
     all_columns: Candidate
     best_fd: dict[str, Any] | None
+    guard: Any = None
 
 
 def _choose_columns(plan: Plan, cands: Sequence[Candidate], cv_of: Mapping[tuple[int, str], Any], paired: bool
@@ -308,8 +326,9 @@ def _choose_columns(plan: Plan, cands: Sequence[Candidate], cv_of: Mapping[tuple
     # the same penalty, the paired fold differences measure the masks, not the penalties)
     best_l2 = min(scored, key=lambda dc: dc[0]["logloss"])[1].l2
     finalists = [(d, c) for d, c in scored if c.l2 == best_l2]
-    choice = one_standard_error([Scored(d["name"], d["kept"], d["logloss"], tuple(d["fold_logloss"]))
-                                 for d, _ in finalists], paired=paired)
+    choice, guard = guarded_one_standard_error(
+        [Scored(d["name"], d["kept"], d["logloss"], tuple(d["fold_logloss"])) for d, _ in finalists],
+        [d["auroc"] for d, _ in finalists], paired=paired)
     chosen_d, chosen = next((d, c) for d, c in scored if d["name"] == choice.chosen.name)
     all_d, all_cand = min(((d, c) for d, c in scored if c.freedom_degree is None), key=lambda dc: dc[0]["logloss"])
     elected = [d for d, c in scored if c.freedom_degree is not None]
@@ -317,7 +336,7 @@ def _choose_columns(plan: Plan, cands: Sequence[Candidate], cv_of: Mapping[tuple
     for d, _ in scored:
         d["chosen"] = d is chosen_d
         d["finalist"] = any(d is f for f, _ in finalists)
-    return _Columns(scored, choice, chosen_d, chosen, all_d, all_cand, best_fd)
+    return _Columns(scored, choice, chosen_d, chosen, all_d, all_cand, best_fd, guard)
 
 
 def _choose_mode(chosen: Candidate, modes: Sequence[str], cv_of: Mapping[tuple[int, str], Any], paired: bool
@@ -386,4 +405,53 @@ def _measured(prep: Prepared, schema: Any, kept: Sequence[str]) -> dict[str, Any
             "must_impute": [c for c, k in zip(prep.columns, measured) if c in kept_set and k == 0],
             "partly_imputed": [c for c, k in zip(prep.columns, measured) if c in kept_set and 0 < k < n],
         }
+    return out
+
+
+def _abstentions(federation: Federation, prep: Prepared, cv_of: Mapping[tuple[int, str], Any], chosen: Candidate,
+                 test: Mapping[str, Any], dropped_before: set[str]) -> dict[str, list[str]]:
+    """``{site: [sentence, ...]}``: what each site abstained from in this selection and why,
+    read from what the server holds (its ballots' columns and flags, its folds, its scored rows
+    and classes per fold, its test rows) — and the sites the quorum dropped, with the reason."""
+    schema = federation.schema
+    assert schema is not None
+    K = max(prep.n_folds.values()) if prep.n_folds else 0
+    per_site = per_site_cv([cv_of[(m, "none")] for m in chosen.cv_chains])
+    tested = set(((test.get("modes") or {}).get("none") or {}).get("per_site") or {})
+    out: dict[str, list[str]] = {}
+    for site, k in prep.n_folds.items():
+        notes: list[str] = []
+        # columns it measures in its training rows (a count the gate did not suppress) but not in the fit rows
+        # of every fold; a column it never measures is no abstention (ballots rank measured cells only)
+        measured = dict(zip(prep.columns, prep.measured[site]))
+        cols = [c for c in prep.unvoted.get(site, []) if measured.get(c, 0) > 0]
+        if cols:
+            notes.append(f"does not vote on {len(cols)} column(s) it measures in its training rows but not in the "
+                         f"fit rows of every fold ({', '.join(cols[:10])}{' …' if len(cols) > 10 else ''})")
+        ballots = prep.ballots.get(site) or []
+        if ballots and ballots[-1] is None:
+            notes.append("casts no ballot: its training rows hold one class (or none)")
+        else:
+            missing = [str(f) for f, b in enumerate(ballots[:-1]) if b is None]
+            if missing:
+                notes.append(f"casts no ballot on fold(s) {', '.join(missing)}: one class in their fit rows")
+        if k == 0:
+            notes.append("scores no cross-validation fold: too few training rows for folds of at least its "
+                         "min_rows per class (its training rows still train every fold's chains)")
+        elif k < K:
+            notes.append(f"has {k} of {K} folds: it scores folds 0–{k - 1} and trains the other folds' chains "
+                         "on all its training rows")
+        scored = per_site.get(site) or {}
+        if scored.get("rows") and scored.get("auroc") is None:
+            notes.append("has no within-site CV AUROC: its held-out fold rows hold one class (its rows count in the "
+                         "pooled scores)")
+        if site not in federation.dropped and schema.rows(site, "test") == 0:
+            notes.append("has no test rows: it is in no test score")
+        elif site not in federation.dropped and site not in tested:
+            notes.append("was not scored on its test rows")
+        if notes:
+            out[site] = notes
+    for site, why in federation.dropped.items():
+        if site not in dropped_before:
+            out.setdefault(site, []).append(f"was dropped from the run (the quorum went on without it): {why}")
     return out

@@ -2,8 +2,10 @@
 candidate and fold at once (so selection costs a few exchanges, not a multiple).
 
 * ``"select_prepare"`` — the site's ballots on each of its cross-validation fit parts
-  (``fit:0`` … ``fit:K-1``) and on its training part, over the columns it *measures*
-  (imputed cells are no evidence, :mod:`fedtab.federation.observed`); per column of its
+  (``fit:0`` … ``fit:K-1``) and on its training part, over the columns it *measures* in
+  every one of those parts (imputed cells are no evidence, :mod:`fedtab.federation.observed`;
+  a column unmeasured in one fold's fit rows is in none of the site's ballots); a part with one
+  class gets no ballot (``voted`` false); per column of its
   table the measured and still-missing cells of its training rows; and the count / sum /
   sum of squares of every column on each of those parts (the standardisation of every
   chain). Arrays ``ballot_mask`` / ``ballot_scores`` ``(P, m)``, ``voted`` ``(P,)``,
@@ -18,7 +20,8 @@ candidate and fold at once (so selection costs a few exchanges, not a multiple).
 * ``"select_evaluate"`` — for each requested *slot* (a chain and a personalisation mode,
   :mod:`fedtab.learn.personalise`) the evaluation sums on the chain's held-out rows
   (``fold:k``; ``test`` for ``stage = "test"``): log-loss sum, confusion matrix, Brier sum,
-  exact rank pairs and score histogram rows (:func:`histogram_slots`). A personalisation is fitted on the chain's
+  exact rank pairs and score histogram rows (:func:`histogram_slots`); a site without folds
+  answers a cross-validation request with zeros (it abstains, :func:`_evaluate_part`). A personalisation is fitted on the chain's
   training rows of this site only. With ``send_personal`` the site also returns its
   personalised parameters of one slot (``param:site:*``), for the model file.
 """
@@ -78,7 +81,13 @@ def _prepare(site: Site, request: Message) -> Message:
     K = site.parts.n_folds
     parts = [f"fit:{k}" for k in range(K)] + ["train"]
     measured_train = measured_matrix(site, columns, "train")
-    voting = [c for c, m in zip(columns, measured_train.any(axis=0)) if m]
+    # the site votes, in every part, on the columns it measures in every part's rows: a column
+    # unmeasured in one fold's fit rows is no candidate of that site's ballots at all (so each fold's
+    # election is the final election's procedure on fewer rows, and every ballot has the same columns)
+    measured_everywhere = measured_train.any(axis=0)
+    for part in parts[:-1]:
+        measured_everywhere &= measured_matrix(site, columns, part).any(axis=0)
+    voting = [c for c, m in zip(columns, measured_everywhere) if m]
     P, m, d = len(parts), len(voting), len(columns)
     masks, scores, voted = np.zeros((P, m), bool), np.zeros((P, m)), np.zeros(P, bool)
     mcount, msum, msq = np.zeros((P, d), np.int64), np.zeros((P, d)), np.zeros((P, d))
@@ -90,6 +99,8 @@ def _prepare(site: Site, request: Message) -> Message:
         mcount[p], msum[p], msq[p] = obs.sum(axis=0), Xz.sum(axis=0), (Xz * Xz).sum(axis=0)
         if m and abstention_reason(y) is None:
             Xv = fill_with_column_means(numeric_matrix(measured_frame(site, frame[voting], part), site.name))
+            if Xv.shape[1] != m:  # pragma: no cover - every voting column is measured in every part
+                raise ValueError("select_prepare: a voting column is unmeasured in a part")
             sel = selector.select(Xv, y)
             masks[p], scores[p], voted[p] = np.asarray(sel.mask, bool), np.asarray(sel.scores, np.float64), True
     X_train = numeric_matrix(site.xy("train", columns)[0], site.name)
@@ -193,8 +204,16 @@ def _fit(site: Site, request: Message) -> Message:
 
 
 # ----------------------------------------------------------------------------- evaluate
-def _evaluate_part(site: Site, request: Message) -> str:
-    return "test" if request.meta.get("stage") == "test" else "train"
+def _evaluate_part(site: Site, request: Message) -> str | None:
+    """The part the release gate checks a ``select_evaluate`` reply against: the test rows, or
+    the training rows (the union of the folds it scores on); ``None`` for a cross-validation
+    request at a site without folds — it scores no slot (every slot's sums are zeros) and
+    sends no model, so it releases nothing computed over rows and abstains instead of refusing."""
+    if request.meta.get("stage") == "test":
+        return "test"
+    if site.parts.n_folds == 0 and request.meta.get("send_personal") is None:
+        return None
+    return "train"
 
 
 #: per slot: evaluation sums over a held-out part (a fold of the training rows, or the test rows)

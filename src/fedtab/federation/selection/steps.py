@@ -10,14 +10,15 @@ validates every reply, naming the site at fault, and reduces.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ...election.ballot import Ballot
-from ...learn.metrics import pooled_auroc
+from ...learn.metrics import pooled_ranking
 from ...learn.personalise import LOG_LOSS_EPS
+from ...privacy.gate import SMOOTHED
 from .. import validate
 from ..election_flow import elect_from_ballots
 from ..messages import Message
@@ -35,12 +36,19 @@ MAX_LOGLOSS = -np.log(LOG_LOSS_EPS) + 1e-6  # per row
 # ----------------------------------------------------------------------------- prepare
 @dataclass
 class Prepared:
+    """What the ``select_prepare`` exchange gathered, per site: its folds ``K``, its ballots
+    (``K`` fold ballots, then the training rows'; ``None`` where it abstained), the moments
+    ``(P, d)`` over :attr:`columns`, its measured / missing training cells ``(d,)``, and the
+    columns it holds but does not vote on (``unvoted``: not measured in the fit rows of every
+    fold)."""
+
     columns: list[str]
     n_folds: dict[str, int]
     ballots: dict[str, list[Ballot | None]]
     moments: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
     measured: dict[str, np.ndarray]
     missing: dict[str, np.ndarray]
+    unvoted: dict[str, list[str]] = field(default_factory=dict)
 
 
 def prepare(federation: Federation, selector: Any) -> Prepared:
@@ -48,6 +56,7 @@ def prepare(federation: Federation, selector: Any) -> Prepared:
 
     meta = {} if selector is None else {"selector": selector_spec(selector)}
     raw: dict[str, tuple] = {}
+    voters: dict[str, list[str]] = {}
 
     def check(site: str, reply: Message) -> None:
         schema = federation.schema
@@ -73,6 +82,7 @@ def prepare(federation: Federation, selector: Any) -> Prepared:
             validate.counts(mc[p], schema.rows(site, part), f"{part} counts")
             validate.moments(mc[p], ms[p], mq[p], f"{part} moments")
         raw[site] = (K, cols, ballots, (mc, ms, mq), measured, missing)
+        voters[site] = list(voting)
 
     replies = exchange(federation, Message("select_prepare", meta=meta), check, step="select.prepare")
     schema = federation.schema
@@ -89,6 +99,8 @@ def prepare(federation: Federation, selector: Any) -> Prepared:
         out.n_folds[site], out.ballots[site], out.moments[site] = K, ballots, tuple(full)  # type: ignore[assignment]
         out.measured[site], out.missing[site] = np.zeros(len(columns)), np.zeros(len(columns))
         out.measured[site][idx], out.missing[site][idx] = measured, missing
+        voting = set(voters[site])
+        out.unvoted[site] = [c for c in cols if c not in voting]
     return out
 
 
@@ -184,7 +196,8 @@ def train(federation: Federation, plan: Plan, prep: Prepared, classes: list[str]
 
 
 # ----------------------------------------------------------------------------- evaluation
-SlotSums = dict[str, tuple[np.ndarray, Any, Any, Any, float]]  # site -> (cm, hist, brier, pairs, logloss)
+#: site -> (cm, hist, brier, pairs, logloss, smoothed: whether its gate smoothed the reply's histograms)
+SlotSums = dict[str, tuple[np.ndarray, Any, Any, Any, float, bool]]
 
 
 def evaluate(federation: Federation, plan: Plan, params: Mapping[str, np.ndarray], slots: list[tuple[int, str]],
@@ -244,7 +257,7 @@ def evaluate(federation: Federation, plan: Plan, params: Mapping[str, np.ndarray
                 p = float(pairs[e])
             if not 0 <= ll[e] <= MAX_LOGLOSS * n:
                 raise ValueError(f"slot {e}: log-loss sum {ll[e]:.6g} is impossible for {n} rows")
-            out.append((cm, hh, b, p, float(ll[e])))
+            out.append((cm, hh, b, p, float(ll[e]), reply.meta.get(SMOOTHED) is True))
         if send is not None:
             got = {k[len("param:site:"):]: validate.array(reply, k, np.shape(reply.arrays[k]))
                    for k in reply.arrays if k.startswith("param:site:")}
@@ -261,28 +274,40 @@ def evaluate(federation: Federation, plan: Plan, params: Mapping[str, np.ndarray
             was_smoothed(replies))
 
 
-def fold_scores(slot_sums: SlotSums) -> tuple[float, float, float | None]:
-    """``(log-loss sum, rows, pooled AUROC or None)`` of one slot over the sites that scored rows."""
+def fold_scores(slot_sums: SlotSums) -> tuple[float, float, float | None, float | None]:
+    """``(log-loss sum, rows, pooled AUROC, its error bound)`` of one slot over the sites that
+    scored rows: the AUROC of :func:`~fedtab.learn.metrics.pooled_ranking` (each site's pairs
+    exact, cross-site pairs bounded by its histogram's bins, or runs where its gate smoothed
+    it); both ``None`` without a histogram from every scoring site or without both classes."""
     scored = {s: v for s, v in slot_sums.items() if v[0].sum() > 0}
     loss = sum(v[4] for v in scored.values())
     n = float(sum(v[0].sum() for v in scored.values()))
-    auroc = None
+    auroc = bound = None
     if scored and all(v[1] is not None and v[3] is not None for v in scored.values()):
-        auroc, _ = pooled_auroc([v[1] for v in scored.values()], [v[3] for v in scored.values()])
-    return loss, n, auroc
+        r = pooled_ranking([v[1] for v in scored.values()], [v[3] for v in scored.values()],
+                           [bool(v[5]) for v in scored.values()])
+        auroc, bound = r["auroc"], r["auroc_error_bound"]
+    return loss, n, auroc, bound
 
 
 def cv_summary(sums: Sequence[SlotSums]) -> dict[str, Any]:
-    """Pooled CV scores of one (candidate or chain set, mode) over its ``K`` fold slots."""
+    """Pooled CV scores of one (candidate or chain set, mode) over its ``K`` fold slots:
+    ``logloss`` (all folds' rows) with ``fold_logloss`` and ``logloss_se``; ``auroc`` (the
+    mean of the folds' pooled AUROCs) with ``fold_auroc`` (``None`` for a fold without one),
+    ``auroc_se`` and ``auroc_error_bound`` (the largest fold's bound: how far the pooled
+    AUROCs can be from the exact AUROC of the same predictions); ``rows``."""
     folds = [fold_scores(s) for s in sums]
     loss = sum(f[0] for f in folds)
     n = sum(f[1] for f in folds)
     fold_ll = [f[0] / f[1] if f[1] else float("nan") for f in folds]
     aurocs = [f[2] for f in folds if f[2] is not None]
+    bounds = [f[3] for f in folds if f[2] is not None and f[3] is not None]
     return {"logloss": loss / n if n else float("nan"), "fold_logloss": fold_ll,
             "logloss_se": float(np.std(fold_ll, ddof=1) / np.sqrt(len(fold_ll))) if len(fold_ll) > 1 else None,
             "auroc": float(np.mean(aurocs)) if aurocs else None,
+            "fold_auroc": [f[2] for f in folds],
             "auroc_se": float(np.std(aurocs, ddof=1) / np.sqrt(len(aurocs))) if len(aurocs) > 1 else None,
+            "auroc_error_bound": float(max(bounds)) if bounds else None,
             "rows": int(n)}
 
 
@@ -301,7 +326,8 @@ def per_site_cv(sums: Sequence[SlotSums]) -> dict[str, dict[str, float | None]]:
 
 
 def test_metrics(slot_sums: SlotSums, smoothed: bool) -> dict[str, Any]:
-    metrics = pool_evaluations({s: v[:4] for s, v in slot_sums.items()}, smoothed=smoothed)
+    flags: bool | set[str] = True if smoothed else {s for s, v in slot_sums.items() if v[5]}
+    metrics = pool_evaluations({s: v[:4] for s, v in slot_sums.items()}, smoothed=flags)
     n = sum(float(v[0].sum()) for v in slot_sums.values())
     metrics["pooled"]["logloss"] = sum(v[4] for v in slot_sums.values()) / n if n else None
     for s, v in slot_sums.items():
