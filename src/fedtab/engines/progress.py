@@ -61,7 +61,8 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     Exact for schema, election, imputation, training and baselines as the job folds them
     (checked against the in-process engine's exchange count): the column profile 1,
     imputation ``rounds + 5`` (``+ 1`` with the column profile), election 2 (``ballot``, ``set_mask``), training ``rounds + 1``
-    after an election (its ``describe`` rides on ``set_mask``) else ``rounds + 2``,
+    after an election (its ``describe`` rides on ``set_mask``) else ``rounds + 2`` (``+ 1`` when no earlier step
+    agreed the schema: the training step agrees it to read the task),
     baselines 1; tuning is counted as its grid (11 freedom degrees by default) + 2.
     Secure aggregation adds its key exchanges; a score test and the all-columns comparison
     are not counted.
@@ -80,7 +81,10 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     if voting:
         out["election"] = 2
     if spec.training is not None:
-        out["training"] = spec.training.rounds + (1 if voting else 2)
+        # its describe rides on set_mask after an election; with no earlier step agreeing the schema,
+        # the training step agrees it first (the task is read from the sites' declarations)
+        agreed = profile or spec.impute is not None or voting
+        out["training"] = spec.training.rounds + (1 if voting else 2) + (0 if agreed else 1)
         if spec.evaluation.baselines if spec.evaluation.baselines is not None else not private:
             out["baselines"] = 1
     return out

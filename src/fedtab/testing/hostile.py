@@ -135,7 +135,9 @@ def _reverse(kind: str, msg: Message) -> Message:
     if kind == "ballot":
         s = np.abs(a["scores"])
         a["scores"] = s.max(initial=0.0) - s
-        a["mask"] = ~a["mask"]
+        from ..federation.election_flow import pack_mask, unpack_mask
+
+        a["mask"] = pack_mask(~unpack_mask(a["mask"], s.size))  # the mask travels as bits: flip the real ones
     elif kind == "describe":
         a["sum"] = -a["sum"]
     elif kind in ("fit", "impute_fit"):
