@@ -170,7 +170,7 @@ def test_progress_lines_arrive_once_each_as_the_run_goes_and_forged_ones_are_ign
     out = client.run({"min-sites": 3}, timeout=60, status_every=0.01, progress=said.append)
     assert out == {"ok": 1, "run_id": 7}
     assert said == ["submitted as Flower run 7 (fedtab attach 7 follows it again)",
-                    "3 site(s) joined; the job makes about 4 exchanges × 1.5 s ≈ 6 s",
+                    "3 site(s) joined; the job makes about 5 exchanges × 1.5 s ≈ 8 s",
                     "training: describe (3/3 sites)", "training round 1/2 (3/3 sites)",
                     "training round 2/2 (2/3 sites)", "training: evaluate (2/3 sites)"]
 
@@ -191,8 +191,8 @@ def test_without_a_site_naming_exchange_the_estimate_follows_the_first_exchange(
         server.exchange(kind, 3, 3)
     events = [parse_event(line) for line in lines]
     assert [e.get("kind") for e in events] == ["describe", None, "fit", "fit"]
-    assert events[1]["exchanges"] == 4 and events[1]["asked"] == 3 and events[1]["seconds_per_exchange"] >= 0
-    assert describe(events[1]).startswith("3 site(s) joined; the job makes about 4 exchanges ×")
+    assert events[1]["exchanges"] == 5 and events[1]["asked"] == 3 and events[1]["seconds_per_exchange"] >= 0
+    assert describe(events[1]).startswith("3 site(s) joined; the job makes about 5 exchanges ×")
 
 
 def test_a_run_past_its_timeout_or_interrupted_is_stopped_on_the_superlink(tmp_path, monkeypatch):
