@@ -11,7 +11,8 @@ from typing import Any, Mapping
 
 from .intervals import bounded
 
-__all__ = ["METRICS", "site_summaries", "evaluated_models", "headline_metric", "pooled_headline", "mapping"]
+__all__ = ["METRICS", "site_summaries", "evaluated_models", "headline_metric", "pooled_headline", "mapping", "run_sites",
+           "unscored_sites"]
 
 #: metric key -> column heading, in table order
 METRICS = [("auroc", "AUROC"), ("pr_auc", "PR-AUC"), ("brier", "Brier"), ("accuracy", "Accuracy"),
@@ -83,3 +84,93 @@ def pooled_headline(scores: Mapping[str, Any]) -> tuple[str, str]:
     if key == "auroc" and not bounded(mapping(scores.get("pooled"))):
         return "weighted_f1", dict(METRICS)["weighted_f1"]
     return key, heading
+
+
+def run_sites(result: Mapping[str, Any]) -> list[str]:
+    """Every site of the run, in order: those of ``result["sites"]``, then those the run dropped
+    (``participation.dropped``) that are not among them."""
+    named = [s["name"] for s in site_summaries(result)]
+    dropped = mapping(mapping(result.get("participation")).get("dropped"))
+    return named + [str(s) for s in dropped if s not in named]
+
+
+def _class_word(i: int, classes: list[Any]) -> str:
+    role = {0: "negative", 1: "positive"}.get(i, "row") if len(classes) == 2 else "row"
+    name = f"class “{classes[i]}”" if i < len(classes) else f"class {i}"
+    return f"{role} ({name})" if role != "row" else f"row of {name}"
+
+
+def _dropped_why(result: Mapping[str, Any], site: str) -> str | None:
+    part = mapping(result.get("participation"))
+    why = mapping(part.get("dropped")).get(site)
+    for step in part.get("steps") or []:
+        at = mapping(mapping(step).get("dropped")).get(site)
+        if at is not None:
+            return f"was dropped at the {mapping(step).get('step', '?')} step: {at}"
+    return None if why is None else f"was dropped from the run: {why}"
+
+
+def _missing_classes(metrics: Mapping[str, Any]) -> list[int] | None:
+    """Indices of the classes with no row in a site's test part, from its (exact, plain-run)
+    confusion matrix (rows = true class); ``None`` without one."""
+    cm = metrics.get("confusion")
+    if not isinstance(cm, list) or not cm or not all(isinstance(r, list) for r in cm):
+        return None
+    try:
+        totals = [sum(float(v) for v in row) for row in cm]
+    except (TypeError, ValueError):
+        return None
+    return [i for i, t in enumerate(totals) if round(t) == 0]
+
+
+def unscored_sites(result: Mapping[str, Any]) -> dict[str, str]:
+    """``{site: why it has no AUROC of its own}`` for every site of the run (:func:`run_sites`)
+    the federated model has no per-site AUROC at, in a run that scores AUROCs per site (a binary
+    model with probabilities, evaluated per site: plain, not under secure aggregation, whose
+    per-site scores are sums the server never sees one site of, nor under DP, which has no AUROC);
+    ``{}`` in any other run.
+
+    Each reason is a predicate that follows the site's name, first that applies: it was dropped
+    (``participation``, with the step and why), has no test part (``sites.<s>.no_test``), holds
+    one class only (``sites.<s>.one_class``), was not evaluated, has no row of a class in its test
+    part (its evaluation's confusion matrix, whose row sums are the counts per class of the part
+    it fixed: nothing beyond what the evaluation released), or else had no AUROC in its reply. A
+    reason the job stored (``sites.<s>.no_auroc``) is kept as written.
+    """
+    models = {role: m for role, _, m in evaluated_models(result)}
+    fed = models.get(FEDERATED)
+    if fed is None or headline_metric(fed)[0] != "auroc":
+        return {}
+    per_site = mapping(fed.get("per_site"))
+    if not per_site:
+        return {}
+    sites = {s["name"]: s for s in site_summaries(result)}
+    classes = list(mapping(result.get("training")).get("classes") or mapping(result.get("schema")).get("classes")
+                   or [])
+    out: dict[str, str] = {}
+    for name in run_sites(result):
+        info, scores = sites.get(name, {}), mapping(per_site.get(name))
+        if scores.get("auroc") is not None:
+            continue
+        missing = _missing_classes(scores) if scores else None
+        if info.get("no_auroc"):
+            why = str(info["no_auroc"])
+        elif (dropped := _dropped_why(result, name)) is not None:
+            why = dropped
+        elif info.get("no_test"):
+            why = (f"has no test part: its {info.get('rows_train')} rows are too few for a test share and a training "
+                   "share of at least min_rows rows each (of every class it holds)")
+        elif info.get("rows_test") == 0 and not scores.get("n"):
+            why = "has no test part"
+        elif info.get("one_class") is True:
+            why = "holds one class only"
+        elif not scores:
+            why = "was not evaluated"
+        elif missing:
+            held = ", ".join(_class_word(i, classes) for i in missing)
+            why = (f"has no {held} among its {scores.get('n', '?')} test rows (its rows of that class are too few "
+                   "for a test share of at least min_rows)")
+        else:
+            why = "has no AUROC in its evaluation"
+        out[name] = why
+    return out
