@@ -124,4 +124,33 @@ def test_no_site_is_named_where_the_server_saw_no_per_site_score():
     assert "not scored" not in verdict(secure) and "No AUROC (why)" not in sites_section(secure)
     dp = copy.deepcopy(_result())
     dp["training"]["metrics"]["pooled"] = {"auroc": None, "weighted_f1": 0.7, "n": 47}  # DP: no AUROC at all
-    assert unscored_sites(dp) == {}
+    assert unscored_sites(dp) == {"d": "was dropped at the training step: timed out"}  # b, c have F1s of their rows
+    assert "Scored at 3 of 4 sites: d was dropped" in _text(verdict(dp))
+
+
+def test_a_multiclass_verdict_counts_a_site_without_test_rows(tmp_path):
+    """No AUROC with three classes: the weighted F1 is compared, and a site without a test part is
+    named (``no_score``) and counted instead of compared on an F1 of 0.000 over no rows."""
+    rng = np.random.default_rng(5)
+    sites = {}
+    for name, n in (("s0", 300), ("s1", 270), ("s2", 260), ("tiny", 36)):
+        X = rng.normal(size=(n, 3))
+        cls = np.argmax(X @ np.array([[2, -1, 0], [0, 2, -1], [-1, 0, 2]]) + rng.normal(scale=0.3, size=(n, 3)), 1)
+        if name == "tiny":
+            cls = np.repeat([0, 1, 2], 12)
+        f = pd.DataFrame(X, columns=["a", "b", "c"])
+        f["kind"] = np.array(["x", "y", "z"])[cls]
+        f.to_csv(tmp_path / f"{name}.csv", index=False)
+        sites[name] = {"path": str(tmp_path / f"{name}.csv"), "allow_server_row_sets": True}
+    res = run_job({"target": "kind", "sites": sites, "training": {"model": "logistic", "rounds": 2},
+                   "run": {"out": str(tmp_path / "out")}}, engine="local", out=tmp_path / "out")
+    assert res["training"]["task"] == "multiclass" and res["sites"]["tiny"]["n_test"] == 0
+    assert res["sites"]["tiny"]["no_score"].startswith("has no test part: its 36 rows are too few")
+    assert not any("no_score" in res["sites"][s] or "no_auroc" in res["sites"][s] for s in ("s0", "s1", "s2"))
+    page = (tmp_path / "out" / "report.html").read_text()
+    start = page.index('class="headline"')
+    said = _text(page[start:page.index("</ul>", start)])
+    assert "Scored at 3 of 4 sites: tiny has no test part" in said
+    assert "tiny (" not in said  # not compared on an F1 over no rows
+    assert "(3 of 4" in said or "of 4 sites" in said
+    assert "No score (why)" in page

@@ -53,7 +53,7 @@ def compare_sites(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
     for site, m in mapping(models[FEDERATED].get("per_site")).items():
         f, loc = mapping(m).get(key), mapping(local.get(site)).get(key)
-        if f is None or loc is None:
+        if f is None or loc is None or mapping(m).get("n") == 0:  # no test rows: nothing was scored there
             continue
         out.append({"site": site, "federated": float(f), "local": float(loc),
                     "majority": mapping(major.get(site)).get(key), "delta": float(f) - float(loc)})
@@ -124,14 +124,16 @@ def _headline(rows: list[dict[str, Any]], n: int, what: str) -> str:
     return f"The federated model is at least as good as training alone at {every} ({better} of {n} better)."
 
 
-def _unscored(unscored: Mapping[str, str], n: int) -> list[str]:
-    """"AUROC at k of n sites", naming each site without one and why (:func:`unscored_sites`)."""
+def _unscored(unscored: Mapping[str, str], n: int, label: str) -> list[str]:
+    """"AUROC at k of n sites" (or "Scored at …"), naming each site without one and why
+    (:func:`unscored_sites`)."""
     if not unscored:
         return []
+    what = "AUROC" if label == "AUROC" else "Scored"
     named = "; ".join(f"<strong>{esc(s)}</strong> {esc(why)}" for s, why in unscored.items())
-    return [f'<li class="warn not-scored"><span class="mark">⚠ not scored</span> AUROC at {n - len(unscored)} of '
-            f"{n} sites: {named}. A site without an AUROC is in no site-by-site comparison; its test rows, if it "
-            "has any, count in the pooled scores.</li>"]
+    return [f'<li class="warn not-scored"><span class="mark">⚠ not scored</span> {what} at {n - len(unscored)} of '
+            f"{n} sites: {named}. Such a site is in no site-by-site comparison; its test rows, if it has any, count "
+            "in the pooled scores.</li>"]
 
 
 def auroc_text(ci: Mapping[str, Any]) -> str:
@@ -266,12 +268,12 @@ def verdict(result: Mapping[str, Any]) -> str:
         s in mapping(models[FEDERATED].get("per_site")) for s in unscored)
     n = max(len(rows), scored) + len(unscored) if unscored else len(rows)  # every site of the run
     if rows:
-        head = _headline(rows, n, "an " + label if key == "auroc" else label)
+        head = _headline(rows, n, "an AUROC" if key == "auroc" else "test rows")
         items = (_against_sites(rows, label, n) + (_overlaps(result, rows) if key == "auroc" else [])
                  + _below_majority(rows, label, n))
     elif LOCAL not in models and MAJORITY not in models:
         privacy = mapping(result.get("privacy"))
-        notes = _unscored(unscored, n) + _one_class(result)
+        notes = _unscored(unscored, n, label) + _one_class(result)
         return (_without_baselines(models[FEDERATED], bool(privacy.get("secure_aggregation") or privacy.get("dp")))
                 + (f'<ul class="verdict">{"".join(notes)}</ul>' if notes else ""))
     elif LOCAL not in models:
@@ -281,8 +283,9 @@ def verdict(result: Mapping[str, Any]) -> str:
         head = "No site-by-site comparison: the server saw only pooled scores (secure aggregation)."
         items = []
     pooled_key, pooled_label = pooled_headline(models[FEDERATED])
-    items += (_unscored(unscored, n) + _against_majority(models, pooled_key, pooled_label)
-              + _unbounded(models[FEDERATED], pooled_key) + _few_rows(models) + _one_class(result) + selection_verdict_notes(result))
+    items += (_unscored(unscored, n, label) + _against_majority(models, pooled_key, pooled_label)
+              + _unbounded(models[FEDERATED], pooled_key) + _few_rows(models) + _one_class(result)
+              + selection_verdict_notes(result))
     return (f'<p class="headline"><strong>{head}</strong></p>'
             f'<p class="note">Compared on {label}, on the same held-out test rows of every site.</p>'
             f"<ul class=\"verdict\">{''.join(items)}</ul>")
