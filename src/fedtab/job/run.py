@@ -397,6 +397,7 @@ def _documents(raw: Mapping[str, Any], run_id: str, engine: str, plan: dict[str,
                files: Mapping[str, str | None], tracker: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(result.json, the model file's provenance)`` of an engine's raw result."""
     from .. import __version__
+    from ..report.data import unscored_key, unscored_sites
     from ..report.model import model_summary
 
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -408,6 +409,10 @@ def _documents(raw: Mapping[str, Any], run_id: str, engine: str, plan: dict[str,
         "artifacts": dict(ARTIFACTS),
         **({"mlflow": tracker.info} if tracker is not None else {}),
     }
+    key = unscored_key(result)  # why a site has no AUROC (no_auroc) or score (no_score) of its own: docs/report.md
+    for name, why in unscored_sites(result).items():
+        if key is not None and isinstance(result["sites"].get(name), dict):
+            result["sites"][name][key] = why
     provenance = {"run_id": run_id, "fedtab_version": __version__, "created": created, "engine": engine, "job": plan,
                   "sites": [{"name": name, "rows": s["n_rows"], "columns": s["columns"]}
                             for name, s in raw["sites"].items()]}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from .data import site_summaries
+from .data import site_summaries, unscored_key, unscored_sites
 from .markup import absent as _absent
 from .markup import esc as _e
 from .markup import figure
@@ -55,9 +55,17 @@ def sites(result: Mapping[str, Any]) -> str:
     counts = [(k, h) for k, h in (("rows", "Rows"), ("rows_train", "Training rows"), ("rows_test", "Test rows"),
                                   ("rows_without_label", "Rows without a label (dropped)"))
               if any(s.get(k) is not None for s in sites)]  # a command without test parts has no such column
-    out = [_table(["Site", *(h for _, h in counts), "Columns held"],
-                  [[_e(s["name"]), *(_num(s.get(k)) for k, _ in counts), _num(len(s["columns"]))] for s in sites],
-                  num_cols=range(1, len(counts) + 2))]
+    unscored = unscored_sites(result)  # a run with per-site scores: why a site has none of its own
+    what = "AUROC" if unscored_key(result) == "no_auroc" else "score"
+    why = [f"No {what} (why)"] if unscored else []
+    out = [_table(["Site", *(h for _, h in counts), "Columns held", *why],
+                  [[_e(s["name"]), *(_num(s.get(k)) for k, _ in counts), _num(len(s["columns"])),
+                    *([_e(unscored.get(s["name"], "—"))] if unscored else [])] for s in sites],
+                  ["not-scored" if s["name"] in unscored else "" for s in sites],
+                  num_cols=range(1, len(counts) + 2), text_cols=(len(counts) + 2,) if unscored else ())]
+    named = {s["name"] for s in sites}
+    out += [f'<p class="warn not-scored"><span class="warn">⚠ no {what}</span> Site <strong>{_e(s)}</strong> '
+            f"{_e(w)}.</p>" for s, w in unscored.items() if s not in named]  # dropped before it was profiled
     out += [f'<p class="warn one-class"><span class="warn">⚠ one class</span> {note}</p>'
             for note in one_class_notes(result)]
     schema = result.get("schema") if isinstance(result.get("schema"), Mapping) else {}

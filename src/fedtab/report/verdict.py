@@ -11,13 +11,19 @@ otherwise the weighted F1, exact from the summed confusion matrices). A worse re
 Sites whose AUROC rests on fewer than :data:`~fedtab.report.intervals.FEW_ROWS` test rows of a
 class are named, and so is each site that holds one class only, with what it took part in
 (:func:`~fedtab.report.run_sections.one_class_notes`).
+
+The counts are over every site of the run, not only the sites with a score: in a run that
+scores AUROCs per site, each site without one is named with why
+(:func:`~fedtab.report.data.unscored_sites`: dropped, no test part, one class only, no row of a
+class in its test part) — "AUROC at 2 of 4 sites: …" — and "worse at 2 of 4 sites" counts it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .data import FEDERATED, LOCAL, MAJORITY, evaluated_models, headline_metric, mapping, pooled_headline
+from .data import (FEDERATED, LOCAL, MAJORITY, evaluated_models, headline_metric, mapping, pooled_headline,
+                   unscored_sites)
 from .intervals import FEW_ROWS, auroc_interval
 from .markup import absent, esc, num, signed
 from .run_sections import one_class_notes
@@ -47,7 +53,7 @@ def compare_sites(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
     for site, m in mapping(models[FEDERATED].get("per_site")).items():
         f, loc = mapping(m).get(key), mapping(local.get(site)).get(key)
-        if f is None or loc is None:
+        if f is None or loc is None or mapping(m).get("n") == 0:  # no test rows: nothing was scored there
             continue
         out.append({"site": site, "federated": float(f), "local": float(loc),
                     "majority": mapping(major.get(site)).get(key), "delta": float(f) - float(loc)})
@@ -59,8 +65,8 @@ def _site_list(rows: list[dict[str, Any]], label: str, other: str) -> str:
                      f"{signed(r['federated'] - r[other])})" for r in rows)
 
 
-def _against_sites(rows: list[dict[str, Any]], label: str) -> list[str]:
-    n = len(rows)
+def _against_sites(rows: list[dict[str, Any]], label: str, n: int) -> list[str]:
+    """The sites where the federated model is worse, better and the same, each counted of the run's ``n`` sites."""
     worse = [r for r in rows if r["delta"] <= -TIE]
     better = [r for r in rows if r["delta"] >= TIE]
     same = [r for r in rows if abs(r["delta"]) < TIE]
@@ -93,26 +99,41 @@ def _overlaps(result: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str
             "their 95 % AUROC intervals overlap: with this many test rows the difference may be chance.</li>"]
 
 
-def _below_majority(rows: list[dict[str, Any]], label: str) -> list[str]:
-    """The sites where the federated model scores below always predicting the majority class."""
+def _below_majority(rows: list[dict[str, Any]], label: str, n: int) -> list[str]:
+    """The sites where the federated model scores below always predicting the majority class (of ``n``)."""
     below = [r for r in rows if r["majority"] is not None and r["federated"] - float(r["majority"]) <= -TIE]
     if not below:
         return []
     return [f'<li class="worse"><span class="mark">▼ worse</span> It is worse than always predicting the majority '
-            f"class at {len(below)} of {len(rows)} sites: {_site_list(below, label, 'majority')}.</li>"]
+            f"class at {len(below)} of {n} sites: {_site_list(below, label, 'majority')}.</li>"]
 
 
-def _headline(rows: list[dict[str, Any]]) -> str:
-    n = len(rows)
+def _headline(rows: list[dict[str, Any]], n: int, what: str) -> str:
+    """The verdict's first line, counted of the run's ``n`` sites (``what``: the score the compared
+    sites have, for the sites that lack it)."""
+    k = len(rows)
+    every = "every site" if k == n else f"every site with {what}"
     worse = sum(r["delta"] <= -TIE for r in rows)
     better = sum(r["delta"] >= TIE for r in rows)
-    if worse == n:
-        return f"The federated model is worse than training alone at every site ({n} of {n})."
+    if worse == k:
+        return f"The federated model is worse than training alone at {every} ({k} of {n})."
     if worse:
         return f"The federated model is worse than training alone at {worse} of {n} sites."
-    if better == n:
-        return f"The federated model is better than training alone at every site ({n} of {n})."
-    return f"The federated model is at least as good as training alone at every site ({better} of {n} better)."
+    if better == k:
+        return f"The federated model is better than training alone at {every} ({k} of {n})."
+    return f"The federated model is at least as good as training alone at {every} ({better} of {n} better)."
+
+
+def _unscored(unscored: Mapping[str, str], n: int, label: str) -> list[str]:
+    """"AUROC at k of n sites" (or "Scored at …"), naming each site without one and why
+    (:func:`unscored_sites`)."""
+    if not unscored:
+        return []
+    what = "AUROC" if label == "AUROC" else "Scored"
+    named = "; ".join(f"<strong>{esc(s)}</strong> {esc(why)}" for s, why in unscored.items())
+    return [f'<li class="warn not-scored"><span class="mark">⚠ not scored</span> {what} at {n - len(unscored)} of '
+            f"{n} sites: {named}. Such a site is in no site-by-site comparison; its test rows, if it has any, count "
+            "in the pooled scores.</li>"]
 
 
 def auroc_text(ci: Mapping[str, Any]) -> str:
@@ -242,13 +263,17 @@ def verdict(result: Mapping[str, Any]) -> str:
     if key == "rmse":
         return _regression(models[FEDERATED], result)
     rows = compare_sites(result)
+    unscored = unscored_sites(result)
+    scored = len(mapping(models[FEDERATED].get("per_site"))) - sum(
+        s in mapping(models[FEDERATED].get("per_site")) for s in unscored)
+    n = max(len(rows), scored) + len(unscored) if unscored else len(rows)  # every site of the run
     if rows:
-        head = _headline(rows)
-        items = (_against_sites(rows, label) + (_overlaps(result, rows) if key == "auroc" else [])
-                 + _below_majority(rows, label))
+        head = _headline(rows, n, "an AUROC" if key == "auroc" else "test rows")
+        items = (_against_sites(rows, label, n) + (_overlaps(result, rows) if key == "auroc" else [])
+                 + _below_majority(rows, label, n))
     elif LOCAL not in models and MAJORITY not in models:
         privacy = mapping(result.get("privacy"))
-        notes = _one_class(result)
+        notes = _unscored(unscored, n, label) + _one_class(result)
         return (_without_baselines(models[FEDERATED], bool(privacy.get("secure_aggregation") or privacy.get("dp")))
                 + (f'<ul class="verdict">{"".join(notes)}</ul>' if notes else ""))
     elif LOCAL not in models:
@@ -258,8 +283,9 @@ def verdict(result: Mapping[str, Any]) -> str:
         head = "No site-by-site comparison: the server saw only pooled scores (secure aggregation)."
         items = []
     pooled_key, pooled_label = pooled_headline(models[FEDERATED])
-    items += (_against_majority(models, pooled_key, pooled_label) + _unbounded(models[FEDERATED], pooled_key)
-              + _few_rows(models) + _one_class(result) + selection_verdict_notes(result))
+    items += (_unscored(unscored, n, label) + _against_majority(models, pooled_key, pooled_label)
+              + _unbounded(models[FEDERATED], pooled_key) + _few_rows(models) + _one_class(result)
+              + selection_verdict_notes(result))
     return (f'<p class="headline"><strong>{head}</strong></p>'
             f'<p class="note">Compared on {label}, on the same held-out test rows of every site.</p>'
             f"<ul class=\"verdict\">{''.join(items)}</ul>")
