@@ -24,7 +24,10 @@ MODE = re.compile(r"secure|secure_aggregation|dp|noisy|robust")
 CONVERTED = ["training/steps.py", "training/server.py", "selection/server.py", "selection/steps.py",
              "score_test_flow.py"]
 #: server-side workflow modules not converted yet: their counts may only shrink
-REMAINING = {"imputation/steps.py": 8, "gbdt/server.py": 12, "gbdt/steps.py": 3, "election_flow.py": 5}
+REMAINING = {"imputation/steps.py": 8, "gbdt/server.py": 12, "gbdt/steps.py": 3,
+             # its server side is converted; the two left are the site's ballot_reply noising its own ballot
+             # (a site-side release, as in training/site.py) until the site handlers move to their own module
+             "election_flow.py": 2}
 
 
 def mode_ifs(path: Path) -> list[int]:
