@@ -199,3 +199,49 @@ def test_the_score_test_on_secure_sums_checks_each_sites_clear_row_count_and_mat
     set_options(lying, secure_aggregation=True)
     with pytest.raises(SiteError, match="s1"):
         run_pooled_score_test(lying, max_steps=2)
+
+
+def test_the_election_states_its_modes_and_refuses_a_combination_before_sending():
+    from fedtab.federation.election_flow import run_election
+
+    assert supported_modes("election") == {"secure", "dp", "robust"}
+    assert supported_modes("election.compat") == {"secure", "dp"}  # a peer's rule has no robust variant
+    assert supported_modes("election.stouffer") == {"secure", "robust"}  # a noisy ballot has no p-values
+    for options, kwargs, match in [({"robust": True}, {"compat": "nvflare"}, "robust is not available for compat"),
+                                   ({"dp": {"epsilon": 2.0, "bounds": [-6, 6]}}, {"consensus": "stouffer"},
+                                    "dp is not available for consensus='stouffer'")]:
+        fed, _ = _fed()
+        set_options(fed, **options)
+        with pytest.raises(ValueError, match=match):
+            run_election(fed, **kwargs)
+        assert not fed.traffic.records  # no ballot was asked for
+
+
+def test_the_ballot_release_is_spent_before_the_ballot_request_goes_out():
+    from fedtab.federation.election_flow import run_election
+
+    fed, _ = _fed()
+    dp = {"epsilon": 2.0, "bounds": [-6, 6]}
+    set_options(fed, dp=dp)
+    ledger = PrivacyLedger.for_plan(fed.options.dp, {"election.ballot": 1, "election.describe": 3}, {})
+    ledger.spend("election.ballot")  # an earlier election spent the one planned ballot
+    fed.privacy_ledger = ledger
+    with pytest.raises(RuntimeError, match="exceeds the 1 planned"):
+        run_election(fed, describe="train")
+    assert not fed.traffic.records and ledger.spent == {"election.ballot": 1}
+
+
+def test_ballots_travel_in_the_clear_under_secure_sums_and_elect_as_in_a_plain_run():
+    from fedtab.federation.election_flow import run_election
+
+    fed, _ = _fed()
+    plain = run_election(fed, describe="train")
+    fed2, _ = _fed()
+    set_options(fed2, secure_aggregation=True)
+    secure = run_election(fed2, describe="train")
+    assert secure.result.mask.tolist() == plain.result.mask.tolist()
+    for a, b in zip(secure.ballots, plain.ballots):
+        np.testing.assert_array_equal(a.scores, b.scores)  # each site's ballot as sent, not a sum
+    kinds = [r.kind for r in fed2.traffic.records]
+    assert kinds.index("secagg_keys") > max(i for i, k in enumerate(kinds) if k == "ballot")  # keys for the description
+    np.testing.assert_allclose(secure.described.count, plain.described.count)

@@ -6,7 +6,14 @@ the elected feature names in ``site.state["features"]``.
 
 Server side: :func:`gather_ballots` asks every site and validates each ballot on
 arrival (a bad ballot raises, naming the site), :func:`run_election` elects and
-tells the sites.
+tells the sites. Each step is one configure/aggregate pair run on the run's strategy
+(:mod:`fedtab.federation.protocol.modes`), with no test of the run's modes: the ballot step
+(:func:`ballot_step`, over :class:`BallotExchange`: ballots are never summed, so they travel in
+the clear under secure sums) whose DP release (one ``"election.ballot"``) is spent before the
+request goes out; the election (:func:`election_reduction`: the weighted vote, or robustly the
+median vote); the mask with the description (the training workflow's ``"describe"`` pair). The
+modes are declared once (:data:`ELECTION_MODES`; a peer's rule has no robust variant, the Stouffer
+consensus no DP ballot) and checked before anything is sent.
 
 Every ballot is validated on arrival against the agreed schema
 (:mod:`fedtab.federation.schema`, agreed in the same exchange when it is the run's

@@ -42,7 +42,13 @@ floats), no row. Each reply is a weighted sum of the site's rows, so a server as
 many times about few rows learns more; the site's policy bounds it (``min_rows``, at most
 ``max_rounds`` such requests per setup). With ``secure_aggregation=True`` every reply is
 masked (:mod:`fedtab.privacy.secagg`) and the server learns the totals only; they are
-validated against the same bounds over the pooled rows.
+validated against the same bounds over the pooled rows (and each site's row count, sent in
+the clear, against the rows it declared).
+
+Each ``"score_sums"`` exchange is one configure/aggregate pair (:func:`score_step`) run on the
+run's strategy (:mod:`fedtab.federation.protocol.modes`); the score test supports plain and
+secure sums only (:data:`SCORE_TEST_MODES`), and a DP or robust run is refused before anything
+is sent.
 """
 
 from __future__ import annotations
