@@ -117,6 +117,7 @@ def test_a_failed_elect_run_leaves_previous_results_intact(files, tmp_path, monk
         raise ValueError("election failed")
 
     monkeypatch.setattr(flow, "elect_from_ballots", boom)
+    monkeypatch.setattr(flow, "election_reduction", boom)  # run_election elects through it
     import fedtab.federation as fed_pkg
 
     monkeypatch.setattr(fed_pkg, "run_election", lambda *a, **k: boom())

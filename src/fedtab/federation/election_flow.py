@@ -6,7 +6,14 @@ the elected feature names in ``site.state["features"]``.
 
 Server side: :func:`gather_ballots` asks every site and validates each ballot on
 arrival (a bad ballot raises, naming the site), :func:`run_election` elects and
-tells the sites.
+tells the sites. Each step is one configure/aggregate pair run on the run's strategy
+(:mod:`fedtab.federation.protocol.modes`), with no test of the run's modes: the ballot step
+(:func:`ballot_step`, over :class:`BallotExchange`: ballots are never summed, so they travel in
+the clear under secure sums) whose DP release (one ``"election.ballot"``) is spent before the
+request goes out; the election (:func:`election_reduction`: the weighted vote, or robustly the
+median vote); the mask with the description (the training workflow's ``"describe"`` pair). The
+modes are declared once (:data:`ELECTION_MODES`; a peer's rule has no robust variant, the Stouffer
+consensus no DP ballot) and checked before anything is sent.
 
 Every ballot is validated on arrival against the agreed schema
 (:mod:`fedtab.federation.schema`, agreed in the same exchange when it is the run's
@@ -40,18 +47,31 @@ from ..election.evidence import check_consensus, check_consensus_alpha
 from ..election.rule import ElectionResult, check_aggregation, check_normalization, check_profile, decide
 from ..election.tally import ElectionTally, normalise_scores
 from .local_data import fill_with_column_means, numeric_matrix
-from ..privacy.dp import DP_META, dp_request, noise_rng, noisy_scores
+from ..privacy.dp import DP_META, noise_rng, noisy_scores
 from ..privacy.gate import COUNT, LABELS, NAMES, NUMBER, TEXT, Releases
 from . import validate
 from .messages import Message
 from .observed import measured_frame
-from .protocol import Federation, exchange, run_ledger, set_quorum
+from .protocol import Federation, Summed, SumSpec, exchange, run_ledger, set_quorum
+from .protocol.modes import (BaseSums, NoisyRelease, Reduction, SumStep, check_modes, declare_modes, modes_of,
+                             run_strategy, supported_modes)
+from .protocol.options import RunOptions
+from .protocol.summing import PlainSums
 from .schema import SCHEMA_HASH, columns_hash
 from .reduce import robust_votes
 from .kinds import declared as _declared
 from .site import Site, handler
 
-__all__ = ["ElectionOutcome", "abstention_reason", "ballot_reply", "ballot_columns", "pack_mask", "unpack_mask", "ballots_from_replies", "gather_ballots", "elect_from_ballots", "run_election", "broadcast_mask"]
+__all__ = ["ElectionOutcome", "abstention_reason", "ballot_reply", "ballot_columns", "pack_mask", "unpack_mask", "ballots_from_replies", "gather_ballots", "ballot_step", "BallotExchange", "elect_from_ballots", "election_reduction", "election_modes", "ELECTION_MODES", "COMPAT_ELECTION_MODES", "STOUFFER_ELECTION_MODES", "run_election", "broadcast_mask"]
+
+
+#: the election's modes: under secure sums the ballots travel in the clear (the rule needs each site's
+#: mask and normalised scores) and the description is summed; a DP ballot; the median vote (robust)
+ELECTION_MODES = declare_modes("election", "secure", "dp", "robust")
+#: a peer's rule (``compat``) has no robust variant
+COMPAT_ELECTION_MODES = declare_modes("election.compat", "secure", "dp")
+#: the Stouffer consensus needs each site's exact p-values: no DP ballot
+STOUFFER_ELECTION_MODES = declare_modes("election.stouffer", "secure", "robust")
 
 
 def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
@@ -251,24 +271,61 @@ def gather_ballots(
             the run go on without it. QuorumError: too few sites answered.
         ValueError: every site abstained.
     """
+    step, selector_meta = ballot_step(federation, selector, selectors=selectors, min_site_rows=min_site_rows,
+                                      abstained=abstained, dp_meta=dp_meta, pvalues=pvalues)
+    return BallotExchange(selector_meta).run(federation, step, on_error=on_error).result
+
+
+class BallotExchange(BaseSums):
+    """The base of the ballot step: each site's ballot in the clear, whatever the run's summing
+    strategy (a ballot is not summed: the rule needs each site's mask and normalised scores), each
+    site's request with its own selector (``selector_meta``: ``{site: request meta}``)."""
+
+    def __init__(self, selector_meta: Mapping[str, Mapping[str, Any]]) -> None:
+        self.summing, self.mode, self.selector_meta = PlainSums(), None, dict(selector_meta)
+
+    def exchange(self, federation: Federation, step: SumStep[Any], *, on_error: str | None = None) -> Summed:
+        requests = {s: Message(step.request.kind, step.request.arrays,
+                               {**self.selector_meta.get(s, {}), **step.request.meta}) for s in federation.active}
+        replies = exchange(federation, requests, step.check, on_error=on_error)  # type: ignore[arg-type]
+        return Summed({}, None, dict(replies), list(replies))
+
+
+def ballot_step(federation: Federation, selector: Any = None, *, selectors: Mapping[str, Any] | None = None,
+                min_site_rows: int = 0, abstained: dict[str, str] | None = None,
+                dp_meta: Mapping[str, Any] | None = None, pvalues: bool = False,
+                ) -> tuple[SumStep[list[Ballot]], dict[str, dict[str, Any]]]:
+    """The ballot step's configure/aggregate pair and each active site's selector request meta (for
+    :class:`BallotExchange`): the request (``min_site_rows``, ``pvalues``; ``dp_meta``: DP settings a
+    caller chose), each ballot validated on arrival (:func:`ballot_checker`), the valid ballots in
+    reply order; its robust reduction the same ballots (the median vote is the election's, see
+    :func:`election_reduction`); its DP release one ``"election.ballot"`` release of noisy ballots,
+    validated alike.
+
+    Raises (in the reduction):
+        ValueError: every site abstained or was left out.
+    """
     min_rows = _min_rows(min_site_rows)
-    requests = {}
-    for name in federation.active:
-        spec = (selectors or {}).get(name, selector)
-        meta = _selector_request(spec)
-        if min_rows:
-            meta["min_site_rows"] = min_rows
-        if dp_meta is not None:
-            meta[DP_META] = dict(dp_meta)
-        if pvalues:
-            meta["pvalues"] = True
-        requests[name] = Message("ballot", meta=meta)
+    meta: dict[str, Any] = {}
+    if min_rows:
+        meta["min_site_rows"] = min_rows
+    if dp_meta is not None:
+        meta[DP_META] = dict(dp_meta)
+    if pvalues:
+        meta["pvalues"] = True
+    selector_meta = {name: _selector_request((selectors or {}).get(name, selector)) for name in federation.active}
     ballots: dict[str, Ballot] = {}
     left_out: dict[str, str] = {}
-    replies = exchange(federation, requests,
-                       ballot_checker(federation, "train", ballots, left_out, min_rows, pvalues=pvalues),
-                       on_error=on_error)
-    return _valid_ballots([ballots[n] for n in replies if n in ballots], left_out, abstained)
+
+    def aggregate(summed: Summed) -> list[Ballot]:
+        return _valid_ballots([ballots[n] for n in summed.replies if n in ballots], left_out, abstained)
+
+    step: SumStep[list[Ballot]] = SumStep(
+        Message("ballot", meta=meta), SumSpec({}),
+        ballot_checker(federation, "train", ballots, left_out, min_rows, pvalues=pvalues), aggregate,
+        robust=lambda summed: (aggregate(summed), {}), kind="ballot")
+    step.noisy = NoisyRelease(step, "election.ballot", 1)
+    return step, selector_meta
 
 
 def ballot_checker(federation: Federation, part: str, ballots: dict[str, Ballot],
@@ -438,8 +495,41 @@ def elect_from_ballots(
         ValueError: ``robust`` together with ``compat`` (a peer's rule has no robust variant);
             ``"stouffer"`` with a ballot that carries no p-values.
     """
-    if robust and compat is not None:
-        raise ValueError(f"robust mode elects with fedtab's rule; it cannot be combined with compat={compat!r}")
+    step, what = election_modes(compat, consensus)
+    check_modes(step, modes_of(robust=robust), what)
+    reduction = election_reduction(ballots, freedom_degree, aggregation, normalization, compat, min_holders,
+                                   consensus=consensus, consensus_alpha=consensus_alpha)
+    return run_strategy(_OnlyOptions(RunOptions.of(robust=robust))).reduce(reduction).result
+
+
+@dataclass
+class _OnlyOptions:
+    """What :func:`~fedtab.federation.protocol.modes.run_strategy` reads of a federation, for a
+    reduction without one (:func:`elect_from_ballots`' ``robust``)."""
+
+    options: RunOptions
+    summing: Any = field(default_factory=PlainSums)
+
+
+def election_modes(compat: str | None, consensus: str) -> tuple[str, str]:
+    """``(declared step, its name in an error)`` of an election with ``compat`` and ``consensus``:
+    :data:`ELECTION_MODES`, :data:`COMPAT_ELECTION_MODES` or :data:`STOUFFER_ELECTION_MODES`."""
+    if compat is not None:
+        return "election.compat", f"compat={compat!r} (a peer's rule has no robust variant; fedtab's rule has)"
+    if check_consensus(consensus) == "stouffer":
+        return "election.stouffer", "consensus='stouffer' (a noisy ballot carries no p-values)"
+    return "election", "the election"
+
+
+def election_reduction(ballots: list[Ballot], freedom_degree: float, aggregation: str = "weighted",
+                       normalization: str = "all", compat: str | None = None, min_holders: int | None = None, *,
+                       consensus: str = "intersection", consensus_alpha: float = 0.05) -> Reduction[ElectionResult]:
+    """The election of ``ballots`` as a reduction (arguments as :func:`elect_from_ballots`): the
+    sample-weighted vote, or robustly the median vote (one per site) with nobody left out.
+
+    Raises:
+        ValueError: bad arguments; a ballot without feature names.
+    """
     stouffer = check_consensus(consensus) == "stouffer"
     alpha = check_consensus_alpha(consensus_alpha)
     check_aggregation(aggregation)
@@ -449,18 +539,23 @@ def elect_from_ballots(
             raise ValueError(f"site {b.site!r}: ballot has no feature names")
         tally.add_ballot(b)
     holders = default_min_holders(len(ballots)) if min_holders is None else min_holders
-    if not robust:
+
+    def weighted() -> ElectionResult:
         return tally.result(freedom_degree, aggregation, min_holders=holders, consensus=consensus,
                             consensus_alpha=consensus_alpha)
-    index = {n: i for i, n in enumerate(tally.feature_names)}
-    norm = np.full((len(ballots), tally.n_features), np.nan)
-    for k, b in enumerate(ballots):
-        cols = [index[n] for n in b.feature_names or ()]
-        norm[k, cols] = normalise_scores(b.mask, b.scores, tally.normalization)
-    return decide(tally.feature_names, tally.held_by.copy(), tally.selected_by.copy(), robust_votes(norm),
-                  freedom_degree, "median", tally.normalization, tally.n_sites, min_holders=holders,
-                  evidence=tally.combined_pvalues(leave_top_out=True) if stouffer else None,
-                  consensus_alpha=alpha)
+
+    def median() -> tuple[ElectionResult, dict[str, str]]:
+        index = {n: i for i, n in enumerate(tally.feature_names)}
+        norm = np.full((len(ballots), tally.n_features), np.nan)
+        for k, b in enumerate(ballots):
+            cols = [index[n] for n in b.feature_names or ()]
+            norm[k, cols] = normalise_scores(b.mask, b.scores, tally.normalization)
+        return decide(tally.feature_names, tally.held_by.copy(), tally.selected_by.copy(), robust_votes(norm),
+                      freedom_degree, "median", tally.normalization, tally.n_sites, min_holders=holders,
+                      evidence=tally.combined_pvalues(leave_top_out=True) if stouffer else None,
+                      consensus_alpha=alpha), {}
+
+    return Reduction(weighted, median)
 
 
 def broadcast_mask(federation: Federation, features: list[str], *, describe: str | None = None,
@@ -586,12 +681,12 @@ def run_election(
     check_profile(compat, normalization)
     stouffer = check_consensus(consensus) == "stouffer"
     check_consensus_alpha(consensus_alpha)
-    opts = federation.options
-    dp = opts.dp
+    if stouffer and compat is not None:
+        raise ValueError("consensus='stouffer' cannot be combined with compat")
+    step, what = election_modes(compat, consensus)
+    run_strategy(federation).check_supported(supported_modes(step), what)  # before anything is sent
     if min_holders is None:
-        min_holders = opts.trust.min_holders
-    if stouffer and (compat is not None or dp is not None):
-        raise ValueError("consensus='stouffer' cannot be combined with " + ("compat" if compat is not None else "dp"))
+        min_holders = federation.options.trust.min_holders
     if min_holders is not None and (isinstance(min_holders, bool) or not isinstance(min_holders, int)
                                     or min_holders < 1):
         raise ValueError(f"min_holders must be a positive integer, got {min_holders!r}")
@@ -599,14 +694,13 @@ def run_election(
     abstained: dict[str, str] = {}
     ledger = run_ledger(federation, *dp_plan(ballots is None, describe is not None))
     if ballots is None:
-        dp_meta = dp_request(dp, ledger.multiplier("election.ballot")) if ledger is not None else None
-        ballots = gather_ballots(federation, selector, selectors=selectors, on_error=on_error,
-                                 min_site_rows=min_site_rows, abstained=abstained, dp_meta=dp_meta,
-                                 pvalues=stouffer)
-        if ledger is not None:
-            ledger.spend("election.ballot")
-    result = elect_from_ballots(ballots, freedom_degree, aggregation, normalization, compat, min_holders,
-                                robust=opts.robust, consensus=consensus, consensus_alpha=consensus_alpha)
+        ballot, selector_meta = ballot_step(federation, selector, selectors=selectors, min_site_rows=min_site_rows,
+                                            abstained=abstained, pvalues=stouffer)
+        ballots = run_strategy(federation, ledger, base=BallotExchange(selector_meta)).run(
+            federation, ballot, on_error=on_error).result
+    reduction = election_reduction(ballots, freedom_degree, aggregation, normalization, compat, min_holders,
+                                   consensus=consensus, consensus_alpha=consensus_alpha)
+    result = run_strategy(federation).reduce(reduction).result
     described = broadcast_mask(federation, result.selected_names, describe=describe, ledger=ledger)
     return ElectionOutcome(ballots, result, described, abstained,
                            privacy=ledger.report() if ledger is not None else None)

@@ -42,7 +42,13 @@ floats), no row. Each reply is a weighted sum of the site's rows, so a server as
 many times about few rows learns more; the site's policy bounds it (``min_rows``, at most
 ``max_rounds`` such requests per setup). With ``secure_aggregation=True`` every reply is
 masked (:mod:`fedtab.privacy.secagg`) and the server learns the totals only; they are
-validated against the same bounds over the pooled rows.
+validated against the same bounds over the pooled rows (and each site's row count, sent in
+the clear, against the rows it declared).
+
+Each ``"score_sums"`` exchange is one configure/aggregate pair (:func:`score_step`) run on the
+run's strategy (:mod:`fedtab.federation.protocol.modes`); the score test supports plain and
+secure sums only (:data:`SCORE_TEST_MODES`), and a DP or robust run is refused before anything
+is sent.
 """
 
 from __future__ import annotations
@@ -55,25 +61,25 @@ import numpy as np
 from ..election.score_test import (FDR_METHODS, NEWTON_KEYS, SCORE_KEYS, ScoreSelection, check_fdr,
                                    forward_score_selection, site_sums)
 from ..privacy.secagg import FRAC_BITS
-from .protocol.secure_aggregator import SecureAggregator
 from ..errors import SiteFault
-from ..privacy.gate import COUNT, Releases
 from . import validate
 from .messages import Message
-from .protocol import Federation, FederationError, exchange, set_quorum
-from .schema import agree_schema, sort_labels
+from .protocol import Federation, FederationError, Summed, SumSpec, set_quorum
+from .protocol.modes import SumStep, declare_modes, run_strategy
+from .schema import agree_schema
 from .site import Site, handler
-from .protocol import SECURE_SUM
 from .training.steps import describe as describe_step, pooled_standardisation
 from .training.site import class_indices, site_matrix
 
-__all__ = ["PooledScoreTest", "run_pooled_score_test", "MAX_CLASSES"]
+__all__ = ["PooledScoreTest", "run_pooled_score_test", "score_step", "MAX_CLASSES", "SCORE_TEST_MODES"]
 
 _SETUP = "setup:"
 #: most classes :func:`run_pooled_score_test` runs one-vs-rest over (more looks like a continuous target)
 MAX_CLASSES = 50
 #: relative tolerance of the bounds an honest reply meets (float rounding of its sums)
 _TOL = 1e-6
+#: the modes the score test supports: plain and secure sums (no DP release, no robust reducer)
+SCORE_TEST_MODES = declare_modes("score_test", "secure")
 
 
 # ----------------------------------------------------------------------------- site side
@@ -205,6 +211,8 @@ def _checker(n_rows: Mapping[str, int], energy: Mapping[str, tuple[np.ndarray, n
 
     def check(site: str, reply: Message) -> None:
         n = validate.integer(reply.meta.get("n"), "score rows", equal=n_rows[site])
+        if not reply.arrays:
+            return  # masked in a secure sum: the total is checked (see :func:`score_step`)
         if set(reply.arrays) != keys:
             raise ValueError(f"score sums must be exactly {sorted(keys)}, got {sorted(reply.arrays)[:8]}")
         a = {k: validate.array(reply, k, shapes[k]) for k in keys}
@@ -300,7 +308,8 @@ def run_pooled_score_test(
     Raises:
         SiteError / SiteRefused: a site failed, refused or sent a rejected reply (naming it).
         FederationError: with secure sums, a secure sum failed or its total is implausible.
-        ValueError: fewer than two classes in the pooled target, more than two without
+        ValueError: a DP or robust run (:data:`SCORE_TEST_MODES`; refused before anything is
+            sent); fewer than two classes in the pooled target, more than two without
             ``one_vs_rest``, more than :data:`MAX_CLASSES` (a continuous target), no
             features, or bad arguments.
     """
@@ -311,6 +320,9 @@ def run_pooled_score_test(
         alpha, max_steps = float(fdr), 1  # fdr_score_selection: one correction over every feature
     elif fdr_method not in FDR_METHODS:
         raise ValueError(f"fdr_method must be one of {list(FDR_METHODS)}, got {fdr_method!r}")
+    strategy = run_strategy(federation)
+    strategy.check_supported(SCORE_TEST_MODES, "the score test (it has no DP or robust mode; use the election for a "
+                             "dp or robust run)")
     set_quorum(federation, min_sites)
     p0 = len(federation.participation)
     if features is None:
@@ -322,12 +334,7 @@ def run_pooled_score_test(
             raise ValueError("features must be distinct names")
     if not feats:
         raise ValueError("the score test needs at least one feature")
-    opts = federation.options
-    if opts.dp is not None or opts.robust:
-        raise ValueError("the score test has no DP or robust mode; use the election for a dp or robust run")
-    secure = federation.summing.aggregator if federation.summing.secure else None  # type: ignore[attr-defined]
     d_ = describe_step(federation, feats, part)
-    moments = {SECURE_SUM: (d_.count, d_.total, d_.sumsq)} if secure is not None else dict(d_.per_site)
     mean, std = pooled_standardisation(d_.count, d_.total, d_.sumsq)
     classes = d_.classes
     if len(classes) < 2 or (len(classes) > 2 and not one_vs_rest) or len(classes) > MAX_CLASSES:
@@ -336,11 +343,13 @@ def run_pooled_score_test(
                          f"{classes[:5]}{' …' if len(classes) > 5 else ''}")
     schema = federation.schema
     assert schema is not None  # agreed by the description at the latest
-    n_rows = {SECURE_SUM: 0} if secure is not None else {s: int(schema.rows(s, part)) for s in moments}
-    energy = {s: _column_energy(*m, mean, std) for s, m in moments.items()}
+    rows = {s: int(schema.rows(s, part)) for s in federation.active}
+    # each site's column energies (the sites whose moments the server saw) and the pooled ones (a secure total)
+    energy = {s: _column_energy(*m, mean, std) for s, m in d_.per_site.items()}
+    pooled = _column_energy(d_.count, d_.total, d_.sumsq, mean, std)
     d = len(feats)
     setup = {"features": feats, "classes": classes, "part": part}
-    first, positive = [True], [1]
+    first, positive, last_n = [True], [1], [0]
 
     def sums(selected: list[int], coef: np.ndarray, with_score: bool) -> dict[str, np.ndarray]:
         arrays: dict[str, np.ndarray] = {"coef": np.asarray(coef, dtype=np.float64)}
@@ -349,24 +358,16 @@ def run_pooled_score_test(
         if first[0]:
             arrays.update({_SETUP + "mean": mean, _SETUP + "std": std})
             meta["setup"] = setup
-        request = Message("score_sums", arrays, meta)
-        keys = NEWTON_KEYS + (SCORE_KEYS if with_score else ())
-        if secure is not None:
-            replies = {SECURE_SUM: _secure_sums(secure, request, keys, energy[SECURE_SUM], d, list(selected),
-                                                with_score)}
-            n_rows[SECURE_SUM] = int(replies[SECURE_SUM].meta["n"])
-        else:
-            replies = exchange(federation, request, _checker(n_rows, energy, d, list(selected), with_score))
+        step = score_step(Message("score_sums", arrays, meta), rows, energy, pooled, d, list(selected), with_score)
+        totals, last_n[0] = strategy.run(federation, step).result
         first[0] = False
-        return {k: sum(np.asarray(r.arrays[k], dtype=np.float64) for r in replies.values()) for k in keys}
+        return totals
 
     def result(run: ScoreSelection, exchanges: int) -> PooledScoreTest:
         steps = [{"added": [feats[i] for i in s.added], "z": s.z, "p": s.p, "coef": s.coef, "loglik": s.loglik,
                   "newton_iterations": s.newton_iterations} for s in run.steps]
-        last = federation.participation[-1]["sites"]
-        n_total = n_rows[SECURE_SUM] if secure is not None else sum(n_rows[s] for s in last)
         return PooledScoreTest(feats, run.mask, [feats[i] for i in run.selected], run.z, run.p, steps, run.coef, mean,
-                               std, classes, int(n_total), run.converged, run.stopped, exchanges,
+                               std, classes, int(last_n[0]), run.converged, run.stopped, exchanges,
                                federation.participation[p0:], fdr=fdr, fdr_method=fdr_method)
 
     options = {"max_steps": max_steps, "ridge": ridge, "tol": tol, "max_newton": max_newton, "fdr_method": fdr_method}
@@ -396,19 +397,40 @@ def _union(by_class: dict[str, PooledScoreTest], exchanges: int) -> PooledScoreT
                            exchanges, runs[-1].participation, dict(by_class), first.fdr, first.fdr_method)
 
 
-def _secure_sums(secure: SecureAggregator, request: Message, keys: tuple[str, ...],
-                 energy: tuple[np.ndarray, np.ndarray], d: int, selected: list[int], with_score: bool) -> Message:
-    """One ``"score_sums"`` exchange through a secure sum: the validated total as one reply.
+def score_step(request: Message, rows: Mapping[str, int], energy: Mapping[str, tuple[np.ndarray, np.ndarray]],
+               pooled: tuple[np.ndarray, np.ndarray], d: int, selected: list[int], with_score: bool
+               ) -> SumStep[tuple[dict[str, np.ndarray], int]]:
+    """One ``"score_sums"`` exchange's configure/aggregate pair: ``request`` to every site, each reply
+    validated against its site's declared ``rows`` and described column ``energy`` (:func:`_checker`),
+    the summed pieces ``({key: (m,) / (m, m) / (d,) / (d, m) total}, pooled rows)``.
 
-    Raises:
-        FederationError: the secure sum failed, or the total breaks the bounds of the pooled rows.
+    Each part the sites' replies did not show the server (the run's secure total) is validated in
+    the reduction against the same bounds over the ``pooled`` energies, with the fixed-point rounding
+    of the sum as slack.
+
+    Raises (in the reduction):
+        FederationError: the secure total is implausible (no site can be named).
     """
-    summed = secure.ask({s: request for s in secure.peers}, "score_sums", {k: FRAC_BITS for k in keys})
-    n = sum(validate.integer(r.meta.get("n"), f"site {s!r}: score rows") for s, r in summed.replies.items())
-    total = Message("score_sums", {k: summed.sums[k] for k in keys}, {"n": n})
-    slack = 4.0 * len(summed.survivors) * 2.0 ** -FRAC_BITS  # fixed-point rounding of the sum
-    try:
-        _checker({SECURE_SUM: n}, {SECURE_SUM: energy}, d, selected, with_score, slack)(SECURE_SUM, total)
-    except ValueError as exc:
-        raise FederationError(f"the secure sum of the sites' score sums is implausible: {exc}") from None
-    return total
+    keys = NEWTON_KEYS + (SCORE_KEYS if with_score else ())
+    site_check = _checker(rows, energy, d, selected, with_score)
+    seen: set[str] = set()  # the sites whose summed arrays the checker saw
+
+    def check(site: str, reply: Message) -> None:
+        site_check(site, reply)
+        if reply.arrays:
+            seen.add(site)
+
+    def aggregate(summed: Summed) -> tuple[dict[str, np.ndarray], int]:
+        n = sum(int(r.meta["n"]) for r in summed.replies.values())  # each validated against the site's rows
+        slack = 4.0 * len(summed.sites) * 2.0 ** -FRAC_BITS  # fixed-point rounding of a secure sum
+        for key, part in summed.parts.items():
+            if key in seen:
+                continue
+            total = Message("score_sums", {k: part.arrays[k] for k in keys}, {"n": n})
+            try:
+                _checker({key: n}, {key: pooled}, d, selected, with_score, slack)(key, total)
+            except ValueError as exc:
+                raise FederationError(f"the secure sum of the sites' score sums is implausible: {exc}") from None
+        return {k: summed.sums[k] for k in keys}, n
+
+    return SumStep(request, SumSpec({k: FRAC_BITS for k in keys}), check, aggregate, kind="score_sums")

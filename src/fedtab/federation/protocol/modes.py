@@ -255,15 +255,17 @@ class NoisySums(RunStrategy):
         return out
 
 
-def run_strategy(federation: "Federation", accountant: "PrivacyLedger | None" = None) -> RunStrategy:
+def run_strategy(federation: "Federation", accountant: "PrivacyLedger | None" = None, *,
+                 base: RunStrategy | None = None) -> RunStrategy:
     """The run's strategy from its options: the base summing strategy, wrapped in
     :class:`RobustSums` (``robust``) and :class:`NoisySums` (``dp``, spending from ``accountant``).
 
     ``accountant`` may be ``None`` for reductions without an exchange (:meth:`RunStrategy.reduce`);
-    a DP exchange without one raises ``ValueError``.
+    a DP exchange without one raises ``ValueError``. ``base`` replaces the run's summing strategy
+    under the wrappers for a step whose values are not sums (e.g. the election's ballots).
     """
     opts = federation.options
-    strategy: RunStrategy = BaseSums(federation.summing)
+    strategy: RunStrategy = base if base is not None else BaseSums(federation.summing)
     for wrap in getattr(federation, "_mode_wrappers", ()):  # modes added to this run (:func:`use_wrapper`)
         strategy = wrap(strategy)
     if opts.robust:
