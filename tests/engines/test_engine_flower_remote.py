@@ -336,7 +336,8 @@ def test_the_plans_exchange_count_is_what_the_in_process_engine_makes(tmp_path):
     from tests.builders import classification_parts, make_sites
 
     _, parts = classification_parts(90, 4, 2, 1, seed=1)
-    # (imputation, rounds + 5 or + 6 with the profile, was measured the same way; torch costs 10 s here)
+    # (imputation, rounds + 5 or + 6 with the profile, + 4·rounds + 4 secure, was measured the same way;
+    # torch costs 10 s here)
     gbdt = {"name": "gbdt", "params": {"n_trees": 3, "max_depth": 2}}
     for sections in ({"training": {"rounds": 2, "local_epochs": 1}, "schema": {"profile": False},
                       "evaluation": {"baselines": False}},
@@ -344,6 +345,9 @@ def test_the_plans_exchange_count_is_what_the_in_process_engine_makes(tmp_path):
                      # GBDT: n_trees × max_depth level exchanges, not `rounds` (the heart job's "15 exchanges"
                      # took 42 min); with its own schema agreement, and after an election
                      {"training": {"model": gbdt, "rounds": 10}, "schema": {"profile": False}},
+                     {"training": {"model": gbdt}, "privacy": {"secure_aggregation": True}},
+                     {"training": {"rounds": 3, "local_epochs": 1}, "election": {"freedom_degree": 0.5},
+                      "privacy": {"secure_aggregation": True}},  # secure: + 2 per summed exchange, + 1 keys
                      {"training": {"model": {"name": "gbdt", "params": {"n_trees": 2, "max_depth": 3}}},
                       "election": {"freedom_degree": 0.5}}):
         spec = parse_job({"target": "target", **sections}, sites_required=False)

@@ -78,7 +78,7 @@ def gbdt_exchanges(params: Mapping[str, Any], *, plain: bool) -> int:
 
 
 def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
-    """``{step: exchanges}`` the job's plan makes with plain sums (an estimate), in step order.
+    """``{step: exchanges}`` the job's plan makes (an estimate), in step order.
 
     Exact for schema, election, imputation, training and baselines as the job folds them
     (checked against the in-process engine's exchange count): the column profile 1,
@@ -89,22 +89,26 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     A ``gbdt`` model's training is :func:`gbdt_exchanges` (its ``n_trees × max_depth`` level
     exchanges, not ``rounds``; an upper bound: early stopping and shallow trees make fewer), its
     schema agreement and, for a regression task, no baselines.
-    Secure aggregation adds its key exchanges; a score test and the all-columns comparison
-    are not counted.
+    Secure aggregation adds two exchanges per summed one (the survivors' signatures and the
+    unmasking) and one for a session's keys: election ``+ 3``, imputation ``+ 4·rounds + 4``,
+    FedAvg training ``+ 2`` per summed exchange (its rounds, evaluate and, without an election,
+    describe) and GBDT ``+ 2·(n_trees × max_depth + 3)``, each ``+ 1`` for the keys unless an
+    election opened the session. A score test and the all-columns comparison are not counted.
     """
     out: dict[str, int] = {}
     private = spec.privacy.private
+    secure = bool(spec.privacy.secure_aggregation)
     profile = spec.schema.profile if spec.schema.profile is not None else not private
     if profile:
         out["schema"] = 1
     if spec.impute is not None:
-        out["imputation"] = spec.impute.rounds + 5 + int(profile)
+        out["imputation"] = spec.impute.rounds + 5 + int(profile) + (4 * spec.impute.rounds + 4 if secure else 0)
     el = spec.election
     voting = el is not None and el.method == "vote"
     if voting and el.tune != "none" and el.freedom_degree is None:
         out["tuning"] = len(el.grid or range(11)) + 2
     if voting:
-        out["election"] = 2
+        out["election"] = 2 + (3 if secure else 0)  # secure: the ballot is summed, the session opened
     if spec.training is not None:
         # its describe rides on set_mask after an election; with no earlier step agreeing the schema,
         # the training step agrees it first (the task is read from the sites' declarations)
@@ -113,10 +117,14 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
         if gbdt is not None:  # boosted trees grow level by level: no describe, no FedAvg rounds
             params = gbdt.get_params()
             regression = spec.training.task == "regression" or params.get("objective") == "regression"
+            summed = int(params["n_trees"]) * int(params["max_depth"]) + 3  # start, levels, closing level, evaluate
             out["training"] = gbdt_exchanges(params, plain=not private) + (0 if agreed else 1)
         else:
             regression = False
-            out["training"] = spec.training.rounds + (1 if voting else 2) + (0 if agreed else 1)
+            summed = spec.training.rounds + (1 if voting else 2)  # (describe,) fit rounds, evaluate
+            out["training"] = summed + (0 if agreed else 1)
+        if secure:
+            out["training"] += 2 * summed + (0 if voting else 1)
         if not regression and (spec.evaluation.baselines if spec.evaluation.baselines is not None else not private):
             out["baselines"] = 1
     return out
