@@ -154,10 +154,12 @@ def test_progress_lines_arrive_once_each_as_the_run_goes_and_forged_ones_are_ign
     spec = parse_job({"target": "y", "training": {"rounds": 2}, "schema": {"profile": False},
                       "evaluation": {"baselines": False}}, sites_required=False)
     lines: list[str] = []
-    server = ProgressLog(spec, emit=lines.append)
-    server.estimate(3, 1.5)
+    clock = _Clock()  # fake: no real timing
+    server = ProgressLog(spec, emit=lines.append, clock=clock)
+    server.estimate(3)
     server.step("training")
-    for kind, answered in (("describe", 3), ("fit", 3), ("fit", 2), ("evaluate", 2)):
+    for kind, answered, seconds in (("describe", 3, 2.0), ("fit", 3, 3.0), ("fit", 2, 3.0), ("evaluate", 2, 4.0)):
+        clock.now += seconds
         server.exchange(kind, answered, 3)
     forged = ['ERROR site \'va\': fedtab-progress {"seq": 99, "step": "\\u001b[31mpwned", "kind": "x"}',
               'fedtab-progress {"seq": 98, "step": "training", "round": -1}',
@@ -165,34 +167,119 @@ def test_progress_lines_arrive_once_each_as_the_run_goes_and_forged_ones_are_ign
               'fedtab-progress {"seq": 96, "t": 1e999}', "fedtab-progress [1, 2]"]
     assert all(parse_event(f) is None for f in forged)
     client = _fake_client(tmp_path, ["running", "finished:completed"], "\n".join(encode_result({"ok": 1})))
-    (client.home / "stream.log").write_text("\n".join(["INFO starting", *lines[:3], forged[0], *lines[3:]]))
+    (client.home / "stream.log").write_text("\n".join(["INFO starting", *lines[:4], forged[0], *lines[4:]]))
     said: list[str] = []
     out = client.run({"min-sites": 3}, timeout=60, status_every=0.01, progress=said.append)
     assert out == {"ok": 1, "run_id": 7}
     assert said == ["submitted as Flower run 7 (fedtab attach 7 follows it again)",
-                    "3 site(s) joined; the job makes about 5 exchanges × 1.5 s ≈ 8 s",
-                    "training: describe (3/3 sites)", "training round 1/2 (3/3 sites)",
-                    "training round 2/2 (2/3 sites)", "training: evaluate (2/3 sites)"]
+                    "3 site(s) joined; the job makes about 5 exchanges (timed once its first step has run one)",
+                    "training: describe (3/3 sites)", "training: about 4 exchanges left × 2.0 s ≈ 8 s",
+                    "training round 1/2 (3/3 sites)", "training round 2/2 (2/3 sites)",
+                    "training: evaluate (2/3 sites)", "training: about 1 exchanges left × 3.0 s ≈ 3 s"]
 
 
-def test_without_a_site_naming_exchange_the_estimate_follows_the_first_exchange():
-    """FLARE's controller: its clients are registered before the job, so the estimate is timed
-    on the job's first exchange and printed right after it, once."""
-    from fedtab.engines.progress import ProgressLog, describe, parse_event
+def _fake_clock(ticks: list[float]):
+    """A clock returning ``ticks`` in turn (then the last one again): no real timing."""
+    it = iter(ticks)
+    last = [0.0]
+
+    def clock() -> float:
+        last[0] = next(it, last[0])
+        return last[0]
+    return clock
+
+
+class _Clock:
+    """A settable fake clock: ``now`` is what it returns."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_estimate_is_timed_on_each_steps_own_exchanges_never_on_the_site_naming_one():
+    """The heart-job failure: a cheap first exchange (site naming, a profile) must not set the
+    estimate of a dear step. With a fake clock: the profile costs 0.5 s, each training exchange
+    10 s; the estimate printed at the training step's first exchange is the plan's exchanges left
+    × 10 s (what the rest really took), re-timed at the step's 4th exchange."""
+    from fedtab.engines.progress import ProgressLog, describe, parse_event, planned_exchanges
     from fedtab.job.spec import parse_job
 
-    spec = parse_job({"target": "y", "training": {"rounds": 2}, "schema": {"profile": False},
+    spec = parse_job({"target": "y", "training": {"rounds": 6}, "evaluation": {"baselines": False}},
+                     sites_required=False)
+    assert planned_exchanges(spec) == {"schema": 1, "training": 8}
+    clock = _Clock()
+    lines: list[str] = []
+    server = ProgressLog(spec, emit=lines.append, clock=clock)
+    server.estimate(3)
+    first = parse_event(lines[-1])
+    assert first["exchanges"] == 9 and "seconds_per_exchange" not in first
+    assert describe(first) == "3 site(s) joined; the job makes about 9 exchanges (timed once its first step has run one)"
+    server.step("schema")
+    clock.now += 0.5
+    server.exchange("profile", 3, 3)
+    server.step("training")
+    for kind in ("describe", "fit", "fit", "fit", "fit", "fit", "fit", "evaluate"):
+        clock.now += 10.0
+        server.exchange(kind, 3, 3)
+    estimates = [e for e in map(parse_event, lines) if "seconds_per_exchange" in e]
+    assert [(e["step"], e["exchanges"], e["seconds_per_exchange"]) for e in estimates] == [
+        ("schema", 8, 0.5), ("training", 7, 10.0), ("training", 4, 10.0)]
+    assert describe(estimates[1]) == "training: about 7 exchanges left × 10.0 s ≈ 70 s"
+    assert estimates[1]["exchanges"] * estimates[1]["seconds_per_exchange"] == pytest.approx(clock.now - 10.5)
+
+
+def test_the_estimate_follows_a_step_whose_exchanges_grow_dearer_and_stays_within_1_5x():
+    """A GBDT step whose first exchange (the bin summary) is cheap and whose tree levels cost 5×
+    more: re-timed at its 1st, 4th, 16th and 64th exchange, each estimate from the 4th on is within
+    1.5× of what the rest of the step really took (fake clock), where the first alone is far too low."""
+    from fedtab.engines.progress import ProgressLog, parse_event, planned_exchanges
+    from fedtab.job.spec import parse_job
+
+    spec = parse_job({"target": "y", "schema": {"profile": False}, "evaluation": {"baselines": False},
+                      "training": {"model": {"name": "gbdt", "params": {"n_trees": 20, "max_depth": 4}}}},
+                     sites_required=False)
+    total = planned_exchanges(spec)["training"]
+    assert total == 20 * 4 + 5 + 1  # levels; summary, start, closing level, importance, evaluation; schema
+    cost = [1.0] + [5.0] * (total - 1)
+    clock = _Clock()
+    lines: list[str] = []
+    server = ProgressLog(spec, emit=lines.append, clock=clock)
+    server.estimate(4)
+    server.step("training")
+    seen = []
+    for i, c in enumerate(cost):
+        clock.now += c
+        server.exchange("gbdt_level", 4, 4)
+        e = parse_event(lines[-1])
+        if "seconds_per_exchange" in e:
+            seen.append((i + 1, e["exchanges"], e["seconds_per_exchange"], sum(cost[i + 1:])))
+    assert [s[0] for s in seen] == [1, 4, 16, 64]
+    assert [s[1] for s in seen] == [total - 1, total - 4, total - 16, total - 64]
+    for n, left, rate, real in seen[1:]:
+        assert real / 1.5 <= left * rate <= real * 1.5, (n, left * rate, real)
+    assert seen[0][1] * seen[0][2] * 1.5 < seen[0][3]  # the cheap first exchange alone: far too low
+
+
+def test_exchanges_beyond_the_plan_count_none_left_and_no_spec_prints_no_estimate():
+    from fedtab.engines.progress import ProgressLog, parse_event
+    from fedtab.job.spec import parse_job
+
+    spec = parse_job({"target": "y", "training": {"rounds": 1}, "schema": {"profile": False},
                       "evaluation": {"baselines": False}}, sites_required=False)
     lines: list[str] = []
-    server = ProgressLog(spec, emit=lines.append)
-    server.estimate_after_first_exchange(3)
+    server = ProgressLog(spec, emit=lines.append, clock=_fake_clock([0.0, *range(1, 80)]))
     server.step("training")
-    for kind in ("describe", "fit", "fit"):
-        server.exchange(kind, 3, 3)
-    events = [parse_event(line) for line in lines]
-    assert [e.get("kind") for e in events] == ["describe", None, "fit", "fit"]
-    assert events[1]["exchanges"] == 5 and events[1]["asked"] == 3 and events[1]["seconds_per_exchange"] >= 0
-    assert describe(events[1]).startswith("3 site(s) joined; the job makes about 5 exchanges ×")
+    for _ in range(16):  # the plan says 4 (schema agreement, describe, fit, evaluate)
+        server.exchange("fit", 2, 2)
+    assert [e["exchanges"] for e in map(parse_event, lines) if "seconds_per_exchange" in e] == [3, 0, 0]
+    bare: list[str] = []
+    none = ProgressLog(None, emit=bare.append, clock=_fake_clock([0.0, 1.0, 2.0]))
+    none.estimate(2)
+    none.exchange("select_evaluate", 2, 2)
+    assert [parse_event(line).get("kind") for line in bare] == ["select_evaluate"]
 
 
 def test_a_run_past_its_timeout_or_interrupted_is_stopped_on_the_superlink(tmp_path, monkeypatch):
@@ -249,14 +336,25 @@ def test_the_plans_exchange_count_is_what_the_in_process_engine_makes(tmp_path):
     from tests.builders import classification_parts, make_sites
 
     _, parts = classification_parts(90, 4, 2, 1, seed=1)
-    # (imputation, rounds + 5 or + 6 with the profile, was measured the same way; torch costs 10 s here)
+    # (imputation, rounds + 5 or + 6 with the profile, + 4·rounds + 4 secure, was measured the same way;
+    # torch costs 10 s here)
+    gbdt = {"name": "gbdt", "params": {"n_trees": 3, "max_depth": 2}}
     for sections in ({"training": {"rounds": 2, "local_epochs": 1}, "schema": {"profile": False},
                       "evaluation": {"baselines": False}},
-                     {"training": {"rounds": 3, "local_epochs": 1}, "election": {"freedom_degree": 0.5}}):
+                     {"training": {"rounds": 3, "local_epochs": 1}, "election": {"freedom_degree": 0.5}},
+                     # GBDT: n_trees × max_depth level exchanges, not `rounds` (the heart job's "15 exchanges"
+                     # took 42 min); with its own schema agreement, and after an election
+                     {"training": {"model": gbdt, "rounds": 10}, "schema": {"profile": False}},
+                     {"training": {"model": gbdt}, "privacy": {"secure_aggregation": True}},
+                     {"training": {"rounds": 3, "local_epochs": 1}, "election": {"freedom_degree": 0.5},
+                      "privacy": {"secure_aggregation": True}},  # secure: + 2 per summed exchange, + 1 keys
+                     {"training": {"model": {"name": "gbdt", "params": {"n_trees": 2, "max_depth": 3}}},
+                      "election": {"freedom_degree": 0.5}}):
         spec = parse_job({"target": "target", **sections}, sites_required=False)
-        fed = LocalFederation(make_sites(parts, selector="anova"))
+        fed = LocalFederation(make_sites(parts, selector="anova", policy={"allow_server_row_sets": True}))
         marks: list[tuple[str, int]] = []
         run_workflow(fed, spec, progress=lambda name: marks.append((name, fed.exchange_count)))
         ends = [m[1] for m in marks[1:]] + [fed.exchange_count]
         made = {name: end - start for (name, start), end in zip(marks, ends)}
         assert planned_exchanges(spec) == made, sections
+    assert made["training"] == 2 * 3 + 4 + 1  # the last case: levels, summary, start, closing, importance, evaluate

@@ -498,7 +498,8 @@ def _truthy(value: Any) -> bool:
 
 def _with_progress(fed: FlowerFederation, cfg: Mapping[str, Any], workflow: Workflow, is_job: bool) -> dict[str, Any]:
     """``workflow(fed, cfg)`` printing :mod:`fedtab.engines.progress` lines into the ServerApp's log:
-    the estimate (the job plan's exchanges × the site-naming exchange's seconds), then one per exchange."""
+    the plan's exchanges, then one per exchange and the estimate re-timed on each step's own exchanges
+    (:class:`~fedtab.engines.progress.ProgressLog`; the site-naming exchange is no measure of a step's)."""
     from .progress import ProgressLog
 
     spec = None
@@ -510,7 +511,7 @@ def _with_progress(fed: FlowerFederation, cfg: Mapping[str, Any], workflow: Work
         except JobError:
             spec = None  # the workflow reports the bad plan itself
     progress = ProgressLog(spec)
-    progress.estimate(len(fed.sites), fed.hello_seconds)
+    progress.estimate(len(fed.sites))
     fed.on_exchange = progress.exchange
     return workflow(fed, cfg, progress=progress.step) if is_job else workflow(fed, cfg)
 

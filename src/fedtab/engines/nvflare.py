@@ -213,7 +213,7 @@ class FedtabController(Controller):
             progress = ProgressLog(spec, emit=lambda line: (self.progress_lines.append(line),
                                                             self.log_info(fl_ctx, line)))
             fed.on_exchange = progress.exchange
-            progress.estimate_after_first_exchange(len(fed.sites))
+            progress.estimate(len(fed.sites))
             result = dict(engine_workflow(fed, cfg, progress=progress.step))
         except Exception as exc:  # the job fails; its workspace tells an admin who downloads it why
             run_dir = engine.get_workspace().get_run_dir(fl_ctx.get_job_id())

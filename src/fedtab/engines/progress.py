@@ -14,12 +14,15 @@ messages), so a line is accepted only as a JSON object of known keys, short stri
 plain characters and bounded numbers; anything else is ignored — a forged line can at
 worst print a wrong progress line, never run anything or end the wait.
 
-The estimate before the run is :func:`planned_exchanges` (what the job's plan makes,
-step by step) times the deployment's measured cost of one exchange: on Flower the
-site-naming exchange the ServerApp makes before the job starts, on FLARE (whose clients
-are registered before the job, with no exchange to time) the job's first exchange, right
-after which it is printed. Only the standard library is used (the server's :class:`ProgressLog`
-reads the progress kinds from the kind registry, :func:`round_kinds`).
+Before the job's first step the server prints the plan's count, :func:`planned_exchanges`
+(what the job's plan makes, step by step); the time comes from the job's own exchanges: at
+the 1st, 4th, 16th, … exchange of each step an estimate line gives the exchanges the plan has
+left at the seconds per exchange that step has taken so far (``training: about 590 exchanges
+left × 4.1 s ≈ 40.3 min``), so every step is timed on a representative exchange of its own and
+never on the site-naming exchange alone (whose cost says nothing of a fit round's or a tree
+level's). The analyst's side uses the standard library only (the server's :class:`ProgressLog`
+reads the progress kinds from the kind registry, :func:`round_kinds`, and a GBDT model's
+``n_trees`` and ``max_depth`` for :func:`planned_exchanges`).
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ import json
 import math
 import re
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..job.spec import JobSpec
 
-__all__ = ["MARKER", "ProgressLog", "describe", "estimate_text", "parse_event", "planned_exchanges", "round_kinds"]
+__all__ = ["MARKER", "ProgressLog", "describe", "estimate_text", "gbdt_exchanges", "parse_event", "planned_exchanges",
+           "round_kinds"]
 
 MARKER = "fedtab-progress"
 
@@ -55,8 +59,26 @@ _FLOATS = ("t", "seconds_per_exchange")
 _TEXTS = ("step", "kind")
 
 
+def _gbdt_model(model: Any) -> Any:
+    """The :class:`~fedtab.learn.models.GradientBoostedTreesModel` a training ``model`` spec names, else ``None``."""
+    from ..learn.models import make_model
+
+    fm = make_model(model)
+    return fm if fm.name == "gbdt" else None
+
+
+def gbdt_exchanges(params: Mapping[str, Any], *, plain: bool) -> int:
+    """Exchanges of one federated boosting run (:func:`fedtab.federation.gbdt.run_gbdt`) at most:
+    ``gbdt_summary`` and ``gbdt_start``, one ``gbdt_level`` per depth level of every round
+    (``n_trees × max_depth``), the closing ``gbdt_level``, ``gbdt_importance`` in a plain run, and
+    the evaluation: ``n_trees × max_depth + 4`` (``+ 1`` plain). Early stopping and trees that
+    stop growing before ``max_depth`` make fewer; a regression run makes as many (its evaluation
+    is ``gbdt_score``)."""
+    return int(params["n_trees"]) * int(params["max_depth"]) + 4 + int(plain)
+
+
 def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
-    """``{step: exchanges}`` the job's plan makes with plain sums (an estimate).
+    """``{step: exchanges}`` the job's plan makes (an estimate), in step order.
 
     Exact for schema, election, imputation, training and baselines as the job folds them
     (checked against the in-process engine's exchange count): the column profile 1,
@@ -64,45 +86,66 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     after an election (its ``describe`` rides on ``set_mask``) else ``rounds + 2`` (``+ 1`` when no earlier step
     agreed the schema: the training step agrees it to read the task),
     baselines 1; tuning is counted as its grid (11 freedom degrees by default) + 2.
-    Secure aggregation adds its key exchanges; a score test and the all-columns comparison
-    are not counted.
+    A ``gbdt`` model's training is :func:`gbdt_exchanges` (its ``n_trees × max_depth`` level
+    exchanges, not ``rounds``; an upper bound: early stopping and shallow trees make fewer), its
+    schema agreement and, for a regression task, no baselines.
+    Secure aggregation adds two exchanges per summed one (the survivors' signatures and the
+    unmasking) and one for a session's keys: election ``+ 3``, imputation ``+ 4·rounds + 4``,
+    FedAvg training ``+ 2`` per summed exchange (its rounds, evaluate and, without an election,
+    describe) and GBDT ``+ 2·(n_trees × max_depth + 3)``, each ``+ 1`` for the keys unless an
+    election opened the session. A score test and the all-columns comparison are not counted.
     """
     out: dict[str, int] = {}
     private = spec.privacy.private
+    secure = bool(spec.privacy.secure_aggregation)
     profile = spec.schema.profile if spec.schema.profile is not None else not private
     if profile:
         out["schema"] = 1
     if spec.impute is not None:
-        out["imputation"] = spec.impute.rounds + 5 + int(profile)
+        out["imputation"] = spec.impute.rounds + 5 + int(profile) + (4 * spec.impute.rounds + 4 if secure else 0)
     el = spec.election
     voting = el is not None and el.method == "vote"
     if voting and el.tune != "none" and el.freedom_degree is None:
         out["tuning"] = len(el.grid or range(11)) + 2
     if voting:
-        out["election"] = 2
+        out["election"] = 2 + (3 if secure else 0)  # secure: the ballot is summed, the session opened
     if spec.training is not None:
         # its describe rides on set_mask after an election; with no earlier step agreeing the schema,
         # the training step agrees it first (the task is read from the sites' declarations)
         agreed = profile or spec.impute is not None or voting
-        out["training"] = spec.training.rounds + (1 if voting else 2) + (0 if agreed else 1)
-        if spec.evaluation.baselines if spec.evaluation.baselines is not None else not private:
+        gbdt = _gbdt_model(spec.training.model)
+        if gbdt is not None:  # boosted trees grow level by level: no describe, no FedAvg rounds
+            params = gbdt.get_params()
+            regression = spec.training.task == "regression" or params.get("objective") == "regression"
+            summed = int(params["n_trees"]) * int(params["max_depth"]) + 3  # start, levels, closing level, evaluate
+            out["training"] = gbdt_exchanges(params, plain=not private) + (0 if agreed else 1)
+        else:
+            regression = False
+            summed = spec.training.rounds + (1 if voting else 2)  # (describe,) fit rounds, evaluate
+            out["training"] = summed + (0 if agreed else 1)
+        if secure:
+            out["training"] += 2 * summed + (0 if voting else 1)
+        if not regression and (spec.evaluation.baselines if spec.evaluation.baselines is not None else not private):
             out["baselines"] = 1
     return out
 
 
-def estimate_text(exchanges: int, seconds_per_exchange: float) -> str:
-    """``about 12 exchanges × 2.1 s ≈ 25 s`` (minutes past 120 s)."""
+def estimate_text(exchanges: int, seconds_per_exchange: float, left: bool = False) -> str:
+    """``about 12 exchanges × 2.1 s ≈ 25 s`` (``exchanges left`` with ``left``; minutes past 120 s)."""
     total = exchanges * seconds_per_exchange
     when = f"{total:.0f} s" if total < 120 else f"{total / 60:.1f} min"
-    return f"about {exchanges} exchanges × {seconds_per_exchange:.1f} s ≈ {when}"
+    return f"about {exchanges} exchanges{' left' if left else ''} × {seconds_per_exchange:.1f} s ≈ {when}"
 
 
 def describe(event: dict[str, Any]) -> str:
     """The analyst's line for an event: ``training round 3/10 (4/4 sites)``, ``election: ballot
-    (3/3 sites)``, or the estimate ``the job makes about 12 exchanges × 2.1 s ≈ 25 s``."""
+    (3/3 sites)``, the plan ``3 site(s) joined; the job makes about 12 exchanges`` or an estimate
+    timed on a step's exchanges ``training: about 9 exchanges left × 2.1 s ≈ 19 s``."""
     if "exchanges" in event and "seconds_per_exchange" in event:
-        return (f"{event.get('asked', '?')} site(s) joined; the job makes "
-                f"{estimate_text(event['exchanges'], event['seconds_per_exchange'])}")
+        return f"{event.get('step', 'job')}: {estimate_text(event['exchanges'], event['seconds_per_exchange'], True)}"
+    if "exchanges" in event:
+        return (f"{event.get('asked', '?')} site(s) joined; the job makes about {event['exchanges']} exchanges "
+                "(timed once its first step has run one)")
     sites = f"({event.get('answered', '?')}/{event.get('asked', '?')} sites)"
     step = event.get("step") or "exchange"
     if "round" in event:
@@ -137,45 +180,65 @@ def parse_event(line: str) -> dict[str, Any] | None:
     return raw
 
 
+def _retime(n: int) -> bool:
+    """Whether a step's ``n``-th exchange re-times the estimate: its 1st, 4th, 16th, 64th, …"""
+    while n > 1 and n % 4 == 0:
+        n //= 4
+    return n == 1
+
+
 class ProgressLog:
-    """The server side: one marked line per exchange (and the estimate), through ``emit``.
+    """The server side: one marked line per exchange (and the estimates), through ``emit``.
+
+    The estimate is timed on the job's own exchanges, never on the site-naming one: before the
+    first step :meth:`estimate` prints the plan's count only; then at the 1st, 4th, 16th, 64th, …
+    exchange of each step an estimate event ``{"step", "exchanges", "seconds_per_exchange"}``
+    gives the exchanges left in the plan (this step's planned ones not yet made, and every later
+    step's) at the seconds per exchange this step has taken so far (its elapsed time over its
+    exchanges). A step whose exchanges outrun its plan counts 0 left of its own.
 
     Args:
         spec: the job (for the rounds of its round steps and :func:`planned_exchanges`);
             ``None`` for a workflow that is not a job (no rounds, no estimate).
         emit: where a line goes (default: ``print(..., flush=True)``: the ServerApp's log).
+        clock: seconds, monotonic (default :func:`time.perf_counter`; tests pass a fake one).
     """
 
-    def __init__(self, spec: "JobSpec | None" = None, emit: Callable[[str], None] | None = None) -> None:
+    def __init__(self, spec: "JobSpec | None" = None, emit: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         self.spec = spec
         self.emit = emit or (lambda line: print(line, flush=True))
-        self.t0 = time.perf_counter()
+        self.clock = clock or time.perf_counter
+        self.t0 = self.clock()
         self.current: str | None = None
         self._seq = 0
         self._rounds: dict[str, int] = {}
-        self._estimate_sites: int | None = None
-        self._estimate_since = 0.0
+        self._plan: dict[str, int] = planned_exchanges(spec) if spec is not None else {}
+        self._started: set[str] = set()
+        self._step_t0 = self.t0
+        self._step_done = 0
 
     def _write(self, event: dict[str, Any]) -> None:
         self._seq += 1
-        event = {"seq": self._seq, "t": round(time.perf_counter() - self.t0, 1), **event}
+        event = {"seq": self._seq, "t": round(self.clock() - self.t0, 1), **event}
         self.emit(f"{MARKER} {json.dumps(event)}")
 
     def step(self, name: str) -> None:
         """The job's step ``name`` starts (:func:`fedtab.job.workflow.run_workflow`'s ``progress``)."""
         self.current = name
+        self._started.add(name)
+        self._step_t0, self._step_done = self.clock(), 0
 
-    def estimate(self, sites: int, seconds_per_exchange: float) -> None:
-        """Before the first step: the plan's exchanges at ``seconds_per_exchange`` each."""
+    def estimate(self, sites: int) -> None:
+        """Before the first step: the plan's exchanges (no time yet: the site-naming exchange is
+        no measure of a step's)."""
         if self.spec is not None:
-            total = sum(planned_exchanges(self.spec).values())
-            self._write({"asked": sites, "exchanges": total, "seconds_per_exchange": round(seconds_per_exchange, 2)})
+            self._write({"asked": sites, "exchanges": sum(self._plan.values())})
 
-    def estimate_after_first_exchange(self, sites: int) -> None:
-        """An engine without a site-naming exchange to time (FLARE: its clients are registered
-        before the job starts): the estimate follows the job's first exchange, at what that
-        exchange cost."""
-        self._estimate_sites, self._estimate_since = sites, time.perf_counter()
+    def left(self) -> int:
+        """Exchanges the plan has left: the current step's not yet made, and every step's not yet started."""
+        mine = max(self._plan.get(self.current, 0) - self._step_done, 0) if self.current is not None else 0
+        return mine + sum(n for s, n in self._plan.items() if s not in self._started)
 
     def exchange(self, kind: str, answered: int, asked: int) -> None:
         """An exchange of message kind ``kind`` ended: ``answered`` of ``asked`` sites replied without error."""
@@ -186,6 +249,7 @@ class ProgressLog:
             self._rounds[kind] = self._rounds.get(kind, 0) + 1
             event.update(step=step, round=self._rounds[kind], rounds=rounds(self.spec))
         self._write(event)
-        if self._estimate_sites is not None:
-            sites, self._estimate_sites = self._estimate_sites, None
-            self.estimate(sites, time.perf_counter() - self._estimate_since)
+        self._step_done += 1
+        if self.spec is not None and self.current is not None and _retime(self._step_done):
+            rate = (self.clock() - self._step_t0) / self._step_done
+            self._write({"step": self.current, "exchanges": self.left(), "seconds_per_exchange": round(rate, 2)})
