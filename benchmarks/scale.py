@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from fedtab.election.agreement import DEFAULT_FREEDOM_DEGREES, jaccard, pooled_agreement, pooled_mask
+from fedtab.election.agreement import jaccard, pooled_agreement, pooled_mask
 from fedtab.engines.local import LocalFederation
 from fedtab.federation.election_flow import run_election
 from fedtab.federation.messages import Message

@@ -9,11 +9,20 @@ Every import counts wherever it is written — module level, inside a function, 
 absolute — except those under ``if TYPE_CHECKING:`` (annotations only: nothing is imported
 when the code runs). The few known exceptions are listed in :data:`EXCEPTIONS` with why; a
 test fails when one of them is no longer needed, so the list only shrinks.
+
+* ``engines/`` imports no ``job/`` (the job hands the engine its server app; issue 29 item 3);
+* no import circles: the run-time import graph of fedtab's modules (every import, as above;
+  a package is its ``__init__``) has no strongly connected component but the ones listed in
+  :data:`CIRCLES` (which can only shrink: a new module in a circle, a new import inside one, or
+  a new circle fails; a circle that shrank must be written down smaller);
+* imports under ``if TYPE_CHECKING:`` are counted apart (:func:`type_only_imports`): they make
+  no circle, and those against the layers are listed in :data:`TYPE_ONLY_EXCEPTIONS`.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -24,12 +33,55 @@ ALGORITHMS = ("election", "impute", "learn", "privacy")
 ABOVE_ALGORITHMS = ("federation", "engines", "job", "report", "cli", "estimators")
 RULES = {layer: ABOVE_ALGORITHMS for layer in ALGORITHMS}
 RULES["federation"] = ("engines", "job", "report", "cli", "estimators")
+RULES["engines"] = ("job",)
 
 #: ``(module, imported package): why`` — imports the rules allow for now
 EXCEPTIONS = {
     ("fedtab.election", "fedtab.estimators"): "the old import path fedtab.election.FederatedFeatureElection, "
                                               "resolved on first access only",
+    ("fedtab.engines.flower", "fedtab.job"): "the Flower ServerApp parses the job plan and builds its workflow "
+                                             "(engine_workflow) itself; issue 29 item 3 moves that into the job",
+    ("fedtab.engines.nvflare", "fedtab.job"): "the FLARE controller parses the job plan and builds its workflow "
+                                              "(engine_workflow) itself; issue 29 item 3 moves that into the job",
 }
+
+#: ``(module, imported package): why`` — imports against the rules written under ``if TYPE_CHECKING:``
+#: (annotations only: nothing is imported when the code runs); counted apart, the list only shrinks
+TYPE_ONLY_EXCEPTIONS = {
+    ("fedtab.privacy.gate", "fedtab.federation"): "annotations name the Message the gate checks",
+    ("fedtab.privacy.policy", "fedtab.federation"): "annotations name the Site and Message a policy checks",
+    ("fedtab.privacy.secagg", "fedtab.federation"): "annotations name the Site and Message the site side masks",
+    ("fedtab.engines.progress", "fedtab.job"): "an annotation names the JobSpec whose steps are shown",
+}
+
+#: the import circles of today (issue 29: protocol ↔ schema ↔ site ↔ training ↔ gbdt, the job's steps, ...)
+#: as ``(modules, imports between them)``. It can only shrink — see
+#: :func:`test_no_new_import_circle` and :func:`test_every_listed_circle_is_as_written`.
+CIRCLES: list[tuple[frozenset[str], int]] = [
+    (frozenset("fedtab." + m for m in (
+        "federation.gbdt.server", "federation.gbdt.site", "federation.gbdt.steps", "federation.gbdt.training",
+        "federation.protocol", "federation.protocol.exchange", "federation.protocol.federation",
+        "federation.protocol.modes", "federation.protocol.secure_aggregator", "federation.protocol.summing",
+        "federation.schema", "federation.site", "federation.training", "federation.training.server",
+        "federation.training.site", "federation.training.steps", "federation.training_flow",
+        "federation.validate",
+    )), 55),
+    (frozenset("fedtab." + m for m in (
+        "job.site_files", "job.spec", "job.steps", "job.steps.categories", "job.steps.election",
+        "job.steps.evaluation", "job.steps.imputation", "job.steps.schema", "job.steps.score_test",
+        "job.steps.selection", "job.steps.training", "job.steps.tuning",
+    )), 30),
+    (frozenset("fedtab." + m for m in (
+        "election.lasso_cv", "election.markov_blanket", "election.selectors", "election.sequential_attention",
+    )), 6),
+    (frozenset("fedtab." + m for m in (
+        "election.compat", "election.rule", "election.tally",
+    )), 5),
+    (frozenset("fedtab." + m for m in (
+        "privacy.dp", "privacy.policy",
+    )), 2),
+]
+
 
 
 def _module_name(path: Path) -> str:
@@ -42,16 +94,24 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def imports(path: Path) -> set[str]:
-    """Absolute names of every module ``path`` imports at run time (any depth, relative resolved)."""
-    module = _module_name(path)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
+def _imports(path: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """``(run time, type only)``: absolute names of every module ``path`` imports (any depth, relative
+    resolved), those under ``if TYPE_CHECKING:`` apart (its ``else`` branch runs: it counts as run time)."""
+    return _parsed_imports(_module_name(path), path.name == "__init__.py", path.read_text(), str(path))
 
-    def visit(node: ast.AST) -> None:
+
+@functools.lru_cache(maxsize=None)
+def _parsed_imports(module: str, is_package: bool, text: str, filename: str) -> tuple[frozenset[str], frozenset[str]]:
+    package = module if is_package else module.rpartition(".")[0]
+    run_time: set[str] = set()
+    type_only: set[str] = set()
+
+    def visit(node: ast.AST, found: set[str]) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                visit(child, type_only)
             for child in node.orelse:
-                visit(child)
+                visit(child, found)
             return
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
@@ -62,21 +122,33 @@ def imports(path: Path) -> set[str]:
                 name = ".".join([*base, node.module] if node.module else base)
             else:
                 name = node.module or ""
-            found.add(name)
-            found.update(f"{name}.{alias.name}" for alias in node.names)  # ``from . import engines``
+            # ``from . import engines`` names the module ``engines``; ``from .site import Site`` a name
+            # of ``site`` (``…site.Site`` resolves to ``…site``); ``from x import *`` is ``x.*``
+            found.update(f"{name}.{alias.name}" for alias in node.names)
         for child in ast.iter_child_nodes(node):
-            visit(child)
+            visit(child, found)
 
-    visit(ast.parse(path.read_text(), str(path)))
-    return found
+    visit(ast.parse(text, filename), run_time)
+    return frozenset(run_time), frozenset(type_only)
 
 
-def violations(layer: str) -> dict[tuple[str, str], list[str]]:
-    """``{(module, forbidden package): [imported names]}`` of the modules of ``layer``."""
+def imports(path: Path) -> frozenset[str]:
+    """Absolute names of every module ``path`` imports at run time (any depth, relative resolved)."""
+    return _imports(path)[0]
+
+
+def type_only_imports(path: Path) -> frozenset[str]:
+    """Absolute names ``path`` imports under ``if TYPE_CHECKING:`` only (annotations: nothing runs)."""
+    return _imports(path)[1]
+
+
+def violations(layer: str, type_only: bool = False) -> dict[tuple[str, str], list[str]]:
+    """``{(module, forbidden package): [imported names]}`` of the modules of ``layer`` (at run time, or
+    under ``if TYPE_CHECKING:`` only)."""
     out: dict[tuple[str, str], list[str]] = {}
     for path in sorted((SRC / layer).rglob("*.py")):
         module = _module_name(path)
-        for name in sorted(imports(path)):
+        for name in sorted(_imports(path)[1 if type_only else 0]):
             for banned in RULES[layer]:
                 target = f"fedtab.{banned}"
                 if name == target or name.startswith(target + "."):
@@ -93,6 +165,12 @@ def test_imports_run_downward_only(layer):
 def test_every_exception_is_still_needed():
     found = {k for layer in RULES for k in violations(layer)}
     assert set(EXCEPTIONS) <= found, f"no longer needed, remove from EXCEPTIONS: {sorted(set(EXCEPTIONS) - found)}"
+
+
+def test_type_only_imports_against_the_layers_are_the_listed_ones():
+    found = {k for layer in RULES for k in violations(layer, type_only=True)}
+    assert found - set(TYPE_ONLY_EXCEPTIONS) == set(), "new type-only imports against the layers"
+    assert set(TYPE_ONLY_EXCEPTIONS) - found == set(), "no longer needed, remove from TYPE_ONLY_EXCEPTIONS"
 
 
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path, monkeypatch):
@@ -146,3 +224,128 @@ def test_the_length_check_finds_a_long_function(tmp_path):
     body = "\n".join(f"    x{i} = {i}" for i in range(101))
     (pkg / "long.py").write_text(f'def f():\n    """doc"""\n{body}\n\n\ndef g():\n    """doc"""\n    return 1\n')
     assert _long_functions(pkg, MAX_BODY_LINES) == ["long.py:f (101 lines)"]
+
+
+# ----------------------------------------------------------------------------- import graph and circles
+def import_graph(type_only: bool = False) -> dict[str, set[str]]:
+    """``{module: {fedtab modules it imports}}`` over every module under :data:`SRC` — at run time
+    (default) or under ``if TYPE_CHECKING:`` only. An imported name is resolved to the deepest module
+    of the tree it names (``from .site import Site`` → ``….site``; ``from . import validate`` →
+    ``….validate``; a name of a package's ``__init__`` → the package); a module's imports of itself
+    are left out."""
+    files = {_module_name(path): path for path in sorted(SRC.rglob("*.py"))}
+
+    def resolve(name: str) -> str | None:
+        parts = name.split(".")
+        for k in range(len(parts), 0, -1):
+            if (candidate := ".".join(parts[:k])) in files:
+                return candidate
+        return None
+
+    graph = {}
+    for module, path in files.items():
+        names = _imports(path)[1 if type_only else 0]
+        graph[module] = {target for name in names if (target := resolve(name)) is not None and target != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The import circles of ``graph``: its strongly connected components of more than one module
+    (Tarjan's algorithm, iterative), largest first."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(frozenset(component))
+    return sorted(found, key=lambda c: (-len(c), sorted(c)))
+
+
+def circle_imports(graph: dict[str, set[str]], circle: frozenset[str]) -> list[tuple[str, str]]:
+    """The imports between two modules of ``circle``: each one lies on a circle (its target leads back)."""
+    return sorted((a, b) for a in circle for b in graph[a] if b in circle)
+
+
+def _describe(graph: dict[str, set[str]], circle: frozenset[str]) -> str:
+    return f"{sorted(circle)}: " + ", ".join(f"{a} -> {b}" for a, b in circle_imports(graph, circle))
+
+
+def test_no_new_import_circle():
+    """Every circle of today's run-time graph lies inside a listed one and holds no more imports than
+    listed: an import between two modules of a circle always closes a circle (the target leads back)."""
+    graph = import_graph()
+    problems = []
+    for circle in circles(graph):
+        listed = [(modules, n) for modules, n in CIRCLES if circle <= modules]
+        if not listed:
+            problems.append(f"new import circle {_describe(graph, circle)}")
+        elif (n := len(circle_imports(graph, circle))) > listed[0][1]:
+            problems.append(f"{n} imports inside a listed circle (at most {listed[0][1]}): {_describe(graph, circle)}")
+    assert problems == [], "\n".join(problems)
+
+
+def test_every_listed_circle_is_as_written():
+    """The list only shrinks: a circle that lost a module or an import is written down as it is now."""
+    graph = import_graph()
+    now = {circle: len(circle_imports(graph, circle)) for circle in circles(graph)}
+    stale = [f"{len(modules)} modules, {n} imports" for modules, n in CIRCLES if now.get(modules) != n]
+    assert stale == [], f"listed circles that shrank or broke — write down today's: {stale}; today: " \
+                        f"{[(sorted(c), n) for c, n in now.items()]}"
+
+
+def test_the_circle_finder_sees_deferred_imports_and_leaves_type_only_ones_apart(tmp_path, monkeypatch):
+    """An adversarial tree: a circle closed by an import inside a function, one closed only under
+    ``if TYPE_CHECKING`` (no circle at run time, one type-only import), a package whose ``__init__``
+    re-exports a module that imports the package back, and a module importing itself."""
+    pkg = tmp_path / "tree"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .hub import thing\n")
+    (pkg / "hub.py").write_text("import fedtab.tree.a\nthing = 1\n")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import x\n")
+    (pkg / "c.py").write_text("from .d import y\n")
+    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .c import z\n")
+    (pkg / "e.py").write_text("from fedtab.tree import thing\n")
+    (pkg / "f.py").write_text("import fedtab.tree.f\nfrom . import e\n")
+    monkeypatch.setattr(__import__(__name__), "SRC", tmp_path)
+    graph = import_graph()
+    assert circles(graph) == [frozenset({"fedtab.tree.a", "fedtab.tree.b"})]
+    assert circle_imports(graph, frozenset({"fedtab.tree.a", "fedtab.tree.b"})) == [
+        ("fedtab.tree.a", "fedtab.tree.b"), ("fedtab.tree.b", "fedtab.tree.a")]
+    assert graph["fedtab.tree.e"] == {"fedtab.tree"} and graph["fedtab.tree"] == {"fedtab.tree.hub"}
+    assert graph["fedtab.tree.f"] == {"fedtab.tree.e"}
+    assert import_graph(type_only=True)["fedtab.tree.d"] == {"fedtab.tree.c"}
+    (pkg / "hub.py").write_text("import fedtab.tree.e\nthing = 1\n")  # the package re-exports its importer
+    assert circles(import_graph()) == [frozenset({"fedtab.tree", "fedtab.tree.e", "fedtab.tree.hub"}),
+                                       frozenset({"fedtab.tree.a", "fedtab.tree.b"})]

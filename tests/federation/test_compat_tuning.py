@@ -1,6 +1,5 @@
 """``compat`` reaches the tuning workflow, the job file and ``fedtab elect --tune``."""
 
-import numpy as np
 import pytest
 
 from fedtab.federation import elect_from_ballots, tune_flow

@@ -3,7 +3,6 @@ measured cells, personalisation, the refit, leave-one-site-out contributions, ex
 and hostile fold metrics."""
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from fedtab.election.one_se import Scored, one_standard_error

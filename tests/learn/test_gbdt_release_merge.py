@@ -32,7 +32,6 @@ def loop_smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, mi
     out = h.copy()
     if min_rows <= 1 or h.shape[0] == 0:
         return out
-    m, d = h.shape[0], layout.n_features
     width = layout.n_bins + 1
     j = np.arange(int(width.max()))
     real = j[None, :] < width[:, None]  # (d, B)

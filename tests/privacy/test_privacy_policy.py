@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedtab.data import classification_table, split_rows
+from fedtab.data import classification_table
 from fedtab.engines.local import LocalFederation
 from fedtab.engines.site_config import build_site
 from fedtab.federation import FederationError, Message, Site, SiteRefused, gather_ballots, run_training

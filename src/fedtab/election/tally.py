@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .ballot import Ballot
-from .evidence import benjamini_hochberg, check_consensus, check_consensus_alpha, combined_pvalues, z_scores
+from .evidence import check_consensus, check_consensus_alpha, combined_pvalues, z_scores
 from .rule import ElectionResult, PositionalNames, check_aggregation, check_normalization, check_profile, decide
 
 __all__ = ["ElectionTally", "normalise_scores"]

@@ -61,7 +61,6 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping
 
-import numpy as np
 
 from ..privacy.identity import SiteIdentity
 from ..privacy.policy import DisclosurePolicy, policy_from_config

@@ -25,7 +25,6 @@ import numpy as np
 
 from ..learn.metrics import SCORE_BINS, pooled_ranking, score_histogram
 from ..learn.models import make_model
-from ..privacy.gate import COUNT, FLAG, SMOOTHED, Releases
 from .messages import Message
 from . import validate
 from .protocol import Federation, FederationError, exchange

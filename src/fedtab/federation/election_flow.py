@@ -48,7 +48,6 @@ from ..election.rule import ElectionResult, check_aggregation, check_normalizati
 from ..election.tally import ElectionTally, normalise_scores
 from .local_data import fill_with_column_means, numeric_matrix
 from ..privacy.dp import DP_META, noise_rng, noisy_scores
-from ..privacy.gate import COUNT, LABELS, NAMES, NUMBER, TEXT, Releases
 from . import validate
 from .messages import Message
 from .observed import measured_frame

@@ -19,7 +19,6 @@ import numpy as np
 from ..data.categories import category_key, one_hot, onehot_name, union_categories
 from ..privacy.policy import OTHER_CATEGORY, merged_categories
 from ..errors import SiteFault
-from ..privacy.gate import CATEGORIES, COUNT, Releases
 from . import validate
 from .messages import Message
 from .protocol import Federation, FederationError, exchange

@@ -35,7 +35,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
-from ..privacy.gate import COUNT, LABELS, NAMES, Releases
 from . import validate
 from .messages import Message
 from .parts import canonical_part

@@ -30,7 +30,6 @@ import pandas as pd
 
 from ..data.categories import category_key
 from ..errors import SiteFault
-from ..privacy.gate import CATEGORIES, COUNT, LABELS, NAMES, STRUCT, TEXT, Releases
 from ..privacy.policy import OTHER_CATEGORY, coarse_range, merged_categories
 from .messages import Message
 from .protocol import Federation, FederationError, exchange

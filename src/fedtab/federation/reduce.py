@@ -96,7 +96,7 @@ def cap_weights(weights: Sequence[float] | np.ndarray, max_share: float = DEFAUL
     cap = check_max_site_share(max_share)
     w = np.asarray(weights, dtype=np.float64)
     if w.size == 0 or w.ndim not in (1, 2) or not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise ValueError(f"weights must be a non-empty (K,) or (K, d) array of finite non-negative numbers")
+        raise ValueError("weights must be a non-empty (K,) or (K, d) array of finite non-negative numbers")
     if w.ndim == 1 and not w.sum() > 0:
         raise ValueError("weights are all zero")
     total = w.sum(axis=0)

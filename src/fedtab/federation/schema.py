@@ -732,7 +732,6 @@ def set_schema(federation: Federation, schema: Schema) -> None:
 def _register_handler() -> None:
     from .site import handler
 
-    from ..privacy.gate import Releases
 
     @handler("schema")
     def _schema(site: "Site", request: Message) -> Message:

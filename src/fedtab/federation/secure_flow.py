@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from ..privacy.secagg import new_session, refused, sign_survivors, unmask_reply
 from .messages import Message
-from ..privacy.gate import STRUCT, TEXT, Releases
 from .site import Site, handler
 
 __all__: list[str] = []

@@ -21,7 +21,7 @@ Nothing here depends on an engine: only :class:`~fedtab.federation.protocol.Fede
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
@@ -29,12 +29,11 @@ import numpy as np
 from ..election.ballot import Ballot
 from ..election.rule import ElectionResult
 from ..election.tuning import DEFAULT_GRID, TuningResult, tune
-from .election_flow import (BALLOT_RELEASES, _selector_request, _valid_ballots, ballot_checker, ballot_reply,
+from .election_flow import (_selector_request, _valid_ballots, ballot_checker, ballot_reply,
                             broadcast_mask, elect_from_ballots)
 from .messages import Message
 from .observed import measured_frame
 from .protocol import Federation, exchange
-from . import validate
 from .site import Site, handler
 from .training_flow import part_rows, run_training
 

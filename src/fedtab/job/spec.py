@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
 
 from .constraints import Checked, Interval, Items, Names, Options, Rule, check_rules, validate_section
-from .site_files import (check_dp_bounds, check_site_files, check_target, did_you_mean, dp_columns_without_bounds,
-                         needs_dp_bounds)
+from .site_files import (check_dp_bounds, check_site_files, check_target, did_you_mean, dp_columns_without_bounds)
 
 __all__ = ["JobError", "JobSpec", "SiteSpec", "ImputeSpec", "ElectionSpec", "TrainingSpec", "RunSpec",
            "PrivacySpec", "TrustSpec", "SchemaSpec", "EvaluationSpec", "ColumnsSpec", "LabelsSpec", "ENGINES", "TUNERS", "METHODS", "DP_KEYS",

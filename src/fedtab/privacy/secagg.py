@@ -61,11 +61,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import secrets as _secrets
-from collections import Counter
-from dataclasses import dataclass, field
-from itertools import combinations
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -78,11 +74,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from . import shamir
-from .identity import PUBLIC_KEY_BYTES, SIGNATURE_BYTES, IdentityError, fingerprint, public_key_from_der, \
-    signed_message, verify
+from .identity import PUBLIC_KEY_BYTES, SIGNATURE_BYTES, IdentityError, signed_message, verify
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..federation.protocol import Federation
+    from ..federation.messages import Message
     from ..federation.site import Site
 
 __all__ = ["mask_reply", "unmask_reply", "sign_survivors", "new_session", "refused", "masking_refusal", "masked_fields",

@@ -38,18 +38,16 @@ import numpy as np
 from ...learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_sums, site_summary
 from ...learn.gbdt.bins import SUMMARY_POINTS
 from ...learn.gbdt.importance import SPLIT_RECORD, record_splits, site_gains
-from ...learn.gbdt.objectives import loss_sums
 from ...learn.metrics import regression_sums
 from ...learn.gbdt.release import check_request, histogram_sensitivity, noisy_level, release_level
 from ...privacy.dp import DP_META, add_noise, noise_rng
-from ...privacy.gate import COUNT, FLAG, LABELS, SMOOTHED, Releases
 from ...privacy.secagg import SECAGG_META
 from ..messages import Message
 from ..kinds import declared as _declared
 from ..site import Site, handler
 from ..training.site import class_indices, evaluation_sums, label_key, requested_bins, site_matrix
 
-__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "LEVEL_RELEASES", "fixed_summary", "SUMMARY_PART"]
+__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "fixed_summary", "SUMMARY_PART"]
 
 #: ``site.state`` key of the boosting state (plain arrays: an engine keeps it between processes)
 STATE = "gbdt"

@@ -36,7 +36,6 @@ from ...impute.graph import FeatureGraph
 from ...impute.stats import STAT_ARRAYS, SiteStats, released_stats, site_stats
 from ...privacy.dp import (DP_META, add_noise, clip_rows, clip_values, column_bounds, noise_rng, release_moments,
                            row_radius, stats_sensitivity)
-from ...privacy.gate import COUNT, NAMES, NUMBER, Releases
 from ..messages import Message
 from ..site import Site, handler, table_step
 from .config import ImputeConfig

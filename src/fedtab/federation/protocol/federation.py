@@ -26,7 +26,7 @@ import functools
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from ..messages import Message
 

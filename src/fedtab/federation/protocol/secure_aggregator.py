@@ -215,7 +215,6 @@ class SecureAggregator:
             survivors = sorted(masked)
             if len(survivors) < t:
                 raise FederationError(f"{kind} (secure sum): only {len(survivors)} masked replies, threshold is {t}")
-            dropped = [p for p in peers if p not in masked]
             step.sites = survivors
             result = self._unmask(label, kind, t, peers, masked, shapes, fracs, weight, on_error)
         if self.federation.min_sites is not None and on_error != "skip":  # late sites were dropped by their round
@@ -273,7 +272,7 @@ class SecureAggregator:
                 on_error: str) -> SecureSum:
         """The consistency round and the unmasking round of one sum; the decoded sum."""
         from ..messages import Message
-        from . import FederationError, SiteError
+        from . import FederationError
 
         survivors = sorted(masked)
         dropped = [p for p in peers if p not in masked]

@@ -35,7 +35,6 @@ import numpy as np
 from ...learn.metrics import brier_sum, confusion, rank_pairs, score_histogram
 from ...learn.models import LogisticRegressionModel, make_model
 from ...learn.personalise import check_mode, log_loss_sum, personalise, personalised_proba
-from ...privacy.gate import COUNT, NAMES, SMOOTHED, FLAG, TEXT, Releases
 from ..local_data import fill_with_column_means, numeric_matrix
 from ..messages import Message
 from ..observed import measured_frame, measured_matrix

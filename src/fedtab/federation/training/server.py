@@ -21,7 +21,6 @@ from ...learn.metrics import SCORE_BINS
 from ...learn.models import FederatedModel, Params, make_model, model_cost
 from ...privacy.policy import DisclosurePolicy
 from .. import validate
-from ..messages import Message
 from ..protocol import Federation, run_ledger, set_quorum
 from ..protocol.modes import run_strategy
 from .site import check_part
@@ -212,12 +211,10 @@ def run_training(
 
     params = _initial_params(fm, len(feats), len(class_list), seed)
     n_rounds = 1 if fm.exact else rounds
-    start_bytes = federation.traffic.total("fit")
     params, history, traffic = _fedavg_rounds(
         federation, fm, params, n_rounds, setup=setup, local_epochs=local_epochs, seed=seed, mean=mean, std=std,
         dp_fit=dp_fit, ledger=ledger, train_part=train_part, eval_part=eval_part, eval_every=eval_every,
         on_round=on_round, on_error=on_error, left_out=left_out, max_param_abs=max_param_abs, has_proba=has_proba)
-    end_bytes = federation.traffic.total("fit")
     detail = evaluate(federation, params, len(class_list), eval_part, score_bins, has_proba=has_proba, ledger=ledger,
                       on_error=on_error)
     pooled, per_site = _historic(detail)

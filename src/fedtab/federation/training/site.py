@@ -23,7 +23,6 @@ from ...learn.metrics import brier_sum, confusion, rank_pairs, regression_sums, 
 from ...learn.models import FederatedModel, LogisticRegressionModel, Params, make_model
 from ...privacy.dp import (DP_GD_LR, DP_META, add_noise, clip_update, clip_values, column_bounds, dp_logistic_update,
                            noise_rng, release_moments)
-from ...privacy.gate import COUNT, FLAG, LABELS, NAMES, SMOOTHED, Releases
 from ...privacy.secagg import SECAGG_META
 from ..local_data import numeric_matrix
 from ..messages import Message

@@ -348,8 +348,8 @@ class FedtabModel:
             PredictionError: the model has no per-site models, or none for ``site`` (naming the known ones).
         """
         if self.personalisation is None:
-            raise PredictionError(f"this model has no per-site models (only a job with [election] tune = \"cv\" "
-                                  f"stores them); predict without a site for the pooled model")
+            raise PredictionError("this model has no per-site models (only a job with [election] tune = \"cv\" "
+                                  "stores them); predict without a site for the pooled model")
         if site not in self.sites:
             raise PredictionError(f"unknown site {site!r}; the model has per-site models for: {', '.join(self.sites)}")
         i = self.sites.index(site)

@@ -95,7 +95,7 @@ def smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, min_row
     out = h.copy()
     if min_rows <= 1 or h.shape[0] == 0:
         return out
-    m, S = h.shape[0], layout.n_slots
+    S = layout.n_slots
     cnt = np.asarray(counts, dtype=np.float64)
     small_slot = (cnt > 0) & (cnt < min_rows)
     needy = np.add.reduceat(small_slot, layout.offsets[:-1], axis=1) > 0  # (m, d): sequences with a small slot
