@@ -106,3 +106,18 @@ def gbdt_parts(seed: int = 3, n: int = 1200, missing: float = 0.05, drop: str | 
             p = p.drop(columns=[drop])  # one site lacks a column: no imputation needed
         out.append(p)
     return out
+
+
+class Hostile(Site):
+    """A site whose replies of one kind are rewritten by ``tamper(reply) -> reply`` (a hostile site
+    in the trust and wire-format tests)."""
+
+    def __init__(self, *args: Any, tamper: Any = None, kind: str = "ballot", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tamper, self.kind = tamper, kind
+
+    def handle(self, request):  # noqa: ANN001, ANN201 - as Site.handle
+        reply = super().handle(request)
+        if request.kind == self.kind and self.tamper is not None and not reply.is_error:
+            reply = self.tamper(reply)
+        return reply

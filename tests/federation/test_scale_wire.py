@@ -12,19 +12,9 @@ from fedtab.federation import Message, SiteError, gather_ballots
 from fedtab.federation.election_flow import pack_mask, unpack_mask
 from fedtab.federation.protocol import exchange
 from fedtab.federation.schema import AGREED, DECLARED, SCHEMA_HASH, columns_hash
-from tests.builders import classification_parts, make_sites
+from tests.builders import Hostile, classification_parts, make_sites
 
 
-class Hostile(Site):
-    def __init__(self, *args, tamper=None, kind="ballot", **kwargs):
-        super().__init__(*args, **kwargs)
-        self.tamper, self.kind = tamper, kind
-
-    def handle(self, request):
-        reply = super().handle(request)
-        if request.kind == self.kind and not reply.is_error:
-            reply = self.tamper(reply)
-        return reply
 
 
 def _sites(hostile=None, kind="ballot", n_features=12):

@@ -5,21 +5,9 @@ import pytest
 
 from fedtab import LocalFederation, Site, run_election, run_training
 from fedtab.federation import Message, SiteError, agree_schema, gather_ballots
-from tests.builders import classification_parts, make_sites
+from tests.builders import Hostile, classification_parts, make_sites
 
 
-class Hostile(Site):
-    """A site whose replies of one kind are rewritten by ``tamper(reply) -> reply``."""
-
-    def __init__(self, *args, tamper=None, kind="ballot", **kwargs):
-        super().__init__(*args, **kwargs)
-        self.tamper, self.kind = tamper, kind
-
-    def handle(self, request):
-        reply = super().handle(request)
-        if request.kind == self.kind and self.tamper is not None and not reply.is_error:
-            reply = self.tamper(reply)
-        return reply
 
 
 def sites(n=240, seed=0, hostile=None, **hostile_kwargs):

@@ -21,14 +21,6 @@ from fedtab.privacy.gate import Releases, smooth_histogram
 MIN_ROWS = 10
 
 
-@pytest.fixture
-def table():
-    rng = np.random.default_rng(0)
-    n = 160
-    t = pd.DataFrame({"income": rng.integers(20_000, 90_000, n).astype(float), "age": rng.integers(20, 80, n),
-                      "bmi": rng.normal(27, 4, n)})
-    t["target"] = (t["bmi"] + rng.normal(0, 2, n) > 27).astype(int)
-    return t
 
 
 def _site(table, **kw):

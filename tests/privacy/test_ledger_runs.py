@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from fedtab.engines.local import LocalFederation
@@ -19,14 +18,6 @@ from fedtab.privacy.ledger import SiteLedger
 FEATURES = ["income", "age", "bmi"]
 
 
-@pytest.fixture
-def table():
-    rng = np.random.default_rng(0)
-    n = 160
-    t = pd.DataFrame({"income": rng.integers(20_000, 90_000, n).astype(float), "age": rng.integers(20, 80, n),
-                      "bmi": rng.normal(27, 4, n)})
-    t["target"] = (t["bmi"] + rng.normal(0, 2, n) > 27).astype(int)
-    return t
 
 
 def _fitted(site: Site) -> None:
