@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from fedtab.election.agreement import DEFAULT_FREEDOM_DEGREES
+
 ELECTION_KEYS = {"sites", "features", "server_seconds", "site_seconds", "peak_server_mb", "bytes_per_site"}
 NONIID_KEYS = {"partition", "alpha", "signal_recall", "noise_kept", "jaccard_pooled", "f1", "f1_central", "f1_local"}
 IMPUTE_KEYS = {"columns", "sites", "seconds", "rmse"}
@@ -31,7 +33,7 @@ def test_quick_run_writes_json_md_png(tmp_path):
         for key in ("signal_recall", "noise_kept", "jaccard_pooled", "f1", "f1_central", "f1_local"):
             assert 0.0 <= row[key] <= 1.0, (key, row)
         if row["method"] in scale.CONSENSUS:
-            assert len(row["jaccard_by_fd"]) == len(scale.DEFAULT_FREEDOM_DEGREES)
+            assert len(row["jaccard_by_fd"]) == len(DEFAULT_FREEDOM_DEGREES)
     iid = result["noniid"][0]
     assert iid["f1"] > 0.6 and iid["f1_central"] > 0.6 and iid["one_class_sites"] == 0
     # Dirichlet(0.1) label skew leaves sites that saw one class; they abstain instead of voting noise
