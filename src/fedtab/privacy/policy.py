@@ -278,9 +278,9 @@ def suppress_small(counts: np.ndarray, min_rows: int, *sums: np.ndarray) -> tupl
     return tuple(np.where(small, 0, a) for a in (counts, *sums))
 
 
-def _charge_run(policy: DisclosurePolicy, site: "Site", key: str, what: str) -> str | None:
-    """Count one more ``key`` request in the site's current run (its ledger) unless past ``max_rounds``."""
-    return site.ledger.charge_run(getattr(site, "run_id", "local"), key, policy.max_rounds, what,
+def _charge_run(policy: DisclosurePolicy, site: "Site", key: str, what: str, n: int = 1) -> str | None:
+    """Count ``n`` more ``key`` requests in the site's current run (its ledger) unless past ``max_rounds``."""
+    return site.ledger.charge_run(getattr(site, "run_id", "local"), key, policy.max_rounds, what, n=n,
                                   cap_name="max_rounds")
 
 
@@ -657,8 +657,7 @@ def _gbdt_level(policy: DisclosurePolicy, site: "Site", request: "Message") -> s
             return reason
     if request.meta.get("level") == 0 and asks_nodes:
         trees = np.unique(np.asarray(nodes).reshape(-1, 2)[:, 0]).size if np.ndim(nodes) else 1
-        return site.ledger.charge_run(getattr(site, "run_id", "local"), "gbdt_round", policy.max_rounds,
-                                      "boosting trees", n=max(int(trees), 1), cap_name="max_rounds")
+        return _charge_run(policy, site, "gbdt_round", "boosting trees", n=max(int(trees), 1))
     return None
 
 

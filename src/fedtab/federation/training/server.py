@@ -171,8 +171,8 @@ def run_training(
     """
     from ..gbdt.training import is_gbdt, train_gbdt
 
-    if not is_gbdt(model):  # a mode the model does not support is refused before any exchange
-        early = make_model(model)
+    if not is_gbdt(model):  # a mode the model does not support is refused before any exchange (once: the
+        early = make_model(model)  # task below changes only a gbdt spec)
         run_strategy(federation).check_supported(EXACT_TRAINING_MODES if early.exact else TRAINING_MODES,
                                                  f"the exact-aggregation model {early.name!r}" if early.exact
                                                  else f"the model {early.name!r}")
@@ -193,9 +193,6 @@ def run_training(
     set_quorum(federation, min_sites)
     p0, dropped0 = len(federation.participation), set(federation.dropped)
     opts = federation.options
-    run_strategy(federation).check_supported(EXACT_TRAINING_MODES if fm.exact else TRAINING_MODES,
-                                             f"the exact-aggregation model {fm.name!r}" if fm.exact
-                                             else f"the model {fm.name!r}")
     ledger = run_ledger(federation, *dp_plan(fm, rounds, local_epochs, eval_every, described is not None))
     if described is None:
         description = describe(federation, features, train_part, ledger, on_error=on_error)
