@@ -130,3 +130,43 @@ def test_crafted_stumps_at_the_agreed_edges_stop_at_the_boosting_rounds():
             assert not reply.is_error, reply.meta
             answered += 1
     assert answered == fast["n_trees"] + PLAIN_MODELS_EXTRA and refused == layout.edges[f].size - answered
+
+
+def test_a_regression_model_sweep_is_capped_like_the_classification_one():
+    """The same sweep through ``regression_evaluate``: a steep one-feature linear model's squared
+    error sum changes by one row's term between two thresholds; a default site answers at most
+    the run's rounds + PLAIN_MODELS_EXTRA distinct models, then refuses naming the opt-in."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=600)
+    table = pd.DataFrame({"x": x, "z": rng.normal(size=600), "target": 2.0 * x + rng.normal(size=600)})
+    answered_by = {}
+    for opted in (False, True):
+        answered_by[opted] = _regression_sweep(table, opted)
+    assert answered_by[True] == (20, [])  # the opted-in control answers the whole sweep
+    answered, refused = answered_by[False]
+    assert answered <= 1 + PLAIN_MODELS_EXTRA  # one fit round answered, then the extra few
+    assert refused and all("allow_server_row_sets" in r for r in refused)
+
+
+def _regression_sweep(table: pd.DataFrame, opted: bool) -> tuple[int, list[str]]:
+    """One fit round of a linear model, then 20 steep one-feature models scored on the test part:
+    ``(answered, refusal reasons)``."""
+    site = Site("s", table, "target", policy={"min_rows": MIN_ROWS, "allow_server_row_sets": opted})
+    assert site.target_kind == "regression"
+    setup = {"features": ["x", "z"], "classes": [], "model": {"name": "linear", "params": {}}, "part": "train",
+             "task": "regression"}
+    fit = site.handle(Message("fit", {"setup:mean": np.zeros(2), "setup:std": np.ones(2),
+                                      "param:coef": np.zeros(2), "param:intercept": np.zeros(1)},
+                              {"setup": setup, "epochs": 1}))
+    assert not fit.is_refusal and not fit.is_error, fit.meta
+    answered, refused = 0, []
+    for t in np.linspace(-1.0, 1.0, 20):
+        reply = site.handle(Message("regression_evaluate",
+                                    {"param:coef": np.array([1e3, 0.0]), "param:intercept": np.array([-1e3 * t])},
+                                    {"part": "test"}))
+        if reply.is_refusal:
+            refused.append(reply.meta["reason"])
+        else:
+            assert not reply.is_error, reply.meta
+            answered += 1
+    return answered, refused
