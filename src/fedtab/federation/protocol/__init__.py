@@ -22,10 +22,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# the function ``exchange`` shares its name with its module: bound here, first, so that
+# ``from fedtab.federation.protocol import exchange`` is the function whatever was imported before
+from .exchange import Validator, exchange, exchange_sums
+
 #: public name -> submodule that defines it (resolved on first access, PEP 562: importing
 #: :mod:`.messages` — every Flower ClientApp message does — costs only that module)
 _EXPORTS = {
-    **dict.fromkeys(("Validator", "exchange", "exchange_sums"), "exchange"),
     **dict.fromkeys(("Federation", "FederationError", "QuorumError", "SiteError", "SiteRefused", "Traffic",
                      "TrafficLog", "check_min_sites", "reject_text", "set_quorum"), "federation"),
     **dict.fromkeys(("PrivacyOptions", "RunOptions", "TrustOptions", "plan_run_ledger", "run_ledger",
@@ -47,4 +50,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "Validator", "exchange", "exchange_sums"])
