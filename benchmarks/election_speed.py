@@ -8,7 +8,7 @@
    part) at 10,000 columns and 60 rows (a site of the 30-site × 10,000-feature scale run) and
    300 rows, 5 % of the cells missing: best of ``--repeats`` after a first call (which draws the
    site's parts). Goal: ≤ 0.1 s; most of it used to be reading which cells were measured, one
-   pandas call per column (``federation/observed.py``).
+   pandas call per column (``federation/site/observed.py``).
 3. Peak memory (tracemalloc) of ``ElectionTally`` while 30 and then 300 sites
    report over 200,000 features, each ballot generated on arrival and dropped after
    counting. Goal: peak independent of the number of sites.
@@ -92,8 +92,8 @@ def site_ballot(n: int, d: int, repeats: int) -> dict:
     """Seconds of one ballot at one site of ``n`` rows × ``d`` columns (see the module docstring)."""
     import pandas as pd
 
-    from fedtab.federation.messages import Message
-    from fedtab.federation.site import Site
+    from fedtab.federation.protocol.messages import Message
+    from fedtab.federation.site.core import Site
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(n, d))

@@ -6,12 +6,12 @@ drive a logistic label (coefficients ``±effect``); the other ``d − k`` are nu
 conditionally, so any of them kept is a false discovery. The rows are split into three sites
 (40/35/25 %) and, in-process (:class:`~fedtab.engines.local.LocalFederation`):
 
-* **score test, fdr = q** — :func:`~fedtab.federation.score_test_flow.run_pooled_score_test`
+* **score test, fdr = q** — :func:`~fedtab.federation.workflows.score_test.server.run_pooled_score_test`
   with ``fdr=q``: every column's score test on the pooled rows and one Benjamini-Hochberg
   (``bh``) or Benjamini-Yekutieli (``by``) correction at ``q``;
 * **score test, forward** — the same sums, forward selection at ``alpha = q`` per step (the
   job's default ``method = "score-test"``; no FDR guarantee for the whole sequence);
-* **vote** — Feature Election (:func:`~fedtab.federation.election_flow.run_election`) at
+* **vote** — Feature Election (:func:`~fedtab.federation.workflows.election.server.run_election`) at
   freedom degree 0.5 with each site's Lasso (the job's default) and with ANOVA ballots.
 
 Reported per method, averaged over the seeds: the realised FDR (false kept / kept, 0 when
@@ -34,9 +34,9 @@ import numpy as np
 import pandas as pd
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.election_flow import run_election
-from fedtab.federation.score_test_flow import run_pooled_score_test
-from fedtab.federation.site import Site
+from fedtab.federation.workflows.election.server import run_election
+from fedtab.federation.workflows.score_test.server import run_pooled_score_test
+from fedtab.federation.site.core import Site
 
 RESULTS = Path(__file__).resolve().parent / "results"
 N_ROWS, N_COLUMNS, N_SIGNAL, EFFECT = 900, 40, 6, 0.35

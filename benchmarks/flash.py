@@ -4,7 +4,7 @@ Protocol (as the FLASH paper describes it): 3 sites with 50/30/20 % of the rows
 (stratified); each site holds out 20 % of its rows as its test split (stratified).
 Categorical columns are one-hot encoded with a category list agreed across sites
 (each site sends only the set of categories it observes; the server takes the sorted
-union; see ``fedtab.federation.encoding_flow``). For every dataset × selector the
+union; see ``fedtab.federation.steps.encoding``). For every dataset × selector the
 sites vote once (on their *fit* rows: 75 % of training rows; the other 25 % are
 validation rows), and for every model the freedom degree is tuned by the default
 grid search (grid 0, 0.1, …, 1, refined by ±0.025 around the best, parsimony
@@ -37,7 +37,7 @@ from fedtab import LocalFederation, Site
 from fedtab.data.election_datasets import load_dataset
 from fedtab.data.synthetic import split_rows
 from fedtab.federation import federated_one_hot, run_training, tune_flow
-from fedtab.federation.tuning_flow import gather_fit_ballots  # the sites draw their own fit/validation parts
+from fedtab.federation.workflows.tuning.server import gather_fit_ballots  # the sites draw their own fit/validation parts
 from fedtab.learn.accounting import param_reduction, round_cost
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -25,7 +25,7 @@ seed 0; every row of a site is a training row, min_rows = 10), in two cases:
 
 Rows per case, all scored on the same 16,281 ``adult.test`` rows (complete columns):
 
-* ``fed_gbdt`` / ``fed_gbdt_secure`` — :func:`fedtab.federation.gbdt.run_gbdt` on the local
+* ``fed_gbdt`` / ``fed_gbdt_secure`` — :func:`fedtab.federation.workflows.gbdt.run_gbdt` on the local
   engine (wire format on), plain and secure sums; exchanges, array payload bytes (down + up,
   all sites), wall time; whether the secure trees equal the plain ones array for array;
 * ``xgb_pooled`` — centralised XGBoost on the pooled training rows with the same parameters
@@ -141,7 +141,7 @@ def site_tables(X: np.ndarray, y: np.ndarray, names: list[str], heterogeneous: b
 def _federation(parts, secure: bool = False):
     from fedtab.engines.local import LocalFederation
     from fedtab.federation.protocol import set_options
-    from fedtab.federation.site import Site
+    from fedtab.federation.site.core import Site
 
     # a plain run's sites opt in to plain answers over the server's tree nodes; a secure run's keep the default
     policy = {"allow_server_row_sets": not secure}
@@ -165,8 +165,8 @@ def federated_rows(params: GBDTParams, case: str, *, xgb_threads: int = 1, lr_ro
     Every timed row also carries ``cpu_seconds`` (this process's CPU time, :func:`time.process_time`:
     the server and the in-process sites together for the federated rows, all of XGBoost's
     threads for XGBoost's). ``compute_only``: only ``fed_gbdt`` (plain) and ``xgb_pooled``."""
-    from fedtab.federation.gbdt import run_gbdt
-    from fedtab.federation.training import run_training
+    from fedtab.federation.workflows.gbdt import run_gbdt
+    from fedtab.federation.workflows.training import run_training
     from fedtab.learn.models import LogisticRegressionModel
 
     X, y, Xt, yt, names = adult_matrices(root)

@@ -277,9 +277,9 @@ MODES = ("plain", "secure", "dp")
 def _imputation_kinds() -> list[str]:
     """The imputation's message kinds over rows, read from their declarations (the imputer runs
     its own federation, whose traffic this benchmark does not see)."""
-    from fedtab.federation.kinds import KINDS
+    from fedtab.federation.protocol.kinds import KINDS
 
-    return [k.name for k in KINDS.values() if k.home == "fedtab.federation.imputation.site" and k.releases.part]
+    return [k.name for k in KINDS.values() if k.home == "fedtab.federation.workflows.imputation.site" and k.releases.part]
 
 
 def step_row(step: str, mode: str, dataset: str, seconds: float, nbytes: int, exchanges: int | None, metric: str,
@@ -322,7 +322,7 @@ def demo_steps(cfg: DemoConfig, log) -> list[dict[str, Any]]:
 def step_guarantee(kinds: list[str], mode: str) -> str:
     """What the declarations of ``kinds`` guarantee in ``mode`` (:func:`fedtab.report.guarantees.guarantee_of`),
     one clause per kind over rows (key exchanges and acknowledgements left out)."""
-    from fedtab.federation.kinds import KINDS
+    from fedtab.federation.protocol.kinds import KINDS
     from fedtab.report.guarantees import guarantee_of
 
     parts = []
@@ -367,11 +367,11 @@ def goals(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
 
 def guarantee_lines() -> list[str]:
     """The ``What each step guarantees`` table, read from the sites' release declarations
-    (:data:`fedtab.federation.site.RELEASES`, every handler module imported) and the default
+    (:data:`fedtab.federation.site.registry.RELEASES`, every handler module imported) and the default
     site policy: what the release gate enforces on each reply whatever the server sends."""
     import importlib
 
-    from fedtab.federation.site import HANDLER_HOMES, RELEASES
+    from fedtab.federation.site.core import HANDLER_HOMES, RELEASES
     from fedtab.privacy.policy import DisclosurePolicy
 
     for module in HANDLER_HOMES:

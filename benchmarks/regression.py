@@ -2,9 +2,9 @@
 diabetes table (442 rows, 10 columns; ships with scikit-learn, no download).
 
 The rows are split into three sites of unequal size (shuffled by ``--seed``); every site draws
-its own test part (quantile-stratified, :mod:`fedtab.federation.parts`). Federated: ``linear``
+its own test part (quantile-stratified, :mod:`fedtab.federation.site.parts`). Federated: ``linear``
 (pooled normal equations, one exact round) and ``gbdt`` (objective regression) through
-:func:`fedtab.federation.training.run_training`, scored on every site's test part (RMSE pooled
+:func:`fedtab.federation.workflows.training.run_training`, scored on every site's test part (RMSE pooled
 from the sites' sums). Centralised: the same model kind fitted by scikit-learn on all sites'
 training rows together; local-only: each site's own model, scored on its own test rows; all
 on the same test rows.
@@ -23,7 +23,7 @@ import pandas as pd
 def _sites(seed: int):
     from sklearn.datasets import load_diabetes
 
-    from fedtab.federation.site import Site
+    from fedtab.federation.site.core import Site
 
     data = load_diabetes(as_frame=True).frame
     data = data.sample(frac=1.0, random_state=seed).reset_index(drop=True)
@@ -41,7 +41,7 @@ def run(seed: int) -> dict[str, float]:
     from sklearn.linear_model import LinearRegression
 
     from fedtab.engines.local import LocalFederation
-    from fedtab.federation.training import run_training
+    from fedtab.federation.workflows.training import run_training
 
     out: dict[str, float] = {}
     gbdt = {"name": "gbdt", "params": {"n_trees": 100, "max_depth": 3, "learning_rate": 0.1}}

@@ -45,7 +45,7 @@ from fedtab.data.impute_datasets import SchemaSplit, load_impute_dataset
 from fedtab.data.synthetic import classification_table, split_rows
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import Site, run_election, run_training
-from fedtab.federation.training_flow import label_key, site_matrix
+from fedtab.federation.site.matrices import label_key, site_matrix
 from fedtab.learn.metrics import confusion, scores_from_confusion
 from fedtab.learn.models import make_model
 from fedtab.testing import HostileSite

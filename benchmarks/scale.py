@@ -22,7 +22,7 @@ format on (every message is serialised and decoded, so byte counts are real).
    centralised training (pooled rows, pooled ANOVA mask, same logistic model) and
    local-only training (each site alone, its own mask), all scored on the union of
    the sites' test rows. Next to the elections, the pooled forward selection by score
-   tests (:func:`~fedtab.federation.score_test_flow.run_pooled_score_test`), compared
+   tests (:func:`~fedtab.federation.workflows.score_test.server.run_pooled_score_test`), compared
    with the same procedure on the stacked training rows.
 3. **Imputation** — FedHF-Impute for F columns × K sites, 60 % column availability
    (:func:`~fedtab.data.impute_datasets.heterogeneous_split`), few rounds: end-to-end
@@ -50,14 +50,14 @@ import pandas as pd
 
 from fedtab.election.agreement import jaccard, pooled_agreement, pooled_mask
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.election_flow import run_election
-from fedtab.federation.messages import Message
-from fedtab.federation.pooled_anova_flow import run_pooled_anova
-from fedtab.federation.score_test_flow import run_pooled_score_test
+from fedtab.federation.workflows.election.server import run_election
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.workflows.pooled_anova.server import run_pooled_anova
+from fedtab.federation.workflows.score_test.server import run_pooled_score_test
 from fedtab.election.score_test import pooled_table_selection
 from fedtab.federation.protocol import Federation
-from fedtab.federation.site import Site
-from fedtab.federation.training_flow import run_training
+from fedtab.federation.site.core import Site
+from fedtab.federation.workflows.training import run_training
 from fedtab.privacy import DisclosurePolicy
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -372,7 +372,7 @@ def noniid_point(partition: str, alpha: float | None, cfg: dict[str, Any], seed:
 def impute_point(f: int, k: int, cfg: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     from benchmarks.impute import synthetic
     from fedtab.data.impute_datasets import heterogeneous_split
-    from fedtab.federation.impute_flow import ImputeConfig, run_imputation
+    from fedtab.federation.workflows.imputation import ImputeConfig, run_imputation
 
     x = synthetic("rank4", n=cfg["impute_rows"], f=f, seed=seed)
     cols = [str(c) for c in x.columns]

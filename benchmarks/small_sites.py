@@ -25,7 +25,7 @@ draws 5 folds of the rest; the disclosure floor is ``min_rows = 5`` (small sites
 
 Per seed and consortium, on the same held-out rows:
 
-* **tuned** — FedHF-Impute (10 rounds), then :func:`fedtab.federation.selection.select_model`
+* **tuned** — FedHF-Impute (10 rounds), then :func:`fedtab.federation.workflows.selection.select_model`
   (Lasso ballots on measured cells, fd grid + all columns, 5-fold federated CV by pooled
   log-loss, one-SE rule, L2 strength in :data:`L2_GRID` and personalisation chosen by the
   same CV, refit on all training rows, 10 FedAvg rounds × 5 local epochs) — ``tuned`` is the shipped model (its chosen
@@ -68,8 +68,8 @@ from sklearn.preprocessing import StandardScaler
 
 from fedtab.data.election_datasets import load_adult, load_heart
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.selection import personalised_predict, select_model, site_contributions
-from fedtab.federation.site import Site
+from fedtab.federation.workflows.selection import personalised_predict, select_model, site_contributions
+from fedtab.federation.site.core import Site
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -198,7 +198,7 @@ def references(sites: list[Site], columns: list[str]) -> dict[str, Any]:
 def direct_auroc(sites: list[Site], model: dict[str, Any], personalised: bool) -> float:
     """Pooled AUROC of a selection's model from its predictions on every site's test rows
     (the tables as the sites hold them, imputed), through :func:`personalised_predict`."""
-    from fedtab.federation.training.site import class_indices
+    from fedtab.federation.site.matrices import class_indices
 
     ys, ps = [], []
     for s in sites:
@@ -210,8 +210,8 @@ def direct_auroc(sites: list[Site], model: dict[str, Any], personalised: bool) -
 
 
 def _impute(fed: LocalFederation, rounds: int, seed: int) -> None:
-    from fedtab.federation.impute_flow import ImputeConfig, apply_imputation, run_imputation
-    from fedtab.federation.profile_flow import pooled_ranges, profile_sites
+    from fedtab.federation.workflows.imputation import ImputeConfig, apply_imputation, run_imputation
+    from fedtab.federation.steps.profile import pooled_ranges, profile_sites
 
     ranges = pooled_ranges(profile_sites(fed))
     im = run_imputation(fed, ImputeConfig(rounds=rounds, local_epochs=2, seed=seed))

@@ -32,7 +32,7 @@ from fedtab import LocalFederation, Site
 from fedtab.data.synthetic import split_rows
 from fedtab.report.plots import plot_tuning_curve
 from fedtab.federation import run_training, tune_flow
-from fedtab.federation.tuning_flow import gather_fit_ballots  # the sites draw their own fit/validation parts
+from fedtab.federation.workflows.tuning.server import gather_fit_ballots  # the sites draw their own fit/validation parts
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SELECTOR = {"name": "lasso", "params": {"C": 0.1}}

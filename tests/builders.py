@@ -15,7 +15,7 @@ import pandas as pd
 
 from fedtab.data import classification_table, split_rows
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.site import Site
+from fedtab.federation.site.core import Site
 
 __all__ = ["classification_parts", "make_sites", "federation", "write_csvs", "write_site_configs",
            "write_classification_sites", "gbdt_parts"]

@@ -44,7 +44,7 @@ def test_quick_run_writes_results(tmp_path):
     assert "fit" in steps[("training", "plain")]["kinds"] and "ballot" in steps[("election", "plain")]["kinds"]
     md = (tmp_path / "privacy.md").read_text()
     assert "| step | mode | dataset | seconds | bytes | exchanges | utility | guarantee |" in md
-    from fedtab.federation.kinds import KINDS
+    from fedtab.federation.protocol.kinds import KINDS
     from fedtab.report.guarantees import guarantee_of
 
     assert f"`fit`: {guarantee_of(KINDS['fit'])['secure']}" in md  # the guarantee is the declarations' text

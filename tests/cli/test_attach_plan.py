@@ -61,7 +61,7 @@ def test_the_same_job_file_elsewhere_passes_the_check(tmp_path):
 
 def test_the_server_result_carries_the_plan_it_ran(jobs):
     from fedtab.engines.local import LocalFederation
-    from fedtab.federation.site import Site
+    from fedtab.federation.site.core import Site
     from fedtab.job.workflow import engine_workflow
 
     rng = np.random.default_rng(0)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from fedtab.cli import app
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.training import run_training
+from fedtab.federation.workflows.training import run_training
 from fedtab.job.model_file import ModelFileError, load_model, write_model
 from tests.builders import classification_parts, make_sites
 

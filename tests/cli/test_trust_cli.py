@@ -111,7 +111,7 @@ def test_a_failed_elect_run_leaves_previous_results_intact(files, tmp_path, monk
     out = tmp_path / "o"
     assert _elect([*files, "--out", out]).exit_code == 0
     before = (out / "result.json").read_text()
-    import fedtab.federation.election_flow as flow
+    import fedtab.federation.workflows.election.server as flow
 
     def boom(*a, **k):
         raise ValueError("election failed")
@@ -164,8 +164,8 @@ def test_a_huge_in_process_timeout_waits_instead_of_overflowing(files):
     """The in-process engine's own ``timeout`` (the Python API) is clamped to the platform's
     longest wait: a site answers instead of an OverflowError."""
     from fedtab.engines.local import LocalFederation
-    from fedtab.federation.messages import Message
-    from fedtab.federation.site import Site
+    from fedtab.federation.protocol.messages import Message
+    from fedtab.federation.site.core import Site
 
     fed = LocalFederation([Site("a", read_table(files[0]), "target")], timeout=1e300)
     reply = fed.ask({"a": Message("describe", meta={"features": ["f0"]})})["a"]

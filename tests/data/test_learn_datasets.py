@@ -60,7 +60,7 @@ def test_federated_one_hot_agrees_columns_without_rows():
 def test_one_hot_failure_names_the_site():
     a = pd.DataFrame({"c": ["u", "v"], "y": [0, 1]})
     fed = LocalFederation([Site("s1", a, "y", test_size=0)])
-    from fedtab.federation.encoding_flow import encode_categories
+    from fedtab.federation.steps.encoding import encode_categories
 
     with pytest.raises(FederationError, match="s1"):
         encode_categories(fed, {"c": ["u"]})

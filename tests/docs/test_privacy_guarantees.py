@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from fedtab.federation import Message, Site
-from fedtab.federation.kinds import KINDS, MessageKind, declare, forget
+from fedtab.federation.protocol.kinds import KINDS, MessageKind, declare, forget
 from fedtab.privacy import DisclosurePolicy
 from fedtab.privacy.gate import Releases
 from fedtab.report.guarantees import (BEGIN, END, PLAIN_BOUNDS, guarantee_of, guarantee_table, guarantees, main,

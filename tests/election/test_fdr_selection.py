@@ -14,7 +14,7 @@ import pytest
 from fedtab.election.score_test import fdr_score_selection, fdr_select, site_sums
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import run_pooled_score_test
-from fedtab.federation.site import Site
+from fedtab.federation.site.core import Site
 from fedtab.job.spec import JobError, spec_from_plan
 from fedtab.job.workflow import run_workflow
 

@@ -12,7 +12,7 @@ from fedtab.election.score_test import pooled_score_selection, score_statistics,
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import (FederationError, Message, SiteError, SiteRefused, run_pooled_anova, run_pooled_score_test,
                                run_training)
-from fedtab.federation.site import Site
+from fedtab.federation.site.core import Site
 from fedtab.privacy import DisclosurePolicy
 from tests.builders import write_classification_sites
 

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from fedtab.engines import flower  # noqa: E402
-from fedtab.federation.messages import Message  # noqa: E402
+from fedtab.federation.protocol.messages import Message  # noqa: E402
 from tests.builders import write_classification_sites
 
 #: the job the tests run: an election and two rounds of training (as sections of a job plan)

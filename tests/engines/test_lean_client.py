@@ -27,9 +27,9 @@ from fedtab.engines import LocalFederation
 from fedtab.engines.site_config import build_lazy_site, build_site
 from fedtab.engines.site_state import decode_state, encode_state
 from fedtab.federation import register_all
-from fedtab.federation.lazy_site import LazySite
-from fedtab.federation.messages import Message
-from fedtab.federation.site import HANDLER_HOMES, HANDLERS, TABLE_STEPS, Site
+from fedtab.federation.site.lazy import LazySite
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.site.core import HANDLER_HOMES, HANDLERS, TABLE_STEPS, Site
 from tests.builders import write_classification_sites
 
 JOB = {"election": {"freedom_degree": 0.5}, "training": {"rounds": 3, "local_epochs": 2}}
@@ -43,7 +43,7 @@ REPLAY = textwrap.dedent("""
     import fedtab.engines.flower  # what the ClientApp process imports
     from fedtab.engines.site_config import build_lazy_site
     from fedtab.engines.site_state import decode_state, encode_state
-    from fedtab.federation.messages import Message
+    from fedtab.federation.protocol.messages import Message
     d, k = Path(sys.argv[1]), int(sys.argv[2])
     site = build_lazy_site(json.loads((d / "config.json").read_text()))
     if k:
@@ -113,7 +113,7 @@ def test_each_message_in_a_fresh_process_answers_as_in_process_and_later_steps_s
 
 
 def test_the_stored_matrices_are_the_tables_and_give_way_to_a_table_step_or_a_big_table(monkeypatch, tmp_path):
-    from fedtab.federation.training import site as tf
+    from fedtab.federation.site import matrices as tf
 
     table = classification_table(80, 5, 2, 1, seed=3)
     table["target"] = table["target"].map({0: "no", 1: "yes"})

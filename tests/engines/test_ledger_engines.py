@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fedtab.federation.messages import Message
+from fedtab.federation.protocol.messages import Message
 from tests.builders import write_classification_sites
 
 flower = pytest.importorskip("fedtab.engines.flower")

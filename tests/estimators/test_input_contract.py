@@ -73,8 +73,8 @@ def test_the_imputer_builds_its_job_and_equals_the_workflow(tables):
     pytest.importorskip("torch")
     from fedtab import FederatedImputer
     from fedtab.engines.local import LocalFederation
-    from fedtab.federation.impute_flow import ImputeConfig, run_imputation
-    from fedtab.federation.site import Site
+    from fedtab.federation.workflows.imputation import ImputeConfig, run_imputation
+    from fedtab.federation.site.core import Site
 
     fast = dict(rounds=2, local_epochs=1, hidden_dim=4, n_layers=1, k_neighbors=3, n_threads=1, seed=3,
                 validation_fraction=0.2, robust=True, max_site_share=0.8, min_sites=1, timeout=120)

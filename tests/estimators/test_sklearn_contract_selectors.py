@@ -13,7 +13,7 @@ from sklearn.pipeline import Pipeline
 from fedtab import LocalFederation, Site
 from fedtab.data import classification_table
 from fedtab.election.selectors import SELECTORS, SklearnSelector, make_selector
-from fedtab.federation.election_flow import gather_ballots
+from fedtab.federation.workflows.election.server import gather_ballots
 
 #: fast settings for the built-ins (all of them: the test fails when one is added untested)
 SPECS = {

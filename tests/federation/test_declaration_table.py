@@ -1,4 +1,4 @@
-"""A site's schema declaration is checked by a table of checks (fedtab.federation.schema.DECLARATION_CHECKS),
+"""A site's schema declaration is checked by a table of checks (fedtab.federation.protocol.schema.DECLARATION_CHECKS),
 each refusal one line with the reason; a hostile site chooses every field."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from fedtab.federation.schema import DECLARATION_CHECKS, SchemaLimits, parse_declaration
+from fedtab.federation.protocol.schema import DECLARATION_CHECKS, SchemaLimits, parse_declaration
 
 GOOD = {"columns": ["a", "b"], "target": "y", "classes": ["0", "1"],
         "rows": {"train": 8, "test": 2, "all": 10, "fold:0": 4, "fit:0": 4, "fold:1": 4, "fit:1": 4}}

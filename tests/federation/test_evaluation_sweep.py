@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.gbdt import run_gbdt
-from fedtab.federation.messages import Message
+from fedtab.federation.workflows.gbdt import run_gbdt
+from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import set_options
-from fedtab.federation.site import Site
+from fedtab.federation.site.core import Site
 from fedtab.privacy.policy import PLAIN_MODELS_EXTRA
 from tests.builders import gbdt_parts, make_sites
 

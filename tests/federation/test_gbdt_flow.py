@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.gbdt import run_gbdt
-from fedtab.federation.gbdt.steps import robust_pool
-from fedtab.federation.messages import Message
+from fedtab.federation.workflows.gbdt import run_gbdt
+from fedtab.federation.workflows.gbdt.steps import robust_pool
+from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import FederationError, SiteError, set_options
-from fedtab.federation.site import Site
+from fedtab.federation.site.core import Site
 from fedtab.learn.gbdt import BinLayout, GBDTParams, fit_gbdt_sites
 from tests.builders import classification_parts, gbdt_parts, make_sites
 
@@ -119,7 +119,7 @@ def test_early_stopping_keeps_the_best_round_of_the_pooled_validation_loss():
 
 
 def test_the_training_hook_returns_a_training_outcome():
-    from fedtab.federation.training import run_training
+    from fedtab.federation.workflows.training import run_training
 
     tr = run_training(_fed(_parts()), None, model={"name": "gbdt", "params": FAST})
     assert tr.model == "gbdt" and tr.rounds == FAST["n_trees"]
@@ -321,7 +321,7 @@ def test_a_site_refuses_another_target_and_non_numeric_columns():
 
 
 def test_categorical_columns_through_the_agreed_one_hot_encoding():
-    from fedtab.federation.encoding_flow import federated_one_hot
+    from fedtab.federation.steps.encoding import federated_one_hot
 
     parts = _parts(seed=13, missing=0.0, drop=None)
     rng = np.random.default_rng(1)
@@ -340,8 +340,8 @@ def test_categorical_columns_through_the_agreed_one_hot_encoding():
 
 def test_a_planned_run_accountant_pays_for_the_boosting_releases():
     from fedtab.federation.protocol import plan_run_ledger
-    from fedtab.federation.training import run_training
-    from fedtab.federation.training.steps import dp_plan
+    from fedtab.federation.workflows.training import run_training
+    from fedtab.federation.workflows.training.steps import dp_plan
     from fedtab.learn.models import make_model
 
     fed = _fed(_parts(seed=14, missing=0.0, drop=None))

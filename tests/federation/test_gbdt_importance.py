@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.gbdt import run_gbdt
-from fedtab.federation.messages import Message
+from fedtab.federation.workflows.gbdt import run_gbdt
+from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import set_options
-from fedtab.federation.site import Site
+from fedtab.federation.site.core import Site
 from fedtab.learn.gbdt import BinLayout, GBDTParams
 from fedtab.privacy.policy import DisclosurePolicy
 from tests.builders import classification_parts, gbdt_parts, make_sites

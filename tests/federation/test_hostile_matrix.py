@@ -31,7 +31,7 @@ from fedtab.data import classification_table, split_rows
 from fedtab.data.impute_datasets import heterogeneous_split
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import FederationError, Site, gather_ballots, run_election, run_training
-from fedtab.federation.training_flow import label_key, site_matrix
+from fedtab.federation.site.matrices import label_key, site_matrix
 from fedtab.learn.metrics import confusion, scores_from_confusion
 from fedtab.learn.models import make_model
 from fedtab.testing import GARBAGE, MALFORMED_CLASS_MOMENTS, POISON, HostileSite
@@ -249,7 +249,7 @@ def _training_run(sites: list[Site], min_sites: int | None = None):
 
 
 def _score_run(sites: list[Site], min_sites: int | None = None):
-    from fedtab.federation.score_test_flow import run_pooled_score_test
+    from fedtab.federation.workflows.score_test.server import run_pooled_score_test
 
     fed = LocalFederation(sites)
     return fed, run_pooled_score_test(fed, 0.05, max_steps=3, min_sites=min_sites)
@@ -263,7 +263,7 @@ def _anova_run(sites: list[Site], min_sites: int | None = None):
 
 
 def _impute_run(step: str | None, attack: str | None, min_sites: int | None = None, honest_only: bool = False):
-    from fedtab.federation.impute_flow import ImputeConfig, run_imputation
+    from fedtab.federation.workflows.imputation import ImputeConfig, run_imputation
 
     tables, _ = _impute_data()
     sites = [HostileSite(n, t, step=step, attack=attack, test_size=0.2) if n == HOSTILE and step is not None

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.imputation import steps
+from fedtab.federation.workflows.imputation import steps
 from fedtab.federation.protocol import set_options
-from fedtab.federation.site import Site
+from fedtab.federation.site.core import Site
 
 COLS = list("abcd")
 
@@ -139,7 +139,7 @@ def test_secure_and_plain_runs_hide_any_small_complement(k, holder, column, seed
 def test_apply_counts_clipped_cells_only_in_columns_with_enough_imputed_cells():
     """``impute_apply`` bounds are the server's: with one imputed cell in a column, a bound just
     below or above it would tell the server where that row's prediction lies."""
-    from fedtab.federation.imputation.site import _released_clipped
+    from fedtab.federation.workflows.imputation.site import _released_clipped
 
     given = np.ones((40, 2))
     raw = np.zeros((40, 2))

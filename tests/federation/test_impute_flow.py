@@ -6,9 +6,9 @@ import pytest
 from sklearn.base import clone
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.impute_flow import ImputeConfig, run_imputation
+from fedtab.federation.workflows.imputation import ImputeConfig, run_imputation
 from fedtab.federation.protocol import FederationError
-from fedtab.federation.site import Site
+from fedtab.federation.site.core import Site
 from fedtab.imputer import FederatedImputer
 from fedtab.impute.baselines import LowRankGaussian, to_global
 from fedtab.impute.graph import build_feature_graph
@@ -96,7 +96,7 @@ def test_workflow_runs_through_the_federation_interface_and_only_sends_aggregate
     assert res.bytes[1] > 0 and res.graph.n_edges > 0
     assert set(res.site_columns) == {"s0", "s1", "s2", "s3"}
     # the mean-fill baseline on the same validation cells (pooled mean = 0 in z-space)
-    from fedtab.federation.impute_flow import _live
+    from fedtab.federation.workflows.imputation.site import _live
 
     live = [_live(fed.site(s)) for s in fed.sites]
     sq = sum(np.where(lv["valid_mask"], lv["valid"], 0.0).__pow__(2).sum(0) for lv in live)

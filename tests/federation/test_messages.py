@@ -3,7 +3,7 @@ import struct
 import numpy as np
 import pytest
 
-from fedtab.federation.messages import Message, MessageError
+from fedtab.federation.protocol.messages import Message, MessageError
 
 
 def test_round_trip_keeps_arrays_and_meta():

@@ -273,7 +273,7 @@ def test_the_pooled_auroc_holds_the_exact_auroc_of_the_same_predictions(secure, 
         set_options(fed, secure_aggregation=True)
     feats = [f"f{j}" for j in range(4)]
     if model == "gbdt":
-        from fedtab.federation.gbdt import run_gbdt
+        from fedtab.federation.workflows.gbdt import run_gbdt
 
         out = run_gbdt(fed, feats, params={"n_trees": 5, "max_depth": 3, "learning_rate": 0.3})
         m = out.metrics

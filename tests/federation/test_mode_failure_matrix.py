@@ -142,7 +142,7 @@ _IMPUTE_CFG = {"rounds": 2, "local_epochs": 1, "hidden_dim": 4, "n_layers": 1, "
 @pytest.mark.parametrize(("mode", "how", "step"), list(_impute_cases()))
 def test_a_site_failing_during_imputation_is_dropped_and_named_in_every_mode(parts, mode, how, step):
     pytest.importorskip("torch")
-    from fedtab.federation.imputation import ImputeConfig, run_imputation
+    from fedtab.federation.workflows.imputation import ImputeConfig, run_imputation
 
     fed = _federation(parts, how, mode, impute_step=step)
     try:
@@ -166,7 +166,7 @@ def test_a_site_failing_during_imputation_is_dropped_and_named_in_every_mode(par
 @pytest.mark.parametrize("mode", list(MODES))
 def test_without_a_quorum_a_site_failing_during_imputation_is_named_and_the_run_stops(parts, mode):
     pytest.importorskip("torch")
-    from fedtab.federation.imputation import ImputeConfig, run_imputation
+    from fedtab.federation.workflows.imputation import ImputeConfig, run_imputation
 
     fed = _federation(parts, "raises", mode, impute_step="impute_fit")
     fed.min_sites = None

@@ -8,10 +8,10 @@ import pytest
 from fedtab.election.one_se import Scored, one_standard_error
 from fedtab.engines.local import LocalFederation
 from fedtab.federation.protocol import SiteError
-from fedtab.federation.selection import personalised_predict, select_model, site_contributions
-from fedtab.federation.site import Site
-from fedtab.federation.training.site import class_indices, site_matrix
-from fedtab.federation.training_flow import run_training
+from fedtab.federation.workflows.selection import personalised_predict, select_model, site_contributions
+from fedtab.federation.site.core import Site
+from fedtab.federation.site.matrices import class_indices, site_matrix
+from fedtab.federation.workflows.training import run_training
 from fedtab.learn.personalise import log_loss_sum
 from tests.builders import base_rate_parts, classification_parts, federation
 
@@ -230,7 +230,7 @@ def test_exchange_count_counts_each_ask_once_through_subclasses():
 
     _, parts = classification_parts(120, 4, 2, 1, seed=0)
     fed = Wrapped([Site(f"s{i}", p, "target", seed=i) for i, p in enumerate(parts)])
-    from fedtab.federation.messages import Message
+    from fedtab.federation.protocol.messages import Message
 
     fed.broadcast(Message("describe", meta={"part": "train"}))
     fed.ask({"s0": Message("describe", meta={"part": "train"})})
@@ -241,7 +241,7 @@ def test_every_message_can_be_answered_by_a_fresh_site_from_its_stored_state():
     """As a Flower ClientApp per message: each request is answered by a new Site whose state went
     through encode_state / decode_state (arrays + JSON, no pickle); the selection is the same."""
     from fedtab.engines.site_state import decode_state, encode_state
-    from fedtab.federation.messages import Message
+    from fedtab.federation.protocol.messages import Message
 
     _, parts = classification_parts(600, 8, 3, 1, seed=0, class_sep=1.2)
 

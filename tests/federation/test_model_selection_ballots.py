@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.election_flow import ballot_reply, gather_ballots
-from fedtab.federation.observed import MEASURED_KEY, measured_columns, measured_frame
-from fedtab.federation.selection import select_model
-from fedtab.federation.site import Site
+from fedtab.federation.workflows.election.server import ballot_reply, gather_ballots
+from fedtab.federation.site.observed import MEASURED_KEY, measured_columns, measured_frame
+from fedtab.federation.workflows.selection import select_model
+from fedtab.federation.site.core import Site
 
 
 def _tables(seed=0, n=240):
@@ -28,7 +28,7 @@ def _tables(seed=0, n=240):
 def _impute_leakily(site: Site, columns: list[str]) -> None:
     """Fill every missing or absent cell with the label ×10 (the most misleading evidence),
     through the imputation's own table step (which records the measured cells first)."""
-    import fedtab.federation.impute_flow  # noqa: F401 - registers the table step
+    import fedtab.federation.workflows.imputation  # noqa: F401 - registers the table step
 
     table = site.table.reindex(columns=columns).to_numpy(dtype=np.float64)
     y = site.table[site.target].to_numpy(dtype=np.float64)

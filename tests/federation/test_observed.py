@@ -1,4 +1,4 @@
-"""federation/observed.py: the vectorised measured-cell masks equal the per-column reading.
+"""federation/site/observed.py: the vectorised measured-cell masks equal the per-column reading.
 
 The reference below is the per-column loop fedtab used before (one pandas call per column),
 kept as the oracle.
@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedtab.federation.observed import MEASURED_KEY, measured_frame, measured_matrix, record_measured
-from fedtab.federation.parts import canonical_part
-from fedtab.federation.site import Site
+from fedtab.federation.site.observed import MEASURED_KEY, measured_frame, measured_matrix, record_measured
+from fedtab.federation.site.parts import canonical_part
+from fedtab.federation.site.core import Site
 
 
 def _loop_measured_matrix(site, columns, part):

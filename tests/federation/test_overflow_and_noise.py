@@ -17,9 +17,10 @@ import pytest
 
 from fedtab.data import classification_table, split_rows
 from fedtab.engines.local import LocalFederation
-from fedtab.federation import Site, run_election, run_training, validate
+from fedtab.federation import Site, run_election, run_training
+from fedtab.federation.protocol import validate
 from fedtab.federation.protocol import set_options
-from fedtab.federation.reduce import cap_weights, moment_summaries, usable_counts
+from fedtab.federation.protocol.reduce import cap_weights, moment_summaries, usable_counts
 from fedtab.impute.stats import pool_stats, site_stats
 
 
@@ -121,7 +122,7 @@ def test_dp_imputation_survives_counts_the_noise_took_below_one(seeded_noise):
     pytest.importorskip("torch")
     import pandas as pd
 
-    from fedtab.federation.impute_flow import ImputeConfig, run_imputation
+    from fedtab.federation.workflows.imputation import ImputeConfig, run_imputation
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(500, 5))

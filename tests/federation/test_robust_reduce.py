@@ -1,4 +1,4 @@
-"""Robust reducers (fedtab.federation.reduce) and the robust switches of the workflows."""
+"""Robust reducers (fedtab.federation.protocol.reduce) and the robust switches of the workflows."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedtab.election.ballot import Ballot
-from fedtab.federation.election_flow import elect_from_ballots
-from fedtab.federation.reduce import (cap_weights, check_max_site_share, robust_params, robust_votes, screen_sites,
+from fedtab.federation.workflows.election.server import elect_from_ballots
+from fedtab.federation.protocol.reduce import (cap_weights, check_max_site_share, robust_params, robust_votes, screen_sites,
                                       site_median, trimmed_mean)
 
 weights_st = st.lists(st.one_of(st.just(0.0), st.floats(1e-6, 1e12)), min_size=1, max_size=12).filter(lambda w: sum(w) > 0)
@@ -93,7 +93,7 @@ def test_screen_names_the_outlying_site(caplog):
     means = {f"s{i}": rng.normal(0, 0.05, 3) for i in range(4)}
     stds = {f"s{i}": np.ones(3) + rng.normal(0, 0.05, 3) for i in range(4)}
     means["evil"], stds["evil"] = np.array([0.0, 5.0, 0.0]), np.ones(3)
-    with caplog.at_level(logging.WARNING, logger="fedtab.federation.reduce"):
+    with caplog.at_level(logging.WARNING, logger="fedtab.federation.protocol.reduce"):
         flagged = screen_sites(means, stds, columns=["a", "b", "c"])
     assert list(flagged) == ["evil"] and "'b'" in flagged["evil"]
     assert "evil" in caplog.text

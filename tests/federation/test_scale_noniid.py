@@ -11,11 +11,11 @@ from fedtab.election import elect_ballots
 from fedtab.election.agreement import jaccard, pooled_agreement, pooled_mask
 from fedtab.election.ballot import Ballot
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.election_flow import ballots_from_replies, run_election
-from fedtab.federation.messages import Message
-from fedtab.federation.site import Site
-from fedtab.federation.training_flow import run_training
-from fedtab.federation.tuning_flow import tune_flow
+from fedtab.federation.workflows.election.server import ballots_from_replies, run_election
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.site.core import Site
+from fedtab.federation.workflows.training import run_training
+from fedtab.federation.workflows.tuning.server import tune_flow
 
 
 def _table(n=600, d=30, seed=0):

@@ -15,10 +15,10 @@ import pytest
 from fedtab.data.synthetic import classification_table, split_rows
 from fedtab.election import ElectionTally
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.election_flow import run_election
-from fedtab.federation.messages import Message
-from fedtab.federation.site import Site
-from fedtab.federation.training_flow import run_training
+from fedtab.federation.workflows.election.server import run_election
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.site.core import Site
+from fedtab.federation.workflows.training import run_training
 
 
 def _federation(k: int, d: int, rows: int = 400) -> LocalFederation:
@@ -146,7 +146,7 @@ def test_meta_integer_lists_are_range_checked_without_per_item_calls():
 def test_name_lists_are_validated_once_not_once_per_site(monkeypatch):
     """Identical declarations/ballots/descriptions: the list checks run a constant number of
     times, whatever K (they ran 2 per site + 1 per declaration, ~6 s at 300 sites × 10,000)."""
-    from fedtab.federation import schema as schema_mod
+    from fedtab.federation.protocol import schema as schema_mod
 
     real = schema_mod._names
     counts = {}
@@ -169,8 +169,8 @@ def test_name_lists_are_validated_once_not_once_per_site(monkeypatch):
 
 
 def test_an_all_numeric_declaration_leaves_out_the_kinds_list():
-    from fedtab.federation import agree_schema
-    from fedtab.federation.schema import DECLARED
+    from fedtab.federation.protocol.agreement import agree_schema
+    from fedtab.federation.protocol.schema import DECLARED
 
     fed = _federation(3, 30)
     run_election(fed, 0.5)

@@ -10,8 +10,8 @@ from sklearn.feature_selection import SelectFdr, f_classif
 from fedtab.data.synthetic import classification_table
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import FederationError, Message, run_pooled_anova
-from fedtab.federation.pooled_anova_flow import pooled_anova
-from fedtab.federation.site import Site
+from fedtab.federation.workflows.pooled_anova.server import pooled_anova
+from fedtab.federation.site.core import Site
 
 
 def _skewed_sites(seed=0):

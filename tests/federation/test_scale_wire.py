@@ -9,9 +9,9 @@ import pytest
 
 from fedtab import LocalFederation, Site, run_election
 from fedtab.federation import Message, SiteError, gather_ballots
-from fedtab.federation.election_flow import pack_mask, unpack_mask
+from fedtab.federation.workflows.election.server import pack_mask, unpack_mask
 from fedtab.federation.protocol import exchange
-from fedtab.federation.schema import AGREED, DECLARED, SCHEMA_HASH, columns_hash
+from fedtab.federation.protocol.schema import AGREED, DECLARED, SCHEMA_HASH, columns_hash
 from tests.builders import Hostile, classification_parts, make_sites
 
 
@@ -86,9 +86,9 @@ def test_ballots_and_masks_carry_no_names_and_the_result_matches_the_rule_on_the
             assert _names_in(request) == 0
     # the server decoded the same ballots the sites computed: re-elect from the sites' own selections
     from fedtab.election.selectors import make_selector
-    from fedtab.federation.election_flow import elect_from_ballots
+    from fedtab.federation.workflows.election.server import elect_from_ballots
     from fedtab.election.ballot import Ballot
-    from fedtab.federation.local_data import fill_with_column_means, numeric_matrix
+    from fedtab.federation.site.data import fill_with_column_means, numeric_matrix
 
     own = []
     for s in sites:
@@ -180,7 +180,7 @@ def test_a_schema_sent_as_declared_resolves_to_the_declaration_with_its_hash_aft
     """A job re-declares after a table step; a schema agreed on the earlier declaration and sent as
     ``"declared"`` still resolves to those columns (by their hash), and a hash the site never
     declared is refused, not silently filled with its current columns."""
-    from fedtab.federation.schema import received_schema, remember_declaration
+    from fedtab.federation.site.schema import received_schema, remember_declaration
 
     site = make_sites(classification_parts(200, 4, 2, 0, (1.0,), seed=3)[1][:1])[0]
     first, later = ["f0", "f1", "f2", "f3"], ["f0", "f1", "f2", "f3", "f0_x"]

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.schema import ColumnNameWarning, agree_schema, similar_columns
-from fedtab.federation.site import Site
+from fedtab.federation.protocol.schema import ColumnNameWarning, similar_columns
+from fedtab.federation.protocol.agreement import agree_schema
+from fedtab.federation.site.core import Site
 
 
 @pytest.mark.parametrize("a, b", [("Age", "age"), ("max_heart_rate", "max_hr"), ("old_peak", "oldpeak"),

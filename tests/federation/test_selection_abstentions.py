@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.messages import Message
+from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import QuorumError, SiteError
-from fedtab.federation.selection import select_model
-from fedtab.federation.site import Site
+from fedtab.federation.workflows.selection import select_model
+from fedtab.federation.site.core import Site
 
 FAST = dict(selector="anova", grid=(0.5, 1.0), modes=("none",), contributions=False, rounds=2, local_epochs=2)
 

@@ -62,10 +62,11 @@ def test_with_a_quorum_the_run_continues_and_records_who_took_part(parts, caplog
 
 
 def test_a_handler_calling_sys_exit_is_an_error_reply_not_the_end_of_the_server(parts):
-    from fedtab.federation.site import HANDLERS, handler
+    from fedtab.federation.site.core import HANDLERS
+    from fedtab.federation.site.registry import handler
 
     if "__exit__" not in HANDLERS:
-        from fedtab.federation.kinds import MessageKind, declare
+        from fedtab.federation.protocol.kinds import MessageKind, declare
         from fedtab.privacy.gate import Releases
 
         declare(MessageKind("__exit__", __name__, Releases(part=None), "a test's handler that calls sys.exit"))
@@ -125,7 +126,7 @@ def test_a_rejected_reply_drops_only_its_sender(parts):
 def test_federated_imputer_quorum_drops_a_failing_site_and_names_it(monkeypatch):
     import pandas as pd
 
-    import fedtab.federation.site as site_module
+    import fedtab.federation.site.core as site_module
     from fedtab.imputer import FederatedImputer
 
     rng = np.random.default_rng(0)

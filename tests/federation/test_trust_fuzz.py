@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fedtab.federation import validate
-from fedtab.federation.messages import Message, MessageError, decode_meta
+from fedtab.federation.protocol import validate
+from fedtab.federation.protocol.messages import Message, MessageError, decode_meta
 from fedtab.federation.protocol import SiteError
-from fedtab.federation.schema import Schema, SchemaLimits, parse_declaration
+from fedtab.federation.protocol.schema import Schema, SchemaLimits, parse_declaration
 from fedtab.impute.stats import site_stats
 
 FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

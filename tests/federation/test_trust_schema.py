@@ -83,7 +83,7 @@ def test_ballots_that_break_the_schema_are_rejected_naming_only_the_sender(tampe
 
 
 def test_an_oversized_declaration_is_rejected_before_any_ballot_is_counted():
-    from fedtab.federation.schema import DECLARED
+    from fedtab.federation.protocol.schema import DECLARED
 
     huge = [f"x{i}" for i in range(200_001)]  # the default limit is 100,000 columns
 

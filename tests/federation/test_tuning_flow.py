@@ -7,7 +7,7 @@ from fedtab import LocalFederation, Site
 from fedtab.privacy import DisclosurePolicy
 from fedtab.data import classification_table
 from fedtab.federation import FederationError, run_training, tune_flow
-from fedtab.federation.tuning_flow import gather_fit_ballots, split_validation
+from fedtab.federation.workflows.tuning.server import gather_fit_ballots, split_validation
 from tests.builders import classification_parts, federation
 
 
@@ -83,7 +83,7 @@ def test_a_site_with_one_class_in_its_fit_rows_abstains_by_name():
 def test_tune_and_train_report_is_json_and_complete():
     import json
 
-    from fedtab.federation.tuning_flow import tune_and_train
+    from fedtab.federation.workflows.tuning.server import tune_and_train
 
     rep = tune_and_train(_fed(), selector="lasso", model="sgd", rounds=2, local_epochs=1)
     json.dumps(rep)

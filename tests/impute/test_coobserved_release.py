@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedtab.federation import validate
-from fedtab.federation.messages import Message
-from fedtab.federation.site import Site
+from fedtab.federation.protocol import validate
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.site.core import Site
 from fedtab.impute.stats import pool_stats, release_plan, released_stats, site_stats
 
 MIN_ROWS = 10

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.impute_flow import ImputeConfig, run_imputation
-from fedtab.federation.site import Site
+from fedtab.federation.workflows.imputation import ImputeConfig, run_imputation
+from fedtab.federation.site.core import Site
 from fedtab.imputer import FederatedImputer
 from fedtab.impute.graph import build_feature_graph
 from fedtab.impute.baselines import LowRankGaussian

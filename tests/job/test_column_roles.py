@@ -65,10 +65,10 @@ def test_columns_keys_are_checked():
 import pandas as pd  # noqa: E402
 
 from fedtab.engines.local import LocalFederation  # noqa: E402
-from fedtab.federation.messages import Message  # noqa: E402
-from fedtab.federation.profile_flow import profile_sites  # noqa: E402
+from fedtab.federation.protocol.messages import Message  # noqa: E402
+from fedtab.federation.steps.profile import profile_sites  # noqa: E402
 from fedtab.federation.protocol import FederationError  # noqa: E402
-from fedtab.federation.site import Site  # noqa: E402
+from fedtab.federation.site.core import Site  # noqa: E402
 
 
 def _table(n: int = 60, seed: int = 0) -> pd.DataFrame:

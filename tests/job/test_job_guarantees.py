@@ -162,9 +162,9 @@ def test_every_guarantee_reaches_its_workflow(site_files, tmp_path, monkeypatch)
     """The spec's settings arrive as the run's options when each workflow starts: captured at the
     workflows themselves (imputation, election, training)."""
     pytest.importorskip("torch")
-    import fedtab.federation.election_flow as election_flow
-    import fedtab.federation.imputation as imputation
-    import fedtab.federation.training as training
+    import fedtab.federation.workflows.election.server as election_flow
+    import fedtab.federation.workflows.imputation as imputation
+    import fedtab.federation.workflows.training as training
 
     seen = {}
     for module, name in ((imputation, "run_imputation"), (election_flow, "run_election"), (training, "run_training")):

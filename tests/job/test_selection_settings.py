@@ -10,7 +10,7 @@ import pytest
 
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import run_election, run_pooled_score_test
-from fedtab.federation.site import Site
+from fedtab.federation.site.core import Site
 from fedtab.job.spec import JobError, spec_from_plan
 from fedtab.job.workflow import run_workflow
 

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.parts import check_parts, draw_parts
-from fedtab.federation.site import Site
-from fedtab.federation.training import run_training
+from fedtab.federation.site.parts import check_parts, draw_parts
+from fedtab.federation.site.core import Site
+from fedtab.federation.workflows.training import run_training
 from fedtab.job.model_file import load_model
 from fedtab.job.run import run_job
 from fedtab.job.spec import JobError

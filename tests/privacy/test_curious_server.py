@@ -74,7 +74,7 @@ def test_class_moments_and_evaluations_refuse_a_class_below_the_floor():
     reply = site.handle(Message("class_moments", meta={"part": "train"}))
     assert not reply.is_refusal and reply.meta["classes"] == ["0"]
     # parts that held them (the old draw: all 8 in train) are refused by the gate per class
-    from fedtab.federation.parts import RowParts
+    from fedtab.federation.site.parts import RowParts
 
     idx = np.arange(len(t))
     site.parts = RowParts(len(t), np.setdiff1d(idx, site.parts.test), site.parts.test)
@@ -125,7 +125,7 @@ def test_a_crafted_model_with_fine_bins_recovers_no_value(table):
 # ----------------------------------------------------------------------------- imputation masks
 def test_server_seeded_imputation_masks_isolate_no_cell(table):
     pytest.importorskip("torch")
-    from fedtab.federation.impute_flow import ImputeConfig
+    from fedtab.federation.workflows.imputation import ImputeConfig
     from fedtab.impute.graph import build_feature_graph
     from fedtab.impute.model import GNNConfig, GNNImputer, state_to_numpy
 
@@ -258,8 +258,9 @@ def test_the_ledger_outlives_the_site_object(table, tmp_path):
 
 # ----------------------------------------------------------------------------- the gate is default-deny
 def test_a_handler_without_a_declaration_or_with_an_undeclared_release_is_refused(table, monkeypatch):
-    from fedtab.federation.kinds import MessageKind, declare
-    from fedtab.federation.site import HANDLERS, handler
+    from fedtab.federation.protocol.kinds import MessageKind, declare
+    from fedtab.federation.site.core import HANDLERS
+    from fedtab.federation.site.registry import handler
 
     rows = lambda site, request: Message("probe_rows", {"rows": site.table.to_numpy()})  # noqa: E731
     with pytest.raises(ValueError, match="not declared"):  # no handler without a declaration

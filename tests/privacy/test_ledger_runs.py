@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.messages import Message
-from fedtab.federation.site import Site
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.site.core import Site
 from fedtab.privacy import DisclosurePolicy
 from fedtab.privacy.ledger import SiteLedger
 

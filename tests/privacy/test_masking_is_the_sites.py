@@ -13,7 +13,7 @@ import pytest
 
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import Federation, FederationError, Message, Site, register_all, run_training
-from fedtab.federation.kinds import KINDS
+from fedtab.federation.protocol.kinds import KINDS
 from fedtab.federation.protocol.secure_aggregator import SecureAggregator
 from fedtab.privacy import DisclosurePolicy
 from fedtab.privacy.gate import FLAG, SMOOTHED, Releases, Vocabulary, release

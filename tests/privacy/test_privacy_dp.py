@@ -116,7 +116,7 @@ def test_dp_ballots_are_noisy_and_accounted(parts):
     a, b = (fed.site("s0").handle(req) for _ in range(2))
     assert not np.array_equal(a.arrays["scores"], b.arrays["scores"])
     assert ((a.arrays["scores"] >= 0) & (a.arrays["scores"] <= 1)).all()
-    from fedtab.federation.election_flow import unpack_mask
+    from fedtab.federation.workflows.election.server import unpack_mask
 
     scores = a.arrays["scores"]  # the mask travels as bits (one per score)
     assert np.array_equal(unpack_mask(a.arrays["mask"], scores.size), scores > 0.5)
@@ -128,7 +128,7 @@ def test_dp_ballots_are_noisy_and_accounted(parts):
 
 def test_dp_imputation_releases_no_validation_errors():
     pytest.importorskip("torch")
-    from fedtab.federation.impute_flow import DP_STEPS_PER_ROUND, ImputeConfig, run_imputation
+    from fedtab.federation.workflows.imputation import DP_STEPS_PER_ROUND, ImputeConfig, run_imputation
 
     rng = np.random.default_rng(0)
     full = pd.DataFrame(rng.normal(size=(900, 4)) @ rng.normal(size=(4, 4)), columns=list("abcd"))

@@ -14,7 +14,7 @@ import pytest
 
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import Site
-from fedtab.federation.impute_flow import DP_STEPS_PER_ROUND, ImputeConfig, run_imputation
+from fedtab.federation.workflows.imputation import DP_STEPS_PER_ROUND, ImputeConfig, run_imputation
 from fedtab.federation.protocol import set_options
 from fedtab.impute.graph import build_feature_graph
 
@@ -129,7 +129,7 @@ def test_dp_imputation_accounts_every_gradient_step_and_stays_useful():
 
 @pytest.mark.parametrize("steps", [0, -1, 10**6, 2.5, True, "3"])
 def test_a_site_refuses_an_unbounded_or_malformed_number_of_dp_steps(steps):
-    from fedtab.federation.impute_flow import _dp_steps
+    from fedtab.federation.workflows.imputation.site import _dp_steps
 
     with pytest.raises(ValueError, match="steps must be an integer"):
         _dp_steps({"z": 1.0, "clip": 1.0, "steps": steps})

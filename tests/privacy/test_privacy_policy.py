@@ -8,7 +8,7 @@ from fedtab.data import classification_table
 from fedtab.engines.local import LocalFederation
 from fedtab.engines.site_config import build_site
 from fedtab.federation import FederationError, Message, Site, SiteRefused, gather_ballots, run_training
-from fedtab.federation.encoding_flow import federated_one_hot
+from fedtab.federation.steps.encoding import federated_one_hot
 from fedtab.privacy import OTHER_CATEGORY, DisclosurePolicy
 
 
@@ -40,7 +40,7 @@ def test_tiny_sites_refuse_ballots_descriptions_and_updates(table, n_tiny):
 @pytest.mark.parametrize("n_tiny", [1, 2, 3])
 def test_tiny_sites_refuse_imputation_statistics(table, n_tiny):
     pytest.importorskip("torch")
-    from fedtab.federation.impute_flow import ImputeConfig, run_imputation
+    from fedtab.federation.workflows.imputation import ImputeConfig, run_imputation
 
     data = table.drop(columns=["target"])
     fed = LocalFederation([Site("big", data.iloc[:200], test_size=0.1), Site("tiny", data.iloc[200:200 + n_tiny],
@@ -71,7 +71,7 @@ def test_describe_only_on_the_sites_own_parts_and_agreed_columns(table):
     # before a schema is agreed, a column the site lacks is answered as absent (count 0) ...
     absent = site.handle(Message("describe", meta={"features": ["f0", "secret_column"]}))
     assert absent.arrays["count"].tolist() == [160, 0]
-    # ... once agreed (fedtab.federation.schema), only the agreed columns are answered
+    # ... once agreed (fedtab.federation.protocol.schema), only the agreed columns are answered
     site.state["schema"] = {"columns": site.feature_names, "holders": [1] * len(site.feature_names)}
     assert site.handle(Message("describe", meta={"features": ["f0", "secret_column"]})).is_refusal
     ok = site.handle(Message("describe", meta={"part": "test", "features": ["f0"]}))

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from fedtab.data import classification_table, split_rows
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import Federation, FederationError, Message, Site, run_election, run_training
-from fedtab.federation.kinds import MessageKind, declare
-from fedtab.federation.site import HANDLERS, handler
+from fedtab.federation.protocol.kinds import MessageKind, declare
+from fedtab.federation.site.core import HANDLERS
+from fedtab.federation.site.registry import handler
 from fedtab.privacy import shamir
 from fedtab.federation.protocol.secure_aggregator import SecureAggregator
 
@@ -255,7 +256,7 @@ def test_secure_election_and_training_equal_the_plain_run(seed_sites, model):
 
 def test_secure_imputation_equals_the_plain_run():
     pytest.importorskip("torch")
-    from fedtab.federation.impute_flow import ImputeConfig, run_imputation
+    from fedtab.federation.workflows.imputation import ImputeConfig, run_imputation
 
     rng = np.random.default_rng(0)
     z = rng.normal(size=(600, 2))

@@ -24,8 +24,9 @@ from fedtab.errors import SiteFault
 from fedtab.engines.site_config import build_site, with_job_settings
 from fedtab.federation import Federation, FederationError, Message, Site, run_training
 from fedtab.federation.protocol import QuorumError, SiteError, SiteRefused, set_options
-from fedtab.federation.kinds import MessageKind, declare, summed_kinds
-from fedtab.federation.site import HANDLERS, handler
+from fedtab.federation.protocol.kinds import MessageKind, declare, summed_kinds
+from fedtab.federation.site.core import HANDLERS
+from fedtab.federation.site.registry import handler
 from fedtab.privacy import DisclosurePolicy, shamir
 from fedtab.privacy.gate import COUNT, Releases
 from fedtab.privacy.identity import IdentityError, SiteIdentity, provision, read_key_list, signed_message

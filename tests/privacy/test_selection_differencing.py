@@ -15,7 +15,7 @@ import pytest
 
 from fedtab import Site
 from fedtab.federation import Message
-from fedtab.federation.parts import RowParts, check_parts, draw_parts, fixed_parts
+from fedtab.federation.site.parts import RowParts, check_parts, draw_parts, fixed_parts
 from fedtab.privacy import DisclosurePolicy
 
 MIN_ROWS = 10

@@ -280,7 +280,7 @@ def test_the_disclosure_statement_is_built_from_what_this_run_sent():
 
 
 def test_every_site_message_kind_is_described_and_a_hostile_kind_stays_text():
-    from fedtab.federation.site import HANDLERS
+    from fedtab.federation.site.core import HANDLERS
     from fedtab.federation import register_all
 
     register_all()

@@ -73,7 +73,7 @@ def run_demo(config: DemoConfig | None = None, progress: Callable[[str], None] |
     """Run the experiment and return the ``result.json`` document (see the README)."""
     from ..data.synthetic import classification_table, split_rows
     from ..engines.local import LocalFederation
-    from ..federation.site import Site
+    from fedtab.federation.site.core import Site
     from ..job.outputs import Outputs
     from ..job.workflow import run_workflow
 

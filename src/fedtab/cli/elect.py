@@ -45,7 +45,7 @@ def option_text(message: str, options: dict[str, str] = OPTIONS) -> str:
 
 def max_site_share_option(value: float) -> float:
     """Typer callback of ``--max-site-share``: a number in (0, 1], NaN refused at parse time."""
-    from ..federation.reduce import check_max_site_share
+    from fedtab.federation.protocol.reduce import check_max_site_share
 
     try:
         return check_max_site_share(value)

@@ -3,7 +3,7 @@
 Each loader returns ``(table, target, categorical)``: a DataFrame whose label column is
 ``target`` (integer class labels), and the names of the categorical (string) columns
 that must be one-hot encoded — federatedly, see
-:mod:`fedtab.federation.encoding_flow` — before training. Missing cells (``?`` in
+:mod:`fedtab.federation.steps.encoding` — before training. Missing cells (``?`` in
 the UCI files) are NaN. Every loader checks the file's shape and columns and raises
 :class:`DatasetError` with the path and the problem if the file is missing or altered.
 

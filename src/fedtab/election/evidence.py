@@ -47,7 +47,7 @@ can still push (the second's term stays in).
 
 What it cannot do: each site's test only contrasts its own rows, so the evidence that
 lies *between* sites (class 0 seen at one, class 1 at another) is lost; the pooled
-test from per-class sums (:func:`~fedtab.federation.pooled_anova_flow.run_pooled_anova`)
+test from per-class sums (:func:`~fedtab.federation.workflows.pooled_anova.server.run_pooled_anova`)
 uses it, but is confounded when sites' feature distributions differ for other reasons.
 
 Pure functions over numpy; the streaming tally keeps ``Σ √n_i z_ij`` per feature.

@@ -36,7 +36,7 @@ dependence. It cannot find a column whose signal shows only jointly with others.
 
 :func:`site_sums` is a site's reply (pure numpy), :func:`forward_score_selection` is
 the server's loop over any source of summed replies — the federated workflow
-(:mod:`fedtab.federation.score_test_flow`) and :func:`pooled_score_selection` (the same
+(:mod:`fedtab.federation.workflows.score_test.server`) and :func:`pooled_score_selection` (the same
 procedure on one pooled matrix) run the same code.
 """
 

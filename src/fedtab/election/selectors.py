@@ -475,7 +475,7 @@ def selector_spec(selector: Any) -> dict[str, Any]:
 
     Raises:
         ValueError: the selector is not a registered built-in one (a custom selector
-            object cannot be sent; give it to the :class:`~fedtab.federation.site.Site`).
+            object cannot be sent; give it to the :class:`~fedtab.federation.site.core.Site`).
     """
     sel = make_selector(selector)
     if SELECTORS.get(sel.name) is not type(sel):

@@ -44,7 +44,7 @@ from flwr.common.logger import log as flwr_log  # noqa: E402
 from flwr.proto.node_pb2 import NodeInfo  # noqa: E402  # pylint: disable=E0611
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
-from ..federation.messages import LIMITS, Message, MessageError, decode_meta  # noqa: E402
+from fedtab.federation.protocol.messages import LIMITS, Message, MessageError, decode_meta  # noqa: E402
 from ..federation.protocol import Federation, FederationError, Traffic  # noqa: E402
 from .site_state import SiteCache, decode_state, encode_state  # noqa: E402
 

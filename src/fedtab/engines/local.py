@@ -12,9 +12,9 @@ import time
 import uuid
 from typing import Callable, Iterator, Mapping, Sequence
 
-from ..federation.messages import Message, MessageError
+from fedtab.federation.protocol.messages import Message, MessageError
 from ..federation.protocol import Federation, Traffic, check_min_sites
-from ..federation.site import Site
+from fedtab.federation.site.core import Site
 
 __all__ = ["LocalFederation"]
 
@@ -23,7 +23,7 @@ class LocalFederation(Federation):
     """Sites held in memory, asked one after another.
 
     Args:
-        sites: the participating :class:`~fedtab.federation.site.Site` objects
+        sites: the participating :class:`~fedtab.federation.site.core.Site` objects
             (names must be unique).
         wire: serialise every message through the wire format (slower by the cost of
             a ``bytes`` copy, but measures traffic and proves nothing relies on

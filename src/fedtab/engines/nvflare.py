@@ -8,7 +8,7 @@ import this module.
   :meth:`~FlareFederation.ask` sends each request as a FLARE task to the named clients
   and waits for all of them. It writes the JSON summary to ``fedtab_result.json`` in
   the server's run directory and, if given, to ``result_path``.
-* :class:`FedtabExecutor` builds the client's :class:`~fedtab.federation.site.Site` from
+* :class:`FedtabExecutor` builds the client's :class:`~fedtab.federation.site.core.Site` from
   its job arguments (keys of :mod:`fedtab.engines.site_config`; the site name is the
   FLARE client name) and answers with :meth:`Site.handle`. Its secure-aggregation
   identity comes from the site's own ``local/fedtab-identity.json`` (:data:`IDENTITY_FILE`),
@@ -39,7 +39,7 @@ from nvflare.apis.impl.controller import Controller, Task
 from nvflare.apis.shareable import Shareable, make_reply
 from nvflare.apis.signal import Signal
 
-from ..federation.messages import Message, MessageError
+from fedtab.federation.protocol.messages import Message, MessageError
 from ..federation.protocol import Federation, FederationError, Traffic
 from .errors import RunError
 from .site_config import IDENTITY_KEYS, build_site, site_config
@@ -235,7 +235,7 @@ class FedtabController(Controller):
 
 # ----------------------------------------------------------------------------- client side
 class FedtabExecutor(Executor):
-    """Answers fedtab tasks with the client's :class:`~fedtab.federation.site.Site`.
+    """Answers fedtab tasks with the client's :class:`~fedtab.federation.site.core.Site`.
 
     Args (the site config; the site's name is the FLARE client name):
         data_path: the site's CSV/Parquet file. target: label column ("" = none).

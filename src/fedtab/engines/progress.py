@@ -43,10 +43,10 @@ MARKER = "fedtab-progress"
 
 def round_kinds() -> dict[str, tuple[str, Callable[["JobSpec"], int]]]:
     """Message kinds that are the rounds of a step: ``{kind: (step, the spec's rounds)}``, from
-    the kinds' declarations (:attr:`fedtab.federation.kinds.MessageKind.progress`). Imported
+    the kinds' declarations (:attr:`fedtab.federation.protocol.kinds.MessageKind.progress`). Imported
     here, on the server's side only: the analyst's side (:func:`parse_event`, :func:`describe`)
     needs the standard library alone."""
-    from ..federation.kinds import KINDS
+    from fedtab.federation.protocol.kinds import KINDS
 
     return {name: (k.progress.step, k.progress.rounds_of) for name, k in KINDS.items() if k.progress is not None}
 
@@ -68,7 +68,7 @@ def _gbdt_model(model: Any) -> Any:
 
 
 def gbdt_exchanges(params: Mapping[str, Any], *, plain: bool) -> int:
-    """Exchanges of one federated boosting run (:func:`fedtab.federation.gbdt.run_gbdt`) at most:
+    """Exchanges of one federated boosting run (:func:`fedtab.federation.workflows.gbdt.run_gbdt`) at most:
     ``gbdt_summary`` and ``gbdt_start``, one ``gbdt_level`` per depth level of every round
     (``n_trees × max_depth``), the closing ``gbdt_level``, ``gbdt_importance`` in a plain run, and
     the evaluation: ``n_trees × max_depth + 4`` (``+ 1`` plain). Early stopping and trees that

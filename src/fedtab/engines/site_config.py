@@ -1,4 +1,4 @@
-"""Build a :class:`~fedtab.federation.site.Site` from a flat, string-friendly config.
+"""Build a :class:`~fedtab.federation.site.core.Site` from a flat, string-friendly config.
 
 Both distributed engines start a site from configuration rather than from Python
 objects: Flower from a SuperNode's ``--node-config``, NVIDIA FLARE from an executor's
@@ -31,7 +31,7 @@ Keys (hyphens and underscores are interchangeable)::
                 (the job's ``[training] task``)
     min-rows    shorthand for the policy's min_rows (overrides the one in policy)
     folds       the most cross-validation folds the site draws of its training rows
-                (default 5; see fedtab.federation.parts)
+                (default 5; see fedtab.federation.site.parts)
     state-dir   the site's state folder: its ledger (what it answered and released,
                 fedtab.privacy.ledger) is kept there across runs and restarts; without
                 it the ledger lives with the site object (one process, one run), so its
@@ -64,8 +64,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..privacy.identity import SiteIdentity
 from ..privacy.policy import DisclosurePolicy, policy_from_config
-from ..federation.lazy_site import LazySite
-from ..federation.site import Site, site_ledger
+from fedtab.federation.site.lazy import LazySite
+from fedtab.federation.site.core import Site, site_ledger
 
 if TYPE_CHECKING:  # pandas when a table is read (not for a step answered from the site's state)
     import pandas as pd
@@ -86,7 +86,7 @@ class FixedSplitSite(Site):
     """A site whose train and test rows are given (no random split).
 
     Args:
-        name, target, selector: as :class:`~fedtab.federation.site.Site`.
+        name, target, selector: as :class:`~fedtab.federation.site.core.Site`.
         train: the training rows. test: the held-out rows (same columns; may be empty).
 
     Raises:
@@ -110,7 +110,7 @@ class FixedSplitSite(Site):
         self.unlabelled_rows = unlabelled
 
     def _draw_parts(self):  # noqa: ANN202 - RowParts
-        from ..federation.parts import fixed_parts
+        from fedtab.federation.site.parts import fixed_parts
 
         return fixed_parts(self._n_train, len(self.table) - self._n_train, self._labels(), folds=self.folds,
                            min_rows=self.policy.min_rows, seed=self.seed)
@@ -313,7 +313,7 @@ def _checked(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_lazy_site(config: Mapping[str, Any]) -> LazySite:
-    """The site of ``config`` as a :class:`~fedtab.federation.lazy_site.LazySite`: its file is
+    """The site of ``config`` as a :class:`~fedtab.federation.site.lazy.LazySite`: its file is
     read (by :func:`build_site`) only when a request needs the table.
 
     Raises:

@@ -8,11 +8,11 @@ elected features, the agreed class list and standardisation, the imputer...).
 
 Two mechanisms, used together by the engine adapters:
 
-* :class:`SiteCache` keeps live :class:`~fedtab.federation.site.Site` objects per
+* :class:`SiteCache` keeps live :class:`~fedtab.federation.site.core.Site` objects per
   ``(run, site)`` in this process, so state of any type survives as long as the process
   does (in-process Flower grid, FLARE client processes).
 * :func:`encode_state` / :func:`decode_state` turn ``Site.state`` into a
-  :class:`~fedtab.federation.messages.Message` (arrays + JSON, never pickle) that an
+  :class:`~fedtab.federation.protocol.messages.Message` (arrays + JSON, never pickle) that an
   engine can store next to the site (Flower's ``Context.state``, a file in FLARE's site
   workspace) and restore in a new process. Supported values: JSON scalars, str-keyed
   dicts, lists, tuples, numpy arrays and scalars, ``numpy.random.Generator`` and
@@ -30,8 +30,8 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
-from ..federation.messages import Message
-from ..federation.site import Site
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.site.core import Site
 
 __all__ = ["SiteCache", "StateNotEncodable", "encode_state", "decode_state"]
 

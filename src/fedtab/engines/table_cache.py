@@ -40,7 +40,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..federation.parts import RowParts
+    from fedtab.federation.site.parts import RowParts
 
 __all__ = ["CACHE_DIR", "FORMAT", "CachedTables", "TableCache", "cache_key"]
 
@@ -179,7 +179,7 @@ class TableCache:
             return None
 
     def _read(self, entry: Path) -> CachedTables:
-        from ..federation.parts import RowParts
+        from fedtab.federation.site.parts import RowParts
 
         manifest = json.loads((entry / "manifest.json").read_text())
         if manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):

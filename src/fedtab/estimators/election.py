@@ -6,7 +6,7 @@ A simulation study in three lines::
     fe.get_support(), fe.feature_names_out_
     fe.explain()
 
-``fit`` wraps each table in a :class:`~fedtab.federation.site.Site` (every row votes), builds
+``fit`` wraps each table in a :class:`~fedtab.federation.site.core.Site` (every row votes), builds
 the :class:`~fedtab.job.spec.JobSpec` of an election (:meth:`FederatedFeatureElection.job_spec`)
 and runs the job's step loop over an in-process :class:`~fedtab.engines.local.LocalFederation`:
 the same ballots, wire format, validation and rule as a deployment on Flower or FLARE.
@@ -118,7 +118,7 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
                 invalid ballot (naming the site).
         """
         from ..engines.local import LocalFederation
-        from ..federation.site import Site
+        from fedtab.federation.site.core import Site
         from ..job.workflow import run_workflow
 
         named = site_tables(tables)

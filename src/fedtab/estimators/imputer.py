@@ -31,8 +31,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
     """Federated imputation of missing cells *and* structurally unavailable columns.
 
     ``fit(tables)`` takes one table per site (its own columns, NaN = missing),
-    wraps each in a :class:`~fedtab.federation.site.Site`, and runs the imputation job
-    (:meth:`job_spec`; its step is :func:`~fedtab.federation.imputation.run_imputation`)
+    wraps each in a :class:`~fedtab.federation.site.core.Site`, and runs the imputation job
+    (:meth:`job_spec`; its step is :func:`~fedtab.federation.workflows.imputation.run_imputation`)
     over an in-process :class:`~fedtab.engines.local.LocalFederation` (the same workflow runs
     unchanged on other engines). ``transform(table)`` returns the table over the global schema,
     original units, every gap filled; observed values are kept as they are.
@@ -46,7 +46,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
     sparse input raise ``ValueError`` / ``TypeError``; use before ``fit`` raises
     ``NotFittedError``.
 
-    Args (all kept as given; see :class:`~fedtab.federation.imputation.ImputeConfig`):
+    Args (all kept as given; see :class:`~fedtab.federation.workflows.imputation.ImputeConfig`):
         k_neighbors, min_abs_corr: feature graph.
         hidden_dim, n_layers, dropout: GNN size.
         rounds, local_epochs, lr, weight_decay, batch_size, mask_fraction,
@@ -59,7 +59,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
             corrects; ``use_prior=False`` is the plain GNN (ablation).
         seed, n_threads: reproducibility / CPU threads.
         robust, max_site_share: robust mode (screened, capped statistics; median FedAvg;
-            see :func:`~fedtab.federation.imputation.run_imputation`). ``False`` = plain.
+            see :func:`~fedtab.federation.workflows.imputation.run_imputation`). ``False`` = plain.
         secure_aggregation: sums travel masked; dp: differential privacy ``{"epsilon",
             "delta", "bounds", "clip"}``. These three are the job's ``[trust]`` / ``[privacy]``
             (the run's options, :func:`fedtab.federation.protocol.set_options`).
@@ -70,7 +70,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
             many remain; ``None`` = every site must answer.
         timeout: seconds each site may take per exchange in :meth:`fit` (``None`` = no limit).
         integer_codes: impute an integer-coded column (integers only, at most
-            :data:`~fedtab.federation.profile_flow.MAX_LEVELS` values, e.g. ``thal`` in
+            :data:`~fedtab.federation.steps.profile.MAX_LEVELS` values, e.g. ``thal`` in
             {3, 6, 7}) to the nearest value of its agreed set, as a job does: after training,
             one ``job_profile`` exchange asks each site for the values it holds in at least
             ``min_rows`` rows (through its release gate); not in a private fit
@@ -84,7 +84,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
     ``history_`` (per-round curve), ``validation_`` (z-space RMSE per site / column),
     ``site_names_``, ``site_columns_``, ``levels_`` (``{column: agreed values}`` of the
     integer-coded columns), ``result_`` (the full
-    :class:`~fedtab.federation.imputation.ImputationResult`), ``job_result_`` (the job's
+    :class:`~fedtab.federation.workflows.imputation.ImputationResult`), ``job_result_`` (the job's
     ``steps``, ``privacy``, ``trust`` and ``participation``, as in ``result.json``), ``n_features_in_``
     (global columns) and ``feature_names_in_`` (when every table had string column names).
     """
@@ -196,8 +196,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
                 site failed during the run.
         """
         from ..engines.local import LocalFederation
-        from ..federation.imputation import validate_site_table
-        from ..federation.site import Site
+        from fedtab.federation.workflows.imputation import validate_site_table
+        from fedtab.federation.site.core import Site
         from ..privacy.policy import policy_from_config
 
         named = site_tables(tables)
@@ -229,7 +229,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         """Learn the imputer over an existing federation (any engine's, or one built by hand).
 
         The sites must answer the ``impute_*`` requests (every
-        :class:`~fedtab.federation.site.Site` does); their ``test_size`` rows are the
+        :class:`~fedtab.federation.site.core.Site` does); their ``test_size`` rows are the
         validation rows. ``validation_fraction`` is not used here.
 
         Raises:
@@ -279,7 +279,7 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
                 raise ValueError("categorical columns need the sites' value sets, which a private fit "
                                  "(secure_aggregation or dp) does not release")
             return {}
-        from ..federation.profile_flow import pooled_levels, profile_sites
+        from fedtab.federation.steps.profile import pooled_levels, profile_sites
 
         levels = pooled_levels(profile_sites(federation))
         missing = [c for c in wanted if c not in levels]

@@ -1,9 +1,9 @@
 """Sites, messages and the server-side workflows (engine-independent).
 
-Names are resolved on first access (PEP 562): ``import fedtab.federation.messages`` (a
+Names are resolved on first access (PEP 562): ``import fedtab.federation.protocol.messages`` (a
 Flower ClientApp process does, for every message) costs only that module, not every
 workflow and pandas. A site imports the workflow module of a request's kind when it first
-sees one (:func:`fedtab.federation.site.find_handler`); :func:`register_all` imports all of
+sees one (:func:`fedtab.federation.site.registry.find_handler`); :func:`register_all` imports all of
 them (every handler and table step registered).
 """
 
@@ -14,33 +14,33 @@ from typing import Any
 
 #: public name -> submodule that defines it
 _EXPORTS = {
-    "ElectionOutcome": "election_flow",
-    "broadcast_mask": "election_flow",
-    "elect_from_ballots": "election_flow",
-    "gather_ballots": "election_flow",
-    "run_election": "election_flow",
-    "Message": "messages",
-    "MessageError": "messages",
+    "ElectionOutcome": "workflows.election.server",
+    "broadcast_mask": "workflows.election.server",
+    "elect_from_ballots": "workflows.election.server",
+    "gather_ballots": "workflows.election.server",
+    "run_election": "workflows.election.server",
+    "Message": "protocol.messages",
+    "MessageError": "protocol.messages",
     "Federation": "protocol",
     "FederationError": "protocol",
     "QuorumError": "protocol",
     "SiteError": "protocol",
     "SiteRefused": "protocol",
     "exchange": "protocol",
-    "Schema": "schema",
-    "agree_schema": "schema",
-    "HANDLERS": "site",
-    "Site": "site",
-    "handler": "site",
-    "TrainingOutcome": "training_flow",
-    "run_training": "training_flow",
-    "TuneOutcome": "tuning_flow",
-    "tune_flow": "tuning_flow",
-    "federated_one_hot": "encoding_flow",
-    "run_baselines": "baseline_flow",
-    "run_pooled_anova": "pooled_anova_flow",
-    "PooledScoreTest": "score_test_flow",
-    "run_pooled_score_test": "score_test_flow",
+    "Schema": "protocol.schema",
+    "agree_schema": "protocol.agreement",
+    "HANDLERS": "site.core",
+    "Site": "site.core",
+    "handler": "site.core",
+    "TrainingOutcome": "workflows.training",
+    "run_training": "workflows.training",
+    "TuneOutcome": "workflows.tuning.server",
+    "tune_flow": "workflows.tuning.server",
+    "federated_one_hot": "steps.encoding",
+    "run_baselines": "steps.baselines",
+    "run_pooled_anova": "workflows.pooled_anova.server",
+    "PooledScoreTest": "workflows.score_test.server",
+    "run_pooled_score_test": "workflows.score_test.server",
 }
 
 
@@ -60,7 +60,7 @@ def __dir__() -> list[str]:
 def register_all() -> None:
     """Import every workflow module, registering all handlers and table steps (the
     imputation module only when torch is installed)."""
-    from .site import HANDLER_HOMES
+    from fedtab.federation.site.core import HANDLER_HOMES
 
     for module in HANDLER_HOMES:
         try:

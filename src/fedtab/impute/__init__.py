@@ -10,7 +10,7 @@ This package holds the pure building blocks (no engine or workflow imports): :mo
 exact pooling), :mod:`.graph` (feature graph), :mod:`.prior` (linear factor-model prior
 fitted from pooled correlations), :mod:`.model` (GNN), :mod:`.train`
 (self-supervised local training, FedAvg), :mod:`.baselines`. The federated protocol
-lives in :mod:`fedtab.federation.imputation`. Torch is imported lazily, so
+lives in :mod:`fedtab.federation.workflows.imputation`. Torch is imported lazily, so
 ``import fedtab.impute`` is cheap.
 """
 

@@ -107,8 +107,8 @@ def run_plan(spec: "JobSpec", ballots_given: bool = False) -> tuple[dict[str, in
     pays for: the election's ballot and description (unless ``ballots_given``), the training's
     description (unless the election gathered it), rounds and evaluation, and the all-columns
     comparison's training (its releases add to the training's: the same steps, run twice)."""
-    from ..federation.election_flow import dp_plan as election_plan
-    from ..federation.training.steps import dp_plan as training_plan
+    from fedtab.federation.workflows.election.server import dp_plan as election_plan
+    from fedtab.federation.workflows.training.steps import dp_plan as training_plan
     from ..learn.models import make_model
 
     plans = []

@@ -110,7 +110,7 @@ class SiteSpec:
 
 @dataclass
 class ImputeSpec:
-    """FedHF-Impute settings: the fields of :class:`fedtab.federation.imputation.ImputeConfig`
+    """FedHF-Impute settings: the fields of :class:`fedtab.federation.workflows.imputation.ImputeConfig`
     (``prior`` is its ``use_prior``; the seed is ``[run] seed``; robust mode, secure aggregation
     and DP come from ``[trust]`` and ``[privacy]``)."""
 
@@ -146,7 +146,7 @@ class ElectionSpec:
     dependence) correction at FDR ``q`` (:func:`fedtab.election.score_test.fdr_score_selection`).
     ``grid`` / ``refine_step``: the grid tuner's freedom degrees (``None`` = 0, 0.1, ..., 1) and the
     step of its refinement around the best one (0 = none). ``tune = "cv"``: honest model selection
-    (:func:`fedtab.federation.selection.select_model`, the job's ``selection`` step) instead of the
+    (:func:`fedtab.federation.workflows.selection.select_model`, the job's ``selection`` step) instead of the
     tuning, election and training steps: ``grid`` its candidate freedom degrees (all columns always
     is one), ``modes`` the personalisations it compares (``None`` = its defaults), ``l2_grid`` the
     logistic model's L2 strengths (``None`` = the model's own), ``contributions`` the
@@ -566,7 +566,7 @@ def _run_options(spec: JobSpec) -> None:
 
 
 def _impute(spec: JobSpec) -> None:
-    """``[impute]``: the settings :class:`~fedtab.federation.imputation.ImputeConfig` validates."""
+    """``[impute]``: the settings :class:`~fedtab.federation.workflows.imputation.ImputeConfig` validates."""
     from .steps.imputation import impute_config
 
     try:
@@ -596,9 +596,9 @@ def _wants_profile(spec: JobSpec) -> bool:
 
 
 def _training_modes(spec: JobSpec) -> None:
-    """The modes the training step declared (:mod:`fedtab.federation.training.steps`) hold this run's."""
+    """The modes the training step declared (:mod:`fedtab.federation.workflows.training.steps`) hold this run's."""
     from ..federation.protocol.modes import check_modes, modes_of
-    from ..federation.training.steps import EXACT_TRAINING_MODES  # noqa: F401  (registers the declarations)
+    from fedtab.federation.workflows.training.steps import EXACT_TRAINING_MODES  # noqa: F401  (registers the declarations)
     from ..learn.models import make_model
 
     p, fm = spec.privacy, make_model(spec.training.model)

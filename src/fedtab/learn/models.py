@@ -282,7 +282,7 @@ class GradientBoostedTreesModel(FederatedModel):
     """Histogram gradient-boosted trees (:mod:`fedtab.learn.gbdt`) under the model interface.
 
     Not trained by FedAvg: the training workflow hands a ``"gbdt"`` model to the federated
-    boosting workflow (:func:`fedtab.federation.gbdt.run_gbdt`), which grows the trees level by
+    boosting workflow (:func:`fedtab.federation.workflows.gbdt.run_gbdt`), which grows the trees level by
     level from summed histograms. Parameters are the model's arrays
     (:meth:`fedtab.learn.gbdt.GBDTModel.to_arrays`); :meth:`local_update` boosts on one site's
     rows only (the local-only baseline), :meth:`predict`/:meth:`predict_proba` read the arrays.

@@ -190,7 +190,7 @@ def personalised_predict(model: PersonalisedModel, X: np.ndarray, site: str | No
     """``(n, C)`` class probabilities of a stored personalised model on raw rows of ``site``.
 
     Args:
-        model: a :data:`PersonalisedModel` (as :func:`fedtab.federation.selection.select_model`
+        model: a :data:`PersonalisedModel` (as :func:`fedtab.federation.workflows.selection.select_model`
             returns it in ``SelectionOutcome.model``, and a model file stores it).
         X: ``(n, d)`` raw values of ``model["features"]`` in that order; NaN = missing
             (predicted at the federation's mean, as in training).

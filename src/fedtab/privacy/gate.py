@@ -49,7 +49,7 @@ import numpy as np
 from ..errors import SiteFault
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..federation.messages import Message
+    from fedtab.federation.protocol.messages import Message
 
 __all__ = ["Releases", "GateError", "COUNT", "NAMES", "LABELS", "FLAG", "NUMBER", "TEXT", "CATEGORIES", "STRUCT",
            "smooth_histogram", "error_text", "scrub", "release", "Vocabulary", "NO_ROWS", "SMOOTHED"]

@@ -12,13 +12,13 @@ enforces the rest on what each handler declares it releases:
 * ``min_rows = 10`` — no statistic, ballot, update or evaluation is computed over a
   part of fewer rows (per class for per-class releases), and every count below it in a
   reply is suppressed (:func:`suppress_small`, applied by the gate). The parts themselves
-  are drawn by the site from its own seed (:mod:`fedtab.federation.parts`); a request
+  are drawn by the site from its own seed (:mod:`fedtab.federation.site.parts`); a request
   names a part, never sizes or seeds one.
 * ``category_sets`` only for columns the site stores as categorical (object, string,
   category or bool dtype) — never numeric values; categories seen in fewer than
   ``min_rows`` rows are merged into :data:`OTHER_CATEGORY` (:func:`merged_categories`),
   at the site both when it lists them and when it encodes them.
-* once a schema is agreed (``site.state["schema"]``, :mod:`fedtab.federation.schema`),
+* once a schema is agreed (``site.state["schema"]``, :mod:`fedtab.federation.protocol.schema`),
   requests may name only its columns.
 * caps on server-chosen work, kept in the site's ledger (:mod:`fedtab.privacy.ledger`)
   so that no setup, run or restart resets them: ``max_rounds`` fit requests (and as many
@@ -51,8 +51,8 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from ..federation.messages import Message
-    from ..federation.site import Site
+    from fedtab.federation.protocol.messages import Message
+    from fedtab.federation.site.core import Site
 
 __all__ = ["DisclosurePolicy", "MAX_LIST_PARAM", "OTHER_CATEGORY", "PARTS", "coarse_range", "is_categorical",
            "merged_categories", "suppress_small", "policy_from_config"]
@@ -60,7 +60,7 @@ __all__ = ["DisclosurePolicy", "MAX_LIST_PARAM", "OTHER_CATEGORY", "PARTS", "coa
 #: the merged category every rare category of a column is reported (and encoded) as.
 OTHER_CATEGORY = "(other)"
 
-#: the row parts a request may name besides ``fold:k`` / ``fit:k`` (see :mod:`fedtab.federation.parts`).
+#: the row parts a request may name besides ``fold:k`` / ``fit:k`` (see :mod:`fedtab.federation.site.parts`).
 PARTS = ("train", "test", "fit", "validation", "all")
 
 #: most entries of a list-valued parameter of a server-chosen selector or model (hidden layer sizes, ...)
@@ -68,7 +68,7 @@ MAX_LIST_PARAM = 64
 
 
 class KindTerms(Protocol):
-    """What the policy reads of a message kind's declaration (``fedtab.federation.kinds.MessageKind``)."""
+    """What the policy reads of a message kind's declaration (``fedtab.federation.protocol.kinds.MessageKind``)."""
 
     check: Callable[["DisclosurePolicy", Any, Any], str | None] | None
 
@@ -105,7 +105,7 @@ class DisclosurePolicy:
         min_peers: fewest peers (the site included) a secure-aggregation request may
             name; a smaller (or self-only) peer set is refused.
         require_secure_aggregation: refuse any request for quantities the server needs
-            only summed (the kinds declared ``summed`` in ``fedtab.federation.kinds``; per-site
+            only summed (the kinds declared ``summed`` in ``fedtab.federation.protocol.kinds``; per-site
             kinds such as ballots, the schema, the profile and local baselines are not) unless it arrives with
             secure masking.
         require_dp: the same, unless it arrives with DP settings.
@@ -195,7 +195,7 @@ class DisclosurePolicy:
     def refusal(self, site: "Site", request: "Message", kind: "KindTerms | None" = None) -> str | None:
         """Why ``site`` refuses ``request`` under this policy, or ``None`` to answer it.
 
-        ``kind``: the declaration of the request's kind (``fedtab.federation.kinds.MessageKind``,
+        ``kind``: the declaration of the request's kind (``fedtab.federation.protocol.kinds.MessageKind``,
         passed in by the site: privacy never imports the federation): its ``check`` runs after
         the checks every request passes, and ``kind.is_summed(request)`` decides whether the
         require flags apply. ``None`` (an undeclared kind): only the checks every request passes.
@@ -487,7 +487,7 @@ def _training_setup(policy: DisclosurePolicy, site: "Site", request: "Message") 
 
 
 def _score_sums(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """The score test's sums (:mod:`fedtab.federation.score_test_flow`): the agreed columns,
+    """The score test's sums (:mod:`fedtab.federation.workflows.score_test.server`): the agreed columns,
     at most ``max_rounds`` requests per run."""
     setup = request.meta.get("setup")
     reason = _check_features(site, setup.get("features")) if isinstance(setup, dict) else None
@@ -679,7 +679,7 @@ def _gbdt_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -
 PLAIN_MODELS_EXTRA = 3
 #: what an evaluation of a server-sent model computes over, in its refusal
 SERVER_MODEL_ROW_SETS = "the rows a model of the server's picks out (a step-function model sweeps thresholds)"
-#: part aliases (as ``fedtab.federation.parts.canonical_part``): one part counts under one name
+#: part aliases (as ``fedtab.federation.site.parts.canonical_part``): one part counts under one name
 _PART_ALIASES = {"validation": "fold:0", "fit": "fit:0"}
 
 
@@ -726,7 +726,7 @@ def _evaluated_model(policy: DisclosurePolicy, site: "Site", request: "Message")
 
 
 def _select_prepare(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """Model selection's fold ballots (:mod:`fedtab.federation.selection`): as a ballot, the
+    """Model selection's fold ballots (:mod:`fedtab.federation.workflows.selection`): as a ballot, the
     selector (the server's or the site's own) run once per fold and once on ``train``."""
     runs = 1 + sum(1 for part in site.part_sizes() if part.startswith("fold:"))
     return _check_selector(policy, request.meta.get("selector"), site, "train", runs)

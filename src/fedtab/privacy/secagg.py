@@ -1,7 +1,7 @@
 """Secure aggregation the site can verify: the server learns the sum of the sites' vectors, not one site's.
 
 SecAgg (Bonawitz et al., CCS 2017) in fedtab's exchanges, so it runs unchanged on every
-engine (the engines only move :class:`~fedtab.federation.messages.Message` s). Every site
+engine (the engines only move :class:`~fedtab.federation.protocol.messages.Message` s). Every site
 holds an identity key and the consortium's key list from its own configuration
 (:mod:`fedtab.privacy.identity`); the server relays keys and signatures but cannot make
 them up.
@@ -77,8 +77,8 @@ from . import shamir
 from .identity import PUBLIC_KEY_BYTES, SIGNATURE_BYTES, IdentityError, signed_message, verify
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..federation.messages import Message
-    from ..federation.site import Site
+    from fedtab.federation.protocol.messages import Message
+    from fedtab.federation.site.core import Site
 
 __all__ = ["mask_reply", "unmask_reply", "sign_survivors", "new_session", "refused", "masking_refusal", "masked_fields",
            "left_in_clear", "SECAGG_META", "FRAC_BITS", "MOMENT_BITS", "WEIGHT"]
@@ -201,7 +201,7 @@ def masked_fields(meta: Mapping[str, Any]) -> frozenset[str]:
 
 def left_in_clear(masked: frozenset[str], arrays: Mapping[str, Any], summable: Callable[[str], bool]) -> list[str]:
     """The arrays of a reply that its kind declares summable (``summable(name)``, see
-    ``fedtab.federation.kinds.MessageKind.summable``) but that are not among the ``masked``
+    ``fedtab.federation.protocol.kinds.MessageKind.summable``) but that are not among the ``masked``
     fields, sorted. Masking is the site's decision: a secure-aggregation request that leaves
     one of them out is refused, never answered with that array in the clear."""
     return sorted(name for name in arrays if name not in masked and summable(name))

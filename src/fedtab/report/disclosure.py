@@ -2,7 +2,7 @@
 
 Built from ``result["participation"]["exchanges"]`` (one ``{"step": message kind, "sites"}``
 per exchange the server made, :func:`fedtab.job.guarantees.participation_record`), the
-declarations of the message kinds (:mod:`fedtab.federation.kinds`: what each reply holds,
+declarations of the message kinds (:mod:`fedtab.federation.protocol.kinds`: what each reply holds,
 whether the sites noise it under DP, whether a secure run masks it, the header's phrases), the
 agreed schema (how many columns had a coarse range or a category list released) and ``result["privacy"]`` (secure aggregation,
 differential privacy). Nothing is claimed that the records do not show: a run without a
@@ -19,14 +19,14 @@ from .markup import absent, esc, num, table
 __all__ = ["disclosure", "disclosure_summary", "released_kinds", "WHAT"]
 
 def _declarations() -> Mapping[str, Any]:
-    from ..federation.kinds import KINDS
+    from fedtab.federation.protocol.kinds import KINDS
 
     return KINDS
 
 
 class _What(Mapping[str, str]):
     """``{message kind: what one site's reply to it holds}``, read from the kinds' declarations
-    (:attr:`fedtab.federation.kinds.MessageKind.description`; ``{ranges}``, ``{categories}`` and
+    (:attr:`fedtab.federation.protocol.kinds.MessageKind.description`; ``{ranges}``, ``{categories}`` and
     ``{floor}`` are filled from the run)."""
 
     def __getitem__(self, kind: str) -> str:
@@ -131,7 +131,7 @@ def disclosure_summary(result: Mapping[str, Any]) -> str:
         parts.append(f"the category lists of {len(cats)} column(s)")
     decls = _declarations()
     asked = {phrase for k in names if k in decls for phrase in decls[k].summary}
-    from ..federation.kinds import SUMMARY_PHRASES
+    from fedtab.federation.protocol.kinds import SUMMARY_PHRASES
 
     histograms = "" if dp else " and score histograms"
     parts += [phrase.format(histograms=histograms) for phrase in SUMMARY_PHRASES if phrase in asked]

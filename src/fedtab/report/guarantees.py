@@ -1,5 +1,5 @@
 """What a curious server can learn at most, per message kind and mode, generated from the
-declarations (:mod:`fedtab.federation.kinds`) — docs/privacy.md holds the text between
+declarations (:mod:`fedtab.federation.protocol.kinds`) — docs/privacy.md holds the text between
 :data:`BEGIN` and :data:`END`, and ``tests/docs/test_privacy_guarantees.py`` fails while the
 doc and the declarations disagree.
 
@@ -20,7 +20,7 @@ from typing import Any
 __all__ = ["BEGIN", "END", "MODES", "PLAIN_BOUNDS", "guarantees", "guarantee_of", "guarantee_table",
            "with_guarantees", "main"]
 
-#: the settings a ``plain_bound`` may name (:attr:`fedtab.federation.kinds.MessageKind.plain_bound`)
+#: the settings a ``plain_bound`` may name (:attr:`fedtab.federation.protocol.kinds.MessageKind.plain_bound`)
 PLAIN_BOUNDS = ("allow_server_row_sets", "max_evaluations", "max_rounds")
 #: the markers around the generated part of docs/privacy.md
 BEGIN = "<!-- BEGIN generated: python -m fedtab.report.guarantees --write-docs (do not edit by hand) -->"
@@ -31,7 +31,7 @@ MODES = ("plain", "secure", "dp")
 
 def _own_kinds() -> list[Any]:
     """fedtab's own declarations (a test's toy kinds left out), in declaration order."""
-    from ..federation.kinds import KINDS
+    from fedtab.federation.protocol.kinds import KINDS
 
     return [k for k in KINDS.values() if k.home.startswith("fedtab.")]
 
@@ -123,7 +123,7 @@ def _dp(kind: Any) -> str:
 
 
 def guarantee_of(kind: Any, policy: Any = None) -> dict[str, str]:
-    """``{kind, rows, plain, secure, dp}`` for one declaration (:class:`~fedtab.federation.kinds.MessageKind`):
+    """``{kind, rows, plain, secure, dp}`` for one declaration (:class:`~fedtab.federation.protocol.kinds.MessageKind`):
     the rows behind its numbers and, per mode, what the server sees and what differencing can isolate.
 
     Raises:
@@ -153,7 +153,7 @@ def guarantee_table(policy: Any = None) -> str:
     p = policy or DisclosurePolicy()
     lines = [
         BEGIN, "",
-        "Generated from the declarations in `fedtab.federation.kinds` (regenerate with "
+        "Generated from the declarations in `fedtab.federation.protocol.kinds` (regenerate with "
         "`python -m fedtab.report.guarantees --write-docs`; `tests/docs/test_privacy_guarantees.py` fails while "
         "this table and the declarations disagree). Default policy: "
         f"`min_rows={p.min_rows}`, `min_peers={p.min_peers}`, `max_evaluations={p.max_evaluations}`, "

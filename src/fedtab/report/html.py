@@ -34,7 +34,7 @@ selected, votes, rank, reason, chosen_by}``, and in a simulation ``pooled_agreem
 ``score``, ``kept``, ``curve``), ``training`` (``model``), ``model``
 (:func:`fedtab.report.model.model_summary`), ``evaluation`` (``pooled``,
 ``per_site``: :func:`fedtab.learn.metrics.evaluation_scores` dicts), ``baselines``
-(:func:`fedtab.federation.baseline_flow.run_baselines`), ``privacy`` / ``trust`` /
+(:func:`fedtab.federation.steps.baselines.run_baselines`), ``privacy`` / ``trust`` /
 ``participation`` (:mod:`fedtab.job.guarantees`), ``schema`` (``classes``, ``ranges``,
 ``categories``), ``steps`` (``{name, seconds, bytes_down, bytes_up}``), ``engine``,
 ``deployment``, ``run_id``, ``fedtab_version``, ``created`` and ``job`` (or a command's ``settings``).

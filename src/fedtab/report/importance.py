@@ -1,7 +1,7 @@
 """The report's feature-importance section: gain of the boosted trees, pooled and per site.
 
 Reads ``result["training"]["importance"]`` (written by the training step for ``gbdt`` models,
-:func:`fedtab.federation.gbdt.server.importance_step`): ``pooled`` (total split gain per
+:func:`fedtab.federation.workflows.gbdt.server.importance_step`): ``pooled`` (total split gain per
 feature, XGBoost's ``total_gain``), ``pooled_mean`` (mean gain per split, XGBoost's ``gain``),
 ``per_site`` (each site's gains on its own training rows), ``suppressed``, ``per_site_skipped``
 and ``not_released``. The section shows a horizontal bar plot of each feature's share of the

@@ -1,4 +1,4 @@
-"""Hostile sites: an honest :class:`~fedtab.federation.site.Site` whose replies are rewritten.
+"""Hostile sites: an honest :class:`~fedtab.federation.site.core.Site` whose replies are rewritten.
 
 A :class:`HostileSite` answers every request with the honest handler first, then, for
 the protocol step it attacks, rewrites the reply. The rewritten reply still crosses the
@@ -46,9 +46,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..federation.messages import Message
-from ..federation.schema import DECLARED
-from ..federation.site import Site
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.protocol.schema import DECLARED
+from fedtab.federation.site.core import Site
 
 __all__ = ["ATTACKS", "GARBAGE", "JOB_FILE_ATTACKS", "MALFORMED_CLASS_MOMENTS", "MODEL_FILE_ATTACKS", "OVERFLOW",
            "POISON", "STEPS", "HostileSite", "corrupt", "hostile_job_files", "hostile_model_files"]
@@ -135,7 +135,7 @@ def _reverse(kind: str, msg: Message) -> Message:
     if kind == "ballot":
         s = np.abs(a["scores"])
         a["scores"] = s.max(initial=0.0) - s
-        from ..federation.election_flow import pack_mask, unpack_mask
+        from fedtab.federation.workflows.election.server import pack_mask, unpack_mask
 
         a["mask"] = pack_mask(~unpack_mask(a["mask"], s.size))  # the mask travels as bits: flip the real ones
     elif kind == "describe":
@@ -233,7 +233,7 @@ class HostileSite(Site):
     """A site that answers honestly, then rewrites its replies to the ``step`` it attacks.
 
     Args:
-        name, table, target, **kwargs: as :class:`~fedtab.federation.site.Site`.
+        name, table, target, **kwargs: as :class:`~fedtab.federation.site.core.Site`.
         step: a key of :data:`STEPS`.
         attack: one of :data:`ATTACKS`. Row-count lies (``rows``, ``rows_reversed``) are
             told consistently at every step and in the site's schema declaration (only

@@ -6,17 +6,48 @@
   exchange, and :func:`exchange_sums` for quantities the server needs only summed;
 * :mod:`.summing` — how sums travel (plain or secure), one strategy per run;
 * :mod:`.options` — :class:`RunOptions` (privacy, trust) fixed once per run
-  (:func:`set_options`), and the run's one privacy accountant (:func:`run_ledger`).
+  (:func:`set_options`), and the run's one privacy accountant (:func:`run_ledger`);
+* :mod:`.modes` — privacy and trust modes as wrappers of the summing strategy
+  (``RobustSums``, ``NoisySums``) and the step loop that runs them;
+* :mod:`.secure_aggregator` — the server side of secure aggregation;
+* :mod:`.schema` — the agreed schema: the first thing a federation settles, riding on the
+  first exchange;
+* :mod:`.kinds` — the message-kind registry: every kind declared once;
+* :mod:`.messages` — :class:`~.messages.Message` and its wire format;
+* :mod:`.validate` — reply validators; :mod:`.reduce` — the robust reducers.
 """
 
-from .exchange import Validator, exchange, exchange_sums
-from .federation import (Federation, FederationError, QuorumError, SiteError, SiteRefused, Traffic, TrafficLog,
-                         check_min_sites, reject_text, set_quorum)
-from .options import (PrivacyOptions, RunOptions, TrustOptions, plan_run_ledger, run_ledger, set_options,
-                      set_step_dp)
-from .summing import SECURE_SUM, PlainSums, SecureSums, Summed, SummingStrategy, SumSpec
+from __future__ import annotations
 
-__all__ = ["Federation", "FederationError", "QuorumError", "SiteError", "SiteRefused", "Traffic", "TrafficLog",
-           "check_min_sites", "reject_text", "set_quorum", "exchange", "exchange_sums", "Validator",
-           "RunOptions", "PrivacyOptions", "TrustOptions", "set_options", "set_step_dp", "run_ledger", "plan_run_ledger", "SumSpec", "Summed",
-           "SummingStrategy", "PlainSums", "SecureSums", "SECURE_SUM"]
+import importlib
+from typing import Any
+
+# the function ``exchange`` shares its name with its module: bound here, first, so that
+# ``from fedtab.federation.protocol import exchange`` is the function whatever was imported before
+from .exchange import Validator, exchange, exchange_sums
+
+#: public name -> submodule that defines it (resolved on first access, PEP 562: importing
+#: :mod:`.messages` — every Flower ClientApp message does — costs only that module)
+_EXPORTS = {
+    **dict.fromkeys(("Federation", "FederationError", "QuorumError", "SiteError", "SiteRefused", "Traffic",
+                     "TrafficLog", "check_min_sites", "reject_text", "set_quorum"), "federation"),
+    **dict.fromkeys(("PrivacyOptions", "RunOptions", "TrustOptions", "plan_run_ledger", "run_ledger",
+                     "set_options", "set_step_dp"), "options"),
+    **dict.fromkeys(("SECURE_SUM", "PlainSums", "SecureSums", "Summed", "SummingStrategy", "SumSpec"), "summing"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+__all__ = sorted([*_EXPORTS, "Validator", "exchange", "exchange_sums"])

@@ -3,7 +3,7 @@
 Every step of a workflow has the Flower shape: build requests on the server, let the
 sites answer with a pure handler, then reduce the replies. :func:`exchange` is that
 one path: it sends the requests (with the agreed schema, see
-:mod:`fedtab.federation.schema`), splits off error replies, wrong kinds and replies
+:mod:`fedtab.federation.protocol.schema`), splits off error replies, wrong kinds and replies
 that fail the step's validator -- each named by its site, and only that site -- and
 then either raises or drops those sites (the quorum, :attr:`Federation.min_sites`),
 recording who took part (:attr:`Federation.participation`). Quantities the server needs
@@ -22,10 +22,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
-from ..messages import Message, MessageError
-from .federation import Federation, FederationError, QuorumError, SiteError, SiteRefused, reject_text
+from fedtab.federation.protocol.messages import Message, MessageError
+from .errors import FederationError, QuorumError, SiteError, SiteRefused, reject_text
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .federation import Federation
     from .summing import SumSpec, Summed
 
 __all__ = ["exchange", "exchange_sums", "Validator"]
@@ -75,7 +76,7 @@ def exchange(
         requests = {s: requests for s in federation.active}
     if not requests:
         raise QuorumError("no site is left to ask")
-    from .. import schema as _schema
+    from fedtab.federation.protocol import schema as _schema
 
     expected = kind or next(iter(requests.values())).kind
     schema = federation.schema

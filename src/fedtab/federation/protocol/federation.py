@@ -1,6 +1,6 @@
 """The server's view of a federation: named sites that answer messages, and its errors.
 
-Workflows (``fedtab.federation.election_flow`` ...) are written against
+Workflows (``fedtab.federation.workflows.election.server`` ...) are written against
 :class:`Federation` only. Each engine (in-process, Flower, NVIDIA FLARE) provides a
 subclass whose :meth:`Federation.ask` delivers one request per site and returns the
 replies; nothing else in a workflow depends on the engine.
@@ -8,7 +8,7 @@ replies; nothing else in a workflow depends on the engine.
 Every step of a workflow has the Flower shape: build requests on the server, let the
 sites answer with a pure handler, then reduce the replies. :func:`exchange` is that
 one path for every workflow: it sends the requests (with the agreed schema, see
-:mod:`fedtab.federation.schema`), splits off error replies, wrong kinds and replies
+:mod:`fedtab.federation.protocol.schema`), splits off error replies, wrong kinds and replies
 that fail the step's validator -- each named by its site, and only that site -- and
 then either raises or drops those sites (the quorum, :attr:`Federation.min_sites`),
 recording who took part (:attr:`Federation.participation`).
@@ -28,10 +28,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from ..messages import Message
+from fedtab.federation.protocol.errors import FederationError, QuorumError, SiteError, SiteRefused, reject_text
+from fedtab.federation.protocol.messages import Message
 
 if TYPE_CHECKING:
-    from ..schema import Schema
+    from fedtab.federation.protocol.schema import Schema
     from .options import RunOptions
     from .summing import SummingStrategy
 
@@ -41,36 +42,8 @@ __all__ = ["Federation", "FederationError", "QuorumError", "SiteError", "SiteRef
 log = logging.getLogger("fedtab.federation")
 
 
-class FederationError(RuntimeError):
-    """A federated step could not complete; the message names the site(s) at fault."""
 
 
-class SiteError(FederationError):
-    """One or more named sites failed or sent a reply that was rejected.
-
-    Attributes:
-        sites: ``{site: reason}`` of exactly the sites at fault (never an honest one).
-    """
-
-    def __init__(self, message: str, sites: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.sites = dict(sites or {})
-
-
-class SiteRefused(SiteError):
-    """One or more sites refused a request under their disclosure policy.
-
-    Attributes:
-        refusals: ``{site: reason}`` as the sites gave them (also ``sites``).
-    """
-
-    def __init__(self, text: str, refusals: Mapping[str, str]) -> None:
-        super().__init__(text, refusals)
-        self.refusals = dict(refusals)
-
-
-class QuorumError(FederationError):
-    """Fewer sites than the quorum (``min_sites``) are left to continue the run."""
 
 
 def check_min_sites(min_sites: Any) -> int | None:
@@ -96,10 +69,6 @@ def set_quorum(federation: "Federation", min_sites: Any) -> None:
         raise ValueError(f"min_sites={k} but the federation has {len(federation.sites)} site(s)")
     federation.min_sites = k
 
-
-def reject_text(site: str, reason: str) -> str:
-    """The one wording of a rejected reply: ``site 'x': reason``."""
-    return f"site {site!r}: {reason}"
 
 
 @dataclass
@@ -176,7 +145,7 @@ class Federation(ABC):
         #: request/reply exchanges so far (see the class docstring)
         self.exchange_count = 0
         self.traffic = TrafficLog()
-        #: the agreed schema (:func:`fedtab.federation.schema.agree_schema`), ``None`` until agreed
+        #: the agreed schema (:func:`fedtab.federation.protocol.schema.agree_schema`), ``None`` until agreed
         self.schema: Schema | None = None
         #: quorum: ``None`` = every site must answer every step; ``k`` = drop failing sites while ``k`` remain
         self.min_sites: int | None = None

@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Collection, Generic, Mapping, TypeVar
 
-from ..messages import Message
+from fedtab.federation.protocol.messages import Message
 from .summing import Check, Summed, SummingStrategy, SumSpec
 
 if TYPE_CHECKING:  # pragma: no cover

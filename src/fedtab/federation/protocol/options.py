@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ...privacy.accountant import PrivacyLedger
     from .federation import Federation
 
-from ..reduce import DEFAULT_MAX_SITE_SHARE
+from fedtab.federation.protocol.reduce import DEFAULT_MAX_SITE_SHARE
 
 __all__ = ["RunOptions", "PrivacyOptions", "TrustOptions", "set_options", "set_step_dp", "run_ledger", "plan_run_ledger"]
 
@@ -42,7 +42,7 @@ class PrivacyOptions:
 
 @dataclass(frozen=True)
 class TrustOptions:
-    """``robust``: the robust reducers of :mod:`fedtab.federation.reduce` (median votes,
+    """``robust``: the robust reducers of :mod:`fedtab.federation.protocol.reduce` (median votes,
     screened and capped moments, coordinate-wise median FedAvg, median scores) instead of
     sums; ``max_site_share``: their ceiling on one site's share of a pooled sum;
     ``min_holders``: holders a feature needs to be election consensus (``None``: the
@@ -62,7 +62,7 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         from ...privacy.dp import parse_dp
-        from ..reduce import check_max_site_share
+        from fedtab.federation.protocol.reduce import check_max_site_share
 
         check_max_site_share(self.trust.max_site_share)
         mh = self.trust.min_holders

@@ -28,7 +28,7 @@ from ...privacy.secagg import (_CT_BYTES, _HASHES, _ID, _KSIG, _MAX_SUBSETS, _PK
                                _session_verify, _sign, _survivor_message, log)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..messages import Message
+    from fedtab.federation.protocol.messages import Message
     from .federation import Federation
 
 __all__ = ["SecureAggregator", "SecureSum"]
@@ -117,8 +117,9 @@ class SecureAggregator:
         return [s for s in sorted(self._setup()) if s not in dropped]
 
     def _setup(self) -> dict[str, _PeerKeys]:
-        from ..messages import Message
-        from . import FederationError, exchange
+        from fedtab.federation.protocol.messages import Message
+        from .errors import FederationError
+        from .exchange import exchange
 
         if self._keys is None:
             keys: dict[str, _PeerKeys] = {}
@@ -185,8 +186,9 @@ class SecureAggregator:
             FederationError: fewer than ``threshold`` survivors (or signers, or unmasking
                 answers); sites dropping both before and after masking in one sum.
         """
-        from ..messages import Message
-        from . import FederationError, exchange
+        from fedtab.federation.protocol.messages import Message
+        from .errors import FederationError
+        from .exchange import exchange
 
         keys = self._setup()
         peers = sorted(requests)
@@ -226,7 +228,7 @@ class SecureAggregator:
     def _reject(self, bad: Mapping[str, str], kind: str, on_error: str) -> None:
         """Leave out sites whose masked reply was rejected after it arrived: raise without a
         quorum, drop them (and check the quorum) with one, log them with ``"skip"``."""
-        from . import SiteError, reject_text
+        from .errors import SiteError, reject_text
 
         if not bad:
             return
@@ -245,7 +247,8 @@ class SecureAggregator:
         consistency or unmasking round), through :func:`~fedtab.federation.protocol.exchange`:
         with a quorum a failing site is dropped there, naming why; without one it is only
         left out (it costs nothing while ``t`` others answer)."""
-        from . import QuorumError, exchange
+        from .errors import QuorumError
+        from .exchange import exchange
 
         reasons: dict[str, str] = {}
 
@@ -271,8 +274,8 @@ class SecureAggregator:
                 shapes: dict[str, tuple[int, ...]], fracs: dict[str, int], weight: str | None,
                 on_error: str) -> SecureSum:
         """The consistency round and the unmasking round of one sum; the decoded sum."""
-        from ..messages import Message
-        from . import FederationError
+        from fedtab.federation.protocol.messages import Message
+        from .errors import FederationError
 
         survivors = sorted(masked)
         dropped = [p for p in peers if p not in masked]
@@ -375,7 +378,7 @@ def _self_mask_seeds(kind: str, t: int, peers: list[str], masked: Mapping[str, "
             shares (naming them).
         FederationError: too few answers to rebuild a seed.
     """
-    from . import FederationError, SiteError
+    from .errors import FederationError, SiteError
 
     survivors = sorted(masked)
     seeds: dict[str, bytes] = {}
@@ -484,7 +487,7 @@ def _decode(total: np.ndarray, shapes: Mapping[str, tuple[int, ...]], fracs: Map
 
 
 def _stripped(masked: Mapping[str, "Message"]) -> dict[str, "Message"]:
-    from ..messages import Message
+    from fedtab.federation.protocol.messages import Message
 
     hidden = (_Y, _SHARES, _HASHES)
     return {s: Message(r.kind, {k: v for k, v in r.arrays.items() if k not in hidden},

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
-from ..messages import Message
-from .federation import Federation, FederationError, QuorumError, SiteError, reject_text
+from fedtab.federation.protocol.messages import Message
+from .errors import FederationError, QuorumError, SiteError, reject_text
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .federation import Federation
     from .secure_aggregator import SecureAggregator
 
 __all__ = ["SumSpec", "Summed", "SummingStrategy", "PlainSums", "SecureSums", "strategy_for", "SECURE_SUM"]
@@ -155,7 +156,7 @@ class SecureSums(SummingStrategy):
     def exchange(self, federation: Federation, requests: Mapping[str, Message], spec: SumSpec,
                  check: Check | None, *, kind: str, step: str | None, on_error: str | None = None) -> Summed:
         if federation.schema is None:  # replies are validated against the agreed schema: agree it first
-            from ..schema import agree_schema
+            from fedtab.federation.protocol.agreement import agree_schema
 
             agree_schema(federation)
         peers = self.aggregator.peers  # the key exchange (first call)

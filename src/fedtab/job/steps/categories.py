@@ -2,7 +2,7 @@
 
 Each site sends only the *set* of categories it observes per text column (no counts); the
 server takes the sorted union and every site encodes with it (a category below a site's
-``min_rows`` becomes ``(other)`` or missing there, see :mod:`fedtab.federation.encoding_flow`).
+``min_rows`` becomes ``(other)`` or missing there, see :mod:`fedtab.federation.steps.encoding`).
 A missing cell's indicators are all zeros, or, when the job imputes, missing (NaN): the
 imputation then gives the row one category. Runs only when the schema step found text
 columns (or ``[columns] categorical`` ones).
@@ -28,7 +28,7 @@ def _needed(spec: "JobSpec", out: "Outputs") -> bool:
 
 
 def _run(federation: "Federation", spec: "JobSpec", out: "Outputs") -> None:
-    from ...federation.encoding_flow import agree_categories, encode_categories
+    from fedtab.federation.steps.encoding import agree_categories, encode_categories
     from .schema import set_columns
 
     schema = out.result["schema"]

@@ -38,7 +38,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
-    from ...federation.election_flow import run_election
+    from fedtab.federation.workflows.election.server import run_election
     from ...federation.protocol import FederationError
 
     e = spec.election

@@ -1,7 +1,7 @@
 """Step 7, the comparisons (``[evaluation]``): what the federated model is measured against.
 
 * ``baselines`` (one exchange): the majority class and each site's local-only model of the
-  same kind, scored on the same test rows (:func:`fedtab.federation.baseline_flow.run_baselines`);
+  same kind, scored on the same test rows (:func:`fedtab.federation.steps.baselines.run_baselines`);
   by default on, except in a private run (they release each site's own scores).
 * ``all_columns``: the model trained on every column too (a second training run, with its own
   DP share), to compare with the selected columns.
@@ -30,7 +30,7 @@ def _wants_baselines(spec: "JobSpec", out: Outputs) -> bool:
 
 
 def _baselines(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
-    from ...federation.baseline_flow import run_baselines
+    from fedtab.federation.steps.baselines import run_baselines
 
     out.result["baselines"] = run_baselines(federation, out.outcomes["training"])
 

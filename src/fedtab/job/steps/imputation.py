@@ -19,7 +19,7 @@ from ..guarantees import dp_for
 from . import Step
 
 if TYPE_CHECKING:
-    from ...federation.imputation import ImputeConfig
+    from fedtab.federation.workflows.imputation import ImputeConfig
     from ...federation.protocol import Federation
     from ..outputs import Outputs
     from ..spec import JobSpec
@@ -28,11 +28,11 @@ __all__ = ["STEP", "finishing", "impute_config"]
 
 
 def impute_config(spec: "JobSpec") -> "ImputeConfig":
-    """The :class:`~fedtab.federation.imputation.ImputeConfig` of ``spec`` (its ``[impute]`` and the
+    """The :class:`~fedtab.federation.workflows.imputation.ImputeConfig` of ``spec`` (its ``[impute]`` and the
     run's seed; robust mode, secure sums and DP are the run's options, not the config's)."""
     from dataclasses import asdict
 
-    from ...federation.imputation import ImputeConfig
+    from fedtab.federation.workflows.imputation import ImputeConfig
 
     assert spec.impute is not None
     settings = asdict(spec.impute)
@@ -83,7 +83,7 @@ def _arrays(params: dict[str, Any]) -> dict[str, list]:
 
 
 def _run(federation: "Federation", spec: "JobSpec", out: "Outputs") -> None:
-    from ...federation.imputation import apply_imputation, run_imputation
+    from fedtab.federation.workflows.imputation import apply_imputation, run_imputation
     from ...federation.protocol import set_step_dp
     from .schema import from_declaration
 

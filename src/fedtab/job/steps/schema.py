@@ -7,7 +7,7 @@ label were dropped when the site was built, and are counted) and its label keys;
 fixes the global schema (ordered union), rejects a site whose columns share nothing with the
 others and lists the text columns the categories step encodes. Without it the step costs no
 exchange: the schema is what the sites declare in the next step's exchange
-(:mod:`fedtab.federation.schema`), read back by :func:`from_declaration`.
+(:mod:`fedtab.federation.protocol.schema`), read back by :func:`from_declaration`.
 
 With the profile the step also gives the columns their meaning (:func:`column_roles`):
 ``[columns] ignore`` and every column that looks like a row identifier (a site flags it
@@ -62,7 +62,7 @@ def global_schema(profiles: Mapping[str, dict[str, Any]], target: str | None) ->
         FederationError: a site shares no column with the others, or a column is numeric
             at some sites and text at others.
     """
-    from ...federation.profile_flow import pooled_levels, pooled_ranges
+    from fedtab.federation.steps.profile import pooled_levels, pooled_ranges
     from ...federation.protocol import FederationError
 
     columns: dict[str, None] = {}
@@ -236,7 +236,7 @@ def one_class_participation(result: dict[str, Any]) -> None:
 
 
 def _run(federation: "Federation", spec: "JobSpec", out: "Outputs") -> None:
-    from ...federation.profile_flow import apply_column_roles, profile_sites
+    from fedtab.federation.steps.profile import apply_column_roles, profile_sites
     from ..spec import JobError
 
     profiles = profile_sites(federation)

@@ -1,6 +1,6 @@
 """Step 5, the score test (``[election] method = "score-test"``): forward selection by score tests
 on the sites' pooled sums (one-vs-rest with more than two classes), at false discovery rate
-``[election] score_test_alpha`` (:func:`fedtab.federation.score_test_flow.run_pooled_score_test`),
+``[election] score_test_alpha`` (:func:`fedtab.federation.workflows.score_test.server.run_pooled_score_test`),
 or with ``[election] fdr = q`` the selection with error control (every column's pooled score test,
 one ``fdr_method`` correction at ``q``). ``result["election"]`` records ``fdr`` (``{"q", "method"}``
 or ``None``) and ``fdr_method``.
@@ -26,7 +26,7 @@ __all__ = ["STEP"]
 
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
     from ...federation.protocol import FederationError, set_step_dp
-    from ...federation.score_test_flow import run_pooled_score_test
+    from fedtab.federation.workflows.score_test.server import run_pooled_score_test
 
     e = spec.election
     assert e is not None

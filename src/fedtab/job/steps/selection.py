@@ -2,12 +2,12 @@
 tuning, election and training steps (and of the baselines and all-columns comparison, whose
 numbers it measures on the same test rows in its own exchanges).
 
-:func:`fedtab.federation.selection.select_model` chooses the columns (Feature Election at
+:func:`fedtab.federation.workflows.selection.select_model` chooses the columns (Feature Election at
 every freedom degree of ``[election] grid``, and all columns) and the personalisation by
 federated K-fold cross-validation on each site's own folds (pooled log-loss, one-standard-
 error rule), refits the choice on every site's training rows and scores it on their test
 rows, in ``[training] rounds + 3`` exchanges. The step fills ``result.json``'s sections from
-:meth:`~fedtab.federation.selection.SelectionOutcome.result_sections` (``selection``,
+:meth:`~fedtab.federation.workflows.selection.SelectionOutcome.result_sections` (``selection``,
 ``metrics_from``, ``contributions``, ``measured``, ``local_only``), plus ``election``,
 ``training``, ``baselines`` (its local-only mode) and ``all_columns`` (the no-election refit),
 so the report and the model file read what they read after a plain training.
@@ -27,7 +27,7 @@ from . import Step
 
 if TYPE_CHECKING:
     from ...federation.protocol import Federation
-    from ...federation.selection import SelectionOutcome
+    from fedtab.federation.workflows.selection import SelectionOutcome
     from ..spec import JobSpec
 
 __all__ = ["STEP", "REPLACES", "replaced", "model_section"]
@@ -47,7 +47,7 @@ def replaced(spec: "JobSpec") -> tuple[str, ...]:
 
 
 def _selection_kwargs(spec: "JobSpec") -> dict[str, Any]:
-    """:func:`~fedtab.federation.selection.select_model`'s keyword arguments from the job."""
+    """:func:`~fedtab.federation.workflows.selection.select_model`'s keyword arguments from the job."""
     e, tr = spec.election, spec.training
     assert e is not None and tr is not None
     kwargs: dict[str, Any] = {
@@ -64,7 +64,7 @@ def _selection_kwargs(spec: "JobSpec") -> dict[str, Any]:
 def _election_section(outcome: "SelectionOutcome") -> dict[str, Any] | None:
     """``result["election"]``: the refit election at the chosen freedom degree, explained per
     column as the election step explains it; ``None`` when all columns won (nothing was elected)."""
-    from ...federation.election_flow import elect_from_ballots
+    from fedtab.federation.workflows.election.server import elect_from_ballots
     from .election import _jsonable
 
     el = outcome.election
@@ -82,7 +82,7 @@ def _election_section(outcome: "SelectionOutcome") -> dict[str, Any] | None:
 
 
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
-    from ...federation.selection import select_model
+    from fedtab.federation.workflows.selection import select_model
 
     outcome = select_model(federation, **_selection_kwargs(spec))
     sections = outcome.result_sections()

@@ -1,7 +1,7 @@
 """Step 6, the training (``[training]``) with the final evaluation on the sites' test rows.
 
 The task is ``[training] task`` or read from the sites (binary, multiclass or regression:
-:func:`fedtab.federation.training.training_task`); a model that cannot serve it is refused
+:func:`fedtab.federation.workflows.training.training_task`); a model that cannot serve it is refused
 in one line. A regression run reports RMSE, MAE and R² (pooled from each site's sums over its
 test part) where a classification run reports F1, accuracy and AUROC.
 
@@ -21,7 +21,7 @@ from . import Step
 
 if TYPE_CHECKING:
     from ...federation.protocol import Federation
-    from ...federation.training import TrainingOutcome
+    from fedtab.federation.workflows.training import TrainingOutcome
     from ..spec import JobSpec
 
 __all__ = ["STEP", "summary", "train"]
@@ -29,9 +29,9 @@ __all__ = ["STEP", "summary", "train"]
 
 def train(federation: "Federation", spec: "JobSpec", out: Outputs, features: list[str] | None,
           described: Any = None) -> "TrainingOutcome":
-    """:func:`~fedtab.federation.training.run_training` with the job's model and guarantees
+    """:func:`~fedtab.federation.workflows.training.run_training` with the job's model and guarantees
     (robust mode, ``max_site_share`` and secure sums: the run's options; DP: the run's accountant)."""
-    from ...federation.training import run_training
+    from fedtab.federation.workflows.training import run_training
 
     tr = spec.training
     assert tr is not None

@@ -2,7 +2,7 @@
 
 Elections on each site's fit part of its training rows, each candidate mask scored by the
 job's model trained on the fit parts and evaluated on the validation parts
-(:func:`fedtab.federation.tuning_flow.tune_flow`); the election step then elects on all
+(:func:`fedtab.federation.workflows.tuning.server.tune_flow`); the election step then elects on all
 training rows at the chosen freedom degree. It has no robust, secure or DP mode: a private
 job cannot tune (:func:`fedtab.job.spec.check_spec`).
 """
@@ -26,7 +26,7 @@ def _needed(spec: "JobSpec", out: Outputs) -> bool:
 
 
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
-    from ...federation.tuning_flow import tune_flow
+    from fedtab.federation.workflows.tuning.server import tune_flow
     from ..spec import TrainingSpec
 
     e, tr = spec.election, spec.training or TrainingSpec()

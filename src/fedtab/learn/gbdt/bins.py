@@ -14,7 +14,7 @@ fewer than ``min_rows`` observed cells contributes no point. Missing cells are n
 **A release over blocks the site fixed.** A federated site summarises its whole training
 part with its own floor and :data:`SUMMARY_POINTS` (never a request's ``sketch_size``,
 ``min_rows`` or part) and answers every summary request of a period with the summary it
-recorded first (``fedtab.federation.gbdt.site``): two summaries with different block
+recorded first (``fedtab.federation.workflows.gbdt.site``): two summaries with different block
 structures, whose block means could be differenced, never leave a site.
 
 Server side: :func:`merge_summaries` pools the points of all sites (weighted by their

@@ -1,0 +1,157 @@
+"""Baselines for the federated model, scored on the same test splits with the same metrics.
+
+One exchange, ``"local_baseline"``: every site trains the federated run's model (same
+features, classes and model spec) on its own training rows only, standardised with its
+own training means/stds, for ``rounds × local_epochs`` local epochs, and replies with
+the evaluation sums of that local model on its own test split (confusion matrix, Brier
+sum, score histogram — :func:`~fedtab.federation.steps.evaluate.evaluation_sums`) plus
+its training class counts. No row and no prediction leaves a site.
+
+The server reduces them into
+
+- ``local_only``: each site's local model on its own test split, and the pooled sums
+  (every site's own model on its own rows) — what each site gets without federating;
+- ``majority``: the majority class of the pooled training class counts, predicted on
+  every test row with the pooled training class frequencies as probabilities (so its
+  AUROC is 0.5 and its PR-AUC the positive rate). It needs only the test class counts,
+  which are the row sums of the confusion matrices above.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedtab.learn.metrics import SCORE_BINS, pooled_ranking, score_histogram
+from fedtab.learn.models import make_model
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.protocol import validate
+from fedtab.federation.protocol import Federation, FederationError, exchange
+from fedtab.federation.site.core import Site
+from fedtab.federation.site.registry import handler
+from fedtab.federation.steps.evaluate import checked_sums, evaluation_sums, pool_evaluations, smoothed_sites
+from fedtab.federation.site.matrices import class_indices, requested_bins, site_matrix
+
+if TYPE_CHECKING:  # the outcome a baseline repeats the settings of
+    from fedtab.federation.workflows.training.outcome import TrainingOutcome
+
+__all__ = ["run_baselines", "majority_sums"]
+
+
+def _standardise(X: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    Z = (X - mean) / std
+    Z[np.isnan(Z)] = 0.0
+    return Z
+
+
+@handler("local_baseline")
+def _local_baseline(site: Site, request: Message) -> Message:
+    meta = request.meta
+    features, classes = list(meta["features"]), [str(c) for c in meta["classes"]]
+    model = make_model(meta["model"])
+    X, y_raw = site_matrix(site, features, "train")
+    y = class_indices(y_raw, classes)
+    obs = ~np.isnan(X)
+    count = obs.sum(axis=0)
+    mean = np.where(count > 0, np.where(obs, X, 0.0).sum(axis=0) / np.maximum(count, 1), 0.0)
+    var = np.where(count > 0, (np.where(obs, X - mean, 0.0) ** 2).sum(axis=0) / np.maximum(count, 1), 0.0)
+    std = np.where(np.sqrt(var) > 1e-12, np.sqrt(var), 1.0)
+    seed = int(meta.get("seed", 0))
+    params = model.init(len(features), len(classes), seed)
+    if len(y):
+        params = model.local_update(params, _standardise(X, mean, std), y, epochs=int(meta.get("epochs", 1)),
+                                    seed=seed)
+        if model.exact:  # the update holds sufficient statistics: one site's "aggregate" is its model
+            params = model.aggregate([(params, len(y))])
+    Xt, yt_raw = site_matrix(site, features, "test")
+    sums = evaluation_sums(model, params, _standardise(Xt, mean, std), class_indices(yt_raw, classes),
+                           len(classes), requested_bins(meta))
+    sums["train_counts"] = np.bincount(y, minlength=len(classes)).astype(np.int64)
+    return Message("local_baseline", sums, {"n_train": int(len(y))})
+
+
+def majority_sums(train_counts: np.ndarray, test_counts: np.ndarray, bins: int | None
+                  ) -> tuple[Any, Any, Any, Any]:
+    """Evaluation sums ``(confusion, score_hist, brier_sum, rank_pairs)`` of the majority-class
+    predictor (every row scores the same: each (positive, negative) pair ties, ½).
+
+    ``train_counts`` (pooled training rows per class) fix the predicted class (the most
+    frequent; the first on ties) and the predicted probabilities (the class frequencies);
+    ``test_counts`` are the test rows per true class being scored.
+    """
+    train_counts = np.asarray(train_counts, dtype=np.float64)
+    test_counts = np.asarray(test_counts, dtype=np.int64)
+    c = len(train_counts)
+    prior = train_counts / train_counts.sum()
+    cm = np.zeros((c, c), dtype=np.int64)
+    cm[:, int(np.argmax(train_counts))] = test_counts
+    # Σ over rows of true class k of Σ_c (prior_c − [c = k])² = Σ prior² − 2·prior_k + 1
+    brier = float((test_counts * ((prior**2).sum() - 2 * prior + 1)).sum())
+    hist = None
+    if bins is not None and c == 2:
+        rows = [np.repeat(k, test_counts[k]) for k in range(2)]
+        hist = score_histogram(np.concatenate(rows), np.full(int(test_counts.sum()), prior[1]), bins).astype(np.int64)
+    pairs = 0.5 * float(test_counts[1]) * float(test_counts[0]) if hist is not None else None
+    return cm, hist, brier, pairs
+
+
+def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epochs: int | None = None,
+                  seed: int | None = None, score_bins: int | None = SCORE_BINS) -> dict[str, Any]:
+    """Score the majority-class predictor and each site's local-only model (one exchange).
+
+    Args:
+        trained: the federated run to compare with; its features, classes, model and
+            ``rounds × local_epochs`` (the local budget) are reused.
+        local_epochs / seed: override the values stored in ``trained``.
+        score_bins: grid of the score histograms (None: no AUROC/PR-AUC/Brier).
+
+    Returns:
+        ``{"majority": {"class", "pooled", "per_site"}, "local_only": {"pooled", "per_site",
+        "epochs"}}``, each metrics dict as :func:`fedtab.learn.metrics.evaluation_scores`.
+
+    Raises:
+        FederationError: a site failed, or sent sums that do not fit the agreed classes
+            (naming it).
+    """
+    epochs = max(1, trained.rounds * int(local_epochs if local_epochs is not None else trained.local_epochs or 1))
+    meta: dict[str, Any] = {
+        "features": list(trained.features), "classes": list(trained.classes),
+        "model": trained.model_spec or {"name": trained.model, "params": {}},
+        "epochs": epochs, "seed": int(seed if seed is not None else trained.seed),
+    }
+    if score_bins is not None:
+        meta["score_bins"] = int(score_bins)
+    c = len(trained.classes)
+    sums, train_counts = {}, {}
+
+    def check(name: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
+        n_test = schema.rows(name, "test")
+        validate.confusion_matrix(reply, c, n_test)  # sums to the test rows the site declared
+        sums[name] = checked_sums(name, reply, c, score_bins)
+        n_train = validate.integer(reply.meta.get("n_train"), "training rows", equal=schema.rows(name, "train"))
+        counts = validate.counts(validate.array(reply, "train_counts", (c,)), n_train, "training class counts")
+        if counts.sum() > n_train:  # less when the site's gate suppressed a class below its min_rows
+            raise ValueError("training class counts add up to more than its n_train")
+        train_counts[name] = counts.astype(np.int64)
+
+    replies = exchange(federation, Message("local_baseline", meta=meta), check)
+    sums = {name: sums[name] for name in replies}
+    train_counts = {name: train_counts[name] for name in replies}
+    pooled_train = sum(train_counts.values())
+    if pooled_train.sum() == 0:
+        raise FederationError("no site has training rows for the majority-class baseline")
+    majority = pool_evaluations({name: majority_sums(pooled_train, s[0].sum(axis=1), score_bins)
+                                 for name, s in sums.items()})
+    if majority["pooled"].get("auroc") is not None:  # one score for every row of every site: pooled, all pairs tie
+        totals = sum(s[0].sum(axis=1) for s in sums.values())
+        majority["pooled"].update(pooled_ranking([majority_sums(pooled_train, totals, score_bins)[1]],
+                                                 [0.5 * float(totals[1]) * float(totals[0])]))
+    local = pool_evaluations(sums, smoothed=smoothed_sites(replies))
+    return {
+        "majority": {"class": trained.classes[int(np.argmax(pooled_train))], **majority},
+        "local_only": {**local, "epochs": epochs},
+    }
+

@@ -1,0 +1,1 @@
+"""The election workflow: sites vote, the server elects, sites learn the mask."""

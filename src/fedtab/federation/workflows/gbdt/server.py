@@ -1,0 +1,519 @@
+"""The GBDT workflow's server loop: bins agreed once, then one exchange per depth level.
+
+Exchanges of a run (``R`` rounds, depth ``D``): ``gbdt_summary`` (bin summaries and class
+labels; under DP only the labels, the edges come from public bounds), ``gbdt_start`` (edges,
+classes, parameters; label sums for the intercept, summed), then per round one
+``gbdt_level`` per depth level for all open nodes of the round's trees (``K`` trees for
+``K`` classes are grown together), each carrying the previous level's splits and, at a
+round's first level, the previous round's leaf values (and asking for the validation loss
+sums when early stopping); one closing ``gbdt_level`` without nodes delivers the last
+round's leaves; in a plain run ``gbdt_importance`` (each site's split gains on its own
+rows, :func:`importance_step`); and ``gbdt_evaluate`` on the test part. So a tree costs at
+most ``D`` exchanges, plus one exchange for the whole run's last leaves: ``R·D + 5`` at most.
+
+The loop is :func:`run_gbdt` over small steps sharing one :class:`_Run`: :func:`_prepare`
+(parts, quorum, schema), :func:`_agree_bins`, :func:`_start`, :func:`_boost` (rounds of
+:func:`_level` exchanges), :func:`importance_step` and :func:`_evaluate`.
+
+Histograms are sums: they travel by the run's summing strategy (``federation.options``):
+plain, or masked by secure aggregation; the sites round them to a fixed grid first
+(:mod:`fedtab.learn.gbdt.release`), so both give the same trees bit for bit. DP: the sites
+noise every histogram, label sum and validation sum on their own terms, paid from the run's
+accountant (steps ``gbdt.labels``, ``gbdt.level``, ``training.evaluate``). Robust mode: each
+node's pooled histogram caps every site's share of the node's hessian mass at
+``max_site_share``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Literal, Mapping
+
+import numpy as np
+
+from fedtab.learn.gbdt import (BinLayout, Booster, GBDTModel, GBDTParams, base_margin, check_site_histogram,
+                           merge_summaries)
+from fedtab.learn.gbdt.bins import SUMMARY_POINTS
+from fedtab.learn.gbdt.importance import pooled_importance
+from fedtab.learn.gbdt.pooled import as_params
+from fedtab.learn.gbdt.release import GRID_BITS
+from fedtab.learn.metrics import SCORE_BINS
+from fedtab.privacy.dp import DP_META, dp_request
+from fedtab.privacy.secagg import MOMENT_BITS
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.protocol import (Federation, FederationError, SiteRefused, SumSpec, exchange, exchange_sums, run_ledger,
+                        set_quorum)
+from fedtab.federation.protocol.schema import sort_labels
+from fedtab.federation.protocol.agreement import agree_schema
+from fedtab.federation.site.matrices import check_part
+from fedtab.federation.workflows.gbdt.site import LEAF, SPLIT
+from fedtab.federation.workflows.gbdt.steps import (importance_checker, labels_checker, level_checker, payload_bytes, public_edges, robust_pool,
+                    summary_checker)
+
+__all__ = ["GBDTOutcome", "run_gbdt", "dp_plan", "importance_step"]
+
+
+@dataclass
+class GBDTOutcome:
+    """Result of :func:`run_gbdt`.
+
+    Attributes:
+        model: the trained :class:`~fedtab.learn.gbdt.GBDTModel` (rounds up to the best one).
+        params: the settings used (objective and classes resolved).
+        features / classes: input columns, agreed class labels (empty for regression).
+        metrics: ``{"pooled", "per_site"}`` of the test part (classification: the training
+            workflow's metrics; regression: ``rmse`` and ``n``; ``per_site`` empty when secure).
+        history: pooled validation metric after every round (empty without early stopping).
+        exchanges: one ``{"step", "round", "level", "nodes", "bytes_down", "bytes_up", "wire_down",
+            "wire_up"}`` per exchange: array payload bytes summed over the sites, and the bytes the
+            engine measured on its wire (0 for an engine that does not measure them).
+        withheld: ``{site: nodes it sent as zeros}`` (plain mode only; its release rules).
+        left_out: robust mode: ``{site: its largest share of a node's hessian mass}`` where
+            capping reduced it.
+        participation / dropped / privacy / seconds: as in the training outcome.
+        importance: feature importance by gain, pooled and per site (:func:`importance_step`;
+            None when not asked for).
+    """
+
+    model: GBDTModel
+    params: GBDTParams
+    features: list[str]
+    classes: list[str]
+    metrics: dict[str, Any]
+    history: list[float] = field(default_factory=list)
+    exchanges: list[dict[str, Any]] = field(default_factory=list)
+    withheld: dict[str, int] = field(default_factory=dict)
+    left_out: dict[str, float] = field(default_factory=dict)
+    participation: list[dict[str, Any]] = field(default_factory=list)
+    dropped: dict[str, str] = field(default_factory=dict)
+    privacy: dict[str, Any] | None = None
+    seconds: float = 0.0
+    importance: dict[str, Any] | None = None
+
+    @property
+    def level_exchanges(self) -> list[dict[str, Any]]:
+        return [e for e in self.exchanges if e["step"] == "gbdt_level"]
+
+    @property
+    def exchanges_per_tree(self) -> float:
+        """Level exchanges (the closing one included) per boosting round (a round's ``K`` trees grow together)."""
+        rounds = max({e["round"] for e in self.level_exchanges if e["nodes"]} | {0}) + 1
+        return len(self.level_exchanges) / rounds
+
+
+def dp_plan(params: GBDTParams, validating: bool) -> tuple[dict[str, int], dict[str, float]]:
+    """``(releases per step, noise scale per step)`` of one DP boosting run, for the accountant."""
+    levels = params.n_trees * params.max_depth
+    val = params.n_trees if validating else 0
+    return {"gbdt.labels": 1, "gbdt.level": levels + val, "training.evaluate": 1}, {}
+
+
+def _resolve(params: GBDTParams, classes: list[str]) -> GBDTParams:
+    if params.objective == "regression":
+        return params
+    if len(classes) < 2:
+        raise ValueError(f"classification needs at least 2 classes across the sites, found {classes}")
+    if len(classes) == 2 and params.objective == "binary":
+        return params
+    return replace(params, objective="multiclass", n_classes=len(classes))
+
+
+@dataclass
+class _Run:
+    """One boosting run's server state, shared by its steps (bins, start, levels, importance)."""
+
+    federation: Federation
+    params: GBDTParams
+    features: list[str]
+    train_part: str
+    validation_part: str | None
+    on_error: Literal["raise", "skip"] | None
+    base_meta: dict[str, Any]
+    log: list[dict[str, Any]] = field(default_factory=list)
+    seen: int = 0
+    layout: BinLayout | None = None
+    ledger: Any = None
+    withheld: dict[str, int] = field(default_factory=dict)
+    left_out: dict[str, float] = field(default_factory=dict)
+    carry: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def noisy(self) -> bool:
+        return self.federation.options.dp is not None
+
+    @property
+    def regression(self) -> bool:
+        return self.params.objective == "regression"
+
+    def record(self, step: str, request: Message, n_sites: int, up: int, round_: int = -1, level: int = -1,
+               nodes: int = 0) -> None:
+        """Log one exchange: payload bytes, and what the engine measured on its wire since the last one
+        (a secure sum's rounds included)."""
+        wire = self.federation.traffic.records[self.seen:]
+        self.seen = len(self.federation.traffic.records)
+        self.log.append({"step": step, "round": round_, "level": level, "nodes": nodes,
+                         "bytes_down": payload_bytes(request) * n_sites, "bytes_up": up,
+                         "wire_down": sum(t.bytes_down for t in wire), "wire_up": sum(t.bytes_up for t in wire)})
+
+    def dp_meta(self, step: str, n: int = 1) -> dict[str, Any]:
+        """The DP request of ``n`` releases of ``step``, paid from the run's accountant (``{}`` without DP)."""
+        if self.ledger is None or n == 0:
+            return {}
+        self.ledger.spend(step, n)
+        return {DP_META: dp_request(self.federation.options.dp, self.ledger.multiplier(step))}
+
+
+def run_gbdt(
+    federation: Federation,
+    features: list[str] | None = None,
+    target: str | None = None,
+    params: GBDTParams | Mapping[str, Any] | None = None,
+    *,
+    train_part: str | None = None,
+    validation_part: str | None = None,
+    eval_part: str = "test",
+    score_bins: int | None = SCORE_BINS,
+    min_sites: int | None = None,
+    on_error: Literal["raise", "skip"] | None = None,
+    on_round: Callable[[int, float | None], None] | None = None,
+    importance: bool = True,
+) -> GBDTOutcome:
+    """Federated histogram gradient boosting (see the module docstring for the exchanges).
+
+    Args:
+        features: columns to train on (numeric; categories one-hot encoded by the federation's
+            agreed categories first). ``None``: every column of the agreed schema.
+        target: the label column, if given checked against each site's (a site refuses another).
+        params: :class:`~fedtab.learn.gbdt.GBDTParams` or a mapping of its fields; a
+            classification objective becomes ``multiclass`` when the sites hold more than two classes.
+        train_part / validation_part: the sites' parts to boost on and to early-stop on; by
+            default ``"fit"`` / ``"validation"`` with ``early_stopping_rounds``, else ``"train"`` / none.
+        eval_part: the part the final model is scored on; score_bins: its score histograms'
+            grid (AUROC), ``None`` for none.
+        min_sites / on_error: the quorum and failure policy (as :func:`~fedtab.federation.workflows.training.run_training`).
+        on_round: progress callback ``(round, pooled validation metric or None)``.
+        importance: ask the sites for their per-site gains (one ``gbdt_importance`` exchange
+            before the evaluation; plain runs only, see :func:`importance_step`).
+
+    Raises:
+        FederationError: a site failed or replied implausibly (naming it).
+        ValueError: bad parameters, fewer than two classes, DP without public bounds.
+    """
+    t0 = time.perf_counter()
+    p0, dropped0 = len(federation.participation), set(federation.dropped)
+    run = _prepare(federation, features, target, as_params(params), train_part, validation_part, eval_part, min_sites,
+                   on_error)
+    classes = _agree_bins(run)
+    booster = _start(run, classes)
+    _boost(run, booster, on_round)
+    model = booster.model()
+    imp = importance_step(run, model) if importance else None
+    metrics = _evaluate(federation, model, classes, eval_part, score_bins, run.ledger, on_error, run.log)
+    return GBDTOutcome(model=model, params=run.params, features=run.features, classes=classes, metrics=metrics,
+                       history=list(booster.history), exchanges=run.log, withheld=run.withheld,
+                       left_out=run.left_out, participation=federation.participation[p0:],
+                       dropped={s: why for s, why in federation.dropped.items() if s not in dropped0},
+                       privacy=run.ledger.report() if run.ledger is not None else None,
+                       seconds=time.perf_counter() - t0, importance=imp)
+
+
+def _prepare(federation: Federation, features: list[str] | None, target: str | None, p: GBDTParams,
+             train_part: str | None, validation_part: str | None, eval_part: str, min_sites: int | None,
+             on_error: Literal["raise", "skip"] | None) -> _Run:
+    """Check the parts and modes, set the quorum, agree the schema: the run's state before any exchange."""
+    early = p.early_stopping_rounds is not None
+    train_part = train_part or ("fit" if early else "train")
+    validation_part = validation_part if validation_part is not None else ("validation" if early else None)
+    for part in (train_part, eval_part, *(() if validation_part is None else (validation_part,))):
+        check_part(part)
+    set_quorum(federation, min_sites)
+    regression = p.objective == "regression"
+    if federation.options.dp is not None and regression and validation_part is not None:
+        raise ValueError("early stopping under DP needs a bounded validation loss: not available for regression")
+    if federation.schema is None:
+        agree_schema(federation)
+    feats = list(features) if features is not None else list(federation.schema.columns)
+    base_meta = {"features": feats, "part": train_part, "min_rows": p.min_rows, "regression": regression,
+                 **({"target": target} if target is not None else {})}
+    return _Run(federation, p, feats, train_part, validation_part, on_error, base_meta,
+                seen=len(federation.traffic.records))
+
+
+def _agree_bins(run: _Run) -> list[str]:
+    """Exchange 1: bin summaries and class labels -> the agreed edges (public ones under DP), the
+    resolved objective and (DP) the run's ledger. Returns the agreed classes."""
+    fed, p, noisy, regression = run.federation, run.params, run.noisy, run.regression
+    request = Message("gbdt_summary", meta={**run.base_meta, "summary": not noisy})
+    # a site's summary is its own (its floor, SUMMARY_POINTS a column): the server checks only that
+    replies = exchange(fed, request, summary_checker(fed, len(run.features), run.train_part,
+                                                     sketch_size=SUMMARY_POINTS, min_rows=1,
+                                                     regression=regression, with_summary=not noisy),
+                       on_error=run.on_error, step="gbdt_summary")
+    run.record("gbdt_summary", request, len(replies), sum(payload_bytes(r) for r in replies.values()))
+    classes = [] if regression else sort_labels({c for r in replies.values() for c in r.meta.get("classes", [])})
+    run.params = p = _resolve(p, classes)
+    if noisy:
+        run.layout = public_edges(fed.options.dp, run.features, p.max_bins)
+    else:
+        names = list(replies)
+        run.layout = merge_summaries([replies[s].arrays for s in names], len(run.features), max_bins=p.max_bins,
+                                     sketch_size=SUMMARY_POINTS, min_rows=1, sites=names)
+    run.ledger = run_ledger(fed, *dp_plan(p, run.validation_part is not None)) if noisy else None
+    return classes
+
+
+def _start(run: _Run, classes: list[str]) -> Booster:
+    """Exchange 2: edges, classes, parameters -> the summed label sums -> the intercept and the booster."""
+    fed, p, noisy, regression = run.federation, run.params, run.noisy, run.regression
+    assert run.layout is not None
+    start = Message("gbdt_start", run.layout.to_arrays(),
+                    {**run.base_meta, "classes": classes, "params": p.to_dict(),
+                     "validation_part": run.validation_part, **run.dp_meta("gbdt.labels")})
+    width = p.n_classes if p.objective == "multiclass" else 2
+    summed = exchange_sums(fed, start, SumSpec({"label_sums": MOMENT_BITS if (regression or noisy) else 0}),
+                           labels_checker(fed, run.train_part, p.objective, p.n_classes, noisy=noisy),
+                           on_error=run.on_error, step="gbdt_start", check_total=_labels_total(run))
+    run.record("gbdt_start", start, len(summed.sites), 8 * width * len(summed.sites))
+    sums = np.asarray(summed.sums["label_sums"], dtype=np.float64)
+    if noisy:
+        sums = np.maximum(sums, 1e-6) if not regression else np.array([sums[0], max(sums[1], 1.0)])
+    margin0 = base_margin(p, sums)
+    run.carry = {"base_margin": margin0}
+    return Booster(p, run.layout, margin0, run.features)
+
+
+def _level(run: _Run, nodes: np.ndarray, round_: int, lvl: int, validate_now: bool
+           ) -> tuple[np.ndarray, np.ndarray | None]:
+    """One ``gbdt_level`` exchange: the requested nodes' pooled histograms (robustly capped in
+    robust mode) and, when asked, the summed validation loss."""
+    fed, p, layout, opts = run.federation, run.params, run.layout, run.federation.options
+    assert layout is not None
+    meta: dict[str, Any] = {"round": round_, "level": lvl, "validate": validate_now}
+    meta.update(run.dp_meta("gbdt.level", (1 if nodes.size else 0) + (1 if validate_now else 0))
+                if run.noisy else {})
+    req = Message("gbdt_level", {**run.carry, "nodes": np.asarray(nodes, dtype=np.int32).reshape(-1, 2)}, meta)
+    m = int(req.arrays["nodes"].shape[0])
+    fields = {"hist": GRID_BITS} if m else {}
+    if validate_now:
+        fields["val_loss"] = MOMENT_BITS
+    check = level_checker(fed, layout, m, run.train_part, run.validation_part, objective=p.objective,
+                          noisy=run.noisy, validating=validate_now)
+    try:
+        if opts.robust:
+            replies = exchange(fed, req, check, on_error=run.on_error, step="gbdt_level")
+            hist, shares = robust_pool(replies, layout, opts.max_site_share) if m else (
+                np.zeros((0, layout.n_slots, 2)), {})
+            run.left_out.update({s: v for s, v in shares.items() if v > opts.max_site_share})
+            val = sum(np.asarray(r.arrays["val_loss"], dtype=np.float64) for r in replies.values()) \
+                if validate_now else None
+        else:
+            out = exchange_sums(fed, req, SumSpec(fields), check, on_error=run.on_error, step="gbdt_level",
+                                check_total=_level_total(run, m, validate_now))
+            hist = out.sums.get("hist", np.zeros((0, layout.n_slots, 2))).reshape(m, layout.n_slots, 2)
+            val = out.sums.get("val_loss") if validate_now else None
+            replies = out.replies
+    except FederationError as exc:
+        _explain_row_set_refusals(fed, exc)
+        raise
+    for s, r in replies.items():
+        if isinstance(r.meta.get("withheld"), int) and r.meta["withheld"]:
+            run.withheld[s] = run.withheld.get(s, 0) + int(r.meta["withheld"])
+    n_sites = len(replies)
+    run.record("gbdt_level", req, n_sites, n_sites * (m * layout.n_slots * 2 * 8 + (16 if validate_now else 0)),
+               round_, lvl, m)
+    return hist, val
+
+
+def _boost(run: _Run, booster: Booster, on_round: Callable[[int, float | None], None] | None) -> None:
+    """The rounds, level by level, until the last tree or early stopping; then the closing
+    exchange that delivers the last round's leaves (and its validation loss)."""
+    validating, noisy = run.validation_part is not None, run.noisy
+    stopped = False
+    while not booster.finished:
+        r = len(booster.rounds)
+        grower = booster.new_round()
+        while not grower.done:
+            ask_val = validating and r > 0 and grower.level == 0
+            hist, val = _level(run, grower.request(), r, grower.level, ask_val)
+            if ask_val:
+                metric = booster.record_validation(_val_sums(val, noisy))
+                if on_round:
+                    on_round(r - 1, metric)
+                if booster.finished:  # early stopping: this round is not grown
+                    stopped = True
+                    break
+            splits = grower.submit(hist)
+            run.carry = {SPLIT + k: v for k, v in splits.items()}
+        if stopped:
+            break
+        booster.add_round(grower)
+        values = grower.leaf_values()
+        run.carry.update({LEAF + "values": np.concatenate(values).astype(np.float32),
+                          LEAF + "ptr": np.r_[0, np.cumsum([v.size for v in values])].astype(np.int64)})
+        if on_round and not validating:
+            on_round(r, None)
+    if not stopped:  # the last round's leaves (and its validation loss)
+        _, val = _level(run, np.zeros((0, 2), dtype=np.int32), len(booster.rounds), 0, validating)
+        if validating:
+            metric = booster.record_validation(_val_sums(val, noisy))
+            if on_round:
+                on_round(len(booster.rounds) - 1, metric)
+
+
+def importance_step(run: _Run, model: GBDTModel) -> dict[str, Any]:
+    """Feature importance by gain: pooled from the model, per site from a ``gbdt_importance`` exchange.
+
+    Returns ``{"kind": "total_gain", "pooled": {feature: Σ gain}, "pooled_mean": {feature: mean gain
+    per split}, "per_site": {site: {feature: Σ gain on its training rows}}, "suppressed": {site:
+    splits left out by its min_rows}, "per_site_skipped": reason or None, "not_released": [sites
+    that refused or failed]}`` (features: those of at least one split). Per-site gains are not
+    asked for in a secure or DP run (they are per-site statistics those runs keep from the
+    server); a site that refuses or fails is listed, never fatal.
+    """
+    pooled = pooled_importance(model)
+    out: dict[str, Any] = {"kind": "total_gain", "pooled": pooled["total_gain"], "pooled_mean": pooled["gain"],
+                           "per_site": {}, "suppressed": {}, "per_site_skipped": None, "not_released": []}
+    opts = run.federation.options
+    if opts.secure or opts.dp is not None:
+        out["per_site_skipped"] = ("secure aggregation" if opts.secure else "differential privacy") + \
+            " hides per-site statistics from the server: per-site gains are not released"
+        return out
+    fed = run.federation
+    asked = list(fed.active)
+    req = Message("gbdt_importance", meta={"rounds": int(model.n_rounds)})
+    try:
+        replies = exchange(fed, req, importance_checker(fed, model, run.train_part), on_error="skip",
+                           step="gbdt_importance")
+    except FederationError:
+        replies = {}
+    run.record("gbdt_importance", req, len(asked), 8 * len(run.features) * len(replies))
+    used = [f for f in run.features if f in pooled["total_gain"]]
+    for s, r in replies.items():
+        gain = np.asarray(r.arrays["gain"], dtype=np.float64)
+        out["per_site"][s] = {f: float(gain[run.features.index(f)]) for f in used}
+        out["suppressed"][s] = int(r.meta.get("suppressed", 0))
+    out["not_released"] = [s for s in asked if s not in replies]
+    return out
+
+
+
+def _explain_row_set_refusals(federation: Federation, exc: FederationError) -> None:
+    """Raise one clear line when sites refused a level because they answer the server's tree
+    nodes only securely (their policy's ``allow_server_row_sets`` is off); else return."""
+    reasons = getattr(exc, "sites", None) or federation.dropped
+    off = sorted(s for s, r in reasons.items() if "allow_server_row_sets" in str(r))
+    if off:
+        raise SiteRefused(
+            f"plain GBDT: site(s) {', '.join(map(repr, off[:10]))}{' ...' if len(off) > 10 else ''} answer tree-node "
+            "histograms only inside a secure sum or with DP (allow_server_row_sets is off in their policy): run with "
+            "secure aggregation or DP, or have each site opt in with allow_server_row_sets = true",
+            {s: str(reasons[s]) for s in off}) from None
+
+
+def _level_total(run: _Run, m: int, validating: bool) -> Callable[[Mapping[str, np.ndarray], list[str]], None]:
+    """``check_total`` of a level's sums: what a secure sum hides per site is checked on the
+    total (:func:`~fedtab.learn.gbdt.check_site_histogram` over the summing sites' rows; the
+    validation loss ``≥ 0`` over their validation rows), so that one hostile site's poison
+    (say ``+2**40`` in its masked vector) is a :class:`FederationError` of the ``gbdt_level``
+    step, not a failure deep in the tree code."""
+    layout, p, fed = run.layout, run.params, run.federation
+    assert layout is not None
+
+    def check(sums: Mapping[str, np.ndarray], sites: list[str]) -> None:
+        schema = fed.schema
+        assert schema is not None
+        h = sums.get("hist")
+        if m:
+            if h is None or np.size(h) != m * layout.n_slots * 2:
+                raise ValueError("the summed level histogram does not have the requested shape")
+            n = sum(schema.rows(s, run.train_part) for s in sites)
+            check_site_histogram(np.asarray(h, dtype=np.float64).reshape(m, layout.n_slots, 2), layout, m, n_rows=n,
+                                 objective=p.objective, noisy=run.noisy, site="the summed level histogram",
+                                 quantum=len(sites) * 2.0 ** -GRID_BITS)
+        v = sums.get("val_loss")
+        if validating and v is not None:
+            v = np.asarray(v, dtype=np.float64).reshape(-1)
+            if v.size != 2 or not np.isfinite(v).all():
+                raise ValueError("the summed validation loss must be two finite numbers")
+            n_val = sum(schema.rows(s, run.validation_part) for s in sites) if run.validation_part else None
+            if not run.noisy and (v[0] < -1e-6 or (n_val is not None and abs(v[1] - n_val) > 0.5)):
+                raise ValueError("the summed validation loss must be [loss >= 0, the validation rows declared]")
+
+    return check
+
+
+def _labels_total(run: _Run) -> Callable[[Mapping[str, np.ndarray], list[str]], None]:
+    """``check_total`` of the start's label sums (exact unless noisy): class counts ≥ 0 summing
+    to the summing sites' rows; ``[Σy, n]`` with ``n`` those rows (binary: ``0 ≤ Σy ≤ n``)."""
+    p, fed = run.params, run.federation
+
+    def check(sums: Mapping[str, np.ndarray], sites: list[str]) -> None:
+        schema = fed.schema
+        assert schema is not None
+        s = np.asarray(sums.get("label_sums"), dtype=np.float64).reshape(-1)
+        width = p.n_classes if p.objective == "multiclass" else 2
+        if s.size != width or not np.isfinite(s).all():
+            raise ValueError(f"the summed label sums must be {width} finite numbers")
+        if run.noisy:
+            return
+        n = sum(schema.rows(x, run.train_part) for x in sites)
+        tol = 1e-6 * max(n, 1) + 1e-3
+        if p.objective == "multiclass":
+            if (s < -tol).any() or abs(s.sum() - n) > tol:
+                raise ValueError(f"the summed class counts do not count the {n} rows declared")
+        elif abs(s[1] - n) > tol or (p.objective == "binary" and not -tol <= s[0] <= n + tol):
+            raise ValueError(f"the summed label sums do not fit the {n} rows declared")
+
+    return check
+
+
+def _val_sums(val: np.ndarray | None, noisy: bool) -> np.ndarray:
+    if val is None:
+        raise FederationError("no validation loss sums came back")
+    v = np.asarray(val, dtype=np.float64).reshape(2)
+    if noisy:
+        v = np.array([max(v[0], 0.0), max(v[1], 1.0)])
+    if not v[1] > 0:
+        raise FederationError("early stopping needs validation rows: no site has any in its validation part")
+    return v
+
+
+def _evaluate(federation: Federation, model: GBDTModel, classes: list[str], part: str, bins: int | None,
+              ledger: Any, on_error: Any, log: list[dict[str, Any]]) -> dict[str, Any]:
+    """The final evaluation on ``part`` (the training workflow's for classification)."""
+    from fedtab.federation.steps.params import params_to
+    from fedtab.federation.steps.evaluate import evaluate
+
+    arrays = {k: v for k, v in model.to_arrays().items() if k not in ("edges", "edge_ptr")}
+    n = len(federation.active)
+    start = len(federation.traffic.records)
+
+    def wire() -> dict[str, int]:
+        recs = federation.traffic.records[start:]
+        return {"wire_down": sum(t.bytes_down for t in recs), "wire_up": sum(t.bytes_up for t in recs)}
+
+    if model.params.objective != "regression":
+        out = evaluate(federation, arrays, len(classes), part, bins, has_proba=True, ledger=ledger, on_error=on_error,
+                       kind="gbdt_evaluate")
+        log.append({"step": "gbdt_evaluate", "round": -1, "level": -1, "nodes": 0,
+                    "bytes_down": payload_bytes(Message("e", params_to(arrays))) * n, "bytes_up": 0, **wire()})
+        return out
+    if ledger is None:  # plain or secure: RMSE, MAE and R² from the sites' regression sums
+        from fedtab.federation.steps.evaluate import evaluate_regression
+
+        out = evaluate_regression(federation, arrays, part, kind="gbdt_score", on_error=on_error)
+        log.append({"step": "gbdt_score", "round": -1, "level": -1, "nodes": 0,
+                    "bytes_down": payload_bytes(Message("e", params_to(arrays))) * n, "bytes_up": 32 * n, **wire()})
+        return out
+    meta: dict[str, Any] = {"part": part}
+    if ledger is not None:
+        ledger.spend("training.evaluate")
+        meta[DP_META] = dp_request(federation.options.dp, ledger.multiplier("training.evaluate"))
+    req = Message("gbdt_score", params_to(arrays), meta)
+    summed = exchange_sums(federation, req, SumSpec({"sse": MOMENT_BITS}), on_error=on_error, step="gbdt_score")
+    sse = float(summed.sums["sse"][0])
+    rows = sum(federation.schema.rows(s, part) for s in summed.sites)
+    log.append({"step": "gbdt_score", "round": -1, "level": -1, "nodes": 0,
+                "bytes_down": payload_bytes(req) * n, "bytes_up": 8 * len(summed.sites), **wire()})
+    return {"pooled": {"rmse": float(np.sqrt(max(sse, 0.0) / rows)) if rows else None, "n": rows}, "per_site": {}}

@@ -1,0 +1,512 @@
+"""The GBDT workflow's site side: its handlers over the site's fixed row parts.
+
+* ``"gbdt_summary"`` — the site's bin summary of its training part (:func:`fixed_summary`:
+  block means of at least the site's own ``min_rows`` rows, at most
+  :data:`~fedtab.learn.gbdt.bins.SUMMARY_POINTS` per column; the first one of a period, kept
+  in the site's ledger, answers every later request of the period — no request parameter
+  shapes it, so no two summaries can be differenced) and, for classification, the class
+  labels of the named part. Under DP no summary is sent (the edges come from public bounds).
+* ``"gbdt_start"`` — the agreed edges, classes and parameters: the site bins its rows, keeps
+  its boosting state (:class:`~fedtab.learn.gbdt.SiteBooster`, stored as plain arrays in
+  ``site.state["gbdt"]`` so an engine can keep it between processes) and replies its label
+  sums (for the intercept).
+* ``"gbdt_level"`` — one level of one round: the site applies the splits of the previous level
+  (and, at a round's first level, the leaf values of the previous round), then replies the
+  histograms of the requested nodes through its release rules
+  (:func:`~fedtab.learn.gbdt.release.release_level`: small nodes withheld, small bins merged,
+  sums on a fixed grid; DP noise instead under DP), and, when asked, the loss sums of its
+  validation part. A request with no nodes only applies what it carries (the last round).
+* ``"gbdt_evaluate"`` — the evaluation sums of a classification model (arrays of
+  :meth:`~fedtab.learn.gbdt.GBDTModel.to_arrays`, validated as a hostile model) on a part:
+  the training workflow's sums (per class: every class needs ``min_rows`` rows there);
+  ``"gbdt_score"`` — a regression model's sums of squared and absolute errors, of the target and of its square on a part (only the squared errors under DP).
+* ``"gbdt_importance"`` — each feature's summed split gain on the site's training rows,
+  replayed from the site's own record of the splits and leaf values it applied (no model of
+  the server's choosing; small nodes suppressed; refused after a secure or DP run).
+
+The site never takes a size, a seed or a floor from the server: parts are its own
+(:mod:`fedtab.federation.site.parts`), the subsample is drawn from its own seed, its floor is the
+larger of its policy's and the request's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from fedtab.learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_sums, site_summary
+from fedtab.learn.gbdt.bins import SUMMARY_POINTS
+from fedtab.learn.gbdt.importance import SPLIT_RECORD, record_splits, site_gains
+from fedtab.learn.metrics import regression_sums
+from fedtab.learn.gbdt.release import check_request, histogram_sensitivity, noisy_level, release_level
+from fedtab.privacy.dp import DP_META, add_noise, noise_rng
+from fedtab.privacy.secagg import SECAGG_META
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.protocol.kinds import declared as _declared
+from fedtab.federation.site.core import Site
+from fedtab.federation.site.registry import handler
+from fedtab.federation.site.matrices import class_indices, label_key, requested_bins, site_matrix
+from fedtab.federation.steps.evaluate import evaluation_sums
+
+__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "fixed_summary", "SUMMARY_PART"]
+
+#: ``site.state`` key of the boosting state (plain arrays: an engine keeps it between processes)
+STATE = "gbdt"
+#: ``site.state`` key of the live booster of this process (not encodable: an engine leaves it out)
+LIVE = "gbdt_live"
+#: request array prefixes: the previous level's splits, the previous round's leaf values, a model
+SPLIT, LEAF, MODEL = "split:", "leaf:", "model:"
+#: the loss of one row is clipped here for the DP validation sums (−ln 1e-16 = 36.8)
+_MAX_ROW_LOSS = 36.85
+
+
+def _floor(site: Site, request: Message) -> int:
+    asked = request.meta.get("min_rows", 1)
+    asked = asked if isinstance(asked, int) and not isinstance(asked, bool) and asked >= 1 else 1
+    return max(int(site.policy.min_rows), asked)
+
+
+def _features(request: Message) -> list[str]:
+    feats = request.meta.get("features")
+    if not isinstance(feats, list) or not feats or not all(isinstance(f, str) for f in feats):
+        raise ValueError("the request must name the features (a non-empty list of column names)")
+    return feats
+
+
+def _check_target(site: Site, request: Message) -> None:
+    target = request.meta.get("target")
+    if target is not None and target != site.target:
+        raise ValueError("the request names another target column than the site's")
+
+
+def site_data(site: Site, features: list[str], part: str, classes: list[str] | None,
+              regression: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, y)`` of ``part``: ``X`` over ``features`` with NaN for missing cells and absent
+    columns (no imputation: a missing value follows each split's default direction), ``y`` class
+    indices in ``classes`` or, for regression, float labels.
+
+    Raises:
+        ValueError: a non-numeric column (encode categories first), unknown labels.
+    """
+    X, y_raw = site_matrix(site, features, part)
+    if regression:
+        y = np.asarray(y_raw, dtype=np.float64)
+        if not np.isfinite(y).all():
+            raise ValueError("regression labels must be finite numbers")
+        return X, y
+    return X, class_indices(y_raw, list(classes or []))
+
+
+# ----------------------------------------------------------------------------- summary
+#: the part every bin summary is computed over, whatever the request names
+SUMMARY_PART = "train"
+
+
+def _column_summary(site: Site, feature: str) -> dict[str, list]:
+    """One column's summary over the site's training part (JSON-able, for the ledger): blocks
+    of at least the site's own ``min_rows`` rows, at most :data:`SUMMARY_POINTS` of them."""
+    X, _ = site_matrix(site, [feature], SUMMARY_PART)
+    s = site_summary(X, sketch_size=SUMMARY_POINTS, min_rows=int(site.policy.min_rows))
+    return {"values": [float(v) for v in s["values"]], "counts": [int(c) for c in s["counts"]]}
+
+
+def fixed_summary(site: Site, features: list[str]) -> dict[str, np.ndarray]:
+    """The site's bin summary of ``features`` (:func:`~fedtab.learn.gbdt.site_summary` layout):
+    per column the one the site's ledger recorded first in the period, else computed now over
+    the training part and recorded. Nothing of a request shapes it (no size, floor or part),
+    so every summary of a column the site sends in a period is the same."""
+    cols = [site.ledger.fixed_release(f"gbdt_summary:{f}", lambda f=f: _column_summary(site, f)) for f in features]
+    return {"values": np.asarray([v for c in cols for v in c["values"]], dtype=np.float64),
+            "counts": np.asarray([n for c in cols for n in c["counts"]], dtype=np.int64),
+            "ptr": np.r_[0, np.cumsum([len(c["counts"]) for c in cols])].astype(np.int64)}
+
+
+@handler("gbdt_summary")
+def _summary(site: Site, request: Message) -> Message:
+    """The class labels of the named part and, unless the request says ``summary = False`` (DP:
+    the edges come from public bounds), :func:`fixed_summary` of the named features. The
+    request's ``sketch_size``, ``min_rows`` and part do not change the summary."""
+    _check_target(site, request)
+    part = str(request.meta.get("part") or "train")
+    feats = _features(request)
+    X, y = site_matrix(site, feats, part)
+    meta: dict[str, Any] = {"n": int(X.shape[0])}
+    if not request.meta.get("regression"):
+        meta["classes"] = sorted({label_key(v) for v in y})
+    if request.meta.get("summary", True) is False:
+        return Message("gbdt_summary", {}, meta)
+    return Message("gbdt_summary", fixed_summary(site, feats), meta)
+
+
+# ----------------------------------------------------------------------------- start
+def _start_part(site: Any, request: Message) -> str:
+    return str(request.meta.get("part") or "train")
+
+
+@handler("gbdt_start")
+def _start(site: Site, request: Message) -> Message:
+    _check_target(site, request)
+    meta = request.meta
+    params = GBDTParams.from_dict(meta.get("params") or {})
+    layout = BinLayout.from_arrays({"edges": request.arrays["edges"], "edge_ptr": request.arrays["edge_ptr"]})
+    feats = _features(request)
+    if len(feats) != layout.n_features:
+        raise ValueError("the bin edges do not match the features")
+    regression = params.objective == "regression"
+    classes = None if regression else meta.get("classes")
+    if not regression and (not isinstance(classes, list) or len(classes) != params.n_classes):
+        raise ValueError("the request's classes do not match its number of classes")
+    part = _start_part(site, request)
+    dp_run = meta.get(DP_META) is not None
+    X, y = site_data(site, feats, part, classes, regression)
+    X_val = y_val = None
+    val_part = meta.get("validation_part")
+    if val_part is not None:
+        X_val, y_val = site_data(site, feats, str(val_part), classes, regression)
+    margin0 = np.zeros(params.n_outputs, dtype=np.float32)  # the intercept comes with the first level
+    secret = int(np.random.default_rng([site.seed, 0x6BD7]).integers(2**31))  # the site's own stream
+    booster = SiteBooster(X, y, layout, params, margin0, X_val=X_val, y_val=y_val, secret=secret)
+    site.state.pop(LIVE, None)
+    site.state[STATE] = {"booster": booster.to_state(), "features": feats, "classes": classes,
+                         "part": part, "validation_part": val_part, "splits": None, "started": False,
+                         "min_rows": _floor(site, request), "dp": dp_run, "secure": False,
+                         **_empty_record(params.n_outputs)}
+    dp = meta.get(DP_META)
+    sums = _label_sums(params, y, dp)
+    return Message("gbdt_start", {"label_sums": np.asarray(sums, dtype=np.float64)}, {"n": int(len(y))})
+
+
+def _label_sums(params: GBDTParams, y: np.ndarray, dp: Mapping[str, Any] | None) -> np.ndarray:
+    """The label sums for the intercept (:func:`~fedtab.learn.gbdt.label_sums`). Under DP the
+    site bounds a row's part first: regression labels are clipped to ``[−clip, clip]`` here,
+    so that one row moves ``[Σy, n]`` by at most ``max(2·clip, √(clip² + 1))`` (replaced,
+    added or removed); a class count moves by 1 (two counts when a row is replaced, √2)."""
+    if dp is None:
+        return np.asarray(label_sums(params, y), dtype=np.float64)
+    if params.objective == "regression":
+        c = float(dp.get("clip", 1.0))
+        yc = np.clip(np.asarray(y, dtype=np.float64), -c, c)
+        sums, sens = np.array([float(yc.sum()), float(yc.size)]), max(2.0 * c, float(np.hypot(c, 1.0)))
+    else:
+        sums, sens = np.asarray(label_sums(params, y), dtype=np.float64), float(np.sqrt(2.0))
+    return np.asarray(add_noise(sums, sens, dp, noise_rng()), dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------- level
+def _state(site: Site) -> dict[str, Any]:
+    st = site.state.get(STATE)
+    if not isinstance(st, dict) or "booster" not in st:
+        raise ValueError("boosting is not set up on this site (no 'gbdt_start' request received)")
+    return st
+
+
+def _booster(site: Site, st: dict[str, Any]) -> SiteBooster:
+    """The live booster when this process answered the last request, else rebuilt from the state's arrays."""
+    live = site.state.get(LIVE)
+    if isinstance(live, tuple) and live[0] is st["booster"]:
+        return live[1]
+    return SiteBooster.from_state(st["booster"])
+
+
+def _level_part(site: Any, request: Message) -> str:
+    st = site.state.get(STATE) if site is not None else None
+    return str(st.get("part", "train")) if isinstance(st, dict) else "train"
+
+
+def _level_releases(request: Message) -> int:
+    return 1 + (1 if request.meta.get("validate") else 0)
+
+
+def _carried(request: Message, prefix: str) -> dict[str, np.ndarray]:
+    return {k[len(prefix):]: v for k, v in request.arrays.items() if k.startswith(prefix)}
+
+
+def _sibling_counts(booster: SiteBooster, nodes: np.ndarray, splits: Mapping[str, np.ndarray] | None) -> np.ndarray:
+    """Rows (of the round's subsample) of each requested node's sibling in the last splits (0: none)."""
+    out = np.zeros(nodes.shape[0])
+    if not splits or not np.asarray(splits.get("tree", [])).size or booster.keep is None:
+        return out
+    sib: dict[tuple[int, int], int] = {}
+    for k, a, b in zip(*(np.asarray(splits[x]).tolist() for x in ("tree", "left", "right"))):
+        sib[(k, a)], sib[(k, b)] = b, a
+    keep = booster.keep.astype(np.float64)
+    for i, (k, node) in enumerate(nodes.tolist()):
+        other = sib.get((k, node))
+        if other is not None:
+            out[i] = float(keep[booster.positions[k] == other].sum())
+    return out
+
+
+def _empty_record(n_outputs: int) -> dict[str, np.ndarray]:
+    """The site's record of what it applied (for :func:`_importance`): splits, leaf values, intercept."""
+    return {"grown": np.zeros((0, len(SPLIT_RECORD)), np.int64), "grown_leaves": np.zeros(0, np.float32),
+            "grown_leaf_ptr": np.zeros(1, np.int64), "base_margin": np.zeros(n_outputs, np.float32)}
+
+
+def _record(st: dict[str, Any], round_: int, splits: Mapping[str, np.ndarray]) -> None:
+    """Append one level's applied splits to the site's record (its level: the round's next)."""
+    rec = np.asarray(st["grown"], dtype=np.int64).reshape(-1, len(SPLIT_RECORD))
+    this = rec[rec[:, 0] == round_, 1]
+    st["grown"] = record_splits(rec, round_, int(this.max()) + 1 if this.size else 0, dict(splits))
+
+
+@handler("gbdt_level")
+def _level(site: Site, request: Message) -> Message:
+    """One level (module docstring). Every check runs before anything is applied: a refused
+    request (a replay, another round, malformed splits or leaves, both children of a split)
+    changes no site state."""
+    st = _state(site)
+    booster = _booster(site, st)
+    meta = request.meta
+    p = booster.params
+    splits = _carried(request, SPLIT)
+    leaves = _carried(request, LEAF)
+    base = request.arrays.get("base_margin")
+    nodes = np.asarray(request.arrays.get("nodes", np.zeros((0, 2))), dtype=np.int64).reshape(-1, 2)
+    # ---- checks (nothing applied yet)
+    if meta.get("round") != booster.round + (1 if leaves else 0):
+        raise ValueError("the request is for another round than the site's (a replayed or out-of-order level)")
+    if splits:
+        _check_splits(booster, splits)
+    tree_leaves = _check_leaves(booster, leaves) if leaves else None
+    if base is not None:  # the intercept, once, before the first round
+        if booster.round != 0 or st["started"] or leaves:
+            raise ValueError("the intercept may only be set before the first round")
+        base = np.asarray(base, dtype=np.float32).reshape(-1)
+        if base.shape != (p.n_outputs,) or not np.isfinite(base).all():
+            raise ValueError(f"base_margin must be {p.n_outputs} finite numbers")
+    started = st["started"] and not leaves
+    new_round = bool(nodes.size) and meta.get("level") == 0 and not started
+    if nodes.size and not new_round and not started:
+        raise ValueError("a level request before the round's first level")
+    if nodes.size and not new_round:
+        last = splits or st.get("splits") or None
+        if last is not None:  # with the nodes this level already released (a second request for the sibling)
+            seen = np.zeros((0, 2), np.int64) if splits else np.asarray(st.get("released") or [],
+                                                                          dtype=np.int64).reshape(-1, 2)
+            check_request(np.vstack([seen, nodes]), last["left"], last["right"], last["tree"])
+    # ---- apply
+    if splits:
+        booster.apply(splits)
+        st["splits"], st["released"] = splits, []
+        _record(st, booster.round, splits)
+    if tree_leaves is not None:
+        values = np.asarray(leaves["values"], dtype=np.float32)
+        booster.finish_round(tree_leaves)
+        st["grown_leaves"] = np.concatenate([st["grown_leaves"], values])
+        st["grown_leaf_ptr"] = np.r_[st["grown_leaf_ptr"], st["grown_leaf_ptr"][-1] + np.asarray(leaves["ptr"])[1:]]
+        st["started"] = False
+    if base is not None:
+        booster.margins[:] = base[None, :]
+        st["base_margin"] = base
+        if booster.val_margins is not None:
+            booster.val_margins[:] = base[None, :]
+    out: dict[str, np.ndarray] = {}
+    reply_meta: dict[str, Any] = {"round": int(booster.round)}
+    dp = meta.get(DP_META)
+    if SECAGG_META in meta:
+        st["secure"] = True
+    if meta.get("validate"):
+        if booster.val_margins is None:
+            out["val_loss"], reply_meta["n_val"] = np.zeros(2), 0
+        else:
+            out["val_loss"], reply_meta["n_val"] = _validation_sums(booster, dp), int(booster.y_val.size)
+    if nodes.size:
+        if new_round:
+            booster.start_round()
+            if dp is not None and p.objective == "regression":  # bounded gradients for the sensitivity
+                c = float(dp.get("clip", 1.0))
+                booster.grad = np.clip(booster.grad, -c, c).astype(np.float32)
+            st["started"], st["splits"], st["released"] = True, None, []
+        last = st.get("splits") or None
+        st["released"] = [*(st.get("released") or []), *nodes.tolist()]
+        hist, counts = booster.histograms_and_counts(nodes)
+        if dp is not None:
+            sens = histogram_sensitivity(p.objective, booster.layout.n_features, p.n_outputs, float(dp.get("clip", 1.0)))
+            out["hist"] = noisy_level(hist, sens, float(dp["z"]), noise_rng())
+        else:
+            released, withheld = release_level(hist, counts, _sibling_counts(booster, nodes, last), booster.layout,
+                                               int(st["min_rows"]))
+            out["hist"] = released
+            if SECAGG_META not in meta:  # a per-site count the secure sum would otherwise leave in the clear
+                reply_meta["withheld"] = withheld
+    st["booster"] = booster.to_state()
+    site.state[LIVE] = (st["booster"], booster)
+    return Message("gbdt_level", out, reply_meta)
+
+
+def _check_splits(booster: SiteBooster, splits: Mapping[str, np.ndarray]) -> None:
+    """A level's split message (:data:`~fedtab.learn.gbdt.grow.SPLIT_MESSAGE`): equal-length
+    integer arrays naming trees, features and bins that exist.
+
+    Raises:
+        ValueError: otherwise.
+    """
+    need = ("tree", "node", "feature", "bin", "default_left", "left", "right")
+    if set(splits) != set(need):
+        raise ValueError(f"a level's splits must carry exactly {list(need)}")
+    a = {k: np.asarray(splits[k]) for k in need}
+    n = a["tree"].size
+    if any(v.ndim != 1 or v.size != n or v.dtype.kind not in "iub" for v in a.values()):
+        raise ValueError("a level's splits must be equal-length 1-d integer arrays")
+    if not n:
+        return
+    lay = booster.layout
+    feat, b = a["feature"].astype(np.int64), a["bin"].astype(np.int64)
+    if (a["tree"].min() < 0 or a["tree"].max() >= booster.params.n_outputs or feat.min() < 0
+            or feat.max() >= lay.n_features or a["node"].min() < 0 or a["left"].min() < 0 or a["right"].min() < 0):
+        raise ValueError("a split names a tree, node or feature that does not exist")
+    if (b < -1).any() or (b >= lay.n_bins[feat]).any():
+        raise ValueError("a split names a bin outside the agreed grid")
+
+
+def _check_leaves(booster: SiteBooster, leaves: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """One round's leaf values as one array per tree, each covering its tree's nodes.
+
+    Raises:
+        ValueError: a pointer that does not give one array per tree, non-finite or huge values,
+            or a tree whose values do not cover the nodes its rows are in.
+    """
+    p = booster.params
+    values, ptr = np.asarray(leaves.get("values"), dtype=np.float32), np.asarray(leaves.get("ptr"), dtype=np.int64)
+    if ptr.shape != (p.n_outputs + 1,) or ptr[0] != 0 or ptr[-1] != values.size or (np.diff(ptr) < 1).any():
+        raise ValueError("leaf values must come as one array per tree of the round")
+    if not np.isfinite(values).all() or np.abs(values).max(initial=0) > 1e6:
+        raise ValueError("leaf values must be finite and at most 1e6 in magnitude")
+    out = [values[ptr[k]:ptr[k + 1]] for k in range(p.n_outputs)]
+    for k, v in enumerate(out):
+        for pos in (booster.positions, booster.val_positions):
+            if pos is not None and pos[k].size and pos[k].max() >= v.size:
+                raise ValueError(f"leaf values of tree {k} do not cover the rows' nodes")
+    return out
+
+
+def _validation_sums(booster: SiteBooster, dp: Mapping[str, Any] | None) -> np.ndarray:
+    """``[loss sum, n]`` of the site's validation rows; under DP each row's loss is bounded
+    (classification: −ln 1e-16; regression: the squared error clipped at ``clip²``) and the
+    sums noised with that sensitivity."""
+    sums = booster.validation_sums()
+    if dp is None:
+        return np.asarray(sums, dtype=np.float64)
+    if booster.params.objective == "regression":
+        c = float(dp.get("clip", 1.0))
+        err = (booster.val_margins[:, 0].astype(np.float64) - np.asarray(booster.y_val, dtype=np.float64)) ** 2
+        sums = np.array([float(np.minimum(err, c * c).sum()), float(err.size)])
+        sens = float(np.hypot(c * c, 1.0))
+    else:
+        sens = float(np.hypot(_MAX_ROW_LOSS, 1.0))
+    return np.asarray(add_noise(sums, sens, dp, noise_rng()), dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------- evaluate
+EVALUATE_RELEASES = _declared("gbdt_evaluate").releases  # declared in fedtab.federation.protocol.kinds
+
+
+class _Fitted:
+    """A trained model in the shape :func:`~fedtab.federation.steps.evaluate.evaluation_sums` calls."""
+
+    def __init__(self, model: GBDTModel) -> None:
+        self.model = model
+
+    def predict(self, params: Any, X: np.ndarray) -> np.ndarray:
+        return self.model.predict(X)
+
+    def predict_proba(self, params: Any, X: np.ndarray) -> np.ndarray:
+        return self.model.predict_proba(X)
+
+
+def _model_from(request: Message, st: Mapping[str, Any]) -> GBDTModel:
+    from fedtab.learn.gbdt.model import FORMAT, VERSION
+
+    arrays = {k[len("param:"):]: v for k, v in request.arrays.items() if k.startswith("param:")}
+    params = SiteBooster.from_state(st["booster"]).params
+    manifest = {"format": FORMAT, "version": VERSION, "params": params.to_dict(),
+                "feature_names": list(st["features"]), "best_iteration": None}
+    for k in ("left", "right", "feature", "bin", "tree_ptr"):
+        if k in arrays:
+            arrays[k] = np.asarray(arrays[k]).astype(np.int64 if k == "tree_ptr" else np.int32)
+    if "default_left" in arrays:
+        arrays["default_left"] = np.asarray(arrays["default_left"]).astype(bool)
+    for k in ("threshold", "value", "base_weight", "gain", "cover", "base_margin"):
+        if k in arrays:
+            arrays[k] = np.asarray(arrays[k], dtype=np.float32)
+    arrays.pop("edges", None), arrays.pop("edge_ptr", None)
+    model = GBDTModel.from_arrays(manifest, arrays)
+    layout = BinLayout.from_arrays(st["booster"]["layout"])
+    inner = model.nodes["left"] >= 0
+    agreed = layout.threshold(model.nodes["feature"][inner], model.nodes["bin"][inner])
+    if not np.array_equal(agreed, model.nodes["threshold"][inner]):  # no threshold of the server's choosing
+        raise ValueError("the model to evaluate splits at thresholds that are not the agreed bin edges")
+    return model
+
+
+@handler("gbdt_score")
+def _score(site: Site, request: Message) -> Message:
+    """Regression: ``[squared error sum]`` of a model on a part (each row's error clipped at the
+    DP clip under DP)."""
+    st = _state(site)
+    model = _model_from(request, st)
+    if model.params.objective != "regression":
+        raise ValueError("gbdt_score scores regression models; classification uses gbdt_evaluate")
+    X, y = site_data(site, st["features"], str(request.meta.get("part") or "test"), None, True)
+    pred = model.predict(X) if len(y) else np.zeros(0)
+    err = (pred - y) ** 2
+    dp = request.meta.get(DP_META)
+    if dp is None:  # the regression sums of fedtab.learn.metrics.regression_sums
+        sums = regression_sums(y, pred)
+        return Message("gbdt_score", {k: np.array([v]) for k, v in sums.items()}, {"n": int(len(y))})
+    c = float(dp.get("clip", 1.0))
+    noisy = add_noise(np.array([float(np.minimum(err, c * c).sum())]), c * c, dp, noise_rng())
+    return Message("gbdt_score", {"sse": noisy}, {"n": int(len(y))})
+
+
+@handler("gbdt_evaluate")
+def _evaluate(site: Site, request: Message) -> Message:
+    st = _state(site)
+    model = _model_from(request, st)
+    part = str(request.meta.get("part") or "test")
+    if model.params.objective == "regression":
+        raise ValueError("gbdt_evaluate scores classification models; regression uses gbdt_score")
+    X, y = site_data(site, st["features"], part, st["classes"], False)
+    dp = request.meta.get(DP_META)
+    out = evaluation_sums(_Fitted(model), {}, X, y, len(st["classes"]), requested_bins(request.meta),
+                          pairs=SECAGG_META not in request.meta)
+    if dp is not None:
+        rng = noise_rng()
+        out = {k: add_noise(v, 2.0 if k == "brier_sum" else np.sqrt(2.0), dp, rng) for k, v in out.items()}
+    return Message("gbdt_evaluate", out, {"n": int(len(y))})
+
+
+# ----------------------------------------------------------------------------- importance
+@handler("gbdt_importance")
+def _importance(site: Site, request: Message) -> Message:
+    """``gain`` ``(d,)``: each feature's summed split gain on the site's training rows over the
+    first ``meta["rounds"]`` rounds (:func:`~fedtab.learn.gbdt.importance.site_gains`), replayed
+    from the site's own record of the splits and leaf values it applied — the server sends no
+    model. Splits with a node or child of 1 to ``min_rows − 1`` of the site's rows add nothing
+    (``suppressed`` counts them).
+
+    Refused (an error reply) after a secure or DP run (a per-site number is what those runs
+    keep from the server), when the site's policy requires secure aggregation or DP, for
+    more rounds than the site grew, and a second time in one boosting run (the server asks
+    once, for the kept rounds: answers for ``r`` and ``r + 1`` rounds would give one round's
+    gains). A plain release over the server's splits: the policy refuses it unless the site
+    opted in (``allow_server_row_sets``).
+    """
+    st = _state(site)
+    if st.get("secure") or st.get("dp") or site.policy.require_secure_aggregation or site.policy.require_dp:
+        raise ValueError("this site releases per-site importance only after a plain run (secure aggregation and "
+                         "DP keep per-site statistics from the server)")
+    rounds = request.meta.get("rounds")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+        raise ValueError("the request must name the rounds to count (a non-negative integer)")
+    if st.get("importance_released"):
+        raise ValueError("this site releases its importance once per boosting run (for the kept rounds); it did")
+    booster = _booster(site, st)
+    if rounds > booster.round:
+        raise ValueError("the request asks for more rounds than the site grew")
+    out = site_gains(booster.bins, booster.y, booster.layout, booster.params, st["base_margin"], st["grown"],
+                     st["grown_leaves"], st["grown_leaf_ptr"], rounds, int(st["min_rows"]))
+    st["importance_released"] = True  # once per run: gains for r and r + 1 rounds would give one round's
+    return Message("gbdt_importance", {"gain": out.total}, {"n": int(booster.y.size), "suppressed": out.suppressed})

@@ -1,0 +1,156 @@
+"""The GBDT workflow's server steps: requests, validators of every reply, reductions.
+
+Each step validates before it reduces (the Flower shape, as :mod:`fedtab.federation.workflows.training.steps`):
+
+* :func:`summary_checker` — a site's bin summary (:func:`~fedtab.learn.gbdt.bins.check_summary`,
+  its counts bounded by the rows it declared) and its class labels (the ones it declared);
+* :func:`labels_checker` — label sums that fit the rows declared (exact: integer class counts
+  summing to them; ``Σy ≤ n`` for binary);
+* :func:`level_checker` — a level histogram of the requested shape, finite, its features
+  agreeing on the node totals and its hessian mass within the site's rows
+  (:func:`~fedtab.learn.gbdt.check_site_histogram`; DP: shape and finiteness only), and its
+  validation loss sums (``0 ≤ loss``, the validation rows it declared);
+* :func:`importance_checker` — a site's per-feature gains: ``(d,)`` finite, its training rows,
+  its suppressed splits at most the model's splits;
+* :func:`robust_pool` — robust mode: each node's pooled histogram with no site above
+  ``max_site_share`` of the node's hessian mass (:func:`~fedtab.federation.protocol.reduce.cap_weights`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from fedtab.learn.gbdt import BinLayout, GBDTModel, check_site_histogram
+from fedtab.learn.gbdt.bins import check_summary
+from fedtab.learn.gbdt.release import GRID_BITS
+from fedtab.federation.protocol import validate
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.protocol import Federation
+from fedtab.federation.protocol.reduce import cap_weights
+
+__all__ = ["summary_checker", "labels_checker", "level_checker", "importance_checker", "robust_pool", "payload_bytes",
+           "public_edges"]
+
+
+def summary_checker(federation: Federation, n_features: int, part: str, *, sketch_size: int, min_rows: int,
+                    regression: bool, with_summary: bool) -> Callable[[str, Message], None]:
+    """Validator of ``"gbdt_summary"`` replies: the rows of ``part`` and class labels the site
+    declared; a summary (:func:`~fedtab.learn.gbdt.bins.check_summary`) of at most
+    ``sketch_size`` points a column, each of at least ``min_rows`` rows, counting at most the
+    site's training rows (a site summarises its whole training part, with its own floor)."""
+
+    def check(site: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
+        validate.integer(reply.meta.get("n"), f"{part} rows", equal=schema.rows(site, part))
+        if not regression:
+            schema.check_classes(site, reply.meta.get("classes"))
+        if with_summary:
+            check_summary(reply.arrays, n_features, sketch_size=sketch_size, min_rows=min_rows, site=f"site {site!r}",
+                          n_rows=schema.rows(site, "train"))
+        elif reply.arrays:
+            raise ValueError("sent a bin summary that was not asked for")
+
+    return check
+
+
+def labels_checker(federation: Federation, part: str, objective: str, n_classes: int, *, noisy: bool
+                   ) -> Callable[[str, Message], None]:
+    """Validator of ``"gbdt_start"`` replies (the label sums are checked when sent in the clear)."""
+    width = n_classes if objective == "multiclass" else 2
+
+    def check(site: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
+        n = validate.integer(reply.meta.get("n"), f"{part} rows", equal=schema.rows(site, part))
+        if "label_sums" not in reply.arrays:
+            return
+        s = validate.array(reply, "label_sums", (width,))
+        if noisy:
+            return
+        if objective == "multiclass":
+            validate.counts(s, n, "class counts")
+            if s.sum() != n:
+                raise ValueError(f"class counts sum to {s.sum():g}, not the {n} rows declared")
+        elif s[1] != n:
+            raise ValueError(f"label sums count {s[1]:g} rows, not the {n} declared")
+        elif objective == "binary" and not 0 <= s[0] <= n:
+            raise ValueError("the positive count of the label sums is outside 0..n")
+
+    return check
+
+
+def level_checker(federation: Federation, layout: BinLayout, n_nodes: int, part: str, val_part: str | None, *,
+                  objective: str, noisy: bool, validating: bool) -> Callable[[str, Message], None]:
+    """Validator of ``"gbdt_level"`` replies (arrays checked when present: a secure sum sends them masked)."""
+
+    def check(site: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
+        if "hist" in reply.arrays:
+            check_site_histogram(np.asarray(reply.arrays["hist"]), layout, n_nodes, n_rows=schema.rows(site, part),
+                                 objective=objective, noisy=noisy, site=f"site {site!r}", quantum=2.0 ** -GRID_BITS)
+        elif n_nodes and not federation.options.secure:
+            raise ValueError("sent no level histogram")
+        if validating and val_part is not None:
+            n_val = validate.integer(reply.meta.get("n_val"), f"{val_part} rows",
+                                     equal=schema.rows(site, val_part)) if "n_val" in reply.meta else None
+            if "val_loss" in reply.arrays:
+                v = validate.array(reply, "val_loss", (2,))
+                if not noisy and (v[0] < 0 or (n_val is not None and v[1] != n_val)):
+                    raise ValueError("validation loss sums must be [loss >= 0, the validation rows declared]")
+
+    return check
+
+
+def importance_checker(federation: Federation, model: GBDTModel, part: str) -> Callable[[str, Message], None]:
+    """Validator of ``"gbdt_importance"`` replies."""
+    n_splits = int((model.nodes["left"] >= 0).sum())
+
+    def check(site: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
+        validate.integer(reply.meta.get("n"), f"{part} rows", equal=schema.rows(site, part))
+        validate.integer(reply.meta.get("suppressed"), "suppressed splits", upper=n_splits)
+        validate.array(reply, "gain", (model.n_features,))
+
+    return check
+
+
+def robust_pool(replies: Mapping[str, Message], layout: BinLayout, max_site_share: float
+                ) -> tuple[np.ndarray, dict[str, float]]:
+    """``(pooled (m, n_slots, 2), {site: its largest share before capping})`` with each node's
+    site shares of the hessian mass capped at ``max_site_share`` (a site above it is scaled
+    down, the others up, so that the node's total hessian mass is kept)."""
+    names = list(replies)
+    hists = np.stack([np.asarray(replies[s].arrays["hist"], dtype=np.float64) for s in names])  # (S, m, slots, 2)
+    mass = hists[:, :, layout.offsets[0]:layout.offsets[1], 1].sum(axis=2)  # (S, m) hessian per node
+    total = mass.sum(axis=0)
+    shares = cap_weights(np.maximum(mass, 0.0), max_site_share) if mass.size and (total > 0).all() else None
+    if shares is None:
+        return hists.sum(axis=0), {}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(mass > 0, shares * total[None, :] / mass, 0.0)  # (S, m)
+        raw = np.where(total[None, :] > 0, mass / total[None, :], 0.0)
+    pooled = (hists * scale[:, :, None, None]).sum(axis=0)
+    return pooled, {s: float(raw[i].max(initial=0.0)) for i, s in enumerate(names)}
+
+
+def payload_bytes(message: Message) -> int:
+    """Bytes of a message's arrays (what its numbers weigh on any wire, before framing)."""
+    return int(sum(np.asarray(a).nbytes for a in message.arrays.values()))
+
+
+def public_edges(dp: Mapping[str, Any], features: list[str], max_bins: int) -> BinLayout:
+    """Equal-width edges inside each feature's public DP bounds (no site data is used;
+    :func:`~fedtab.learn.gbdt.grid.public_grid`, the grid a site checks under DP).
+
+    Raises:
+        ValueError: a feature without public bounds.
+    """
+    from fedtab.learn.gbdt.grid import public_grid
+    from fedtab.privacy.dp import column_bounds
+
+    return BinLayout(public_grid(*column_bounds(dp, features), max_bins))

@@ -1,0 +1,20 @@
+"""The imputation workflow (FedHF-Impute): a GNN over the feature columns, trained by FedAvg,
+that fills missing cells and the columns a site never measures.
+
+* :mod:`.config` — :class:`ImputeConfig` (the settings the sites receive) and :class:`ImputationResult`;
+* :mod:`.site` — the site's handlers (``impute_schema``, ``impute_stats``, ``impute_setup``,
+  ``impute_fit``, ``impute_eval``, ``impute_apply``) and the ``impute_fill`` table step;
+* :mod:`.steps` — the server's steps: request, validation, reduction (per site / robust, or
+  summed: secure sums and/or DP), and :func:`apply_imputation`;
+* :mod:`.server` — :func:`run_imputation`, the short loop over them.
+
+No reply ever carries rows: only counts, sums, weights and error sums.
+"""
+
+from fedtab.federation.workflows.imputation.config import ImputationResult, ImputeConfig
+from fedtab.federation.workflows.imputation.server import dp_plan, run_imputation
+from fedtab.federation.workflows.imputation.site import DP_STEPS_PER_ROUND, MAX_DP_STEPS, site_rng, validate_site_table, validation_mask
+from fedtab.federation.workflows.imputation.steps import apply_imputation
+
+__all__ = ["ImputeConfig", "ImputationResult", "apply_imputation", "run_imputation", "validate_site_table", "site_rng",
+           "validation_mask", "dp_plan", "DP_STEPS_PER_ROUND", "MAX_DP_STEPS"]

@@ -1,0 +1,135 @@
+"""The imputation's server loop: schema, statistics, setup, FedAvg rounds, evaluation — a
+short loop over the steps of :mod:`.steps`.
+
+Exchanges: ``impute_schema`` (the first of a run also agrees the federation's schema; with
+secure sums or DP a second one sums the moments over the global schema), ``impute_stats``,
+``impute_setup``, ``impute_fit`` × rounds, ``impute_eval`` (twice when an earlier round's
+model is kept; none under DP). :func:`~fedtab.federation.workflows.imputation.steps.apply_imputation`
+(``impute_apply``) is a separate step: the sites fill their tables. The run's options
+(``federation.options``: secure sums, DP, robust reducers and ``max_site_share``) apply to
+every step; with DP, the run's one accountant (:func:`fedtab.federation.protocol.run_ledger`)
+pays for every release.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from fedtab.impute.stats import STAT_ARRAYS
+from fedtab.privacy.dp import DP_GD_NOISE_SCALE, DP_SCHEMA_NOISE_SCALE, dp_request
+from fedtab.federation.protocol import validate
+from fedtab.federation.protocol import Federation, run_ledger, set_quorum
+from fedtab.federation.workflows.imputation.config import ImputationResult, ImputeConfig
+from fedtab.federation.workflows.imputation.site import DP_STEPS_PER_ROUND
+from fedtab.federation.workflows.imputation.steps import centring, evaluate, fit_round, model_inputs, pooled_statistics, schema_step, setup_step, \
+    validation_report
+
+__all__ = ["run_imputation", "dp_plan"]
+
+
+def dp_plan(cfg: ImputeConfig) -> tuple[dict[str, int], dict[str, float]]:
+    """``(releases per step, noise scale per step)`` of one DP imputation, for the accountant:
+    the column moments (3 releases), the statistics (one per statistics array) and
+    ``DP_STEPS_PER_ROUND`` gradient steps per round."""
+    plan = {"imputation.schema": 3, "imputation.stats": len(STAT_ARRAYS),
+            "imputation.fit": cfg.rounds * DP_STEPS_PER_ROUND}
+    return plan, {"imputation.schema": DP_SCHEMA_NOISE_SCALE, "imputation.fit": DP_GD_NOISE_SCALE}
+
+
+def run_imputation(
+    federation: Federation,
+    config: ImputeConfig | None = None,
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+    *,
+    min_sites: int | None = None,
+    max_param_abs: float = validate.MAX_PARAM_ABS,
+) -> ImputationResult:
+    """Run FedHF-Impute over ``federation`` and return the learned imputer state.
+
+    The run's options (``federation.options``, :func:`fedtab.federation.protocol.set_options`)
+    choose how the sums travel and are reduced: per site (default; ``robust``: the centring
+    shift is the median site's column mean, sites whose means, spreads or correlations disagree
+    with the median site's are left out of the pooled statistics — ``left_out`` names them —,
+    no site carries more than ``max_site_share`` of them, FedAvg is the coordinate-wise median
+    and the best round is chosen by the median site's RMSE); secure sums (the server learns
+    only sums: no per-site validation errors or training losses); DP (the column moments and
+    statistics of values clipped into the public ``bounds`` and the GNN's DP gradient steps
+    are Gaussian releases the sites make, paid from the run's accountant; the validation errors
+    are not released: no validation report, no best-round choice).
+
+    Args:
+        federation: any engine's :class:`Federation`; every site must have the
+            ``impute_*`` handlers (:mod:`fedtab.federation.workflows.imputation.site`).
+        config: settings (defaults: :class:`ImputeConfig`).
+        progress: optional ``fn(round, rounds, info)`` called after each round.
+        min_sites: quorum (sets ``federation.min_sites``): failing, timed-out or
+            rejected sites are dropped while this many remain; ``None`` keeps the
+            federation's policy (by default every site must answer).
+        max_param_abs: largest ``|entry|`` accepted in a site's model weights.
+
+    Raises:
+        FederationError: a site failed (the message names it), a reply was malformed,
+            or the sites share no column (with more than one site).
+        ValueError: invalid ``config``.
+    """
+    import torch
+
+    from fedtab.impute.model import GNNImputer, state_to_numpy
+    from fedtab.impute.train import set_threads
+
+    cfg = config or ImputeConfig()
+    cfg.validate()
+    set_threads(cfg.n_threads)
+    t0 = time.perf_counter()
+    down0, up0 = federation.traffic.total()
+    set_quorum(federation, min_sites)
+    p0, dropped0 = len(federation.participation), set(federation.dropped)
+    ledger = run_ledger(federation, *dp_plan(cfg))
+    fit_dp = None
+    if ledger is not None:
+        fit_dp = {**dp_request(federation.options.dp, ledger.multiplier("imputation.fit")),
+                  "steps": DP_STEPS_PER_ROUND}
+
+    columns = schema_step(federation, ledger)
+    glob, f = columns.columns, len(columns.columns)
+    pooled, left_out = pooled_statistics(federation, columns, centring(federation, columns), ledger)
+    model = model_inputs(cfg, pooled, glob)
+    site_rows = setup_step(federation, cfg, glob, model)
+
+    torch.manual_seed(cfg.seed)
+    weights = state_to_numpy(GNNImputer(model.config))
+    history: list[dict] = []
+    best = (np.inf, 0, weights)
+    for rnd in range(1, cfg.rounds + 1):
+        new, val, train_loss = fit_round(federation, weights, rnd, site_rows, f, max_param_abs=max_param_abs,
+                                         dp_fit=fit_dp)
+        if ledger is not None:
+            ledger.spend("imputation.fit", DP_STEPS_PER_ROUND)
+        if val is not None and val < best[0]:
+            best = (val, rnd - 1, weights)
+        weights = new
+        history.append({"round": rnd, "train_loss": train_loss, "val_rmse": val})
+        if progress is not None:
+            progress(rnd, cfg.rounds, history[-1])
+
+    ev = evaluate(federation, weights, f)
+    best_round = cfg.rounds
+    if cfg.keep_best and ev.overall is not None and best[0] < ev.overall:
+        best_round, weights = best[1], best[2]
+        ev = evaluate(federation, weights, f)
+    down1, up1 = federation.traffic.total()
+    prior = model.prior
+    return ImputationResult(
+        columns=glob, mean=model.mean, std=model.std, pooled=pooled, graph=model.graph,
+        model_config=model.config.to_dict(), weights=weights,
+        prior_W=None if prior is None else prior.W, prior_psi=None if prior is None else prior.psi,
+        site_columns=columns.site_columns, site_rows=site_rows, history=history,
+        validation=validation_report(glob, ev), unobserved_pairs=model.unobserved_pairs, best_round=best_round,
+        seconds=time.perf_counter() - t0, bytes=(down1 - down0, up1 - up0),
+        participation=federation.participation[p0:],
+        dropped={s: r for s, r in federation.dropped.items() if s not in dropped0},
+        left_out=left_out, privacy=ledger.report() if ledger is not None else None,
+    )

@@ -1,0 +1,1 @@
+"""Pooled forward selection by score tests: the multivariate signal a marginal test misses."""

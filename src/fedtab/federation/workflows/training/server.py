@@ -1,0 +1,303 @@
+"""The training workflow's server loop: describe, FedAvg rounds, evaluate — a short loop over
+the steps of :mod:`.steps`.
+
+Exchanges: ``describe`` (unless the caller passes ``described``, e.g. from the election's
+``set_mask``, which answers it in the same exchange), ``fit`` × rounds (the first carries the
+setup: features, classes, standardisation, model spec, part), ``evaluate`` (plus one per
+``eval_every`` evaluation) — ``rounds + 2`` in all (``rounds + 1`` with ``described``). An
+exact-aggregation model (GaussianNB) runs one round of statistics. The run's options
+(``federation.options``: secure sums, DP, robust reducers) apply to every step; with DP, the
+run's one accountant (:func:`fedtab.federation.protocol.run_ledger`) pays for every release.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Literal, Mapping
+
+import numpy as np
+
+from fedtab.learn.metrics import SCORE_BINS
+from fedtab.learn.models import FederatedModel, Params, make_model, model_cost
+from fedtab.privacy.policy import DisclosurePolicy
+from fedtab.federation.protocol import validate
+from fedtab.federation.protocol import Federation, run_ledger, set_quorum
+from fedtab.federation.protocol.modes import run_strategy
+from fedtab.federation.site.matrices import check_part
+from fedtab.federation.workflows.training.outcome import TrainingOutcome, historic_scores
+from fedtab.federation.workflows.training.trainers import trainer_for
+from fedtab.federation.workflows.training.steps import EXACT_TRAINING_MODES, LINEAR_MODES, TRAINING_MODES, dp_fit_release, dp_plan, fit_request, fit_round
+from fedtab.federation.steps.describe import as_description, describe, standardisation
+from fedtab.federation.steps.evaluate import evaluate
+
+__all__ = ["TrainingOutcome", "run_training", "training_task"]
+
+
+
+def _round_traffic(federation: Federation, start: int, r: int, down: Mapping[str, np.ndarray], n_up: int
+                   ) -> list[dict[str, Any]]:
+    """Per-site traffic of one round: every exchange of the round (fit, and a secure sum's key
+    exchange and unmasking), from the engine's traffic log when it keeps one."""
+    per_site: dict[str, list[int]] = {}
+    for t in federation.traffic.records[start:]:
+        if t.kind in ("fit", "secagg_unmask", "secagg_keys", "secagg_sign"):
+            acc = per_site.setdefault(t.site, [0, 0])
+            acc[0] += t.bytes_down
+            acc[1] += t.bytes_up
+    n_down = int(sum(v.size for v in down.values()))
+    return [{"round": r, "site": s, "bytes_down": d, "bytes_up": u, "params_down": n_down, "params_up": n_up}
+            for s, (d, u) in per_site.items()]
+
+
+def run_training(
+    federation: Federation,
+    features: list[str] | None = None,
+    *,
+    model: Any = "logistic",
+    rounds: int = 10,
+    local_epochs: int = 5,
+    seed: int = 0,
+    eval_every: int = 0,
+    on_round: Callable[[int, dict[str, float] | None], None] | None = None,
+    on_error: Literal["raise", "skip"] | None = None,
+    train_part: str = "train",
+    eval_part: str = "test",
+    described: Any = None,
+    score_bins: int | None = SCORE_BINS,
+    min_sites: int | None = None,
+    max_param_abs: float = validate.MAX_PARAM_ABS,
+    task: str | None = None,
+) -> TrainingOutcome:
+    """Train ``model`` by federated rounds on ``features`` (default: each site's elected mask).
+
+    The run's options (``federation.options``, :func:`fedtab.federation.protocol.set_options`)
+    choose how the sums travel and are reduced: plain sums (default); secure sums (the server
+    learns no single site's description, update or scores: ``per_site`` is empty); DP (the
+    description, the updates — DP gradient descent for logistic regression, DP-FedAvg for
+    other FedAvg models; not for exact-aggregation models — and the confusion matrices are
+    Gaussian releases made by the sites on their own terms, paid from the run's accountant;
+    no score histograms); robust reducers (screened and capped moments, coordinate-wise median
+    FedAvg, median scores; ``left_out`` names the sites they left out).
+
+    Args:
+        features: column names to train on; ``None`` uses the mask the sites were told
+            by the election (``site.state["features"]``), or all their columns.
+        model: a name from :data:`fedtab.learn.MODELS`, a ``{"name", "params"}`` dict
+            or a :class:`~fedtab.learn.FederatedModel`.
+        rounds: federated rounds; local_epochs: local passes per round.
+        eval_every: also evaluate every that many rounds (0 = only at the end) to fill ``history``.
+        on_round: progress callback ``(round, metrics or None)``.
+        train_part / eval_part: the sites' row parts to train on and to score (``"fit"``
+            and ``"validation"`` for tuning; ``"fit:k"`` / ``"fold:k"`` for cross-validation).
+        described: the description over these features and ``train_part``, already gathered
+            (:class:`~fedtab.federation.steps.describe.Description`, e.g.
+            ``ElectionOutcome.described``); skips the describe exchange, same result.
+        score_bins: grid of the score histograms the final evaluation asks for (AUROC,
+            PR-AUC); None skips the histograms and the Brier sums.
+        on_error: ``"skip"`` leaves failing sites out of each step; ``None``/``"raise"``
+            follow the federation's quorum policy.
+        min_sites: quorum (sets ``federation.min_sites``); ``None`` keeps the federation's.
+        max_param_abs: largest ``|entry|`` accepted in a site's parameters.
+        task: ``"binary"``, ``"multiclass"`` or ``"regression"``; ``None``: :func:`training_task`
+            (regression when every site reads its target as a number). A regression run trains
+            ``"linear"`` (pooled normal equations, one exact round) or ``"gbdt"`` (objective
+            ``"regression"``) and scores RMSE / MAE / R² (:func:`~.steps.evaluate_regression`);
+            ``classes`` is empty.
+
+    Raises:
+        FederationError: a site failed or replied inconsistently (naming it).
+        ValueError: bad arguments, DP with an exact-aggregation model, fewer than 2 classes, a
+            model that cannot serve the task (one line, :func:`fedtab.learn.tasks.model_refusal`).
+    """
+    if trainer_for(model) is None:  # a mode the model does not support is refused before any exchange (once: the
+        early = make_model(model)  # task below changes only a gbdt spec)
+        run_strategy(federation).check_supported(EXACT_TRAINING_MODES if early.exact else TRAINING_MODES,
+                                                 f"the exact-aggregation model {early.name!r}" if early.exact
+                                                 else f"the model {early.name!r}")
+    task = training_task(federation, task)
+    model = _model_for_task(model, task)
+    trainer = trainer_for(model)
+    if task == "regression" and trainer is None:
+        return _run_linear(federation, features, model, seed=seed, train_part=train_part, eval_part=eval_part,
+                           described=described, min_sites=min_sites, on_error=on_error)
+
+    if trainer is not None:  # e.g. boosted trees: level by level from summed histograms, not by FedAvg rounds
+        return trainer.train(federation, features, model, seed=seed, train_part=train_part, eval_part=eval_part,
+                          score_bins=score_bins, min_sites=min_sites, on_error=on_error, described=described)
+    if rounds < 1 or local_epochs < 1:
+        raise ValueError("rounds and local_epochs must be at least 1")
+    fm: FederatedModel = make_model(model)
+    spec = {"name": fm.name, "params": fm.get_params()}
+    check_part(train_part), check_part(eval_part)
+    set_quorum(federation, min_sites)
+    p0, dropped0 = len(federation.participation), set(federation.dropped)
+    opts = federation.options
+    ledger = run_ledger(federation, *dp_plan(fm, rounds, local_epochs, eval_every, described is not None))
+    if described is None:
+        description = describe(federation, features, train_part, ledger, on_error=on_error)
+    else:
+        description = as_description(described, features, federation)
+    if len(description.classes) < 2:
+        raise ValueError(f"training needs at least 2 classes across the sites, found {description.classes}")
+    feats, class_list = description.features, description.classes
+    mean, std, left_out = standardisation(federation, description)
+    setup = {"features": feats, "classes": class_list, "model": spec, "part": train_part}
+    dp_fit = None if fm.exact else dp_fit_release(fm, local_epochs)  # how a fit round releases under DP
+    has_proba = getattr(fm, "predict_proba", None) is not None
+
+    params = _initial_params(fm, len(feats), len(class_list), seed)
+    n_rounds = 1 if fm.exact else rounds
+    params, history, traffic = _fedavg_rounds(
+        federation, fm, params, n_rounds, setup=setup, local_epochs=local_epochs, seed=seed, mean=mean, std=std,
+        dp_fit=dp_fit, ledger=ledger, train_part=train_part, eval_part=eval_part, eval_every=eval_every,
+        on_round=on_round, on_error=on_error, left_out=left_out, max_param_abs=max_param_abs, has_proba=has_proba)
+    detail = evaluate(federation, params, len(class_list), eval_part, score_bins, has_proba=has_proba, ledger=ledger,
+                      on_error=on_error)
+    pooled, per_site = historic_scores(detail)
+    # every fit exchange of the rounds, a secure sum's key exchange and unmasking included
+    bytes_down, bytes_up = sum(t["bytes_down"] for t in traffic), sum(t["bytes_up"] for t in traffic)
+    return TrainingOutcome(
+        model=fm.name, params=params, features=list(feats), classes=class_list, mean=mean, std=std, pooled=pooled,
+        per_site=per_site, history=history, n_params=fm.n_params(len(feats), len(class_list)),
+        bytes_down=bytes_down, bytes_up=bytes_up, traffic=traffic, rounds=n_rounds, metrics=detail,
+        local_epochs=int(local_epochs), seed=seed, model_spec=spec, participation=federation.participation[p0:],
+        dropped={s: why for s, why in federation.dropped.items() if s not in dropped0}, robust=opts.robust,
+        left_out=left_out, privacy=ledger.report() if ledger is not None else None, task=task,
+    )
+
+
+def training_task(federation: Federation, task: str | None = None) -> str:
+    """The run's task: ``task`` when given (checked against the sites), else read from the agreed
+    schema — ``"regression"`` when every site declares no class label (each reads its target as a
+    number), ``"binary"`` / ``"multiclass"`` by the agreed classes.
+
+    Raises:
+        ValueError: an unknown task; sites that read the target differently (naming them), or a
+            classification task where a site reads the target as a number (and the reverse).
+    """
+    from fedtab.learn.tasks import TASKS
+    from fedtab.federation.protocol.agreement import agree_schema
+
+    if task is not None and task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+    if federation.schema is None:
+        agree_schema(federation)
+    schema = federation.schema
+    assert schema is not None
+    numeric = sorted(s for s, d in schema.sites.items() if d.target is not None and not d.classes)
+    labelled = sorted(s for s, d in schema.sites.items() if d.target is not None and d.classes)
+    if task == "regression" and labelled:
+        raise ValueError(f"task = \"regression\", but site(s) {labelled} read the target as classes (tell them "
+                         f"task = \"regression\")")
+    if task in ("binary", "multiclass") and numeric:
+        raise ValueError(f"task = {task!r}, but site(s) {numeric} read the target as a number (tell them "
+                         f"task = \"classes\")")
+    if task is None and numeric and labelled:
+        raise ValueError(f"site(s) {numeric} read the target as a number and {labelled} as classes: set "
+                         f"[training] task = \"regression\" or \"binary\"/\"multiclass\"")
+    if task is not None:
+        return task
+    if numeric:
+        return "regression"
+    return "binary" if len(schema.classes) <= 2 else "multiclass"
+
+
+def _model_for_task(model: Any, task: str) -> Any:
+    """``model`` fit for ``task`` (a ``"gbdt"`` spec gets ``objective = "regression"`` for a
+    regression task); ``ValueError`` with :func:`~fedtab.learn.tasks.model_refusal`'s line otherwise."""
+    from fedtab.learn.tasks import given_objective, model_refusal
+
+    fm = make_model(model)
+    objective = given_objective(model) if fm.name == "gbdt" else None
+    why = model_refusal(fm.name, task, objective)
+    if why is not None:
+        raise ValueError(why)
+    if fm.name == "gbdt" and task == "regression" and objective is None:
+        return {"name": "gbdt", "params": {**fm.get_params(), "objective": "regression"}}
+    return model
+
+
+def _run_linear(federation: Federation, features: list[str] | None, model: Any, *, seed: int, train_part: str,
+                eval_part: str, described: Any, min_sites: int | None,
+                on_error: Literal["raise", "skip"] | None) -> TrainingOutcome:
+    """A regression run of an exact model (``"linear"``): describe, one fit round of the sites'
+    normal-equation statistics over standardised columns, the regression evaluation."""
+    from fedtab.federation.steps.evaluate import evaluate_regression
+
+    fm: FederatedModel = make_model(model)
+    spec = {"name": fm.name, "params": fm.get_params()}
+    check_part(train_part), check_part(eval_part)
+    set_quorum(federation, min_sites)
+    p0, dropped0 = len(federation.participation), set(federation.dropped)
+    run_strategy(federation).check_supported(LINEAR_MODES, f"the regression model {fm.name!r}")
+    description = describe(federation, features, train_part, None, on_error=on_error) if described is None \
+        else as_description(described, features, federation)
+    feats = description.features
+    mean, std, left_out = standardisation(federation, description)
+    setup = {"features": feats, "classes": [], "model": spec, "part": train_part, "task": "regression"}
+    params = _initial_params(fm, len(feats), 1, seed)
+    params, _, traffic = _fedavg_rounds(
+        federation, fm, params, 1, setup=setup, local_epochs=1, seed=seed, mean=mean, std=std, dp_fit=None,
+        ledger=None, train_part=train_part, eval_part=eval_part, eval_every=0, on_round=None, on_error=on_error,
+        left_out=left_out, max_param_abs=validate.MAX_PARAM_ABS, has_proba=False)
+    detail = evaluate_regression(federation, params, eval_part, on_error=on_error)
+    return TrainingOutcome(
+        model=fm.name, params=params, features=list(feats), classes=[], mean=mean, std=std,
+        pooled=dict(detail["pooled"]), per_site={s: dict(m) for s, m in detail["per_site"].items()},
+        n_params=fm.n_params(len(feats), 1), bytes_down=sum(t["bytes_down"] for t in traffic),
+        bytes_up=sum(t["bytes_up"] for t in traffic), traffic=traffic, rounds=1, metrics=detail, local_epochs=1,
+        seed=seed, model_spec=spec, participation=federation.participation[p0:],
+        dropped={s: why for s, why in federation.dropped.items() if s not in dropped0}, robust=False,
+        left_out=left_out, task="regression")
+
+
+def _initial_params(fm: FederatedModel, d: int, c: int, seed: int) -> Params:
+    """The model's starting parameters, after checking a site would accept a model of that size.
+
+    Raises:
+        ValueError: the model would exceed a site's default ``max_size``.
+    """
+    size = model_cost(fm, d, c).size  # before the server allocates it
+    if not size <= DisclosurePolicy().max_size:
+        raise ValueError(f"model {fm.name!r} would hold ~{size:.1e} parameters, more than a site accepts by default "
+                         f"(max_size={DisclosurePolicy().max_size:g})")
+    return fm.init(d, c, seed)
+
+
+def _fedavg_rounds(federation: Federation, fm: FederatedModel, params: Params, n_rounds: int, *,
+                   setup: Mapping[str, Any], local_epochs: int, seed: int, mean: np.ndarray, std: np.ndarray,
+                   dp_fit: Mapping[str, Any] | None, ledger: Any, train_part: str, eval_part: str, eval_every: int,
+                   on_round: Callable[[int, dict[str, float] | None], None] | None,
+                   on_error: Literal["raise", "skip"] | None, left_out: dict[str, str], max_param_abs: float,
+                   has_proba: bool) -> tuple[Params, list[dict[str, float]], list[dict[str, Any]]]:
+    """``n_rounds`` fit exchanges from ``params`` (the setup rides on the first), with an
+    evaluation every ``eval_every`` rounds; adds the sites each round left out to ``left_out``.
+
+    Returns:
+        ``(params, history, traffic)``: the final parameters, the periodic metrics and the
+        bytes of each round (:func:`_round_traffic`).
+    """
+    n_classes = len(setup["classes"])
+    template = fm.update_template(len(setup["features"]), n_classes)
+    n_up = int(sum(np.prod(v) for v in template.values()))
+    history: list[dict[str, float]] = []
+    traffic: list[dict[str, Any]] = []
+    for r in range(1, n_rounds + 1):
+        request = fit_request(params, fm, epochs=local_epochs, round_=r, seed=seed, setup=setup if r == 1 else None,
+                              mean=mean, std=std, dp_fit=None)
+        n_log = len(federation.traffic.records)
+        params, dropped, _ = fit_round(federation, fm, request, template, train_part, max_param_abs=max_param_abs,
+                                       n_classes=n_classes, round_=r, on_error=on_error, ledger=ledger, dp_fit=dp_fit)
+        left_out.update(dropped)
+        traffic += _round_traffic(federation, n_log, r, {} if fm.exact else {k: v for k, v in request.arrays.items()
+                                                                              if k.startswith("param:")}, n_up)
+        metrics = None
+        if eval_every and (r % eval_every == 0 or r == n_rounds):
+            detail = evaluate(federation, params, n_classes, eval_part, has_proba=has_proba, ledger=ledger,
+                              on_error=on_error)
+            metrics = historic_scores(detail)[0]
+            history.append({"round": r, **metrics})
+        if on_round:
+            on_round(r, metrics)
+    return params, history, traffic
+
+

@@ -1,0 +1,237 @@
+"""The training workflow's server steps: each builds its request, validates every reply and
+reduces — plain or secure sums (the run's strategy), robust reducers, DP post-processing.
+
+A step is a pair, as in Flower's strategies: the request is built here, the site's handler
+(:mod:`.site`) answers, and the reduction here validates before it reduces. The modes are the
+run's options (``federation.options``), read once per step:
+
+* **plain** — each reply validated against the agreed schema (counts are integers within the
+  rows the site declared, parameters finite and of the model's shapes...), then summed;
+* **secure** — the summed arrays travel masked (:func:`~fedtab.federation.protocol.exchange_sums`),
+  the server validates what the sites sent in the clear and the totals;
+* **DP** — the sites noise their releases on their own terms; noisy values cannot be checked
+  against exact counts, so only their shapes and finiteness are, and counts below 1 are noise;
+* **robust** — per-site values, reduced by the robust reducers of :mod:`fedtab.federation.protocol.reduce`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Literal, Mapping
+
+import numpy as np
+
+from fedtab.federation.protocol import Federation, FederationError, Summed, SumSpec, validate
+from fedtab.federation.protocol.messages import Message
+from fedtab.federation.protocol.modes import NoisyRelease, SumStep, declare_modes, run_strategy
+from fedtab.federation.protocol.reduce import (
+    cap_weights,
+    moment_summaries,
+    robust_params,
+    screen_sites,
+    usable_counts,
+)
+from fedtab.federation.workflows.training.trainers import trainer_for
+from fedtab.federation.steps.params import PARAM, SETUP, params_from, params_to
+from fedtab.learn.models import FederatedModel, LogisticRegressionModel, Params
+from fedtab.privacy.accountant import PrivacyLedger
+from fedtab.privacy.dp import (
+    DP_GD_LR,
+    DP_GD_NOISE_SCALE,
+    DP_GD_STEPS_PER_EPOCH,
+    DP_META,
+    dp_request,
+)
+from fedtab.privacy.secagg import MOMENT_BITS
+
+__all__ = ["TRAINING_MODES", "EXACT_TRAINING_MODES", "LINEAR_MODES", "fit_step", "dp_fit_release", "fit_round", "dp_plan", "exact_statistics_checker", "fit_request", "dp_fit_settings"]
+
+#: the modes the training steps support (an exact-aggregation model: no DP release)
+TRAINING_MODES = declare_modes("training", "secure", "dp", "robust")
+EXACT_TRAINING_MODES = declare_modes("training.exact", "secure", "robust")
+#: the modes of an exact regression model (``linear``): its evaluation has no DP release and its
+#: statistics no robust screen
+LINEAR_MODES = declare_modes("training.linear", "secure")
+
+
+
+def dp_plan(fm: FederatedModel, rounds: int, local_epochs: int, eval_every: int, described: bool
+            ) -> tuple[dict[str, int], dict[str, float]]:
+    """``(releases per step, noise scale per step)`` of one DP training run, for the accountant.
+
+    Logistic regression trains by DP gradient descent (``DP_GD_STEPS_PER_EPOCH`` releases per
+    local epoch, each at ``DP_GD_NOISE_SCALE`` × the base multiplier); other FedAvg models by
+    DP-FedAvg (one release per round); the description is 3 releases (unless it came with the
+    election), each evaluation one.
+    """
+    trainer = trainer_for(fm)
+    if trainer is not None:  # e.g. boosted trees: releases per depth level, not per FedAvg round
+        return trainer.dp_plan(fm)
+    n_evals = 1 + (sum(1 for r in range(1, rounds + 1) if r % eval_every == 0 or r == rounds) if eval_every else 0)
+    steps = DP_GD_STEPS_PER_EPOCH * int(local_epochs) if isinstance(fm, LogisticRegressionModel) else 1
+    plan = {"training.describe": 0 if described else 3, "training.fit": rounds * steps, "training.evaluate": n_evals}
+    return plan, {"training.fit": DP_GD_NOISE_SCALE if steps > 1 else 1.0}
+
+
+
+
+
+
+
+
+
+
+
+
+# ----------------------------------------------------------------------------- fit
+def exact_statistics_checker(n_classes: int, n_features: int) -> Callable[[Params, int], None]:
+    """Validator of exact-aggregation updates ``{"count": (C,), "sum": (C, d), "sumsq": (C, d)}``."""
+
+    def check(p: Params, n: int) -> None:
+        count = validate.counts(p["count"], n, "class counts")
+        if count.sum() > n:  # less when the site suppressed a class below its min_rows
+            raise ValueError(f"class counts sum to {count.sum():g}, more than the {n} rows declared")
+        for c in range(n_classes):
+            validate.moments(np.full(n_features, count[c]), p["sum"][c], p["sumsq"][c], "class moments")
+
+    return check
+
+
+def fit_step(federation: Federation, fm: FederatedModel, request: Message, template: Mapping[str, tuple[int, ...]],
+             part: str, *, max_param_abs: float, n_classes: int, round_: int, dp_fit: Mapping[str, Any] | None = None
+             ) -> SumStep[Params]:
+    """One fit round's configure/aggregate pair: ``request`` (:func:`fit_request`), the
+    sample-weighted sum of the updates (an exact model: the summed statistics); robust: the
+    coordinate-wise median of the updates (an exact model: screened and capped statistics);
+    DP (``dp_fit``: :func:`dp_fit_settings`, ``None`` when the model has no DP release): the
+    updates are checked for shape and finiteness only (they are noisy by design)."""
+    exact_check = None if not fm.exact else getattr(fm, "check_statistics", None) \
+        or exact_statistics_checker(n_classes, template["sum"][1])  # a model may check its own statistics
+    accepted: dict[str, tuple[Params, int]] = {}
+    names = [PARAM + k for k in template]
+    if fm.exact:
+        spec = SumSpec({n: (0 if n == PARAM + "count" else MOMENT_BITS) for n in names}, drop_meta=("n_samples",))
+    else:
+        spec = SumSpec({n: None for n in names}, weighted=tuple(names), weight="n_samples")
+
+    def checker(max_abs: float, statistics: Callable[[Params, int], None] | None) -> Callable[[str, Message], None]:
+        def check_fit(site: str, reply: Message) -> None:
+            assert federation.schema is not None
+            if "n_samples" in reply.meta:
+                n = validate.integer(reply.meta.get("n_samples"), "n_samples", equal=federation.schema.rows(site, part))
+                if n == 0:
+                    raise ValueError(f"has no {part} rows to train on")
+            else:
+                n = federation.schema.rows(site, part)
+            if not any(k.startswith(PARAM) for k in reply.arrays):
+                return  # masked: checked as a sum
+            p = validate.parameters(params_from(reply), template, what="parameter", max_abs=max_abs)
+            if statistics is not None:
+                statistics(p, n)
+            accepted[site] = (p, n)
+
+        return check_fit
+
+    def aggregate(summed: Summed) -> Params:
+        if fm.exact:
+            update = {k[len(PARAM):]: v for k, v in summed.sums.items()}
+        else:
+            n = summed.weight
+            if n is None or not n > 0:
+                raise FederationError("the summed sample count of the fit round is not positive")
+            update = {k[len(PARAM):]: summed.sums[k] / n for k in names}
+        if any(tuple(update[k].shape) != tuple(shape) for k, shape in template.items()):
+            raise FederationError("the summed model update does not have the model's shapes")
+        return fm.aggregate([(update, 1)])
+
+    def robust(summed: Summed) -> tuple[Params, dict[str, str]]:
+        updates = [accepted[s] for s in summed.replies]
+        if fm.exact:
+            params, dropped = _robust_exact(fm, updates, list(summed.replies), federation.options.max_site_share)
+            return params, {n: f"fit round {round_}: {why}" for n, why in dropped.items()}
+        return robust_params([p for p, _ in updates]), {}
+
+    pair = SumStep(request, spec, checker(np.inf if fm.exact else max_param_abs, exact_check), aggregate, robust,
+                   kind="fit")
+    if dp_fit is not None:
+        noisy = SumStep(request, spec, checker(np.inf, None), aggregate, robust, kind="fit")
+        pair.noisy = NoisyRelease(noisy, "training.fit", int(dp_fit["steps"]),
+                                  extra={"steps": dp_fit["steps"], "lr": dp_fit["lr"]})
+    return pair
+
+
+def fit_round(federation: Federation, fm: FederatedModel, request: Message, template: Mapping[str, tuple[int, ...]],
+              part: str, *, max_param_abs: float, n_classes: int, round_: int,
+              on_error: Literal["raise", "skip"] | None = None, ledger: PrivacyLedger | None = None,
+              dp_fit: Mapping[str, Any] | None = None) -> tuple[Params, dict[str, str], dict[str, Message]]:
+    """One FedAvg round (or an exact model's one round) on the run's strategy:
+    ``(parameters, left out, replies)`` (see :func:`fit_step`); under DP the round's releases
+    are spent from ``ledger`` before the request goes out.
+
+    Raises:
+        FederationError: no valid update; the summed update does not fit the template.
+    """
+    pair = fit_step(federation, fm, request, template, part, max_param_abs=max_param_abs, n_classes=n_classes,
+                    round_=round_, dp_fit=dp_fit)
+    out = run_strategy(federation, ledger).run(federation, pair, on_error=on_error)
+    assert out.summed is not None
+    return out.result, out.measurements.left_out, out.summed.replies
+
+
+def _robust_exact(fm: FederatedModel, updates: list[tuple[Params, int]], names: list[str], max_site_share: float,
+                  ) -> tuple[Params, dict[str, str]]:
+    """An exact model's statistics (sums over rows), screened per class and with capped site shares."""
+    per = {}
+    for name, (p, _) in zip(names, updates):
+        c = np.asarray(p["count"], dtype=np.float64)[:, None]
+        per[name] = moment_summaries(np.broadcast_to(c, p["sum"].shape).ravel(), np.ravel(p["sum"]),
+                                     np.ravel(p["sumsq"]))
+    left_out = screen_sites({n: v[0] for n, v in per.items()}, {n: v[1] for n, v in per.items()}, what="fit")
+    kept = [(p, n) for name, (p, n) in zip(names, updates) if name not in left_out]
+    rows = np.array([float(usable_counts(p["count"]).sum()) for p, _ in kept])
+    share = cap_weights(rows, max_site_share)
+    scale = share * rows.sum() / np.maximum(rows, 1e-300)
+    scaled = [({k: np.asarray(v, dtype=np.float64) * f for k, v in p.items()}, n) for (p, n), f in zip(kept, scale)]
+    return fm.aggregate(scaled), left_out
+
+
+def fit_request(params: Params, fm: FederatedModel, *, epochs: int, round_: int, seed: int,
+                setup: Mapping[str, Any] | None, mean: np.ndarray, std: np.ndarray,
+                dp_fit: Mapping[str, Any] | None) -> Message:
+    """The round's ``"fit"`` request; the first carries the setup (meta + ``setup:`` arrays)."""
+    down = {} if fm.exact else params_to(params)
+    meta: dict[str, Any] = {"epochs": int(epochs), "round": round_, "seed": seed + round_}
+    if dp_fit is not None:
+        meta[DP_META] = dict(dp_fit)
+    if setup is not None:
+        return Message("fit", {**down, SETUP + "mean": mean, SETUP + "std": std}, {**meta, "setup": dict(setup)})
+    return Message("fit", down, meta)
+
+
+def dp_fit_release(fm: FederatedModel, local_epochs: int) -> dict[str, Any]:
+    """How a fit round of ``fm`` releases under DP: ``{"steps": gradient steps (the accountant's
+    releases), "lr": step size}`` (the noise multiplier is the accountant's)."""
+    steps = DP_GD_STEPS_PER_EPOCH * int(local_epochs) if isinstance(fm, LogisticRegressionModel) else 1
+    return {"steps": steps, "lr": DP_GD_LR}
+
+
+def dp_fit_settings(federation: Federation, fm: FederatedModel, ledger: PrivacyLedger, local_epochs: int
+                    ) -> dict[str, Any]:
+    """The DP settings of a fit request: the step's multiplier, gradient steps and step size."""
+    steps = DP_GD_STEPS_PER_EPOCH * int(local_epochs) if isinstance(fm, LogisticRegressionModel) else 1
+    return {**dp_request(federation.options.dp, ledger.multiplier("training.fit")), "steps": steps, "lr": DP_GD_LR}
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+

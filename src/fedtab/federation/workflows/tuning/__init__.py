@@ -1,0 +1,1 @@
+"""Freedom-degree tuning as a federated workflow (engine-independent)."""
