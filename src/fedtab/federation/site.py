@@ -546,6 +546,18 @@ class Site:
                 words = frozenset()
             return Message.error(error_text(exc, request.kind, words))
 
+    def state_digest(self) -> str:
+        """SHA-256 of everything a request can change at the site: its ``state`` (the ledger kept
+        in it read through :meth:`SiteLedger.snapshot`), its ledger, its table and its parts. Two
+        equal digests: the site is in the same state (tests: a refused request changes none of it)."""
+        import hashlib
+        import pickle
+
+        state = {k: v for k, v in self.state.items() if k != LEDGER_KEY}
+        blob = pickle.dumps((sorted(state), [state[k] for k in sorted(state)], self.ledger.snapshot(),
+                             self.table, self.parts, self._steps_applied), protocol=4)
+        return hashlib.sha256(blob).hexdigest()
+
     def _part_refusal(self, decl: Releases, request: Message) -> str | None:
         """Why the part a reply would be computed over is refused: not a part of the site,
         fewer than ``min_rows`` rows (but some), or (per-class releases) a class present
