@@ -24,7 +24,9 @@ enforces the rest on what each handler declares it releases:
   so that no setup, run or restart resets them: ``max_rounds`` fit requests (and as many
   ``score_sums`` and imputation rounds) per run, ``max_evaluations`` evaluations per
   part per run (every model a request scores is one: a selection request with 200 slots
-  is 200, :func:`_select_evaluate`), ``max_models_per_request`` models in one request,
+  is 200), ``max_models_per_request`` models in one request and, in the clear, at most
+  :func:`plain_model_cap` distinct server-sent models per part per run — one count,
+  :func:`charge_models`, for every kind that declares ``models``;
   ``max_releases_per_part`` releases per part per run (per run, so that a server spending
   them with cheap requests cannot lock a site out past its own run),
   ``max_local_epochs``, ``max_score_bins`` bins of a score histogram, ``max_param`` for
@@ -198,8 +200,10 @@ class DisclosurePolicy:
 
         ``kind``: the declaration of the request's kind (``fedtab.federation.kinds.MessageKind``,
         passed in by the site: privacy never imports the federation): its ``check`` runs after
-        the checks every request passes, and ``kind.is_summed(request)`` decides whether the
-        require flags apply. ``None`` (an undeclared kind): only the checks every request passes.
+        the checks every request passes, then, for a kind that declares ``models`` (an
+        evaluation of server-sent models), :func:`charge_models`; ``kind.is_summed(request)``
+        decides whether the require flags apply. Charges made here reach the ledger only if the
+        site accepts the request (``Site.handle`` runs the checks in ``SiteLedger.pending``). ``None`` (an undeclared kind): only the checks every request passes.
         """
         reason = _secure_terms(self, site, request, kind)
         check = kind.check if kind is not None else None
