@@ -926,7 +926,6 @@ def _select_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message")
     fits within ``max_work``."""
     personal = request.meta.get("personal")
     epochs = personal.get("epochs") if isinstance(personal, dict) else None
-    stage = "test" if request.meta.get("stage") == "test" else "cv"
     reason = _score_bins(policy, request) or _epochs(policy, epochs)
     if reason is None and isinstance(personal, dict):
         reason = _epochs(policy, personal.get("local_epochs"))
