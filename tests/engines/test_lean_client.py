@@ -113,7 +113,7 @@ def test_each_message_in_a_fresh_process_answers_as_in_process_and_later_steps_s
 
 
 def test_the_stored_matrices_are_the_tables_and_give_way_to_a_table_step_or_a_big_table(monkeypatch, tmp_path):
-    from fedtab.federation.site import matrices as tf
+    from fedtab.federation.site.core import matrices as tf
 
     table = classification_table(80, 5, 2, 1, seed=3)
     table["target"] = table["target"].map({0: "no", 1: "yes"})

@@ -11,15 +11,20 @@ model only inside a secure sum or with DP (or when its operator opted in with
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
+import pytest
 
 from fedtab.engines.local import LocalFederation
 from fedtab.federation.workflows.gbdt import run_gbdt
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import set_options
 from fedtab.federation.site.core import Site
-from fedtab.privacy.policy import PLAIN_MODELS_EXTRA
+from fedtab.federation.protocol.kinds import evaluating_kinds
+from fedtab.privacy import DisclosurePolicy
+from fedtab.privacy.policy import PLAIN_MODELS_EXTRA, plain_model_cap
 from tests.builders import gbdt_parts, make_sites
 
 MIN_ROWS = 10
@@ -170,3 +175,125 @@ def _regression_sweep(table: pd.DataFrame, opted: bool) -> tuple[int, list[str]]
             assert not reply.is_error, reply.meta
             answered += 1
     return answered, refused
+
+
+# ----------------------------------------------------------------- every declared evaluating kind
+def _linear_site(policy: dict) -> tuple[Site, Callable[[int], Message]]:
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=300)
+    table = pd.DataFrame({"x": x, "z": rng.normal(size=300), "target": 2.0 * x + rng.normal(size=300)})
+    site = Site("s", table, "target", policy=policy)
+    setup = {"features": ["x", "z"], "classes": [], "model": {"name": "linear", "params": {}}, "part": "train",
+             "task": "regression"}
+    fit = site.handle(Message("fit", {"setup:mean": np.zeros(2), "setup:std": np.ones(2),
+                                      "param:coef": np.zeros(2), "param:intercept": np.zeros(1)},
+                              {"setup": setup, "epochs": 1}))
+    assert not fit.is_refusal and not fit.is_error, fit.meta
+    return site, lambda i: Message("regression_evaluate", {"param:coef": np.array([1e3, 0.0]),
+                                                          "param:intercept": np.array([-10.0 * i])}, {"part": "test"})
+
+
+def _logistic_site(policy: dict) -> tuple[Site, Callable[[int], Message]]:
+    site = Site("s", _table(300, seed=3), "target", policy=policy)
+    _fit(site)
+    return site, lambda i: Message("evaluate", {"param:coef": np.array([[1e5, 0.0]]),
+                                                "param:intercept": np.array([-1e3 * i])}, {"part": "test"})
+
+
+def _selection_site(policy: dict, stage: str) -> tuple[Site, Callable[[int], Message]]:
+    """Two chains (folds 0 and 1, or two refit chains for the test stage) set up by one
+    ``select_fit``; the server then sends chain 0 with new coefficients each time."""
+    site = Site("s", _table(300, seed=4), "target", policy=policy)
+    d, M = 2, 2
+    folds = np.array([-1, -1] if stage == "test" else [0, 1], np.int64)
+    arrays = {"setup:masks": np.ones((1, d), bool), "setup:chain_mask": np.zeros(M, np.int64),
+              "setup:chain_fold": folds, "setup:mean": np.zeros((M, d)), "setup:std": np.ones((M, d)),
+              "setup:chain_l2": np.full(M, 1e-3), "param:coef": np.zeros((M, 1, d)), "param:intercept": np.zeros((M, 1))}
+    meta = {"setup": {"features": ["x", "z"], "classes": ["0", "1"], "model": {"name": "logistic", "params": {}},
+                      "without": [""] * M}, "epochs": 1}
+    fit = site.handle(Message("select_fit", arrays, meta))
+    assert not fit.is_refusal and not fit.is_error, fit.meta
+
+    def request(i: int) -> Message:
+        coef = np.zeros((M, 1, d))
+        coef[0, 0, 0] = 1e3
+        intercept = np.zeros((M, 1))
+        intercept[0, 0] = -10.0 * i
+        return Message("select_evaluate", {"param:coef": coef, "param:intercept": intercept},
+                       {"slots": [[0, "none"]], "stage": stage})
+
+    return site, request
+
+
+_GBDT_MODELS: dict[str, tuple[LocalFederation, dict]] = {}
+
+
+def _gbdt_site(policy: dict, objective: str) -> tuple[Site, Callable[[int], Message]]:
+    """A site of a small plain boosting run (its GBDT state set up), its policy then replaced; the
+    server sends the run's model with the first leaf value changed each time."""
+    if objective not in _GBDT_MODELS:
+        parts = gbdt_parts(3)
+        if objective == "regression":
+            for p in parts:
+                p["target"] = p.iloc[:, 0].astype(float) * 2.0
+        fed = LocalFederation(make_sites(parts, policy={"min_rows": MIN_ROWS, "allow_server_row_sets": True}))
+        out = run_gbdt(fed, None, params={"n_trees": 2, "max_depth": 2, "max_bins": 16, "objective": objective}
+                       if objective == "regression" else {"n_trees": 2, "max_depth": 2, "max_bins": 16},
+                       importance=False)
+        _GBDT_MODELS[objective] = (fed, out.model.to_arrays())
+    fed, arrays = _GBDT_MODELS[objective]
+    site = fed.site("s0")
+    site.policy = DisclosurePolicy.from_dict(policy)
+    site.run_id = f"sweep-{objective}-{policy.get('allow_server_row_sets', False)}"
+    kind = "gbdt_score" if objective == "regression" else "gbdt_evaluate"
+
+    def request(i: int) -> Message:
+        a = {k: np.array(v, copy=True) for k, v in arrays.items()}
+        a["value"] = a["value"].astype(np.float64) + 0.01 * i
+        return Message(kind, {f"param:{k}": v for k, v in a.items()}, {"part": "test"})
+
+    return site, request
+
+
+#: per evaluating kind: its sweeps (site + the i-th distinct model); the test below requires one
+#: for every kind the registry declares ``models`` for
+SWEEPS: dict[str, list[Callable[[dict], tuple[Site, Callable[[int], Message]]]]] = {
+    "evaluate": [_logistic_site],
+    "regression_evaluate": [_linear_site],
+    "gbdt_evaluate": [lambda p: _gbdt_site(p, "binary")],
+    "gbdt_score": [lambda p: _gbdt_site(p, "regression")],
+    "select_evaluate": [lambda p: _selection_site(p, "cv"), lambda p: _selection_site(p, "test")],
+}
+
+
+def test_every_evaluating_kind_has_a_sweep():
+    assert set(SWEEPS) == evaluating_kinds()
+    assert {"evaluate", "regression_evaluate", "gbdt_evaluate", "gbdt_score", "select_evaluate"} <= evaluating_kinds()
+
+
+@pytest.mark.parametrize("kind, which", [(k, i) for k in sorted(SWEEPS) for i in range(len(SWEEPS[k]))])
+def test_the_cap_plus_first_distinct_model_is_refused_unless_opted_in(kind, which):
+    """The one count (:func:`fedtab.privacy.policy.charge_models`) for every declared evaluating
+    kind: ``cap`` distinct models answered, the next refused naming the opt-in, the same model
+    again free; an opted-in site answers the next one."""
+    build = SWEEPS[kind][which]
+    site, make = build({"min_rows": MIN_ROWS})
+    site.run_id = site.run_id + "+strict"
+    cap = plain_model_cap(site)
+    assert cap >= PLAIN_MODELS_EXTRA
+    for i in range(cap):
+        reply = site.handle(make(i))
+        assert not reply.is_refusal and not reply.is_error, (i, reply.meta)
+    before = site.ledger.snapshot()
+    refused = site.handle(make(cap))
+    assert refused.is_refusal and "allow_server_row_sets" in refused.meta["reason"], refused.meta
+    assert site.ledger.snapshot() == before  # the refused model charged nothing
+    again = site.handle(make(0))  # a model already answered is free of the distinct count
+    assert not again.is_refusal and not again.is_error, again.meta
+    part = next(k for k in site.ledger.snapshot()["run_distinct"][site.run_id])
+    assert len(site.ledger.run_distinct(site.run_id, part)) == cap
+    opened, make_open = build({"min_rows": MIN_ROWS, "allow_server_row_sets": True})
+    opened.run_id = opened.run_id + "+open"
+    for i in range(plain_model_cap(opened) + 1):
+        reply = opened.handle(make_open(i))
+        assert not reply.is_refusal and not reply.is_error, (i, reply.meta)

@@ -34,13 +34,14 @@ answers with a refusal naming the cap).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 __all__ = ["SiteLedger", "LEDGER_FILE", "LedgerError"]
 
@@ -81,7 +82,8 @@ class SiteLedger:
         self.path = None if path is None else Path(path)
         self.period_days = period_days
         self._clock = clock or time.time
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._pending: dict[str, Any] | None = None
         self._memory: dict[str, Any] = self._empty()
         self._store_fn = store
 
@@ -91,6 +93,11 @@ class SiteLedger:
 
     # ----- storage ------------------------------------------------------------------
     def _load(self) -> dict[str, Any]:
+        if self._pending is not None:
+            return self._pending
+        return self._read()
+
+    def _read(self) -> dict[str, Any]:
         if self.path is None and self._store_fn is not None:
             data = self._store_fn()
             if data.get("version") != _VERSION:
@@ -111,6 +118,17 @@ class SiteLedger:
         return data
 
     def _store(self, data: dict[str, Any]) -> None:
+        if self._pending is not None:
+            return  # written when the pending request is accepted (:meth:`pending`)
+        self._write(data)
+
+    def _write(self, data: dict[str, Any]) -> None:
+        if self.path is None and self._store_fn is not None:
+            target = self._store_fn()
+            if target is not data:
+                target.clear()
+                target.update(data)
+            return
         if self.path is None:
             if self._store_fn is None:
                 self._memory = data
@@ -122,6 +140,26 @@ class SiteLedger:
             os.replace(tmp, self.path)
         except OSError as exc:
             raise LedgerError(f"the site ledger {self.path} cannot be written ({exc})") from None
+
+    @contextlib.contextmanager
+    def pending(self) -> Iterator[Callable[[], None]]:
+        """Check before apply: the charges made inside the block go to a copy of the ledger, which
+        is written only if the block calls the ``accept`` function it is given; otherwise
+        (a refusal, an exception) the ledger is left as it was. Blocks of other threads wait.
+        Nested blocks join the outer one."""
+        with self._lock:
+            if self._pending is not None:
+                yield lambda: None
+                return
+            accepted = []
+            before = json.dumps(self._read(), sort_keys=True)
+            self._pending = json.loads(before)
+            try:
+                yield lambda: accepted.append(True)
+            finally:
+                data, self._pending = self._pending, None
+            if accepted and json.dumps(data, sort_keys=True) != before:
+                self._write(data)
 
     def _window(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         """The day records inside the current period (older days are dropped when stored)."""
@@ -263,28 +301,52 @@ class SiteLedger:
 
     # ----- distinct values per run, releases fixed per period --------------------------
     def run_distinct(self, run: str, key: str) -> list[str]:
-        """The distinct values recorded under ``key`` in ``run`` (:meth:`charge_run_distinct`)."""
+        """The distinct values recorded under ``key`` in ``run`` (the models of :meth:`charge_evaluations`
+        under ``models:<part>``)."""
         with self._lock:
             return list(self._load().get("run_distinct", {}).get(str(run), {}).get(key, []))
 
-    def charge_run_distinct(self, run: str, key: str, value: str, cap: int, what: str, cap_name: str = "cap",
-                            record: bool = True) -> str | None:
-        """Record ``value`` among the distinct values of ``key`` in ``run`` unless it is new and
-        the run would then hold more than ``cap`` of them (a value seen before is always
-        accepted). ``record=False`` only checks. The refusal names ``what`` and ``cap_name``.
-        A run's values are dropped with its counters (``period_days`` after it was last charged)."""
+    def charge_evaluations(self, run: str, counts: Mapping[str, int], cap: int, *,
+                           models: Mapping[str, Iterable[str]] | None = None, model_cap: int | None = None,
+                           model_cap_name: str = "cap") -> str | None:
+        """Count ``counts[part]`` more evaluations of every part in ``run`` and record the distinct
+        models ``models[part]`` (digests) scored on it, all or nothing, under one lock.
+
+        Refused (nothing recorded, the reason returned) when a part's evaluations would pass
+        ``cap`` (``max_evaluations``), or, with ``model_cap``, when a part would then hold more
+        than ``model_cap`` distinct models in the run (a model recorded before is free). Without
+        ``model_cap`` the models are not recorded (an answer inside a secure sum or with DP)."""
+        run = str(run)
         with self._lock:
             data = self._load()
-            values = data.setdefault("run_distinct", {}).setdefault(str(run), {}).setdefault(key, [])
-            if value in values:
+            runs = data["runs"].get(run, {})
+            for part, n in counts.items():
+                used = int(runs.get(f"evaluate:{part}", 0))
+                if used + int(n) > cap:
+                    return (f"evaluations of part {part!r}: {used} answered in this run and {int(n)} asked, the "
+                            f"site's cap is max_evaluations={cap}")
+            fresh: dict[str, list[str]] = {}
+            if model_cap is not None and models:
+                seen_run = data.get("run_distinct", {}).get(run, {})
+                for part, digests in models.items():
+                    seen = seen_run.get(f"models:{part}", [])
+                    new = [d for d in dict.fromkeys(map(str, digests)) if d not in set(seen)]
+                    if new and len(seen) + len(new) > model_cap:
+                        return (f"models evaluated on part {part!r}: {len(seen)} distinct in this run and "
+                                f"{len(new)} new, the site's cap is {model_cap_name}={model_cap}")
+                    if new:
+                        fresh[part] = new
+            if not any(int(n) for n in counts.values()) and not fresh:
                 return None
-            if len(values) + 1 > cap:
-                return f"{what}: {len(values)} distinct in this run, the site's cap is {cap_name}={cap}"
-            if not record:
-                return None
-            values.append(value)
-            self._prune_runs(data, str(run))
-            for old in [r for r in data["run_distinct"] if r not in data.get("run_days", {})]:
+            runs = data["runs"].setdefault(run, {})
+            for part, n in counts.items():
+                runs[f"evaluate:{part}"] = int(runs.get(f"evaluate:{part}", 0)) + int(n)
+            if fresh:
+                store = data.setdefault("run_distinct", {}).setdefault(run, {})
+                for part, new in fresh.items():
+                    store.setdefault(f"models:{part}", []).extend(new)
+            self._prune_runs(data, run)
+            for old in [r for r in data.get("run_distinct", {}) if r not in data.get("run_days", {})]:
                 data["run_distinct"].pop(old, None)
             self._store(data)
         return None

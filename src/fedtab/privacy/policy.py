@@ -24,7 +24,9 @@ enforces the rest on what each handler declares it releases:
   so that no setup, run or restart resets them: ``max_rounds`` fit requests (and as many
   ``score_sums`` and imputation rounds) per run, ``max_evaluations`` evaluations per
   part per run (every model a request scores is one: a selection request with 200 slots
-  is 200, :func:`_select_evaluate`), ``max_models_per_request`` models in one request,
+  is 200), ``max_models_per_request`` models in one request and, in the clear, at most
+  :func:`plain_model_cap` distinct server-sent models per part per run — one count,
+  :func:`charge_models`, for every kind that declares ``models``;
   ``max_releases_per_part`` releases per part per run (per run, so that a server spending
   them with cheap requests cannot lock a site out past its own run),
   ``max_local_epochs``, ``max_score_bins`` bins of a score histogram, ``max_param`` for
@@ -71,6 +73,7 @@ class KindTerms(Protocol):
     """What the policy reads of a message kind's declaration (``fedtab.federation.protocol.kinds.MessageKind``)."""
 
     check: Callable[["DisclosurePolicy", Any, Any], str | None] | None
+    models: Callable[[Any, Any], "Evaluations | None"] | None
 
     def is_summed(self, request: Any) -> bool: ...
 
@@ -197,13 +200,20 @@ class DisclosurePolicy:
 
         ``kind``: the declaration of the request's kind (``fedtab.federation.protocol.kinds.MessageKind``,
         passed in by the site: privacy never imports the federation): its ``check`` runs after
-        the checks every request passes, and ``kind.is_summed(request)`` decides whether the
-        require flags apply. ``None`` (an undeclared kind): only the checks every request passes.
+        the checks every request passes, then, for a kind that declares ``models`` (an
+        evaluation of server-sent models), :func:`charge_models`; ``kind.is_summed(request)``
+        decides whether the require flags apply. Charges made here reach the ledger only if the
+        site accepts the request (``Site.handle`` runs the checks in ``SiteLedger.pending``). ``None`` (an undeclared kind): only the checks every request passes.
         """
         reason = _secure_terms(self, site, request, kind)
         check = kind.check if kind is not None else None
         if reason is None and check is not None:
             reason = check(self, site, request)
+        models = getattr(kind, "models", None)
+        if reason is None and models is not None:
+            evaluations = models(site, request)
+            if evaluations is not None:
+                reason = charge_models(self, site, request, evaluations)
         return reason
 
     def too_few(self, n: int, what: str) -> str | None:
@@ -311,21 +321,11 @@ def _charge_evaluation(policy: DisclosurePolicy, site: "Site", part: Any) -> str
 
 def _charge_evaluations(policy: DisclosurePolicy, site: "Site", counts: Mapping[str, int]) -> str | None:
     """Count ``counts[part]`` more evaluations of every part in the site's current run unless one
-    would pass ``max_evaluations``: all or none, so a refusal changes no count. The one place that
-    decides the evaluations' ledger scope: per run, so cheap evaluations spent by one run leave
-    the next run its own."""
-    run = getattr(site, "run_id", "local")
-    for part, n in counts.items():
-        used = site.ledger.run_count(run, f"evaluate:{part}")
-        if used + n > policy.max_evaluations:
-            return (f"evaluations of part {part!r}: {used} answered in this run and {n} asked, the site's cap "
-                    f"is max_evaluations={policy.max_evaluations}")
-    for part, n in counts.items():
-        reason = site.ledger.charge_run(run, f"evaluate:{part}", policy.max_evaluations,
-                                        f"evaluations of part {part!r}", n=n, cap_name="max_evaluations")
-        if reason is not None:  # pragma: no cover - checked just above
-            return reason
-    return None
+    would pass ``max_evaluations``: all or none (:meth:`fedtab.privacy.ledger.SiteLedger.charge_evaluations`,
+    the ledger function :func:`charge_models` uses too). Per run, so cheap evaluations spent by
+    one run leave the next run its own."""
+    return site.ledger.charge_evaluations(getattr(site, "run_id", "local"),
+                                          {_part_name(p): n for p, n in counts.items()}, policy.max_evaluations)
 
 
 def _agreed_columns(site: "Site") -> set[str] | None:
@@ -523,10 +523,9 @@ def _model_params(policy: DisclosurePolicy, site: "Site", request: "Message") ->
 
 
 def _evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """A server-sent model scored on a part: its shapes and bounds, the distinct models of the
-    run (:func:`_server_models`), then one evaluation of the part (``max_evaluations``)."""
-    return (_score_bins(policy, request) or _model_params(policy, site, request)
-            or _evaluated_model(policy, site, request))
+    """A server-sent model scored on a part: its shapes and bounds (the model is counted by
+    :func:`charge_models`: the kind declares ``models``)."""
+    return _score_bins(policy, request) or _model_params(policy, site, request)
 
 
 def _local_baseline(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
@@ -668,61 +667,112 @@ def _gbdt_importance(policy: DisclosurePolicy, site: "Site", request: "Message")
 
 
 def _gbdt_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """A server-sent tree model scored on a part (``gbdt_evaluate``, ``gbdt_score``): the distinct
-    models of the run (:func:`_server_models`), then one evaluation of the part."""
-    return _score_bins(policy, request) or _evaluated_model(policy, site, request)
+    """A server-sent tree model scored on a part (``gbdt_evaluate``, ``gbdt_score``): the score
+    bins; the model is counted by :func:`charge_models` (the kind declares ``models``)."""
+    return _score_bins(policy, request)
 
 
+# ------------------------------------------------------------- evaluations of server-sent models
 #: distinct server-sent models a site scores in the clear on one part per run, beyond the
-#: training rounds (``fit``, boosting trees) it answered in the run: an honest run scores at
-#: most one model per round, plus its final one (and tuning one per candidate's ``rounds``)
+#: models it trained in the run (``fit`` rounds, boosting trees, selection chains' rounds): an
+#: honest run scores at most one model per round (a selection run each chain it trained), plus
+#: its final one (and tuning one per candidate's ``rounds``)
 PLAIN_MODELS_EXTRA = 3
 #: what an evaluation of a server-sent model computes over, in its refusal
 SERVER_MODEL_ROW_SETS = "the rows a model of the server's picks out (a step-function model sweeps thresholds)"
 #: part aliases (as ``fedtab.federation.site.parts.canonical_part``): one part counts under one name
 _PART_ALIASES = {"validation": "fold:0", "fit": "fit:0"}
+#: ledger keys (per run) of the models a site trained: each lets one more distinct model through
+TRAINED_KEYS = ("fit", "gbdt_round", "select_chains")
+
+
+@dataclass(frozen=True)
+class Evaluations:
+    """The server-sent models one request asks a site to score, as a message kind's ``models``
+    declaration extracts them (``fedtab.federation.protocol.kinds.MessageKind.models``).
+
+    Attributes:
+        models: ``(part, digest)`` per model the reply evaluates, in request order: the part it
+            is scored on and a hash naming the model (:func:`model_digest`); the same model twice
+            has the same digest.
+        work: the request's compute on the site's rows (:class:`fedtab.learn.models.Cost`), held
+            to ``max_work`` / ``max_size``; ``None``: scoring only (one pass per model).
+    """
+
+    models: tuple[tuple[str, str], ...]
+    work: Any = None
 
 
 def model_digest(request: "Message") -> str:
     """SHA-256 of a request's model arrays (``param:*``: names, dtypes, shapes, bytes): the
     ledger's name of a server-sent model."""
+    return _digest((name, request.arrays[name]) for name in sorted(k for k in request.arrays
+                                                                      if k.startswith("param:")))
+
+
+def _digest(named: Any) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    for name in sorted(k for k in request.arrays if k.startswith("param:")):
-        a = np.ascontiguousarray(request.arrays[name])
+    for name, value in named:
+        a = np.ascontiguousarray(value)
         h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode())
         h.update(a.tobytes())
     return h.hexdigest()
 
 
-def _server_models(policy: DisclosurePolicy, site: "Site", request: "Message", part: str,
-                   record: bool) -> str | None:
-    """Distinct server-sent models scored in the clear on ``part`` in the site's run, counted by
-    :func:`model_digest` in the ledger: past the run's training rounds (``fit`` requests and
-    boosting trees answered) + :data:`PLAIN_MODELS_EXTRA`, a new model is answered only inside
-    a secure sum, with DP or with ``allow_server_row_sets`` (:func:`server_row_set_refusal`);
-    the same model again is always answered. ``record=False`` only checks."""
-    if server_row_set_refusal(policy, request, SERVER_MODEL_ROW_SETS) is None:
-        return None
+def _part_name(part: Any) -> str:
+    return _PART_ALIASES.get(str(part), str(part))
+
+
+def one_model(site: "Site", request: "Message") -> Evaluations:
+    """The ``models`` declaration of a kind that scores the one model its ``param:*`` arrays hold
+    on the part ``meta["part"]`` names (default ``test``): ``evaluate``, ``gbdt_evaluate``..."""
+    return Evaluations(((_part_name(request.meta.get("part") or "test"), model_digest(request)),))
+
+
+def plain_model_cap(site: "Site") -> int:
+    """Distinct server-sent models ``site`` scores in the clear per part in its current run: the
+    models it trained in the run (:data:`TRAINED_KEYS`) + :data:`PLAIN_MODELS_EXTRA`."""
     run = getattr(site, "run_id", "local")
-    cap = site.ledger.run_count(run, "fit") + site.ledger.run_count(run, "gbdt_round") + PLAIN_MODELS_EXTRA
-    reason = site.ledger.charge_run_distinct(run, f"models:{part}", model_digest(request), cap,
-                                             f"models evaluated on part {part!r}",
-                                             cap_name="the run's training rounds + PLAIN_MODELS_EXTRA", record=record)
-    if reason is None:
-        return None
-    return f"{server_row_set_refusal(policy, request, SERVER_MODEL_ROW_SETS)} past its cap ({reason})"
+    return sum(site.ledger.run_count(run, key) for key in TRAINED_KEYS) + PLAIN_MODELS_EXTRA
 
 
-def _evaluated_model(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """The distinct-model check, one evaluation of the part charged, then the model recorded:
-    a refused request changes no count."""
-    part = str(request.meta.get("part") or "test")
-    part = _PART_ALIASES.get(part, part)
-    reason = _server_models(policy, site, request, part, record=False) or _charge_evaluation(
-        policy, site, request.meta.get("part", "test"))
-    return reason or _server_models(policy, site, request, part, record=True)
+def charge_models(policy: DisclosurePolicy, site: "Site", request: "Message", evaluations: Evaluations
+                  ) -> str | None:
+    """The one count of the evaluations of server-sent models (every kind that declares
+    ``models``), all or nothing:
+
+    * at most ``max_models_per_request`` models in one request (beyond: a request over row sets
+      the server chooses, :func:`server_row_set_refusal`);
+    * the request's work within ``max_work`` / ``max_size``;
+    * every model one evaluation of its part (``max_evaluations`` per part per run);
+    * in the clear, at most :func:`plain_model_cap` distinct models per part per run (the same
+      model again is free); inside a secure sum, with DP or with ``allow_server_row_sets``
+      the distinct count does not apply.
+
+    The ledger records the evaluations and the new models only when every rule passes
+    (:meth:`fedtab.privacy.ledger.SiteLedger.charge_evaluations`)."""
+    models = evaluations.models
+    reason = _models_per_request(policy, request, len(models), "models to evaluate")
+    if reason is None and evaluations.work is not None:
+        reason = evaluations.work.refusal(policy.max_work, policy.max_size, "model", "the evaluated models")
+    if reason is not None:
+        return reason
+    counts: dict[str, int] = {}
+    by_part: dict[str, list[str]] = {}
+    for part, digest in models:
+        part = _part_name(part)
+        counts[part] = counts.get(part, 0) + 1
+        by_part.setdefault(part, []).append(digest)
+    plain = server_row_set_refusal(policy, request, SERVER_MODEL_ROW_SETS)
+    reason = site.ledger.charge_evaluations(
+        getattr(site, "run_id", "local"), counts, policy.max_evaluations, models=by_part,
+        model_cap=None if plain is None else plain_model_cap(site),
+        model_cap_name="the run's trained models + PLAIN_MODELS_EXTRA")
+    if reason is not None and plain is not None and reason.startswith("models evaluated"):
+        return f"{plain} past its cap ({reason})"
+    return reason
 
 
 def _select_prepare(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
@@ -819,15 +869,22 @@ def _models_per_request(policy: DisclosurePolicy, request: "Message", n: int, wh
                                                    f"{policy.max_models_per_request})")
 
 
-def _models_work(policy: DisclosurePolicy, site: "Site", shapes: Mapping[str, Any], fits: float) -> str | None:
-    """``fits`` local fits (chains × epochs) of the agreed model on the training rows within ``max_work``."""
+def _models_cost(site: "Site", shapes: Mapping[str, Any], fits: float) -> Any:
+    """The cost of ``fits`` local fits (chains × epochs) of the agreed model on the training rows
+    (``None``: a model that cannot be built; the handler reports it)."""
     from ..learn.models import model_cost
 
     try:
         one = model_cost(shapes["model"], shapes["d"], max(shapes["C"], 2), _rows_of(site, "train"), 1)
     except (ValueError, TypeError, KeyError):
-        return None  # a model that cannot be built: the handler reports it
-    return _times(one, max(int(fits), 1)).refusal(policy.max_work, policy.max_size, "model", shapes["model"])
+        return None
+    return _times(one, max(int(fits), 1))
+
+
+def _models_work(policy: DisclosurePolicy, site: "Site", shapes: Mapping[str, Any], fits: float) -> str | None:
+    """``fits`` local fits (chains × epochs) of the agreed model on the training rows within ``max_work``."""
+    cost = _models_cost(site, shapes, fits)
+    return None if cost is None else cost.refusal(policy.max_work, policy.max_size, "model", shapes["model"])
 
 
 def _select_fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
@@ -850,31 +907,25 @@ def _select_fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> s
         reason = (_chain_params(policy, request, shapes)
                   or _models_per_request(policy, request, shapes["M"], "selection chains")
                   or _models_work(policy, site, shapes, shapes["M"] * epochs))
-    return reason or _charge_run(policy, site, "fit", "fit rounds")
-
-
-def _scored_parts(site: "Site", shapes: Mapping[str, Any], slots: Any, stage: str) -> dict[str, int]:
-    """``{part: models scored on it}`` of a ``select_evaluate`` request's slots at this site:
-    the test rows for the test stage, else each chain's ``fold:k`` the site has (rows)."""
-    out: dict[str, int] = {}
-    folds = shapes["fold"]
-    for s in slots:
-        if not (isinstance(s, list) and len(s) == 2 and isinstance(s[0], int) and 0 <= s[0] < shapes["M"]):
-            continue  # the handler refuses a malformed slot
-        part = "test" if stage == "test" else f"fold:{int(folds[s[0]])}"
-        if stage == "test" or int(folds[s[0]]) >= 0 and _rows_of(site, part):
-            out[part] = out.get(part, 0) + 1
-    return out
+    reason = reason or _charge_run(policy, site, "fit", "fit rounds")
+    if reason is None and shapes is not None:  # every chain trained here is a model of the run
+        stored = site.state.get(_SELECT_SETUP)
+        without = setup.get("without") if isinstance(setup, dict) else (stored or {}).get("without", [])
+        trained = sum(1 for w in without if w != getattr(site, "name", None))
+        if trained:
+            reason = site.ledger.charge_run(getattr(site, "run_id", "local"), "select_chains", 2 ** 62,
+                                            "selection chains", n=trained)
+    return reason
 
 
 def _select_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """Every selection slot's evaluation sums: one evaluation per slot, charged to the part it
-    is scored on (its chain's ``fold:k``, or the test rows); at most ``max_models_per_request``
-    slots (else only as a request over server-chosen row sets); bounded, well-shaped models;
-    the personalisations' fits within ``max_work``."""
+    """Every selection slot's evaluation sums: bounded epochs and score bins, bounded,
+    well-shaped models. The slots are counted by :func:`charge_models` (the kind declares
+    ``models``: :func:`selection_models`): one evaluation per slot of the part it is scored on,
+    at most ``max_models_per_request``, the distinct models per part, the personalisations'
+    fits within ``max_work``."""
     personal = request.meta.get("personal")
     epochs = personal.get("epochs") if isinstance(personal, dict) else None
-    stage = "test" if request.meta.get("stage") == "test" else "cv"
     reason = _score_bins(policy, request) or _epochs(policy, epochs)
     if reason is None and isinstance(personal, dict):
         reason = _epochs(policy, personal.get("local_epochs"))
@@ -884,13 +935,41 @@ def _select_evaluate(policy: DisclosurePolicy, site: "Site", request: "Message")
     slots = request.meta.get("slots")
     if reason is not None or shapes is None or not isinstance(slots, list):
         return reason  # no setup or no slot list: the handler reports it
+    return _chain_params(policy, request, shapes)
+
+
+def selection_models(site: "Site", request: "Message") -> Evaluations | None:
+    """The ``models`` declaration of ``select_evaluate``: one model per slot the site scores (its
+    chain's ``fold:k`` the site has, or the test rows for the test stage), named by the chain's
+    parameters, standardisation, mask and L2 strength (a personalisation is the site's own
+    procedure on that model); the work of the personalisations' fits and of the scoring.
+    ``None`` when there is no setup or slot list (the handler reports it)."""
+    stored = site.state.get(_SELECT_SETUP)
+    slots = request.meta.get("slots")
+    _, shapes = _selection_setup(DisclosurePolicy(), site, request)
+    if not isinstance(stored, dict) or shapes is None or not isinstance(slots, list):
+        return None
+    stage = "test" if request.meta.get("stage") == "test" else "cv"
+    coef, intercept = request.arrays.get("param:coef"), request.arrays.get("param:intercept")
+    models = []
+    for s in slots:
+        if not (isinstance(s, list) and len(s) == 2 and isinstance(s[0], int) and 0 <= s[0] < shapes["M"]):
+            continue  # the handler refuses a malformed slot
+        m = int(s[0])
+        fold = int(shapes["fold"][m])
+        part = "test" if stage == "test" else f"fold:{fold}"
+        if stage != "test" and (fold < 0 or not _rows_of(site, part)):
+            continue  # a chain without held-out rows here is not scored
+        mask = np.asarray(stored["masks"])[int(np.asarray(stored["chain_mask"])[m])]
+        models.append((part, _digest([("coef", np.asarray(coef)[m]), ("intercept", np.asarray(intercept)[m]),
+                                      ("mask", mask), ("mean", np.asarray(stored["mean"])[m]),
+                                      ("std", np.asarray(stored["std"])[m]), ("l2", np.asarray(stored["l2"])[m])])))
+    personal = request.meta.get("personal")
+    epochs = personal.get("epochs") if isinstance(personal, dict) else None
     n_epochs = max(e for e in (epochs, personal.get("local_epochs") if isinstance(personal, dict) else None, 50)
                    if isinstance(e, int) and not isinstance(e, bool))
     personalised = sum(1 for s in slots if isinstance(s, list) and len(s) == 2 and s[1] != "none")
-    return (_chain_params(policy, request, shapes)
-            or _models_per_request(policy, request, len(slots), "models to evaluate")
-            or _models_work(policy, site, shapes, personalised * n_epochs + len(slots))
-            or _charge_evaluations(policy, site, _scored_parts(site, shapes, slots, stage)))
+    return Evaluations(tuple(models), _models_cost(site, shapes, personalised * n_epochs + len(slots)))
 
 
 def _secure_terms(policy: DisclosurePolicy, site: "Site", request: "Message", kind: "KindTerms | None" = None

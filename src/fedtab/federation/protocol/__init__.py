@@ -24,7 +24,7 @@ from typing import Any
 
 # the function ``exchange`` shares its name with its module: bound here, first, so that
 # ``from fedtab.federation.protocol import exchange`` is the function whatever was imported before
-from .exchange import Validator, exchange, exchange_sums
+from .exchange import Validator as Validator, exchange as exchange, exchange_sums as exchange_sums
 
 #: public name -> submodule that defines it (resolved on first access, PEP 562: importing
 #: :mod:`.messages` — every Flower ClientApp message does — costs only that module)

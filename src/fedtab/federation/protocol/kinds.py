@@ -50,7 +50,7 @@ from fedtab.privacy.dp import DP_META
 from fedtab.privacy.gate import CATEGORIES, COUNT, FLAG, LABELS, NAMES, NUMBER, SMOOTHED, STRUCT, TEXT, Releases
 
 __all__ = ["MessageKind", "Progress", "KINDS", "TABLE_STEP_HOMES", "declare", "declare_table_step", "forget",
-           "declared", "home_of", "summed_kinds", "server_row_set_kinds", "SUMMARY_PHRASES"]
+           "declared", "home_of", "summed_kinds", "server_row_set_kinds", "evaluating_kinds", "SUMMARY_PHRASES"]
 
 Check = Callable[[Any, Any, Any], "str | None"]
 
@@ -104,6 +104,13 @@ class MessageKind:
         rows: the rows behind its numbers in plain words, for docs/privacy.md's generated
             guarantees (:func:`fedtab.report.guarantees.guarantee_table`), when
             ``releases.part`` is computed by the handler's module (``None``: read from the part).
+        models: for a kind whose reply is an evaluation of server-sent models, how to read them
+            from a request: ``(site, request) -> Evaluations | None`` (a function of
+            :mod:`fedtab.privacy.policy`: the part each model is scored on, a digest naming it,
+            the work). Every such kind is counted by the one ledger function
+            :func:`fedtab.privacy.policy.charge_models` after its ``check``: one evaluation per
+            model, at most ``max_models_per_request`` per request and, in the clear,
+            :func:`~fedtab.privacy.policy.plain_model_cap` distinct models per part per run.
         plain_bound: for a ``server_row_set`` kind, the :class:`~fedtab.privacy.policy.DisclosurePolicy`
             setting that bounds a plain answer: ``"allow_server_row_sets"`` (refused in the clear
             unless the site opts in), ``"max_evaluations"`` (each request one evaluation of the part,
@@ -125,6 +132,7 @@ class MessageKind:
     progress: Progress | None = None
     rows: str | None = None
     plain_bound: str | None = None
+    models: Callable[[Any, Any], Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.summary if p not in SUMMARY_PHRASES]
@@ -132,6 +140,9 @@ class MessageKind:
             raise ValueError(f"message kind {self.name!r}: unknown summary phrase(s) {unknown}")
         if self.per_site and not self.summed:
             raise ValueError(f"message kind {self.name!r}: per_site arrays are for summed kinds only")
+        if self.models is not None and not self.server_row_set:
+            raise ValueError(f"message kind {self.name!r}: an evaluation of server-sent models is over rows the "
+                             "server chooses (server_row_set=True)")
 
     @property
     def secure(self) -> bool:
@@ -220,6 +231,11 @@ def summed_kinds() -> frozenset[str]:
 def server_row_set_kinds() -> frozenset[str]:
     """The kinds over rows the server chooses (:attr:`MessageKind.server_row_set`)."""
     return frozenset(k.name for k in KINDS.values() if k.server_row_set)
+
+
+def evaluating_kinds() -> frozenset[str]:
+    """The kinds whose reply is an evaluation of server-sent models (:attr:`MessageKind.models`)."""
+    return frozenset(k.name for k in KINDS.values() if k.models is not None)
 
 
 def _in_home(module: str, name: str) -> Callable[..., Any]:
@@ -320,13 +336,13 @@ for _kind in (
                 "per test part: the confusion matrix (per class), a Brier sum, a histogram of predicted "
                 "probabilities per class and a rank-pair count", description_dp=_DP_EVALUATE, summed=True,
                 check=_policy._evaluate, server_row_set=True, summary=(_EVALUATIONS,),
-                plain_bound="max_evaluations"),
+                plain_bound="max_evaluations", models=_policy.one_model),
     MessageKind("regression_evaluate", f"{_F}.steps.evaluate",
                 Releases(part="part", default_part="test", aggregates=("sse", "sae", "sum_y", "sum_y2"),
                          meta={"n": COUNT}),
                 "per test part: a regression model's sums of squared and absolute errors and of the target and "
                 "its square", summed=True, check=_policy._evaluate, server_row_set=True, summary=(_EVALUATIONS,),
-                plain_bound="max_evaluations"),
+                plain_bound="max_evaluations", models=_policy.one_model),
     MessageKind("local_baseline", f"{_F}.steps.baselines",
                 Releases(part="=test", per_class=True, aggregates=("confusion", "brier_sum", "rank_pairs"),
                          histograms=("score_hist",), cells={"train_counts": ()},
@@ -381,14 +397,14 @@ for _kind in (
                 "per test part: the confusion matrix, a Brier sum, a score histogram and a rank-pair count",
                 description_dp=_DP_EVALUATE, summed=True, check=_policy._gbdt_evaluate, server_row_set=True,
                 summary=(_EVALUATIONS,),
-                plain_bound="max_evaluations"),
+                plain_bound="max_evaluations", models=_policy.one_model),
     MessageKind("gbdt_score", _GBDT,
                 Releases(part="part", default_part="test", aggregates=("sse", "sae", "sum_y", "sum_y2"),
                          meta={"n": COUNT}, dp=True, dp_releases=1),
                 "a sum of squared errors over the test rows (and, without DP, of absolute errors, of the target "
                 "and of its square)", summed=True, check=_policy._gbdt_evaluate,
                 server_row_set=True,
-                plain_bound="max_evaluations"),
+                plain_bound="max_evaluations", models=_policy.one_model),
     MessageKind("gbdt_importance", _GBDT,
                 Releases(part=_in_home(_GBDT, "_level_part"), aggregates=("gain",),
                          meta={"n": COUNT, "suppressed": COUNT}),
@@ -419,7 +435,7 @@ for _kind in (
                 summed=True, masked_in_secure_runs=False, check=_policy._select_evaluate, server_row_set=True,
                 summary=(_EVALUATIONS,),
                 rows="the folds of `train` (cross-validation) or the `test` part, per selection chain",
-                plain_bound="max_evaluations"),
+                plain_bound="max_evaluations", models=_policy.selection_models),
     # ----- secure aggregation's own protocol: key material, no data
     MessageKind("secagg_keys", f"{_F}.site.secure", Releases(part=None, keys=("pk", "spk", "sig", "id")),
                 "public keys for secure aggregation (no data)"),

@@ -369,21 +369,36 @@ class Site:
         try:
             self.replay_table_steps()
             meta = request.meta
-            if AGREED in meta or DECLARE in meta or SCHEMA_HASH in meta:
-                if AGREED in meta:  # the server's schema, checked against its hash before it is stored
-                    self.state["schema"] = received_schema(self, meta[AGREED])
-                check_request_hash(self, meta)  # a request referring to the schema by position
-                request = Message(request.kind, request.arrays,
-                                  {k: v for k, v in meta.items() if k not in (AGREED, DECLARE, SCHEMA_HASH)})
             kind = declared(request.kind)
             if kind is None:
                 return Message.refusal(f"the site's release gate has no declaration for {request.kind[:80]!r}")
             decl = kind.releases
-            # request -> the part's floors -> site policy (caps charged to the ledger) -> handler
-            reason = self._part_refusal(decl, request) or self.policy.refusal(self, request, kind)
-            dp = request.meta.get(DP_META)
-            if reason is None and dp is not None:
-                reason, request = self.dp_terms(decl, request)
+            # check before apply: the checks see the schema the request brings and charge the ledger
+            # only if the request is accepted; a refusal (or an error) leaves the site as it was
+            had_schema, old_schema = "schema" in self.state, self.state.get("schema")
+            accepted = False
+            try:
+                with self.ledger.pending() as accept:
+                    if AGREED in meta or DECLARE in meta or SCHEMA_HASH in meta:
+                        if AGREED in meta:  # the server's schema, checked against its hash before it is stored
+                            self.state["schema"] = received_schema(self, meta[AGREED])
+                        check_request_hash(self, meta)  # a request referring to the schema by position
+                        request = Message(request.kind, request.arrays,
+                                          {k: v for k, v in meta.items() if k not in (AGREED, DECLARE, SCHEMA_HASH)})
+                    # request -> the part's floors -> site policy (caps charged to the ledger) -> DP terms
+                    reason = self._part_refusal(decl, request) or self.policy.refusal(self, request, kind)
+                    dp = request.meta.get(DP_META)
+                    if reason is None and dp is not None:
+                        reason, request = self.dp_terms(decl, request)
+                    if reason is None:
+                        accept()
+                        accepted = True
+            finally:
+                if not accepted:  # the schema the request brought is not kept either
+                    if had_schema:
+                        self.state["schema"] = old_schema
+                    else:
+                        self.state.pop("schema", None)
             if reason is not None:
                 log.info("site %s refuses %s: %s", self.name, request.kind, reason)
                 return Message.refusal(reason)
@@ -423,6 +438,18 @@ class Site:
             except BaseException:  # noqa: BLE001 - no names to keep: every quoted token is scrubbed
                 words = frozenset()
             return Message.error(error_text(exc, request.kind, words))
+
+    def state_digest(self) -> str:
+        """SHA-256 of everything a request can change at the site: its ``state`` (the ledger kept
+        in it read through :meth:`SiteLedger.snapshot`), its ledger, its table and its parts. Two
+        equal digests: the site is in the same state (tests: a refused request changes none of it)."""
+        import hashlib
+        import pickle
+
+        state = {k: v for k, v in self.state.items() if k != LEDGER_KEY}
+        blob = pickle.dumps((sorted(state), [state[k] for k in sorted(state)], self.ledger.snapshot(),
+                             self.table, self.parts, self._steps_applied), protocol=4)
+        return hashlib.sha256(blob).hexdigest()
 
     def _part_refusal(self, decl: Releases, request: Message) -> str | None:
         """Why the part a reply would be computed over is refused: not a part of the site,

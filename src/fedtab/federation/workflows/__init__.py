@@ -10,6 +10,6 @@
 * :mod:`.tuning` — freedom-degree tuning.
 
 A workflow imports the protocol (:mod:`fedtab.federation.protocol`), the site side
-(:mod:`fedtab.federation.site`) and the shared steps (:mod:`fedtab.federation.steps`); never the
+(:mod:`fedtab.federation.site.core`) and the shared steps (:mod:`fedtab.federation.steps`); never the
 other way round.
 """
