@@ -99,3 +99,19 @@ def test_a_curious_servers_sweep_of_crafted_models_is_capped_like_classification
         assert answered == [True, True, False], opted
         assert "max_evaluations" in last.meta["reason"]
         assert site.ledger.run_count(site.run_id, "evaluate:fold:0") == 20  # the refused request charged nothing
+
+
+def test_the_job_reports_cv_rmse_beside_the_chosen_mask_and_trains_on_it():
+    from fedtab.job.spec import parse_job
+    from fedtab.job.workflow import run_workflow
+    from fedtab.report.selection import selection_section
+
+    spec = parse_job({"target": "y", "training": {"model": "linear"}, "election": {"tune": "cv", "grid": [0.0, 0.5]}},
+                     sites_required=False)
+    out = run_workflow(LocalFederation(_sites()), spec)
+    sel = out.result["selection"]
+    assert sel["task"] == "regression" and sel["cv_rmse"] == pytest.approx(sel["chosen"]["rmse"])
+    assert out.result["training"]["features"] == sel["features"] and set(SIGNAL) <= set(sel["features"])
+    assert [s["step"] for s in out.result["steps"]][-2:] == ["selection", "training"]
+    html = selection_section(out.result)
+    assert "CV RMSE" in html and "log-loss" not in html
