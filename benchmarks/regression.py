@@ -7,7 +7,9 @@ its own test part (quantile-stratified, :mod:`fedtab.federation.site.parts`). Fe
 :func:`fedtab.federation.workflows.training.run_training`, scored on every site's test part (RMSE pooled
 from the sites' sums). Centralised: the same model kind fitted by scikit-learn on all sites'
 training rows together; local-only: each site's own model, scored on its own test rows; all
-on the same test rows.
+on the same test rows. ``linear cv``: the job with ``[election] tune = "cv"`` (columns chosen by
+pooled CV squared error over the sites' own folds, then the linear fit on them), with its test RMSE
+relative to the all-columns ``linear federated`` job (``cv/all``: must stay within 1.03).
 
     python -m benchmarks.regression [--seeds 0 1 2]
 """
@@ -62,7 +64,21 @@ def run(seed: int) -> dict[str, float]:
             preds.append(own.predict(s.rows("test")[feats]))
             ys.append(s.rows("test")["target"].to_numpy())
         out[f"{name} local-only"] = _rmse(np.concatenate(ys), np.concatenate(preds))
+    out["linear cv"] = _cv_job(seed)
+    out["cv/all"] = out["linear cv"] / out["linear federated"]
     return out
+
+
+def _cv_job(seed: int) -> float:
+    """Test RMSE of the job ``[training] model = "linear"`` with ``[election] tune = "cv"``."""
+    from fedtab.engines.local import LocalFederation
+    from fedtab.job.spec import parse_job
+    from fedtab.job.workflow import run_workflow
+
+    spec = parse_job({"target": "target", "training": {"model": "linear"}, "election": {"tune": "cv"},
+                      "run": {"seed": seed}}, sites_required=False)
+    out = run_workflow(LocalFederation(_sites(seed)), spec)
+    return float(out.result["training"]["metrics"]["pooled"]["rmse"])
 
 
 def main() -> None:
@@ -74,7 +90,7 @@ def main() -> None:
     print("| seed | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")
     for seed, r in rows.items():
-        print(f"| {seed} | " + " | ".join(f"{r[k]:.2f}" for k in keys) + " |")
+        print(f"| {seed} | " + " | ".join(f"{r[k]:.3f}" if k == "cv/all" else f"{r[k]:.2f}" for k in keys) + " |")
 
 
 if __name__ == "__main__":

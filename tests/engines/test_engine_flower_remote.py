@@ -349,7 +349,11 @@ def test_the_plans_exchange_count_is_what_the_in_process_engine_makes(tmp_path):
                      {"training": {"rounds": 3, "local_epochs": 1}, "election": {"freedom_degree": 0.5},
                       "privacy": {"secure_aggregation": True}},  # secure: + 2 per summed exchange, + 1 keys
                      {"training": {"model": {"name": "gbdt", "params": {"n_trees": 2, "max_depth": 3}}},
-                      "election": {"freedom_degree": 0.5}}):
+                      "election": {"freedom_degree": 0.5}},
+                     # tune = "cv": the selection step (rounds + 3), not the tuning grid, election and training
+                     {"training": {"rounds": 2, "local_epochs": 1}, "election": {"tune": "cv", "grid": [0.0, 0.5]},
+                      "schema": {"profile": False}},
+                     {"training": {"rounds": 2, "local_epochs": 1}, "election": {"tune": "cv", "grid": [0.0, 0.5]}}):
         spec = parse_job({"target": "target", **sections}, sites_required=False)
         fed = LocalFederation(make_sites(parts, selector="anova", policy={"allow_server_row_sets": True}))
         marks: list[tuple[str, int]] = []
@@ -357,4 +361,35 @@ def test_the_plans_exchange_count_is_what_the_in_process_engine_makes(tmp_path):
         ends = [m[1] for m in marks[1:]] + [fed.exchange_count]
         made = {name: end - start for (name, start), end in zip(marks, ends)}
         assert planned_exchanges(spec) == made, sections
-    assert made["training"] == 2 * 3 + 4 + 1  # the last case: levels, summary, start, closing, importance, evaluate
+    assert made == {"selection": 2 + 3, "schema": 1}  # the last case: prepare, 2 fit rounds, CV and test evaluation
+
+
+def test_the_plans_exchange_count_of_a_regression_is_what_the_in_process_engine_makes():
+    """A linear regression trains in one round; with tune = "cv" the selection makes 3 exchanges
+    (prepare, fit, CV evaluation) and the training step 3 (describe, fit, evaluate)."""
+    import numpy as np
+    import pandas as pd
+
+    from fedtab.engines.local import LocalFederation
+    from fedtab.engines.progress import planned_exchanges
+    from fedtab.federation.site.core import Site
+    from fedtab.job.spec import parse_job
+    from fedtab.job.workflow import run_workflow
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(360, 5))
+    frame = pd.DataFrame(X, columns=[f"x{i}" for i in range(5)]).assign(y=X[:, 0] * 2 - X[:, 1] + rng.normal(size=360))
+    seen = []
+    for sections in ({"training": {"model": "linear", "rounds": 10}},
+                     {"training": {"model": "linear"}, "election": {"tune": "cv", "grid": [0.0, 0.5]}},
+                     {"training": {"model": "linear"}, "election": {"tune": "cv"}, "schema": {"profile": False}}):
+        spec = parse_job({"target": "y", **sections}, sites_required=False)
+        fed = LocalFederation([Site(f"s{i}", frame.iloc[i * 120:(i + 1) * 120].reset_index(drop=True), "y", seed=i,
+                                    selector="anova") for i in range(3)])
+        marks: list[tuple[str, int]] = []
+        run_workflow(fed, spec, progress=lambda name: marks.append((name, fed.exchange_count)))
+        ends = [m[1] for m in marks[1:]] + [fed.exchange_count]
+        made = {name: end - start for (name, start), end in zip(marks, ends)}
+        assert planned_exchanges(spec) == made, sections
+        seen.append(made)
+    assert seen[0]["training"] == 3 and seen[1]["selection"] == 3 and "tuning" not in seen[1]

@@ -77,6 +77,13 @@ def gbdt_exchanges(params: Mapping[str, Any], *, plain: bool) -> int:
     return int(params["n_trees"]) * int(params["max_depth"]) + 4 + int(plain)
 
 
+def _linear_model(model: Any) -> bool:
+    """Whether a training ``model`` spec names the exact linear regression (one round)."""
+    from ..learn.models import LinearRegressionModel, make_model
+
+    return isinstance(make_model(model), LinearRegressionModel)
+
+
 def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     """``{step: exchanges}`` the job's plan makes (an estimate), in step order.
 
@@ -85,7 +92,11 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     imputation ``rounds + 5`` (``+ 1`` with the column profile), election 2 (``ballot``, ``set_mask``), training ``rounds + 1``
     after an election (its ``describe`` rides on ``set_mask``) else ``rounds + 2`` (``+ 1`` when no earlier step
     agreed the schema: the training step agrees it to read the task),
-    baselines 1; tuning is counted as its grid (11 freedom degrees by default) + 2.
+    baselines 1; tuning is counted as its grid (11 freedom degrees by default) + 2. An exact ``linear``
+    model trains in one round (no baselines: a regression). ``[election] tune = "cv"`` is the selection
+    step in place of tuning, election, training and baselines: ``rounds + 3`` (``select_prepare``, the
+    fit rounds, the CV and the test evaluation); with a ``linear`` model 3 (one fit exchange, no test
+    evaluation) and the training step's 3 (describe, fit, evaluate).
     A ``gbdt`` model's training is :func:`gbdt_exchanges` (its ``n_trees × max_depth`` level
     exchanges, not ``rounds``; an upper bound: early stopping and shallow trees make fewer), its
     schema agreement and, for a regression task, no baselines.
@@ -105,6 +116,17 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
         out["imputation"] = spec.impute.rounds + 5 + int(profile) + (4 * spec.impute.rounds + 4 if secure else 0)
     el = spec.election
     voting = el is not None and el.method == "vote"
+    linear = spec.training is not None and _linear_model(spec.training.model)
+    if voting and el.tune == "cv" and spec.training is not None:
+        # the selection (plain sums only): select_prepare (it agrees the schema when it is the run's
+        # first exchange), the select_fit rounds (one for an exact linear model), the CV evaluation and
+        # the test evaluation — which a regression leaves to its training step (describe, fit, evaluate)
+        if linear:
+            out["selection"] = 3
+            out["training"] = 3
+        else:
+            out["selection"] = spec.training.rounds + 3
+        return out
     if voting and el.tune != "none" and el.freedom_degree is None:
         out["tuning"] = len(el.grid or range(11)) + 2
     if voting:
@@ -120,8 +142,9 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
             summed = int(params["n_trees"]) * int(params["max_depth"]) + 3  # start, levels, closing level, evaluate
             out["training"] = gbdt_exchanges(params, plain=not private) + (0 if agreed else 1)
         else:
-            regression = False
-            summed = spec.training.rounds + (1 if voting else 2)  # (describe,) fit rounds, evaluate
+            regression = linear
+            rounds = 1 if linear else spec.training.rounds  # an exact linear model: one round
+            summed = rounds + (1 if voting else 2)  # (describe,) fit rounds, evaluate
             out["training"] = summed + (0 if agreed else 1)
         if secure:
             out["training"] += 2 * summed + (0 if voting else 1)

@@ -524,9 +524,10 @@ def _check_bounds(bounds: Any, source: str) -> None:
 
 
 def _check_cv(spec: JobSpec) -> None:
-    """``tune = "cv"``: logistic regression with the training step, no private or robust run (the
+    """``tune = "cv"``: logistic regression (or ``linear`` for a numeric target) with the training
+    step, no private or robust run (the
     modes and L2 strengths are checked by ``[election]``'s table)."""
-    from ..learn.models import LogisticRegressionModel, make_model
+    from ..learn.models import LinearRegressionModel, LogisticRegressionModel, make_model
 
     blocked = [name for name, on in (("[privacy] secure_aggregation", spec.privacy.secure_aggregation),
                                      ("[privacy] dp", spec.privacy.dp is not None),
@@ -537,9 +538,10 @@ def _check_cv(spec: JobSpec) -> None:
                        "with freedom_degree")
     if spec.training is None:
         raise JobError("[election] tune = \"cv\" needs the training step (it selects the model it trains)")
-    if not isinstance(make_model(spec.training.model), LogisticRegressionModel):
-        raise JobError(f"[election] tune = \"cv\" trains logistic regression; [training] model is "
-                       f"{make_model(spec.training.model).name!r}")
+    fm = make_model(spec.training.model)
+    if not isinstance(fm, (LogisticRegressionModel, LinearRegressionModel)):
+        raise JobError(f"[election] tune = \"cv\" trains logistic regression (classes) or linear regression "
+                       f"(a numeric target); [training] model is {fm.name!r}")
 
 
 #: ``RunOptions`` argument -> the job key that sets it, to name the key in its errors

@@ -809,7 +809,9 @@ def _selection_setup(policy: DisclosurePolicy, site: "Site", request: "Message"
     setup = request.meta.get("setup")
     if isinstance(setup, dict):
         features, classes = setup.get("features"), setup.get("classes")
-        if not isinstance(features, list) or not isinstance(classes, list) or len(classes) < 2:
+        model = setup.get("model")
+        linear = isinstance(model, dict) and model.get("name") == "linear"  # a regression: no classes
+        if not isinstance(features, list) or not isinstance(classes, list) or len(classes) < (0 if linear else 2):
             return None, None  # the handler reports the malformed setup
         a = request.arrays
         if any(k not in a for k in ("setup:masks", "setup:chain_mask", "setup:chain_fold", "setup:mean",
@@ -836,7 +838,6 @@ def _selection_setup(policy: DisclosurePolicy, site: "Site", request: "Message"
             reason = f"the chains' L2 strengths must be finite, non-negative and at most max_param={policy.max_param:g}"
         if reason is not None:
             return reason, None
-        model = setup.get("model")
     else:
         stored = site.state.get(_SELECT_SETUP)
         if not isinstance(stored, dict):
@@ -844,7 +845,7 @@ def _selection_setup(policy: DisclosurePolicy, site: "Site", request: "Message"
         features, classes, model = stored["features"], stored["classes"], stored["model"]
         d, M, fold = len(features), len(stored["chain_mask"]), np.asarray(stored["chain_fold"])
     C = len(classes)
-    return None, {"M": M, "k": 1 if C == 2 else C, "d": d, "C": C, "fold": fold, "features": features,
+    return None, {"M": M, "k": 1 if C <= 2 else C, "d": d, "C": C, "fold": fold, "features": features,
                   "classes": classes, "model": model}
 
 

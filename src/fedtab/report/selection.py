@@ -36,9 +36,38 @@ def _score(cand: Mapping[str, Any] | None, key: str) -> str:
     return _num(cand[key], 4) + ("" if se is None else f" ± {_num(se, 4)}")
 
 
+def _choice_regression(sel: Mapping[str, Any]) -> str:
+    """A numeric target's selection: every candidate's CV RMSE ± SE beside its columns."""
+    from .markup import esc as _e, num as _num, table as _table
+
+    g = ((sel.get("rule") or {}).get("columns") or {}).get("rmse_guard") or {}
+    rows, classes = [], []
+    for cand in sel.get("candidates") or []:
+        fd = cand.get("freedom_degree")
+        rows.append([_e(cand.get("name", "")), "all" if fd is None else _num(fd, 2), _num(cand.get("kept")),
+                     _score(cand, "rmse"), _num(cand.get("r2"), 3) if cand.get("r2") is not None else "—"])
+        classes.append("kept" if cand.get("chosen") else "")
+    note = ('<p class="note">Each candidate was fitted exactly (pooled normal equations) on every fold\'s fit rows '
+            "and scored on the held-out fold rows of every site, pooled by sums. Score: pooled cross-validated "
+            "squared error; the chosen mask is the one with the fewest columns within one standard error of the "
+            "paired fold differences to the best candidate and within "
+            f"{_num(100 * float(g.get('tolerance', 0.03)), 0)} % of the best CV RMSE.</p>")
+    if g.get("passed_over"):
+        note += (f'<p class="warn">The one-standard-error rule alone would have chosen {_e(g.get("rule_choice", ""))}, '
+                 f"more than the tolerance above the best CV RMSE ({_num(g.get('best_rmse'))}); the selection kept "
+                 f"a candidate within it instead (CV RMSE {_num(g.get('chosen_rmse'))}).</p>")
+    features = sel.get("features") or []
+    return (note + _table(["Candidate", "Freedom degree", "Columns kept", "CV RMSE ± SE", "CV R²"], rows, classes,
+                          num_cols=(1, 2, 3, 4))
+            + f"<p>Chosen columns ({len(features)}): {', '.join(_e(f) for f in features)}; CV RMSE "
+              f"{_num(sel.get('cv_rmse'))} (all columns {_num(sel.get('all_columns_cv_rmse'))}).</p>")
+
+
 def _choice(sel: Mapping[str, Any]) -> str:
     from .markup import esc as _e, num as _num, table as _table
 
+    if sel.get("task") == "regression":
+        return _choice_regression(sel)
     rows, classes = [], []
     for label, cand in (("chosen", sel.get("chosen")), ("all columns", sel.get("all_columns")),
                         ("best freedom degree", sel.get("best_fd"))):

@@ -429,9 +429,11 @@ for _kind in (
                 plain_bound="max_rounds"),
     MessageKind("select_evaluate", _SELECT,
                 Releases(part=_in_home(_SELECT, "_evaluate_part"), per_class=True,
-                         aggregates=("logloss_sum", "confusion", "brier_sum", "rank_pairs"),
+                         aggregates=("logloss_sum", "confusion", "brier_sum", "rank_pairs",
+                                     "sse", "sae", "sum_y", "sum_y2"),
                          histograms=("score_hist",), model="param:site:", meta={SMOOTHED: FLAG}),
-                "per part: confusion matrix, log-loss and Brier sums, a score histogram and rank pairs",
+                "per part: confusion matrix, log-loss and Brier sums, a score histogram and rank pairs (a "
+                "regression: sums of squared and absolute errors and of the target and its square)",
                 summed=True, masked_in_secure_runs=False, check=_policy._select_evaluate, server_row_set=True,
                 summary=(_EVALUATIONS,),
                 rows="the folds of `train` (cross-validation) or the `test` part, per selection chain",

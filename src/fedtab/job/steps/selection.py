@@ -41,9 +41,24 @@ def _wanted(spec: "JobSpec", out: Outputs | None = None) -> bool:
     return e is not None and e.method == "vote" and e.tune == "cv" and spec.training is not None
 
 
+#: the steps a regression's ``tune = "cv"`` skips: the training step then fits the linear model
+#: on the chosen columns exactly (one round) and writes the model file and the test metrics
+REPLACES_REGRESSION = ("tuning", "election")
+
+
+def _regression(spec: "JobSpec") -> bool:
+    """A ``linear`` model: the selection scores squared error (the model serves numbers only)."""
+    from ...learn.models import LinearRegressionModel, make_model
+
+    return spec.training is not None and isinstance(make_model(spec.training.model), LinearRegressionModel)
+
+
 def replaced(spec: "JobSpec") -> tuple[str, ...]:
-    """The step names :data:`REPLACES` when ``spec`` selects by cross-validation, else ``()``."""
-    return REPLACES if _wanted(spec) else ()
+    """The step names :data:`REPLACES` (:data:`REPLACES_REGRESSION` for a linear model) when
+    ``spec`` selects by cross-validation, else ``()``."""
+    if not _wanted(spec):
+        return ()
+    return REPLACES_REGRESSION if _regression(spec) else REPLACES
 
 
 def _selection_kwargs(spec: "JobSpec") -> dict[str, Any]:
@@ -81,9 +96,30 @@ def _election_section(outcome: "SelectionOutcome") -> dict[str, Any] | None:
                          for f in _jsonable(res.explain_records())]}
 
 
+def _run_regression(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
+    """A numeric target: the columns chosen by pooled CV squared error (no test exchange here:
+    the training step that follows fits the same least squares on the chosen columns and scores
+    it); ``result["selection"]`` holds every candidate's CV RMSE beside its columns."""
+    from fedtab.federation.workflows.selection import select_model
+
+    kwargs = {k: v for k, v in _selection_kwargs(spec).items() if k not in ("modes", "l2_grid", "contributions")}
+    outcome = select_model(federation, **kwargs, score_test=False)
+    sections = outcome.result_sections()
+    out.outcomes["regression_selection"] = outcome
+    out.features = list(outcome.features)
+    out.freedom_degree = outcome.freedom_degree
+    out.result["selection"] = {**sections["selection"], "task": "regression", "cv_rmse": outcome.chosen["rmse"],
+                               "all_columns_cv_rmse": outcome.all_columns["rmse"], "exchanges": outcome.exchanges}
+    out.result["measured"] = sections["measured"]
+    out.result["election"] = _election_section(outcome)
+
+
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
     from fedtab.federation.workflows.selection import select_model
 
+    if _regression(spec):
+        _run_regression(federation, spec, out)
+        return
     outcome = select_model(federation, **_selection_kwargs(spec))
     sections = outcome.result_sections()
     out.outcomes["selection"] = outcome

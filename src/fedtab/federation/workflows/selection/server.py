@@ -46,7 +46,7 @@ import numpy as np
 from fedtab.election.ballot import Ballot
 from fedtab.election.one_se import AUROC_TOLERANCE, Scored, guarded_one_standard_error, one_standard_error
 from fedtab.learn.metrics import SCORE_BINS
-from fedtab.learn.models import LogisticRegressionModel, make_model
+from fedtab.learn.models import LinearRegressionModel, LogisticRegressionModel, make_model
 from fedtab.learn.personalise import check_mode, mode_order
 from fedtab.federation.protocol import validate
 from fedtab.federation.protocol import Federation
@@ -96,6 +96,9 @@ class SelectionOutcome:
         n_folds: the federation's folds ``K``; rounds / local_epochs: the FedAvg settings.
         abstentions: per site, what it abstained from and why (sentences naming the folds,
             columns or stage; :func:`_abstentions`), and the sites the quorum dropped.
+        task: ``"classes"`` or ``"regression"`` (a linear model: ``chosen`` / ``candidates`` hold
+            ``mse, rmse, fold_mse, rmse_se, mae, r2`` instead of the log-loss and AUROC, ``rule``
+            an ``rmse_guard``; ``modes`` is empty, ``test["modes"]`` holds ``"none"`` only).
     """
 
     features: list[str]
@@ -119,6 +122,7 @@ class SelectionOutcome:
     election: dict[str, Any] = field(default_factory=dict)
     model_all_columns: dict[str, Any] = field(default_factory=dict)
     abstentions: dict[str, list[str]] = field(default_factory=dict)
+    task: str = "classes"
 
     def to_dict(self) -> dict[str, Any]:
         """Everything but the ballots, JSON-able (arrays as lists)."""
@@ -184,13 +188,19 @@ def select_model(
     test_bins: int | None = SCORE_BINS,
     seed: int = 0,
     max_param_abs: float = validate.MAX_PARAM_ABS,
+    score_test: bool = True,
 ) -> SelectionOutcome:
     """Choose the columns and the personalisation by federated cross-validation, refit, and
     score the refit on the test rows (see the module docstring).
 
     Args:
         selector: the selector every site runs (``None``: each site's own).
-        model: logistic regression (a name or ``{"name": "logistic", "params": {...}}``).
+        model: logistic regression (a name or ``{"name": "logistic", "params": {...}}``), or
+            ``"linear"`` for a numeric target: the columns chosen by pooled CV squared error
+            (:mod:`.regression`; no personalisation, no leave-one-site-out chains, ``rounds``,
+            ``modes``, ``l2_grid`` and the bins unused).
+        score_test: score the refit on the sites' test rows (a regression may leave that to the
+            job's training step; the classification selection always does).
         rounds / local_epochs: FedAvg rounds and local L-BFGS iterations of every chain.
         grid: freedom degrees whose elections are candidates ("all columns" always is).
         modes: personalisation modes to compare (:mod:`fedtab.learn.personalise`);
@@ -209,10 +219,13 @@ def select_model(
             ``2 × score_bins`` values); ``None``: log-loss only. test_bins: the same for the test rows.
 
     Raises:
-        ValueError: a model other than logistic regression, unknown modes, a run with secure
+        ValueError: a model other than logistic or linear regression, unknown modes, a run with secure
             sums, DP or robust reducers, sites with fewer than 2 folds in all.
         FederationError: a site failed or replied something impossible (naming it).
     """
+    if isinstance(make_model(model), LinearRegressionModel):
+        return _select_regression(federation, selector, model, grid, paired, aggregation, normalization,
+                                  min_holders, score_test, max_param_abs)
     fm, modes, spec = _checked(federation, model, rounds, local_epochs, modes)
     dropped0 = set(federation.dropped)
     p0, x0, b0 = len(federation.participation), federation.exchange_count, federation.traffic.total()
@@ -268,6 +281,84 @@ def select_model(
 
 
 # ----------------------------------------------------------------------------- its parts
+def _select_regression(federation: Federation, selector: Any, model: Any, grid: Sequence[float], paired: bool,
+                       aggregation: str, normalization: str, min_holders: int | None, score_test: bool,
+                       max_param_abs: float) -> SelectionOutcome:
+    """:func:`select_model` for a numeric target (:func:`.regression.select_regression`)."""
+    from .regression import select_regression
+
+    run_strategy(federation).check_supported(SELECTION_MODES, "model selection (it runs with plain sums only)")
+    fm = make_model(model)
+    assert isinstance(fm, LinearRegressionModel)
+    dropped0 = set(federation.dropped)
+    p0, x0, b0 = len(federation.participation), federation.exchange_count, federation.traffic.total()
+    prep = prepare(federation, selector)
+    K = max(prep.n_folds.values())
+    if K < 2:
+        raise ValueError("cross-validation needs sites with at least 2 folds (each site's `folds` setting)")
+    schema = federation.schema
+    assert schema is not None
+    if list(schema.classes):
+        raise ValueError(f"a linear regression selection needs a numeric target; the sites agree classes "
+                         f"{list(schema.classes)[:5]}")
+    election = {"aggregation": aggregation, "normalization": normalization, "min_holders": min_holders}
+    r = select_regression(federation, prep, fm, grid=grid, election=election, paired=paired, score_test=score_test,
+                          max_param_abs=max_param_abs)
+    plan, chosen, all_cand = r["plan"], r["chosen_candidate"], r["all_candidate"]
+    spec = {"name": fm.name, "params": fm.get_params()}
+    model_data = _model_data(plan, chosen.refit_chain, r["mean"], r["std"], r["params"], [], spec, "none", {})
+    all_model = _model_data(plan, all_cand.refit_chain, r["mean"], r["std"], r["params"], [], spec, "none", {})
+    for m in (model_data, all_model):  # a linear model: coef (d,), intercept (1,)
+        m["params"] = {"coef": m["params"]["coef"][0], "intercept": m["params"]["intercept"]}
+    scored = [d for d, _ in r["scored"]]
+    elected = [d for d in scored if d["freedom_degree"] is not None]
+    test = r["test"] or {"rows": "test", "trained_on": "train", "modes": {}, "all_columns": None}
+    return SelectionOutcome(
+        features=list(model_data["features"]), freedom_degree=chosen.freedom_degree, personalisation="none",
+        chosen=r["chosen"], all_columns=r["all_columns"],
+        best_fd=min(elected, key=lambda d: d["mse"]) if elected else None, candidates=scored,
+        rule={"columns": {**r["choice"].to_dict(), "rmse_guard": r["rmse_guard"]},
+              "score": "pooled cross-validated squared error (lower is better), paired fold differences; "
+                       f"no candidate more than {r['rmse_guard']['tolerance']:.0%} above the best CV RMSE"},
+        modes={}, test=test, model=model_data, model_all_columns=all_model,
+        measured=_measured(prep, schema, model_data["features"]), exchanges=_exchanges(federation, p0, x0, b0),
+        ballots={s: b[-1] for s, b in prep.ballots.items()}, n_folds=K, rounds=1, local_epochs=1,
+        election={**election, "fd": chosen.freedom_degree, "columns": list(plan.features)},
+        abstentions=_regression_abstentions(federation, prep, dropped0), task="regression")
+
+
+def _regression_abstentions(federation: Federation, prep: Prepared, dropped_before: set[str]) -> dict[str, list[str]]:
+    """``{site: [sentence, ...]}`` of a regression selection: columns it does not vote on, folds it
+    lacks, no test rows, and the sites the quorum dropped."""
+    schema = federation.schema
+    assert schema is not None
+    K = max(prep.n_folds.values()) if prep.n_folds else 0
+    out: dict[str, list[str]] = {}
+    for site, k in prep.n_folds.items():
+        notes: list[str] = []
+        measured = dict(zip(prep.columns, prep.measured[site]))
+        cols = [c for c in prep.unvoted.get(site, []) if measured.get(c, 0) > 0]
+        if cols:
+            notes.append(f"does not vote on {len(cols)} column(s) it measures in its training rows but not in the "
+                         f"fit rows of every fold ({', '.join(cols[:10])}{' …' if len(cols) > 10 else ''})")
+        if (prep.ballots.get(site) or [None])[-1] is None:
+            notes.append("casts no ballot: its training rows hold one target value (or none)")
+        if k == 0:
+            notes.append("scores no cross-validation fold: too few training rows for folds of at least its min_rows "
+                         "(its training rows still train every fold's chains)")
+        elif k < K:
+            notes.append(f"has {k} of {K} folds: it scores folds 0–{k - 1} and trains the other folds' chains "
+                         "on all its training rows")
+        if site not in federation.dropped and schema.rows(site, "test") == 0:
+            notes.append("has no test rows: it is in no test score")
+        if notes:
+            out[site] = notes
+    for site, why in federation.dropped.items():
+        if site not in dropped_before:
+            out.setdefault(site, []).append(f"was dropped from the run (the quorum went on without it): {why}")
+    return out
+
+
 def _checked(federation: Federation, model: Any, rounds: int, local_epochs: int, modes: Sequence[str]
              ) -> tuple[LogisticRegressionModel, list[str], dict[str, Any]]:
     """``(model, modes with "none" first, the model's {name, params})`` of valid settings (raises ``ValueError``)."""

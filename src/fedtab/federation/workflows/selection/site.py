@@ -32,8 +32,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fedtab.learn.metrics import brier_sum, confusion, rank_pairs, score_histogram
-from fedtab.learn.models import LogisticRegressionModel, make_model
+from fedtab.learn.metrics import brier_sum, confusion, rank_pairs, regression_sums, score_histogram
+from fedtab.learn.models import LinearRegressionModel, LogisticRegressionModel, make_model
 from fedtab.learn.personalise import check_mode, log_loss_sum, personalise, personalised_proba
 from fedtab.federation.site.data import fill_with_column_means, numeric_matrix
 from fedtab.federation.protocol.messages import Message
@@ -41,7 +41,7 @@ from fedtab.federation.site.observed import measured_frame, measured_matrix
 from fedtab.federation.protocol.kinds import declared as _declared
 from fedtab.federation.site.core import Site
 from fedtab.federation.site.registry import handler
-from fedtab.federation.site.matrices import class_indices, site_matrix
+from fedtab.federation.site.matrices import class_indices, regression_targets, site_matrix
 
 __all__ = ["PREPARE_RELEASES", "FIT_RELEASES", "EVALUATE_RELEASES", "chain_parts", "SETUP_KEY", "histogram_slots"]
 
@@ -131,9 +131,10 @@ def _store_setup(site: Site, meta: Mapping[str, Any], arrays: Mapping[str, np.nd
     if not (np.isfinite(l2).all() and (l2 >= 0).all()):
         raise ValueError("select setup: the L2 strengths must be finite and non-negative")
     model = make_model(meta["model"])
-    if not isinstance(model, LogisticRegressionModel):
-        raise ValueError("model selection trains logistic regression")
-    setup = {"features": features, "classes": classes, "masks": masks, "chain_mask": chain_mask,
+    regression = isinstance(model, LinearRegressionModel)
+    if not (isinstance(model, LogisticRegressionModel) or regression and not classes):
+        raise ValueError("model selection trains logistic regression (classes) or linear regression (no classes)")
+    setup = {"task": "regression" if regression else "classes","features": features, "classes": classes, "masks": masks, "chain_mask": chain_mask,
              "chain_fold": chain_fold, "mean": mean, "std": std, "l2": l2, "without": without,
              "model": meta["model"]}
     site.state[SETUP_KEY] = setup
@@ -152,7 +153,8 @@ def _raw(site: Site, setup: Mapping[str, Any], part: str) -> tuple[np.ndarray, n
     cache = site.state.setdefault(_CACHE, {})
     if part not in cache:
         X, y_raw = site_matrix(site, setup["features"], part)
-        cache[part] = (X, class_indices(y_raw, setup["classes"]))
+        cache[part] = (X, regression_targets(y_raw) if setup["task"] == "regression"
+                       else class_indices(y_raw, setup["classes"]))
     return cache[part]
 
 
@@ -188,6 +190,8 @@ def _fit(site: Site, request: Message) -> Message:
     M, d = len(setup["chain_mask"]), len(setup["features"])
     if coef.ndim != 3 or coef.shape[0] != M or coef.shape[2] != d or intercept.shape != coef.shape[:2]:
         raise ValueError("select_fit: the parameters do not have the chains' shapes")
+    if setup["task"] == "regression":
+        return _fit_statistics(site, setup)
     out_coef, out_b = np.zeros_like(coef), np.zeros_like(intercept)
     epochs = int(request.meta.get("epochs", 1))
     for m in range(M):
@@ -201,6 +205,27 @@ def _fit(site: Site, request: Message) -> Message:
         p = _chain_model(setup, m).local_update(_chain_params(request.arrays, m, mask), Z, y, epochs=epochs)
         out_coef[m][:, mask], out_b[m] = p["coef"], p["intercept"]
     return Message("select_fit", {"param:coef": out_coef, "param:intercept": out_b})
+
+
+def _fit_statistics(site: Site, setup: Mapping[str, Any]) -> Message:
+    """A regression selection's one fit exchange: every chain's normal-equation statistics
+    (:meth:`~fedtab.learn.models.LinearRegressionModel.local_update`) over its training part,
+    full width (index 0 the intercept, zeros outside the chain's mask; zeros for a chain the site
+    does not train): ``param:count`` ``(M,)``, ``param:xtx`` ``(M, d+1, d+1)``, ``param:xty`` ``(M, d+1)``."""
+    M, d = len(setup["chain_mask"]), len(setup["features"])
+    count, xtx, xty = np.zeros(M), np.zeros((M, d + 1, d + 1)), np.zeros((M, d + 1))
+    for m in range(M):
+        if setup["without"][m] == site.name:
+            continue
+        part, _ = chain_parts(site, int(setup["chain_fold"][m]))
+        Z, y = _chain_matrix(site, setup, m, part)
+        if not len(y):
+            continue
+        idx = np.concatenate([[0], 1 + np.flatnonzero(setup["masks"][setup["chain_mask"][m]])])
+        st = LinearRegressionModel().local_update({}, Z, y)
+        count[m] = st["count"][0]
+        xtx[m][np.ix_(idx, idx)], xty[m][idx] = st["xtx"], st["xty"]
+    return Message("select_fit", {"param:count": count, "param:xtx": xtx, "param:xty": xty})
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -244,6 +269,8 @@ def _evaluate(site: Site, request: Message) -> Message:
     setup = _setup(site)
     meta = request.meta
     stage = "test" if meta.get("stage") == "test" else "cv"
+    if setup["task"] == "regression":
+        return _evaluate_regression(site, setup, request, stage)
     C = len(setup["classes"])
     M = len(setup["chain_mask"])
     bins = meta.get("score_bins")
@@ -302,3 +329,32 @@ def _evaluate(site: Site, request: Message) -> Message:
         arrays.update({f"param:site:{k}": np.asarray(v, np.float64) for k, v in fitted[key].items()})
     return Message("select_evaluate", arrays)
 
+
+
+def _evaluate_regression(site: Site, setup: Mapping[str, Any], request: Message, stage: str) -> Message:
+    """A regression selection's evaluation: per slot (mode ``"none"`` only: no personalisation
+    of a regression), :func:`~fedtab.learn.metrics.regression_sums` of the chain's linear model
+    on its held-out rows — ``sse``, ``sae``, ``sum_y``, ``sum_y2``, each ``(E,)`` (zeros where
+    the site has no such rows)."""
+    M = len(setup["chain_mask"])
+    slots = _slots(request.meta, M)
+    if any(mode != "none" for _, mode in slots) or request.meta.get("send_personal") is not None:
+        raise ValueError("a regression selection scores unpersonalised models only (mode 'none')")
+    E = len(slots)
+    out = {k: np.zeros(E) for k in ("sse", "sae", "sum_y", "sum_y2")}
+    for e, (m, _) in enumerate(slots):
+        fold = int(setup["chain_fold"][m])
+        if stage == "test" and fold != -1:
+            raise ValueError("the test stage scores refit chains only")
+        _, held = chain_parts(site, fold, stage)
+        if held is None:
+            continue
+        Z, y = _chain_matrix(site, setup, m, held)
+        if not len(y):
+            continue
+        mask = setup["masks"][setup["chain_mask"][m]]
+        coef = np.asarray(request.arrays["param:coef"][m], np.float64)[0, mask]
+        b = float(np.asarray(request.arrays["param:intercept"][m], np.float64)[0])
+        for k, v in regression_sums(y, Z @ coef + b).items():
+            out[k][e] = v
+    return Message("select_evaluate", out)
