@@ -314,6 +314,27 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def release_plans(case: str, seed: int) -> list[str]:
+    """One line per site: the co-observation cells its imputation statistics suppress and the
+    pair sums it replaces (:func:`fedtab.impute.stats.release_plan` on its training rows)."""
+    from fedtab.impute.stats import release_plan
+
+    tables, target = site_tables(case, seed)
+    out = []
+    for s in _sites(tables, target, seed):
+        cols = s.feature_names
+        values = s.rows("train")[cols].to_numpy(dtype=np.float64, na_value=np.nan)
+        plan = release_plan(values, s.policy.min_rows)
+        f = len(cols)
+        missing = {cols[j]: int(k) for j, k in enumerate(np.isnan(values).sum(0)) if k}
+        suppressed = [f"{cols[i]}×{cols[j]}" for i in range(f) for j in range(i + 1, f) if not plan.kept[i, j]]
+        replaced = [f"Σ{cols[i]}|{cols[j]}" for i in range(f) for j in range(f)
+                    if i != j and plan.kept[i, j] and not plan.exact[i, j]]
+        out.append(f"{case} seed {seed} {s.name}: {len(values)} training rows, missing cells {missing}; "
+                   f"suppressed {len(suppressed)} {suppressed}; replaced {len(replaced)} {replaced}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -322,7 +343,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-impute", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one seed, heart, 3 rounds, no imputation (tests)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--plan", action="store_true",
+                    help="only print each site's co-observation release plan (suppressed / replaced pair cells)")
     args = ap.parse_args(argv)
+    if args.plan:
+        for case in args.cases:
+            for seed in args.seeds:
+                print("\n".join(release_plans(case, seed)))
+        return 0
     if args.quick:
         args.seeds, args.cases, args.rounds, args.no_impute = [0], ["heart"], 3, True
     rows = []

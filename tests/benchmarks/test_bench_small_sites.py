@@ -37,3 +37,16 @@ def test_the_icu_consortium_is_four_icu_types_from_the_shared_physionet_files():
     assert troponin["cardiac_surgery"] < troponin["coronary"]
     again, _ = small_sites.site_tables("icu", 0)
     assert all(again[n].equals(t) for n, t in tables.items())  # per seed, the same rows
+
+
+def test_plan_prints_each_sites_release_plan(capsys):
+    """``--plan`` prints, per site, the co-observation cells the imputation would suppress or
+    replace: heart seed 0's h1 misses 2 cells of ``ca``, so its sums over the rows with ``ca``
+    are replaced (their complement is 2 rows), and no pair of h1 is suppressed."""
+    from benchmarks import small_sites
+
+    assert small_sites.main(["--plan", "--seeds", "0", "--cases", "heart"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split(":")[0] for ln in lines] == [f"heart seed 0 h{k}" for k in (1, 2, 3, 4)]
+    h1 = lines[0]
+    assert "missing cells {'ca': 2}" in h1 and "suppressed 0 []" in h1 and "'Σage|ca'" in h1

@@ -150,3 +150,106 @@ def test_apply_counts_clipped_cells_only_in_columns_with_enough_imputed_cells():
     assert _released_clipped(given, raw, low, high, 10) == 10
     given[:3, 1] = np.nan  # three in column 1, within its bounds: counted nowhere either way
     assert _released_clipped(given, raw, low, np.array([2.0, -0.5]), 10) == 10
+
+
+# --------------------------------------------------------------- two-valued partners, plain and secure
+LEVEL_COLS = ["a", "b", "s", "f"]
+
+
+def _level_tables(holder_cells: dict[tuple[int, int], int], seed: int = 0) -> list[pd.DataFrame]:
+    """3 sites with a, b continuous and s, f 0/1; site 0 has ``holder_cells[(s, f)]`` rows per
+    cell, the others only f = 1 − s (so the pooled cells (0, 0) and (1, 1) are site 0's)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for cells in (holder_cells, {(1, 0): 20, (0, 1): 20}, {(1, 0): 20, (0, 1): 30}):
+        sf = np.array([c for c, k in cells.items() for _ in range(k)], dtype=float)
+        z = rng.normal(size=len(sf))
+        ab = np.column_stack([z + sf[:, 0], -z + sf[:, 1]]) + rng.normal(0, 0.5, (len(sf), 2)) + 3.0
+        out.append(pd.DataFrame(np.column_stack([ab, sf]), columns=LEVEL_COLS))
+    return out
+
+
+def _level_sums(count, total, pc, sx, sxy, shift, scale, cols) -> dict[str, float]:
+    """Every sum of ``a`` (in data units about the shift) the server reads off one set of
+    statistics: over its rows, over each partner's co-observed rows, and per level of s and f
+    (the product with a 0/1 column about its shift is Σ over the 1-level minus shift · Σ over all)."""
+    i = cols.index("a")
+    out = {"O": total[i] * scale[i]}
+    for j, c in enumerate(cols):
+        if j == i or pc[i, j] == 0:
+            continue
+        out[f"R_{c}"] = sx[i, j] * scale[i]
+        if c in ("s", "f"):
+            one = scale[j] * sxy[i, j] + shift[j] * sx[i, j]  # Σ_{c=1} of a's (scaled) values
+            out[f"{c}=1"] = one * scale[i]
+            out[f"{c}=0"] = (sx[i, j] - one) * scale[i]
+    return out
+
+
+def _combinations(sums: dict[str, float]) -> list[float]:
+    """Every difference of two released sums and every ±1 combination of three."""
+    import itertools
+
+    vals = list(sums.values())
+    out = [p - q for p, q in itertools.permutations(vals, 2)]
+    for trio in itertools.combinations(vals, 3):
+        for signs in itertools.product((1, -1), repeat=3):
+            out.append(sum(s_ * v for s_, v in zip(signs, trio)))
+    return out
+
+
+def _cell_truth(table: pd.DataFrame, shift_a: float) -> float:
+    cell = (table["s"] == 0) & (table["f"] == 0)
+    return float((table.loc[cell, "a"] - shift_a).sum())
+
+
+def _level_attack(tables, secure: bool, monkeypatch) -> tuple[dict[str, float], float]:
+    seen, summed, glob, _ = _curious_run(tables, secure, monkeypatch)
+    if secure:
+        sums = _level_sums(summed["count"], summed["sum"], summed["pair_count"], summed["pair_sx"],
+                           summed["pair_sxy"], summed["shift"], summed["scale"], glob)
+        return sums, _cell_truth(tables[0], summed["shift"][glob.index("a")])
+    r = seen["s0"]
+    cols, a = r.meta["columns"], r.arrays
+    ones = np.ones(len(cols))
+    sums = _level_sums(a["count"], a["sum"], a["pair_count"], a["pair_sx"], a["pair_sxy"], a["shift"], ones, cols)
+    return sums, _cell_truth(tables[0], a["shift"][cols.index("a")])
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_a_cell_pinned_down_by_two_levels_is_not_recovered(secure, monkeypatch):
+    """Site 0: f = 1 only where s = 0, and 3 rows with s = 0 and f = 0: Σ_O − Σ_{s=1} − Σ_{f=1}
+    would be those 3 rows (alone in the federation). No difference of two released sums of a,
+    and no ±1 combination of three, gives them."""
+    tables = _level_tables({(1, 0): 30, (0, 1): 27, (0, 0): 3})
+    sums, truth = _level_attack(tables, secure, monkeypatch)
+    tol = dict(rtol=1e-5, atol=1e-4) if secure else dict(rtol=1e-9, atol=1e-9)
+    assert not any(np.isclose(v, truth, **tol) for v in _combinations(sums)), (sums, truth)
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_a_ten_row_pinned_cell_is_an_aggregate_and_released(secure, monkeypatch):
+    """The control: with 10 rows in the cell the same attack gives their sum (allowed)."""
+    tables = _level_tables({(1, 0): 30, (0, 1): 27, (0, 0): 10})
+    sums, truth = _level_attack(tables, secure, monkeypatch)
+    tol = dict(rtol=1e-5, atol=1e-4) if secure else dict(rtol=1e-9, atol=1e-9)
+    assert any(np.isclose(v, truth, **tol) for v in _combinations(sums)), (sums, truth)
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_a_small_cell_no_combination_separates_keeps_both_products(secure, monkeypatch):
+    """Four cells, one of 3 rows (s = 0, f = 0), the others pinned by nothing: the site releases
+    both products of a (the graph keeps the pairs) and still no combination gives the cell."""
+    tables = _level_tables({(1, 1): 20, (1, 0): 20, (0, 1): 17, (0, 0): 3})
+    seen, summed, glob, pooled = _curious_run(tables, secure, monkeypatch)
+    if not secure:
+        r = seen["s0"]
+        cols = r.meta["columns"]
+        a, s_, f_ = (cols.index(c) for c in ("a", "s", "f"))
+        assert r.arrays["pair_count"][a, s_] == 60 and r.arrays["pair_count"][a, f_] == 60
+    ia, is_, if_ = (glob.index(c) for c in ("a", "s", "f"))
+    assert pooled.pair_count[ia, is_] == 150 and pooled.pair_count[ia, if_] == 150  # every site's rows
+    with pytest.MonkeyPatch.context() as mp:
+        sums, truth = _level_attack(tables, secure, mp)
+    tol = dict(rtol=1e-5, atol=1e-4) if secure else dict(rtol=1e-9, atol=1e-9)
+    assert not any(np.isclose(v, truth, **tol) for v in _combinations(sums)), (sums, truth)

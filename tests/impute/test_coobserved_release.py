@@ -59,6 +59,38 @@ def _smallest_atom(x: np.ndarray, s, i: int) -> int:
     return int(counts.min())
 
 
+def _smallest_support(x: np.ndarray, s, i: int) -> int:
+    """The fewest rows of ``O_i`` that some non-zero combination of the exposed sums depends on:
+    the server's best differencing, found by a mixed-integer program (independent of the plan's
+    own search). Per atom ``a`` of the exposed sets: the combination's weight ``v_a`` there and
+    ``z_a = 1`` when it is non-zero; for each atom ``a0`` in turn, ``v_a0 = 1`` and every
+    ``|v_a| <= z_a`` (any combination, scaled so that its largest weight is 1 at ``a0``);
+    minimise the rows ``Σ count_a z_a``. Large if nothing is exposed."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    sets = _exposed_sets(x, s, i)
+    if not sets:
+        return 10 ** 9
+    rows = np.flatnonzero(~np.isnan(x[:, i]))
+    member = np.stack([m[rows] for m in sets], axis=1).astype(float)
+    atoms, counts = np.unique(member, axis=0, return_counts=True)
+    k, g = atoms.shape  # variables: c (g, free), z (k, binary); v = atoms @ c
+    best = 10 ** 9
+    for a0 in range(k):
+        upper = np.hstack([atoms, -np.eye(k)])  # v - z <= 0
+        lower = np.hstack([atoms, np.eye(k)])  # v + z >= 0
+        pin = np.hstack([atoms[a0], np.zeros(k)])[None, :]  # v_a0 == 1
+        cons = [LinearConstraint(upper, -np.inf, 0.0), LinearConstraint(lower, 0.0, np.inf),
+                LinearConstraint(pin, 1.0, 1.0)]
+        cost = np.concatenate([np.zeros(g), counts.astype(float)])
+        res = milp(cost, constraints=cons, integrality=np.concatenate([np.zeros(g), np.ones(k)]),
+                   bounds=Bounds(np.concatenate([np.full(g, -1e6), np.zeros(k)]),
+                                 np.concatenate([np.full(g, 1e6), np.ones(k)])))
+        if res.status == 0:
+            best = min(best, int(round(res.fun)))
+    return best
+
+
 def _in_span(x: np.ndarray, s, i: int, target: np.ndarray) -> bool:
     """Whether Σ x_i over ``target`` (a bool row mask) is a linear combination of the sums the
     reply exposes — the server's best differencing attack."""
@@ -154,7 +186,9 @@ def test_no_combination_of_released_sums_isolates_fewer_than_min_rows(case):
     f = x.shape[1]
     s = released_stats(x, [f"c{j}" for j in range(f)], min_rows)
     for i in range(f):
-        assert _smallest_atom(x, s, i) >= min_rows
+        # every combination of the exposed sums depends on min_rows rows or more (pieces of the
+        # column's rows below min_rows are allowed where no combination separates them)
+        assert _smallest_atom(x, s, i) >= min_rows or _smallest_support(x, s, i) >= min_rows
         # the complement of every partner, and every single row, is out of the server's reach
         for j in range(f):
             comp = ~np.isnan(x[:, i]) & np.isnan(x[:, j])
@@ -173,3 +207,60 @@ def test_with_min_rows_one_everything_is_exact():
     plan = release_plan(x, 1)
     assert plan.exact.all() and plan.kept.all()
     assert np.allclose(released_stats(x, list("abcd"), 1).pair_sx, site_stats(x, list("abcd")).pair_sx)
+
+
+def _levels_table(cells: dict[tuple[int, int], int], seed: int = 0) -> np.ndarray:
+    """Columns (a, s, f): a continuous, s and f two 0/1 columns with ``cells[(s, f)]`` rows each."""
+    rng = np.random.default_rng(seed)
+    rows = [(s_, f_) for (s_, f_), k in cells.items() for _ in range(k)]
+    sf = np.array(rows, dtype=float)
+    return np.column_stack([rng.normal(5.0, 2.0, len(sf)), sf])
+
+
+def test_a_small_cell_of_two_two_valued_partners_is_released_when_no_combination_isolates_it():
+    """s and f cross-classify a's rows into four cells, one of 3 rows: Σ_O, Σ_{s=1}, Σ_{f=1}
+    (from the products) are three numbers about four cells, so no combination gives the small
+    cell (or any other set below min_rows) — the pairs stay in the statistics."""
+    x = _levels_table({(1, 1): 3, (1, 0): 57, (0, 1): 20, (0, 0): 20})
+    s = released_stats(x, list("asf"), MIN_ROWS)
+    assert s.pair_count[0, 1] == 100 and s.pair_count[0, 2] == 100  # both products released
+    assert _smallest_atom(x, s, 0) == 3  # a piece below min_rows exists ...
+    assert _smallest_support(x, s, 0) >= MIN_ROWS  # ... but no combination separates it
+    cell = (x[:, 1] == 1) & (x[:, 2] == 1)
+    assert not _in_span(x, s, 0, cell)
+    assert not any(_in_span(x, s, 0, np.arange(100) == r) for r in np.flatnonzero(cell))
+
+
+def test_a_small_cell_the_other_levels_pin_down_is_not_released():
+    """f = 1 only where s = 0, and 3 rows have s = 0 and f = 0: Σ_O − Σ_{s=1} − Σ_{f=1} is those
+    3 rows. The unprotected statistics give them (the adversary works); the plan does not."""
+    x = _levels_table({(1, 0): 60, (0, 1): 37, (0, 0): 3})
+    cell = (x[:, 1] == 0) & (x[:, 2] == 0)
+    raw = site_stats(x, list("asf"))
+    assert _in_span(x, raw, 0, cell) and _smallest_support(x, raw, 0) == 3
+    s = released_stats(x, list("asf"), MIN_ROWS)
+    assert not _in_span(x, s, 0, cell)
+    assert _smallest_support(x, s, 0) >= MIN_ROWS
+    assert s.pair_count[0, 1] == 100 and s.pair_count[0, 2] == 0  # the second product is suppressed
+
+
+def test_the_differencing_adversary_finds_an_overlap_in_unprotected_statistics():
+    """The adversary of these tests has teeth: two 50-row complements overlapping in one row."""
+    x = _table(f=3)
+    x[:49, 1] = np.nan
+    x[50:, 2] = np.nan
+    raw = site_stats(x, list("abc"))
+    assert _smallest_support(x, raw, 0) == 1 and _in_span(x, raw, 0, np.arange(100) == 49)
+
+
+def test_a_search_too_large_to_finish_counts_as_isolating(monkeypatch):
+    """Beyond MAX_SUBSETS the check answers "isolates": the plan gets coarser, never less safe."""
+    import fedtab.impute.stats as stats
+
+    # two 6-row cells: Σ_{s=0,f=0} − Σ_{s=1,f=1} is a combination, but of 12 rows (allowed)
+    x = _levels_table({(1, 1): 6, (1, 0): 44, (0, 1): 44, (0, 0): 6})
+    member = np.column_stack([np.ones(100, bool), x[:, 1] == 1, x[:, 2] == 1])
+    assert not stats._isolates(member, MIN_ROWS) and _smallest_support(x, site_stats(x, list("asf")), 0) == 12
+    monkeypatch.setattr(stats, "MAX_SUBSETS", 0)
+    assert stats._isolates(member, MIN_ROWS)
+    assert released_stats(x, list("asf"), MIN_ROWS).pair_count[0, 2] == 0

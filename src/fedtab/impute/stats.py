@@ -160,25 +160,95 @@ def _two_valued(x: np.ndarray, obs: np.ndarray) -> np.ndarray:
     return out
 
 
-class _Atoms:
-    """The partition of one column's observed rows into the atoms its released sums separate."""
+#: most candidate row sets :func:`_isolates` examines for one check; beyond it the check answers
+#: "isolates" (the plan then suppresses or replaces the cell: never less safe, only coarser).
+MAX_SUBSETS = 4096
+
+
+def _isolates(member: np.ndarray, min_rows: int) -> bool:
+    """Whether some linear combination of row-set sums isolates fewer than ``min_rows`` rows.
+
+    ``member`` is an ``(n, g)`` bool matrix: column ``k`` is the ``k``-th row set over which the
+    server holds ``Σ x`` of one column's ``n`` observed rows. The server learns ``v · x`` for
+    every ``v`` in the span of those indicator vectors; the answer is ``True`` when a non-zero
+    ``v`` there is supported on fewer than ``min_rows`` rows (its dot product with ``x`` is then a
+    function of those rows alone: a complement, an overlap of two complements, a cell of two
+    cross-classified levels that the other sums pin down, …).
+
+    Rows with the same membership (an *atom*) get the same weight in every ``v``, so a support is
+    a union of atoms; only atoms below ``min_rows`` can be in a small support. With ``B`` the
+    span vectors that vanish on every atom of ``min_rows`` rows or more (restricted to the small
+    atoms), a small support exists iff some set ``T`` of small atoms holding fewer than
+    ``min_rows`` rows carries a non-zero vector of ``B``, i.e. ``rank(B without T) < rank(B)``;
+    maximal such ``T`` are enumerated (at most :data:`MAX_SUBSETS`, else ``True``).
+    """
+    if member.shape[0] == 0 or member.shape[1] == 0:
+        return False
+    patterns, counts = np.unique(member, axis=0, return_counts=True)
+    m = patterns.astype(np.float64)
+    small = counts < min_rows
+    if not small.any():
+        return False
+    big = m[~small]
+    # null space of the big atoms' rows: coefficient vectors c with big @ c == 0
+    if big.shape[0]:
+        _, sv, vt = np.linalg.svd(big, full_matrices=True)
+        rank_big = int(np.sum(sv > 1e-9 * max(sv.max(initial=0.0), 1.0)))
+        null = vt[rank_big:].T
+    else:
+        null = np.eye(m.shape[1])
+    if null.shape[1] == 0:
+        return False
+    b = m[small] @ null  # (small atoms, d): the span vectors that vanish on the big atoms
+    d = np.linalg.matrix_rank(b, tol=1e-9)
+    if d == 0:
+        return False
+    w = counts[small]
+    order = np.argsort(w, kind="stable")
+    w, b = w[order], b[order]
+    s = len(w)
+    visited = 0
+
+    def search(k: int, chosen: list[int], weight: int) -> bool | None:
+        """True: a small support found; None: too many subsets (treated as found)."""
+        nonlocal visited
+        if k == s:
+            # maximal: no atom left out could still join (atoms sorted by weight)
+            out = [a for a in range(s) if a not in chosen]
+            if any(weight + w[a] < min_rows for a in out):
+                return False
+            visited += 1
+            if visited > MAX_SUBSETS:
+                return None
+            rest = b[out] if out else np.zeros((0, b.shape[1]))
+            return bool(np.linalg.matrix_rank(rest, tol=1e-9) < d) if rest.size else True
+        if weight + w[k] < min_rows:
+            got = search(k + 1, chosen + [k], weight + int(w[k]))
+            if got is not False:
+                return got
+        return search(k + 1, chosen, weight)
+
+    return search(0, [], 0) is not False
+
+
+class _Exposure:
+    """The row sets over which the server holds ``Σ x`` of one column (its observed rows)."""
 
     def __init__(self, rows: np.ndarray, min_rows: int):
         self.rows = rows  # indices of the observed rows of the column
-        self.label = np.zeros(len(rows), dtype=np.int64)
+        self.sets: list[np.ndarray] = [np.ones(len(rows), dtype=bool)]  # O_i itself (count, sum)
         self.min_rows = min_rows
 
-    def refine(self, key: np.ndarray) -> bool:
-        """Split every atom by ``key`` (small non-negative ints per row, over all rows) if every
-        non-empty atom keeps ``min_rows`` rows; return whether it did."""
-        k = key[self.rows]
-        if len(k) == 0 or np.all(k == k[0]):
+    def add(self, sets: list[np.ndarray]) -> bool:
+        """Add ``sets`` (bool masks over all rows) if no combination of the held and the new
+        sums then isolates fewer than ``min_rows`` rows; return whether they were added."""
+        new = [np.asarray(m, dtype=bool)[self.rows] for m in sets]
+        new = [m for m in new if m.any() and not m.all()]  # empty or all rows: nothing new
+        if not new:
             return True
-        new = self.label * (int(k.max()) + 1) + k
-        counts = np.bincount(new)
-        if counts[counts > 0].min() < self.min_rows:
+        if _isolates(np.stack(self.sets + new, axis=1), self.min_rows):
             return False
-        self.label = np.unique(new, return_inverse=True)[1].reshape(-1)
+        self.sets += new
         return True
 
 
@@ -188,20 +258,22 @@ def release_plan(values: np.ndarray, min_rows: int) -> ReleasePlan:
     The sums of ``x_i`` (and ``x_i**2``) a site releases are over ``O_i`` (rows where ``i`` is
     observed: ``count``, ``sum``, ``sumsq``) and over ``R_ij = O_i ∩ O_j`` for each partner ``j``
     (``pair_sx``, ``pair_sxx``); a two-valued ``x_j`` also makes the product ``Σ x_i x_j`` a sum
-    of ``x_i`` per level of ``x_j``. A server combining them linearly learns at most the sum over
-    each *atom* of ``O_i``: the rows that share their membership in every one of those sets. The
-    plan keeps every non-empty atom of every column at ``>= min_rows`` rows, so no combination of
-    the released sums (``Σ_{O_i} − Σ_{R_ij}`` — the complement —, ``Σ_{R_ij} + Σ_{R_ik} − Σ_{O_i}``,
-    …) weights fewer than ``min_rows`` rows differently from the rest of their atom.
+    of ``x_i`` per level of ``x_j``. A server combining them linearly learns ``v · x_i`` for every
+    ``v`` in the span of the indicator vectors of those row sets. The plan keeps every non-zero
+    ``v`` of that span supported on ``>= min_rows`` rows (:func:`_isolates`), so no combination
+    of the released sums (``Σ_{O_i} − Σ_{R_ij}`` — the complement —, ``Σ_{R_ij} + Σ_{R_ik} −
+    Σ_{O_i}``, the cell of two cross-classified levels when the other cells are known, …) is a
+    function of fewer than ``min_rows`` rows' values.
 
     Cells are decided greedily, most co-observed pair first (ties by index: the plan depends on
-    the observation pattern and on which columns are two-valued, never on other values):
+    the observation pattern and on the level sets of two-valued columns, never on other values):
 
-    1. the pair is co-observed in fewer than ``min_rows`` rows, or its product would split an
-       atom below ``min_rows`` (a two-valued partner): the whole cell is suppressed;
+    1. the pair is co-observed in fewer than ``min_rows`` rows, or its product's level sums (a
+       two-valued partner) would let a combination isolate fewer than ``min_rows`` rows: the
+       whole cell is suppressed;
     2. otherwise the cell is kept, and ``pair_sx[i, j]``/``pair_sxx[i, j]`` are exact when
-       splitting ``O_i``'s atoms by ``j``'s observation mask keeps them ``>= min_rows`` (always when
-       ``j`` is observed wherever ``i`` is), else replaced (see :func:`released_stats`).
+       adding ``R_ij`` to the row sets of ``i`` keeps that so (always when ``j`` is observed
+       wherever ``i`` is), else replaced (see :func:`released_stats`).
 
     Args:
         values: (n, F) float array, NaN = missing (no inf).
@@ -227,28 +299,26 @@ def release_plan(values: np.ndarray, min_rows: int) -> ReleasePlan:
     kept[np.diag_indices(f)] = col_ok
     exact[np.diag_indices(f)] = col_ok
     two = _two_valued(np.where(obs, x, 0.0), obs)
-    # per column and two-valued partner: 0 = missing, 1 / 2 = its lower / upper value on the pair's rows
-    atoms = [_Atoms(np.flatnonzero(obs[:, i]), min_rows) for i in range(f)]
-    mask = obs.astype(np.int64)
+    exposed = [_Exposure(np.flatnonzero(obs[:, i]), min_rows) for i in range(f)]
     iu, ju = np.triu_indices(f, k=1)
     cand = (pc[iu, ju] >= min_rows) & col_ok[iu] & col_ok[ju]
     order = np.lexsort((ju[cand], iu[cand], -pc[iu, ju][cand]))
     for i, j in zip(iu[cand][order], ju[cand][order]):
         sides = ((i, j), (j, i))
-        keys = {}
+        levels = {}
         for a, b in sides:  # the levels of b split a's rows when b is two-valued on the pair's rows
             if two[a, b]:
                 both = obs[:, a] & obs[:, b]
                 lo = x[both, b].min()
-                keys[a] = np.where(obs[:, b], np.where(x[:, b] == lo, 1, 2), 0)
-        saved = {a: atoms[a].label.copy() for a in keys}
-        if not all(atoms[a].refine(keys[a]) for a in keys):
-            for a, lab in saved.items():
-                atoms[a].label = lab
+                levels[a] = [both & (x[:, b] == lo), both & (x[:, b] != lo)]
+        saved = {a: list(exposed[a].sets) for a in levels}
+        if not all(exposed[a].add(levels[a]) for a in levels):
+            for a, sets in saved.items():
+                exposed[a].sets = sets
             continue
         kept[i, j] = kept[j, i] = True
         for a, b in sides:
-            exact[a, b] = a in keys or atoms[a].refine(mask[:, b])
+            exact[a, b] = a in levels or exposed[a].add([obs[:, b]])
     return ReleasePlan(kept=kept, exact=exact)
 
 
