@@ -357,4 +357,4 @@ def test_the_plans_exchange_count_is_what_the_in_process_engine_makes(tmp_path):
         ends = [m[1] for m in marks[1:]] + [fed.exchange_count]
         made = {name: end - start for (name, start), end in zip(marks, ends)}
         assert planned_exchanges(spec) == made, sections
-    assert made["training"] == 2 * 3 + 4 + 1  # the last case: levels, summary, start, closing, importance, evaluate
+    assert made["training"] == 2 * 3 + 6 + 1  # the last case: levels, summary, 2 sketches, start, closing, importance, evaluate
