@@ -318,10 +318,10 @@ def _sketch(run: _Run, features: list[str]) -> list[np.ndarray]:
 
 
 def _bounds_meta(run: _Run) -> dict[str, Any]:
-    """``{"bounds": {column: [low, high]}}`` of the run's columns with public bounds (without DP:
-    the sites check those columns' edges lie inside), else ``{}``."""
+    """``{"bounds": {column: [low, high]}}`` of the run's columns with public bounds (the sites
+    check those columns' edges lie inside; under DP they check the DP bounds' grid), else ``{}``."""
     given = {f: run.bounds[f] for f in run.features if f in run.bounds}
-    return {"bounds": given} if given and not run.noisy else {}
+    return {"bounds": given} if given else {}
 
 
 def _start(run: _Run, classes: list[str]) -> Booster:
