@@ -54,8 +54,8 @@ def test_split_and_bin_edge_differencing_against_a_default_site_is_refused():
     table = _table()
     site = Site("s", table, "target")
     x0 = np.sort(site.rows("train")["f0"].to_numpy())
-    assert _start(site, [_around(x0[150]), np.array([0.0], np.float32), np.array([0.0], np.float32)]).kind \
-        == "gbdt_start"
+    start = _start(site, [_around(x0[150]), np.array([0.0], np.float32), np.array([0.0], np.float32)])
+    assert start.is_refusal and "no public bounds and no sketch grid" in start.meta["reason"]
     for nodes in ([[0, 0]], [[0, 1]]):
         reply = _level(site, nodes)
         assert reply.is_refusal and "allow_server_row_sets" in reply.meta["reason"]
@@ -200,9 +200,11 @@ def test_a_replayed_closing_level_is_refused_before_it_applies_the_leaf_values()
 class _Poison(Site):
     """Adds 2**40 to every entry of its masked level vector (a hostile site inside a secure sum)."""
 
+    kind = "gbdt_level"
+
     def handle(self, request: Message) -> Message:
         reply = super().handle(request)
-        if request.kind == "gbdt_level" and "secagg:y" in reply.arrays:
+        if request.kind == self.kind and "secagg:y" in reply.arrays:
             y = np.asarray(reply.arrays["secagg:y"], dtype=np.uint64) + np.uint64(2**40)
             return Message(reply.kind, {**reply.arrays, "secagg:y": y}, reply.meta)
         return reply
@@ -213,6 +215,18 @@ def test_a_poisoned_secure_sum_is_a_federation_error_naming_the_level_step():
     fed = LocalFederation([*make_sites(parts[:2]), _Poison("evil", parts[2], "target")])
     set_options(fed, secure_aggregation=True)
     with pytest.raises(FederationError, match="gbdt_level step: the summed values are implausible"):
+        run_gbdt(fed, None, params=FAST)
+
+
+class _PoisonedSketch(_Poison):
+    kind = "gbdt_sketch"
+
+
+def test_a_poisoned_secure_sketch_sum_is_a_federation_error_naming_the_sketch_step():
+    parts = gbdt_parts(4)
+    fed = LocalFederation([*make_sites(parts[:2]), _PoisonedSketch("evil", parts[2], "target")])
+    set_options(fed, secure_aggregation=True)
+    with pytest.raises(FederationError, match="gbdt_sketch step: the summed values are implausible"):
         run_gbdt(fed, None, params=FAST)
 
 
@@ -233,65 +247,88 @@ def test_dp_regression_clips_the_labels_at_the_site():
     assert abs(s[0]) < 50  # the noise (z ≥ 1 at sensitivity ~1), never ~1000 per row
 
 
-# ----------------------------------------------------------------------------- bin summaries
-def _summary(site: Site, **meta) -> Message:
-    return site.handle(Message("gbdt_summary", meta={"features": FEATS, "part": "train", **meta}))
+# ----------------------------------------------------------------------------- the bin sketch
+def _sketch(site: Site, stage: str = "fine", **meta) -> Message:
+    return site.handle(Message("gbdt_sketch", meta={"features": FEATS, "stage": stage, **meta}))
 
 
-def _column(reply: Message, j: int) -> tuple[np.ndarray, np.ndarray]:
-    p = reply.arrays["ptr"]
-    return reply.arrays["values"][p[j]:p[j + 1]], reply.arrays["counts"][p[j]:p[j + 1]]
+def _grid(lo: float, hi: float) -> dict:
+    return {"lo": [lo] * len(FEATS), "hi": [hi] * len(FEATS)}
 
 
-def test_bin_summaries_with_the_servers_parameters_cannot_be_differenced(tmp_path):
-    """The probe: summaries of one column under many ``sketch_size``/``min_rows``/parts, each
-    block a mean of >= min_rows rows, but differently cut: ``c2·m2 − c1·m1`` of two first
-    blocks of ``c1 < c2`` rows is the sum of ``c2 − c1`` rows (one row's value for 11 and 10).
-    The site answers every one with the summary it fixed, also after a restart and after its
-    table changed: every difference of two replies is zero, and no block holds fewer than 10 rows."""
+def test_a_second_fine_grid_in_the_period_is_refused_also_after_a_restart(tmp_path):
+    """The probe: counts of one column over two fine grids whose edges interleave (8/1024 and
+    12/1024 steps): the rows below an edge of one grid minus those below a nearby edge of the
+    other would count a row or two. The site answers the first grid, the same grid again (the
+    same counts), and refuses any other grid for that column in the period, also after a
+    restart on its state folder."""
     table = _table()
     site = Site("s", table, "target", state_dir=tmp_path)
-    x0 = np.sort(site.rows("train")["f0"].to_numpy())
-    first = _summary(site)
-    assert first.kind == "gbdt_summary", first.meta
-    replies = [first]
-    for sketch in (2, 7, 16, 25, 64, 1000):
-        for floor in (1, 10, 11, 30):
-            for part in ("train", "fit", "validation"):
-                replies.append(_summary(site, sketch_size=sketch, min_rows=floor, part=part))
-    replies.append(site.handle(Message("gbdt_summary", meta={"features": ["f1", "f0"], "part": "train"})))
-    restarted = Site("s", table.assign(f0=table["f0"] + 1.0), "target", state_dir=tmp_path)  # same ledger
-    replies.append(_summary(restarted, sketch_size=11))
-    firsts = set()
-    for r in replies:
-        assert r.kind == "gbdt_summary", r.meta
-        j = 1 if r.arrays["ptr"].size == 3 else 0  # the ["f1", "f0"] request: two columns, f0 second
-        values, counts = _column(r, j)
-        np.testing.assert_array_equal(values, _column(first, 0)[0])
-        np.testing.assert_array_equal(counts, _column(first, 0)[1])
-        assert counts.min() >= 10
-        firsts.add((int(counts[0]), float(values[0])))
-    # the probe's differences: first blocks of c1 < c2 rows give the sum of c2 - c1 rows
-    recovered = [(c2 * m2 - c1 * m1) for c1, m1 in firsts for c2, m2 in firsts if 0 < c2 - c1 < 10]
-    assert recovered == []
-    assert len(firsts) == 1
-    # what an old site answered: blocks cut by the request, and the 11th smallest value read exactly
-    from fedtab.learn.gbdt import site_summary
-    a = site_summary(x0[:, None], sketch_size=10**6, min_rows=10)  # an old site's floor: max(its, the request's)
-    b = site_summary(x0[:, None], sketch_size=10**6, min_rows=11)
-    assert a["counts"][0] == 10 and b["counts"][0] == 11
-    assert abs(11 * b["values"][0] - 10 * a["values"][0] - x0[10]) < 1e-9
+    assert _sketch(site, "range").kind == "gbdt_sketch"
+    first = _sketch(site, **_grid(-4.0, 4.0))
+    assert first.kind == "gbdt_sketch", first.meta
+    again = _sketch(site, **_grid(-4.0, 4.0))
+    np.testing.assert_array_equal(again.arrays["counts"], first.arrays["counts"])
+    for lo, hi in ((-4.0, 8.0), (-8.0, 4.0), (0.0, 4.0)):
+        other = _sketch(site, **_grid(lo, hi))
+        assert other.is_refusal and "another fine grid" in other.meta["reason"] and not other.arrays
+    restarted = Site("s", table, "target", state_dir=tmp_path)
+    assert _sketch(restarted, **_grid(-4.0, 8.0)).is_refusal
+    # an end that is not a point of the public range grid (between two rows) is refused outright
+    fresh = Site("t", table, "target")
+    x0 = np.sort(fresh.rows("train")["f0"].to_numpy())
+    off = _sketch(fresh, lo=[float((x0[100] + x0[101]) / 2)] * 3, hi=[4.0] * 3)
+    assert off.is_refusal and "public range grid" in off.meta["reason"]
 
 
-def test_a_site_summarises_its_training_part_with_its_own_floor():
-    """The site's floor (25 here) and its training part, whatever the request asks (a floor of
-    1, 1000 points, the fit part): blocks of >= 25 rows counting every training row's cell."""
+def test_a_fine_grid_count_release_in_plain_mode_has_no_bin_under_min_rows():
+    """Whatever the request says (a floor of 1, the fit part): the site counts its training
+    part in runs of >= its own min_rows (25) rows; the runs tile the line."""
     table = _table()
     site = Site("s", table, "target", policy={"min_rows": 25})
-    reply = _summary(site, min_rows=1, sketch_size=1000, part="fit")
-    assert reply.kind == "gbdt_summary", reply.meta
-    n_train = len(site.rows("train"))
-    for j in range(len(FEATS)):
-        _, counts = _column(reply, j)
-        assert counts.min() >= 25 and counts.sum() == n_train
-    assert reply.meta["n"] == len(site.rows("fit"))
+    reply = _sketch(site, min_rows=1, part="fit", **_grid(-4.0, 4.0))
+    assert reply.kind == "gbdt_sketch", reply.meta
+    counts = reply.arrays["counts"]
+    n_train = site.n_rows("train")
+    assert counts[counts > 0].min() >= 25
+    np.testing.assert_allclose(counts.sum(axis=1), n_train)
+    # what the server can difference: the rows below two released cuts differ by 0 or >= 25
+    for row in counts:
+        cum = np.unique(np.r_[0.0, np.cumsum(row)])
+        assert np.diff(cum).min() >= 25
+
+
+def test_start_edges_between_two_rows_are_refused_after_the_sketch():
+    """The grid of the sketch is the only one a default site bins at: edges that are points of
+    it are accepted, an edge placed between two of the site's rows (the probe's grid, from an
+    earlier release) is refused before anything is binned or charged."""
+    table = _table()
+    site = Site("s", table, "target")
+    assert _sketch(site, "range").kind == "gbdt_sketch"
+    assert _sketch(site, **_grid(-4.0, 4.0)).kind == "gbdt_sketch"
+    from fedtab.learn.gbdt.sketch import fine_grid
+    grid = fine_grid(-4.0, 4.0)
+    x0 = np.sort(site.rows("train")["f0"].to_numpy())
+    between = np.float32((x0[150] + x0[151]) / 2)
+    assert between not in grid
+    bad = _start(site, [np.array([between], np.float32), grid[500:501], grid[500:501]])
+    assert bad.is_refusal and "not a point of the public grid" in bad.meta["reason"]
+    assert "gbdt" not in site.state
+    good = _start(site, [grid[[100, 500, 900]], grid[500:501], grid[500:501]])
+    assert good.kind == "gbdt_start", good.meta
+
+
+def test_public_bounds_bin_every_column_without_a_sketch():
+    """With public bounds for every column, no sketch is asked: the edges are the equal-width
+    grid of the bounds (no site data), and a default site checks they lie inside them."""
+    parts = gbdt_parts(4)
+    bounds = {f: [-6.0, 6.0] for f in ("f0", "f1", "f2", "f3", "f4", "f5")}
+    fed = LocalFederation(make_sites(parts))
+    set_options(fed, secure_aggregation=True)
+    out = run_gbdt(fed, None, params=FAST, bounds=bounds)
+    assert "gbdt_sketch" not in [e["step"] for e in out.exchanges]
+    for f, e in zip(out.features, out.model.layout.edges):
+        np.testing.assert_array_equal(e, public_grid([-6.0], [6.0], FAST["max_bins"])[0], err_msg=f)
+    site = Site("s", _table(), "target")
+    outside = _start(site, [np.array([7.0], np.float32)] * 3, bounds={f: [-6.0, 6.0] for f in FEATS})
+    assert outside.is_refusal and "outside the public bounds" in outside.meta["reason"]

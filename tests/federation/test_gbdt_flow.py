@@ -79,7 +79,7 @@ def test_secure_aggregation_grows_the_same_trees_bit_for_bit():
 def test_one_exchange_per_depth_level_and_bytes_reported():
     out = run_gbdt(_fed(_parts()), None, params={**FAST, "n_trees": 3, "max_depth": 4})
     steps = [e["step"] for e in out.exchanges]
-    assert steps[:2] == ["gbdt_summary", "gbdt_start"] and steps[-1] == "gbdt_evaluate"
+    assert steps[:4] == ["gbdt_summary", "gbdt_sketch", "gbdt_sketch", "gbdt_start"] and steps[-1] == "gbdt_evaluate"
     levels = out.level_exchanges
     for r in range(3):
         assert len([e for e in levels if e["round"] == r and e["nodes"]]) <= 4
@@ -181,8 +181,8 @@ class _Corrupt(Site):
 @pytest.mark.parametrize("kind, name, corrupt, match", [
     ("gbdt_start", "label_sums", lambda s: s + np.array([s[1], 0.0]), "positive count"),
     ("gbdt_start", "label_sums", lambda s: s * 2, "rows, not the"),
-    ("gbdt_summary", "counts", lambda c: c * 1000, "more rows"),
-    ("gbdt_summary", "values", lambda v: v[::-1].copy(), "ascend"),
+    ("gbdt_sketch", "counts", lambda c: c * 1000, "more rows"),
+    ("gbdt_sketch", "counts", lambda c: -c, "non-negative"),
 ])
 def test_hostile_label_sums_and_bin_summaries_are_rejected_naming_the_site(kind, name, corrupt, match):
     parts = _parts(seed=15)
@@ -193,13 +193,15 @@ def test_hostile_label_sums_and_bin_summaries_are_rejected_naming_the_site(kind,
     assert "evil" in str(info.value)
 
 
-def test_a_server_cannot_lower_the_sites_floor_of_the_bin_summaries():
+def test_a_server_cannot_lower_the_sites_floor_of_the_sketch_counts():
     _, parts = classification_parts(300, 3, 2, 0, (1.0,), seed=11)
     site = Site("s", parts[0], "target", policy={"min_rows": 25, "allow_server_row_sets": True})
-    reply = site.handle(Message("gbdt_summary", meta={"features": ["f0", "f1", "f2"], "part": "train",
-                                                      "min_rows": 1, "sketch_size": 1000}))
-    assert reply.kind == "gbdt_summary", reply.meta
-    assert reply.arrays["counts"].min() >= 25
+    reply = site.handle(Message("gbdt_sketch", meta={"features": ["f0", "f1", "f2"], "stage": "range",
+                                                     "min_rows": 1, "sketch_size": 1000}))
+    assert reply.kind == "gbdt_sketch", reply.meta
+    counts = reply.arrays["counts"]
+    assert counts[counts > 0].min() >= 25
+    np.testing.assert_allclose(counts.sum(axis=1), site.n_rows("train"))
 
 
 def test_subsampling_is_drawn_by_the_sites_and_repeats_with_their_seeds():

@@ -1,13 +1,13 @@
-"""Histogram GBDT core: bin summaries and their merge, binning, site state, growth, model arrays."""
+"""Histogram GBDT core (the bin sketch: test_gbdt_sketch.py): binning, site state, growth, model arrays."""
 
 import numpy as np
 import pytest
 
 from fedtab.learn.gbdt import (
-    BinLayout, Booster, GBDTModel, GBDTParams, SiteBooster, SummaryError, base_margin, find_splits, fit_gbdt_pooled,
-    fit_gbdt_sites, gradients, label_sums, loss_sums, merge_summaries, metric_from_sums, site_summary,
+    BinLayout, Booster, GBDTModel, GBDTParams, SiteBooster, base_margin, find_splits, fit_gbdt_pooled,
+    fit_gbdt_sites, gradients, label_sums, loss_sums, metric_from_sums,
 )
-from fedtab.learn.gbdt.bins import check_summary
+from fedtab.learn.gbdt.sketch import sketch_edges
 
 F32_MAX = np.finfo(np.float32).max
 
@@ -35,85 +35,6 @@ def test_bad_parameters_raise(bad):
 def test_unknown_parameter_is_named():
     with pytest.raises(ValueError, match="max_leaves"):
         GBDTParams.from_dict({"max_leaves": 3})
-
-
-# ----------------------------------------------------------------------------- summaries
-def test_summary_releases_only_means_of_min_rows():
-    rng = np.random.default_rng(1)
-    x = rng.normal(size=(5000, 1))
-    s = site_summary(x, sketch_size=64, min_rows=25)
-    assert s["counts"].min() >= 25 and s["values"].size <= 64 and s["counts"].sum() == 5000
-    # continuous values are all distinct, so no released number is one row's value
-    assert not np.isin(s["values"], x).any()
-    assert s["values"].min() > x.min() and s["values"].max() < x.max()
-
-
-def test_summary_keeps_shared_values_exact_and_hides_rare_ones():
-    x = np.r_[np.zeros(900), np.ones(95), np.full(5, 7.0)][:, None]
-    s = site_summary(x, sketch_size=100, min_rows=10)
-    assert s["counts"].min() >= 10
-    assert 0.0 in s["values"]               # 900 rows share 0: released exactly
-    assert 7.0 not in s["values"]           # only 5 rows hold 7: merged into a neighbouring block
-    assert s["counts"].sum() == 1000
-
-
-def test_summary_skips_columns_with_few_observed_cells_and_missing_cells():
-    X = np.full((100, 2), np.nan)
-    X[:5, 0] = 1.0
-    X[:, 1] = np.arange(100.0)
-    s = site_summary(X, sketch_size=10, min_rows=10)
-    assert s["ptr"].tolist()[:2] == [0, 0]  # column 0: 5 observed cells < min_rows
-    assert s["counts"].sum() == 100
-
-
-def test_summary_rejects_infinite_values():
-    with pytest.raises(ValueError, match="infinite"):
-        site_summary(np.array([[1.0], [np.inf]]))
-
-
-def test_merged_edges_split_the_pooled_rows_into_near_equal_bins():
-    rng = np.random.default_rng(2)
-    sites = [rng.normal(loc, 1, size=(n, 1)) for loc, n in [(0, 6000), (1, 3000), (3, 1000)]]
-    layout = merge_summaries([site_summary(s) for s in sites], 1, max_bins=32)
-    assert layout.n_bins[0] <= 32
-    counts = np.bincount(layout.bin(np.vstack(sites))[:, 0], minlength=33)
-    assert counts[-1] == 0 and counts[:-1].min() > 0.5 * 10000 / 32 and counts.max() < 2 * 10000 / 32
-
-
-def test_few_distinct_values_get_one_bin_each():
-    X = np.random.default_rng(3).integers(0, 5, (1000, 1)).astype(float)
-    layout = merge_summaries([site_summary(X[:600]), site_summary(X[600:])], 1, max_bins=256)
-    np.testing.assert_array_equal(layout.edges[0], np.float32([0.5, 1.5, 2.5, 3.5]))
-
-
-@pytest.mark.parametrize("tamper, message", [
-    (lambda s: s.update(counts=np.minimum(s["counts"], 3)), "min_rows"),
-    (lambda s: s.update(values=s["values"][::-1].copy()), "ascend"),
-    (lambda s: s.update(values=np.where(np.arange(s["values"].size) == 0, np.nan, s["values"])), "finite"),
-    (lambda s: s.update(ptr=s["ptr"][:-1]), "ptr"),
-    (lambda s: s.update(extra=np.zeros(1)), "exactly"),
-    (lambda s: s.update(counts=s["counts"].astype(float)), "integers"),
-    (lambda s: s.update(values=np.full_like(s["values"], 1e300)), "float32"),
-])
-def test_hostile_summary_is_rejected_naming_the_site(tamper, message):
-    s = site_summary(np.random.default_rng(4).normal(size=(500, 2)), sketch_size=16, min_rows=10)
-    tamper(s)
-    with pytest.raises(SummaryError, match=f"site-b.*{message}"):
-        merge_summaries([site_summary(np.ones((50, 2))), s], 2, sketch_size=16, min_rows=10, sites=["site-a", "site-b"])
-
-
-def test_summary_cannot_claim_more_rows_than_the_site_has():
-    s = site_summary(np.random.default_rng(6).normal(size=(400, 1)), sketch_size=16, min_rows=10)
-    check_summary(s, 1, sketch_size=16, min_rows=10, n_rows=400)
-    s["counts"] = s["counts"] * 100  # a site inflating its weight in the merge
-    with pytest.raises(SummaryError, match="site-c.*more rows"):
-        merge_summaries([s], 1, sketch_size=16, min_rows=10, sites=["site-c"], n_rows=[400])
-
-
-def test_summary_with_too_many_points_is_rejected():
-    s = site_summary(np.random.default_rng(5).normal(size=(2000, 1)), sketch_size=100, min_rows=10)
-    with pytest.raises(SummaryError, match="sketch_size"):
-        check_summary(s, 1, sketch_size=50, min_rows=10)
 
 
 # ----------------------------------------------------------------------------- binning
@@ -183,7 +104,7 @@ def test_site_margins_equal_model_margins_on_raw_rows():
     """Routing by bins at the site and by float thresholds in the model agree on every row."""
     X, y = _table()
     params = GBDTParams(n_trees=8, max_depth=4, max_bins=32)
-    layout = merge_summaries([site_summary(X)], X.shape[1], max_bins=32)
+    layout = BinLayout(sketch_edges([X], 32, 10))
     margin0 = base_margin(params, label_sums(params, y))
     site = SiteBooster(X, y, layout, params, margin0)
     booster = Booster(params, layout, margin0)
@@ -303,7 +224,7 @@ def test_model_manifest_is_checked():
 def test_grower_rejects_bad_pooled_histograms_and_extra_levels():
     X, y = _table(seed=8)
     params = GBDTParams(n_trees=1, max_depth=1)
-    layout = merge_summaries([site_summary(X)], X.shape[1])
+    layout = BinLayout(sketch_edges([X], 256, 10))
     grower = Booster(params, layout, np.zeros(1, np.float32)).new_round()
     with pytest.raises(ValueError, match="pooled level histogram"):
         grower.submit(np.zeros((2, layout.n_slots, 2)))
@@ -341,7 +262,7 @@ def test_gbdt_core_imports_only_numpy_and_itself():
 def _one_site_level(seed=9):
     X, y = _table(seed=seed)
     params = GBDTParams(n_trees=1, max_depth=2)
-    layout = merge_summaries([site_summary(X)], X.shape[1])
+    layout = BinLayout(sketch_edges([X], 256, 10))
     site = SiteBooster(X, y, layout, params, base_margin(params, label_sums(params, y)))
     site.start_round()
     return layout, site.histograms(np.array([[0, 0]])), len(y)

@@ -67,14 +67,15 @@ def _gbdt_model(model: Any) -> Any:
     return fm if fm.name == "gbdt" else None
 
 
-def gbdt_exchanges(params: Mapping[str, Any], *, plain: bool) -> int:
+def gbdt_exchanges(params: Mapping[str, Any], *, plain: bool, dp: bool = False) -> int:
     """Exchanges of one federated boosting run (:func:`fedtab.federation.workflows.gbdt.run_gbdt`) at most:
-    ``gbdt_summary`` and ``gbdt_start``, one ``gbdt_level`` per depth level of every round
-    (``n_trees × max_depth``), the closing ``gbdt_level``, ``gbdt_importance`` in a plain run, and
-    the evaluation: ``n_trees × max_depth + 4`` (``+ 1`` plain). Early stopping and trees that
-    stop growing before ``max_depth`` make fewer; a regression run makes as many (its evaluation
-    is ``gbdt_score``)."""
-    return int(params["n_trees"]) * int(params["max_depth"]) + 4 + int(plain)
+    ``gbdt_summary``, two ``gbdt_sketch`` (none under DP: public bounds), ``gbdt_start``, one
+    ``gbdt_level`` per depth level of every round (``n_trees × max_depth``), the closing
+    ``gbdt_level``, ``gbdt_importance`` in a plain run, and the evaluation:
+    ``n_trees × max_depth + 6`` (``+ 1`` plain, ``− 2`` DP). Early stopping, trees that stop
+    growing before ``max_depth`` and public bounds for every column make fewer; a regression
+    run makes as many (its evaluation is ``gbdt_score``)."""
+    return int(params["n_trees"]) * int(params["max_depth"]) + 4 + int(plain) + (0 if dp else 2)
 
 
 def _linear_model(model: Any) -> bool:
@@ -103,7 +104,7 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     Secure aggregation adds two exchanges per summed one (the survivors' signatures and the
     unmasking) and one for a session's keys: election ``+ 3``, imputation ``+ 4·rounds + 4``,
     FedAvg training ``+ 2`` per summed exchange (its rounds, evaluate and, without an election,
-    describe) and GBDT ``+ 2·(n_trees × max_depth + 3)``, each ``+ 1`` for the keys unless an
+    describe) and GBDT ``+ 2·(n_trees × max_depth + 5)`` (``+ 3`` under DP), each ``+ 1`` for the keys unless an
     election opened the session. A score test and the all-columns comparison are not counted.
     """
     out: dict[str, int] = {}
@@ -139,8 +140,10 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
         if gbdt is not None:  # boosted trees grow level by level: no describe, no FedAvg rounds
             params = gbdt.get_params()
             regression = spec.training.task == "regression" or params.get("objective") == "regression"
-            summed = int(params["n_trees"]) * int(params["max_depth"]) + 3  # start, levels, closing level, evaluate
-            out["training"] = gbdt_exchanges(params, plain=not private) + (0 if agreed else 1)
+            dp = spec.privacy.dp is not None
+            # (sketch ×2,) start, levels, closing level, evaluate
+            summed = int(params["n_trees"]) * int(params["max_depth"]) + 3 + (0 if dp else 2)
+            out["training"] = gbdt_exchanges(params, plain=not private, dp=dp) + (0 if agreed else 1)
         else:
             regression = linear
             rounds = 1 if linear else spec.training.rounds  # an exact linear model: one round

@@ -351,6 +351,18 @@ class SiteLedger:
             self._store(data)
         return None
 
+    def fixed_value(self, key: str) -> Any:
+        """The value :meth:`fixed_release` recorded under ``key`` in the current period, or
+        ``None`` (nothing is recorded)."""
+        with self._lock:
+            data = self._load()
+            self._prune(data)
+            for day in sorted(data["days"]):
+                fixed = data["days"][day].get("fixed", {})
+                if key in fixed:
+                    return json.loads(json.dumps(fixed[key]))
+        return None
+
     def fixed_release(self, key: str, make: Callable[[], Any]) -> Any:
         """The value released under ``key`` in the current period: the one recorded, else
         ``make()`` (JSON-able), recorded today and returned. So every request of a period gets

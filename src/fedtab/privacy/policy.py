@@ -584,11 +584,66 @@ def _gbdt_classes(policy: DisclosurePolicy, site: "Site", request: "Message") ->
     return None
 
 
+#: the ledger key of a column's fine sketch grid (``[lo, hi, steps]``, fixed for a period)
+GBDT_SKETCH_GRID = "gbdt sketch grid of "
+
+
+def _gbdt_sketch(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
+    """A sketch request (:mod:`fedtab.learn.gbdt.sketch`): the agreed columns; the range stage
+    (one constant public grid) always; a fine stage only over ends that are points of the range
+    grid, and per column only the fine grid the site answered first in the period (recorded in
+    the ledger, all columns or none): a second grid, whose edges could fall between two rows of
+    the first one's runs, is refused."""
+    from ..learn.gbdt.sketch import SKETCH_BINS, fine_grid_refusal
+
+    features = request.meta.get("features")
+    reason = _check_features(site, features)
+    if reason is not None or not isinstance(features, list):
+        return reason
+    if request.meta.get("stage") != "fine":
+        return None  # the range stage (the handler refuses another stage)
+    lo, hi = request.meta.get("lo"), request.meta.get("hi")
+    reason = fine_grid_refusal(lo, hi, len(features))  # type: ignore[arg-type]
+    if reason is not None:
+        return reason
+    want = {str(f): [float(a), float(b), SKETCH_BINS] for f, a, b in
+            zip(features, np.asarray(lo, float).tolist(), np.asarray(hi, float).tolist())}
+    for f, grid in want.items():
+        had = site.ledger.fixed_value(GBDT_SKETCH_GRID + f)
+        if had is not None and had != grid:
+            return (f"this site answered a sketch of column {f!r} over another fine grid in this period; it answers "
+                    "one fine grid per column per period")
+    for f, grid in want.items():
+        site.ledger.fixed_release(GBDT_SKETCH_GRID + f, lambda grid=grid: grid)
+    return None
+
+
+def _agreed_grids(policy: DisclosurePolicy, site: "Site", features: list[str], public: set[str]
+                  ) -> list[np.ndarray | None] | str:
+    """Per feature the points its bin edges must be on (``None``: no restriction): the site's
+    fine sketch grid of the period, nothing for a column with public bounds (they bound it) or
+    for a site that opted in to server-chosen row sets. A column with neither is refused."""
+    from ..learn.gbdt.sketch import fine_grid
+
+    out: list[np.ndarray | None] = []
+    for f in features:
+        grid = site.ledger.fixed_value(GBDT_SKETCH_GRID + str(f))
+        if grid is not None:
+            out.append(fine_grid(grid[0], grid[1], int(grid[2])))
+        elif str(f) in public or policy.allow_server_row_sets:
+            out.append(None)
+        else:
+            return (f"the bin edges of column {f!r} come from no public bounds and no sketch grid this site agreed "
+                    "(edges on a server's grid could fall between two rows; allow_server_row_sets is off)")
+    return out
+
+
 def _gbdt_grid(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
     """The server's bin grid (:func:`fedtab.learn.gbdt.grid.grid_refusal`: sorted, finite, at
-    most ``max_split_thresholds`` edges a feature, inside the public bounds; under DP exactly
-    their equal-width grid), then its distinct edges per feature counted in the ledger's period
-    (at most ``max_split_thresholds``)."""
+    most ``max_split_thresholds`` edges a feature; under DP exactly the equal-width grid of the
+    public bounds; otherwise each column's edges inside its public bounds (``meta["bounds"]``)
+    or on the fine grid of the site's sketch of the period (:func:`_agreed_grids`)), then its
+    distinct edges per feature counted in the ledger's period (at most ``max_split_thresholds``)."""
     from ..learn.gbdt.grid import edge_keys, grid_refusal, public_grid
     from .dp import DP_META, column_bounds
 
@@ -596,7 +651,7 @@ def _gbdt_grid(policy: DisclosurePolicy, site: "Site", request: "Message") -> st
     if not isinstance(features, list) or not isinstance(params, Mapping):
         return None  # the handler reports the malformed request
     dp = request.meta.get(DP_META)
-    bounds = public = None
+    bounds = public = allowed = None
     if isinstance(dp, dict) and dp.get("bounds") is not None:
         try:
             bounds = column_bounds(dp, [str(f) for f in features])
@@ -608,8 +663,22 @@ def _gbdt_grid(policy: DisclosurePolicy, site: "Site", request: "Message") -> st
         public = public_grid(*bounds, max_bins)
     elif isinstance(dp, dict):
         return "under differential privacy the bin grid must come from public bounds, and the request has none"
+    else:
+        given = request.meta.get("bounds") or {}
+        if not isinstance(given, Mapping):
+            return "the request's public bounds must map columns to [low, high]"
+        held = [str(f) for f in features if str(f) in given]
+        try:
+            lo, hi = column_bounds({"bounds": dict(given)}, [str(f) for f in features], held=held)
+        except (ValueError, TypeError) as exc:
+            return str(exc)
+        free = np.array([str(f) not in given for f in features])
+        bounds = (np.where(free, -np.inf, lo), np.where(free, np.inf, hi))
+        allowed = _agreed_grids(policy, site, [str(f) for f in features], set(held))
+        if isinstance(allowed, str):
+            return allowed
     reason = grid_refusal(request.arrays, len(features), max_edges=policy.max_split_thresholds, bounds=bounds,
-                          public=public)
+                          public=public, allowed=allowed)
     if reason is not None:
         return reason
     keys = {f"gbdt edges of {f}": v for f, v in edge_keys(request.arrays, features).items()}

@@ -34,7 +34,7 @@ secure-aggregation meta must mask every summable array its reply holds, or the s
 refuses it. The *per-site* kinds are releases of one site by design and are answered under
 their own rules (the gate's floors, suppression, coarse ranges), whatever the require flags
 say: ``schema``, ``job_profile``, ``column_roles``, ``category_sets``, ``one_hot``,
-``ballot``, ``ballot_fit``, ``local_baseline``, ``gbdt_summary``, the acknowledgements
+``ballot``, ``ballot_fit``, ``local_baseline``, ``gbdt_summary`` (class labels only), the acknowledgements
 (``setup``, ``impute_setup``, ``impute_apply``) and the secure-aggregation protocol's own
 messages.
 """
@@ -376,10 +376,15 @@ for _kind in (
                 "how many cells were imputed and clipped (counts only)"),
     # ----- gradient-boosted trees
     MessageKind("gbdt_summary", _GBDT,
-                Releases(part="part", aggregates=("values", "counts", "ptr"), meta={"classes": LABELS, "n": COUNT}),
-                "per feature: quantile summaries of the training values (candidate split points) with their "
-                "counts, in blocks of at least {floor} rows the site fixed (the same reply all period)",
-                check=_policy._gbdt_setup, summary=(_QUANTILES,)),
+                Releases(part="part", meta={"classes": LABELS, "n": COUNT}),
+                "the class labels of the training rows (no value of any column)",
+                check=_policy._gbdt_setup),
+    MessageKind("gbdt_sketch", _GBDT,
+                Releases(part="=train", aggregates=("counts",)),
+                "per feature: counts of the training rows over a public grid (signed powers of two, then "
+                "1024 equal steps inside the agreed range, one such grid per column and period), in runs of at "
+                "least {floor} rows; the bin edges are quantiles of the pooled counts (none under DP: public "
+                "bounds)", summed=True, check=_policy._gbdt_sketch, summary=(_QUANTILES,)),
     MessageKind("gbdt_start", _GBDT,
                 Releases(part=_in_home(_GBDT, "_start_part"), aggregates=("label_sums",), meta={"n": COUNT},
                          dp=True, dp_releases=1),

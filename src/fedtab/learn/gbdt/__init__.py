@@ -2,8 +2,9 @@
 
 Pieces, in the order a federated run uses them:
 
-- :mod:`.bins` — site bin summaries (means of ≥ ``min_rows`` rows), the server's merge into
-  ≤ ``max_bins`` float32 edges per column, binning (NaN → a missing bin).
+- :mod:`.sketch` / :mod:`.grid` / :mod:`.bins` — bin edges from no site's values: a quantile
+  sketch of pooled counts over public grids (or the public bounds' grid), ≤ ``max_bins``
+  float32 edges per column; binning (NaN → a missing bin).
 - :mod:`.objectives` — intercept from pooled label sums, float32 gradients/hessians
   (logistic, softmax, squared error), validation loss sums.
 - :mod:`.site` — level histograms, subsampling, routing rows (:class:`SiteBooster`).
@@ -19,7 +20,7 @@ Pieces, in the order a federated run uses them:
 - :mod:`.pooled` — the in-process drivers (:func:`fit_gbdt_sites`, :func:`fit_gbdt_pooled`).
 """
 
-from .bins import BinLayout, SummaryError, merge_summaries, site_summary
+from .bins import BinLayout
 from .grow import Booster, RoundGrower, check_site_histogram
 from .model import GBDTModel
 from .objectives import base_margin, gradients, label_sums, loss_sums, metric_from_sums
@@ -30,8 +31,8 @@ from .split import find_splits, leaf_values
 from .xgboost_export import to_xgboost, write_xgboost_json, xgboost_json
 
 __all__ = [
-    "BinLayout", "Booster", "GBDTModel", "GBDTParams", "RoundGrower", "SiteBooster", "SummaryError",
+    "BinLayout", "Booster", "GBDTModel", "GBDTParams", "RoundGrower", "SiteBooster",
     "apply_splits", "base_margin", "check_site_histogram", "find_splits", "fit_gbdt_pooled", "fit_gbdt_sites", "gradients",
-    "label_sums", "leaf_values", "level_histograms", "loss_sums", "merge_summaries", "metric_from_sums",
-    "site_summary", "to_xgboost", "write_xgboost_json", "xgboost_json",
+    "label_sums", "leaf_values", "level_histograms", "loss_sums", "metric_from_sums",
+    "to_xgboost", "write_xgboost_json", "xgboost_json",
 ]

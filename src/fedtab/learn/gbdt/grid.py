@@ -36,15 +36,17 @@ def public_grid(lo: Sequence[float], hi: Sequence[float], max_bins: int) -> list
 
 def grid_refusal(arrays: Mapping[str, Any], n_features: int, *, max_edges: int,
                  bounds: tuple[np.ndarray, np.ndarray] | None = None,
-                 public: Sequence[np.ndarray] | None = None) -> str | None:
+                 public: Sequence[np.ndarray] | None = None,
+                 allowed: Sequence[np.ndarray | None] | None = None) -> str | None:
     """Why a server-sent grid (``arrays["edges"]`` flat, ``arrays["edge_ptr"]`` ``(d + 1,)``) is
     refused, or ``None``.
 
     Refused: missing or malformed arrays, a pointer that does not split the edges into
     ``n_features`` runs, non-finite or non-float32 values, edges not strictly increasing
     within a feature, more than ``max_edges`` edges in a feature, an edge outside the
-    feature's ``bounds`` (``(lo, hi)`` arrays), or (with ``public``) any difference from the
-    public grid.
+    feature's ``bounds`` (``(lo, hi)`` arrays), (with ``public``) any difference from the
+    public grid, or (with ``allowed``) an edge of feature ``f`` that is not a point of
+    ``allowed[f]`` (``None``: any point).
     """
     e, p = arrays.get("edges"), arrays.get("edge_ptr")
     if e is None or p is None:
@@ -71,6 +73,10 @@ def grid_refusal(arrays: Mapping[str, Any], n_features: int, *, max_edges: int,
         lo, hi = (np.asarray(b, dtype=np.float64) for b in bounds)
         if e32.size and ((e32 < lo[feat].astype(np.float32)) | (e32 > hi[feat].astype(np.float32))).any():
             return "the bin grid has an edge outside the public bounds"
+    if allowed is not None:
+        for f, points in enumerate(allowed):
+            if points is not None and not np.isin(e32[p[f]:p[f + 1]], np.asarray(points, dtype=np.float32)).all():
+                return "the bin grid has an edge that is not a point of the public grid this site agreed for the column"
     if public is not None:
         for f, want in enumerate(public):
             if not np.array_equal(e32[p[f]:p[f + 1]], np.asarray(want, dtype=np.float32)):

@@ -40,12 +40,12 @@ class GBDTParams:
             many rounds (``None`` = never); the model keeps the rounds up to the best one.
         base_score: XGBoost's ``base_score`` (probability for binary, value for regression,
             ignored for multiclass); ``None`` = estimated from pooled label sums as XGBoost ≥ 3.1.
-        sketch_size: kept so that parameter files naming it load; it no longer shapes a
-            site's bin summary (the sites fix theirs: :data:`~.bins.SUMMARY_POINTS` points per
-            column at most, blocks of at least their own ``min_rows``).
+        sketch_size: kept so that parameter files naming it load; it shapes nothing (the
+            bin edges come from public bounds or the quantile sketch of :mod:`.sketch`, whose
+            grids are fixed there).
         min_rows: the floor of the release rules of the level histograms (a site uses the
             larger of its own and this); in :func:`~.pooled.fit_gbdt_sites` also the sites'
-            floor of their bin summaries.
+            floor of their sketch counts.
         seed: seed of the site-side subsampling streams (each site mixes in its own secret).
     """
 

@@ -13,12 +13,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .bins import SUMMARY_POINTS, BinLayout, merge_summaries, site_summary
+from .bins import BinLayout
 from .grow import Booster
 from .model import GBDTModel
 from .objectives import base_margin, label_sums
 from .params import GBDTParams
 from .site import SiteBooster
+from .sketch import sketch_edges
 
 __all__ = ["fit_gbdt_sites", "fit_gbdt_pooled", "as_params"]
 
@@ -45,10 +46,11 @@ def fit_gbdt_sites(sites: Sequence[tuple], params: GBDTParams | Mapping[str, Any
         log: if given, one dict per level exchange is appended: ``round``, ``level``,
             ``nodes`` (histograms built), ``bytes_per_site`` (float64 histogram payload).
 
-    The bins are agreed as a federation's sites agree them: each site summarises its whole
-    training part (``X`` and, when given, ``X_val``: a site's fit and validation parts tile
-    its training part) with :data:`~.bins.SUMMARY_POINTS` points per column and blocks of at
-    least ``params.min_rows`` rows (the sites' floor; ``sketch_size`` plays no part).
+    The bins are agreed as a federation's sites agree them without public bounds
+    (:func:`~.sketch.sketch_edges`): each site counts its whole training part (``X`` and, when
+    given, ``X_val``: a site's fit and validation parts tile its training part) over the
+    public range grid, then over the fine grid of the pooled range, in runs of at least
+    ``params.min_rows`` rows (the sites' floor); the edges are quantiles of the pooled counts.
 
     Returns:
         the trained :class:`GBDTModel` (early stopping needs validation rows at every site
@@ -65,8 +67,7 @@ def fit_gbdt_sites(sites: Sequence[tuple], params: GBDTParams | Mapping[str, Any
         raise ValueError(f"every site needs a 2-d X with the same columns, got widths {sorted(widths)}")
     d = widths.pop()
     if layout is None:
-        summaries = [site_summary(_training_rows(s), sketch_size=SUMMARY_POINTS, min_rows=p.min_rows) for s in sites]
-        layout = merge_summaries(summaries, d, max_bins=p.max_bins, sketch_size=SUMMARY_POINTS, min_rows=p.min_rows)
+        layout = BinLayout(sketch_edges([_training_rows(s) for s in sites], p.max_bins, p.min_rows))
     elif layout.n_features != d:
         raise ValueError(f"layout has {layout.n_features} features, X has {d}")
     margin0 = base_margin(p, np.sum([label_sums(p, s[1]) for s in sites], axis=0))
@@ -107,7 +108,7 @@ def fit_gbdt_pooled(X: np.ndarray, y: np.ndarray, params: GBDTParams | Mapping[s
                     X_val: np.ndarray | None = None, y_val: np.ndarray | None = None,
                     feature_names: Sequence[str] | None = None, layout: BinLayout | None = None,
                     log: list | None = None) -> GBDTModel:
-    """The centralised reference: :func:`fit_gbdt_sites` on one table (bins from its own summary).
+    """The centralised reference: :func:`fit_gbdt_sites` on one table (bins from its own sketch).
 
     Args:
         X: ``(n, d)`` float, NaN = missing. y: ``(n,)`` labels.

@@ -1,6 +1,6 @@
 """Federated histogram gradient boosting (XGBoost's trees) on the protocol path.
 
-* :mod:`.site` — the site's handlers (``gbdt_summary``, ``gbdt_start``, ``gbdt_level``,
+* :mod:`.site` — the site's handlers (``gbdt_summary``, ``gbdt_sketch``, ``gbdt_start``, ``gbdt_level``,
   ``gbdt_evaluate``, ``gbdt_score``, ``gbdt_importance``), each with its release declaration;
 * :mod:`.steps` — the server's validators and reductions (robust capping, public DP edges);
 * :mod:`.server` — :func:`run_gbdt`, the loop: bins once, one exchange per depth level, the

@@ -1,7 +1,9 @@
 """The GBDT workflow's server loop: bins agreed once, then one exchange per depth level.
 
-Exchanges of a run (``R`` rounds, depth ``D``): ``gbdt_summary`` (bin summaries and class
-labels; under DP only the labels, the edges come from public bounds), ``gbdt_start`` (edges,
+Exchanges of a run (``R`` rounds, depth ``D``): ``gbdt_summary`` (class labels), two
+``gbdt_sketch`` (the sites' counts over public grids, summed: the bin edges are quantiles of
+the pooled counts, :mod:`fedtab.learn.gbdt.sketch`; none under DP or when every column has
+public bounds: the edges are then their equal-width grid), ``gbdt_start`` (edges,
 classes, parameters; label sums for the intercept, summed), then per round one
 ``gbdt_level`` per depth level for all open nodes of the round's trees (``K`` trees for
 ``K`` classes are grown together), each carrying the previous level's splits and, at a
@@ -9,10 +11,10 @@ round's first level, the previous round's leaf values (and asking for the valida
 sums when early stopping); one closing ``gbdt_level`` without nodes delivers the last
 round's leaves; in a plain run ``gbdt_importance`` (each site's split gains on its own
 rows, :func:`importance_step`); and ``gbdt_evaluate`` on the test part. So a tree costs at
-most ``D`` exchanges, plus one exchange for the whole run's last leaves: ``R·D + 5`` at most.
+most ``D`` exchanges, plus one exchange for the whole run's last leaves: ``R·D + 7`` at most.
 
 The loop is :func:`run_gbdt` over small steps sharing one :class:`_Run`: :func:`_prepare`
-(parts, quorum, schema), :func:`_agree_bins`, :func:`_start`, :func:`_boost` (rounds of
+(parts, quorum, schema), :func:`_agree_bins` (with :func:`_sketch`), :func:`_start`, :func:`_boost` (rounds of
 :func:`_level` exchanges), :func:`importance_step` and :func:`_evaluate`.
 
 Histograms are sums: they travel by the run's summing strategy (``federation.options``):
@@ -32,14 +34,14 @@ from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
 
-from fedtab.learn.gbdt import (BinLayout, Booster, GBDTModel, GBDTParams, base_margin, check_site_histogram,
-                           merge_summaries)
-from fedtab.learn.gbdt.bins import SUMMARY_POINTS
+from fedtab.learn.gbdt import BinLayout, Booster, GBDTModel, GBDTParams, base_margin, check_site_histogram
+from fedtab.learn.gbdt.grid import public_grid
+from fedtab.learn.gbdt.sketch import FINE_WIDTH, RANGE_WIDTH, fine_grid, quantile_edges, range_from_counts
 from fedtab.learn.gbdt.importance import pooled_importance
 from fedtab.learn.gbdt.pooled import as_params
 from fedtab.learn.gbdt.release import GRID_BITS
 from fedtab.learn.metrics import SCORE_BINS
-from fedtab.privacy.dp import DP_META, dp_request
+from fedtab.privacy.dp import DP_META, column_bounds, dp_request
 from fedtab.privacy.secagg import MOMENT_BITS
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import (Federation, FederationError, SiteRefused, SumSpec, exchange, exchange_sums, run_ledger,
@@ -49,7 +51,7 @@ from fedtab.federation.protocol.agreement import agree_schema
 from fedtab.federation.site.matrices import check_part
 from fedtab.federation.workflows.gbdt.site import LEAF, SPLIT
 from fedtab.federation.workflows.gbdt.steps import (importance_checker, labels_checker, level_checker, payload_bytes, public_edges, robust_pool,
-                    summary_checker)
+                    sketch_checker, sketch_total, summary_checker)
 
 __all__ = ["GBDTOutcome", "run_gbdt", "dp_plan", "importance_step"]
 
@@ -137,6 +139,7 @@ class _Run:
     withheld: dict[str, int] = field(default_factory=dict)
     left_out: dict[str, float] = field(default_factory=dict)
     carry: dict[str, np.ndarray] = field(default_factory=dict)
+    bounds: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def noisy(self) -> bool:
@@ -178,6 +181,7 @@ def run_gbdt(
     on_error: Literal["raise", "skip"] | None = None,
     on_round: Callable[[int, float | None], None] | None = None,
     importance: bool = True,
+    bounds: Mapping[str, Any] | None = None,
 ) -> GBDTOutcome:
     """Federated histogram gradient boosting (see the module docstring for the exchanges).
 
@@ -195,6 +199,10 @@ def run_gbdt(
         on_round: progress callback ``(round, pooled validation metric or None)``.
         importance: ask the sites for their per-site gains (one ``gbdt_importance`` exchange
             before the evaluation; plain runs only, see :func:`importance_step`).
+        bounds: the public data dictionary ``{column: [low, high]}`` (``[columns] bounds``):
+            without DP those columns are binned on the equal-width grid of their bounds (no
+            site data; the sites check the edges lie inside), the others by the quantile sketch.
+            Under DP the bounds come from the DP settings.
 
     Raises:
         FederationError: a site failed or replied implausibly (naming it).
@@ -204,6 +212,7 @@ def run_gbdt(
     p0, dropped0 = len(federation.participation), set(federation.dropped)
     run = _prepare(federation, features, target, as_params(params), train_part, validation_part, eval_part, min_sites,
                    on_error)
+    run.bounds = _public_bounds(bounds)
     classes = _agree_bins(run)
     booster = _start(run, classes)
     _boost(run, booster, on_round)
@@ -216,6 +225,24 @@ def run_gbdt(
                        dropped={s: why for s, why in federation.dropped.items() if s not in dropped0},
                        privacy=run.ledger.report() if run.ledger is not None else None,
                        seconds=time.perf_counter() - t0, importance=imp)
+
+
+def _public_bounds(bounds: Mapping[str, Any] | None) -> dict[str, list[float]]:
+    """``{column: [low, high]}`` checked: finite, ``low <= high``.
+
+    Raises:
+        ValueError: otherwise (naming the column).
+    """
+    out: dict[str, list[float]] = {}
+    for c, b in (bounds or {}).items():
+        try:
+            lo, hi = (float(x) for x in b)
+        except (TypeError, ValueError):
+            raise ValueError(f"public bounds of column {c!r} must be [low, high], got {b!r}") from None
+        if not (np.isfinite(lo) and np.isfinite(hi)) or lo > hi:
+            raise ValueError(f"public bounds of column {c!r} must be finite with low <= high, got {b!r}")
+        out[str(c)] = [lo, hi]
+    return out
 
 
 def _prepare(federation: Federation, features: list[str] | None, target: str | None, p: GBDTParams,
@@ -241,14 +268,13 @@ def _prepare(federation: Federation, features: list[str] | None, target: str | N
 
 
 def _agree_bins(run: _Run) -> list[str]:
-    """Exchange 1: bin summaries and class labels -> the agreed edges (public ones under DP), the
-    resolved objective and (DP) the run's ledger. Returns the agreed classes."""
+    """The class labels (``gbdt_summary``), then the agreed edges — no site's values behind
+    any: under DP the equal-width grid of the public bounds; otherwise that grid for the columns
+    with public bounds (``run.bounds``) and, for the others, the quantile sketch (:func:`_sketch`)
+    — the resolved objective and (DP) the run's ledger. Returns the agreed classes."""
     fed, p, noisy, regression = run.federation, run.params, run.noisy, run.regression
-    request = Message("gbdt_summary", meta={**run.base_meta, "summary": not noisy})
-    # a site's summary is its own (its floor, SUMMARY_POINTS a column): the server checks only that
-    replies = exchange(fed, request, summary_checker(fed, len(run.features), run.train_part,
-                                                     sketch_size=SUMMARY_POINTS, min_rows=1,
-                                                     regression=regression, with_summary=not noisy),
+    request = Message("gbdt_summary", meta=run.base_meta)
+    replies = exchange(fed, request, summary_checker(fed, run.train_part, regression=regression),
                        on_error=run.on_error, step="gbdt_summary")
     run.record("gbdt_summary", request, len(replies), sum(payload_bytes(r) for r in replies.values()))
     classes = [] if regression else sort_labels({c for r in replies.values() for c in r.meta.get("classes", [])})
@@ -256,11 +282,47 @@ def _agree_bins(run: _Run) -> list[str]:
     if noisy:
         run.layout = public_edges(fed.options.dp, run.features, p.max_bins)
     else:
-        names = list(replies)
-        run.layout = merge_summaries([replies[s].arrays for s in names], len(run.features), max_bins=p.max_bins,
-                                     sketch_size=SUMMARY_POINTS, min_rows=1, sites=names)
+        bounded = [f for f in run.features if f in run.bounds]
+        edges: dict[str, np.ndarray] = {}
+        if bounded:
+            lo, hi = column_bounds({"bounds": run.bounds}, bounded)
+            edges.update(zip(bounded, public_grid(lo, hi, p.max_bins)))
+        rest = [f for f in run.features if f not in run.bounds]
+        if rest:
+            edges.update(zip(rest, _sketch(run, rest)))
+        run.layout = BinLayout([edges[f] for f in run.features])
     run.ledger = run_ledger(fed, *dp_plan(p, run.validation_part is not None)) if noisy else None
     return classes
+
+
+def _sketch(run: _Run, features: list[str]) -> list[np.ndarray]:
+    """Two summed ``gbdt_sketch`` exchanges (:mod:`fedtab.learn.gbdt.sketch`): the sites' counts
+    over the range grid -> each feature's range; their counts over the fine grid of that range
+    -> at most ``max_bins − 1`` edges per feature, points of the fine grid."""
+    fed, d = run.federation, len(features)
+    stages: list[tuple[dict[str, Any], int]] = [({"stage": "range"}, RANGE_WIDTH)]
+    pooled = None
+    grids: list[np.ndarray] = []
+    for i in range(2):
+        meta, width = stages[-1]
+        req = Message("gbdt_sketch", meta={"features": features, **meta})
+        out = exchange_sums(fed, req, SumSpec({"counts": 0}), sketch_checker(fed, d, width), on_error=run.on_error,
+                            step="gbdt_sketch", check_total=sketch_total(fed, d, width))
+        run.record("gbdt_sketch", req, len(out.sites), 8 * d * width * len(out.sites))
+        pooled = np.asarray(out.sums["counts"], dtype=np.float64).reshape(d, width)
+        if i == 0:
+            lo, hi = range_from_counts(pooled)
+            grids = [fine_grid(a, b) for a, b in zip(lo.tolist(), hi.tolist())]
+            stages.append(({"stage": "fine", "lo": lo.tolist(), "hi": hi.tolist()}, FINE_WIDTH))
+    assert pooled is not None
+    return [quantile_edges(pooled[j], grids[j], run.params.max_bins) for j in range(d)]
+
+
+def _bounds_meta(run: _Run) -> dict[str, Any]:
+    """``{"bounds": {column: [low, high]}}`` of the run's columns with public bounds (the sites
+    check those columns' edges lie inside; under DP they check the DP bounds' grid), else ``{}``."""
+    given = {f: run.bounds[f] for f in run.features if f in run.bounds}
+    return {"bounds": given} if given else {}
 
 
 def _start(run: _Run, classes: list[str]) -> Booster:
@@ -269,7 +331,8 @@ def _start(run: _Run, classes: list[str]) -> Booster:
     assert run.layout is not None
     start = Message("gbdt_start", run.layout.to_arrays(),
                     {**run.base_meta, "classes": classes, "params": p.to_dict(),
-                     "validation_part": run.validation_part, **run.dp_meta("gbdt.labels")})
+                     "validation_part": run.validation_part, **run.dp_meta("gbdt.labels"),
+                     **_bounds_meta(run)})
     width = p.n_classes if p.objective == "multiclass" else 2
     summed = exchange_sums(fed, start, SumSpec({"label_sums": MOMENT_BITS if (regression or noisy) else 0}),
                            labels_checker(fed, run.train_part, p.objective, p.n_classes, noisy=noisy),

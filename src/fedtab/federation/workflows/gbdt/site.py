@@ -1,11 +1,12 @@
 """The GBDT workflow's site side: its handlers over the site's fixed row parts.
 
-* ``"gbdt_summary"`` — the site's bin summary of its training part (:func:`fixed_summary`:
-  block means of at least the site's own ``min_rows`` rows, at most
-  :data:`~fedtab.learn.gbdt.bins.SUMMARY_POINTS` per column; the first one of a period, kept
-  in the site's ledger, answers every later request of the period — no request parameter
-  shapes it, so no two summaries can be differenced) and, for classification, the class
-  labels of the named part. Under DP no summary is sent (the edges come from public bounds).
+* ``"gbdt_summary"`` — for classification, the class labels of the named part (no value of
+  any column).
+* ``"gbdt_sketch"`` — counts of the site's training rows per feature over a public grid (the
+  constant range grid, or the fine grid of an agreed range: :mod:`fedtab.learn.gbdt.sketch`),
+  in runs of at least the site's ``min_rows`` rows; summed by the run's strategy. The site's
+  policy accepts one fine grid per column per period (``fedtab.privacy.policy._gbdt_sketch``),
+  and later accepts bin edges only on that grid or inside public bounds. Not under DP.
 * ``"gbdt_start"`` — the agreed edges, classes and parameters: the site bins its rows, keeps
   its boosting state (:class:`~fedtab.learn.gbdt.SiteBooster`, stored as plain arrays in
   ``site.state["gbdt"]`` so an engine can keep it between processes) and replies its label
@@ -35,8 +36,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fedtab.learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_sums, site_summary
-from fedtab.learn.gbdt.bins import SUMMARY_POINTS
+from fedtab.learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_sums
+from fedtab.learn.gbdt.sketch import grid_counts, merge_counts, sketch_grids
 from fedtab.learn.gbdt.importance import SPLIT_RECORD, record_splits, site_gains
 from fedtab.learn.metrics import regression_sums
 from fedtab.learn.gbdt.release import check_request, histogram_sensitivity, noisy_level, release_level
@@ -49,7 +50,7 @@ from fedtab.federation.site.registry import handler
 from fedtab.federation.site.matrices import class_indices, label_key, requested_bins, site_matrix
 from fedtab.federation.steps.evaluate import evaluation_sums
 
-__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "fixed_summary", "SUMMARY_PART"]
+__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "SUMMARY_PART"]
 
 #: ``site.state`` key of the boosting state (plain arrays: an engine keeps it between processes)
 STATE = "gbdt"
@@ -98,35 +99,15 @@ def site_data(site: Site, features: list[str], part: str, classes: list[str] | N
     return X, class_indices(y_raw, list(classes or []))
 
 
-# ----------------------------------------------------------------------------- summary
-#: the part every bin summary is computed over, whatever the request names
+# ----------------------------------------------------------------------------- summary, sketch
+#: the part every sketch count is computed over, whatever the request names
 SUMMARY_PART = "train"
-
-
-def _column_summary(site: Site, feature: str) -> dict[str, list]:
-    """One column's summary over the site's training part (JSON-able, for the ledger): blocks
-    of at least the site's own ``min_rows`` rows, at most :data:`SUMMARY_POINTS` of them."""
-    X, _ = site_matrix(site, [feature], SUMMARY_PART)
-    s = site_summary(X, sketch_size=SUMMARY_POINTS, min_rows=int(site.policy.min_rows))
-    return {"values": [float(v) for v in s["values"]], "counts": [int(c) for c in s["counts"]]}
-
-
-def fixed_summary(site: Site, features: list[str]) -> dict[str, np.ndarray]:
-    """The site's bin summary of ``features`` (:func:`~fedtab.learn.gbdt.site_summary` layout):
-    per column the one the site's ledger recorded first in the period, else computed now over
-    the training part and recorded. Nothing of a request shapes it (no size, floor or part),
-    so every summary of a column the site sends in a period is the same."""
-    cols = [site.ledger.fixed_release(f"gbdt_summary:{f}", lambda f=f: _column_summary(site, f)) for f in features]
-    return {"values": np.asarray([v for c in cols for v in c["values"]], dtype=np.float64),
-            "counts": np.asarray([n for c in cols for n in c["counts"]], dtype=np.int64),
-            "ptr": np.r_[0, np.cumsum([len(c["counts"]) for c in cols])].astype(np.int64)}
 
 
 @handler("gbdt_summary")
 def _summary(site: Site, request: Message) -> Message:
-    """The class labels of the named part and, unless the request says ``summary = False`` (DP:
-    the edges come from public bounds), :func:`fixed_summary` of the named features. The
-    request's ``sketch_size``, ``min_rows`` and part do not change the summary."""
+    """The class labels of the named part (classification) and its rows. No value of any
+    column: the bin edges come from public bounds or the sketch (:func:`_sketch`)."""
     _check_target(site, request)
     part = str(request.meta.get("part") or "train")
     feats = _features(request)
@@ -134,9 +115,24 @@ def _summary(site: Site, request: Message) -> Message:
     meta: dict[str, Any] = {"n": int(X.shape[0])}
     if not request.meta.get("regression"):
         meta["classes"] = sorted({label_key(v) for v in y})
-    if request.meta.get("summary", True) is False:
-        return Message("gbdt_summary", {}, meta)
-    return Message("gbdt_summary", fixed_summary(site, feats), meta)
+    return Message("gbdt_summary", {}, meta)
+
+
+@handler("gbdt_sketch")
+def _sketch(site: Site, request: Message) -> Message:
+    """``counts`` ``(features, width)``: per feature, the site's training rows over a public
+    grid (:func:`~fedtab.learn.gbdt.sketch.sketch_grids`: ``stage = "range"`` the constant
+    range grid, ``"fine"`` the fine grid of the request's ``lo``/``hi``, which the site's policy
+    checked and fixed for the period), in runs of at least the site's ``min_rows`` rows
+    (:func:`~fedtab.learn.gbdt.sketch.merge_counts`, in every mode). Refused under DP (the edges
+    then come from public bounds)."""
+    if request.meta.get(DP_META) is not None:
+        raise ValueError("under differential privacy the bin edges come from public bounds: this site sends no sketch")
+    feats = _features(request)
+    grids, width = sketch_grids(request.meta.get("stage"), request.meta.get("lo"), request.meta.get("hi"), len(feats))
+    X, _ = site_matrix(site, feats, SUMMARY_PART)
+    counts = merge_counts(grid_counts(X, grids, width), int(site.policy.min_rows))
+    return Message("gbdt_sketch", {"counts": counts}, {})
 
 
 # ----------------------------------------------------------------------------- start

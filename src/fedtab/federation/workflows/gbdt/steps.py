@@ -2,8 +2,9 @@
 
 Each step validates before it reduces (the Flower shape, as :mod:`fedtab.federation.workflows.training.steps`):
 
-* :func:`summary_checker` — a site's bin summary (:func:`~fedtab.learn.gbdt.bins.check_summary`,
-  its counts bounded by the rows it declared) and its class labels (the ones it declared);
+* :func:`summary_checker` — a site's class labels (the ones it declared) and rows;
+* :func:`sketch_checker` / :func:`sketch_total` — a site's (plain) and the pooled sketch counts:
+  finite, ``≥ 0``, at most the training rows declared per feature;
 * :func:`labels_checker` — label sums that fit the rows declared (exact: integer class counts
   summing to them; ``Σy ≤ n`` for binary);
 * :func:`level_checker` — a level histogram of the requested shape, finite, its features
@@ -23,23 +24,20 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from fedtab.learn.gbdt import BinLayout, GBDTModel, check_site_histogram
-from fedtab.learn.gbdt.bins import check_summary
+from fedtab.learn.gbdt.sketch import check_counts
 from fedtab.learn.gbdt.release import GRID_BITS
 from fedtab.federation.protocol import validate
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import Federation
 from fedtab.federation.protocol.reduce import cap_weights
 
-__all__ = ["summary_checker", "labels_checker", "level_checker", "importance_checker", "robust_pool", "payload_bytes",
+__all__ = ["summary_checker", "sketch_checker", "sketch_total", "labels_checker", "level_checker", "importance_checker", "robust_pool", "payload_bytes",
            "public_edges"]
 
 
-def summary_checker(federation: Federation, n_features: int, part: str, *, sketch_size: int, min_rows: int,
-                    regression: bool, with_summary: bool) -> Callable[[str, Message], None]:
+def summary_checker(federation: Federation, part: str, *, regression: bool) -> Callable[[str, Message], None]:
     """Validator of ``"gbdt_summary"`` replies: the rows of ``part`` and class labels the site
-    declared; a summary (:func:`~fedtab.learn.gbdt.bins.check_summary`) of at most
-    ``sketch_size`` points a column, each of at least ``min_rows`` rows, counting at most the
-    site's training rows (a site summarises its whole training part, with its own floor)."""
+    declared, and no arrays (the bin edges come from public bounds or the sketch)."""
 
     def check(site: str, reply: Message) -> None:
         schema = federation.schema
@@ -47,11 +45,40 @@ def summary_checker(federation: Federation, n_features: int, part: str, *, sketc
         validate.integer(reply.meta.get("n"), f"{part} rows", equal=schema.rows(site, part))
         if not regression:
             schema.check_classes(site, reply.meta.get("classes"))
-        if with_summary:
-            check_summary(reply.arrays, n_features, sketch_size=sketch_size, min_rows=min_rows, site=f"site {site!r}",
-                          n_rows=schema.rows(site, "train"))
-        elif reply.arrays:
-            raise ValueError("sent a bin summary that was not asked for")
+        if reply.arrays:
+            raise ValueError("sent arrays with its class labels (no column's values are asked for)")
+
+    return check
+
+
+def sketch_checker(federation: Federation, n_features: int, width: int) -> Callable[[str, Message], None]:
+    """Validator of ``"gbdt_sketch"`` replies (counts checked when sent in the clear: a secure
+    sum checks the total, :func:`sketch_total`): ``(n_features, width)`` finite counts ``≥ 0``,
+    at most the site's training rows per feature."""
+
+    def check(site: str, reply: Message) -> None:
+        schema = federation.schema
+        assert schema is not None
+        if "counts" in reply.arrays:  # a secure sum sends it masked: the total is checked instead
+            check_counts(reply.arrays["counts"], n_features, width, schema.rows(site, "train"),
+                         f"site {site!r}: sketch counts")
+
+    return check
+
+
+def sketch_total(federation: Federation, n_features: int, width: int
+                 ) -> Callable[[Mapping[str, np.ndarray], list[str]], None]:
+    """``check_total`` of a sketch's sums: the pooled counts (:func:`~fedtab.learn.gbdt.sketch.check_counts`)
+    over the summing sites' training rows, so that one hostile site's poison in its masked
+    counts is a :class:`~fedtab.federation.protocol.FederationError` of the ``gbdt_sketch`` step."""
+
+    def check(sums: Mapping[str, np.ndarray], sites: list[str]) -> None:
+        schema = federation.schema
+        assert schema is not None
+        if "counts" not in sums:
+            raise ValueError("no summed sketch counts")
+        check_counts(sums["counts"], n_features, width, sum(schema.rows(s, "train") for s in sites),
+                     "the summed sketch counts")
 
     return check
 

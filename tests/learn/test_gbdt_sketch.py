@@ -1,0 +1,104 @@
+"""The bin sketch: counts over public grids, runs of >= min_rows, quantile edges on the grid."""
+
+import numpy as np
+import pytest
+
+from fedtab.learn.gbdt import BinLayout
+from fedtab.learn.gbdt.sketch import (FINE_WIDTH, RANGE_EDGES, RANGE_WIDTH, check_counts, fine_grid,
+                                      fine_grid_refusal, grid_counts, merge_counts, quantile_edges, range_from_counts,
+                                      sketch_edges, sketch_grids)
+
+
+def _sites(seed=2):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(loc, 1, size=(n, 1)) for loc, n in [(0, 6000), (1, 3000), (3, 1000)]]
+
+
+def test_merged_counts_put_at_least_min_rows_behind_every_released_number():
+    rng = np.random.default_rng(0)
+    X = np.c_[rng.normal(size=500), rng.exponential(size=500) * 1e4, np.r_[np.zeros(495), np.full(5, 7.0)]]
+    c = grid_counts(X, [RANGE_EDGES] * 3)
+    assert c.shape == (3, RANGE_WIDTH)
+    m = merge_counts(c, 10)
+    np.testing.assert_allclose(m.sum(axis=1), 500)  # totals kept
+    assert m[m > 0].min() >= 10
+    # the runs tile the grid: rows below any released cut differ by 0 or >= 10
+    cum = np.cumsum(m, axis=1)
+    for j in range(3):
+        steps = np.diff(np.unique(np.r_[0.0, cum[j]]))
+        assert steps.min() >= 10
+    # the 5 rows at 7 are not a number of their own: they joined the run of the zeros
+    assert np.count_nonzero(m[2]) == 1
+    np.testing.assert_array_equal(merge_counts(c, 1), c)
+    assert not merge_counts(np.array([[3.0, 0.0, 4.0]]), 10).any()  # fewer than min_rows in all
+
+
+def test_range_ends_are_points_of_the_public_range_grid_and_hold_the_rows():
+    X = np.c_[np.linspace(17, 90, 300), np.linspace(-3.0, 2.5, 300), np.full(300, np.nan)]
+    lo, hi = range_from_counts(grid_counts(X, [RANGE_EDGES] * 3))
+    assert lo.tolist() == [16.0, -4.0, 0.0] and hi.tolist() == [128.0, 4.0, 0.0]
+    assert fine_grid_refusal(lo, hi, 3) is None
+
+
+def test_edges_are_fine_grid_points_never_a_rows_value():
+    sites = _sites()
+    edges = sketch_edges(sites, 32, 10)[0]
+    X = np.vstack(sites)
+    lo, hi = range_from_counts(sum(merge_counts(grid_counts(s, [RANGE_EDGES]), 10) for s in sites))
+    assert np.isin(edges, fine_grid(lo[0], hi[0])).all()
+    assert not np.isin(edges, X.astype(np.float32)).any()
+    layout = BinLayout([edges])
+    assert layout.n_bins[0] <= 32
+    counts = np.bincount(layout.bin(X)[:, 0], minlength=33)
+    assert counts[-1] == 0 and counts[:-1].min() > 0.5 * 10000 / 32 and counts.max() < 2 * 10000 / 32
+
+
+def test_few_distinct_values_get_one_bin_each():
+    X = np.random.default_rng(3).integers(0, 5, (1000, 1)).astype(float)
+    layout = BinLayout(sketch_edges([X[:600], X[600:]], 256, 10))
+    bins = layout.bin(np.arange(5.0)[:, None])[:, 0]
+    assert np.unique(bins).size == 5
+    assert layout.n_bins[0] == 5
+
+
+def test_quantile_edges_have_rows_on_both_sides_and_respect_max_bins():
+    grid = fine_grid(0.0, 8.0)
+    counts = np.zeros(FINE_WIDTH)
+    counts[1:FINE_WIDTH - 1] = 1.0
+    e = quantile_edges(counts, grid, 16)
+    assert 0 < e.size <= 15 and np.isin(e, grid).all()
+    one = np.zeros(FINE_WIDTH)
+    one[500] = 40
+    assert quantile_edges(one, grid, 16).size == 0  # one held bin: nothing to split
+    with pytest.raises(ValueError, match="max_bins"):
+        quantile_edges(counts, grid, 1)
+
+
+@pytest.mark.parametrize("lo, hi, match", [
+    ([0.3], [8.0], "points of the public range grid"),  # an end between two rows, not on the grid
+    ([8.0], [4.0], "lo <= hi"),
+    ([0.0, 0.0], [8.0, 8.0], "one \\(lo, hi\\) per feature"),
+    (["a"], [1.0], "numbers"),
+])
+def test_fine_grid_ends_off_the_public_grid_are_refused(lo, hi, match):
+    assert fine_grid_refusal(lo, hi, 1) is not None
+    with pytest.raises(ValueError, match=match):
+        sketch_grids("fine", lo, hi, 1)
+
+
+def test_sketch_stage_must_be_named():
+    with pytest.raises(ValueError, match="stage"):
+        sketch_grids("exact", None, None, 1)
+
+
+@pytest.mark.parametrize("tamper, match", [
+    (lambda c: -c, "non-negative"),
+    (lambda c: c * 1000, "more rows"),
+    (lambda c: np.where(c > 0, np.nan, c), "finite"),
+    (lambda c: c[:, :-1], "numbers"),
+])
+def test_hostile_counts_are_rejected(tamper, match):
+    c = merge_counts(grid_counts(np.random.default_rng(4).normal(size=(400, 2)), [RANGE_EDGES] * 2), 10)
+    check_counts(c, 2, RANGE_WIDTH, 400)
+    with pytest.raises(ValueError, match=match):
+        check_counts(tamper(c), 2, RANGE_WIDTH, 400)
