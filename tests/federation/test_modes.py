@@ -105,7 +105,7 @@ def test_a_new_mode_is_one_wrapper_class_used_by_a_run_without_touching_a_workfl
         np.testing.assert_allclose(scaled.params[k], plain.params[k], rtol=1e-12)
     assert scaled.metrics["pooled"]["n"] == 2 * plain.metrics["pooled"]["n"]  # the evaluation's sums doubled
     assert scaled.metrics["pooled"]["accuracy"] == pytest.approx(plain.metrics["pooled"]["accuracy"])
-    assert {"describe", "fit", "evaluate"} <= {k for w in made for k in w.seen}
+    assert {"describe", "newton", "evaluate"} <= {k for w in made for k in w.seen}  # logistic: Newton–Raphson
 
 
 def test_the_accountant_refuses_a_release_before_the_request_goes_out():

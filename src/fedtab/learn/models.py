@@ -226,7 +226,7 @@ class LogisticRegressionModel(FederatedModel):
     @property
     def newton(self) -> bool:
         """Whether the training workflow fits it by federated Newton–Raphson (not FedProx)."""
-        return self.solver == "newton" and not self.mu
+        return getattr(self, "solver", "fedavg") == "newton" and not self.mu  # subclasses (sgd) keep FedAvg
 
     def init(self, n_features: int, n_classes: int, seed: int = 0) -> Params:
         if n_classes < 2:
