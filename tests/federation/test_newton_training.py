@@ -9,7 +9,7 @@ from sklearn.linear_model import LogisticRegression
 from fedtab.federation import Message
 from fedtab.federation.protocol import FederationError, set_options
 from fedtab.federation.training import run_training
-from fedtab.learn.newton import dp_logistic_sums, hessian_sensitivity, logistic_sums, newton_update
+from fedtab.learn.newton import NEWTON_TOL, dp_logistic_sums, hessian_sensitivity, logistic_sums, newton_update
 from tests.builders import classification_parts, federation
 
 L2 = 1e-3
@@ -35,7 +35,7 @@ def test_newton_reaches_the_pooled_maximum_likelihood_fit_in_few_exchanges():
     fed, feats = _fed()
     out = run_training(fed, feats, rounds=25)
     assert _diff(out, _pooled_fit(fed)) < 1e-6
-    assert out.rounds <= 8 and out.steps[-1] < 1e-6 and len(out.steps) == out.rounds
+    assert out.rounds <= 7 and out.steps[-1] < NEWTON_TOL and len(out.steps) == out.rounds
     kinds = [r.kind for r in fed.traffic.records if r.site == "s0"]
     assert kinds.count("newton") == out.rounds and "fit" not in kinds
 
@@ -116,8 +116,8 @@ def test_robust_mode_caps_a_site_that_claims_most_of_the_rows():
     fed2, _ = _fed()
     plain = run_training(fed2, feats, rounds=25)
     # the largest site (half the rows) is capped to 40 %: another weighted fit, still converged
-    assert capped.steps[-1] < 1e-6 and _diff(capped, _pooled_fit(fed2)) > 1e-4
-    assert all(np.isfinite(v).all() for v in capped.params.values()) and plain.steps[-1] < 1e-6
+    assert capped.steps[-1] < NEWTON_TOL and _diff(capped, _pooled_fit(fed2)) > 1e-4
+    assert all(np.isfinite(v).all() for v in capped.params.values()) and plain.steps[-1] < NEWTON_TOL
 
 
 class _Lying:
