@@ -138,8 +138,9 @@ def _centralised(train: pd.DataFrame, test: pd.DataFrame, target: str, seed: int
 
 def run(dataset: str = "adult", rows: int | None = None, seed: int = 0, impute: bool = True, rounds: int = 10,
         impute_rounds: int = 10, tune: bool = False, tolerance: float = 0.01, freedom_degree: float = 1.0,
-        workdir: Path = Path("benchmark-job"), min_rows: int | None = None) -> dict[str, Any]:
-    """One job, its baselines and the centralised reference; a JSON-able summary."""
+        workdir: Path = Path("benchmark-job"), min_rows: int | None = None, newton: bool = False) -> dict[str, Any]:
+    """One job, its baselines and the centralised reference; a JSON-able summary (``newton``: also
+    :func:`newton_check`)."""
     from fedtab.job.run import run_job
 
     if dataset == "adult":
@@ -174,9 +175,40 @@ def run(dataset: str = "adult", rows: int | None = None, seed: int = 0, impute: 
         "majority": {k: base["majority"]["pooled"].get(k) for k in keys},
         "centralised": central,
         "steps": result["steps"],
+        "exchanges": sum(st["exchanges"] for st in result["steps"]),
         "seconds": seconds,
         "cpu_seconds": cpu,
+        **({"newton": newton_check(job)} if newton else {}),
     }
+
+
+def newton_check(job: dict[str, Any]) -> dict[str, Any]:
+    """The job once more in-process (:func:`fedtab.job.workflow.run_workflow` on a
+    :class:`~fedtab.engines.LocalFederation`), its exchanges counted, and its logistic model against
+    scikit-learn's ``LogisticRegression`` (``C = 1/(l2·N)``, tol 1e-12) on the sites' own standardised
+    training rows pooled: ``{"exchanges", "per_step", "newton_iterations", "max_abs_coef_diff"}``."""
+    import numpy as np
+
+    from fedtab.engines.local import LocalFederation
+    from fedtab.engines.site_config import build_site
+    from fedtab.job import load_job
+    from fedtab.job.run import site_configs
+    from fedtab.job.workflow import run_workflow
+    from fedtab.learn.models import make_model
+
+    spec = load_job(job)
+    sites = [build_site(c) for c in site_configs(spec)]
+    fed = LocalFederation(sites)
+    out = run_workflow(fed, spec)
+    tr = out.outcomes["training"]
+    X, y = zip(*(s.state["train_setup"]["_cache"]["train"] for s in sites))
+    X, y = np.vstack(X), np.concatenate(y)
+    l2 = make_model(tr.model_spec).get_params()["l2"]
+    sk = LogisticRegression(C=1 / (l2 * len(y)), tol=1e-12, max_iter=100_000).fit(X, y)
+    diff = max(float(np.abs(tr.params["coef"] - sk.coef_).max()),
+               float(np.abs(tr.params["intercept"] - sk.intercept_).max()))
+    return {"exchanges": fed.exchange_count, "per_step": {st["step"]: st["exchanges"] for st in out.result["steps"]},
+            "newton_iterations": tr.rounds, "max_abs_coef_diff": diff}
 
 
 # ----------------------------------------------------------------------------- small sites, through the job
@@ -311,11 +343,18 @@ def _details(r: dict[str, Any]) -> list[str]:
     for s, info in r["sites"].items():
         fa, la = r["federated_per_site"].get(s), r["local_only_per_site"].get(s)
         lacks = ", ".join(info["unavailable"]) or "—"
-        lines.append(f"| {s} | {info['columns']} | {info['rows']} | {lacks} | {fa:.3f} | {la:.3f} |")
-    lines += ["", "| step | seconds (wall) | bytes down | bytes up |", "|---|---:|---:|---:|"]
+        cell = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731 (a site whose AUROC is not defined)
+        lines.append(f"| {s} | {info['columns']} | {info['rows']} | {lacks} | {cell(fa)} | {cell(la)} |")
+    lines += ["", f"Exchanges: {r['exchanges']} in all.", "",
+              "| step | exchanges | seconds (wall) | bytes down | bytes up |", "|---|---:|---:|---:|---:|"]
     for st in r["steps"]:
-        lines.append(f"| {st.get('step', st.get('name'))} | {st['seconds']:.2f} | {st['bytes_down']:,} | "
-                     f"{st['bytes_up']:,} |")
+        lines.append(f"| {st.get('step', st.get('name'))} | {st['exchanges']} | {st['seconds']:.2f} | "
+                     f"{st['bytes_down']:,} | {st['bytes_up']:,} |")
+    nr = r.get("newton")
+    if nr:
+        lines += ["", f"Logistic by federated Newton–Raphson: {nr['newton_iterations']} iterations; largest "
+                  f"|coefficient − pooled scikit-learn fit| = {nr['max_abs_coef_diff']:.1e} (in-process re-run: "
+                  f"{nr['exchanges']} exchanges)."]
     return lines
 
 
@@ -349,6 +388,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--tolerance", type=float, default=0.01,
                     help="with --tune: keep the smallest mask within this validation F1 of the best")
     ap.add_argument("--quick", action="store_true", help="heart, 150 rows, 3 rounds, no tuning, no imputation")
+    ap.add_argument("--newton", action="store_true",
+                    help="re-run the job in-process and compare its logistic model with the pooled scikit-learn fit")
+    ap.add_argument("--impute-rounds", type=int, default=10, help="FedHF-Impute rounds (0: its linear prior alone)")
     ap.add_argument("--small-sites", action="store_true",
                     help="the small heterogeneous consortia of benchmarks.small_sites through the job (issue 22)")
     ap.add_argument("--cases", nargs="+", default=["heart", "adult"], choices=["heart", "adult", "icu"],
@@ -401,11 +443,11 @@ def _runs(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
         if args.quick:
             # 45-60 rows a site: a floor of 4 rows lets every site's test part be evaluated
             runs.append(run("heart", rows=args.rows or 150, seed=seed, impute=False, rounds=3, tune=False,
-                            workdir=workdir, min_rows=4))
+                            workdir=workdir, min_rows=4, newton=args.newton))
         else:
             runs.append(run(args.dataset, rows=args.rows, seed=seed, impute=not args.no_impute,
                             tolerance=args.tolerance, tune=args.tune, freedom_degree=args.freedom_degree,
-                            workdir=workdir))
+                            workdir=workdir, newton=args.newton, impute_rounds=args.impute_rounds))
     return runs
 
 

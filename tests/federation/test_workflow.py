@@ -109,9 +109,10 @@ def test_mask_broadcast_can_answer_describe_with_the_same_result_and_one_exchang
     np.testing.assert_array_equal(out.mean, ref.mean)
     np.testing.assert_array_equal(out.std, ref.std)
     assert out.pooled == ref.pooled
-    # the setup travels with the first fit: no "setup" exchange at all
-    assert _exchanges(plain) == ["ballot", "set_mask", "describe"] + ["fit"] * 3 + ["evaluate"]
-    assert _exchanges(folded) == ["ballot", "set_mask"] + ["fit"] * 3 + ["evaluate"]
+    # the setup travels with the first Newton iteration: no "setup" exchange at all
+    assert 1 <= out.rounds <= 3 and out.rounds == ref.rounds
+    assert _exchanges(plain) == ["ballot", "set_mask", "describe"] + ["newton"] * out.rounds + ["evaluate"]
+    assert _exchanges(folded) == ["ballot", "set_mask"] + ["newton"] * out.rounds + ["evaluate"]
 
 
 def test_described_replies_for_other_features_are_refused():
@@ -139,12 +140,14 @@ def test_a_stand_alone_setup_request_is_still_answered():
 
 def test_a_job_of_election_and_training_takes_rounds_plus_three_exchanges(jobs):
     """Steps a job does not need cost no exchange: without the column profile and the baselines, an
-    election and training is ballot, set_mask (which also describes), fit x rounds, evaluate."""
+    election and training is ballot, set_mask (which also describes), at most `rounds` Newton
+    iterations (logistic), evaluate."""
     from fedtab.job.spec import spec_from_plan
     from fedtab.job.workflow import run_workflow
 
     fed, _ = make_fed()
     out = run_workflow(fed, spec_from_plan(jobs.plan(election={}, training={"rounds": 4, "local_epochs": 2}))).result
-    assert _exchanges(fed) == ["ballot", "set_mask"] + ["fit"] * 4 + ["evaluate"]
+    r = out["training"]["rounds"]
+    assert 1 <= r <= 4 and _exchanges(fed) == ["ballot", "set_mask"] + ["newton"] * r + ["evaluate"]
     assert out["training"]["features"] == out["election"]["selected"]
     assert [s["step"] for s in out["steps"]] == ["election", "training"]

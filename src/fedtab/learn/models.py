@@ -189,7 +189,12 @@ def _log_softmax(z: np.ndarray) -> np.ndarray:
 
 
 class LogisticRegressionModel(FederatedModel):
-    """(Multinomial) logistic regression with L2 penalty, trained by FedAvg.
+    """(Multinomial) logistic regression with L2 penalty.
+
+    Trained by federated Newton–Raphson (``solver="newton"``, the default: each round the sites
+    sum the log-loss's gradient and Hessian at the server's coefficients, :mod:`fedtab.learn.newton`,
+    and the server steps to the pooled penalised maximum-likelihood fit itself) or by FedAvg
+    (``solver="fedavg"``, or any ``mu > 0``: FedProx).
 
     Binary problems use one weight vector (``coef`` ``(1, d)``, ``intercept`` ``(1,)``);
     C > 2 classes use softmax (``(C, d)``, ``(C,)``). A local update runs ``epochs``
@@ -200,15 +205,28 @@ class LogisticRegressionModel(FederatedModel):
     Args:
         l2: L2 strength on the coefficients (per sample, like ``1/(C·n)`` in scikit-learn).
         mu: FedProx proximal strength (0 = plain FedAvg).
+        solver: ``"newton"`` (federated Newton–Raphson on pooled sums) or ``"fedavg"``.
+
+    Raises:
+        ValueError: a negative ``l2``/``mu``, an unknown solver.
     """
 
     name = "logistic"
+    SOLVERS = ("newton", "fedavg")
 
-    def __init__(self, l2: float = 1e-3, mu: float = 0.0):
+    def __init__(self, l2: float = 1e-3, mu: float = 0.0, solver: str = "newton"):
         if l2 < 0 or mu < 0:
             raise ValueError("l2 and mu must be non-negative")
+        if solver not in self.SOLVERS:
+            raise ValueError(f"logistic solver must be one of {list(self.SOLVERS)}, got {solver!r}")
         self.l2 = l2
         self.mu = mu
+        self.solver = solver
+
+    @property
+    def newton(self) -> bool:
+        """Whether the training workflow fits it by federated Newton–Raphson (not FedProx)."""
+        return getattr(self, "solver", "fedavg") == "newton" and not self.mu  # subclasses (sgd) keep FedAvg
 
     def init(self, n_features: int, n_classes: int, seed: int = 0) -> Params:
         if n_classes < 2:

@@ -332,6 +332,24 @@ for _kind in (
                 "model parameters after local training and the number of training rows (one update per round)",
                 summed=True, check=_policy._fit, summary=(_MODELS,), progress=Progress("training", "training.rounds"),
                 rows="the part the training setup named (default `train`)"),
+    # federated Newton–Raphson (logistic): the server chooses a *model*, the site its rows. Each reply
+    # is the log-loss gradient and Hessian summed over the site's whole fixed training part (≥ min_rows
+    # rows) at coefficients the server picks. Two replies at two points are sums of the same rows with
+    # other smooth weights (the pooled fit needs them at d + 1 points anyway, and then the Hessian and
+    # gradient are released in any case); but steep coefficients make the weights p(1 − p) and p − y
+    # approach indicators of a half-space the server chose, so crafted points can approximate sums over
+    # server-chosen row sets. Hence server_row_set with plain_bound="max_rounds": a plain answer counts
+    # as a training round (max_rounds per run); secure sums show only the total; DP noises each reply.
+    MessageKind("newton", _TRAINING,
+                Releases(part=_in_home(_TRAINING, "_fit_part"), aggregates=("grad", "hess"),
+                         meta={"n_samples": COUNT}, dp=True, dp_releases=2),
+                "a logistic model's log-loss gradient and Hessian summed over all the training rows at coefficients "
+                "the server sent (one Newton–Raphson iteration; counted as a training round)",
+                summed=True, check=_policy._fit, server_row_set=True, summary=(_MODELS,),
+                progress=Progress("training", "training.rounds"),
+                rows="all rows of the part the training setup named (default `train`), weighted by the server's "
+                     "coefficients: steep coefficients weight a half-space of them",
+                plain_bound="max_rounds"),
     MessageKind("evaluate", f"{_F}.steps.evaluate", _EVALUATE,
                 "per test part: the confusion matrix (per class), a Brier sum, a histogram of predicted "
                 "probabilities per class and a rank-pair count", description_dp=_DP_EVALUATE, summed=True,

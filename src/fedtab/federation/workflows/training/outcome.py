@@ -60,6 +60,8 @@ class TrainingOutcome:
     traffic: list[dict[str, Any]] = field(default_factory=list)
     rounds: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: Newton–Raphson only: the L2 norm of each iteration's step (standardised coefficients)
+    steps: list[float] = field(default_factory=list)
     local_epochs: int = 0
     seed: int = 0
     model_spec: dict[str, Any] = field(default_factory=dict)

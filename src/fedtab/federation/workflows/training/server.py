@@ -17,7 +17,8 @@ from typing import Any, Callable, Literal, Mapping
 import numpy as np
 
 from fedtab.learn.metrics import SCORE_BINS
-from fedtab.learn.models import FederatedModel, Params, make_model, model_cost
+from fedtab.learn.models import FederatedModel, LogisticRegressionModel, Params, make_model, model_cost
+from fedtab.learn.newton import NEWTON_TOL, as_theta, from_theta, newton_update
 from fedtab.privacy.policy import DisclosurePolicy
 from fedtab.federation.protocol import validate
 from fedtab.federation.protocol import Federation, run_ledger, set_quorum
@@ -25,7 +26,7 @@ from fedtab.federation.protocol.modes import run_strategy
 from fedtab.federation.site.matrices import check_part
 from fedtab.federation.workflows.training.outcome import TrainingOutcome, historic_scores
 from fedtab.federation.workflows.training.trainers import trainer_for
-from fedtab.federation.workflows.training.steps import EXACT_TRAINING_MODES, LINEAR_MODES, TRAINING_MODES, dp_fit_release, dp_plan, fit_request, fit_round
+from fedtab.federation.workflows.training.steps import EXACT_TRAINING_MODES, LINEAR_MODES, TRAINING_MODES, dp_fit_release, dp_plan, fit_request, fit_round, newton_request, newton_round
 from fedtab.federation.steps.describe import as_description, describe, standardisation
 from fedtab.federation.steps.evaluate import evaluate
 
@@ -35,11 +36,11 @@ __all__ = ["TrainingOutcome", "run_training", "training_task"]
 
 def _round_traffic(federation: Federation, start: int, r: int, down: Mapping[str, np.ndarray], n_up: int
                    ) -> list[dict[str, Any]]:
-    """Per-site traffic of one round: every exchange of the round (fit, and a secure sum's key
-    exchange and unmasking), from the engine's traffic log when it keeps one."""
+    """Per-site traffic of one round: every exchange of the round (fit or newton, and a secure sum's
+    key exchange and unmasking), from the engine's traffic log when it keeps one."""
     per_site: dict[str, list[int]] = {}
     for t in federation.traffic.records[start:]:
-        if t.kind in ("fit", "secagg_unmask", "secagg_keys", "secagg_sign"):
+        if t.kind in ("fit", "newton", "secagg_unmask", "secagg_keys", "secagg_sign"):
             acc = per_site.setdefault(t.site, [0, 0])
             acc[0] += t.bytes_down
             acc[1] += t.bytes_up
@@ -66,6 +67,7 @@ def run_training(
     min_sites: int | None = None,
     max_param_abs: float = validate.MAX_PARAM_ABS,
     task: str | None = None,
+    newton_tol: float = NEWTON_TOL,
 ) -> TrainingOutcome:
     """Train ``model`` by federated rounds on ``features`` (default: each site's elected mask).
 
@@ -83,7 +85,11 @@ def run_training(
             by the election (``site.state["features"]``), or all their columns.
         model: a name from :data:`fedtab.learn.MODELS`, a ``{"name", "params"}`` dict
             or a :class:`~fedtab.learn.FederatedModel`.
-        rounds: federated rounds; local_epochs: local passes per round.
+        rounds: federated rounds; local_epochs: local passes per round. A logistic model
+            (``solver="newton"``, the default) trains by federated Newton–Raphson: at most
+            ``rounds`` iterations, one exchange each, stopping once a step's L2 norm is below
+            ``newton_tol`` (``local_epochs`` unused); it reaches the pooled penalised
+            maximum-likelihood fit itself.
         eval_every: also evaluate every that many rounds (0 = only at the end) to fill ``history``.
         on_round: progress callback ``(round, metrics or None)``.
         train_part / eval_part: the sites' row parts to train on and to score (``"fit"``
@@ -145,11 +151,20 @@ def run_training(
     has_proba = getattr(fm, "predict_proba", None) is not None
 
     params = _initial_params(fm, len(feats), len(class_list), seed)
-    n_rounds = 1 if fm.exact else rounds
-    params, history, traffic = _fedavg_rounds(
-        federation, fm, params, n_rounds, setup=setup, local_epochs=local_epochs, seed=seed, mean=mean, std=std,
-        dp_fit=dp_fit, ledger=ledger, train_part=train_part, eval_part=eval_part, eval_every=eval_every,
-        on_round=on_round, on_error=on_error, left_out=left_out, max_param_abs=max_param_abs, has_proba=has_proba)
+    steps: list[float] = []
+    if _is_newton(fm):  # logistic: federated Newton–Raphson, at most `rounds` iterations
+        params, history, traffic, steps = _newton_rounds(
+            federation, fm, params, rounds, setup=setup, mean=mean, std=std, ledger=ledger, train_part=train_part,
+            eval_part=eval_part, eval_every=eval_every, on_round=on_round, on_error=on_error, left_out=left_out,
+            has_proba=has_proba, tol=newton_tol)
+        n_rounds = len(steps)
+    else:
+        n_rounds = 1 if fm.exact else rounds
+        params, history, traffic = _fedavg_rounds(
+            federation, fm, params, n_rounds, setup=setup, local_epochs=local_epochs, seed=seed, mean=mean, std=std,
+            dp_fit=dp_fit, ledger=ledger, train_part=train_part, eval_part=eval_part, eval_every=eval_every,
+            on_round=on_round, on_error=on_error, left_out=left_out, max_param_abs=max_param_abs,
+            has_proba=has_proba)
     detail = evaluate(federation, params, len(class_list), eval_part, score_bins, has_proba=has_proba, ledger=ledger,
                       on_error=on_error)
     pooled, per_site = historic_scores(detail)
@@ -158,7 +173,7 @@ def run_training(
     return TrainingOutcome(
         model=fm.name, params=params, features=list(feats), classes=class_list, mean=mean, std=std, pooled=pooled,
         per_site=per_site, history=history, n_params=fm.n_params(len(feats), len(class_list)),
-        bytes_down=bytes_down, bytes_up=bytes_up, traffic=traffic, rounds=n_rounds, metrics=detail,
+        bytes_down=bytes_down, bytes_up=bytes_up, traffic=traffic, rounds=n_rounds, metrics=detail, steps=steps,
         local_epochs=int(local_epochs), seed=seed, model_spec=spec, participation=federation.participation[p0:],
         dropped={s: why for s, why in federation.dropped.items() if s not in dropped0}, robust=opts.robust,
         left_out=left_out, privacy=ledger.report() if ledger is not None else None, task=task,
@@ -301,3 +316,51 @@ def _fedavg_rounds(federation: Federation, fm: FederatedModel, params: Params, n
     return params, history, traffic
 
 
+def _is_newton(fm: FederatedModel) -> bool:
+    return isinstance(fm, LogisticRegressionModel) and fm.newton
+
+
+def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: Params, max_iter: int, *,
+                   setup: Mapping[str, Any], mean: np.ndarray, std: np.ndarray, ledger: Any, train_part: str,
+                   eval_part: str, eval_every: int, on_round: Callable[[int, dict[str, float] | None], None] | None,
+                   on_error: Literal["raise", "skip"] | None, left_out: dict[str, str], has_proba: bool, tol: float,
+                   ) -> tuple[Params, list[dict[str, float]], list[dict[str, Any]], list[float]]:
+    """Federated Newton–Raphson from ``params``: each iteration one ``"newton"`` exchange (the setup
+    rides on the first) whose summed gradient and Hessian give the next point
+    (:func:`fedtab.learn.newton.newton_update`); stops after ``max_iter`` iterations or once a step's
+    norm is below ``tol``.
+
+    Returns:
+        ``(params, history, traffic, step norms)`` (one norm per iteration run).
+    """
+    n_classes = len(setup["classes"])
+    d = len(setup["features"])
+    theta = as_theta(params)
+    k = theta.shape[0]
+    n_up = k * (d + 1) * (k * (d + 1) + 1)
+    history: list[dict[str, float]] = []
+    traffic: list[dict[str, Any]] = []
+    steps: list[float] = []
+    r = 0
+    for r in range(1, max_iter + 1):
+        request = newton_request(theta, round_=r, setup=setup if r == 1 else None, mean=mean, std=std)
+        n_log = len(federation.traffic.records)
+        sums, dropped = newton_round(federation, request, k, d, train_part, round_=r, ledger=ledger, on_error=on_error)
+        left_out.update(dropped)
+        theta, step = newton_update(theta, sums.grad, sums.hess, sums.n, fm.l2)
+        rows = _round_traffic(federation, n_log, r, {k_: v for k_, v in request.arrays.items()
+                                                    if k_.startswith("param:")}, n_up)
+        traffic += rows
+        steps.append(step)
+        metrics = None
+        converged = step < tol
+        if eval_every and (r % eval_every == 0 or r == max_iter or converged):
+            detail = evaluate(federation, from_theta(theta), n_classes, eval_part, has_proba=has_proba, ledger=ledger,
+                              on_error=on_error)
+            metrics = historic_scores(detail)[0]
+            history.append({"round": r, **metrics})
+        if on_round:
+            on_round(r, metrics)
+        if converged:
+            break
+    return from_theta(theta), history, traffic, steps

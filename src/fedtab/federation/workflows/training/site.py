@@ -4,7 +4,10 @@ Handlers (each declared once, with the release it makes, in :mod:`fedtab.federat
 
 * ``"fit"`` — the local update from the global parameters; the first one carries the setup
   (features, classes, standardisation, model spec, part) that the site stores; a stand-alone
-  ``"setup"`` request has the same effect.
+  ``"setup"`` request has the same effect;
+* ``"newton"`` — a logistic model's log-loss gradient and Hessian summed over the training
+  part at the server's coefficients (federated Newton–Raphson, :mod:`fedtab.learn.newton`); the
+  first carries the setup as the first ``"fit"`` does.
 
 The description (``"describe"``) and the evaluation (``"evaluate"``) that a training run also
 asks for are shared steps (:mod:`fedtab.federation.steps.describe`,
@@ -22,10 +25,10 @@ import numpy as np
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.site.core import Site
 from fedtab.federation.site.registry import handler
-from fedtab.federation.site.matrices import prepared_matrix
+from fedtab.federation.site.matrices import held_features, prepared_matrix
 from fedtab.federation.steps.params import SETUP, params_from, params_to
 from fedtab.learn.models import LogisticRegressionModel, make_model
-from fedtab.privacy.dp import DP_GD_LR, DP_META, clip_update, dp_logistic_update, noise_rng
+from fedtab.privacy.dp import DP_GD_LR, DP_META, add_noise, clip_update, column_bounds, dp_logistic_update, noise_rng
 
 
 def _store_setup(site: Site, meta: Mapping[str, Any], mean: Any, std: Any) -> None:
@@ -59,18 +62,23 @@ def _fit_releases(request: Message) -> int:
     return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1 else 1
 
 
-@handler("fit")
-def _fit(site: Site, request: Message) -> Message:
+def _carried_setup(site: Site, request: Message) -> None:
+    """Store the setup a request carries (the first training round's), if any."""
     carried = request.meta.get("setup")
     if carried is not None:  # the first round carries the setup (no separate exchange)
         if not isinstance(carried, dict):
-            raise ValueError("fit: 'setup' must be a JSON object")
+            raise ValueError(f"{request.kind}: 'setup' must be a JSON object")
         _store_setup(site, carried, request.arrays[SETUP + "mean"], request.arrays[SETUP + "std"])
         if carried.get("part", "train") == "train":  # read the table once: the test rows' matrix rides in the
             try:  # state, so later fits and the evaluation need neither the file nor pandas
                 prepared_matrix(site, "test")
             except ValueError:  # e.g. a test label outside the class list: the evaluation reports it
                 pass
+
+
+@handler("fit")
+def _fit(site: Site, request: Message) -> Message:
+    _carried_setup(site, request)
     setup = site.state.get("train_setup") or {}
     X, y = prepared_matrix(site, setup.get("part", "train"))
     model = make_model(site.state["train_setup"]["model"])
@@ -96,7 +104,46 @@ def _fit(site: Site, request: Message) -> Message:
     return Message("fit", params_to(params), {"n_samples": int(len(y))})
 
 
+#: the largest |coefficient| (standardised columns) a site computes Newton sums at: beyond it the
+#: per-row weights p(1 − p) approach a half-space indicator of the server's choosing
+NEWTON_MAX_COEF = 1e3
 
 
+@handler("newton")
+def _newton(site: Site, request: Message) -> Message:
+    """The log-loss gradient and Hessian sums (``grad``, ``hess``) of the set-up logistic model over
+    the training part at the request's coefficients (``param:coef``, ``param:intercept``); under DP
+    per-row gradients clipped to ``clip`` and rows to the bounds' radius, then Gaussian noise."""
+    from fedtab.learn.newton import as_theta, dp_logistic_sums, hessian_sensitivity, logistic_sums, row_bound
 
-
+    _carried_setup(site, request)
+    setup = site.state.get("train_setup")
+    if setup is None:
+        raise ValueError("newton: training is not set up on this site (no setup received)")
+    model = make_model(setup["model"])
+    if not isinstance(model, LogisticRegressionModel):
+        raise ValueError(f"newton: the set-up model {model.name!r} is not logistic regression")
+    X, y = prepared_matrix(site, setup.get("part", "train"))
+    theta = as_theta(params_from(request))
+    k = 1 if len(setup["classes"]) == 2 else len(setup["classes"])
+    if theta.shape != (k, X.shape[1] + 1):
+        raise ValueError(f"newton: coefficients of shape {theta.shape}, expected {(k, X.shape[1] + 1)}")
+    if not np.isfinite(theta).all() or np.abs(theta).max(initial=0.0) > NEWTON_MAX_COEF:
+        raise ValueError(f"newton: coefficients must be finite and within ±{NEWTON_MAX_COEF:g}")
+    dp = request.meta.get(DP_META)
+    if dp is None:
+        grad, hess = logistic_sums(theta, X, y)
+    else:
+        feats = setup["features"]
+        held = held_features(site)
+        lo, hi = column_bounds(dp, feats, held=[f for f in feats if f in held])
+        mean, std = setup["mean"], setup["std"]
+        unheld = np.array([f not in held for f in feats])
+        lo, hi = np.where(unheld, mean, lo), np.where(unheld, mean, hi)  # an absent column is z = 0
+        radius = row_bound(lo, hi, mean, std)
+        clip = float(dp.get("clip", 1.0))
+        grad, hess = dp_logistic_sums(theta, X, y, clip=clip, radius=radius)
+        rng = noise_rng()
+        grad = add_noise(grad, 2.0 * clip, dp, rng)
+        hess = add_noise(hess, hessian_sensitivity(k, radius), dp, rng, symmetric=True)
+    return Message("newton", {"grad": grad, "hess": hess}, {"n_samples": int(len(y))})

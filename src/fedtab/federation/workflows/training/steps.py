@@ -16,6 +16,7 @@ run's options (``federation.options``), read once per step:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
@@ -43,7 +44,7 @@ from fedtab.privacy.dp import (
 )
 from fedtab.privacy.secagg import MOMENT_BITS
 
-__all__ = ["TRAINING_MODES", "EXACT_TRAINING_MODES", "LINEAR_MODES", "fit_step", "dp_fit_release", "fit_round", "dp_plan", "exact_statistics_checker", "fit_request", "dp_fit_settings"]
+__all__ = ["TRAINING_MODES", "EXACT_TRAINING_MODES", "LINEAR_MODES", "fit_step", "dp_fit_release", "fit_round", "dp_plan", "exact_statistics_checker", "fit_request", "dp_fit_settings", "NEWTON_FIELDS", "newton_request", "newton_step", "newton_round", "NewtonSums"]
 
 #: the modes the training steps support (an exact-aggregation model: no DP release)
 TRAINING_MODES = declare_modes("training", "secure", "dp", "robust")
@@ -58,7 +59,8 @@ def dp_plan(fm: FederatedModel, rounds: int, local_epochs: int, eval_every: int,
             ) -> tuple[dict[str, int], dict[str, float]]:
     """``(releases per step, noise scale per step)`` of one DP training run, for the accountant.
 
-    Logistic regression trains by DP gradient descent (``DP_GD_STEPS_PER_EPOCH`` releases per
+    Logistic regression by Newton–Raphson: 2 releases (gradient, Hessian) per iteration, at most
+    ``rounds``; by FedAvg: DP gradient descent (``DP_GD_STEPS_PER_EPOCH`` releases per
     local epoch, each at ``DP_GD_NOISE_SCALE`` × the base multiplier); other FedAvg models by
     DP-FedAvg (one release per round); the description is 3 releases (unless it came with the
     election), each evaluation one.
@@ -67,6 +69,9 @@ def dp_plan(fm: FederatedModel, rounds: int, local_epochs: int, eval_every: int,
     if trainer is not None:  # e.g. boosted trees: releases per depth level, not per FedAvg round
         return trainer.dp_plan(fm)
     n_evals = 1 + (sum(1 for r in range(1, rounds + 1) if r % eval_every == 0 or r == rounds) if eval_every else 0)
+    if isinstance(fm, LogisticRegressionModel) and fm.newton:  # a gradient and a Hessian per iteration
+        return ({"training.describe": 0 if described else 3, "training.fit": 2 * rounds, "training.evaluate": n_evals},
+                {"training.fit": 1.0})
     steps = DP_GD_STEPS_PER_EPOCH * int(local_epochs) if isinstance(fm, LogisticRegressionModel) else 1
     plan = {"training.describe": 0 if described else 3, "training.fit": rounds * steps, "training.evaluate": n_evals}
     return plan, {"training.fit": DP_GD_NOISE_SCALE if steps > 1 else 1.0}
@@ -221,17 +226,119 @@ def dp_fit_settings(federation: Federation, fm: FederatedModel, ledger: PrivacyL
     return {**dp_request(federation.options.dp, ledger.multiplier("training.fit")), "steps": steps, "lr": DP_GD_LR}
 
 
+# ----------------------------------------------------------------------------- Newton–Raphson
+# ----------------------------------------------------------------------------- Newton–Raphson
+#: the Newton reply's summed arrays and their fixed-point bits under secure sums (the aggregator's
+#: default 2**-24: the pooled fit to ~1e-9, where 2**-16 stalls the steps near 1e-5)
+NEWTON_FIELDS: dict[str, int | None] = {"grad": None, "hess": None}
 
 
+@dataclass
+class NewtonSums:
+    """One Newton exchange reduced: ``grad`` ``(k(d+1),)`` and ``hess`` ``(k(d+1),)²`` summed (or,
+    robust, a capped-share weighted mean scaled back to ``n`` rows) over ``n`` rows."""
+
+    grad: np.ndarray
+    hess: np.ndarray
+    n: float
 
 
+def newton_request(theta: np.ndarray, *, round_: int, setup: Mapping[str, Any] | None, mean: np.ndarray,
+                   std: np.ndarray) -> Message:
+    """The ``"newton"`` request at coefficients ``theta`` ``(k, d + 1)``; the first carries the setup."""
+    from fedtab.learn.newton import from_theta
+
+    arrays = params_to(from_theta(theta))
+    meta: dict[str, Any] = {"round": int(round_)}
+    if setup is not None:
+        return Message("newton", {**arrays, SETUP + "mean": mean, SETUP + "std": std}, {**meta, "setup": dict(setup)})
+    return Message("newton", arrays, meta)
 
 
+def _newton_checker(federation: Federation, size: int, k: int, part: str, exact: bool,
+                    accepted: dict[str, tuple[np.ndarray, np.ndarray, int]]) -> Callable[[str, Message], None]:
+    """Validator of ``"newton"`` replies: the rows the site declared for ``part``; when sent in the clear,
+    a finite ``grad`` ``(size,)`` and ``hess`` ``(size, size)`` and, for exact sums, a symmetric Hessian
+    with a non-negative diagonal and (two classes) its intercept entry ``Σ p(1 − p) ≤ n/4``, the
+    intercept's gradient ``|Σ (p − y)| ≤ n``."""
+
+    def check(site: str, reply: Message) -> None:
+        assert federation.schema is not None
+        n = validate.integer(reply.meta.get("n_samples"), "n_samples", equal=federation.schema.rows(site, part))
+        if n == 0:
+            raise ValueError(f"has no {part} rows to train on")
+        if "grad" not in reply.arrays and "hess" not in reply.arrays:
+            return  # masked: checked as a sum
+        g = validate.bounded(validate.array(reply, "grad", (size,)), "gradient sums")
+        H = validate.bounded(validate.array(reply, "hess", (size, size)), "Hessian sums")
+        if exact:
+            scale = 1e-9 * max(1.0, float(np.abs(H).max(initial=0.0)))
+            if np.abs(H - H.T).max(initial=0.0) > scale or (np.diag(H) < -scale).any():
+                raise ValueError("Hessian sums are not symmetric with a non-negative diagonal")
+            if k == 1 and (H[-1, -1] > n / 4 * (1 + 1e-9) + 1e-9 or abs(g[-1]) > n * (1 + 1e-9) + 1e-9):
+                raise ValueError("Newton sums are impossible for the rows declared")
+        accepted[site] = (g, H, n)
+
+    return check
 
 
+def _psd_hessian(message: Message) -> tuple[Message, int]:
+    """Post-processing of a noisy Hessian: symmetrised, negative eigenvalues set to 0 (``(message,
+    eigenvalues floored)``)."""
+    H = np.asarray(message.arrays["hess"], dtype=np.float64)
+    w, V = np.linalg.eigh(0.5 * (H + H.T))
+    arrays = dict(message.arrays)
+    arrays["hess"] = (V * np.maximum(w, 0.0)) @ V.T
+    return Message(message.kind, arrays, dict(message.meta)), int((w < 0).sum())
 
 
+def newton_step(federation: Federation, request: Message, k: int, n_features: int, part: str, *, round_: int
+                ) -> SumStep[NewtonSums]:
+    """One Newton iteration's configure/aggregate pair: ``request`` (:func:`newton_request`), the
+    summed gradient and Hessian over the rows of the sites in the sum; robust: each site's per-row
+    mean with capped site shares (``max_site_share``), scaled to the pooled rows; DP: two Gaussian
+    releases of ``"training.fit"``, checked for shape and finiteness, the Hessian made positive
+    semi-definite (:func:`_psd_hessian`)."""
+    size = k * (n_features + 1)
+    schema = federation.schema
+    assert schema is not None
+
+    def pair(exact: bool) -> SumStep[NewtonSums]:
+        accepted: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
+
+        def aggregate(summed: Summed) -> NewtonSums:
+            n = float(sum(schema.rows(s, part) for s in summed.sites))
+            if not n > 0:
+                raise FederationError("the Newton sums cover no training rows")
+            g, H = summed.sums["grad"], summed.sums["hess"]
+            if g.shape != (size,) or H.shape != (size, size):
+                raise FederationError("the summed Newton sums do not have the model's shapes")
+            return NewtonSums(g, H, n)
+
+        def robust(summed: Summed) -> tuple[NewtonSums, dict[str, str]]:
+            names = [s for s in summed.replies if s in accepted]
+            if not names:
+                raise FederationError("no site's Newton sums to reduce")
+            rows = np.array([float(accepted[s][2]) for s in names])
+            share = cap_weights(rows, federation.options.max_site_share)
+            n = float(rows.sum())
+            g = sum(w * accepted[s][0] / accepted[s][2] for w, s in zip(share, names)) * n
+            H = sum(w * accepted[s][1] / accepted[s][2] for w, s in zip(share, names)) * n
+            return NewtonSums(np.asarray(g), np.asarray(H), n), {}
+
+        return SumStep(request, SumSpec(dict(NEWTON_FIELDS)), _newton_checker(federation, size, k, part, exact,
+                                                                                accepted),
+                       aggregate, robust, kind="newton")
+
+    exact = pair(True)
+    exact.noisy = NoisyRelease(pair(False), "training.fit", 2, denoise=_psd_hessian)
+    return exact
 
 
-
-
+def newton_round(federation: Federation, request: Message, k: int, n_features: int, part: str, *, round_: int,
+                 ledger: PrivacyLedger | None = None, on_error: Literal["raise", "skip"] | None = None
+                 ) -> tuple[NewtonSums, dict[str, str]]:
+    """One Newton exchange on the run's strategy: ``(sums, left out)`` (see :func:`newton_step`)."""
+    pair = newton_step(federation, request, k, n_features, part, round_=round_)
+    out = run_strategy(federation, ledger).run(federation, pair, on_error=on_error)
+    return out.result, {s: f"newton round {round_}: {why}" for s, why in out.measurements.left_out.items()}
