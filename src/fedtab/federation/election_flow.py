@@ -180,7 +180,7 @@ def _ballot(site: Site, request: Message) -> Message:
     frame, y = site.xy("train", columns)
     frame = measured_frame(site, frame, "train")  # imputed cells are no evidence (issue 22)
     if site.keeps_matrices:  # a ClientApp process per message: spare set_mask and the first round the file
-        from .training_flow import store_part_matrices
+        from .training.site import store_part_matrices
 
         store_part_matrices(site)
     return ballot_reply(site, "ballot", request.meta.get("selector"), frame, y,
@@ -207,7 +207,7 @@ def _set_mask(site: Site, request: Message) -> Message:
     if not isinstance(features, list) or not set(map(type, features)) <= {str}:
         raise ValueError("set_mask needs a list of feature names")
     site.state["features"] = list(features)
-    from .training_flow import held_features  # the stored matrices' columns: no table read
+    from .training.site import held_features  # the stored matrices' columns: no table read
 
     held_set = held_features(site)
     held = [f for f in features if f in held_set]
@@ -215,7 +215,7 @@ def _set_mask(site: Site, request: Message) -> Message:
     part = request.meta.get("describe")
     if part is None:
         return Message("set_mask", meta=meta)
-    from .training_flow import describe_site  # the training workflow's "describe" answer, same exchange
+    from .training.site import describe_site  # the training workflow's "describe" answer, same exchange
 
     described = describe_site(site, list(features), str(part), request.meta.get(DP_META))
     return Message("set_mask", described.arrays, {**meta, "describe": described.meta})

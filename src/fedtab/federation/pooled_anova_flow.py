@@ -40,7 +40,7 @@ from .messages import Message
 from .parts import canonical_part
 from .protocol import Federation, FederationError, exchange, set_quorum
 from .site import Site, handler
-from .training_flow import label_key, site_matrix
+from .training.site import label_key, site_matrix
 
 __all__ = ["PooledAnova", "class_moments", "class_moments_checker", "pooled_anova", "run_pooled_anova",
            "suppress_rare_ones_per_class"]

@@ -34,7 +34,7 @@ from ..privacy.policy import OTHER_CATEGORY, coarse_range, merged_categories
 from .messages import Message
 from .protocol import Federation, FederationError, exchange
 from .site import Site, handler, table_step
-from .training_flow import label_key
+from .training.site import label_key
 
 __all__ = ["ID_MIN_ROWS", "MAX_LEVELS", "apply_column_roles", "profile_sites", "pooled_levels", "pooled_ranges"]
 

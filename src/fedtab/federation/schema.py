@@ -123,7 +123,7 @@ def declare(site: "Site") -> dict[str, Any]:
 
     ``kinds`` is left out when every column is numeric (what :func:`parse_declaration`
     assumes without it): at 10,000 columns that is ~110 kB less per site."""
-    from .training_flow import label_key
+    from .training.site import label_key
 
     columns = site.feature_names
     numeric = set(site.table.select_dtypes(include=["number", "bool"]).columns.astype(str))
