@@ -241,11 +241,41 @@ def import_graph(type_only: bool = False) -> dict[str, set[str]]:
                 return candidate
         return None
 
+    def targets(name: str) -> set[str]:
+        """The module ``name`` resolves to and, for a name a package resolves on first access
+        (:func:`lazy_exports`), the module that defines it: that import runs it."""
+        target = resolve(name)
+        if target is None:
+            return set()
+        defined = lazy_exports(target, files[target]).get(name[len(target) + 1:])
+        return {target} | ({resolve(defined)} - {None} if defined else set())
+
     graph = {}
     for module, path in files.items():
         names = _imports(path)[1 if type_only else 0]
-        graph[module] = {target for name in names if (target := resolve(name)) is not None and target != module}
+        graph[module] = {target for name in names for target in targets(name) if target != module}
     return graph
+
+
+@functools.lru_cache(maxsize=None)
+def lazy_exports(module: str, path: Path) -> dict[str, str]:
+    """``{name: absolute module}`` of a package whose ``__init__`` resolves its names on first access
+    (PEP 562) from a literal ``_EXPORTS = {name: module}`` dict (``".server"``, ``"...learn.x"``, or a
+    bare submodule name); ``{}`` for any other module."""
+    if path.name != "__init__.py":
+        return {}
+    for node in ast.parse(path.read_text(), str(path)).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        if isinstance(target, ast.Name) and target.id == "_EXPORTS" and isinstance(node.value, ast.Dict):
+            found = {}
+            for key, value in zip(node.value.keys, node.value.values):
+                if isinstance(key, ast.Constant) and isinstance(value, ast.Constant):
+                    rel = value.value if value.value.startswith(".") else "." + value.value
+                    level = len(rel) - len(rel.lstrip("."))
+                    base = module.split(".")
+                    found[key.value] = ".".join([*base[:len(base) - (level - 1)], rel[level:]])
+            return found
+    return {}
 
 
 def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
@@ -348,3 +378,24 @@ def test_the_circle_finder_sees_deferred_imports_and_leaves_type_only_ones_apart
     (pkg / "hub.py").write_text("import fedtab.tree.e\nthing = 1\n")  # the package re-exports its importer
     assert circles(import_graph()) == [frozenset({"fedtab.tree", "fedtab.tree.e", "fedtab.tree.hub"}),
                                        frozenset({"fedtab.tree.a", "fedtab.tree.b"})]
+
+
+def test_a_name_a_package_resolves_on_first_access_leads_to_the_module_defining_it(tmp_path, monkeypatch):
+    """``from pkg import run`` where ``pkg/__init__`` maps ``run`` to ``.server`` in ``_EXPORTS``
+    (PEP 562, :mod:`fedtab._lazy`) runs ``pkg.server``: an edge to it, so a circle through it is seen;
+    ``pkg`` itself imports neither of its modules."""
+    pkg = tmp_path / "lazy"
+    (pkg / "inner").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "inner" / "__init__.py").write_text(
+        'from ..._lazy import lazy_exports\n_EXPORTS = {"run": ".server", "helper": "..util"}\n'
+        "__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)\n")
+    (pkg / "inner" / "server.py").write_text("from ..user import go\nrun = 1\n")
+    (pkg / "inner" / "site.py").write_text("x = 1\n")
+    (pkg / "util.py").write_text("helper = 1\n")
+    (pkg / "user.py").write_text("from .inner import run, helper\ndef go():\n    pass\n")
+    monkeypatch.setattr(__import__(__name__), "SRC", tmp_path)
+    graph = import_graph()
+    assert graph["fedtab.lazy.inner"] == set()
+    assert graph["fedtab.lazy.user"] == {"fedtab.lazy.inner", "fedtab.lazy.inner.server", "fedtab.lazy.util"}
+    assert circles(graph) == [frozenset({"fedtab.lazy.inner.server", "fedtab.lazy.user"})]

@@ -5,7 +5,8 @@ tests replay a whole election + training run one message per fresh Python proces
 site's state carried between them as Flower carries it (``encode_state`` →
 ``decode_state``), and check that (1) every reply equals the in-process run's, (2) after
 the first FedAvg round no process imports pandas/scikit-learn or reads the site's file
-(its file is overwritten), (3) a GBDT run replayed the same way reads its CSV only in the
+(its file is overwritten), and no process imports a workflow's server side (its loop, its
+server steps: a workflow package resolves its names lazily), (3) a GBDT run replayed the same way reads its CSV only in the
 first message (later table reads come from the site's table cache) and its level and
 importance messages import none of pandas/pyarrow/scipy/scikit-learn/torch, and (4) the handler table that lets a site import one workflow
 module matches what the modules register.
@@ -52,7 +53,10 @@ REPLAY = textwrap.dedent("""
     (d / f"{k}_state.bin").write_bytes(encode_state(site.state)[0].to_bytes())
     (d / f"{k}_rep.bin").write_bytes(reply.to_bytes())
     heavy = sorted({m.split(".")[0] for m in sys.modules} & {"pandas", "sklearn", "torch", "pyarrow", "scipy"})
-    print(json.dumps({"loaded": site.loaded, "heavy": heavy}))
+    # a workflow's server side (its loop and server steps): a site message needs only the workflow's site module
+    server = sorted(m for m in sys.modules if m.startswith("fedtab.federation.workflows.") and m.rsplit(".", 1)[-1] in
+                    ("server", "steps"))
+    print(json.dumps({"loaded": site.loaded, "heavy": heavy, "server": server}))
 """)
 
 
@@ -99,7 +103,9 @@ def _assert_same_reply(got: Message, want: Message) -> None:
 
 def test_each_message_in_a_fresh_process_answers_as_in_process_and_later_steps_skip_the_table(recorded):
     work, kinds, replies = recorded
-    assert kinds[:2] == ["ballot", "set_mask"] and kinds.count("fit") == JOB["training"]["rounds"] and kinds[-1] == "evaluate"
+    # logistic trains by Newton–Raphson: at most `rounds` iterations, each answered from the stored matrices
+    assert kinds[:2] == ["ballot", "set_mask"] and 1 <= kinds.count("newton") <= JOB["training"]["rounds"] \
+        and kinds[-1] == "evaluate"
     data = Path(json.loads((work / "config.json").read_text())["data-path"])
     for k, kind in enumerate(kinds):
         if k == 1:
@@ -107,13 +113,13 @@ def test_each_message_in_a_fresh_process_answers_as_in_process_and_later_steps_s
         report = _replay(work, k)
         _assert_same_reply(Message.from_bytes((work / f"{k}_rep.bin").read_bytes()), replies[k])
         if k:  # set_mask (the training description), every round and the evaluation: from the state
-            assert report == {"loaded": False, "heavy": []}, (k, kind)
+            assert report == {"loaded": False, "heavy": [], "server": []}, (k, kind)
         else:
-            assert report["loaded"] and "pandas" in report["heavy"], (k, kind)
+            assert report["loaded"] and "pandas" in report["heavy"] and report["server"] == [], (k, kind)
 
 
 def test_the_stored_matrices_are_the_tables_and_give_way_to_a_table_step_or_a_big_table(monkeypatch, tmp_path):
-    from fedtab.federation.site.core import matrices as tf
+    from fedtab.federation.site import matrices as tf
 
     table = classification_table(80, 5, 2, 1, seed=3)
     table["target"] = table["target"].map({0: "no", 1: "yes"})
@@ -229,6 +235,7 @@ def test_gbdt_messages_in_fresh_processes_read_the_csv_once_and_levels_import_no
         report = json.loads(out.stdout.strip().splitlines()[-1])
         _assert_same_reply(Message.from_bytes((work / f"{k}_rep.bin").read_bytes()), calls[k][1])
         if kind in GBDT_LEAN:
-            assert report == {"loaded": False, "heavy": []}, (k, kind)
+            assert report == {"loaded": False, "heavy": [], "server": []}, (k, kind)
+        assert report["server"] == [], (k, kind)
         loads.append(report["loaded"])
     assert loads[0] and sum(loads) >= 2  # later table reads (evaluation) came from the cache, not the CSV

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from fedtab.federation import Message, Site
-from fedtab.federation.workflows.pooled_anova.server import class_moments, suppress_rare_ones_per_class
+from fedtab.federation.workflows.pooled_anova.site import class_moments, suppress_rare_ones_per_class
 from fedtab.privacy import DisclosurePolicy
 
 MIN_ROWS = 10

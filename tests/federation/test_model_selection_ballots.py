@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 
 from fedtab.engines.local import LocalFederation
-from fedtab.federation.workflows.election.server import ballot_reply, gather_ballots
+from fedtab.federation.workflows.election.server import gather_ballots
+from fedtab.federation.workflows.election.site import ballot_reply
 from fedtab.federation.site.observed import MEASURED_KEY, measured_columns, measured_frame
 from fedtab.federation.workflows.selection import select_model
 from fedtab.federation.site.core import Site

@@ -26,7 +26,7 @@ MODE = re.compile(r"secure|secure_aggregation|dp|noisy|robust")
 #: ballot_reply, steps/describe.py's and steps/evaluate.py's site sides).
 REMAINING = {"workflows/imputation/steps.py": 8, "workflows/imputation/site.py": 6, "workflows/gbdt/server.py": 12,
              "workflows/gbdt/steps.py": 3, "workflows/gbdt/site.py": 7, "workflows/training/site.py": 4,
-             "workflows/election/server.py": 2, "steps/describe.py": 2, "steps/evaluate.py": 1}
+             "workflows/election/site.py": 2, "steps/describe.py": 2, "steps/evaluate.py": 1}
 WORKFLOW_MODULES = sorted(str(p.relative_to(FEDERATION)) for part in ("workflows", "steps")
                           for p in (FEDERATION / part).rglob("*.py"))
 

@@ -9,7 +9,7 @@ import pytest
 
 from fedtab import LocalFederation, Site, run_election
 from fedtab.federation import Message, SiteError, gather_ballots
-from fedtab.federation.workflows.election.server import pack_mask, unpack_mask
+from fedtab.federation.workflows.election.site import pack_mask, unpack_mask
 from fedtab.federation.protocol import exchange
 from fedtab.federation.protocol.schema import AGREED, DECLARED, SCHEMA_HASH, columns_hash
 from tests.builders import Hostile, classification_parts, make_sites

@@ -15,26 +15,22 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import logging
 import math
 import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
-from rich.console import Console
 
-__all__ = ["ENGINE_LOGGERS", "LONG_COMMANDS", "LogFileOption", "PlainHelp", "QuietOption", "app", "command_output", "fail",
+if TYPE_CHECKING:
+    import logging
+
+    from rich.console import Console
+
+__all__ = ["ENGINE_LOGGERS", "LONG_COMMANDS", "LazyConsole", "LogFileOption", "PlainHelp", "PlainHelpGroup", "QuietOption", "app", "command_output", "fail",
            "finite_number", "console", "err_console", "long_command", "outcome"]
-
-# never print local variables in a traceback: they hold the sites' rows
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
-                  help="Federated feature election, imputation and training for tabular data.")
-console = Console()
-err_console = Console(stderr=True)
-
 
 class PlainHelp(typer.core.TyperCommand):
     """A command whose ``--help`` is click's plain two-column text: readable at 80 columns for a
@@ -46,6 +42,67 @@ class PlainHelp(typer.core.TyperCommand):
         click.Command.format_help(self, ctx, formatter)
         # typer escapes "[default: ...]" for rich markup even when click renders the text
         formatter.buffer[:] = [part.replace("\\[", "[") for part in formatter.buffer]
+
+
+class PlainHelpGroup(typer.core.TyperGroup):
+    """``fedtab --help`` as click's plain text, like every command's (:class:`PlainHelp`): each
+    command with the whole first paragraph of its help (click would cut it at the first sentence).
+
+    Typer's rich help would import ``typer.rich_utils`` (rich's markdown, syntax highlighting and
+    tracebacks): about 60 ms, most of what ``fedtab --help`` cost beyond typer itself."""
+
+    def format_help(self, ctx, formatter):  # noqa: ANN001, ANN201 - click's signature
+        import click
+
+        click.Group.format_help(self, ctx, formatter)
+
+    def format_commands(self, ctx, formatter):  # noqa: ANN001, ANN201 - click's signature
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is None or cmd.hidden:
+                continue
+            text = cmd.short_help or inspect.cleandoc(cmd.help or "").split("\n\n")[0]
+            rows.append((name, " ".join(text.split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+# never print local variables in a traceback: they hold the sites' rows
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False, cls=PlainHelpGroup,
+                  help="Federated feature election, imputation and training for tabular data.")
+
+
+class LazyConsole:
+    """A rich ``Console(**options)`` made on first use; every attribute read or set goes to it.
+
+    ``rich.console`` costs about 17 ms to import, which ``fedtab --help`` and a command's argument
+    parsing do not need. The console writes to ``sys.stdout``/``sys.stderr`` as they are when it
+    prints (rich's own behaviour), so making it later changes nothing a command prints."""
+
+    def __init__(self, **options: Any) -> None:
+        object.__setattr__(self, "_options", options)
+        object.__setattr__(self, "_console", None)
+
+    def _real(self) -> "Console":
+        made = self._console
+        if made is None:
+            from rich.console import Console
+
+            made = Console(**self._options)
+            object.__setattr__(self, "_console", made)
+        return made
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._real(), name, value)
+
+
+console: "Console" = LazyConsole()  # type: ignore[assignment]
+err_console: "Console" = LazyConsole(stderr=True)  # type: ignore[assignment]
 
 
 #: set by the SIGINT handler of :func:`command_output`: an engine that catches the Ctrl-C itself
@@ -120,6 +177,8 @@ def command_output(quiet: bool = False, log_file: Path | None = None) -> Iterato
 
     Everything changed is restored on exit (the tests run several commands in one process).
     """
+    import logging
+
     loggers = [logging.getLogger(), *(logging.getLogger(n) for n in ENGINE_LOGGERS)]
     saved = [(lg, lg.level, list(lg.handlers), lg.propagate) for lg in loggers]
     saved_quiet = console.quiet

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Sequence
 
 import typer
-from rich.table import Table
 
 from . import console, outcome
 
@@ -132,6 +131,8 @@ def demo_command(
     rows: Annotated[int, typer.Option(min=100, help="Rows of the synthetic table (split 50/30/20).")] = 2000,
 ) -> None:
     """Run the seed experiment: 3 sites, 3 selectors, a sweep over the freedom degree."""
+    from rich.table import Table
+
     from ..report.plots import plot_sweep
 
     t0 = time.perf_counter()

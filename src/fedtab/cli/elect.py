@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.table import Table
 
 from . import PlainHelp, console, fail, finite_number, outcome
 
@@ -268,6 +267,8 @@ def _pooled_agreement(fed: Any, outputs: Any, spec: Any, selector: str) -> list[
 
 
 def _print_summary(doc: dict[str, Any], result: Any, *, freedom_degree: float, tuned: str, model: str) -> None:
+    from rich.table import Table
+
     rule = f"compat={result.compat}" if result.compat else f"normalization={result.normalization}"
     tab = Table(title=f"Feature Election (fd={freedom_degree:g}, {result.aggregation}, {rule})")
     for col in ("site", "selector", "rows (train)", "selected"):

@@ -5,7 +5,7 @@ columns the model reads that the table lacks end the command (exit 2, listed, wi
 did-you-mean for the table's unknown columns) unless ``--allow-missing``; everything else the
 model does not take as given -- unknown columns, filled cells per column, categories rare in
 training or new (encoded as the model's ``(other)`` level) -- is a warning on stderr. Only what
-the model needs is imported: torch only when its imputer has cells to fill.
+the model needs is imported: never torch (a model file's imputer runs in numpy).
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def _reverse(kind: str, msg: Message) -> Message:
     if kind == "ballot":
         s = np.abs(a["scores"])
         a["scores"] = s.max(initial=0.0) - s
-        from fedtab.federation.workflows.election.server import pack_mask, unpack_mask
+        from fedtab.federation.workflows.election.site import pack_mask, unpack_mask
 
         a["mask"] = pack_mask(~unpack_mask(a["mask"], s.size))  # the mask travels as bits: flip the real ones
     elif kind == "describe":

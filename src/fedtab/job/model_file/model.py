@@ -125,8 +125,8 @@ class _Imputer:
     low: np.ndarray
     high: np.ndarray
     integer: np.ndarray
+    #: the network, run in numpy (:class:`.imputer_net.NumpyImputerNet`)
     model: Any
-    adj: Any
     #: by column index, as :func:`fedtab.impute.fill.fill_from_predictions` takes them
     levels: dict[int, list[float]]
     groups: list[list[int]]
@@ -175,12 +175,8 @@ class FedtabModel:
 
     def _imputer_live(self) -> _Imputer:
         if self._imputer is None:
-            try:
-                from ...impute.graph import FeatureGraph
-                from ...impute.model import GNNConfig, GNNImputer, graph_tensors, numpy_to_state
-            except ImportError as exc:
-                raise PredictionError(f"the model's imputer needs torch to fill the table's missing cells ({exc}): "
-                                      "pip install 'fedtab[torch]', or give complete rows") from None
+            from ...impute.graph import FeatureGraph
+            from .imputer_net import NumpyImputerNet, net_config
 
             im, a = self.manifest["imputer"], self.arrays
 
@@ -188,15 +184,17 @@ class FedtabModel:
                 raise ModelFileError(f"{self.source}: {' '.join(str(msg).split())}")
 
             check_imputer_weights(im, a, fail)
-            model = GNNImputer(GNNConfig(**im["model_config"]))
-            if model.config.prior_rank > 0:
-                model.set_prior(a["imputer/prior_W"], a["imputer/prior_psi"])
-            numpy_to_state(model, {k[len("imputer/w/"):]: v for k, v in a.items() if k.startswith("imputer/w/")})
-            model.eval()
             graph = FeatureGraph(im["columns"], a["imputer/edge_index"], a["imputer/weight"], a["imputer/sign"])
+            cfg = net_config(im["model_config"])
+            try:  # numpy, not torch: importing torch would be most of ``fedtab predict``'s time
+                net = NumpyImputerNet(cfg, {k[len("imputer/w/"):]: v for k, v in a.items() if k.startswith("imputer/w/")},
+                                      graph.edge_index, graph.sign * graph.weight,
+                                      (a["imputer/prior_W"], a["imputer/prior_psi"]) if cfg.prior_rank > 0 else None)
+            except ValueError as exc:
+                fail(f"imputer: {exc}")
             pos = {c: j for j, c in enumerate(im["columns"])}
             self._imputer = _Imputer(im["columns"], a["imputer/mean"], a["imputer/std"], a["imputer/low"],
-                                     a["imputer/high"], a["imputer/integer"], model, graph_tensors(graph),
+                                     a["imputer/high"], a["imputer/integer"], net,
                                      {pos[c]: list(v) for c, v in (im.get("levels") or {}).items()},
                                      [[pos[c] for c in g] for g in im.get("groups") or ()])
         return self._imputer
@@ -286,7 +284,6 @@ class FedtabModel:
 
     def _impute(self, enc: pd.DataFrame, index: pd.Index) -> pd.DataFrame:
         from ...impute.fill import fill_from_predictions
-        from ...impute.train import predict
 
         im = self._imputer_live()
         raw = np.full((len(enc), len(im.columns)), np.nan)
@@ -295,7 +292,7 @@ class FedtabModel:
             if c in enc.columns:
                 raw[:, j] = enc[c].to_numpy()
                 available[j] = True
-        pred = predict(im.model, (raw - im.mean) / im.std, available, im.adj) if len(enc) else raw
+        pred = im.model.predict((raw - im.mean) / im.std, available) if len(enc) else raw
         values, _, _ = fill_from_predictions(raw, pred, im.mean, im.std, im.low, im.high, im.integer, im.levels,
                                              im.groups)
         return pd.DataFrame(values, columns=im.columns, index=index)
@@ -318,8 +315,8 @@ class FedtabModel:
     def model_inputs(self, table: pd.DataFrame) -> pd.DataFrame:
         """The :attr:`features` columns of ``table``, encoded, before standardisation; rows kept.
 
-        A missing cell or absent column is filled by the imputer (only when one is needed, so a
-        complete table never imports torch), else left NaN (the federation's mean after
+        A missing cell or absent column is filled by the imputer (its network run in numpy, only
+        when a cell needs it; no torch either way), else left NaN (the federation's mean after
         standardisation; each tree's default branch for boosted trees). Warns nothing, checks
         nothing beyond the values: see :meth:`check`.
         """
@@ -487,7 +484,7 @@ class FedtabModel:
 
         Steps: ``prepare`` (:class:`~fedtab.job.sklearn_inputs.ModelInputs`: the table's schema
         columns encoded with the agreed categories and, for a model with an imputer, its missing
-        cells filled by that imputer -- which needs torch when a cell is missing; cells it
+        cells filled by that imputer (in numpy, no torch); cells it
         leaves missing become the federation's mean), ``standardise`` (the federation's
         mean/std) and ``model``: a ``LogisticRegression`` (models ``logistic``, ``sgd``) or
         ``GaussianNB`` (``gnb``) holding the federated parameters. Unlike :meth:`predict_proba`

@@ -9,6 +9,15 @@
 The algorithm itself (bins, gradients, splits, trees, export) is :mod:`fedtab.learn.gbdt`.
 """
 
-from fedtab.federation.workflows.gbdt.server import GBDTOutcome, dp_plan, run_gbdt
+from fedtab._lazy import lazy_exports
+
+#: public name -> the module that defines it, imported on first access (a site message imports
+#: only ``.site``; the server loop and what it needs are not loaded for it)
+_EXPORTS = {
+    "GBDTOutcome": ".server",
+    "dp_plan": ".server",
+    "run_gbdt": ".server",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = ["GBDTOutcome", "run_gbdt", "dp_plan"]

@@ -11,10 +11,23 @@ that fills missing cells and the columns a site never measures.
 No reply ever carries rows: only counts, sums, weights and error sums.
 """
 
-from fedtab.federation.workflows.imputation.config import ImputationResult, ImputeConfig
-from fedtab.federation.workflows.imputation.server import dp_plan, run_imputation
-from fedtab.federation.workflows.imputation.site import DP_STEPS_PER_ROUND, MAX_DP_STEPS, site_rng, validate_site_table, validation_mask
-from fedtab.federation.workflows.imputation.steps import apply_imputation
+from fedtab._lazy import lazy_exports
+
+#: public name -> the module that defines it, imported on first access (a site message imports
+#: only ``.site``; the server loop and what it needs are not loaded for it)
+_EXPORTS = {
+    "ImputationResult": ".config",
+    "ImputeConfig": ".config",
+    "dp_plan": ".server",
+    "run_imputation": ".server",
+    "DP_STEPS_PER_ROUND": ".site",
+    "MAX_DP_STEPS": ".site",
+    "site_rng": ".site",
+    "validate_site_table": ".site",
+    "validation_mask": ".site",
+    "apply_imputation": ".steps",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = ["ImputeConfig", "ImputationResult", "apply_imputation", "run_imputation", "validate_site_table", "site_rng",
            "validation_mask", "dp_plan", "DP_STEPS_PER_ROUND", "MAX_DP_STEPS"]

@@ -10,9 +10,19 @@ rows and per-site contributions — in ``rounds + 3`` exchanges.
   server steps (each validates before it reduces).
 """
 
-from fedtab.learn.personalise import personalised_predict
-from fedtab.federation.workflows.selection.contributions import site_contributions
-from fedtab.federation.workflows.selection.server import DEFAULT_FD_GRID, DEFAULT_MODES, SelectionOutcome, select_model
+from fedtab._lazy import lazy_exports
+
+#: public name -> the module that defines it, imported on first access (a site message imports
+#: only ``.site``; the server loop and what it needs are not loaded for it)
+_EXPORTS = {
+    "personalised_predict": "fedtab.learn.personalise",
+    "site_contributions": ".contributions",
+    "DEFAULT_FD_GRID": ".server",
+    "DEFAULT_MODES": ".server",
+    "SelectionOutcome": ".server",
+    "select_model": ".server",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = ["select_model", "SelectionOutcome", "site_contributions", "personalised_predict", "DEFAULT_FD_GRID",
            "DEFAULT_MODES"]

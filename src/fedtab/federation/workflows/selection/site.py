@@ -72,7 +72,7 @@ PREPARE_RELEASES = _declared("select_prepare").releases  # declared in fedtab.fe
 
 @handler("select_prepare")
 def _prepare(site: Site, request: Message) -> Message:
-    from fedtab.federation.workflows.election.server import abstention_reason
+    from fedtab.federation.workflows.election.site import abstention_reason
     from fedtab.election.selectors import make_selector
 
     spec = request.meta.get("selector")

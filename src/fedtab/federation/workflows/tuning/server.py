@@ -29,24 +29,13 @@ import numpy as np
 from fedtab.election.ballot import Ballot
 from fedtab.election.rule import ElectionResult
 from fedtab.election.tuning import DEFAULT_GRID, TuningResult, tune
-from fedtab.federation.workflows.election.server import (_selector_request, _valid_ballots, ballot_checker, ballot_reply,
-                            broadcast_mask, elect_from_ballots)
+from fedtab.federation.workflows.election.server import (_selector_request, _valid_ballots, ballot_checker, broadcast_mask, elect_from_ballots)
 from fedtab.federation.protocol.messages import Message
-from fedtab.federation.site.observed import measured_frame
 from fedtab.federation.protocol import Federation, exchange
-from fedtab.federation.site.core import Site
-from fedtab.federation.site.registry import handler
 from fedtab.federation.workflows.training import run_training
-from fedtab.federation.site.matrices import part_rows
 
 __all__ = ["TuneOutcome", "tune_flow", "tune_and_train", "split_validation", "gather_fit_ballots", "validation_scorer"]
 
-
-@handler("ballot_fit")
-def _ballot_fit(site: Site, request: Message) -> Message:
-    rows = part_rows(site, "fit")
-    return ballot_reply(site, "ballot_fit", request.meta.get("selector"), measured_frame(site, rows[site.feature_names], "fit"),
-                        rows[site.target].to_numpy())
 
 
 def split_validation(federation: Federation) -> dict[str, dict[str, int]]:
