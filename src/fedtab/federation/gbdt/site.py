@@ -43,9 +43,10 @@ from ...learn.gbdt.release import check_request, histogram_sensitivity, noisy_le
 from ...privacy.dp import DP_META, add_noise, noise_rng
 from ...privacy.secagg import SECAGG_META
 from ..messages import Message
+from ..parts import canonical_part
 from ..kinds import declared as _declared
 from ..site import Site, handler
-from ..training.site import class_indices, evaluation_sums, label_key, requested_bins, site_matrix
+from ..training.site import class_indices, evaluation_sums, label_keys, requested_bins, site_matrix
 
 __all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "fixed_summary", "SUMMARY_PART"]
 
@@ -101,20 +102,32 @@ def site_data(site: Site, features: list[str], part: str, classes: list[str] | N
 SUMMARY_PART = "train"
 
 
-def _column_summary(site: Site, feature: str) -> dict[str, list]:
+def _column_summary(site: Site, column: np.ndarray) -> dict[str, list]:
     """One column's summary over the site's training part (JSON-able, for the ledger): blocks
-    of at least the site's own ``min_rows`` rows, at most :data:`SUMMARY_POINTS` of them."""
-    X, _ = site_matrix(site, [feature], SUMMARY_PART)
-    s = site_summary(X, sketch_size=SUMMARY_POINTS, min_rows=int(site.policy.min_rows))
+    of at least the site's own ``min_rows`` rows, at most :data:`SUMMARY_POINTS` of them.
+    ``column``: ``(n, 1)`` the column over :data:`SUMMARY_PART` (NaN = missing or absent)."""
+    s = site_summary(column, sketch_size=SUMMARY_POINTS, min_rows=int(site.policy.min_rows))
     return {"values": [float(v) for v in s["values"]], "counts": [int(c) for c in s["counts"]]}
 
 
-def fixed_summary(site: Site, features: list[str]) -> dict[str, np.ndarray]:
+def fixed_summary(site: Site, features: list[str], X: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The site's bin summary of ``features`` (:func:`~fedtab.learn.gbdt.site_summary` layout):
     per column the one the site's ledger recorded first in the period, else computed now over
     the training part and recorded. Nothing of a request shapes it (no size, floor or part),
-    so every summary of a column the site sends in a period is the same."""
-    cols = [site.ledger.fixed_release(f"gbdt_summary:{f}", lambda f=f: _column_summary(site, f)) for f in features]
+    so every summary of a column the site sends in a period is the same.
+
+    ``X``: optionally the ``(n, len(features))`` matrix of :data:`SUMMARY_PART` over
+    ``features`` (:func:`site_matrix`), if the caller already has it; else it is read once,
+    for all the columns the ledger has not recorded yet (one table read, not one per column)."""
+    matrix: list[np.ndarray] = [] if X is None else [X]
+
+    def column(j: int) -> np.ndarray:
+        if not matrix:
+            matrix.append(site_matrix(site, features, SUMMARY_PART)[0])
+        return matrix[0][:, j:j + 1]
+
+    cols = [site.ledger.fixed_release(f"gbdt_summary:{f}", lambda j=j: _column_summary(site, column(j)))
+            for j, f in enumerate(features)]
     return {"values": np.asarray([v for c in cols for v in c["values"]], dtype=np.float64),
             "counts": np.asarray([n for c in cols for n in c["counts"]], dtype=np.int64),
             "ptr": np.r_[0, np.cumsum([len(c["counts"]) for c in cols])].astype(np.int64)}
@@ -131,10 +144,11 @@ def _summary(site: Site, request: Message) -> Message:
     X, y = site_matrix(site, feats, part)
     meta: dict[str, Any] = {"n": int(X.shape[0])}
     if not request.meta.get("regression"):
-        meta["classes"] = sorted({label_key(v) for v in y})
+        meta["classes"] = sorted(set(np.unique(label_keys(y)).tolist()))
     if request.meta.get("summary", True) is False:
         return Message("gbdt_summary", {}, meta)
-    return Message("gbdt_summary", fixed_summary(site, feats), meta)
+    same = canonical_part(part) == SUMMARY_PART  # the summary's own rows: no second read
+    return Message("gbdt_summary", fixed_summary(site, feats, X if same else None), meta)
 
 
 # ----------------------------------------------------------------------------- start

@@ -33,7 +33,7 @@ from ..site import Site, handler
 if TYPE_CHECKING:  # pandas only where a table is read: a step answered from cached arrays
     import pandas as pd  # (a Flower ClientApp's later rounds) never imports it
 
-__all__ = ["label_key", "part_rows", "check_part", "PARTS", "MATRIX_KEY", "MATRIX_CACHE_CELLS", "store_part_matrices",
+__all__ = ["label_key", "label_keys", "part_rows", "check_part", "PARTS", "MATRIX_KEY", "MATRIX_CACHE_CELLS", "store_part_matrices",
            "held_features", "site_matrix", "class_indices", "describe_site",
            "requested_bins", "evaluation_sums", "params_from", "params_to", "PARAM", "SETUP", "DESCRIBE_RELEASES",
            "EVALUATE_RELEASES", "regression_targets"]
@@ -56,6 +56,29 @@ def label_key(value: Any) -> str:
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
     return str(value)
+
+
+def label_keys(values: Any) -> np.ndarray:
+    """``(n,)`` str array: :func:`label_key` of every value, computed once per distinct value.
+
+    Numeric and boolean arrays are reduced to their distinct values first (``np.unique``); an
+    array of strings is its own keys; anything else (mixed objects, where ``1``, ``1.0`` and
+    ``True`` compare equal but have different keys) and anything not a numpy array (a list
+    mixing ``1.0`` and ``"a"`` would become the strings ``"1.0"``, ``"a"``) go value by value.
+    """
+    if not isinstance(values, np.ndarray):
+        return np.asarray([label_key(v) for v in values], dtype=str) if len(values) else np.zeros(0, dtype=str)
+    y = values
+    if y.ndim != 1:
+        y = y.reshape(-1)
+    if y.dtype.kind in "biuf" and y.size:
+        uniq, inv = np.unique(y, return_inverse=True)
+        return np.asarray([label_key(v) for v in uniq], dtype=str)[inv.reshape(-1)]
+    if y.dtype.kind == "U":
+        return y.astype(str)
+    if y.dtype.kind == "O" and all(type(v) is str for v in y.tolist()):
+        return y.astype(str) if y.size else np.zeros(0, dtype=str)
+    return np.asarray([label_key(v) for v in y.tolist()], dtype=str) if y.size else np.zeros(0, dtype=str)
 
 
 def _features(site: Site, request: Message) -> list[str]:
@@ -116,7 +139,7 @@ def store_part_matrices(site: Site) -> bool:
         except ValueError:  # a column still to encode: the steps that need the matrix will say so
             site.state.pop(MATRIX_KEY, None)
             return False
-        entry[part] = {"X": X, "y": np.asarray([label_key(v) for v in rows[site.target].to_numpy()], dtype=str)}
+        entry[part] = {"X": X, "y": label_keys(rows[site.target].to_numpy())}
     site.state[MATRIX_KEY] = entry
     return True
 
@@ -215,11 +238,14 @@ def class_indices(y_raw: Any, classes: list[str]) -> np.ndarray:
         ValueError: a label is not in ``classes``.
     """
     index = {c: i for i, c in enumerate(classes)}
-    keys = [label_key(v) for v in y_raw]
-    unknown = sorted(set(keys) - set(index))
+    keys = label_keys(y_raw)
+    if not keys.size:
+        return np.zeros(0, dtype=np.int64)
+    uniq, inv = np.unique(keys, return_inverse=True)  # one dictionary look-up per distinct label
+    unknown = sorted(set(uniq.tolist()) - set(index))
     if unknown:
         raise ValueError(f"labels {unknown[:5]} are not in the agreed class list")
-    return np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
+    return np.asarray([index[k] for k in uniq.tolist()], dtype=np.int64)[inv.reshape(-1)]
 
 
 def params_from(msg: Message) -> Params:
@@ -263,7 +289,7 @@ def describe_site(site: Site, feats: list[str], part: str = "train", dp: Mapping
         X = clip_values(X, lo, hi)
     obs = ~np.isnan(X)
     Xz = np.where(obs, X, 0.0)
-    labels = [] if getattr(site, "target_kind", "classes") == "regression" else sorted({label_key(v) for v in y})
+    labels = [] if getattr(site, "target_kind", "classes") == "regression" else sorted(set(np.unique(label_keys(y)).tolist()))
     count, total, sumsq = release_moments(obs.sum(axis=0).astype(np.int64), Xz.sum(axis=0), (Xz * Xz).sum(axis=0),
                                           min_rows=site.policy.min_rows, dp=dp, lo=lo, hi=hi)
     if dp is None and canonical_part(part) in ("test", "all"):
