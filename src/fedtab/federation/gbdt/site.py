@@ -243,10 +243,14 @@ def _sibling_counts(booster: SiteBooster, nodes: np.ndarray, splits: Mapping[str
     for k, a, b in zip(*(np.asarray(splits[x]).tolist() for x in ("tree", "left", "right"))):
         sib[(k, a)], sib[(k, b)] = b, a
     keep = booster.keep.astype(np.float64)
+    per_node: dict[int, np.ndarray] = {}  # tree -> subsampled rows of each of its nodes (one pass per tree)
     for i, (k, node) in enumerate(nodes.tolist()):
         other = sib.get((k, node))
         if other is not None:
-            out[i] = float(keep[booster.positions[k] == other].sum())
+            if k not in per_node:
+                per_node[k] = np.bincount(booster.positions[k], weights=keep)
+            rows = per_node[k]
+            out[i] = float(rows[other]) if other < rows.size else 0.0
     return out
 
 
