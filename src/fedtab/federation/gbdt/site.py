@@ -14,7 +14,9 @@
   (and, at a round's first level, the leaf values of the previous round), then replies the
   histograms of the requested nodes through its release rules
   (:func:`~fedtab.learn.gbdt.release.release_level`: small nodes withheld, small bins merged,
-  sums on a fixed grid; DP noise instead under DP), and, when asked, the loss sums of its
+  sums on a fixed grid; DP noise instead under DP) — packed when the request says ``pack`` and
+  the level is sent in the clear without DP (:data:`PACKED`: the non-zero slots in grid units,
+  the same numbers) — and, when asked, the loss sums of its
   validation part. A request with no nodes only applies what it carries (the last round).
 * ``"gbdt_evaluate"`` — the evaluation sums of a classification model (arrays of
   :meth:`~fedtab.learn.gbdt.GBDTModel.to_arrays`, validated as a hostile model) on a part:
@@ -39,7 +41,7 @@ from ...learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_s
 from ...learn.gbdt.bins import SUMMARY_POINTS
 from ...learn.gbdt.importance import SPLIT_RECORD, record_splits, site_gains
 from ...learn.metrics import regression_sums
-from ...learn.gbdt.release import check_request, histogram_sensitivity, noisy_level, release_level
+from ...learn.gbdt.release import check_request, histogram_sensitivity, noisy_level, pack_level, release_level
 from ...privacy.dp import DP_META, add_noise, noise_rng
 from ...privacy.secagg import SECAGG_META
 from ..messages import Message
@@ -48,7 +50,7 @@ from ..kinds import declared as _declared
 from ..site import Site, handler
 from ..training.site import class_indices, evaluation_sums, label_keys, requested_bins, site_matrix
 
-__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "fixed_summary", "SUMMARY_PART"]
+__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "PACKED", "site_data", "fixed_summary", "SUMMARY_PART"]
 
 #: ``site.state`` key of the boosting state (plain arrays: an engine keeps it between processes)
 STATE = "gbdt"
@@ -56,6 +58,9 @@ STATE = "gbdt"
 LIVE = "gbdt_live"
 #: request array prefixes: the previous level's splits, the previous round's leaf values, a model
 SPLIT, LEAF, MODEL = "split:", "leaf:", "model:"
+#: reply array of a plain level's packed histogram: ``hist`` then holds only the non-zero slots
+#: (:func:`~fedtab.learn.gbdt.release.pack_level`); a secure or DP level sends ``hist`` dense
+PACKED = "hist_nz"
 #: the loss of one row is clipped here for the DP validation sums (−ln 1e-16 = 36.8)
 _MAX_ROW_LOSS = 36.85
 
@@ -347,6 +352,8 @@ def _level(site: Site, request: Message) -> Message:
             out["hist"] = released
             if SECAGG_META not in meta:  # a per-site count the secure sum would otherwise leave in the clear
                 reply_meta["withheld"] = withheld
+                if meta.get("pack") is True:  # sent in the clear: the same numbers in fewer bytes
+                    out["hist"], out[PACKED] = pack_level(released)
     st["booster"] = booster.to_state()
     site.state[LIVE] = (st["booster"], booster)
     return Message("gbdt_level", out, reply_meta)

@@ -24,11 +24,12 @@ import numpy as np
 
 from ...learn.gbdt import BinLayout, GBDTModel, check_site_histogram
 from ...learn.gbdt.bins import check_summary
-from ...learn.gbdt.release import GRID_BITS
+from ...learn.gbdt.release import GRID_BITS, unpack_level
 from .. import validate
 from ..messages import Message
 from ..protocol import Federation
 from ..reduce import cap_weights
+from .site import PACKED
 
 __all__ = ["summary_checker", "labels_checker", "level_checker", "importance_checker", "robust_pool", "payload_bytes",
            "public_edges"]
@@ -83,12 +84,24 @@ def labels_checker(federation: Federation, part: str, objective: str, n_classes:
 
 
 def level_checker(federation: Federation, layout: BinLayout, n_nodes: int, part: str, val_part: str | None, *,
-                  objective: str, noisy: bool, validating: bool) -> Callable[[str, Message], None]:
-    """Validator of ``"gbdt_level"`` replies (arrays checked when present: a secure sum sends them masked)."""
+                  objective: str, noisy: bool, validating: bool, sizes: dict[str, int] | None = None
+                  ) -> Callable[[str, Message], None]:
+    """Validator of ``"gbdt_level"`` replies (arrays checked when present: a secure sum sends them masked).
+
+    A packed histogram (``hist`` + :data:`~.site.PACKED`, a plain level's reply) is unpacked
+    in place first (:func:`~fedtab.learn.gbdt.release.unpack_level`), so that the checks and
+    the sum see the dense ``(n_nodes, n_slots, 2)`` float64 array; one where a dense one is due
+    (secure sums, DP) is refused. ``sizes``: filled with each checked reply's array bytes as sent."""
 
     def check(site: str, reply: Message) -> None:
         schema = federation.schema
         assert schema is not None
+        if sizes is not None:
+            sizes[site] = payload_bytes(reply)
+        if PACKED in reply.arrays:
+            if noisy or federation.options.secure or "hist" not in reply.arrays:
+                raise ValueError("sent a packed level histogram where a dense one was due")
+            reply.arrays["hist"] = unpack_level(reply.arrays["hist"], reply.arrays.pop(PACKED), n_nodes, layout.n_slots)
         if "hist" in reply.arrays:
             check_site_histogram(np.asarray(reply.arrays["hist"]), layout, n_nodes, n_rows=schema.rows(site, part),
                                  objective=objective, noisy=noisy, site=f"site {site!r}", quantum=2.0 ** -GRID_BITS)
