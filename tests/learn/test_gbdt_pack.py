@@ -88,3 +88,22 @@ def test_rows_route_the_same_from_feature_major_bins():
     moved = positions[0] == 1
     x = bins[moved, 2]
     np.testing.assert_array_equal(by_row[0, moved] == 3, (x <= 3) | (x == layout.n_bins[2]))
+
+
+def test_a_kept_smoothing_plan_smooths_new_sums_as_a_fresh_one():
+    from fedtab.learn.gbdt.release import smooth_bins
+
+    rng = np.random.default_rng(8)
+    layout = BinLayout([np.arange(k, dtype=np.float32) for k in (1, 5, 12)])
+    counts = rng.choice([0, 1, 2, 3, 7, 20], size=(2, layout.n_slots)).astype(float)
+    first = smooth_bins(rng.normal(size=(2, layout.n_slots, 2)), counts, layout, 5)  # plan kept on the layout
+    hist = rng.normal(size=(2, layout.n_slots, 2))
+    again = smooth_bins(hist, counts, layout, 5)
+    fresh = smooth_bins(hist, counts, BinLayout(layout.edges), 5)  # a new layout: no plan kept
+    np.testing.assert_array_equal(again, fresh)
+    assert not np.array_equal(again, first)
+    other = counts.copy()
+    other[0, 2] = 30.0  # other counts: another plan
+    np.testing.assert_array_equal(smooth_bins(hist, other, layout, 5), smooth_bins(hist, other, BinLayout(layout.edges), 5))
+    np.testing.assert_array_equal(smooth_bins(hist, counts, layout, 3), smooth_bins(hist, counts, BinLayout(layout.edges), 3))
+    assert len(layout.__dict__["_smooth_plans"]) == 3

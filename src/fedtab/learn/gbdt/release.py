@@ -95,12 +95,47 @@ def smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, min_row
     out = h.copy()
     if min_rows <= 1 or h.shape[0] == 0:
         return out
+    plan = _plan(np.asarray(counts, dtype=np.float64), layout, int(min_rows))
+    if plan is None:
+        return out
+    flat, gid, share, n_groups = plan
+    flat_h = h.reshape(-1, 2)
+    flat_out = out.reshape(-1, 2)
+    for i in (0, 1):  # bincount sums each group in slot order
+        total = np.bincount(gid, weights=flat_h[flat, i], minlength=n_groups)
+        flat_out[flat, i] = total[gid] * share
+    return out
+
+
+#: smoothing plans a layout keeps (:func:`_plan`): a root's counts repeat every round
+_PLANS_KEPT = 8
+
+
+def _plan(cnt: np.ndarray, layout: BinLayout, min_rows: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """What :func:`smooth_bins` does for these counts, whatever the sums: ``(flat, gid, share,
+    n_groups)`` — the flat ``node · n_slots + slot`` positions that change, each one's group and
+    share of its group's sum — or ``None`` when no slot is small. It depends on the counts only
+    (a node's counts are the same every round when every row is drawn: the root's), so the
+    last few are kept on the layout, keyed by the counts' bytes."""
+    key = (min_rows, cnt.shape, cnt.tobytes())
+    kept = layout.__dict__.setdefault("_smooth_plans", {})
+    if key in kept:
+        return kept[key]
+    plan = _make_plan(cnt, layout, min_rows)
+    if len(kept) >= _PLANS_KEPT:
+        kept.pop(next(iter(kept)))
+    kept[key] = plan
+    return plan
+
+
+def _make_plan(cnt: np.ndarray, layout: BinLayout, min_rows: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
     S = layout.n_slots
-    cnt = np.asarray(counts, dtype=np.float64)
     small_slot = (cnt > 0) & (cnt < min_rows)
     needy = np.add.reduceat(small_slot, layout.offsets[:-1], axis=1) > 0  # (m, d): sequences with a small slot
     if not needy.any():
-        return out
+        return None
     node, feat = np.nonzero(needy)  # only these sequences change
     width = (layout.n_bins + 1)[feat]
     ends = np.cumsum(width)
@@ -122,12 +157,7 @@ def smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, min_row
     first = at_max[np.unique(gid[at_max], return_index=True)[1]]
     share = np.where((gmax >= min_rows)[gid], (np.arange(key.size) == first[gid]).astype(np.float64),
                      1.0 / length[gid])
-    flat_h = h.reshape(-1, 2)
-    flat_out = out.reshape(-1, 2)
-    for i in (0, 1):  # bincount sums each group in slot order
-        total = np.bincount(gid, weights=flat_h[flat, i], minlength=bounds.size)
-        flat_out[flat, i] = total[gid] * share
-    return out
+    return flat, gid, share, int(bounds.size)
 
 
 def _groups(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, min_rows: int) -> np.ndarray:
