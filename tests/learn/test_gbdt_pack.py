@@ -107,3 +107,34 @@ def test_a_kept_smoothing_plan_smooths_new_sums_as_a_fresh_one():
     np.testing.assert_array_equal(smooth_bins(hist, other, layout, 5), smooth_bins(hist, other, BinLayout(layout.edges), 5))
     np.testing.assert_array_equal(smooth_bins(hist, counts, layout, 3), smooth_bins(hist, counts, BinLayout(layout.edges), 3))
     assert len(layout.__dict__["_smooth_plans"]) == 3
+
+
+def test_binning_by_groups_of_equal_edges_is_binning_column_by_column():
+    rng = np.random.default_rng(9)
+    one_hot = np.array([0.5], np.float32)
+    edges = [one_hot, np.array([-1.0, 0.0, 2.0], np.float32), one_hot, np.zeros(0, np.float32), one_hot.copy()]
+    layout = BinLayout(edges)
+    X = rng.normal(size=(300, 5))
+    X[:, [0, 2, 4]] = rng.integers(0, 2, (300, 3))
+    X[rng.random(X.shape) < 0.1] = np.nan
+    got = layout.bin(X)
+    for j, e in enumerate(layout.edges):
+        col = X[:, j].astype(np.float32)
+        want = np.where(np.isnan(col), e.size + 1, np.searchsorted(e, col, side="right"))
+        np.testing.assert_array_equal(got[:, j], want, err_msg=str(j))
+    assert len(layout._edge_groups()) == 3  # the three one-hot columns share one call
+
+
+def test_the_frequent_slot_of_each_feature_is_its_first_most_counted():
+    from fedtab.learn.gbdt.site import SparseSlots
+
+    rng = np.random.default_rng(10)
+    layout = BinLayout([np.arange(k, dtype=np.float32) for k in (1, 4, 0, 6)])
+    bins = np.column_stack([rng.integers(0, nb + 1, 200) for nb in layout.n_bins])
+    bins[:, 2] = 0  # a feature with a single value bin: all in it
+    bins[:100, 0], bins[100:, 0] = 0, 1  # a tie: the first slot wins
+    sparse = SparseSlots(layout.slots(bins), layout)
+    for f in range(layout.n_features):
+        counts = np.bincount(bins[:, f], minlength=layout.n_bins[f] + 1)
+        assert sparse.frequent[f] == layout.offsets[f] + int(np.argmax(counts)), f
+    assert sparse.entry_row.size == int((layout.slots(bins) != sparse.frequent[None, :]).sum())

@@ -84,10 +84,13 @@ class SparseSlots:
         self.layout = layout
         n, d = slots.shape
         self.n_rows = n
-        self.frequent = np.empty(d, dtype=np.int64)
-        for f in range(d):
-            local = slots[:, f] - layout.offsets[f]
-            self.frequent[f] = layout.offsets[f] + int(np.argmax(np.bincount(local, minlength=layout.n_bins[f] + 1)))
+        # each feature's most frequent slot (the first one on a tie): one count over every flat slot
+        count = np.bincount(slots.reshape(-1), minlength=layout.n_slots)
+        width = np.diff(layout.offsets)
+        top = np.repeat(np.maximum.reduceat(count, layout.offsets[:-1]), width)
+        at_top = np.flatnonzero(count == top)
+        feature = np.searchsorted(layout.offsets, at_top, side="right") - 1
+        self.frequent = at_top[np.unique(feature, return_index=True)[1]].astype(np.int64)
         rare = slots != self.frequent[None, :]
         self.entry_row = np.nonzero(rare)[0].astype(np.int64)
         self.entry_slot = slots[rare].astype(np.int64)
