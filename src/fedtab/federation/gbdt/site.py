@@ -15,8 +15,9 @@
   histograms of the requested nodes through its release rules
   (:func:`~fedtab.learn.gbdt.release.release_level`: small nodes withheld, small bins merged,
   sums on a fixed grid; DP noise instead under DP) — packed when the request says ``pack`` and
-  the level is sent in the clear without DP (:data:`PACKED`: the non-zero slots in grid units,
-  the same numbers) — and, when asked, the loss sums of its
+  the level is sent in the clear without DP (``hist`` then holds the non-zero slots in grid units
+  and :data:`~fedtab.learn.gbdt.release.PACKED` their bit mask: the same numbers; a secure or DP
+  level stays dense) — and, when asked, the loss sums of its
   validation part. A request with no nodes only applies what it carries (the last round).
 * ``"gbdt_evaluate"`` — the evaluation sums of a classification model (arrays of
   :meth:`~fedtab.learn.gbdt.GBDTModel.to_arrays`, validated as a hostile model) on a part:
@@ -41,7 +42,7 @@ from ...learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_s
 from ...learn.gbdt.bins import SUMMARY_POINTS
 from ...learn.gbdt.importance import SPLIT_RECORD, record_splits, site_gains
 from ...learn.metrics import regression_sums
-from ...learn.gbdt.release import check_request, histogram_sensitivity, noisy_level, pack_level, release_level
+from ...learn.gbdt.release import PACKED, check_request, histogram_sensitivity, noisy_level, pack_level, release_level
 from ...privacy.dp import DP_META, add_noise, noise_rng
 from ...privacy.secagg import SECAGG_META
 from ..messages import Message
@@ -58,9 +59,6 @@ STATE = "gbdt"
 LIVE = "gbdt_live"
 #: request array prefixes: the previous level's splits, the previous round's leaf values, a model
 SPLIT, LEAF, MODEL = "split:", "leaf:", "model:"
-#: reply array of a plain level's packed histogram: ``hist`` then holds only the non-zero slots
-#: (:func:`~fedtab.learn.gbdt.release.pack_level`); a secure or DP level sends ``hist`` dense
-PACKED = "hist_nz"
 #: the loss of one row is clipped here for the DP validation sums (−ln 1e-16 = 36.8)
 _MAX_ROW_LOSS = 36.85
 

@@ -24,12 +24,11 @@ import numpy as np
 
 from ...learn.gbdt import BinLayout, GBDTModel, check_site_histogram
 from ...learn.gbdt.bins import check_summary
-from ...learn.gbdt.release import GRID_BITS, unpack_level
+from ...learn.gbdt.release import GRID_BITS, PACKED, unpack_level
 from .. import validate
 from ..messages import Message
 from ..protocol import Federation
 from ..reduce import cap_weights
-from .site import PACKED
 
 __all__ = ["summary_checker", "labels_checker", "level_checker", "importance_checker", "robust_pool", "payload_bytes",
            "public_edges"]
@@ -88,7 +87,7 @@ def level_checker(federation: Federation, layout: BinLayout, n_nodes: int, part:
                   ) -> Callable[[str, Message], None]:
     """Validator of ``"gbdt_level"`` replies (arrays checked when present: a secure sum sends them masked).
 
-    A packed histogram (``hist`` + :data:`~.site.PACKED`, a plain level's reply) is unpacked
+    A packed histogram (``hist`` + :data:`~fedtab.learn.gbdt.release.PACKED`, a plain level's reply) is unpacked
     in place first (:func:`~fedtab.learn.gbdt.release.unpack_level`), so that the checks and
     the sum see the dense ``(n_nodes, n_slots, 2)`` float64 array; one where a dense one is due
     (secure sums, DP) is refused. ``sizes``: filled with each checked reply's array bytes as sent."""

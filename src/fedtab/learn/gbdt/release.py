@@ -42,10 +42,12 @@ import numpy as np
 from .bins import BinLayout
 
 __all__ = ["release_level", "smooth_bins", "quantize", "node_counts", "small_nodes", "check_request",
-           "noisy_level", "histogram_sensitivity", "pack_level", "unpack_level", "GRID_BITS", "MAX_GRADIENT"]
+           "noisy_level", "histogram_sensitivity", "pack_level", "unpack_level", "PACKED", "GRID_BITS", "MAX_GRADIENT"]
 
 #: fractional bits of the release grid (the secure aggregator's default FRAC_BITS)
 GRID_BITS = 24
+#: the name a packed level's mask travels under, beside ``hist`` (:func:`pack_level`)
+PACKED = "hist_nz"
 #: the largest |gradient| one row has, per objective (regression: clipped at the DP clip)
 MAX_GRADIENT = {"binary": 1.0, "multiclass": 1.0}
 
