@@ -159,12 +159,14 @@ def _pooled_with_nan(parts, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def federated_rows(params: GBDTParams, case: str, *, xgb_threads: int = 1, lr_rounds: int = 10, lr_epochs: int = 5,
-                   root: str | None = None, compute_only: bool = False) -> list[dict[str, Any]]:
+                   root: str | None = None, compute_only: bool = False, packed_levels: bool = False
+                   ) -> list[dict[str, Any]]:
     """The rows of one case (``homogeneous`` / ``heterogeneous``), see the module docstring.
 
     Every timed row also carries ``cpu_seconds`` (this process's CPU time, :func:`time.process_time`:
     the server and the in-process sites together for the federated rows, all of XGBoost's
-    threads for XGBoost's). ``compute_only``: only ``fed_gbdt`` (plain) and ``xgb_pooled``."""
+    threads for XGBoost's). ``compute_only``: only ``fed_gbdt`` (plain) and ``xgb_pooled``.
+    ``packed_levels``: the plain run's level histograms travel packed (``run_gbdt(packed_levels=True)``)."""
     from fedtab.federation.workflows.gbdt import run_gbdt
     from fedtab.federation.workflows.training import run_training
     from fedtab.learn.models import LogisticRegressionModel
@@ -177,7 +179,8 @@ def federated_rows(params: GBDTParams, case: str, *, xgb_threads: int = 1, lr_ro
         fed = _federation(parts, secure)
         t0, c0 = time.perf_counter(), time.process_time()
         # importance=False: the per-site gains exchange runs in plain mode only; timing both modes on the same work
-        out = run_gbdt(fed, names, params=params, eval_part="train", score_bins=None, importance=False)
+        out = run_gbdt(fed, names, params=params, eval_part="train", score_bins=None, importance=False,
+                       packed_levels=packed_levels)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         lv = out.level_exchanges
         trees[secure] = out.model.to_arrays()
@@ -256,6 +259,11 @@ def _print_federated(rows: list[dict[str, Any]], checks: dict[str, Any]) -> None
         ex = f"{r['exchanges']:5d}" if "exchanges" in r else f"{'':>5}"
         cpu = f"{r['cpu_seconds']:6.2f}" if "cpu_seconds" in r else f"{'':>6}"
         print(f"{r['case']:<14} {r['row']:<22} {r['auroc']:7.4f} {r['log_loss']:9.4f} {r['seconds']:8.2f} {cpu} {ex} {mb}")
+    for r in rows:
+        if "mean_level_bytes" in r:
+            print(f"{r['case']}: {r['row']}: a level exchange moves {r['mean_level_bytes'] / 1e3:.1f} kB of arrays on "
+                  f"average ({r['mean_level_wire_bytes'] / 1e3:.1f} kB on the wire, all sites, down + up), "
+                  f"{r['level_exchanges']} level exchanges")
     for case, c in checks.items():
         print(f"{case}: CPU of fed GBDT (server + sites, in-process) / XGBoost hist on the same pooled rows "
               f"{c['cpu_vs_xgb']:.2f}x (load average {os.getloadavg()[0]:.2f})")
@@ -283,6 +291,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--lr-rounds", type=int, default=10, help="federated logistic: FedAvg rounds")
     ap.add_argument("--lr-epochs", type=int, default=5, help="federated logistic: local L-BFGS epochs per round")
     ap.add_argument("--markdown", default=None, help="write the federated table as markdown here")
+    ap.add_argument("--packed-levels", action="store_true",
+                    help="plain level histograms sent packed (non-zero slots in grid units; the same trees)")
     ap.add_argument("--compute-only", action="store_true",
                     help="only the plain fed_gbdt and xgb_pooled rows: the CPU ratio, quickly")
     args = ap.parse_args(argv)
@@ -291,7 +301,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.pooled_only:
         fed_rows = [r for case in args.cases.split(",") for r in
                     federated_rows(params, case, xgb_threads=args.xgb_threads, lr_rounds=args.lr_rounds,
-                                   lr_epochs=args.lr_epochs, root=args.data, compute_only=args.compute_only)]
+                                   lr_epochs=args.lr_epochs, root=args.data, compute_only=args.compute_only,
+                                   packed_levels=args.packed_levels)]
         checks = _federated_report(fed_rows, params)
         print(f"Adult, 3 sites {SITE_FRACTIONS}, {trees} rounds, depth {depth}, eta {args.learning_rate}, "
               f"{args.max_bins} bins")

@@ -409,7 +409,7 @@ for _kind in (
                 "sums of the labels over the training rows", summed=True, check=_policy._gbdt_start,
                 rows="the part the request names (default `train`)"),
     MessageKind("gbdt_level", _GBDT,
-                Releases(part=_in_home(_GBDT, "_level_part"), aggregates=("hist", "val_loss"),
+                Releases(part=_in_home(_GBDT, "_level_part"), aggregates=("hist", "hist_nz", "val_loss"),
                          meta={"withheld": COUNT, "n_val": COUNT, "round": COUNT}, dp=True,
                          dp_releases=_in_home(_GBDT, "_level_releases")),
                 "gradient and hessian histograms per feature bin for the tree level, a validation loss",

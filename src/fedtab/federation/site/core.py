@@ -207,9 +207,9 @@ class Site:
         """The label key of every row (``None`` for an unsupervised site)."""
         if self.target is None or self.target_kind == "regression":
             return None
-        from fedtab.federation.site.matrices import label_key
+        from fedtab.federation.site.matrices import label_keys
 
-        return np.asarray([label_key(v) for v in self.table[self.target].to_numpy()], dtype=str)
+        return label_keys(self.table[self.target].to_numpy())
 
     def _draw_parts(self) -> RowParts:
         """The site's fixed parts (:func:`fedtab.federation.site.parts.draw_parts`), from its own seed."""

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pandas only where a table is read: a step answered from cac
 
 
 
-__all__ = ["label_key", "requested_features", "part_rows", "check_part", "PARTS", "MATRIX_KEY", "MATRIX_CACHE_CELLS", "store_part_matrices", "held_features", "site_matrix", "prepared_matrix", "regression_targets", "class_indices", "requested_bins"]
+__all__ = ["label_key", "label_keys", "requested_features", "part_rows", "check_part", "PARTS", "MATRIX_KEY", "MATRIX_CACHE_CELLS", "store_part_matrices", "held_features", "site_matrix", "prepared_matrix", "regression_targets", "class_indices", "requested_bins"]
 
 
 #: row parts a request may name besides ``fold:k`` / ``fit:k`` (see :mod:`fedtab.federation.site.parts`).
@@ -41,6 +41,29 @@ def label_key(value: Any) -> str:
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
     return str(value)
+
+
+def label_keys(values: Any) -> np.ndarray:
+    """``(n,)`` str array: :func:`label_key` of every value, computed once per distinct value.
+
+    Numeric and boolean arrays are reduced to their distinct values first (``np.unique``); an
+    array of strings is its own keys; anything else (mixed objects, where ``1``, ``1.0`` and
+    ``True`` compare equal but have different keys) and anything not a numpy array (a list
+    mixing ``1.0`` and ``"a"`` would become the strings ``"1.0"``, ``"a"``) go value by value.
+    """
+    if not isinstance(values, np.ndarray):
+        return np.asarray([label_key(v) for v in values], dtype=str) if len(values) else np.zeros(0, dtype=str)
+    y = values
+    if y.ndim != 1:
+        y = y.reshape(-1)
+    if y.dtype.kind in "biuf" and y.size:
+        uniq, inv = np.unique(y, return_inverse=True)
+        return np.asarray([label_key(v) for v in uniq], dtype=str)[inv.reshape(-1)]
+    if y.dtype.kind == "U":
+        return y.astype(str)
+    if y.dtype.kind == "O" and all(type(v) is str for v in y.tolist()):
+        return y.astype(str) if y.size else np.zeros(0, dtype=str)
+    return np.asarray([label_key(v) for v in y.tolist()], dtype=str) if y.size else np.zeros(0, dtype=str)
 
 
 def requested_features(site: Site, request: Message) -> list[str]:
@@ -103,7 +126,7 @@ def store_part_matrices(site: Site) -> bool:
         except ValueError:  # a column still to encode: the steps that need the matrix will say so
             site.state.pop(MATRIX_KEY, None)
             return False
-        entry[part] = {"X": X, "y": np.asarray([label_key(v) for v in rows[site.target].to_numpy()], dtype=str)}
+        entry[part] = {"X": X, "y": label_keys(rows[site.target].to_numpy())}
     site.state[MATRIX_KEY] = entry
     return True
 
@@ -202,11 +225,14 @@ def class_indices(y_raw: Any, classes: list[str]) -> np.ndarray:
         ValueError: a label is not in ``classes``.
     """
     index = {c: i for i, c in enumerate(classes)}
-    keys = [label_key(v) for v in y_raw]
-    unknown = sorted(set(keys) - set(index))
+    keys = label_keys(y_raw)
+    if not keys.size:
+        return np.zeros(0, dtype=np.int64)
+    uniq, inv = np.unique(keys, return_inverse=True)  # one dictionary look-up per distinct label
+    unknown = sorted(set(uniq.tolist()) - set(index))
     if unknown:
         raise ValueError(f"labels {unknown[:5]} are not in the agreed class list")
-    return np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
+    return np.asarray([index[k] for k in uniq.tolist()], dtype=np.int64)[inv.reshape(-1)]
 
 
 def requested_bins(meta: Mapping[str, Any]) -> int | None:

@@ -29,7 +29,7 @@ from fedtab.federation.protocol.schema import sort_labels
 from fedtab.federation.site.core import Site
 from fedtab.federation.site.registry import handler
 from fedtab.federation.site.matrices import (
-    label_key,
+    label_keys,
     requested_features,
     site_matrix,
 )
@@ -80,7 +80,7 @@ def describe_site(site: Site, feats: list[str], part: str = "train", dp: Mapping
         X = clip_values(X, lo, hi)
     obs = ~np.isnan(X)
     Xz = np.where(obs, X, 0.0)
-    labels = [] if getattr(site, "target_kind", "classes") == "regression" else sorted({label_key(v) for v in y})
+    labels = [] if getattr(site, "target_kind", "classes") == "regression" else sorted(set(np.unique(label_keys(y)).tolist()))
     count, total, sumsq = release_moments(obs.sum(axis=0).astype(np.int64), Xz.sum(axis=0), (Xz * Xz).sum(axis=0),
                                           min_rows=site.policy.min_rows, dp=dp, lo=lo, hi=hi)
     if dp is None and canonical_part(part) in ("test", "all"):

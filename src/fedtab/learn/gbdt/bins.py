@@ -91,12 +91,22 @@ class BinLayout:
         if A.shape[1] != self.n_features:
             raise ValueError(f"X has {A.shape[1]} columns, the bin layout {self.n_features}")
         out = np.empty(A.shape, dtype=np.uint16)
-        for j, e in enumerate(self.edges):
-            col = A[:, j].astype(np.float32)
-            b = np.searchsorted(e, col, side="right")
-            b[np.isnan(col)] = e.size + 1
-            out[:, j] = b
+        for cols, e in self._edge_groups():  # columns with the same edges (one-hot columns) in one call
+            block = A[:, cols].astype(np.float32)
+            b = np.searchsorted(e, block, side="right")
+            b[np.isnan(block)] = e.size + 1
+            out[:, cols] = b
         return out
+
+    def _edge_groups(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``[(features, their common edges)]``: features grouped by equal edges, built once."""
+        groups = self.__dict__.get("_groups_by_edges")
+        if groups is None:
+            by: dict[bytes, list[int]] = {}
+            for j, e in enumerate(self.edges):
+                by.setdefault(e.tobytes(), []).append(j)
+            groups = self._groups_by_edges = [(np.asarray(js, dtype=np.int64), self.edges[js[0]]) for js in by.values()]
+        return groups
 
     def slots(self, bins: np.ndarray) -> np.ndarray:
         """``(n, d)`` int32 flat histogram slot of each binned cell."""

@@ -42,10 +42,12 @@ import numpy as np
 from .bins import BinLayout
 
 __all__ = ["release_level", "smooth_bins", "quantize", "node_counts", "small_nodes", "check_request",
-           "noisy_level", "histogram_sensitivity", "GRID_BITS", "MAX_GRADIENT"]
+           "noisy_level", "histogram_sensitivity", "pack_level", "unpack_level", "PACKED", "GRID_BITS", "MAX_GRADIENT"]
 
 #: fractional bits of the release grid (the secure aggregator's default FRAC_BITS)
 GRID_BITS = 24
+#: the name a packed level's mask travels under, beside ``hist`` (:func:`pack_level`)
+PACKED = "hist_nz"
 #: the largest |gradient| one row has, per objective (regression: clipped at the DP clip)
 MAX_GRADIENT = {"binary": 1.0, "multiclass": 1.0}
 
@@ -95,12 +97,47 @@ def smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, min_row
     out = h.copy()
     if min_rows <= 1 or h.shape[0] == 0:
         return out
+    plan = _plan(np.asarray(counts, dtype=np.float64), layout, int(min_rows))
+    if plan is None:
+        return out
+    flat, gid, share, n_groups = plan
+    flat_h = h.reshape(-1, 2)
+    flat_out = out.reshape(-1, 2)
+    for i in (0, 1):  # bincount sums each group in slot order
+        total = np.bincount(gid, weights=flat_h[flat, i], minlength=n_groups)
+        flat_out[flat, i] = total[gid] * share
+    return out
+
+
+#: smoothing plans a layout keeps (:func:`_plan`): a root's counts repeat every round
+_PLANS_KEPT = 8
+
+
+def _plan(cnt: np.ndarray, layout: BinLayout, min_rows: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """What :func:`smooth_bins` does for these counts, whatever the sums: ``(flat, gid, share,
+    n_groups)`` — the flat ``node · n_slots + slot`` positions that change, each one's group and
+    share of its group's sum — or ``None`` when no slot is small. It depends on the counts only
+    (a node's counts are the same every round when every row is drawn: the root's), so the
+    last few are kept on the layout, keyed by the counts' bytes."""
+    key = (min_rows, cnt.shape, cnt.tobytes())
+    kept = layout.__dict__.setdefault("_smooth_plans", {})
+    if key in kept:
+        return kept[key]
+    plan = _make_plan(cnt, layout, min_rows)
+    if len(kept) >= _PLANS_KEPT:
+        kept.pop(next(iter(kept)))
+    kept[key] = plan
+    return plan
+
+
+def _make_plan(cnt: np.ndarray, layout: BinLayout, min_rows: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
     S = layout.n_slots
-    cnt = np.asarray(counts, dtype=np.float64)
     small_slot = (cnt > 0) & (cnt < min_rows)
     needy = np.add.reduceat(small_slot, layout.offsets[:-1], axis=1) > 0  # (m, d): sequences with a small slot
     if not needy.any():
-        return out
+        return None
     node, feat = np.nonzero(needy)  # only these sequences change
     width = (layout.n_bins + 1)[feat]
     ends = np.cumsum(width)
@@ -122,12 +159,7 @@ def smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, min_row
     first = at_max[np.unique(gid[at_max], return_index=True)[1]]
     share = np.where((gmax >= min_rows)[gid], (np.arange(key.size) == first[gid]).astype(np.float64),
                      1.0 / length[gid])
-    flat_h = h.reshape(-1, 2)
-    flat_out = out.reshape(-1, 2)
-    for i in (0, 1):  # bincount sums each group in slot order
-        total = np.bincount(gid, weights=flat_h[flat, i], minlength=bounds.size)
-        flat_out[flat, i] = total[gid] * share
-    return out
+    return flat, gid, share, int(bounds.size)
 
 
 def _groups(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, min_rows: int) -> np.ndarray:
@@ -214,6 +246,55 @@ def release_level(hist: np.ndarray, counts: np.ndarray, sibling_counts: np.ndarr
     out = smooth_bins(hist, counts, layout, min_rows)
     out[small] = 0.0
     return quantize(out, bits), int(small.sum())
+
+
+def pack_level(hist: np.ndarray, bits: int = GRID_BITS) -> tuple[np.ndarray, np.ndarray]:
+    """A released level histogram in fewer bytes, the same numbers: ``(values, mask)``.
+
+    ``mask`` is ``np.packbits`` of the ``(m · n_slots,)`` slots whose gradient or hessian sum is
+    not 0 (most slots of a deep node or of a one-hot column's missing slot hold no row);
+    ``values`` ``(nnz, 2)`` are those slots' sums in grid units (``sum · 2**bits``, whole
+    numbers: :func:`quantize`), int32 when every one fits, else int64. :func:`unpack_level`
+    gives ``hist`` back exactly.
+
+    Raises:
+        ValueError: ``hist`` is not ``(m, n_slots, 2)`` sums on the ``2**-bits`` grid.
+    """
+    h = np.asarray(hist, dtype=np.float64)
+    if h.ndim != 3 or h.shape[2] != 2:
+        raise ValueError(f"a level histogram is (m, n_slots, 2), got {h.shape}")
+    k = h * float(2**bits)
+    if not (np.isfinite(k).all() and (np.abs(k) < 2.0**53).all() and np.array_equal(np.rint(k), k)):
+        raise ValueError(f"a packed histogram holds sums on the 2**-{bits} grid only (quantize first)")
+    flat = k.reshape(-1, 2)
+    nz = (flat != 0).any(axis=1)
+    vals = flat[nz]
+    wide = vals.size and np.abs(vals).max() >= 2.0**31
+    return vals.astype(np.int64 if wide else np.int32), np.packbits(nz)
+
+
+def unpack_level(values: np.ndarray, mask: np.ndarray, n_nodes: int, n_slots: int,
+                 bits: int = GRID_BITS) -> np.ndarray:
+    """Inverse of :func:`pack_level`: the ``(n_nodes, n_slots, 2)`` float64 histogram.
+
+    Raises:
+        ValueError: a mask that is not ``uint8`` of ``ceil(n_nodes · n_slots / 8)`` bytes (its
+            padding bits 0), values that are not ``(set bits, 2)`` integers.
+    """
+    total = int(n_nodes) * int(n_slots)
+    m = np.asarray(mask)
+    if m.dtype != np.uint8 or m.shape != ((total + 7) // 8,):
+        raise ValueError(f"a packed histogram's mask must be {(total + 7) // 8} uint8 bytes")
+    nz = np.unpackbits(m)
+    if nz[total:].any():
+        raise ValueError("a packed histogram's mask sets bits beyond its slots")
+    nz = nz[:total].astype(bool)
+    v = np.asarray(values)
+    if v.dtype.kind not in "iu" or v.shape != (int(nz.sum()), 2):
+        raise ValueError(f"a packed histogram's values must be ({int(nz.sum())}, 2) integers, got {v.dtype} {v.shape}")
+    out = np.zeros((total, 2))
+    out[nz] = v.astype(np.float64) / float(2**bits)
+    return out.reshape(int(n_nodes), int(n_slots), 2)
 
 
 def histogram_sensitivity(objective: str, n_features: int, n_trees: int, clip: float) -> float:

@@ -197,7 +197,9 @@ def find_splits(hist: np.ndarray, totals: np.ndarray, layout: BinLayout, params:
         raise ValueError(f"hist must be (m, {layout.n_slots}, 2) and totals (m, 2), got {h.shape}, {t.shape}")
     if not (np.isfinite(h).all() and np.isfinite(t).all()):
         raise ValueError("histogram sums must be finite")
-    groups = _groups(layout)
+    groups = layout.__dict__.get("_split_groups")
+    if groups is None:  # a layout's blocks never change: built once per layout, not per level
+        groups = layout.__dict__["_split_groups"] = _groups(layout)
     parts = [_chunk(h[i:i + _NODES_PER_CHUNK], t[i:i + _NODES_PER_CHUNK], groups, params)
              for i in range(0, h.shape[0], _NODES_PER_CHUNK)]
     if not parts:

@@ -15,7 +15,10 @@
   (and, at a round's first level, the leaf values of the previous round), then replies the
   histograms of the requested nodes through its release rules
   (:func:`~fedtab.learn.gbdt.release.release_level`: small nodes withheld, small bins merged,
-  sums on a fixed grid; DP noise instead under DP), and, when asked, the loss sums of its
+  sums on a fixed grid; DP noise instead under DP) — packed when the request says ``pack`` and
+  the level is sent in the clear without DP (``hist`` then holds the non-zero slots in grid units
+  and :data:`~fedtab.learn.gbdt.release.PACKED` their bit mask: the same numbers; a secure or DP
+  level stays dense) — and, when asked, the loss sums of its
   validation part. A request with no nodes only applies what it carries (the last round).
 * ``"gbdt_evaluate"`` — the evaluation sums of a classification model (arrays of
   :meth:`~fedtab.learn.gbdt.GBDTModel.to_arrays`, validated as a hostile model) on a part:
@@ -40,17 +43,17 @@ from fedtab.learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, lab
 from fedtab.learn.gbdt.sketch import grid_counts, merge_counts, sketch_grids
 from fedtab.learn.gbdt.importance import SPLIT_RECORD, record_splits, site_gains
 from fedtab.learn.metrics import regression_sums
-from fedtab.learn.gbdt.release import check_request, histogram_sensitivity, noisy_level, release_level
+from fedtab.learn.gbdt.release import PACKED, check_request, histogram_sensitivity, noisy_level, pack_level, release_level
 from fedtab.privacy.dp import DP_META, add_noise, noise_rng
 from fedtab.privacy.secagg import SECAGG_META
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol.kinds import declared as _declared
 from fedtab.federation.site.core import Site
 from fedtab.federation.site.registry import handler
-from fedtab.federation.site.matrices import class_indices, label_key, requested_bins, site_matrix
+from fedtab.federation.site.matrices import class_indices, label_keys, requested_bins, site_matrix
 from fedtab.federation.steps.evaluate import evaluation_sums
 
-__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "site_data", "SUMMARY_PART"]
+__all__ = ["STATE", "SPLIT", "LEAF", "MODEL", "PACKED", "site_data", "SUMMARY_PART"]
 
 #: ``site.state`` key of the boosting state (plain arrays: an engine keeps it between processes)
 STATE = "gbdt"
@@ -114,7 +117,7 @@ def _summary(site: Site, request: Message) -> Message:
     X, y = site_matrix(site, feats, part)
     meta: dict[str, Any] = {"n": int(X.shape[0])}
     if not request.meta.get("regression"):
-        meta["classes"] = sorted({label_key(v) for v in y})
+        meta["classes"] = sorted(set(np.unique(label_keys(y)).tolist()))
     return Message("gbdt_summary", {}, meta)
 
 
@@ -227,10 +230,14 @@ def _sibling_counts(booster: SiteBooster, nodes: np.ndarray, splits: Mapping[str
     for k, a, b in zip(*(np.asarray(splits[x]).tolist() for x in ("tree", "left", "right"))):
         sib[(k, a)], sib[(k, b)] = b, a
     keep = booster.keep.astype(np.float64)
+    per_node: dict[int, np.ndarray] = {}  # tree -> subsampled rows of each of its nodes (one pass per tree)
     for i, (k, node) in enumerate(nodes.tolist()):
         other = sib.get((k, node))
         if other is not None:
-            out[i] = float(keep[booster.positions[k] == other].sum())
+            if k not in per_node:
+                per_node[k] = np.bincount(booster.positions[k], weights=keep)
+            rows = per_node[k]
+            out[i] = float(rows[other]) if other < rows.size else 0.0
     return out
 
 
@@ -327,6 +334,8 @@ def _level(site: Site, request: Message) -> Message:
             out["hist"] = released
             if SECAGG_META not in meta:  # a per-site count the secure sum would otherwise leave in the clear
                 reply_meta["withheld"] = withheld
+                if meta.get("pack") is True:  # sent in the clear: the same numbers in fewer bytes
+                    out["hist"], out[PACKED] = pack_level(released)
     st["booster"] = booster.to_state()
     site.state[LIVE] = (st["booster"], booster)
     return Message("gbdt_level", out, reply_meta)

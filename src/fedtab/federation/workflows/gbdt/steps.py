@@ -25,7 +25,7 @@ import numpy as np
 
 from fedtab.learn.gbdt import BinLayout, GBDTModel, check_site_histogram
 from fedtab.learn.gbdt.sketch import check_counts
-from fedtab.learn.gbdt.release import GRID_BITS
+from fedtab.learn.gbdt.release import GRID_BITS, PACKED, unpack_level
 from fedtab.federation.protocol import validate
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import Federation
@@ -110,12 +110,24 @@ def labels_checker(federation: Federation, part: str, objective: str, n_classes:
 
 
 def level_checker(federation: Federation, layout: BinLayout, n_nodes: int, part: str, val_part: str | None, *,
-                  objective: str, noisy: bool, validating: bool) -> Callable[[str, Message], None]:
-    """Validator of ``"gbdt_level"`` replies (arrays checked when present: a secure sum sends them masked)."""
+                  objective: str, noisy: bool, validating: bool, sizes: dict[str, int] | None = None
+                  ) -> Callable[[str, Message], None]:
+    """Validator of ``"gbdt_level"`` replies (arrays checked when present: a secure sum sends them masked).
+
+    A packed histogram (``hist`` + :data:`~fedtab.learn.gbdt.release.PACKED`, a plain level's reply) is unpacked
+    in place first (:func:`~fedtab.learn.gbdt.release.unpack_level`), so that the checks and
+    the sum see the dense ``(n_nodes, n_slots, 2)`` float64 array; one where a dense one is due
+    (secure sums, DP) is refused. ``sizes``: filled with each checked reply's array bytes as sent."""
 
     def check(site: str, reply: Message) -> None:
         schema = federation.schema
         assert schema is not None
+        if sizes is not None:
+            sizes[site] = payload_bytes(reply)
+        if PACKED in reply.arrays:
+            if noisy or federation.options.secure or "hist" not in reply.arrays:
+                raise ValueError("sent a packed level histogram where a dense one was due")
+            reply.arrays["hist"] = unpack_level(reply.arrays["hist"], reply.arrays.pop(PACKED), n_nodes, layout.n_slots)
         if "hist" in reply.arrays:
             check_site_histogram(np.asarray(reply.arrays["hist"]), layout, n_nodes, n_rows=schema.rows(site, part),
                                  objective=objective, noisy=noisy, site=f"site {site!r}", quantum=2.0 ** -GRID_BITS)
