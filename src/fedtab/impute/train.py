@@ -82,9 +82,10 @@ def local_train(
     """
     n, f = values.shape
     obs_all = ~np.isnan(values) & available[None, :]
-    vals = np.nan_to_num(values).astype(np.float32)
+    vals = torch.from_numpy(np.nan_to_num(values).astype(np.float32))  # converted once, rows gathered per batch
+    params = [p for p in model.parameters() if p.requires_grad]  # listed once, not per step
     model.train()
-    losses: list[float] = []
+    losses: list[Tensor] = []  # kept as tensors: one synchronising float() at the end, not one per step
     avail_t = torch.as_tensor(available)
     for _ in range(epochs):
         order = rng.permutation(n)
@@ -96,18 +97,17 @@ def local_train(
             hidden, as_unavail = hide_entries(obs, mask_fraction, structural_share, rng)
             if not hidden.any():
                 continue
-            x = torch.as_tensor(vals[idx])
-            inp_obs = torch.as_tensor(obs & ~hidden)
-            inp_avail = avail_t.expand(len(idx), f) & ~torch.as_tensor(as_unavail)
+            x = vals[torch.from_numpy(idx)]
+            inp_obs = torch.from_numpy(obs & ~hidden)
+            inp_avail = avail_t.expand(len(idx), f) & ~torch.from_numpy(as_unavail)
             pred = model(x, inp_obs, inp_avail, adj)
-            h = torch.as_tensor(hidden)
-            loss = ((pred - x)[h] ** 2).mean()
+            loss = ((pred - x)[torch.from_numpy(hidden)] ** 2).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            torch.nn.utils.clip_grad_norm_(params, 5.0, foreach=True)
             optimizer.step()
-            losses.append(float(loss.detach()))
-    return (float(np.mean(losses)) if losses else float("nan")), len(losses)
+            losses.append(loss.detach())
+    return (float(torch.stack(losses).double().mean()) if losses else float("nan")), len(losses)
 
 
 @torch.no_grad()
