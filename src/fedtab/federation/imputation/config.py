@@ -28,7 +28,7 @@ class ImputeConfig:
     (cap on local optimiser steps, ``None`` = no cap). ``batch_size=None`` (the default):
     each site takes about 8 steps per epoch, in batches of 64 to 256 rows
     (:func:`fedtab.impute.train.auto_batch_size`). The defaults (that, one local epoch, ``lr``
-    6e-3) took 0.4x the CPU of the earlier ones (64-row batches, two epochs, 3e-3) on
+    6e-3) took 0.39x the CPU of the earlier ones (64-row batches, two epochs, 3e-3) on
     AirQuality for the same error (``python -m benchmarks.impute``, issue 31).
     Validation: ``validation_mask_fraction`` of observed cells hidden in each site's
     validation rows (the rows come from ``Site.test_size``); ``keep_best`` returns the
