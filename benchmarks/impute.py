@@ -13,6 +13,8 @@ because we removed them). Both in z-space; mean ± std over seeds.
     python -m benchmarks.impute --quick    # seconds-long smoke run (synthetic + tiny)
     python -m benchmarks.impute --datasets physionet --seeds 4 --first-seed 3 --out A   # seeds 3..6
     python -m benchmarks.impute --merge old/impute.json A/impute.json   # combine runs
+    python -m benchmarks.impute --datasets airquality --methods fedhf --params batch_size=64 local_epochs=2 lr=0.003
+                                           # the GNN methods with other settings (here: the pre-issue-31 defaults)
 
 Writes benchmarks/results/impute.json, impute.md and impute.png (or ``--out DIR``).
 """
@@ -126,7 +128,7 @@ def score(preds, tests, queries, split, cols, trim: float | None = None) -> tupl
 
 
 def method_params(name: str, dataset: str, quick: bool) -> dict:
-    gnn = name in ("fedhf", "fedhf_no_prior", "fedhf_no_unavail_msgs", "local_gnn")
+    gnn = name in GNN_METHODS
     if quick:
         if gnn:
             return {"rounds": 2}
@@ -142,9 +144,35 @@ def method_params(name: str, dataset: str, quick: bool) -> dict:
     return {}
 
 
-def run(datasets, methods, seeds, quick: bool, log=print, partial: Path | None = None) -> list[dict]:
+GNN_METHODS = ("fedhf", "fedhf_no_prior", "fedhf_no_unavail_msgs", "local_gnn")
+
+
+def parse_params(items: list[str]) -> dict:
+    """``["batch_size=64", "lr=0.003", "max_steps_per_round=None"]`` -> a settings dict (int, float
+    or None); raises ``ValueError`` naming an item that is not ``key=number`` or ``key=None``."""
+    out: dict = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"--params takes key=value, got {item!r}")
+        if text == "None":
+            out[key] = None
+            continue
+        try:
+            out[key] = int(text)
+        except ValueError:
+            try:
+                out[key] = float(text)
+            except ValueError:
+                raise ValueError(f"--params {key}: {text!r} is not a number or None") from None
+    return out
+
+
+def run(datasets, methods, seeds, quick: bool, log=print, partial: Path | None = None,
+        gnn_params: dict | None = None) -> list[dict]:
     """Run every method on every (dataset, seed); ``partial``: JSON file rewritten after
-    each method so a long run leaves usable results if interrupted."""
+    each method so a long run leaves usable results if interrupted; ``gnn_params``: settings
+    given to the GNN methods on top of :func:`method_params`."""
     rows = []
     for ds in datasets:
         t0, c0 = time.perf_counter(), time.process_time()
@@ -157,7 +185,8 @@ def run(datasets, methods, seeds, quick: bool, log=print, partial: Path | None =
                 n_test = [len(q) for q in queries[MASKS[0]]]
                 stacked = [pd.concat([queries[p][s] for p in MASKS], ignore_index=True) for s in range(len(n_test))]
                 t1, c1 = time.perf_counter(), time.process_time()
-                preds = METHODS[m](train, cols, stacked, seed, **method_params(m, ds, quick))
+                params = {**method_params(m, ds, quick), **((gnn_params or {}) if m in GNN_METHODS else {})}
+                preds = METHODS[m](train, cols, stacked, seed, **params)
                 secs, cpu = time.perf_counter() - t1, time.process_time() - c1
                 for i, p in enumerate(MASKS):
                     part = [pr[i * n : (i + 1) * n] for pr, n in zip(preds, n_test)]
@@ -262,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="seeds are first-seed .. first-seed + seeds - 1 (split a long run over processes, "
                          "then --merge)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--params", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="settings of the GNN methods (FederatedImputer arguments), e.g. batch_size=64")
     ap.add_argument("--merge", nargs="*", type=Path, default=None,
                     help="only rebuild .json/.md/.png in --out from these result JSON files (runs in parallel)")
     args = ap.parse_args(argv)
@@ -276,13 +307,14 @@ def main(argv: list[str] | None = None) -> int:
     methods = args.methods or list(METHODS)
     seeds = list(range(args.first_seed, args.first_seed + (1 if args.quick else args.seeds)))
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = run(datasets, methods, seeds, args.quick, partial=args.out / "impute.partial.json")
+    rows = run(datasets, methods, seeds, args.quick, partial=args.out / "impute.partial.json",
+               gnn_params=parse_params(args.params))
     (args.out / "impute.partial.json").unlink(missing_ok=True)
-    write(rows, datasets, args.quick, args.out)
+    write(rows, datasets, args.quick, args.out, params=args.params)
     return 0
 
 
-def write(rows: list[dict], datasets: list[str], quick: bool, out: Path) -> None:
+def write(rows: list[dict], datasets: list[str], quick: bool, out: Path, params: list[str] | None = None) -> None:
     """Write impute.json, impute.md and impute.png into ``out``."""
     from fedtab.impute.stats import pool_stats, site_stats
     from fedtab.impute.baselines import to_global
@@ -295,7 +327,8 @@ def write(rows: list[dict], datasets: list[str], quick: bool, out: Path) -> None
         z = [to_global(x.set_axis(cols, axis=1).iloc[r][c], cols) for r, c in zip(split.rows, split.columns)]
         notes[f"{ds} column pairs no site observes together (seed 0)"] = pool_stats(
             [site_stats(a, cols) for a in z], cols).unobserved_pairs()
-    meta = {"command": "python -m benchmarks.impute" + (" --quick" if quick else ""),
+    meta = {"command": "python -m benchmarks.impute" + (" --quick" if quick else "")
+            + (" --params " + " ".join(params) if params else ""),
             "shapes": shapes, "notes": notes}
     out.mkdir(parents=True, exist_ok=True)
     (out / "impute.json").write_text(json.dumps(rows, indent=1))

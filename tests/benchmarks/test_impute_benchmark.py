@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,3 +29,14 @@ def test_benchmark_quick_mode(tmp_path):
     assert em["observed_rmse"] < 0.8 * mean["observed_rmse"] and em["structural_rmse"] < 0.8 * mean["structural_rmse"]
     assert "| fedhf |" in (tmp_path / "impute.md").read_text()
     assert (tmp_path / "impute.png").stat().st_size > 0
+
+
+def test_params_option_parses_numbers_and_none_and_names_a_bad_item():
+    from benchmarks.impute import parse_params
+
+    assert parse_params(["batch_size=64", "lr=0.003", "max_steps_per_round=None"]) == {
+        "batch_size": 64, "lr": 0.003, "max_steps_per_round": None}
+    assert isinstance(parse_params(["batch_size=64"])["batch_size"], int)
+    for bad in (["batch_size"], ["lr=fast"], ["=3"]):
+        with pytest.raises(ValueError, match="params"):
+            parse_params(bad)

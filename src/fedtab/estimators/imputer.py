@@ -50,7 +50,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         k_neighbors, min_abs_corr: feature graph.
         hidden_dim, n_layers, dropout: GNN size.
         rounds, local_epochs, lr, weight_decay, batch_size, mask_fraction,
-        structural_share, max_steps_per_round: training.
+        structural_share, max_steps_per_round: training (``batch_size=None``: about 8
+            steps per epoch at each site, in batches of 64 to 256 rows).
         validation_fraction: share of each site's rows held out for validation
             (0 = none; then no validation report and no best-round selection).
         validation_mask_fraction, keep_best: validation.
@@ -97,10 +98,10 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         n_layers: int = 3,
         dropout: float = 0.0,
         rounds: int = 20,
-        local_epochs: int = 2,
-        lr: float = 3e-3,
+        local_epochs: int = 1,
+        lr: float = 6e-3,
         weight_decay: float = 1e-5,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         mask_fraction: float = 0.4,
         structural_share: float = 0.5,
         max_steps_per_round: int | None = None,

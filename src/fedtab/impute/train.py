@@ -18,7 +18,7 @@ from torch import Tensor
 
 from .model import GNNImputer
 
-__all__ = ["hide_entries", "local_train", "predict", "fedavg", "masked_sq_errors", "set_threads"]
+__all__ = ["hide_entries", "auto_batch_size", "local_train", "predict", "fedavg", "masked_sq_errors", "set_threads"]
 
 
 def set_threads(n: int | None = None) -> None:
@@ -29,6 +29,30 @@ def set_threads(n: int | None = None) -> None:
     is the default. Pass ``n`` to override.
     """
     torch.set_num_threads(max(1, int(n or 1)))
+
+
+#: ``batch_size=None``: a site makes about this many optimiser steps per epoch ...
+AUTO_STEPS_PER_EPOCH = 8
+#: ... in batches of this many rows at least and at most.
+AUTO_BATCH_RANGE = (64, 256)
+
+
+def auto_batch_size(n_rows: int) -> int:
+    """Rows per batch when none is given: ``n_rows / AUTO_STEPS_PER_EPOCH`` rounded up, within
+    :data:`AUTO_BATCH_RANGE` (64 to 256 rows).
+
+    A step on a few rows costs mostly autograd and optimiser overhead, not arithmetic (on
+    AirQuality's 13 columns a 64-row step took a third of the CPU of a 256-row one), so a big
+    site takes big batches; a small site (a few hundred rows) keeps 64-row batches, because
+    with one or two steps per round the model stops improving (SECOM, issue 31).
+
+    Raises:
+        ValueError: ``n_rows`` is negative.
+    """
+    if n_rows < 0:
+        raise ValueError(f"n_rows must be >= 0, got {n_rows}")
+    lo, hi = AUTO_BATCH_RANGE
+    return int(min(hi, max(lo, -(-n_rows // AUTO_STEPS_PER_EPOCH))))
 
 
 def hide_entries(
@@ -61,7 +85,7 @@ def local_train(
     adj: Tensor,
     *,
     epochs: int = 1,
-    batch_size: int = 64,
+    batch_size: int | None = 64,
     mask_fraction: float = 0.3,
     structural_share: float = 0.5,
     rng: np.random.Generator,
@@ -74,17 +98,21 @@ def local_train(
             unavailable.
         available: (F,) bool, the columns this site has.
         adj: the sparse adjacency pair from :func:`fedtab.impute.model.graph_tensors`.
-        epochs, batch_size, mask_fraction, structural_share: see module docstring.
+        epochs, batch_size, mask_fraction, structural_share: see module docstring;
+            ``batch_size=None``: :func:`auto_batch_size` of the site's rows.
         max_steps: optional cap on optimiser steps (keeps rounds short on big sites).
 
     Returns:
         ``(mean loss over steps, number of steps)``; loss is MSE in z-space.
     """
     n, f = values.shape
+    if batch_size is None:
+        batch_size = auto_batch_size(n)
     obs_all = ~np.isnan(values) & available[None, :]
-    vals = np.nan_to_num(values).astype(np.float32)
+    vals = torch.from_numpy(np.nan_to_num(values).astype(np.float32))  # converted once, rows gathered per batch
+    params = [p for p in model.parameters() if p.requires_grad]  # listed once, not per step
     model.train()
-    losses: list[float] = []
+    losses: list[Tensor] = []  # kept as tensors: one synchronising float() at the end, not one per step
     avail_t = torch.as_tensor(available)
     for _ in range(epochs):
         order = rng.permutation(n)
@@ -96,18 +124,17 @@ def local_train(
             hidden, as_unavail = hide_entries(obs, mask_fraction, structural_share, rng)
             if not hidden.any():
                 continue
-            x = torch.as_tensor(vals[idx])
-            inp_obs = torch.as_tensor(obs & ~hidden)
-            inp_avail = avail_t.expand(len(idx), f) & ~torch.as_tensor(as_unavail)
+            x = vals[torch.from_numpy(idx)]
+            inp_obs = torch.from_numpy(obs & ~hidden)
+            inp_avail = avail_t.expand(len(idx), f) & ~torch.from_numpy(as_unavail)
             pred = model(x, inp_obs, inp_avail, adj)
-            h = torch.as_tensor(hidden)
-            loss = ((pred - x)[h] ** 2).mean()
+            loss = ((pred - x)[torch.from_numpy(hidden)] ** 2).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            torch.nn.utils.clip_grad_norm_(params, 5.0, foreach=True)
             optimizer.step()
-            losses.append(float(loss.detach()))
-    return (float(np.mean(losses)) if losses else float("nan")), len(losses)
+            losses.append(loss.detach())
+    return (float(torch.stack(losses).double().mean()) if losses else float("nan")), len(losses)
 
 
 @torch.no_grad()

@@ -115,11 +115,11 @@ class ImputeSpec:
     and DP come from ``[trust]`` and ``[privacy]``)."""
 
     rounds: int = 20
-    local_epochs: int = 2
+    local_epochs: int = 1
     hidden_dim: int = 32
     n_layers: int = 3
     k_neighbors: int = 10
-    lr: float = 3e-3
+    lr: float = 6e-3
     mask_fraction: float = 0.4
     prior: bool = True
     prior_rank: int | None = None
@@ -127,7 +127,7 @@ class ImputeSpec:
     min_abs_corr: float = 0.05
     dropout: float = 0.0
     weight_decay: float = 1e-5
-    batch_size: int = 64
+    batch_size: int | None = None
     structural_share: float = 0.5
     max_steps_per_round: int | None = None
     validation_mask_fraction: float = 0.2
