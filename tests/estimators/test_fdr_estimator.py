@@ -127,3 +127,15 @@ def test_careless_settings_are_refused_in_one_line(params, message):
     with pytest.raises(ValueError, match=re.escape(message)) as info:
         FederatedFeatureElection(**params).fit(_tables(0, n=90), "target")
     assert "\n" not in str(info.value)
+
+
+def test_a_one_class_site_counts_its_rows_instead_of_abstaining():
+    tables = _tables(3)
+    tables[2] = tables[2][tables[2].target == 1].reset_index(drop=True)  # this site only saw class 1
+    fe = FederatedFeatureElection(fdr=Q).fit(tables, "target")
+    assert fe.abstained_ == {} and fe.sites_["site2"]["n_train"] == len(tables[2]) > 0
+    sites = [Site(f"site{i}", t, "target", test_size=0.0, selector="lasso") for i, t in enumerate(tables)]
+    ref = run_pooled_score_test(LocalFederation(sites), fdr=Q, one_vs_rest=True)
+    assert list(fe.rejected_) == ref.selected_names and ref.selected_names
+    vote = FederatedFeatureElection().fit(tables, "target")
+    assert "site2" in vote.abstained_  # the vote, by contrast, leaves it out
