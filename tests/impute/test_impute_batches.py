@@ -4,7 +4,7 @@ batches of 64 to 256 rows, so a big site pays for few large steps and a small on
 import numpy as np
 import pytest
 
-from fedtab.federation.imputation.config import ImputeConfig
+from fedtab.federation.workflows.imputation.config import ImputeConfig
 
 pytestmark = pytest.mark.requires("torch")
 

@@ -5,6 +5,11 @@ the site files become sites as in ``fedtab run`` (:func:`fedtab.job.run.site_con
 the job's step loop runs them in this process. The output folder holds ``result.json`` (the
 election in this command's vocabulary, plus the job's ``privacy``, ``trust`` and
 ``participation``), ``report.html`` and ``elected_columns.txt``.
+
+``--fdr Q`` (or ``--method score-test``) chooses the columns by the pooled score test instead of
+the vote (:func:`selection_method`): the job's ``[election] method = "score-test"`` with ``fdr``,
+whose record (``result["election"]``: ``method``, ``fdr``, ``p``, ``mask``...) ``result.json``
+then holds at its top and as ``election``.
 """
 
 from __future__ import annotations
@@ -17,9 +22,9 @@ import typer
 
 from . import PlainHelp, console, fail, finite_number, outcome
 
-__all__ = ["elect_command", "elect_spec", "max_site_share_option", "option_text"]
+__all__ = ["elect_command", "elect_spec", "max_site_share_option", "option_text", "selection_method"]
 
-#: how the command is registered: its 27 options print as plain text, readable at 80 columns
+#: how the command is registered: its 30 options print as plain text, readable at 80 columns
 COMMAND_SETTINGS = {"cls": PlainHelp}
 
 #: job keys -> the options that set them, for error messages in this command's words
@@ -52,6 +57,53 @@ def max_site_share_option(value: float) -> float:
         raise typer.BadParameter(str(exc).replace("max_site_share", "--max-site-share")) from None
 
 
+#: the command's options the vote uses and the score test does not, beyond the estimator's (their defaults)
+_VOTE_OPTIONS = {"robust": False, "min_holders": None}
+
+
+def selection_method(method: str | None, fdr: str | None, fdr_method: str, options: dict[str, Any]
+                     ) -> tuple[str, float | None]:
+    """``(method, q)`` from ``--method``, ``--fdr`` and ``--fdr-method``: ``--fdr`` implies the
+    score test, ``q`` is ``None`` without it. ``options`` are the command's (the vote's settings
+    must stay at their defaults with the score test).
+
+    Raises:
+        ValueError: one line in the command's words: an unknown method or correction, a ``q``
+            that is not a number in (0, 1), ``--fdr`` / ``--fdr-method`` with ``--method vote``,
+            a vote option with the score test.
+    """
+    from ..election.score_test import check_fdr
+    from ..estimators.election import vote_settings
+
+    if method not in (None, "vote", "score-test"):
+        raise ValueError(f"--method must be 'vote' or 'score-test', got {method!r}")
+    try:
+        check_fdr(0.05, fdr_method)
+    except ValueError:
+        raise ValueError(f"--fdr-method must be 'bh' or 'by', got {fdr_method!r}") from None
+    q = None
+    if fdr is not None:
+        try:
+            q = float(fdr)
+            check_fdr(q, fdr_method)
+        except ValueError:
+            raise ValueError(f"--fdr must be a false discovery rate in (0, 1), e.g. 0.05, got {fdr!r}") from None
+    method = method or ("score-test" if q is not None else "vote")
+    if method == "vote":
+        if q is not None or fdr_method != "bh":
+            raise ValueError("--fdr and --fdr-method select by the pooled score test (--method score-test), "
+                             "not by the vote")
+        return method, q
+    sel = options.get("selector") or ["lasso"]
+    given = vote_settings({**options, "selector": sel[0] if len(set(sel)) == 1 else sel})
+    given += [k for k, d in _VOTE_OPTIONS.items() if options.get(k, d) != d]
+    if given:
+        names = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise ValueError(f"{'--fdr' if q is not None else '--method score-test'} selects by the pooled score test, "
+                         f"without a vote: {names} {'applies' if len(given) == 1 else 'apply'} to the vote")
+    return method, q
+
+
 def elect_spec(tables: list[Path], names: list[str], selectors: list[str], target: str, *, options: dict[str, Any]
                ) -> Any:
     """The validated :class:`~fedtab.job.spec.JobSpec` of ``fedtab elect`` (``options``: the command's).
@@ -64,14 +116,16 @@ def elect_spec(tables: list[Path], names: list[str], selectors: list[str], targe
 
     o = options
     tuned = o["tune"] != "none"
+    score_test = o.get("method") == "score-test"
     return check_spec(JobSpec(
         target=target,
         sites=[SiteSpec(n, p, na_values=list(o["na_value"] or []), selector=s, min_rows=o["min_rows"])
                for n, p, s in zip(names, tables, selectors)],
-        election=ElectionSpec(selector=selectors[0], freedom_degree=None if tuned else o["freedom_degree"],
+        election=ElectionSpec(selector=selectors[0], freedom_degree=None if tuned or score_test else o["freedom_degree"],
                               tune=o["tune"], aggregation=o["aggregation"], normalization=o["normalization"],
                               compat=o["compat"], tolerance=o["tolerance"], consensus=o["consensus"],
-                              consensus_alpha=o["consensus_alpha"]),
+                              consensus_alpha=o["consensus_alpha"], method=o.get("method", "vote"),
+                              fdr=o.get("fdr"), fdr_method=o.get("fdr_method", "bh")),
         training=TrainingSpec(o["model"], o["rounds"], o["local_epochs"]) if o["train"] or tuned else None,
         run=RunSpec(seed=o["seed"], out=o["out"], test_size=o["test_size"]),
         privacy=PrivacySpec(secure_aggregation=o["secure_aggregation"]),
@@ -101,14 +155,30 @@ _STATUS = {"schema": "reading the sites' column profiles (names, kinds, coarse r
            "training": "training on the elected columns (FedAvg)", "all_columns": "training on all columns (FedAvg)"}
 
 
+def _vote_part(outputs: Any, selectors: list[str], tables: list[Path]) -> dict[str, Any]:
+    """The vote's part of ``result.json``: its sites (ballots) and result, also as ``election``."""
+    outcome = outputs.outcomes["election"]
+    result = outcome.result
+    return {"sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), selectors, tables)],
+            **result.to_dict(), "min_holders": result.min_holders,
+            "election": {**result.to_dict(), "features": result.explain_records()}}
+
+
+def _score_test_part(outputs: Any, spec: Any, tables: list[Path]) -> dict[str, Any]:
+    """The score test's part of ``result.json``: its sites (training rows) and the record the job's
+    score-test step wrote (``result["election"]``), also as ``election``."""
+    record, info = outputs.result["election"], outputs.result["sites"] or {}
+    sites = [{"name": s.name, "file": str(p), "n_samples": (info.get(s.name) or {}).get("n_train")}
+             for s, p in zip(spec.sites, tables)]
+    return {"sites": sites, **record, "election": record}
+
+
 def _document(outputs: Any, spec: Any, selectors: list[str], tables: list[Path]) -> dict[str, Any]:
     """``result.json`` of ``fedtab elect`` from the job's outputs."""
-    outcome, r = outputs.outcomes["election"], outputs.result
-    result = outcome.result
-    doc: dict[str, Any] = {
-        "sites": [dict(s, selector=sel, file=str(p)) for s, sel, p in zip(outcome.site_summary(), selectors, tables)],
-        "categorical_columns": list((r["schema"] or {}).get("categorical", [])), **result.to_dict(),
-        "min_holders": result.min_holders, "election": {**result.to_dict(), "features": result.explain_records()}}
+    r = outputs.result
+    part = (_score_test_part(outputs, spec, tables) if spec.election.method == "score-test"
+            else _vote_part(outputs, selectors, tables))
+    doc: dict[str, Any] = {"categorical_columns": list((r["schema"] or {}).get("categorical", [])), **part}
     if r["tuning"] is not None:
         doc["tuning"] = r["tuning"]
     trained, full = outputs.outcomes.get("training"), outputs.outcomes.get("all_columns")
@@ -190,8 +260,21 @@ def elect_command(
     pooled_comparison: Annotated[bool, typer.Option(
         "--pooled-comparison", help="Simulation (all files here): also run the selector on all sites' training "
                                     "rows stacked; Jaccard agreement per freedom degree.")] = False,
+    method: Annotated[Optional[str], typer.Option(
+        help="How the columns are chosen: 'vote' (Feature Election) or 'score-test' (score tests on the sites' "
+             "pooled rows: forward selection, or with --fdr one correction over every column; binary or class "
+             "targets) (default: score-test with --fdr, else vote).")] = None,
+    fdr: Annotated[Optional[str], typer.Option(
+        "--fdr", metavar="Q", help="Select with error control: every column's pooled score test, one correction "
+                                   "at false discovery rate Q in (0, 1), e.g. 0.05 (at most that share of the "
+                                   "kept columns is expected to carry no signal). Implies --method score-test; "
+                                   "not with the vote's options.")] = None,
+    fdr_method: Annotated[str, typer.Option(
+        help="The --fdr correction: 'bh' (Benjamini-Hochberg; independent or positively dependent columns) or "
+             "'by' (Benjamini-Yekutieli; any dependence, more conservative).")] = "bh",
 ) -> None:
-    """Feature Election on real tables: one file per site, each site votes with its own selector."""
+    """Feature Election on real tables: one file per site, each site votes with its own selector (or, with
+    --fdr, selection at a false discovery rate by the sites' pooled score tests)."""
     from ..data.tables import TableError, read_table
     from ..engines.local import LocalFederation
     from ..engines.site_config import build_site
@@ -210,6 +293,7 @@ def elect_command(
         if len(sel_names) not in (1, len(tables)):
             fail(f"give one --selector for all sites or one per site ({len(tables)}), got {len(sel_names)}")
         sel_names = sel_names * len(tables) if len(sel_names) == 1 else sel_names
+        options["method"], options["fdr"] = selection_method(method, fdr, fdr_method, options)
         if pooled_comparison and len(set(sel_names)) > 1:
             fail("--pooled-comparison needs one --selector shared by every site")
         if min_sites is not None and min_sites > len(tables):
@@ -229,8 +313,11 @@ def elect_command(
     except (TableError, FederationError, ValueError, OutputError) as exc:
         fail(option_text(str(exc)))
         return
-    _print_summary(doc, outputs.outcomes["election"].result, freedom_degree=doc["freedom_degree"], tuned=tune,
-                   model=model)
+    if spec.election.method == "score-test":
+        _print_score_test(doc)
+    else:
+        _print_summary(doc, outputs.outcomes["election"].result, freedom_degree=doc["freedom_degree"], tuned=tune)
+    _print_training(doc, model)
     try:
         with atomic_dir(out) as tmp:
             (tmp / "result.json").write_text(json.dumps(doc, indent=2))
@@ -247,8 +334,9 @@ def elect_command(
     for col, why in doc["ignored_columns"].items():
         console.print(f"column {col!r} left out: {why}", style="yellow", markup=False, highlight=False)
     for name in doc["one_class_sites"]:
-        console.print(f"site {name!r} holds one class only (it abstains from the vote)", style="yellow",
-                      markup=False, highlight=False)
+        role = ("its rows count in the pooled score test" if spec.election.method == "score-test"
+                else "it abstains from the vote")
+        console.print(f"site {name!r} holds one class only ({role})", style="yellow", markup=False, highlight=False)
     outcome(f"wrote {out / 'result.json'}, {out / 'report.html'} and {out / 'elected_columns.txt'}")
 
 
@@ -266,7 +354,7 @@ def _pooled_agreement(fed: Any, outputs: Any, spec: Any, selector: str) -> list[
                             consensus=e.consensus, consensus_alpha=e.consensus_alpha, min_holders=result.min_holders)
 
 
-def _print_summary(doc: dict[str, Any], result: Any, *, freedom_degree: float, tuned: str, model: str) -> None:
+def _print_summary(doc: dict[str, Any], result: Any, *, freedom_degree: float, tuned: str) -> None:
     from rich.table import Table
 
     rule = f"compat={result.compat}" if result.compat else f"normalization={result.normalization}"
@@ -281,6 +369,35 @@ def _print_summary(doc: dict[str, Any], result: Any, *, freedom_degree: float, t
                   f"[bold]{st['kept']}[/] of {st['features']} columns elected")
     if "tuning" in doc:
         console.print(f"tuned freedom degree ({tuned}): {freedom_degree:g}")
+
+
+#: the corrections' names, as the report writes them
+_CORRECTIONS = {"bh": "Benjamini-Hochberg", "by": "Benjamini-Yekutieli"}
+
+
+def _print_score_test(doc: dict[str, Any]) -> None:
+    """The score test's summary: sites and their training rows, the error control, the kept columns."""
+    from rich.table import Table
+
+    tab = Table(title="Pooled score test")
+    for col in ("site", "rows (train)"):
+        tab.add_column(col)
+    for s in doc["sites"]:
+        tab.add_row(s["name"], str(s["n_samples"]))
+    console.print(tab)
+    fdr = doc["fdr"]
+    level = (f"false discovery rate q = {fdr['q']:g} ({_CORRECTIONS[fdr['method']]})" if fdr is not None
+             else f"forward selection, {_CORRECTIONS[doc['fdr_method']]} at alpha {doc['alpha']:g} per step")
+    console.print(f"{level} → [bold]{doc['kept']}[/] of {doc['stats']['features']} columns kept",
+                  highlight=False)
+    if doc["selected"]:
+        p = dict(zip(doc["feature_names"], doc["p"]))
+        console.print("kept (pooled p-value): " + ", ".join(f"{c} ({p[c]:.2g})" for c in doc["selected"]),
+                      markup=False, highlight=False)
+
+
+def _print_training(doc: dict[str, Any], model: str) -> None:
+    """The training's summary line: weighted F1 on all and on the kept columns (when trained)."""
     if "training" in doc:
         t = doc["training"]
         console.print(f"{model} trained by the federation, weighted F1: all columns {t['all_features']['f1']:.3f} "
