@@ -71,6 +71,8 @@ MESSAGE_TYPE = "query.fedtab"
 _HELLO = "__hello__"
 _ARRAYS, _HEADER = "fedtab.arrays", "fedtab.header"
 _STATE_ARRAYS, _STATE_HEADER = "fedtab.state.arrays", "fedtab.state.header"
+#: set in ``Context.state`` once a node without a state folder said so in this run
+_WARNED = "fedtab.warned-no-state-dir"
 #: the ClientApp's per-message timing (seconds per stage), a ConfigRecord beside the reply
 _TIMING = "fedtab.timing"
 _STAGES = ("before_fedtab", "fedtab_import", "flower_until_handler", "restore", "work", "store")
@@ -126,8 +128,9 @@ def _site_for(context: Context):
         context.node_config, context.run_config.get("site-settings", ""))))
     if fresh and _STATE_HEADER in context.state:
         site.state = decode_state(from_records(context.state, _STATE_ARRAYS, _STATE_HEADER))
-    elif fresh:  # the run's first message to this node
-        warn_without_state_dir(site, context.node_config, "Flower")
+    elif fresh and _WARNED not in context.state:  # the run's first message to this node: warn once per run
+        if warn_without_state_dir(site, context.node_config, "Flower"):
+            context.state[_WARNED] = ConfigRecord({"run": int(context.run_id)})  # kept by the SuperNode
     site.run_id = f"flower:{context.run_id}"  # the ledger's per-run caps count per Flower run
     return site
 

@@ -6,17 +6,24 @@ process is started with ``setsid`` (its own process group) in an environment car
 marker variable, and :func:`stop_processes` signals the groups, the descendants found in
 ``/proc`` and any process whose environment holds the marker (children re-parented to init
 after their parent died). Linux only (``/proc``).
+
+A :class:`ProcessOwner` also cleans up when its owner does not: ``stop`` is registered with
+:mod:`atexit` (an interpreter that exits without calling it), and a small watcher process
+(:func:`start_reaper`) kills every process holding the marker once the owner's process is
+gone (a test run killed with SIGTERM or SIGKILL, where no ``finally`` or ``atexit`` runs).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
-__all__ = ["ProcessOwner", "descendants", "processes_with_env", "spawn", "stop_processes"]
+__all__ = ["ProcessOwner", "descendants", "processes_with_env", "spawn", "start_reaper", "stop_processes"]
 
 
 def descendants(roots: Sequence[int]) -> set[int]:
@@ -105,11 +112,66 @@ def stop_processes(procs: Sequence[subprocess.Popen], marker: str | None = None,
     _kill(tree | descendants(list(tree)) | (processes_with_env(marker) if marker else set()), signal.SIGKILL)
 
 
+#: the watcher of :func:`start_reaper`: no imports beyond the standard library, one check of the
+#: owner every 0.5 s; once it is gone, TERM then (3 s later) KILL to every holder of the marker
+_REAPER = r"""
+import os, signal, sys, time
+owner, marker = int(sys.argv[1]), sys.argv[2].encode()
+def alive():
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+while alive():
+    time.sleep(0.5)
+def holders():
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    if marker in fh.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    for pid in holders():
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+    time.sleep(3)
+"""
+
+
+def start_reaper(marker: str, owner: int | None = None) -> subprocess.Popen:
+    """A watcher process (own session, output discarded) that kills every process whose
+    environment holds ``marker`` (``NAME=value``) once process ``owner`` (default: this one)
+    has exited; it then exits itself. Kill it to call it off.
+
+    Raises:
+        ValueError: ``marker`` is not ``NAME=value``.
+    """
+    if "=" not in marker or marker.startswith("="):
+        raise ValueError(f"a process marker is NAME=value, got {marker!r}")
+    env = {k: v for k, v in os.environ.items() if f"{k}={v}" != marker}  # never its own target
+    return subprocess.Popen([sys.executable, "-c", _REAPER, str(owner or os.getpid()), marker], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
 class ProcessOwner:
     """Base of a loopback deployment: the processes it spawned, stopped together.
 
     A subclass sets :attr:`marker` (``NAME=value`` it puts in its processes' environment)
     and implements ``start()`` (returning ``self``); ``with`` starts it and always stops it.
+    From its first process until :meth:`stop`, ``stop`` is registered with :mod:`atexit` and,
+    with a marker, a reaper (:func:`start_reaper`) watches this process: the processes do not
+    outlive an owner that exits, or is killed, without stopping them.
     """
 
     marker: str = ""
@@ -117,13 +179,24 @@ class ProcessOwner:
     def __init__(self) -> None:
         self._procs: list[subprocess.Popen] = []
         self._logs: list[object] = []
+        self._reaper: subprocess.Popen | None = None
+        self._at_exit = False
 
     def _spawn_logged(self, argv: list[str], log: Path, *, env: dict[str, str], cwd: str | Path) -> subprocess.Popen:
         """:func:`spawn` ``argv`` and remember it (and its log) for :meth:`stop`."""
+        self._guard()
         proc, handle = spawn(argv, log, env=env, cwd=cwd)
         self._procs.append(proc)
         self._logs.append(handle)
         return proc
+
+    def _guard(self) -> None:
+        """Before the first process: :meth:`stop` at interpreter exit, and the reaper."""
+        if not self._at_exit:
+            atexit.register(self.stop)
+            self._at_exit = True
+        if self._reaper is None and self.marker:
+            self._reaper = start_reaper(self.marker)
 
     def stop(self) -> None:
         """Kill every process started here, their groups, descendants and marker holders (TERM, then KILL)."""
@@ -132,6 +205,13 @@ class ProcessOwner:
         for log in self._logs:
             log.close()
         self._logs.clear()
+        if self._reaper is not None:  # nothing left to watch over
+            self._reaper.kill()
+            self._reaper.wait()
+            self._reaper = None
+        if self._at_exit:
+            atexit.unregister(self.stop)
+            self._at_exit = False
 
     def stragglers(self) -> set[int]:
         """Processes still carrying :attr:`marker` (empty after :meth:`stop`)."""
