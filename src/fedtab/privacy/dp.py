@@ -34,6 +34,18 @@ __all__ = ["DP_META", "DPRequest", "dp_request", "parse_dp", "noise_rng", "add_n
 DP_META = "dp"
 
 
+def _number(value: Any, name: str) -> float:
+    """``value`` as a float; ``ValueError`` naming the DP setting when it is not a number (a bool included)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            return float(value)  # e.g. a numpy number or a numeric string from a config file
+        except (TypeError, ValueError):
+            raise ValueError(f"dp {name} must be a number, got {value!r}") from None
+    return float(value)
+
+
 def parse_dp(dp: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """Validate a user's ``dp={"epsilon": ε, "delta": δ, ...}``; ``None`` or ε = ∞ means no DP.
 
@@ -46,13 +58,13 @@ def parse_dp(dp: Mapping[str, Any] | None) -> dict[str, Any] | None:
     unknown = sorted(set(dp) - known)
     if unknown:
         raise ValueError(f"dp: unknown settings {unknown}; known: {sorted(known)}")
-    eps = float(dp.get("epsilon", math.inf))
-    delta = float(dp.get("delta", 1e-5))
+    eps = _number(dp.get("epsilon", math.inf), "epsilon")
+    delta = _number(dp.get("delta", 1e-5), "delta")
     if not eps > 0 or not 0 < delta < 1:
         raise ValueError(f"dp needs epsilon > 0 and 0 < delta < 1, got epsilon={eps}, delta={delta}")
     if math.isinf(eps):
         return None
-    clip = float(dp.get("clip", 1.0))
+    clip = _number(dp.get("clip", 1.0), "clip")
     if not clip > 0:
         raise ValueError(f"dp clip must be positive, got {clip}")
     return {"epsilon": eps, "delta": delta, "bounds": dp.get("bounds"), "clip": clip}

@@ -18,7 +18,7 @@ from fedtab.federation.steps.evaluate import evaluate
 from fedtab.privacy.accountant import PrivacyLedger
 from tests.builders import classification_parts, federation
 
-FEDERATION = Path(__file__).resolve().parents[2] / "src" / "fedtab" / "federation"
+FEDERATION = Path(__file__).resolve().parents[3] / "src" / "fedtab" / "federation"
 MODE = re.compile(r"secure|secure_aggregation|dp|noisy|robust")
 #: modules under ``federation/workflows/`` and ``federation/steps/`` that still test a mode: their counts
 #: may only shrink (every other module there tests none). The site handlers' tests are the site noising or

@@ -19,7 +19,7 @@ from fedtab.privacy import DisclosurePolicy
 from fedtab.privacy.gate import COUNT, Releases
 from fedtab.report.disclosure import WHAT, disclosure, disclosure_summary
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "fedtab"
+SRC = Path(__file__).resolve().parents[3] / "src" / "fedtab"
 
 
 def _own() -> dict[str, MessageKind]:
