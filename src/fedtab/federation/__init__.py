@@ -10,7 +10,8 @@ them (every handler and table step registered).
 from __future__ import annotations
 
 import importlib
-from typing import Any
+
+from fedtab._lazy import lazy_exports
 
 #: public name -> submodule that defines it
 _EXPORTS = {
@@ -44,17 +45,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fedtab.federation' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, {name: f".{module}" for name, module in _EXPORTS.items()})
 
 
 def register_all() -> None:

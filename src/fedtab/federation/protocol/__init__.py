@@ -19,8 +19,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from fedtab._lazy import lazy_exports
 
 # the function ``exchange`` shares its name with its module: bound here, first, so that
 # ``from fedtab.federation.protocol import exchange`` is the function whatever was imported before
@@ -37,17 +36,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, {name: f".{module}" for name, module in _EXPORTS.items()})
 
 
 __all__ = sorted([*_EXPORTS, "Validator", "exchange", "exchange_sums"])
