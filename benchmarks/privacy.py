@@ -292,12 +292,14 @@ def step_row(step: str, mode: str, dataset: str, seconds: float, nbytes: int, ex
 
 def demo_steps(cfg: DemoConfig, log) -> list[dict[str, Any]]:
     """The election and the training of the seed demo, once per mode, each on a fresh federation:
-    seconds, bytes, exchanges, utility and the kinds sent (from the federation's traffic)."""
+    seconds, bytes, exchanges, utility and the kinds sent (from the federation's traffic). The
+    training runs twice: ``training`` with the logistic default (federated Newton–Raphson, kind
+    ``newton``) and ``training_fedavg`` with ``solver = "fedavg"`` (kind ``fit``)."""
     fed, features = _demo_federation(cfg)
     signal = set(features[:SIGNAL_FEATURES])
     plain_features = run_election(fed, 0.5).result.selected_names
     out = []
-    for step in ("election", "training"):
+    for step in ("election", "training", "training_fedavg"):
         for mode in MODES:
             fed, _ = _demo_federation(cfg)
             set_options(fed, secure_aggregation=mode == "secure",
@@ -307,7 +309,8 @@ def demo_steps(cfg: DemoConfig, log) -> list[dict[str, Any]]:
                 kept = run_election(fed, 0.5, describe="train").result.selected_names
                 metric, value = "signal_kept", len(set(kept) & signal)
             else:
-                tr = run_training(fed, plain_features, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
+                model = {"name": "logistic", "params": {"solver": "fedavg" if step == "training_fedavg" else "newton"}}
+                tr = run_training(fed, plain_features, model=model, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
                                   seed=cfg.seed)
                 metric, value = "f1", tr.pooled["weighted_f1"]
             seconds = time.perf_counter() - t0

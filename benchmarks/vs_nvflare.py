@@ -138,12 +138,15 @@ def f1_of_flare_model(data: dict[str, tuple[pd.DataFrame, pd.DataFrame]], mask: 
 
 
 def job_plan(rounds: int, fd: float) -> dict[str, Any]:
-    """The job every fedtab run makes: an election (FLARE's normalisation) and ``rounds`` of FedAvg,
+    """The job every fedtab run makes: an election (FLARE's normalisation) and ``rounds`` of FedAvg
+    (``solver = "fedavg"``: FLARE's job trains by FedAvg; fedtab's logistic default is Newton–Raphson),
     no column profile and no baselines (FLARE's job has neither): ``rounds + 3`` exchanges."""
     from fedtab.job.spec import parse_job
 
     return parse_job({"target": TARGET, "election": {"freedom_degree": fd, "normalization": "selected"},
-                      "training": {"rounds": rounds, "local_epochs": 5}, "schema": {"profile": False},
+                      "training": {"rounds": rounds, "local_epochs": 5,
+                                   "model": {"name": "logistic", "params": {"solver": "fedavg"}}},
+                      "schema": {"profile": False},
                       "evaluation": {"baselines": False}}, sites_required=False).plan()
 
 

@@ -34,20 +34,24 @@ def test_quick_run_writes_results(tmp_path):
     # per step and mode: the guarantee (from the declarations of the kinds sent) and the measured cost
     steps = {(r["step"], r["mode"]): r for r in doc["steps"]}
     assert all(set(r) == STEP_KEYS for r in doc["steps"])
-    assert set(steps) == {(s, m) for s in ("election", "training", "imputation") for m in ("plain", "secure", "dp")}
+    assert set(steps) == {(s, m) for s in ("election", "training", "training_fedavg", "imputation")
+                          for m in ("plain", "secure", "dp")}
     for r in doc["steps"]:
         assert r["seconds"] > 0 and r["bytes"] > 0 and math.isfinite(r["value"]) and r["kinds"], r
-    for s in ("election", "training"):
+    for s in ("election", "training", "training_fedavg"):
         assert steps[(s, "secure")]["exchanges"] > steps[(s, "plain")]["exchanges"] > 0  # masking costs exchanges
         assert steps[(s, "secure")]["bytes"] > steps[(s, "plain")]["bytes"]
         assert "secagg_keys" in steps[(s, "secure")]["kinds"] and "secagg_keys" not in steps[(s, "plain")]["kinds"]
-    assert "fit" in steps[("training", "plain")]["kinds"] and "ballot" in steps[("election", "plain")]["kinds"]
+    # the logistic default trains by Newton–Raphson; the FedAvg row pins solver = "fedavg"
+    assert "newton" in steps[("training", "plain")]["kinds"] and "fit" not in steps[("training", "plain")]["kinds"]
+    assert "fit" in steps[("training_fedavg", "plain")]["kinds"] and "ballot" in steps[("election", "plain")]["kinds"]
     md = (tmp_path / "privacy.md").read_text()
     assert "| step | mode | dataset | seconds | bytes | exchanges | utility | guarantee |" in md
     from fedtab.federation.protocol.kinds import KINDS
     from fedtab.report.guarantees import guarantee_of
 
     assert f"`fit`: {guarantee_of(KINDS['fit'])['secure']}" in md  # the guarantee is the declarations' text
+    assert f"`newton`: {guarantee_of(KINDS['newton'])['dp']}" in md
     assert f"`ballot`: {guarantee_of(KINDS['ballot'])['dp']}" in md
     assert "python -m benchmarks.privacy --quick" in md
     assert "| goal | measured | met |" in md and "secure aggregation ≤ 2× plain time" in md

@@ -242,7 +242,8 @@ def test_the_estimate_follows_a_step_whose_exchanges_grow_dearer_and_stays_withi
                       "training": {"model": {"name": "gbdt", "params": {"n_trees": 20, "max_depth": 4}}}},
                      sites_required=False)
     total = planned_exchanges(spec)["training"]
-    assert total == 20 * 4 + 5 + 1  # levels; summary, start, closing level, importance, evaluation; schema
+    # levels; summary, the bin sketch's two exchanges, start, closing level, importance, evaluation; schema
+    assert total == 20 * 4 + 7 + 1
     cost = [1.0] + [5.0] * (total - 1)
     clock = _Clock()
     lines: list[str] = []

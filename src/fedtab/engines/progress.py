@@ -88,8 +88,11 @@ def _linear_model(model: Any) -> bool:
 def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     """``{step: exchanges}`` the job's plan makes (an estimate), in step order.
 
-    Exact for schema, election, imputation, training and baselines as the job folds them
-    (checked against the in-process engine's exchange count): the column profile 1,
+    Exact for schema, election, imputation, FedAvg training and baselines as the job folds them
+    (checked against the in-process engine's exchange count); an upper bound for a logistic model
+    trained by Newton–Raphson (the default), whose ``rounds`` are its most iterations: it stops
+    once a step is shorter than :data:`~fedtab.learn.newton.NEWTON_TOL` (the heart job: 5–6 of 10),
+    and the estimate lines then count exchanges the run does not make. The column profile 1,
     imputation ``rounds + 5`` (``+ 1`` with the column profile), election 2 (``ballot``, ``set_mask``), training ``rounds + 1``
     after an election (its ``describe`` rides on ``set_mask``) else ``rounds + 2`` (``+ 1`` when no earlier step
     agreed the schema: the training step agrees it to read the task),
@@ -147,7 +150,7 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
         else:
             regression = linear
             rounds = 1 if linear else spec.training.rounds  # an exact linear model: one round
-            summed = rounds + (1 if voting else 2)  # (describe,) fit rounds, evaluate
+            summed = rounds + (1 if voting else 2)  # (describe,) fit rounds or at most `rounds` Newton steps, evaluate
             out["training"] = summed + (0 if agreed else 1)
         if secure:
             out["training"] += 2 * summed + (0 if voting else 1)

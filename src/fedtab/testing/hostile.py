@@ -56,7 +56,7 @@ __all__ = ["ATTACKS", "GARBAGE", "JOB_FILE_ATTACKS", "MALFORMED_CLASS_MOMENTS", 
 STEPS: dict[str, frozenset[str]] = {
     "ballot": frozenset({"ballot"}),
     "describe": frozenset({"describe"}),
-    "fit": frozenset({"fit"}),
+    "fit": frozenset({"fit", "newton"}),  # a logistic model trains by Newton–Raphson by default
     "evaluate": frozenset({"evaluate"}),
     "impute_stats": frozenset({"impute_schema", "impute_stats"}),
     "impute_fit": frozenset({"impute_fit", "impute_setup"}),
@@ -96,6 +96,7 @@ _ROW_CLAIMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "ballot": ((), ("n_samples",)),
     "describe": (("count", "sum", "sumsq"), ("n_train", "n_test")),
     "fit": (("param:count", "param:sum", "param:sumsq"), ("n_samples",)),
+    "newton": (("grad", "hess"), ("n_samples",)),
     "evaluate": (("confusion", "score_hist", "brier_sum"), ("n",)),
     "impute_schema": (("count", "sum", "sumsq"), ("n_train", "n_valid")),
     "impute_stats": (("count", "sum", "sumsq", "pair_count", "pair_sx", "pair_sxx", "pair_sxy"), ()),
@@ -143,6 +144,8 @@ def _reverse(kind: str, msg: Message) -> Message:
     elif kind in ("fit", "impute_fit"):
         prefix = "param:" if kind == "fit" else "w/"
         a = {k: (-v if k.startswith(prefix) and v.dtype.kind == "f" else v) for k, v in a.items()}
+    elif kind == "newton":  # the gradient reversed: its Newton step points uphill
+        a["grad"] = -a["grad"]
     elif kind == "evaluate":
         cm = a["confusion"]
         a["confusion"] = np.diag(cm.sum(axis=1)).astype(cm.dtype)

@@ -13,9 +13,10 @@ from tests.builders import classification_parts
 
 
 class Flaky(Site):
-    """A site that misbehaves on the ``nth`` request of ``kind``: ``"raise"``, ``"exit"`` or ``"hang"``."""
+    """A site that misbehaves on the ``nth`` request of ``kind``: ``"raise"``, ``"exit"`` or ``"hang"``.
+    ``kind`` is the training exchange: ``"newton"`` for the default logistic model (Newton–Raphson)."""
 
-    def __init__(self, *args, kind="fit", nth=2, how="raise", release=None, **kwargs):
+    def __init__(self, *args, kind="newton", nth=2, how="raise", release=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.kind, self.nth, self.how, self.release, self.seen = kind, nth, how, release, 0
 
@@ -55,8 +56,8 @@ def test_with_a_quorum_the_run_continues_and_records_who_took_part(parts, caplog
     out = run_training(fed, rounds=3, min_sites=2)
     assert out.dropped == {"bad": "disk on fire"}
     steps = [(p["step"], p["sites"]) for p in out.participation]
-    assert steps == [("describe", ["s0", "s1", "bad"]), ("fit", ["s0", "s1", "bad"]), ("fit", ["s0", "s1"]),
-                     ("fit", ["s0", "s1"]), ("evaluate", ["s0", "s1"])]
+    assert steps == [("describe", ["s0", "s1", "bad"]), ("newton", ["s0", "s1", "bad"]), ("newton", ["s0", "s1"]),
+                     ("newton", ["s0", "s1"]), ("evaluate", ["s0", "s1"])]
     assert set(out.per_site) == {"s0", "s1"}
     assert "dropping site 'bad'" in caplog.text or "site 'bad': disk on fire" in caplog.text
 
@@ -100,22 +101,30 @@ def test_the_quorum_is_enforced(parts):
         run_election(LocalFederation(_sites(parts)), 0.5, min_sites=0)
 
 
-def test_a_rejected_reply_drops_only_its_sender(parts):
+#: the training exchange of each logistic solver and the check that refuses a reply inflated 10¹²×:
+#: FedAvg's plausible-norm check on the weights; Newton's exact-sums check (the Hessian's intercept entry
+#: Σ p(1 − p) is at most n/4 for the rows the site declared)
+SOLVERS = [pytest.param("fit", {"name": "logistic", "params": {"solver": "fedavg"}}, "implausible", id="fedavg"),
+           pytest.param("newton", "logistic", "impossible for the rows declared", id="newton")]
+
+
+@pytest.mark.parametrize(("kind", "model", "why"), SOLVERS)
+def test_a_rejected_reply_drops_only_its_sender(parts, kind, model, why):
     class Inflating(Site):
         def handle(self, request):
             reply = super().handle(request)
-            if request.kind == "fit":  # 10**6 x its weights: plausible-norm check
-                return Message("fit", {k: v * 1e12 for k, v in reply.arrays.items()}, reply.meta)
+            if request.kind == kind:  # 10**12 x its weights / sums
+                return Message(kind, {k: v * 1e12 for k, v in reply.arrays.items()}, reply.meta)
             return reply
 
     sites = [Site(f"s{i}", p, "target", selector="anova") for i, p in enumerate(parts[:2])]
     fed = LocalFederation(sites + [Inflating("big", parts[2], "target")])
-    with pytest.raises(SiteError, match="site 'big'.*implausible") as exc:
-        run_training(fed, rounds=2)
+    with pytest.raises(SiteError, match=f"site 'big'.*{why}") as exc:
+        run_training(fed, model=model, rounds=2)
     assert set(exc.value.sites) == {"big"} and "'s0'" not in str(exc.value) and "'s1'" not in str(exc.value)
     fed = LocalFederation([Site(f"s{i}", p, "target") for i, p in enumerate(parts[:2])]
                           + [Inflating("big", parts[2], "target")], min_sites=2)
-    out = run_training(fed, rounds=2)
+    out = run_training(fed, model=model, rounds=2)
     assert "big" in out.dropped and set(out.per_site) == {"s0", "s1"}
     # the hostile update never reached the average: the model is as small and good as an honest one
     assert all(np.abs(v).max() < 100 for v in out.params.values())

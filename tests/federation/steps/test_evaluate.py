@@ -13,7 +13,10 @@ from fedtab.federation import HANDLERS, FederationError, Message, run_baselines
 from fedtab.learn import make_model
 from fedtab.privacy import DisclosurePolicy
 from fedtab.learn.metrics import brier_sum, evaluation_scores, ranking_scores, score_histogram
+from fedtab.learn.newton import NEWTON_MAX_ITER, NEWTON_TOL
 from tests.builders import classification_parts, federation
+
+FEDAVG = {"name": "logistic", "params": {"solver": "fedavg"}}
 
 
 @settings(max_examples=60, deadline=None)
@@ -141,7 +144,11 @@ def test_baselines_majority_and_local_only():
     assert set(local["per_site"]) == set(fed.sites)
     pooled_cm = sum(np.array(m["confusion"]) for m in local["per_site"].values())
     assert local["pooled"]["confusion"] == pooled_cm.tolist()
-    assert local["epochs"] == 5 * out.local_epochs
+    # Newton: the local budget is the federated run's solver — to the local MLE when the run converged
+    converged = out.steps[-1] < NEWTON_TOL
+    assert local["newton_iterations"] == (NEWTON_MAX_ITER if converged else out.rounds)
+    fedavg = run_training(fed, feats, model=FEDAVG, rounds=5)
+    assert run_baselines(fed, fedavg)["local_only"]["epochs"] == 5 * fedavg.local_epochs
     # federating helps on this table (12 features, 36 training rows at s2)
     assert out.metrics["pooled"]["auroc"] > local["pooled"]["auroc"]
 
@@ -150,8 +157,10 @@ def test_local_only_of_a_single_site_is_the_federated_model():
     table = classification_table(300, 8, 3, 2, 0, seed=4, class_sep=0.8)
     fed = LocalFederation([Site("only", table, "target")])
     feats = [c for c in table.columns if c != "target"]
-    for model in ("logistic", "gnb"):
-        out = run_training(fed, feats, model=model, rounds=1, local_epochs=7)
+    # Newton stopped at its cap (1 iteration) and run to convergence, FedAvg, and an exact model: the
+    # baseline trains the federated run's solver with its budget, so one site alone is the federated model
+    for model, rounds in (("logistic", 1), ("logistic", 25), (FEDAVG, 1), ("gnb", 1)):
+        out = run_training(fed, feats, model=model, rounds=rounds, local_epochs=7)
         local = run_baselines(fed, out)["local_only"]["per_site"]["only"]
         fed_m = out.metrics["per_site"]["only"]
         assert local.pop("confusion") == fed_m.pop("confusion")

@@ -16,6 +16,8 @@ from fedtab.learn.personalise import log_loss_sum
 from tests.builders import base_rate_parts, classification_parts, federation
 
 FAST = dict(rounds=3, local_epochs=3, personal_epochs=20)
+#: the selection trains its chains by FedAvg: the reference runs pin that solver (the default is Newton)
+FEDAVG = {"name": "logistic", "params": {"solver": "fedavg"}}
 
 
 def _fed(seed=0, n=600, **site_options):
@@ -99,7 +101,9 @@ def test_exchange_counts(outcome):
 
 def test_refit_is_fedavg_on_all_training_rows(outcome):
     fed, out = outcome
-    ref = run_training(fed, out.features, rounds=FAST["rounds"], local_epochs=FAST["local_epochs"],
+    # the selection's chains train by FedAvg (not the logistic default, Newton), and its spec says so
+    assert out.model["model"]["params"]["solver"] == "fedavg"
+    ref = run_training(fed, out.features, model=FEDAVG, rounds=FAST["rounds"], local_epochs=FAST["local_epochs"],
                        train_part="train")
     np.testing.assert_allclose(out.model["mean"], ref.mean, rtol=1e-10)
     np.testing.assert_allclose(out.model["std"], ref.std, rtol=1e-10)
@@ -164,7 +168,7 @@ def test_contributions_equal_explicit_leave_one_site_out_runs():
         others = LocalFederation([s for s in sites if s.name != left])
         total = n = 0.0
         for k in range(out.n_folds):
-            tr = run_training(others, feats, rounds=FAST["rounds"], local_epochs=FAST["local_epochs"],
+            tr = run_training(others, feats, model=FEDAVG, rounds=FAST["rounds"], local_epochs=FAST["local_epochs"],
                               train_part=f"fit:{k}", eval_part=f"fold:{k}", score_bins=None)
             t, m = _fold_logloss(sites, feats, tr.mean, tr.std, tr.params, k)  # scored on every site's fold rows
             total, n = total + t, n + m

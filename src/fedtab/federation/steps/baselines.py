@@ -2,7 +2,11 @@
 
 One exchange, ``"local_baseline"``: every site trains the federated run's model (same
 features, classes and model spec) on its own training rows only, standardised with its
-own training means/stds, for ``rounds × local_epochs`` local epochs, and replies with
+own training means/stds, with the federated run's solver and budget — ``rounds ×
+local_epochs`` local epochs for a FedAvg model; for a logistic model trained by federated
+Newton–Raphson, the site's own Newton iterations (:mod:`fedtab.learn.newton` on its own sums,
+a local computation: no extra exchange) to its local penalised MLE, or, when the federated run
+stopped at its iteration cap before converging, as many iterations as it ran — and replies with
 the evaluation sums of that local model on its own test split (confusion matrix, Brier
 sum, score histogram — :func:`~fedtab.federation.steps.evaluate.evaluation_sums`) plus
 its training class counts. No row and no prediction leaves a site.
@@ -24,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedtab.learn.metrics import SCORE_BINS, pooled_ranking, score_histogram
-from fedtab.learn.models import make_model
+from fedtab.learn.models import FederatedModel, LogisticRegressionModel, make_model
+from fedtab.learn.newton import NEWTON_MAX_ITER, NEWTON_TOL, as_theta, from_theta, logistic_sums, newton_update
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import validate
 from fedtab.federation.protocol import Federation, FederationError, exchange
@@ -45,6 +50,25 @@ def _standardise(X: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray
     return Z
 
 
+def _newton(model: FederatedModel) -> bool:
+    return isinstance(model, LogisticRegressionModel) and model.newton
+
+
+def _local_newton(model: LogisticRegressionModel, params: dict[str, np.ndarray], X: np.ndarray, y: np.ndarray,
+                  max_iter: int) -> dict[str, np.ndarray]:
+    """The federated Newton–Raphson iteration on one site's rows: the same steps as
+    :func:`~fedtab.federation.workflows.training.server.run_training` takes from the pooled sums
+    (so one site alone reproduces the federated model), at most ``max_iter`` of them, stopping
+    after a step shorter than :data:`~fedtab.learn.newton.NEWTON_TOL`."""
+    theta = as_theta(params)
+    for _ in range(max_iter):
+        grad, hess = logistic_sums(theta, X, y)
+        theta, step = newton_update(theta, grad, hess, len(y), model.l2)
+        if step < NEWTON_TOL:
+            break
+    return from_theta(theta)
+
+
 @handler("local_baseline")
 def _local_baseline(site: Site, request: Message) -> Message:
     meta = request.meta
@@ -59,7 +83,9 @@ def _local_baseline(site: Site, request: Message) -> Message:
     std = np.where(np.sqrt(var) > 1e-12, np.sqrt(var), 1.0)
     seed = int(meta.get("seed", 0))
     params = model.init(len(features), len(classes), seed)
-    if len(y):
+    if len(y) and _newton(model):  # "epochs" is the Newton iteration budget (the policy caps it as epochs)
+        params = _local_newton(model, params, _standardise(X, mean, std), y, int(meta.get("epochs", 1)))
+    elif len(y):
         params = model.local_update(params, _standardise(X, mean, std), y, epochs=int(meta.get("epochs", 1)),
                                     seed=seed)
         if model.exact:  # the update holds sufficient statistics: one site's "aggregate" is its model
@@ -102,19 +128,27 @@ def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epo
 
     Args:
         trained: the federated run to compare with; its features, classes, model and
-            ``rounds × local_epochs`` (the local budget) are reused.
-        local_epochs / seed: override the values stored in ``trained``.
+            ``rounds × local_epochs`` (the local budget) are reused. A logistic model trained by
+            Newton–Raphson gets up to :data:`~fedtab.learn.newton.NEWTON_MAX_ITER` local Newton
+            iterations when the federated run converged, else the ``rounds`` it ran.
+        local_epochs / seed: override the values stored in ``trained`` (``local_epochs``: FedAvg only).
         score_bins: grid of the score histograms (None: no AUROC/PR-AUC/Brier).
 
     Returns:
         ``{"majority": {"class", "pooled", "per_site"}, "local_only": {"pooled", "per_site",
-        "epochs"}}``, each metrics dict as :func:`fedtab.learn.metrics.evaluation_scores`.
+        "epochs" | "newton_iterations"}}`` (the local budget: FedAvg epochs, or the most Newton
+        iterations), each metrics dict as :func:`fedtab.learn.metrics.evaluation_scores`.
 
     Raises:
         FederationError: a site failed, or sent sums that do not fit the agreed classes
             (naming it).
     """
-    epochs = max(1, trained.rounds * int(local_epochs if local_epochs is not None else trained.local_epochs or 1))
+    newton = _newton(make_model(trained.model_spec or trained.model))
+    if newton:  # the run's solver: to the local MLE, or the federated run's iterations when it stopped unconverged
+        converged = bool(trained.steps) and trained.steps[-1] < NEWTON_TOL
+        epochs = NEWTON_MAX_ITER if converged else max(1, trained.rounds)
+    else:
+        epochs = max(1, trained.rounds * int(local_epochs if local_epochs is not None else trained.local_epochs or 1))
     meta: dict[str, Any] = {
         "features": list(trained.features), "classes": list(trained.classes),
         "model": trained.model_spec or {"name": trained.model, "params": {}},
@@ -152,6 +186,6 @@ def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epo
     local = pool_evaluations(sums, smoothed=smoothed_sites(replies))
     return {
         "majority": {"class": trained.classes[int(np.argmax(pooled_train))], **majority},
-        "local_only": {**local, "epochs": epochs},
+        "local_only": {**local, ("newton_iterations" if newton else "epochs"): epochs},
     }
 

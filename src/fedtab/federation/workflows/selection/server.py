@@ -4,7 +4,9 @@ personalisation, a refit on all training rows, leave-one-site-out contributions.
 
 Exchanges (``R`` = rounds; every candidate, fold, personalisation and left-out site rides
 in the same exchanges): ``select_prepare`` (1: fold ballots, moments, measured counts; it
-also agrees the schema when it is the run's first), ``select_fit`` (``R``), the
+also agrees the schema when it is the run's first), ``select_fit`` (``R`` FedAvg rounds: the chains train by FedAvg even when the logistic model's
+default solver is Newton–Raphson — a Newton round would carry each chain's Hessian — and the
+model's spec records ``solver = "fedavg"``), the
 cross-validation ``select_evaluate`` (1) and the test ``select_evaluate`` (1) — ``R + 3``
 in all, counted in :attr:`SelectionOutcome.exchanges`.
 
@@ -369,7 +371,13 @@ def _checked(federation: Federation, model: Any, rounds: int, local_epochs: int,
     if rounds < 1 or local_epochs < 1:
         raise ValueError("rounds and local_epochs must be at least 1")
     modes = list(dict.fromkeys(["none", *map(check_mode, modes)]))
-    return fm, modes, {"name": fm.name, "params": fm.get_params()}
+    # every chain (candidate × fold × left-out site, and the refit) trains by FedAvg in the same
+    # R exchanges: federated Newton would send each chain's (k(d+1))² Hessian per site and round.
+    # The refit stays FedAvg too, so it is the estimator the cross-validation scored; the spec says so.
+    params = fm.get_params()
+    if "solver" in params:
+        params["solver"] = "fedavg"
+    return fm, modes, {"name": fm.name, "params": params}
 
 
 def _cv_slots(cands: Sequence[Candidate], modes: Sequence[str]) -> dict[tuple[int, str], int]:
