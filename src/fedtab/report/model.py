@@ -107,8 +107,7 @@ def model_section(result: Mapping[str, Any]) -> str:
     settings = ", ".join(f"{esc(k)} = {esc(v)}" for k, v in mapping(m.get("params")).items())
     out = [f"<p>Model: <strong>{esc(name)}</strong>{' (' + settings + ')' if settings else ''} on "
            f"{num(len(feats))} feature(s)"
-           + (f", {num(tr.get('rounds'))} FedAvg round(s) of {num(tr.get('local_epochs'))} local epoch(s)"
-              if tr.get("rounds") and tr.get("local_epochs") and name != "gbdt" else "") + ".</p>"]
+           + _training_rounds(name, mapping(m.get("params")), tr) + ".</p>"]
     if m.get("coef") is not None:
         out.append(_coefficients(m))
     elif isinstance(m.get("importances"), Mapping):
@@ -119,3 +118,16 @@ def model_section(result: Mapping[str, Any]) -> str:
     else:
         out.append(absent("No coefficients or importances for this model in the result."))
     return "".join(out)
+
+
+def _training_rounds(name: Any, params: Mapping[str, Any], tr: Mapping[str, Any]) -> str:
+    """``", N Newton–Raphson iteration(s)"`` / ``", N FedAvg round(s) of E local epoch(s)"`` (nothing
+    for boosted trees or a run without rounds)."""
+    rounds = tr.get("rounds")
+    if not rounds or name == "gbdt":
+        return ""
+    if name == "logistic" and params.get("solver", "newton") == "newton" and not params.get("mu"):
+        return f", {num(rounds)} Newton–Raphson iteration(s)"
+    if not tr.get("local_epochs"):
+        return ""
+    return f", {num(rounds)} FedAvg round(s) of {num(tr.get('local_epochs'))} local epoch(s)"

@@ -133,16 +133,10 @@ def test_training_garbage(step: str, attack: str, robust: bool, training_baselin
 
 @pytest.mark.parametrize("attack", POISON)
 @pytest.mark.parametrize("step", TRAINING_STEPS)
-def test_training_poison_robust(step: str, attack: str, training_baseline, honest_ballots, request) -> None:
-    if step == "fit" and attack == "rows_reversed":
-        # A known gap, not a weakened assertion: the logistic model trains by Newton–Raphson, whose
-        # robust reducer caps a site's share of the pooled sums (max_site_share = 0.5) instead of
-        # FedAvg's coordinate-wise median. A liar claiming 10⁶× its rows with a reversed gradient
-        # (consistent in its schema and its "newton" replies, so every row check passes) keeps half
-        # the weight and cancels the honest gradient: honest F1 0.62 against 0.80 all-honest.
-        # strict: once robust Newton screens such a site, this case passes and the mark must go.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="robust Newton caps shares; a reversed "
-                                                                  "gradient at the cap cancels the honest ones"))
+def test_training_poison_robust(step: str, attack: str, training_baseline, honest_ballots) -> None:
+    """Robust mode keeps the honest sites' model under every poison (logistic by Newton–Raphson: the
+    median of the sites' own Newton steps, so a liar claiming 10⁶× its rows with a reversed gradient
+    moves only its own step)."""
     _check_training(step, attack, True, training_baseline, honest_ballots)
 
 

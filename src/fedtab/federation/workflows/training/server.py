@@ -345,7 +345,8 @@ def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: 
     for r in range(1, max_iter + 1):
         request = newton_request(theta, round_=r, setup=setup if r == 1 else None, mean=mean, std=std)
         n_log = len(federation.traffic.records)
-        sums, dropped = newton_round(federation, request, k, d, train_part, round_=r, ledger=ledger, on_error=on_error)
+        sums, dropped = newton_round(federation, request, k, d, train_part, round_=r, ledger=ledger, on_error=on_error,
+                                     l2=fm.l2)
         left_out.update(dropped)
         theta, step = newton_update(theta, sums.grad, sums.hess, sums.n, fm.l2)
         rows = _round_traffic(federation, n_log, r, {k_: v for k_, v in request.arrays.items()

@@ -32,6 +32,7 @@ from fedtab.federation.protocol.reduce import (
     usable_counts,
 )
 from fedtab.federation.workflows.training.trainers import trainer_for
+from fedtab.learn.newton import as_theta, screen_steps
 from fedtab.federation.steps.params import PARAM, SETUP, params_from, params_to
 from fedtab.learn.models import FederatedModel, LogisticRegressionModel, Params
 from fedtab.privacy.accountant import PrivacyLedger
@@ -292,11 +293,12 @@ def _psd_hessian(message: Message) -> tuple[Message, int]:
     return Message(message.kind, arrays, dict(message.meta)), int((w < 0).sum())
 
 
-def newton_step(federation: Federation, request: Message, k: int, n_features: int, part: str, *, round_: int
-                ) -> SumStep[NewtonSums]:
+def newton_step(federation: Federation, request: Message, k: int, n_features: int, part: str, *, round_: int,
+                l2: float = 0.0) -> SumStep[NewtonSums]:
     """One Newton iteration's configure/aggregate pair: ``request`` (:func:`newton_request`), the
-    summed gradient and Hessian over the rows of the sites in the sum; robust: each site's per-row
-    mean with capped site shares (``max_site_share``), scaled to the pooled rows; DP: two Gaussian
+    summed gradient and Hessian over the rows of the sites in the sum; robust: the sites whose own
+    Newton step lies far from the others' are left out (:func:`fedtab.learn.newton.screen_steps`;
+    ``l2`` the model's penalty), the rest summed with capped site shares; DP: two Gaussian
     releases of ``"training.fit"``, checked for shape and finiteness, the Hessian made positive
     semi-definite (:func:`_psd_hessian`)."""
     size = k * (n_features + 1)
@@ -319,12 +321,16 @@ def newton_step(federation: Federation, request: Message, k: int, n_features: in
             names = [s for s in summed.replies if s in accepted]
             if not names:
                 raise FederationError("no site's Newton sums to reduce")
+            keep = screen_steps(as_theta(params_from(request)), [accepted[s] for s in names], l2)
+            screened = {s: "its Newton step lies far from the other sites' (screened)"
+                        for s, k in zip(names, keep) if not k}
+            names = [s for s, k in zip(names, keep) if k]
             rows = np.array([float(accepted[s][2]) for s in names])
             share = cap_weights(rows, federation.options.max_site_share)
             n = float(rows.sum())
             g = sum(w * accepted[s][0] / accepted[s][2] for w, s in zip(share, names)) * n
             H = sum(w * accepted[s][1] / accepted[s][2] for w, s in zip(share, names)) * n
-            return NewtonSums(np.asarray(g), np.asarray(H), n), {}
+            return NewtonSums(np.asarray(g), np.asarray(H), n), screened
 
         return SumStep(request, SumSpec(dict(NEWTON_FIELDS)), _newton_checker(federation, size, k, part, exact,
                                                                                 accepted),
@@ -336,9 +342,9 @@ def newton_step(federation: Federation, request: Message, k: int, n_features: in
 
 
 def newton_round(federation: Federation, request: Message, k: int, n_features: int, part: str, *, round_: int,
-                 ledger: PrivacyLedger | None = None, on_error: Literal["raise", "skip"] | None = None
-                 ) -> tuple[NewtonSums, dict[str, str]]:
+                 ledger: PrivacyLedger | None = None, on_error: Literal["raise", "skip"] | None = None,
+                 l2: float = 0.0) -> tuple[NewtonSums, dict[str, str]]:
     """One Newton exchange on the run's strategy: ``(sums, left out)`` (see :func:`newton_step`)."""
-    pair = newton_step(federation, request, k, n_features, part, round_=round_)
+    pair = newton_step(federation, request, k, n_features, part, round_=round_, l2=l2)
     out = run_strategy(federation, ledger).run(federation, pair, on_error=on_error)
     return out.result, {s: f"newton round {round_}: {why}" for s, why in out.measurements.left_out.items()}
