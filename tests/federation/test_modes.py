@@ -249,3 +249,18 @@ def test_ballots_travel_in_the_clear_under_secure_sums_and_elect_as_in_a_plain_r
     kinds = [r.kind for r in fed2.traffic.records]
     assert kinds.index("secagg_keys") > max(i for i, k in enumerate(kinds) if k == "ballot")  # keys for the description
     np.testing.assert_allclose(secure.described.count, plain.described.count)
+
+
+def test_gbdt_states_its_modes_and_refuses_dp_early_stopping_of_a_regression_before_sending():
+    from fedtab.federation.workflows.gbdt.server import run_gbdt
+
+    assert supported_modes("gbdt") == {"secure", "dp", "robust"}
+    assert supported_modes("gbdt.regression_early_stopping") == {"secure", "robust"}
+    assert supported_modes("gbdt.importance") == {"robust"}  # per-site gains: left out under secure sums or DP
+    fed, _ = _fed()
+    set_options(fed, dp={"epsilon": 2.0, "bounds": [-6, 6]})
+    with pytest.raises(ValueError, match="dp is not available for early stopping of a regression"):
+        run_gbdt(fed, None, params={"objective": "regression", "early_stopping_rounds": 2, "n_trees": 3})
+    assert not fed.traffic.records  # refused before the schema or any step went out
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        run_gbdt(fed, None, n_rounds=3)
