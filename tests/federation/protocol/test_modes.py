@@ -24,9 +24,9 @@ MODE = re.compile(r"secure|secure_aggregation|dp|noisy|robust")
 #: may only shrink (every other module there tests none). The site handlers' tests are the site noising or
 #: capping its own release (gbdt/site.py, imputation/site.py, training/site.py, election/server.py's
 #: ballot_reply, steps/describe.py's and steps/evaluate.py's site sides).
-#: (gbdt/server.py and gbdt/steps.py: +1 each for the packed level encoding, plain runs only.)
-REMAINING = {"workflows/imputation/steps.py": 8, "workflows/imputation/site.py": 6, "workflows/gbdt/server.py": 13,
-             "workflows/gbdt/steps.py": 4, "workflows/gbdt/site.py": 7, "workflows/training/site.py": 4,
+#: (gbdt/server.py and gbdt/steps.py test none: each step is a SumStep with its NoisyRelease and robust
+#: reducer; gbdt/site.py's tests are the site noising its own releases under the request's DP settings.)
+REMAINING = {"workflows/imputation/steps.py": 8, "workflows/imputation/site.py": 6, "workflows/gbdt/site.py": 7, "workflows/training/site.py": 4,
              "workflows/election/site.py": 2, "steps/describe.py": 2, "steps/evaluate.py": 1}
 WORKFLOW_MODULES = sorted(str(p.relative_to(FEDERATION)) for part in ("workflows", "steps")
                           for p in (FEDERATION / part).rglob("*.py"))
@@ -249,3 +249,18 @@ def test_ballots_travel_in_the_clear_under_secure_sums_and_elect_as_in_a_plain_r
     kinds = [r.kind for r in fed2.traffic.records]
     assert kinds.index("secagg_keys") > max(i for i, k in enumerate(kinds) if k == "ballot")  # keys for the description
     np.testing.assert_allclose(secure.described.count, plain.described.count)
+
+
+def test_gbdt_states_its_modes_and_refuses_dp_early_stopping_of_a_regression_before_sending():
+    from fedtab.federation.workflows.gbdt.server import run_gbdt
+
+    assert supported_modes("gbdt") == {"secure", "dp", "robust"}
+    assert supported_modes("gbdt.regression_early_stopping") == {"secure", "robust"}
+    assert supported_modes("gbdt.importance") == {"robust"}  # per-site gains: left out under secure sums or DP
+    fed, _ = _fed()
+    set_options(fed, dp={"epsilon": 2.0, "bounds": [-6, 6]})
+    with pytest.raises(ValueError, match="dp is not available for early stopping of a regression"):
+        run_gbdt(fed, None, params={"objective": "regression", "early_stopping_rounds": 2, "n_trees": 3})
+    assert not fed.traffic.records  # refused before the schema or any step went out
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        run_gbdt(fed, None, n_rounds=3)

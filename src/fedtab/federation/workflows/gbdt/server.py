@@ -17,13 +17,19 @@ The loop is :func:`run_gbdt` over small steps sharing one :class:`_Run`: :func:`
 (parts, quorum, schema), :func:`_agree_bins` (with :func:`_sketch`), :func:`_start`, :func:`_boost` (rounds of
 :func:`_level` exchanges), :func:`importance_step` and :func:`_evaluate`.
 
-Histograms are sums: they travel by the run's summing strategy (``federation.options``):
-plain, or masked by secure aggregation; the sites round them to a fixed grid first
-(:mod:`fedtab.learn.gbdt.release`), so both give the same trees bit for bit. DP: the sites
-noise every histogram, label sum and validation sum on their own terms, paid from the run's
-accountant (steps ``gbdt.labels``, ``gbdt.level``, ``training.evaluate``). Robust mode: each
-node's pooled histogram caps every site's share of the node's hessian mass at
-``max_site_share``.
+Every exchange is one configure/aggregate pair (:class:`~fedtab.federation.protocol.modes.SumStep`)
+run on the run's strategy (:func:`~fedtab.federation.protocol.modes.run_strategy`), chosen once:
+no step here tests a mode. Histograms are sums: they travel by the run's summing strategy,
+plain or masked by secure aggregation; the sites round them to a fixed grid first
+(:mod:`fedtab.learn.gbdt.release`), so both give the same trees bit for bit. DP: each step's
+:class:`~fedtab.federation.protocol.modes.NoisyRelease` (its request without ``pack``, its
+checks of noisy values, its post-processing), spent from the run's accountant before the
+request goes out (steps ``gbdt.labels``, ``gbdt.level``, ``training.evaluate``); the sites
+noise every histogram, label sum and validation sum on their own terms. Robust mode: the
+level's robust reducer caps every site's share of each node's hessian mass at
+``max_site_share``. The bin edges are a :class:`~fedtab.federation.protocol.modes.Reduction`
+(the sketch, or under DP the public bounds' grid), and the steps state their modes once
+(:data:`GBDT_MODES` and the narrower declarations beside it).
 """
 
 from __future__ import annotations
@@ -41,11 +47,13 @@ from fedtab.learn.gbdt.importance import pooled_importance
 from fedtab.learn.gbdt.pooled import as_params
 from fedtab.learn.gbdt.release import GRID_BITS
 from fedtab.learn.metrics import SCORE_BINS
-from fedtab.privacy.dp import DP_META, column_bounds, dp_request
+from fedtab.privacy.dp import column_bounds
 from fedtab.privacy.secagg import MOMENT_BITS
 from fedtab.federation.protocol.messages import Message
-from fedtab.federation.protocol import (Federation, FederationError, SiteRefused, SumSpec, exchange, exchange_sums, run_ledger,
-                        set_quorum)
+from fedtab.federation.protocol import (Federation, FederationError, SiteRefused, Summed, SumSpec, exchange, run_ledger,
+                                        set_quorum)
+from fedtab.federation.protocol.modes import (MODES, BaseSums, NoisyRelease, Reduction, RunStrategy, SumStep,
+                                              declare_modes, run_strategy)
 from fedtab.federation.protocol.schema import sort_labels
 from fedtab.federation.protocol.agreement import agree_schema
 from fedtab.federation.site.matrices import check_part
@@ -53,7 +61,17 @@ from fedtab.federation.workflows.gbdt.site import LEAF, SPLIT
 from fedtab.federation.workflows.gbdt.steps import (importance_checker, labels_checker, level_checker, payload_bytes, public_edges, robust_pool,
                     sketch_checker, sketch_total, summary_checker)
 
-__all__ = ["GBDTOutcome", "run_gbdt", "dp_plan", "importance_step"]
+__all__ = ["GBDTOutcome", "GBDTRunOptions", "run_gbdt", "dp_plan", "importance_step", "GBDT_MODES"]
+
+#: the modes of a boosting run (every step has its secure sums, DP release and robust reducer)
+GBDT_MODES = declare_modes("gbdt", "secure", "dp", "robust")
+#: early stopping of a regression: its validation loss is unbounded, so it has no DP release
+REGRESSION_EARLY_STOPPING_MODES = declare_modes("gbdt.regression_early_stopping", "secure", "robust")
+#: the sites' per-site gains (:func:`importance_step`): per-site statistics that secure sums and DP
+#: keep from the server, so the step is left out (not refused) in those runs
+IMPORTANCE_MODES = declare_modes("gbdt.importance", "robust")
+#: why the per-site gains are not asked for, by the first mode of :data:`MODES` that hides them
+_HIDDEN_BY = {"secure": "secure aggregation", "dp": "differential privacy"}
 
 
 @dataclass
@@ -121,6 +139,36 @@ def _resolve(params: GBDTParams, classes: list[str]) -> GBDTParams:
     return replace(params, objective="multiclass", n_classes=len(classes))
 
 
+@dataclass(frozen=True)
+class GBDTRunOptions:
+    """The settings of one boosting run beside its data and parameters (:func:`run_gbdt`'s
+    keywords, documented there): parts, scoring, quorum and failure policy, callbacks, the sites'
+    gains, public bounds and packed levels."""
+
+    train_part: str | None = None
+    validation_part: str | None = None
+    eval_part: str = "test"
+    score_bins: int | None = SCORE_BINS
+    min_sites: int | None = None
+    on_error: Literal["raise", "skip"] | None = None
+    on_round: Callable[[int, float | None], None] | None = None
+    importance: bool = True
+    bounds: Mapping[str, Any] | None = None
+    packed_levels: bool = False
+
+    @classmethod
+    def of(cls, options: "GBDTRunOptions | None", settings: Mapping[str, Any]) -> "GBDTRunOptions":
+        """``options`` (default: the defaults) with ``settings`` replacing fields.
+
+        Raises:
+            TypeError: a setting that is not a field (naming it).
+        """
+        unknown = sorted(set(settings) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise TypeError(f"run_gbdt() got unexpected keyword argument(s) {unknown}")
+        return replace(options or cls(), **settings)
+
+
 @dataclass
 class _Run:
     """One boosting run's server state, shared by its steps (bins, start, levels, importance)."""
@@ -136,15 +184,12 @@ class _Run:
     seen: int = 0
     layout: BinLayout | None = None
     ledger: Any = None
+    strategy: RunStrategy | None = None  # the run's modes, chosen once (run_strategy) with its accountant
     withheld: dict[str, int] = field(default_factory=dict)
     left_out: dict[str, float] = field(default_factory=dict)
     carry: dict[str, np.ndarray] = field(default_factory=dict)
     bounds: dict[str, list[float]] = field(default_factory=dict)
     packed: bool = False  # plain levels' histograms asked packed (run_gbdt's packed_levels)
-
-    @property
-    def noisy(self) -> bool:
-        return self.federation.options.dp is not None
 
     @property
     def regression(self) -> bool:
@@ -160,12 +205,10 @@ class _Run:
                          "bytes_down": payload_bytes(request) * n_sites, "bytes_up": up,
                          "wire_down": sum(t.bytes_down for t in wire), "wire_up": sum(t.bytes_up for t in wire)})
 
-    def dp_meta(self, step: str, n: int = 1) -> dict[str, Any]:
-        """The DP request of ``n`` releases of ``step``, paid from the run's accountant (``{}`` without DP)."""
-        if self.ledger is None or n == 0:
-            return {}
-        self.ledger.spend(step, n)
-        return {DP_META: dp_request(self.federation.options.dp, self.ledger.multiplier(step))}
+    def run(self, step: SumStep[Any]) -> Any:
+        """``step`` on the run's strategy: its :class:`~fedtab.federation.protocol.modes.Outcome`."""
+        assert self.strategy is not None
+        return self.strategy.run(self.federation, step, on_error=self.on_error)
 
 
 def run_gbdt(
@@ -174,18 +217,13 @@ def run_gbdt(
     target: str | None = None,
     params: GBDTParams | Mapping[str, Any] | None = None,
     *,
-    train_part: str | None = None,
-    validation_part: str | None = None,
-    eval_part: str = "test",
-    score_bins: int | None = SCORE_BINS,
-    min_sites: int | None = None,
-    on_error: Literal["raise", "skip"] | None = None,
-    on_round: Callable[[int, float | None], None] | None = None,
-    importance: bool = True,
-    bounds: Mapping[str, Any] | None = None,
-    packed_levels: bool = False,
+    options: GBDTRunOptions | None = None,
+    **settings: Any,
 ) -> GBDTOutcome:
     """Federated histogram gradient boosting (see the module docstring for the exchanges).
+
+    The run's settings are ``options`` (:class:`GBDTRunOptions`) or its fields as keywords (a
+    keyword replaces the field of ``options``):
 
     Args:
         features: columns to train on (numeric; categories one-hot encoded by the federation's
@@ -208,24 +246,26 @@ def run_gbdt(
         packed_levels: ask the sites to send a plain level's histogram packed (its non-zero
             slots in grid units, :func:`~fedtab.learn.gbdt.release.pack_level`): the same
             numbers and trees in about a third of the bytes on Adult. Secure and DP levels
-            stay dense (the masked or noised vector has no zeros to leave out).
+            stay dense (the DP release does not ask; a site packs only what it sends in the clear).
 
     Raises:
         FederationError: a site failed or replied implausibly (naming it).
-        ValueError: bad parameters, fewer than two classes, DP without public bounds.
+        ValueError: bad parameters, fewer than two classes, DP without public bounds, a mode a
+            step does not support (before anything is sent).
+        TypeError: a keyword that is not a :class:`GBDTRunOptions` field.
     """
     t0 = time.perf_counter()
+    opts = GBDTRunOptions.of(options, settings)
     p0, dropped0 = len(federation.participation), set(federation.dropped)
-    run = _prepare(federation, features, target, as_params(params), train_part, validation_part, eval_part, min_sites,
-                   on_error)
-    run.bounds = _public_bounds(bounds)
-    run.packed = bool(packed_levels)
+    run = _prepare(federation, features, target, as_params(params), opts)
+    run.bounds = _public_bounds(opts.bounds)
+    run.packed = bool(opts.packed_levels)
     classes = _agree_bins(run)
     booster = _start(run, classes)
-    _boost(run, booster, on_round)
+    _boost(run, booster, opts.on_round)
     model = booster.model()
-    imp = importance_step(run, model) if importance else None
-    metrics = _evaluate(federation, model, classes, eval_part, score_bins, run.ledger, on_error, run.log)
+    imp = importance_step(run, model) if opts.importance else None
+    metrics = _evaluate(run, model, classes, opts.eval_part, opts.score_bins)
     return GBDTOutcome(model=model, params=run.params, features=run.features, classes=classes, metrics=metrics,
                        history=list(booster.history), exchanges=run.log, withheld=run.withheld,
                        left_out=run.left_out, participation=federation.participation[p0:],
@@ -253,42 +293,59 @@ def _public_bounds(bounds: Mapping[str, Any] | None) -> dict[str, list[float]]:
 
 
 def _prepare(federation: Federation, features: list[str] | None, target: str | None, p: GBDTParams,
-             train_part: str | None, validation_part: str | None, eval_part: str, min_sites: int | None,
-             on_error: Literal["raise", "skip"] | None) -> _Run:
-    """Check the parts and modes, set the quorum, agree the schema: the run's state before any exchange."""
+             opts: GBDTRunOptions) -> _Run:
+    """Check the parts and modes, set the quorum, agree the schema: the run's state before any exchange.
+
+    Raises:
+        ValueError: a bad part, or a mode the run's steps do not support (early stopping of a
+            regression has no DP release), before anything is sent.
+    """
     early = p.early_stopping_rounds is not None
-    train_part = train_part or ("fit" if early else "train")
-    validation_part = validation_part if validation_part is not None else ("validation" if early else None)
-    for part in (train_part, eval_part, *(() if validation_part is None else (validation_part,))):
+    train_part = opts.train_part or ("fit" if early else "train")
+    validation_part = opts.validation_part if opts.validation_part is not None else ("validation" if early else None)
+    for part in (train_part, opts.eval_part, *(() if validation_part is None else (validation_part,))):
         check_part(part)
-    set_quorum(federation, min_sites)
     regression = p.objective == "regression"
-    if federation.options.dp is not None and regression and validation_part is not None:
-        raise ValueError("early stopping under DP needs a bounded validation loss: not available for regression")
+    supported, what = GBDT_MODES, "boosted trees"
+    if regression and validation_part is not None:
+        supported, what = REGRESSION_EARLY_STOPPING_MODES, "early stopping of a regression (it needs a bounded " \
+            "validation loss)"
+    run_strategy(federation).check_supported(supported, what)
+    set_quorum(federation, opts.min_sites)
     if federation.schema is None:
         agree_schema(federation)
     feats = list(features) if features is not None else list(federation.schema.columns)
     base_meta = {"features": feats, "part": train_part, "min_rows": p.min_rows, "regression": regression,
                  **({"target": target} if target is not None else {})}
-    return _Run(federation, p, feats, train_part, validation_part, on_error, base_meta,
+    return _Run(federation, p, feats, train_part, validation_part, opts.on_error, base_meta,
                 seen=len(federation.traffic.records))
 
 
 def _agree_bins(run: _Run) -> list[str]:
-    """The class labels (``gbdt_summary``), then the agreed edges — no site's values behind
-    any: under DP the equal-width grid of the public bounds; otherwise that grid for the columns
-    with public bounds (``run.bounds``) and, for the others, the quantile sketch (:func:`_sketch`)
-    — the resolved objective and (DP) the run's ledger. Returns the agreed classes."""
-    fed, p, noisy, regression = run.federation, run.params, run.noisy, run.regression
+    """The class labels (``gbdt_summary``), then the resolved objective, the run's accountant
+    and strategy, then the agreed edges (:func:`_edges`). Returns the agreed classes."""
+    fed, regression = run.federation, run.regression
     request = Message("gbdt_summary", meta=run.base_meta)
     replies = exchange(fed, request, summary_checker(fed, run.train_part, regression=regression),
                        on_error=run.on_error, step="gbdt_summary")
     run.record("gbdt_summary", request, len(replies), sum(payload_bytes(r) for r in replies.values()))
     classes = [] if regression else sort_labels({c for r in replies.values() for c in r.meta.get("classes", [])})
-    run.params = p = _resolve(p, classes)
-    if noisy:
-        run.layout = public_edges(fed.options.dp, run.features, p.max_bins)
-    else:
+    run.params = p = _resolve(run.params, classes)
+    run.ledger = run_ledger(fed, *dp_plan(p, run.validation_part is not None))  # None without DP
+    run.strategy = run_strategy(fed, run.ledger)
+    run.layout = run.strategy.reduce(_edges(run)).result()
+    return classes
+
+
+def _edges(run: _Run) -> Reduction[Callable[[], BinLayout]]:
+    """How the bin edges are agreed, as a reduction of the run's strategy; its result is the
+    agreement to carry out (lazily, so that only the chosen one runs). No site's values are
+    behind any edge: the equal-width grid for the columns with public bounds (``run.bounds``)
+    and, for the others, the quantile sketch (:func:`_sketch`); the DP release is the grid of
+    the DP settings' public bounds for every column (the sites send no sketch under DP)."""
+    p = run.params
+
+    def sketched() -> BinLayout:
         bounded = [f for f in run.features if f in run.bounds]
         edges: dict[str, np.ndarray] = {}
         if bounded:
@@ -297,9 +354,12 @@ def _agree_bins(run: _Run) -> list[str]:
         rest = [f for f in run.features if f not in run.bounds]
         if rest:
             edges.update(zip(rest, _sketch(run, rest)))
-        run.layout = BinLayout([edges[f] for f in run.features])
-    run.ledger = run_ledger(fed, *dp_plan(p, run.validation_part is not None)) if noisy else None
-    return classes
+        return BinLayout([edges[f] for f in run.features])
+
+    def public(_: Callable[[], BinLayout], dp: Mapping[str, Any]) -> Callable[[], BinLayout]:
+        return lambda: public_edges(dp, run.features, p.max_bins)
+
+    return Reduction(lambda: sketched, robust=lambda: (sketched, {}), noisy=public)
 
 
 def _sketch(run: _Run, features: list[str]) -> list[np.ndarray]:
@@ -312,17 +372,30 @@ def _sketch(run: _Run, features: list[str]) -> list[np.ndarray]:
     grids: list[np.ndarray] = []
     for i in range(2):
         meta, width = stages[-1]
-        req = Message("gbdt_sketch", meta={"features": features, **meta})
-        out = exchange_sums(fed, req, SumSpec({"counts": 0}), sketch_checker(fed, d, width), on_error=run.on_error,
-                            step="gbdt_sketch", check_total=sketch_total(fed, d, width))
-        run.record("gbdt_sketch", req, len(out.sites), 8 * d * width * len(out.sites))
-        pooled = np.asarray(out.sums["counts"], dtype=np.float64).reshape(d, width)
+        step = _sketch_step(fed, Message("gbdt_sketch", meta={"features": features, **meta}), d, width)
+        out = run.run(step)  # no DP release: under DP the edges come from public bounds (_edges)
+        assert out.summed is not None
+        run.record("gbdt_sketch", step.request, len(out.summed.sites), 8 * d * width * len(out.summed.sites))
+        pooled = out.result
         if i == 0:
             lo, hi = range_from_counts(pooled)
             grids = [fine_grid(a, b) for a, b in zip(lo.tolist(), hi.tolist())]
             stages.append(({"stage": "fine", "lo": lo.tolist(), "hi": hi.tolist()}, FINE_WIDTH))
     assert pooled is not None
     return [quantile_edges(pooled[j], grids[j], run.params.max_bins) for j in range(d)]
+
+
+def _sketch_step(fed: Federation, request: Message, d: int, width: int) -> SumStep[np.ndarray]:
+    """One ``gbdt_sketch`` pair: the pooled counts ``(d, width)``, checked
+    (:func:`~.steps.sketch_total`); robust mode sums them too (counts of a fixed part)."""
+    total = sketch_total(fed, d, width)
+
+    def aggregate(summed: Summed) -> np.ndarray:
+        _checked(total, summed, "gbdt_sketch")
+        return np.asarray(summed.sums["counts"], dtype=np.float64).reshape(d, width)
+
+    return SumStep(request, SumSpec({"counts": 0}), sketch_checker(fed, d, width), aggregate,
+                   robust=lambda summed: (aggregate(summed), {}), kind="gbdt_sketch")
 
 
 def _bounds_meta(run: _Run) -> dict[str, Any]:
@@ -332,78 +405,144 @@ def _bounds_meta(run: _Run) -> dict[str, Any]:
     return {"bounds": given} if given else {}
 
 
-def _start(run: _Run, classes: list[str]) -> Booster:
-    """Exchange 2: edges, classes, parameters -> the summed label sums -> the intercept and the booster."""
-    fed, p, noisy, regression = run.federation, run.params, run.noisy, run.regression
+def _checked(check_total: Callable[[Mapping[str, np.ndarray], list[str]], None], summed: Summed, step: str) -> None:
+    """``check_total`` of a step's sums, its failure a :class:`FederationError` of ``step``
+    (the sites cannot be told apart), as :func:`~fedtab.federation.protocol.exchange_sums` words it."""
+    try:
+        check_total(summed.sums, summed.sites)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise FederationError(f"{step} step: the summed values are implausible ({exc})") from None
+
+
+def _start_step(run: _Run, classes: list[str]) -> SumStep[np.ndarray]:
+    """Exchange 2's pair: edges, classes, parameters -> the summed label sums. Its DP release
+    checks noisy sums (shape and finiteness only) and floors them (counts at ``1e-6``; a
+    regression's row count at 1); robust mode sums them too (sums of a fixed part)."""
+    p, regression = run.params, run.regression
     assert run.layout is not None
-    start = Message("gbdt_start", run.layout.to_arrays(),
-                    {**run.base_meta, "classes": classes, "params": p.to_dict(),
-                     "validation_part": run.validation_part, **run.dp_meta("gbdt.labels"),
-                     **_bounds_meta(run)})
+    request = Message("gbdt_start", run.layout.to_arrays(),
+                      {**run.base_meta, "classes": classes, "params": p.to_dict(),
+                       "validation_part": run.validation_part, **_bounds_meta(run)})
+
+    def pair(exact: bool) -> SumStep[np.ndarray]:
+        total = _labels_total(run, exact=exact)
+
+        def aggregate(summed: Summed) -> np.ndarray:
+            _checked(total, summed, "gbdt_start")
+            sums = np.asarray(summed.sums["label_sums"], dtype=np.float64)
+            return sums if exact else np.maximum(sums, 1e-6) if not regression else np.array([sums[0], max(sums[1], 1.0)])
+
+        return SumStep(request, SumSpec({"label_sums": MOMENT_BITS if (regression or not exact) else 0}),
+                       labels_checker(run.federation, run.train_part, p.objective, p.n_classes, exact=exact),
+                       aggregate, robust=lambda summed: (aggregate(summed), {}), kind="gbdt_start")
+
+    step = pair(True)
+    step.noisy = NoisyRelease(pair(False), "gbdt.labels")
+    return step
+
+
+def _start(run: _Run, classes: list[str]) -> Booster:
+    """Exchange 2 (:func:`_start_step`) -> the intercept and the booster."""
+    p = run.params
+    assert run.layout is not None
+    step = _start_step(run, classes)
+    out = run.run(step)
     width = p.n_classes if p.objective == "multiclass" else 2
-    summed = exchange_sums(fed, start, SumSpec({"label_sums": MOMENT_BITS if (regression or noisy) else 0}),
-                           labels_checker(fed, run.train_part, p.objective, p.n_classes, noisy=noisy),
-                           on_error=run.on_error, step="gbdt_start", check_total=_labels_total(run))
-    run.record("gbdt_start", start, len(summed.sites), 8 * width * len(summed.sites))
-    sums = np.asarray(summed.sums["label_sums"], dtype=np.float64)
-    if noisy:
-        sums = np.maximum(sums, 1e-6) if not regression else np.array([sums[0], max(sums[1], 1.0)])
-    margin0 = base_margin(p, sums)
+    assert out.summed is not None
+    run.record("gbdt_start", step.request, len(out.summed.sites), 8 * width * len(out.summed.sites))
+    margin0 = base_margin(p, out.result)
     run.carry = {"base_margin": margin0}
     return Booster(p, run.layout, margin0, run.features)
 
 
-def _level(run: _Run, nodes: np.ndarray, round_: int, lvl: int, validate_now: bool
-           ) -> tuple[np.ndarray, np.ndarray | None]:
-    """One ``gbdt_level`` exchange: the requested nodes' pooled histograms (robustly capped in
-    robust mode) and, when asked, the summed validation loss."""
-    fed, p, layout, opts = run.federation, run.params, run.layout, run.federation.options
+#: a level's result: the nodes' pooled histograms ``(m, n_slots, 2)``, the summed validation
+#: loss (or None) and ``{site: its largest hessian share}`` where the robust reducer capped it
+LevelResult = tuple[np.ndarray, "np.ndarray | None", dict[str, float]]
+
+
+def _level_step(run: _Run, nodes: np.ndarray, round_: int, lvl: int, validate_now: bool,
+                sizes: dict[str, int]) -> SumStep[LevelResult]:
+    """One ``gbdt_level`` pair. The plain request may ask for packed histograms (a site packs
+    only what it sends in the clear); the DP release asks for none, checks noisy values and
+    floors the noisy validation loss (``loss ≥ 0``, rows ``≥ 1``); the robust reducer caps each
+    site's share of a node's hessian mass (:func:`~.steps.robust_pool`)."""
+    fed, p, layout = run.federation, run.params, run.layout
     assert layout is not None
+    arrays = {**run.carry, "nodes": np.asarray(nodes, dtype=np.int32).reshape(-1, 2)}
+    m = int(arrays["nodes"].shape[0])
     meta: dict[str, Any] = {"round": round_, "level": lvl, "validate": validate_now}
-    if run.packed and np.size(nodes) and not opts.secure and not run.noisy:
-        meta["pack"] = True
-    meta.update(run.dp_meta("gbdt.level", (1 if nodes.size else 0) + (1 if validate_now else 0))
-                if run.noisy else {})
-    req = Message("gbdt_level", {**run.carry, "nodes": np.asarray(nodes, dtype=np.int32).reshape(-1, 2)}, meta)
-    m = int(req.arrays["nodes"].shape[0])
     fields = {"hist": GRID_BITS} if m else {}
     if validate_now:
         fields["val_loss"] = MOMENT_BITS
-    sizes: dict[str, int] = {}  # each reply's array bytes as sent (a plain level's histogram is packed)
-    check = level_checker(fed, layout, m, run.train_part, run.validation_part, objective=p.objective,
-                          noisy=run.noisy, validating=validate_now, sizes=sizes)
-    try:
-        if opts.robust:
-            replies = exchange(fed, req, check, on_error=run.on_error, step="gbdt_level")
-            hist, shares = robust_pool(replies, layout, opts.max_site_share) if m else (
-                np.zeros((0, layout.n_slots, 2)), {})
-            run.left_out.update({s: v for s, v in shares.items() if v > opts.max_site_share})
-            val = sum(np.asarray(r.arrays["val_loss"], dtype=np.float64) for r in replies.values()) \
+    empty = np.zeros((0, layout.n_slots, 2))
+
+    def pair(exact: bool) -> SumStep[LevelResult]:
+        total = _level_total(run, m, validate_now, exact=exact)
+        floor = (lambda v: v) if exact else _floor_validation
+
+        def aggregate(summed: Summed) -> LevelResult:
+            _checked(total, summed, "gbdt_level")
+            hist = summed.sums.get("hist", empty).reshape(m, layout.n_slots, 2)
+            return hist, floor(summed.sums.get("val_loss") if validate_now else None), {}
+
+        def robust(summed: Summed) -> tuple[LevelResult, dict[str, str]]:
+            hist, shares = robust_pool(summed.replies, layout, run.federation.options.max_site_share) if m \
+                else (empty, {})
+            cap = run.federation.options.max_site_share
+            capped = {s: v for s, v in shares.items() if v > cap}
+            val = sum(np.asarray(r.arrays["val_loss"], dtype=np.float64) for r in summed.replies.values()) \
                 if validate_now else None
-        else:
-            out = exchange_sums(fed, req, SumSpec(fields), check, on_error=run.on_error, step="gbdt_level",
-                                check_total=_level_total(run, m, validate_now))
-            hist = out.sums.get("hist", np.zeros((0, layout.n_slots, 2))).reshape(m, layout.n_slots, 2)
-            val = out.sums.get("val_loss") if validate_now else None
-            replies = out.replies
+            return (hist, floor(val), capped), {s: f"gbdt: hessian share {v:.3g} capped" for s, v in capped.items()}
+
+        asked = {**meta, "pack": True} if exact and run.packed and m else meta
+        check = level_checker(fed, layout, m, run.train_part, run.validation_part, objective=p.objective,
+                              exact=exact, validating=validate_now, sizes=sizes)
+        return SumStep(Message("gbdt_level", arrays, asked), SumSpec(fields), check, aggregate, robust,
+                       kind="gbdt_level")
+
+    step = pair(True)
+    step.noisy = NoisyRelease(pair(False), "gbdt.level", releases=_level_releases(m, validate_now))
+    return step
+
+
+def _level_releases(m: int, validating: bool) -> int:
+    """The DP releases of a level: its histograms (when it asks for nodes) and its validation loss."""
+    return (1 if m else 0) + (1 if validating else 0)
+
+
+def _level(run: _Run, nodes: np.ndarray, round_: int, lvl: int, validate_now: bool
+           ) -> tuple[np.ndarray, np.ndarray | None]:
+    """One ``gbdt_level`` exchange (:func:`_level_step`): the requested nodes' pooled histograms
+    and, when asked, the summed validation loss. A level that releases nothing (the closing one
+    without validation: it only delivers the last leaves) runs on the base summing strategy:
+    there is nothing for a DP or robust wrapper to release or reduce."""
+    sizes: dict[str, int] = {}  # each reply's array bytes as sent (a plain level's histogram is packed)
+    step = _level_step(run, nodes, round_, lvl, validate_now, sizes)
+    released = _level_releases(int(np.size(nodes)) // 2, validate_now)
+    strategy = run.strategy if released else BaseSums(run.federation.summing)
+    assert strategy is not None
+    try:
+        out = strategy.run(run.federation, step, on_error=run.on_error)
     except FederationError as exc:
-        _explain_row_set_refusals(fed, exc)
+        _explain_row_set_refusals(run.federation, exc)
         raise
+    hist, val, capped = out.result
+    run.left_out.update(capped)
+    assert out.summed is not None
+    replies = out.summed.replies
     for s, r in replies.items():
         if isinstance(r.meta.get("withheld"), int) and r.meta["withheld"]:
             run.withheld[s] = run.withheld.get(s, 0) + int(r.meta["withheld"])
-    n_sites = len(replies)
-    dense = m * layout.n_slots * 2 * 8 + (16 if validate_now else 0)  # the dense arrays (secure sums, DP)
-    packed = not opts.secure and not run.noisy  # plain replies: the bytes each site sent
-    run.record("gbdt_level", req, n_sites, sum(sizes.get(s, dense) for s in replies) if packed else n_sites * dense,
-               round_, lvl, m)
+    m = int(step.request.arrays["nodes"].shape[0])
+    dense = m * run.layout.n_slots * 2 * 8 + (16 if validate_now else 0)  # what a masked reply holds
+    run.record("gbdt_level", step.request, len(replies), sum(sizes.get(s, dense) for s in replies), round_, lvl, m)
     return hist, val
 
 
 def _boost(run: _Run, booster: Booster, on_round: Callable[[int, float | None], None] | None) -> None:
     """The rounds, level by level, until the last tree or early stopping; then the closing
     exchange that delivers the last round's leaves (and its validation loss)."""
-    validating, noisy = run.validation_part is not None, run.noisy
+    validating = run.validation_part is not None
     stopped = False
     while not booster.finished:
         r = len(booster.rounds)
@@ -412,7 +551,7 @@ def _boost(run: _Run, booster: Booster, on_round: Callable[[int, float | None], 
             ask_val = validating and r > 0 and grower.level == 0
             hist, val = _level(run, grower.request(), r, grower.level, ask_val)
             if ask_val:
-                metric = booster.record_validation(_val_sums(val, noisy))
+                metric = booster.record_validation(_val_sums(val))
                 if on_round:
                     on_round(r - 1, metric)
                 if booster.finished:  # early stopping: this round is not grown
@@ -431,7 +570,7 @@ def _boost(run: _Run, booster: Booster, on_round: Callable[[int, float | None], 
     if not stopped:  # the last round's leaves (and its validation loss)
         _, val = _level(run, np.zeros((0, 2), dtype=np.int32), len(booster.rounds), 0, validating)
         if validating:
-            metric = booster.record_validation(_val_sums(val, noisy))
+            metric = booster.record_validation(_val_sums(val))
             if on_round:
                 on_round(len(booster.rounds) - 1, metric)
 
@@ -449,9 +588,10 @@ def importance_step(run: _Run, model: GBDTModel) -> dict[str, Any]:
     pooled = pooled_importance(model)
     out: dict[str, Any] = {"kind": "total_gain", "pooled": pooled["total_gain"], "pooled_mean": pooled["gain"],
                            "per_site": {}, "suppressed": {}, "per_site_skipped": None, "not_released": []}
-    opts = run.federation.options
-    if opts.secure or opts.dp is not None:
-        out["per_site_skipped"] = ("secure aggregation" if opts.secure else "differential privacy") + \
+    assert run.strategy is not None
+    hidden = [m for m in MODES if m in run.strategy.modes and m not in IMPORTANCE_MODES]  # as declared
+    if hidden:
+        out["per_site_skipped"] = _HIDDEN_BY.get(hidden[0], hidden[0]) + \
             " hides per-site statistics from the server: per-site gains are not released"
         return out
     fed = run.federation
@@ -486,12 +626,14 @@ def _explain_row_set_refusals(federation: Federation, exc: FederationError) -> N
             {s: str(reasons[s]) for s in off}) from None
 
 
-def _level_total(run: _Run, m: int, validating: bool) -> Callable[[Mapping[str, np.ndarray], list[str]], None]:
+def _level_total(run: _Run, m: int, validating: bool, *, exact: bool = True
+                 ) -> Callable[[Mapping[str, np.ndarray], list[str]], None]:
     """``check_total`` of a level's sums: what a secure sum hides per site is checked on the
     total (:func:`~fedtab.learn.gbdt.check_site_histogram` over the summing sites' rows; the
     validation loss ``≥ 0`` over their validation rows), so that one hostile site's poison
     (say ``+2**40`` in its masked vector) is a :class:`FederationError` of the ``gbdt_level``
-    step, not a failure deep in the tree code."""
+    step, not a failure deep in the tree code. ``exact=False`` (the DP release): noisy totals,
+    shapes and finiteness only."""
     layout, p, fed = run.layout, run.params, run.federation
     assert layout is not None
 
@@ -504,7 +646,7 @@ def _level_total(run: _Run, m: int, validating: bool) -> Callable[[Mapping[str, 
                 raise ValueError("the summed level histogram does not have the requested shape")
             n = sum(schema.rows(s, run.train_part) for s in sites)
             check_site_histogram(np.asarray(h, dtype=np.float64).reshape(m, layout.n_slots, 2), layout, m, n_rows=n,
-                                 objective=p.objective, noisy=run.noisy, site="the summed level histogram",
+                                 objective=p.objective, noisy=not exact, site="the summed level histogram",
                                  quantum=len(sites) * 2.0 ** -GRID_BITS)
         v = sums.get("val_loss")
         if validating and v is not None:
@@ -512,15 +654,16 @@ def _level_total(run: _Run, m: int, validating: bool) -> Callable[[Mapping[str, 
             if v.size != 2 or not np.isfinite(v).all():
                 raise ValueError("the summed validation loss must be two finite numbers")
             n_val = sum(schema.rows(s, run.validation_part) for s in sites) if run.validation_part else None
-            if not run.noisy and (v[0] < -1e-6 or (n_val is not None and abs(v[1] - n_val) > 0.5)):
+            if exact and (v[0] < -1e-6 or (n_val is not None and abs(v[1] - n_val) > 0.5)):
                 raise ValueError("the summed validation loss must be [loss >= 0, the validation rows declared]")
 
     return check
 
 
-def _labels_total(run: _Run) -> Callable[[Mapping[str, np.ndarray], list[str]], None]:
-    """``check_total`` of the start's label sums (exact unless noisy): class counts ≥ 0 summing
-    to the summing sites' rows; ``[Σy, n]`` with ``n`` those rows (binary: ``0 ≤ Σy ≤ n``)."""
+def _labels_total(run: _Run, *, exact: bool = True) -> Callable[[Mapping[str, np.ndarray], list[str]], None]:
+    """``check_total`` of the start's label sums: class counts ≥ 0 summing to the summing sites'
+    rows; ``[Σy, n]`` with ``n`` those rows (binary: ``0 ≤ Σy ≤ n``). ``exact=False`` (the DP
+    release): the width and finiteness only."""
     p, fed = run.params, run.federation
 
     def check(sums: Mapping[str, np.ndarray], sites: list[str]) -> None:
@@ -530,36 +673,46 @@ def _labels_total(run: _Run) -> Callable[[Mapping[str, np.ndarray], list[str]], 
         width = p.n_classes if p.objective == "multiclass" else 2
         if s.size != width or not np.isfinite(s).all():
             raise ValueError(f"the summed label sums must be {width} finite numbers")
-        if run.noisy:
-            return
-        n = sum(schema.rows(x, run.train_part) for x in sites)
-        tol = 1e-6 * max(n, 1) + 1e-3
-        if p.objective == "multiclass":
-            if (s < -tol).any() or abs(s.sum() - n) > tol:
-                raise ValueError(f"the summed class counts do not count the {n} rows declared")
-        elif abs(s[1] - n) > tol or (p.objective == "binary" and not -tol <= s[0] <= n + tol):
-            raise ValueError(f"the summed label sums do not fit the {n} rows declared")
+        if exact:
+            _exact_label_total(s, sum(schema.rows(x, run.train_part) for x in sites), p.objective)
 
     return check
 
 
-def _val_sums(val: np.ndarray | None, noisy: bool) -> np.ndarray:
+def _exact_label_total(s: np.ndarray, n: int, objective: str) -> None:
+    tol = 1e-6 * max(n, 1) + 1e-3
+    if objective == "multiclass":
+        if (s < -tol).any() or abs(s.sum() - n) > tol:
+            raise ValueError(f"the summed class counts do not count the {n} rows declared")
+    elif abs(s[1] - n) > tol or (objective == "binary" and not -tol <= s[0] <= n + tol):
+        raise ValueError(f"the summed label sums do not fit the {n} rows declared")
+
+
+def _floor_validation(val: np.ndarray | None) -> np.ndarray | None:
+    """Post-processing of noisy validation loss sums: ``[max(loss, 0), max(rows, 1)]``."""
+    if val is None:
+        return None
+    v = np.asarray(val, dtype=np.float64).reshape(2)
+    return np.array([max(v[0], 0.0), max(v[1], 1.0)])
+
+
+def _val_sums(val: np.ndarray | None) -> np.ndarray:
     if val is None:
         raise FederationError("no validation loss sums came back")
     v = np.asarray(val, dtype=np.float64).reshape(2)
-    if noisy:
-        v = np.array([max(v[0], 0.0), max(v[1], 1.0)])
     if not v[1] > 0:
         raise FederationError("early stopping needs validation rows: no site has any in its validation part")
     return v
 
 
-def _evaluate(federation: Federation, model: GBDTModel, classes: list[str], part: str, bins: int | None,
-              ledger: Any, on_error: Any, log: list[dict[str, Any]]) -> dict[str, Any]:
-    """The final evaluation on ``part`` (the training workflow's for classification)."""
+def _evaluate(run: _Run, model: GBDTModel, classes: list[str], part: str, bins: int | None) -> dict[str, Any]:
+    """The final evaluation on ``part``: the training workflow's for classification
+    (:func:`~fedtab.federation.steps.evaluate.evaluate`, kind ``gbdt_evaluate``); for regression
+    the regression sums (:func:`_score_step`, kind ``gbdt_score``)."""
     from fedtab.federation.steps.params import params_to
     from fedtab.federation.steps.evaluate import evaluate
 
+    federation = run.federation
     arrays = {k: v for k, v in model.to_arrays().items() if k not in ("edges", "edge_ptr")}
     n = len(federation.active)
     start = len(federation.traffic.records)
@@ -569,26 +722,35 @@ def _evaluate(federation: Federation, model: GBDTModel, classes: list[str], part
         return {"wire_down": sum(t.bytes_down for t in recs), "wire_up": sum(t.bytes_up for t in recs)}
 
     if model.params.objective != "regression":
-        out = evaluate(federation, arrays, len(classes), part, bins, has_proba=True, ledger=ledger, on_error=on_error,
-                       kind="gbdt_evaluate")
-        log.append({"step": "gbdt_evaluate", "round": -1, "level": -1, "nodes": 0,
-                    "bytes_down": payload_bytes(Message("e", params_to(arrays))) * n, "bytes_up": 0, **wire()})
+        out = evaluate(federation, arrays, len(classes), part, bins, has_proba=True, ledger=run.ledger,
+                       on_error=run.on_error, kind="gbdt_evaluate")
+        run.log.append({"step": "gbdt_evaluate", "round": -1, "level": -1, "nodes": 0,
+                        "bytes_down": payload_bytes(Message("e", params_to(arrays))) * n, "bytes_up": 0, **wire()})
         return out
-    if ledger is None:  # plain or secure: RMSE, MAE and R² from the sites' regression sums
-        from fedtab.federation.steps.evaluate import evaluate_regression
+    step = _score_step(federation, arrays, part)
+    scored = run.run(step)
+    assert scored.summed is not None
+    up = 8 * sum(int(np.size(v)) for v in scored.summed.sums.values()) * len(scored.summed.sites)
+    run.log.append({"step": "gbdt_score", "round": -1, "level": -1, "nodes": 0,
+                    "bytes_down": payload_bytes(step.request) * n, "bytes_up": up, **wire()})
+    return scored.result
 
-        out = evaluate_regression(federation, arrays, part, kind="gbdt_score", on_error=on_error)
-        log.append({"step": "gbdt_score", "round": -1, "level": -1, "nodes": 0,
-                    "bytes_down": payload_bytes(Message("e", params_to(arrays))) * n, "bytes_up": 32 * n, **wire()})
-        return out
-    meta: dict[str, Any] = {"part": part}
-    if ledger is not None:
-        ledger.spend("training.evaluate")
-        meta[DP_META] = dp_request(federation.options.dp, ledger.multiplier("training.evaluate"))
-    req = Message("gbdt_score", params_to(arrays), meta)
-    summed = exchange_sums(federation, req, SumSpec({"sse": MOMENT_BITS}), on_error=on_error, step="gbdt_score")
-    sse = float(summed.sums["sse"][0])
-    rows = sum(federation.schema.rows(s, part) for s in summed.sites)
-    log.append({"step": "gbdt_score", "round": -1, "level": -1, "nodes": 0,
-                "bytes_down": payload_bytes(req) * n, "bytes_up": 8 * len(summed.sites), **wire()})
-    return {"pooled": {"rmse": float(np.sqrt(max(sse, 0.0) / rows)) if rows else None, "n": rows}, "per_site": {}}
+
+def _score_step(federation: Federation, arrays: Mapping[str, Any], part: str) -> SumStep[dict[str, Any]]:
+    """A regression model's ``gbdt_score`` pair: RMSE, MAE and R² from the sites' regression sums
+    (:func:`~fedtab.federation.steps.evaluate.evaluate_regression_step`); its DP release is the
+    noisy squared-error sum only (each row's error clipped at the site), pooled into the RMSE."""
+    from fedtab.federation.steps.evaluate import evaluate_regression_step
+
+    def rmse(summed: Summed) -> dict[str, Any]:
+        sse = float(summed.sums["sse"][0])
+        rows = sum(federation.schema.rows(s, part) for s in summed.sites)
+        return {"pooled": {"rmse": float(np.sqrt(max(sse, 0.0) / rows)) if rows else None, "n": rows}, "per_site": {}}
+
+    from fedtab.federation.steps.params import params_to
+
+    noisy = SumStep(Message("gbdt_score", params_to(dict(arrays)), {"part": part}), SumSpec({"sse": MOMENT_BITS}), None, rmse,
+                    robust=lambda summed: (rmse(summed), {}), kind="gbdt_score")
+    step = evaluate_regression_step(federation, dict(arrays), part, kind="gbdt_score")
+    step.noisy = NoisyRelease(noisy, "training.evaluate")
+    return step

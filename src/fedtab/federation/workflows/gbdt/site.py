@@ -305,6 +305,19 @@ def _level(site: Site, request: Message) -> Message:
         st["base_margin"] = base
         if booster.val_margins is not None:
             booster.val_margins[:] = base[None, :]
+    out, reply_meta = _level_reply(st, booster, nodes, new_round, meta)
+    st["booster"] = booster.to_state()
+    site.state[LIVE] = (st["booster"], booster)
+    return Message("gbdt_level", out, reply_meta)
+
+
+def _level_reply(st: dict[str, Any], booster: SiteBooster, nodes: np.ndarray, new_round: bool,
+                 meta: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """``(arrays, meta)`` of a checked and applied level request: the validation loss sums when
+    asked, and the requested nodes' histograms through the site's release rules (noised instead
+    under the request's DP settings; packed when asked and sent in the clear). Starts the round
+    (``new_round``) and records the released nodes in ``st``."""
+    p = booster.params
     out: dict[str, np.ndarray] = {}
     reply_meta: dict[str, Any] = {"round": int(booster.round)}
     dp = meta.get(DP_META)
@@ -336,9 +349,7 @@ def _level(site: Site, request: Message) -> Message:
                 reply_meta["withheld"] = withheld
                 if meta.get("pack") is True:  # sent in the clear: the same numbers in fewer bytes
                     out["hist"], out[PACKED] = pack_level(released)
-    st["booster"] = booster.to_state()
-    site.state[LIVE] = (st["booster"], booster)
-    return Message("gbdt_level", out, reply_meta)
+    return out, reply_meta
 
 
 def _check_splits(booster: SiteBooster, splits: Mapping[str, np.ndarray]) -> None:

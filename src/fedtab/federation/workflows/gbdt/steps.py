@@ -83,9 +83,10 @@ def sketch_total(federation: Federation, n_features: int, width: int
     return check
 
 
-def labels_checker(federation: Federation, part: str, objective: str, n_classes: int, *, noisy: bool
+def labels_checker(federation: Federation, part: str, objective: str, n_classes: int, *, exact: bool = True
                    ) -> Callable[[str, Message], None]:
-    """Validator of ``"gbdt_start"`` replies (the label sums are checked when sent in the clear)."""
+    """Validator of ``"gbdt_start"`` replies (the label sums are checked when sent in the clear;
+    ``exact=False``, the step's DP release: shape and finiteness only, the values are noisy)."""
     width = n_classes if objective == "multiclass" else 2
 
     def check(site: str, reply: Message) -> None:
@@ -95,50 +96,62 @@ def labels_checker(federation: Federation, part: str, objective: str, n_classes:
         if "label_sums" not in reply.arrays:
             return
         s = validate.array(reply, "label_sums", (width,))
-        if noisy:
-            return
-        if objective == "multiclass":
-            validate.counts(s, n, "class counts")
-            if s.sum() != n:
-                raise ValueError(f"class counts sum to {s.sum():g}, not the {n} rows declared")
-        elif s[1] != n:
-            raise ValueError(f"label sums count {s[1]:g} rows, not the {n} declared")
-        elif objective == "binary" and not 0 <= s[0] <= n:
-            raise ValueError("the positive count of the label sums is outside 0..n")
+        if exact:
+            _check_label_sums(s, n, objective)
 
     return check
 
 
-def level_checker(federation: Federation, layout: BinLayout, n_nodes: int, part: str, val_part: str | None, *,
-                  objective: str, noisy: bool, validating: bool, sizes: dict[str, int] | None = None
-                  ) -> Callable[[str, Message], None]:
-    """Validator of ``"gbdt_level"`` replies (arrays checked when present: a secure sum sends them masked).
+def _check_label_sums(s: np.ndarray, n: int, objective: str) -> None:
+    """Exact label sums of ``n`` rows: integer class counts summing to ``n`` (multiclass), or
+    ``[Σy, n]`` with ``0 ≤ Σy ≤ n`` for binary.
 
-    A packed histogram (``hist`` + :data:`~fedtab.learn.gbdt.release.PACKED`, a plain level's reply) is unpacked
-    in place first (:func:`~fedtab.learn.gbdt.release.unpack_level`), so that the checks and
-    the sum see the dense ``(n_nodes, n_slots, 2)`` float64 array; one where a dense one is due
-    (secure sums, DP) is refused. ``sizes``: filled with each checked reply's array bytes as sent."""
+    Raises:
+        ValueError: otherwise.
+    """
+    if objective == "multiclass":
+        validate.counts(s, n, "class counts")
+        if s.sum() != n:
+            raise ValueError(f"class counts sum to {s.sum():g}, not the {n} rows declared")
+    elif s[1] != n:
+        raise ValueError(f"label sums count {s[1]:g} rows, not the {n} declared")
+    elif objective == "binary" and not 0 <= s[0] <= n:
+        raise ValueError("the positive count of the label sums is outside 0..n")
+
+
+def level_checker(federation: Federation, layout: BinLayout, n_nodes: int, part: str, val_part: str | None, *,
+                  objective: str, exact: bool = True, validating: bool, sizes: dict[str, int] | None = None
+                  ) -> Callable[[str, Message], None]:
+    """Validator of ``"gbdt_level"`` replies (arrays checked when present: a secure sum sends them
+    masked, and the summing strategy refuses a reply in the clear that lacks them).
+
+    ``exact=False`` is the step's DP release: noisy values (shape and finiteness only) and no
+    packed histogram. A packed histogram (``hist`` + :data:`~fedtab.learn.gbdt.release.PACKED`, a
+    plain level's reply) is unpacked in place first (:func:`~fedtab.learn.gbdt.release.unpack_level`),
+    so that the checks and the sum see the dense ``(n_nodes, n_slots, 2)`` float64 array; one
+    where a dense one is due (DP, or a secure sum: its ``hist`` is masked, not in the clear reply)
+    is refused. ``sizes``: filled with the array bytes of each reply that sent its level's values
+    in the clear (``hist`` or ``val_loss``), as sent."""
 
     def check(site: str, reply: Message) -> None:
         schema = federation.schema
         assert schema is not None
-        if sizes is not None:
+        if sizes is not None and ("hist" in reply.arrays or "val_loss" in reply.arrays):
             sizes[site] = payload_bytes(reply)
         if PACKED in reply.arrays:
-            if noisy or federation.options.secure or "hist" not in reply.arrays:
+            if not exact or "hist" not in reply.arrays:
                 raise ValueError("sent a packed level histogram where a dense one was due")
             reply.arrays["hist"] = unpack_level(reply.arrays["hist"], reply.arrays.pop(PACKED), n_nodes, layout.n_slots)
         if "hist" in reply.arrays:
             check_site_histogram(np.asarray(reply.arrays["hist"]), layout, n_nodes, n_rows=schema.rows(site, part),
-                                 objective=objective, noisy=noisy, site=f"site {site!r}", quantum=2.0 ** -GRID_BITS)
-        elif n_nodes and not federation.options.secure:
-            raise ValueError("sent no level histogram")
+                                 objective=objective, noisy=not exact, site=f"site {site!r}",
+                                 quantum=2.0 ** -GRID_BITS)
         if validating and val_part is not None:
             n_val = validate.integer(reply.meta.get("n_val"), f"{val_part} rows",
                                      equal=schema.rows(site, val_part)) if "n_val" in reply.meta else None
             if "val_loss" in reply.arrays:
                 v = validate.array(reply, "val_loss", (2,))
-                if not noisy and (v[0] < 0 or (n_val is not None and v[1] != n_val)):
+                if exact and (v[0] < 0 or (n_val is not None and v[1] != n_val)):
                     raise ValueError("validation loss sums must be [loss >= 0, the validation rows declared]")
 
     return check

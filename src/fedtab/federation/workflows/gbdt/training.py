@@ -9,7 +9,7 @@ only), ``mean``/``std`` are 0/1 (trees need no standardisation; missing cells st
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -28,21 +28,24 @@ def is_gbdt(model: Any) -> bool:
 
 
 def train_gbdt(federation: Federation, features: list[str] | None, model: Any, *, seed: int = 0,
-               train_part: str = "train", eval_part: str = "test", score_bins: int | None = None,
-               min_sites: int | None = None, on_error: Literal["raise", "skip"] | None = None,
-               described: Any = None) -> Any:
+               described: Any = None, train_part: str = "train", score_bins: int | None = None,
+               **settings: Any) -> Any:
     """:func:`run_gbdt` for :func:`~fedtab.federation.workflows.training.run_training` (same arguments).
 
     ``train_part="train"`` lets :func:`run_gbdt` choose (``"fit"``/``"validation"`` with early
     stopping); ``seed`` is mixed into the sites' subsampling streams; ``described`` (the
-    election's description) only supplies the features when none are given.
+    election's description) only supplies the features when none are given; ``settings``:
+    ``eval_part``, ``min_sites``, ``on_error`` (:class:`~.server.GBDTRunOptions` fields).
+
+    Raises:
+        TypeError: a setting that is not a :class:`~.server.GBDTRunOptions` field.
     """
     fm = make_model(model)
     params = {**fm.get_params(), "seed": int(fm.get_params().get("seed", 0)) + int(seed)}
     if features is None and described is not None and getattr(described, "features", None):
         features = list(described.features)
     out = run_gbdt(federation, features, params=params, train_part=None if train_part == "train" else train_part,
-                   eval_part=eval_part, score_bins=score_bins, min_sites=min_sites, on_error=on_error)
+                   score_bins=score_bins, **settings)
     pooled, per_site = historic_scores(out.metrics)
     d = len(out.features)
     traffic = [{"round": e["round"], "step": e["step"], "level": e["level"], "nodes": e["nodes"],
