@@ -80,3 +80,36 @@ def test_simulator_matches_local_engine(nvflare, site_configs, reference, tmp_pa
 
 # FedHF-Impute on the FLARE simulator: the job's imputation, election and training equal the local
 # engine's in tests/job/test_job.py::test_the_job_gives_the_same_columns_and_predictions_on_every_engine
+
+
+def test_a_sites_split_settings_travel_in_the_flare_job_and_build_its_site(nvflare, site_configs, jobs, tmp_path):
+    """``test-size``, ``seed`` and ``folds`` become the executor's :class:`RowSplit`: FLARE writes it
+    into the job as a component of its own, builds it back at the site, and the site is drawn with it."""
+    import json
+    from types import SimpleNamespace
+
+    from nvflare.fuel.utils.component_builder import ComponentBuilder
+
+    class Builder(ComponentBuilder):  # FLARE's builder of job components (no module scanner needed)
+        def get_module_scanner(self):
+            return None
+
+    plain = {k: v for k, v in site_configs[0].items() if k != "test-path"}
+    sites = [dict(plain, name="split", **{"test-size": 0.3, "seed": 7, "folds": 3}), dict(plain, name="default")]
+    nvflare.build_job(sites, jobs.config(jobs.plan(**JOB))).export_job(str(tmp_path / "jobs"))
+    built = {}
+    for site in ("split", "default"):
+        config = json.loads(next((tmp_path / "jobs").rglob(f"app_{site}/config/config_fed_client.json")).read_text())
+        component = config["executors"][0]["executor"]
+        assert ("split" in component["args"]) == (site == "split")
+        built[site] = Builder().build_component(component)
+    assert built["split"].split == nvflare.RowSplit(test_size=0.3, seed=7, folds=3)
+    assert built["default"].split is None
+    ws = SimpleNamespace(get_site_config_dir=lambda: str(tmp_path / "local"), get_run_dir=lambda job: str(tmp_path))
+    ctx = SimpleNamespace(get_identity_name=lambda: "split", get_job_id=lambda: "split-job",
+                          get_engine=lambda: SimpleNamespace(get_workspace=lambda: ws))
+    site, _ = built["split"]._site(ctx)
+    assert (site.test_size, site.seed, site.folds) == (0.3, 7, 3)
+    ctx.get_identity_name, ctx.get_job_id = (lambda: "default"), (lambda: "default-job")
+    site, _ = built["default"]._site(ctx)
+    assert (site.test_size, site.seed, site.folds) == (0.2, 0, 5)

@@ -40,20 +40,21 @@ def _site(n, f=6, seed=0):
 
 @pytest.mark.parametrize("n, steps", [(1000, 8), (200, 4), (3000, 12)])
 def test_local_train_without_batch_size_takes_the_auto_batches(n, steps):
-    from fedtab.impute.train import local_train
+    from fedtab.impute.train import Schedule, local_train
 
     model, opt, values, avail, adj = _site(n)
-    loss, taken = local_train(model, opt, values, avail, adj, epochs=1, batch_size=None,
+    loss, taken = local_train(model, opt, values, avail, adj, schedule=Schedule(epochs=1, batch_size=None),
                               rng=np.random.default_rng(1))
     assert taken == steps
     assert np.isfinite(loss)
 
 
 def test_an_explicit_batch_size_is_kept():
-    from fedtab.impute.train import local_train
+    from fedtab.impute.train import Schedule, local_train
 
     model, opt, values, avail, adj = _site(1000)
-    _, taken = local_train(model, opt, values, avail, adj, epochs=2, batch_size=64, rng=np.random.default_rng(1))
+    _, taken = local_train(model, opt, values, avail, adj, schedule=Schedule(epochs=2, batch_size=64),
+                           rng=np.random.default_rng(1))
     assert taken == 2 * 16
 
 

@@ -197,6 +197,42 @@ def _document(outputs: Any, spec: Any, selectors: list[str], tables: list[Path])
     return doc
 
 
+def _write_outputs(out: Path, doc: dict[str, Any], outputs: Any, spec: Any) -> None:
+    """Write ``result.json`` (``doc``), ``elected_columns.txt`` (one selected column a line) and
+    ``report.html`` (the run's ``outputs`` with the election of ``doc`` and the job ``spec``) into
+    ``out``, all at once or none (:func:`~fedtab.report.output.atomic_dir`).
+
+    Raises:
+        typer.Exit: the folder cannot be written (a one-line error, :func:`~fedtab.cli.fail`).
+    """
+    from ..report.output import atomic_dir
+
+    try:
+        with atomic_dir(out) as tmp:
+            (tmp / "result.json").write_text(json.dumps(doc, indent=2))
+            selected = doc["selected"]
+            (tmp / "elected_columns.txt").write_text("\n".join(selected) + ("\n" if selected else ""))
+            from ..report import write_report
+
+            write_report({**outputs.result, "election": doc["election"], "job": spec.to_dict()}, tmp / "report.html",
+                         command="elect")
+    except OSError as exc:
+        fail(f"cannot write to {out}: {exc}")
+
+
+def _print_left_out(doc: dict[str, Any], spec: Any) -> None:
+    """Print (yellow) the sites left out of the run, the columns left out and the one-class sites
+    of ``doc`` (with what their rows did under the ``spec``'s election method)."""
+    for name, why in doc["dropped"].items():
+        console.print(f"site {name!r} was left out: {why}", style="yellow", markup=False, highlight=False)
+    for col, why in doc["ignored_columns"].items():
+        console.print(f"column {col!r} left out: {why}", style="yellow", markup=False, highlight=False)
+    for name in doc["one_class_sites"]:
+        role = ("its rows count in the pooled score test" if spec.election.method == "score-test"
+                else "it abstains from the vote")
+        console.print(f"site {name!r} holds one class only ({role})", style="yellow", markup=False, highlight=False)
+
+
 def elect_command(
     tables: Annotated[list[Path], typer.Argument(help="One CSV/Parquet file per site (at least one).")],
     target: Annotated[str, typer.Option("--target", "-t", help="Label column, present at every site.")],
@@ -281,7 +317,7 @@ def elect_command(
     from ..federation import FederationError
     from ..job.run import site_configs
     from ..job.workflow import run_workflow
-    from ..report.output import OutputError, atomic_dir, check_writable
+    from ..report.output import OutputError, check_writable
 
     options = dict(locals())
     if tune == "cv":
@@ -318,25 +354,8 @@ def elect_command(
     else:
         _print_summary(doc, outputs.outcomes["election"].result, freedom_degree=doc["freedom_degree"], tuned=tune)
     _print_training(doc, model)
-    try:
-        with atomic_dir(out) as tmp:
-            (tmp / "result.json").write_text(json.dumps(doc, indent=2))
-            selected = doc["selected"]
-            (tmp / "elected_columns.txt").write_text("\n".join(selected) + ("\n" if selected else ""))
-            from ..report import write_report
-
-            write_report({**outputs.result, "election": doc["election"], "job": spec.to_dict()}, tmp / "report.html",
-                         command="elect")
-    except OSError as exc:
-        fail(f"cannot write to {out}: {exc}")
-    for name, why in doc["dropped"].items():
-        console.print(f"site {name!r} was left out: {why}", style="yellow", markup=False, highlight=False)
-    for col, why in doc["ignored_columns"].items():
-        console.print(f"column {col!r} left out: {why}", style="yellow", markup=False, highlight=False)
-    for name in doc["one_class_sites"]:
-        role = ("its rows count in the pooled score test" if spec.election.method == "score-test"
-                else "it abstains from the vote")
-        console.print(f"site {name!r} holds one class only ({role})", style="yellow", markup=False, highlight=False)
+    _write_outputs(out, doc, outputs, spec)
+    _print_left_out(doc, spec)
     outcome(f"wrote {out / 'result.json'}, {out / 'report.html'} and {out / 'elected_columns.txt'}")
 
 

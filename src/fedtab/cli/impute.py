@@ -26,6 +26,7 @@ Bad input exits with code 2 and a one-line error, never a traceback.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -36,6 +37,8 @@ from .elect import max_site_share_option, option_text
 
 if TYPE_CHECKING:  # pragma: no cover - numpy and pandas load inside the command (fast `fedtab --help`)
     import pandas as pd
+
+    from ..estimators import FederatedImputer
 
 __all__ = ["impute_command", "read_site_csv", "ImputeInputError"]
 
@@ -141,6 +144,134 @@ def _plots(out: Path, history: list[dict], graph, pooled) -> None:
     save_figure(fig, out / "feature_graph.png")
 
 
+@dataclass(frozen=True)
+class CsvFormat:
+    """How ``fedtab impute`` reads the site CSVs (:func:`read_site_csv`): field ``sep`` and
+    ``decimal`` mark (``None``: sniffed) and the extra strings read as missing (``na_values``)."""
+
+    sep: Optional[str] = None
+    decimal: Optional[str] = None
+    na_values: Optional[list[str]] = None
+
+
+@dataclass(frozen=True)
+class KeptColumns:
+    """The columns named on the command line: the label ``target`` and the ``ignore`` columns are
+    kept out of the imputation (copied as given); ``categorical`` ones are imputed to a code."""
+
+    target: Optional[str] = None
+    ignore: list[str] = field(default_factory=list)
+    categorical: list[str] = field(default_factory=list)
+
+
+def _read_sites(files: list[Path], fmt: CsvFormat, min_sites: Optional[int], named: KeptColumns
+                ) -> tuple[dict[str, pd.DataFrame], list[str], dict[str, pd.DataFrame]]:
+    """``(raw, kept, tables)``: each file's table by site name (the file's name up to its first
+    dot), the columns kept out of the imputation (:func:`_kept_columns`), and the tables without
+    them (what the imputer sees).
+
+    Raises:
+        typer.Exit: no file, two files of one site name, or a quorum above the number of files
+            (:func:`~fedtab.cli.fail`, a one-line error).
+        ImputeInputError: an unreadable file, or a named column no site holds.
+    """
+    if not files:
+        fail("give at least one CSV file")
+    names = [p.name.split(".")[0] for p in files]
+    if len(set(names)) != len(names):
+        fail(f"site names (file stems) must be unique, got {names}")
+    if min_sites is not None and min_sites > len(files):
+        fail(f"--min-sites {min_sites} is more than the {len(files)} site file(s)")
+    raw = {n: read_site_csv(p, sep=fmt.sep, na_values=fmt.na_values, decimal=fmt.decimal)
+           for n, p in zip(names, files)}
+    kept = _kept_columns(raw, named.target, named.ignore, named.categorical)
+    tables = {n: t.drop(columns=[c for c in kept if c in t.columns]) for n, t in raw.items()}
+    return raw, kept, tables
+
+
+def _fit_with_progress(imp: FederatedImputer, tables: dict[str, pd.DataFrame], rounds: int, quiet: bool) -> None:
+    """``imp.fit(tables)`` under a progress bar of its ``rounds`` FedAvg rounds on stderr (none
+    when ``quiet``), showing the latest validation RMSE."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]FedAvg"), BarColumn(), TextColumn("{task.completed}/{task.total} rounds"),
+                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err_console,
+                  disable=quiet) as bar:
+        task = bar.add_task("train", total=rounds, info="")
+
+        def progress(r: int, total: int, info: dict) -> None:
+            v = info.get("val_rmse")
+            bar.update(task, completed=r, info=f"val RMSE {v:.3f}" if v is not None else "")
+
+        imp.fit(tables, progress=progress)
+
+
+def _write_site_files(tmp: Path, name: str, imp: FederatedImputer, table: pd.DataFrame, kept: pd.DataFrame) -> None:
+    """``<name>.imputed.csv`` (``table`` filled by the fitted ``imp``, then the ``kept`` columns as
+    the site gave them) and ``<name>.imputed_mask.csv`` (1 = imputed) in ``tmp``.
+
+    A column whose given and filled values are all whole numbers (below 2**53) is written as
+    integers ("50", not "50.0"); observed cells are the table's, bit for bit.
+    """
+    import numpy as np
+
+    filled = imp.transform(table)  # observed cells copied from the table bit for bit
+    for c in table.columns:  # integer input stays integer text ("50", not "50.0") when
+        given = table[c].dropna().to_numpy(dtype=np.float64)  # every filled value is whole
+        values = filled[c].to_numpy(dtype=np.float64)
+        if given.size and np.all(given == np.round(given)) and np.all(values == np.round(values)) \
+                and np.all(np.abs(values) < 2.0 ** 53):
+            filled[c] = values.astype(np.int64)
+    for c in kept.columns:  # the label and ignored columns, as the site gave them
+        filled[c] = kept[c].to_numpy()
+    filled.to_csv(tmp / f"{name}.imputed.csv", index=False)
+    imp.imputed_mask(table).astype(int).to_csv(tmp / f"{name}.imputed_mask.csv", index=False)
+
+
+def _imputation_report(imp: FederatedImputer, tables: dict[str, pd.DataFrame]) -> dict:
+    """``report.json``'s content (module docstring) from the fitted ``imp`` and the sites' tables
+    (without their kept columns)."""
+    res = imp.result_
+    g = res.graph
+    corr = res.pooled.corr
+    return {
+        "sites": {s: {"rows": int(len(tables[s])), "training_rows": res.site_rows[s], "columns": res.site_columns[s],
+                      "unavailable_columns": [c for c in res.columns if c not in res.site_columns[s]]}
+                  for s in tables},
+        "columns": res.columns,
+        "settings": imp.get_params(),
+        "validation_rmse_z": res.validation,
+        "training_curve": res.history,
+        "best_round": res.best_round,
+        "left_out": res.left_out,
+        "feature_graph": {
+            "nodes": g.columns, "unobserved_pairs": res.unobserved_pairs,
+            "edges": [{"source": g.columns[s], "target": g.columns[t], "r": float(corr[s, t])}
+                      for s, t in g.edge_index.T if s < t],
+        },
+        "linear_prior": None if res.prior_W is None else {
+            "rank": int(res.prior_W.shape[1]),
+            "noise_variance": dict(zip(res.columns, map(float, res.prior_psi))),
+        },
+        "seconds": res.seconds,
+        "bytes": {"down": res.bytes[0], "up": res.bytes[1]},
+        **{k: imp.job_result_[k] for k in ("privacy", "trust", "participation")},
+    }
+
+
+def _write_job_outputs(tmp: Path, report: dict, res, rounds: int) -> None:
+    """``result.json`` + ``report.html`` in the job's vocabulary (:func:`fedtab.job.run.write_outputs`)
+    from ``report`` (:func:`_imputation_report`) and the imputation result ``res``."""
+    from ..job.run import write_outputs
+
+    write_outputs({**report, "sites": {s: {"n_rows": v["rows"], "n_train": v["training_rows"],
+                                           "columns": v["columns"], "unavailable_columns": v["unavailable_columns"]}
+                                       for s, v in report["sites"].items()},
+                   "imputation": {"columns": res.columns, "validation": res.validation,
+                                  "best_round": res.best_round, "rounds": rounds,
+                                  "training_curve": res.history}}, tmp, command="impute")
+
+
 def impute_command(
     files: Annotated[list[Path], typer.Argument(help="One CSV or Parquet file per site (numeric columns; empty cell "
                                                 "= missing).")],
@@ -184,95 +315,30 @@ def impute_command(
                                      "learns no single site's.")] = False,
 ) -> None:
     """Impute missing cells and unavailable columns across site CSVs, federatedly."""
-    import numpy as np
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from ..report.output import OutputError  # here: the report package imports matplotlib
 
-    console = err_console
     try:
         from ..federation.protocol import FederationError
         from ..estimators import FederatedImputer
         from ..report.output import atomic_dir, check_writable
 
         check_writable(out)
-
-        if not files:
-            fail("give at least one CSV file")
-        names = [p.name.split(".")[0] for p in files]
-        if len(set(names)) != len(names):
-            fail(f"site names (file stems) must be unique, got {names}")
-        if min_sites is not None and min_sites > len(files):
-            fail(f"--min-sites {min_sites} is more than the {len(files)} site file(s)")
-        raw = {n: read_site_csv(p, sep=sep, na_values=na_value, decimal=decimal) for n, p in zip(names, files)}
-        kept = _kept_columns(raw, target, ignore or [], categorical or [])
-        tables = {n: t.drop(columns=[c for c in kept if c in t.columns]) for n, t in raw.items()}
+        raw, kept, tables = _read_sites(files, CsvFormat(sep, decimal, na_value), min_sites,
+                                        KeptColumns(target, ignore or [], categorical or []))
         imp = FederatedImputer(rounds=rounds, local_epochs=local_epochs, k_neighbors=k_neighbors,
                                min_abs_corr=min_abs_corr, hidden_dim=hidden_dim, n_layers=n_layers, lr=lr,
                                mask_fraction=mask_fraction, validation_fraction=validation_fraction,
                                use_prior=prior, prior_rank=prior_rank, seed=seed, robust=robust,
                                max_site_share=max_site_share, secure_aggregation=secure_aggregation,
                                min_sites=min_sites, timeout=timeout, categorical=categorical or None)
-        with Progress(TextColumn("[bold]FedAvg"), BarColumn(), TextColumn("{task.completed}/{task.total} rounds"),
-                      TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
-                      disable=quiet) as bar:
-            task = bar.add_task("train", total=rounds, info="")
-
-            def progress(r: int, total: int, info: dict) -> None:
-                v = info.get("val_rmse")
-                bar.update(task, completed=r, info=f"val RMSE {v:.3f}" if v is not None else "")
-
-            imp.fit(tables, progress=progress)
+        _fit_with_progress(imp, tables, rounds, quiet)
         with atomic_dir(out) as tmp:  # all files appear at once, or none (previous results kept)
             for name, table in tables.items():
-                filled = imp.transform(table)  # observed cells copied from the table bit for bit
-                for c in table.columns:  # integer input stays integer text ("50", not "50.0") when
-                    given = table[c].dropna().to_numpy(dtype=np.float64)  # every filled value is whole
-                    values = filled[c].to_numpy(dtype=np.float64)
-                    if given.size and np.all(given == np.round(given)) and np.all(values == np.round(values)) \
-                            and np.all(np.abs(values) < 2.0 ** 53):
-                        filled[c] = values.astype(np.int64)
-                for c in kept:  # the label and ignored columns, as the site gave them
-                    if c in raw[name].columns:
-                        filled[c] = raw[name][c].to_numpy()
-                filled.to_csv(tmp / f"{name}.imputed.csv", index=False)
-                imp.imputed_mask(table).astype(int).to_csv(tmp / f"{name}.imputed_mask.csv", index=False)
-            res = imp.result_
-            g = res.graph
-            corr = res.pooled.corr
-            report = {
-                "sites": {s: {"rows": int(len(tables[s])), "training_rows": res.site_rows[s], "columns": res.site_columns[s],
-                              "unavailable_columns": [c for c in res.columns if c not in res.site_columns[s]]}
-                          for s in tables},
-                "columns": res.columns,
-                "settings": imp.get_params(),
-                "validation_rmse_z": res.validation,
-                "training_curve": res.history,
-                "best_round": res.best_round,
-                "left_out": res.left_out,
-                "feature_graph": {
-                    "nodes": g.columns, "unobserved_pairs": res.unobserved_pairs,
-                    "edges": [{"source": g.columns[s], "target": g.columns[t], "r": float(corr[s, t])}
-                              for s, t in g.edge_index.T if s < t],
-                },
-                "linear_prior": None if res.prior_W is None else {
-                    "rank": int(res.prior_W.shape[1]),
-                    "noise_variance": dict(zip(res.columns, map(float, res.prior_psi))),
-                },
-                "seconds": res.seconds,
-                "bytes": {"down": res.bytes[0], "up": res.bytes[1]},
-                **{k: imp.job_result_[k] for k in ("privacy", "trust", "participation")},
-            }
+                _write_site_files(tmp, name, imp, table, raw[name][[c for c in kept if c in raw[name].columns]])
+            report = _imputation_report(imp, tables)
             (tmp / "report.json").write_text(json.dumps(report, indent=1))
-            from ..job.run import write_outputs
-
-            write_outputs({**report, "sites": {s: {"n_rows": v["rows"], "n_train": v["training_rows"],
-                                                   "columns": v["columns"], "unavailable_columns": v["unavailable_columns"]}
-                                               for s, v in report["sites"].items()},
-                           "imputation": {"columns": res.columns, "validation": res.validation,
-                                          "best_round": res.best_round, "rounds": rounds,
-                                          "training_curve": res.history}}, tmp, command="impute")
-            _plots(tmp, res.history, g, res.pooled)
+            _write_job_outputs(tmp, report, imp.result_, rounds)
+            _plots(tmp, imp.result_.history, imp.result_.graph, imp.result_.pooled)
     except typer.Exit:
         raise
     except (ImputeInputError, ValueError, FederationError) as exc:
@@ -281,6 +347,7 @@ def impute_command(
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write to {out}: {exc}")
+    res = imp.result_
     v = res.validation.get("overall")
-    console.print(f"imputed {len(tables)} site(s) over {len(res.columns)} columns in {res.seconds:.1f}s"
-                  + (f"; validation RMSE (z) {v:.3f}" if v is not None else "") + f" -> {out}", highlight=False)
+    err_console.print(f"imputed {len(tables)} site(s) over {len(res.columns)} columns in {res.seconds:.1f}s"
+                      + (f"; validation RMSE (z) {v:.3f}" if v is not None else "") + f" -> {out}", highlight=False)

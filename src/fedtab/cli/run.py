@@ -27,6 +27,60 @@ def step_reporter():
                                       soft_wrap=True)), (lambda: None)
 
 
+def _check_where(engine: Optional[str], deployment: Optional[str], superlink: Optional[str],
+                 flare_project: Optional[Path]) -> None:
+    """Refuse (:func:`~fedtab.cli.fail`: exit 2, one line) a ``--deployment`` other than ``loopback``
+    or with ``--engine local``, ``--superlink`` with an engine but Flower, ``--flare-project`` with an
+    engine but FLARE, and more than one of the three."""
+    if deployment not in (None, "loopback"):
+        fail(f"--deployment must be 'loopback', got {deployment!r}")
+    if deployment and engine == "local":
+        fail("--deployment applies to --engine flower or nvflare")
+    if superlink and engine not in (None, "flower"):
+        fail("--superlink applies to --engine flower only")
+    if flare_project and engine not in (None, "nvflare"):
+        fail("--flare-project applies to --engine nvflare only")
+    if sum(map(bool, (deployment, superlink, flare_project))) > 1:
+        fail("give one of --deployment loopback, --superlink and --flare-project")
+
+
+def _print_summary(result: dict) -> None:
+    """Print a finished run's ``result`` (:func:`fedtab.job.run.run_job`) to the console: each site's
+    rows and columns, the columns left out, the one-class sites, the election, the pooled test
+    metrics (AUROC with its bounds when it is an estimate), the ε spent and the sites left out."""
+    ev = result["training"]["metrics"]["pooled"]
+    for name, s in result["sites"].items():
+        console.print(f"site {name}: {s['n_rows']} rows ({s['dropped_unlabelled']} without a label dropped), "
+                      f"{len(s['columns'])} columns, lacks {s['unavailable_columns'] or 'none'}", highlight=False,
+                      markup=False)
+    for col, why in ((result.get("schema") or {}).get("ignored") or {}).items():
+        console.print(f"column {col!r} left out: {why}", style="yellow", markup=False, highlight=False)
+    for name, s in result["sites"].items():
+        if s.get("one_class"):
+            took = s.get("participation") or {}
+            console.print(f"site {name!r} holds one class only: election {took.get('election') or 'none'}, "
+                          f"training {took.get('training')}, evaluation {took.get('evaluation')} (no AUROC there)",
+                          style="yellow", markup=False, highlight=False)
+    if result["election"]:
+        el = result["election"]
+        console.print(f"elected {len(el['selected'])} of {el['stats']['features']} columns at freedom degree "
+                      f"{el['freedom_degree']:g}: {', '.join(el['selected'])}", highlight=False, markup=False)
+    auroc = f", AUROC {ev['auroc']:.3f}" if ev.get("auroc") is not None else ""
+    bounds = ev.get("auroc_bounds")
+    if auroc and isinstance(bounds, list) and len(bounds) == 2 and bounds[1] - bounds[0] >= 5e-4:
+        auroc += f" (an estimate: the exact value is in [{bounds[0]:.3f}, {bounds[1]:.3f}])"
+    elif auroc and bounds is None:
+        auroc += " (an estimate without a bound)"
+    console.print(f"{result['training']['model']}: weighted F1 {ev['weighted_f1']:.3f}, accuracy {ev['accuracy']:.3f}"
+                  f"{auroc} on {ev.get('n', '?')} test rows", highlight=False)
+    dp = (result.get("privacy") or {}).get("dp")
+    if dp is not None:
+        console.print(f"differential privacy: ε spent {dp['epsilon_spent']:.3g} of the job's {dp['epsilon']:g} "
+                      f"(δ = {dp['delta']:g})", highlight=False)
+    for name, why in ((result.get("participation") or {}).get("dropped") or {}).items():
+        console.print(f"site {name!r} was left out: {why}", style="yellow", markup=False, highlight=False)
+
+
 def run_command(
     job: Annotated[Path, typer.Argument(help="The job file (TOML): sites, target and steps (see docs/job.md).")],
     engine: Annotated[Optional[str], typer.Option(help="local, flower or nvflare (default: the job's [run] engine, "
@@ -64,16 +118,7 @@ def run_command(
     from ..job import JobError
     from ..job.run import OutputsExist, run_job
 
-    if deployment not in (None, "loopback"):
-        fail(f"--deployment must be 'loopback', got {deployment!r}")
-    if deployment and engine == "local":
-        fail("--deployment applies to --engine flower or nvflare")
-    if superlink and engine not in (None, "flower"):
-        fail("--superlink applies to --engine flower only")
-    if flare_project and engine not in (None, "nvflare"):
-        fail("--flare-project applies to --engine nvflare only")
-    if sum(map(bool, (deployment, superlink, flare_project))) > 1:
-        fail("give one of --deployment loopback, --superlink and --flare-project")
+    _check_where(engine, deployment, superlink, flare_project)
     if not superlink and (root_certificates or site_keys or insecure):
         fail("--root-certificates, --site-keys and --insecure apply to --superlink only")
     say, close = step_reporter()
@@ -90,37 +135,7 @@ def run_command(
         return
     finally:
         close()
-    ev = result["training"]["metrics"]["pooled"]
-    for name, s in result["sites"].items():
-        console.print(f"site {name}: {s['n_rows']} rows ({s['dropped_unlabelled']} without a label dropped), "
-                      f"{len(s['columns'])} columns, lacks {s['unavailable_columns'] or 'none'}", highlight=False,
-                      markup=False)
-    for col, why in ((result.get("schema") or {}).get("ignored") or {}).items():
-        console.print(f"column {col!r} left out: {why}", style="yellow", markup=False, highlight=False)
-    for name, s in result["sites"].items():
-        if s.get("one_class"):
-            took = s.get("participation") or {}
-            console.print(f"site {name!r} holds one class only: election {took.get('election') or 'none'}, "
-                          f"training {took.get('training')}, evaluation {took.get('evaluation')} (no AUROC there)",
-                          style="yellow", markup=False, highlight=False)
-    if result["election"]:
-        el = result["election"]
-        console.print(f"elected {len(el['selected'])} of {el['stats']['features']} columns at freedom degree "
-                      f"{el['freedom_degree']:g}: {', '.join(el['selected'])}", highlight=False, markup=False)
-    auroc = f", AUROC {ev['auroc']:.3f}" if ev.get("auroc") is not None else ""
-    bounds = ev.get("auroc_bounds")
-    if auroc and isinstance(bounds, list) and len(bounds) == 2 and bounds[1] - bounds[0] >= 5e-4:
-        auroc += f" (an estimate: the exact value is in [{bounds[0]:.3f}, {bounds[1]:.3f}])"
-    elif auroc and bounds is None:
-        auroc += " (an estimate without a bound)"
-    console.print(f"{result['training']['model']}: weighted F1 {ev['weighted_f1']:.3f}, accuracy {ev['accuracy']:.3f}"
-                  f"{auroc} on {ev.get('n', '?')} test rows", highlight=False)
-    dp = (result.get("privacy") or {}).get("dp")
-    if dp is not None:
-        console.print(f"differential privacy: ε spent {dp['epsilon_spent']:.3g} of the job's {dp['epsilon']:g} "
-                      f"(δ = {dp['delta']:g})", highlight=False)
-    for name, why in ((result.get("participation") or {}).get("dropped") or {}).items():
-        console.print(f"site {name!r} was left out: {why}", style="yellow", markup=False, highlight=False)
+    _print_summary(result)
     where = Path(out) if out is not None else Path(result["job"]["run"]["out"])
     tracked = f"; MLflow run {result['mlflow']['run_id']}" if result.get("mlflow") else ""
     outcome(f"run {result['run_id']}: wrote {', '.join(str(where / f) for f in result['artifacts'].values())}"

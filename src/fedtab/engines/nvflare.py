@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -45,8 +46,8 @@ from .errors import RunError
 from .site_config import IDENTITY_KEYS, build_site, site_config
 from .site_state import SiteCache, decode_state, encode_state
 
-__all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "FlareFederation", "SimulatorError",
-           "STATE_FOLDER", "build_job", "flare_run_id", "provision_identities", "run_simulator", "site_state_dir"]
+__all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "FlareFederation", "RowSplit",
+           "SimulatorError", "STATE_FOLDER", "build_job", "flare_run_id", "provision_identities", "run_simulator", "site_state_dir"]
 
 TASK_NAME = "fedtab"
 _PAYLOAD = "fedtab"
@@ -234,6 +235,27 @@ class FedtabController(Controller):
 
 
 # ----------------------------------------------------------------------------- client side
+@dataclass(frozen=True)
+class RowSplit:
+    """How a FLARE site draws its parts (:class:`FedtabExecutor`'s ``split``; the site config's
+    ``test-size``, ``seed`` and ``folds``): the share ``test_size`` of its rows held out for testing
+    when it has no ``test_path``, the ``seed`` of the draw, and its number of cross-validation
+    ``folds`` (as :class:`~fedtab.federation.site.core.Site`; checked when the site is built).
+
+    FLARE writes it into the job as a component of its own (``{"path", "args"}``), which the
+    site builds back: ``fedtab.engines.`` is on a fedtab site's class allow list
+    (:func:`allow_fedtab_components`).
+    """
+
+    test_size: float = 0.2
+    seed: int = 0
+    folds: int = 5
+
+
+#: the site config keys :class:`FedtabExecutor` takes as one :class:`RowSplit`
+SPLIT_KEYS = ("test_size", "seed", "folds")
+
+
 class FedtabExecutor(Executor):
     """Answers fedtab tasks with the client's :class:`~fedtab.federation.site.core.Site`.
 
@@ -241,10 +263,10 @@ class FedtabExecutor(Executor):
         data_path: the site's CSV/Parquet file. target: label column ("" = none).
         test_path: optional held-out rows (then no random split).
         selector: the site's selector (name, ``{"name", "params"}`` dict or alias).
-        test_size, seed: the random split when there is no ``test_path``.
+        split: the random split when there is no ``test_path`` (``test_size``, ``seed``) and the
+            site's ``folds``: a :class:`RowSplit`; ``None``: its defaults (0.2, 0, 5).
         na_values: strings read as missing (see :func:`~fedtab.engines.site_config.parse_na_values`).
-        min_rows, policy, folds: the site's disclosure floor, policy and folds (see
-            :mod:`fedtab.engines.site_config`).
+        min_rows, policy: the site's disclosure floor and policy (see :mod:`fedtab.engines.site_config`).
         state_dir: ignored (a warning says so when set): the job is written by the server's side,
             which must not choose where a site keeps its ledger (a fresh folder per job would reset
             its ε budget). The site's state folder is the ``state-dir`` of its own ``local/``
@@ -255,24 +277,25 @@ class FedtabExecutor(Executor):
     """
 
     def __init__(self, data_path: str, target: str = "", test_path: str = "", selector: Any = "lasso",
-                 test_size: float = 0.2, seed: int = 0, na_values: Any = None, min_rows: Any = None,
-                 policy: Any = None, folds: int = 5, state_dir: str = "") -> None:
+                 split: RowSplit | None = None, na_values: Any = None, min_rows: Any = None,
+                 policy: Any = None, state_dir: str = "") -> None:
         super().__init__()
+        # FLARE writes the job from these attributes: each keeps its parameter's name
         self.na_values = na_values
-        self.min_rows, self.policy, self.folds, self.state_dir = min_rows, policy, folds, state_dir
+        self.min_rows, self.policy, self.state_dir = min_rows, policy, state_dir
         self.data_path = data_path
         self.target = target
         self.test_path = test_path
         self.selector = selector
-        self.test_size = test_size
-        self.seed = seed
+        self.split = split
 
     def _site(self, fl_ctx: FLContext):
         name = fl_ctx.get_identity_name()
         job_id = fl_ctx.get_job_id()
+        split = self.split or RowSplit()
         config = {"name": name, "data_path": self.data_path, "target": self.target, "test_path": self.test_path,
-                  "selector": self.selector, "test_size": self.test_size, "seed": self.seed,
-                  "na_values": self.na_values, "min_rows": self.min_rows, "policy": self.policy, "folds": self.folds}
+                  "selector": self.selector, "test_size": split.test_size, "seed": split.seed,
+                  "na_values": self.na_values, "min_rows": self.min_rows, "policy": self.policy, "folds": split.folds}
         site, fresh = _SITES.get((job_id, name), lambda: build_site({**config, **self._own_config(fl_ctx, name)}))
         state_file = self._state_file(fl_ctx)
         if fresh and state_file.is_file():
@@ -388,6 +411,8 @@ def build_job(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | No
             raise ValueError(f"site {site['name']!r}: unknown executor arguments {sorted(unknown)}")
         if isinstance(args.get("selector"), str) and args["selector"].strip().startswith("{"):
             args["selector"] = json.loads(args["selector"])
+        if any(key in args for key in SPLIT_KEYS):
+            args["split"] = RowSplit(**{key: args.pop(key) for key in SPLIT_KEYS if key in args})
         job.to(FedtabExecutor(**args), str(site["name"]), tasks=[TASK_NAME])
     return job
 

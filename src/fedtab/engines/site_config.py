@@ -86,16 +86,19 @@ class FixedSplitSite(Site):
     """A site whose train and test rows are given (no random split).
 
     Args:
-        name, target, selector: as :class:`~fedtab.federation.site.core.Site`.
+        name, target: as :class:`~fedtab.federation.site.core.Site`.
         train: the training rows. test: the held-out rows (same columns; may be empty).
+        site_options: :class:`~fedtab.federation.site.core.Site`'s keyword arguments but
+            ``test_size`` (``selector``, ``seed``, ``policy``, ``folds``, ``state_dir``, ``task``),
+            passed on unchanged.
 
     Raises:
         ValueError: the two tables have different columns, or as ``Site``.
+        TypeError: a keyword argument ``Site`` does not take, or ``test_size``.
     """
 
-    def __init__(self, name: str, train: pd.DataFrame, test: pd.DataFrame, target: str | None = None, *,
-                 selector: Any = "lasso", seed: int = 0, policy: Any = None, folds: int = 5,
-                 state_dir: Any = None, task: str = "auto") -> None:
+    def __init__(self, name: str, train: pd.DataFrame, test: pd.DataFrame, target: str | None = None,
+                 **site_options: Any) -> None:
         if list(train.columns) != list(test.columns):
             raise ValueError(f"site {name!r}: the train and test tables have different columns")
         unlabelled = 0
@@ -105,8 +108,7 @@ class FixedSplitSite(Site):
         import pandas as pd
 
         self._n_train = len(train)
-        super().__init__(name, pd.concat([train, test], ignore_index=True), target, test_size=0.0, seed=seed,
-                         selector=selector, policy=policy, folds=folds, state_dir=state_dir, task=task)
+        super().__init__(name, pd.concat([train, test], ignore_index=True), target, test_size=0.0, **site_options)
         self.unlabelled_rows = unlabelled
 
     def _draw_parts(self):  # noqa: ANN202 - RowParts

@@ -18,6 +18,7 @@ as ``1/n``. Each step is one Gaussian release for the accountant
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -26,9 +27,9 @@ from torch import Tensor
 
 from ..privacy.dp import add_noise
 from .model import GNNImputer
-from .train import hide_entries
+from .train import Masking, hide_entries
 
-__all__ = ["per_example_grads", "clipped_gradient_sum", "dp_local_train"]
+__all__ = ["DPSteps", "per_example_grads", "clipped_gradient_sum", "dp_local_train"]
 
 #: largest (rows × parameters) held at once by the per-example gradients (float32: 4 bytes each).
 _CHUNK_FLOATS = 2 * 10**7
@@ -80,21 +81,37 @@ def clipped_gradient_sum(model: GNNImputer, values: Tensor, given: Tensor, avail
     return torch.cat([torch.einsum("b,b...->...", factor, grads[k]).reshape(-1) for k in names])
 
 
+@dataclass(frozen=True)
+class DPSteps:
+    """The DP gradient-descent steps :func:`dp_local_train` takes.
+
+    Attributes:
+        steps: number of steps (each one Gaussian release of sensitivity ``2C``).
+        spec: the request's ``meta["dp"]``: ``z`` (noise multiplier of each step), ``clip`` (C).
+        noise: the generator of the Gaussian noise (OS entropy, :func:`fedtab.privacy.dp.noise_rng`).
+    """
+
+    steps: int
+    spec: Mapping[str, Any]
+    noise: np.random.Generator
+
+
 def dp_local_train(model: GNNImputer, optimizer: torch.optim.Optimizer, values: np.ndarray, available: np.ndarray,
-                   adj: tuple[Tensor, Tensor], *, steps: int, mask_fraction: float, structural_share: float,
-                   spec: Mapping[str, Any], rng: np.random.Generator, noise: np.random.Generator) -> int:
-    """``steps`` DP gradient-descent steps on all of one site's rows (module docstring).
+                   adj: tuple[Tensor, Tensor], *, dp: DPSteps, masking: Masking, rng: np.random.Generator) -> int:
+    """``dp.steps`` DP gradient-descent steps on all of one site's rows (module docstring).
 
     Args:
         values: (n, F) z-values over the global schema (NaN = missing or unavailable).
         available: (F,) bool, the site's columns.
-        spec: the request's ``meta["dp"]``: ``z`` (noise multiplier of each step), ``clip`` (C).
+        dp: the number of steps, the DP spec and the noise generator (:class:`DPSteps`).
+        masking: what each step hides (:class:`~fedtab.impute.train.Masking`).
         rng: the site's (seeded) generator for the self-supervision masks.
-        noise: the generator of the Gaussian noise (OS entropy, :func:`fedtab.privacy.dp.noise_rng`).
 
     Returns:
         The number of steps taken (each one Gaussian release of sensitivity ``2C``).
     """
+    steps, spec, noise = dp.steps, dp.spec, dp.noise
+    mask_fraction, structural_share = masking.fraction, masking.structural_share
     n, f = values.shape
     if n == 0:
         return 0

@@ -10,6 +10,7 @@ other sites: that is the signal structural imputation needs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -18,7 +19,8 @@ from torch import Tensor
 
 from .model import GNNImputer
 
-__all__ = ["hide_entries", "auto_batch_size", "local_train", "predict", "fedavg", "masked_sq_errors", "set_threads"]
+__all__ = ["Masking", "Schedule", "hide_entries", "auto_batch_size", "local_train", "predict", "fedavg", "masked_sq_errors",
+           "set_threads"]
 
 
 def set_threads(n: int | None = None) -> None:
@@ -77,6 +79,36 @@ def hide_entries(
     return hidden, as_unavail
 
 
+@dataclass(frozen=True)
+class Masking:
+    """How self-supervision hides a site's entries (:func:`hide_entries`).
+
+    Attributes:
+        fraction: mean probability that an observed entry is hidden, in ``(0, 1]``.
+        structural_share: of the hidden entries, the share shown to the model as structurally
+            unavailable (available flag 0) rather than as missing cells, in ``[0, 1]``.
+    """
+
+    fraction: float = 0.3
+    structural_share: float = 0.5
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How many optimiser steps :func:`local_train` takes.
+
+    Attributes:
+        epochs: passes over the site's rows (each in a fresh random order).
+        batch_size: rows per step; ``None``: :func:`auto_batch_size` of the site's rows.
+        max_steps: optional cap on optimiser steps over all epochs (keeps rounds short on big
+            sites); ``None``: no cap.
+    """
+
+    epochs: int = 1
+    batch_size: int | None = 64
+    max_steps: int | None = None
+
+
 def local_train(
     model: GNNImputer,
     optimizer: torch.optim.Optimizer,
@@ -84,12 +116,9 @@ def local_train(
     available: np.ndarray,
     adj: Tensor,
     *,
-    epochs: int = 1,
-    batch_size: int | None = 64,
-    mask_fraction: float = 0.3,
-    structural_share: float = 0.5,
     rng: np.random.Generator,
-    max_steps: int | None = None,
+    schedule: Schedule = Schedule(),
+    masking: Masking = Masking(),
 ) -> tuple[float, int]:
     """Train ``model`` in place on one site's rows.
 
@@ -98,13 +127,15 @@ def local_train(
             unavailable.
         available: (F,) bool, the columns this site has.
         adj: the sparse adjacency pair from :func:`fedtab.impute.model.graph_tensors`.
-        epochs, batch_size, mask_fraction, structural_share: see module docstring;
-            ``batch_size=None``: :func:`auto_batch_size` of the site's rows.
-        max_steps: optional cap on optimiser steps (keeps rounds short on big sites).
+        rng: the site's (seeded) generator of the row order and the masks.
+        schedule: epochs, rows per step and the step cap (:class:`Schedule`).
+        masking: what each step hides (:class:`Masking`; see the module docstring).
 
     Returns:
         ``(mean loss over steps, number of steps)``; loss is MSE in z-space.
     """
+    epochs, batch_size, max_steps = schedule.epochs, schedule.batch_size, schedule.max_steps
+    mask_fraction, structural_share = masking.fraction, masking.structural_share
     n, f = values.shape
     if batch_size is None:
         batch_size = auto_batch_size(n)

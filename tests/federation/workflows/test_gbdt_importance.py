@@ -208,13 +208,14 @@ def test_the_sites_record_survives_an_engines_state_codec():
 
 
 def test_a_split_recorded_twice_counts_once():
-    from fedtab.learn.gbdt.importance import site_gains
+    from fedtab.learn.gbdt.importance import SiteRecord, site_gains
 
     site = _grown_site(min_rows=1)
     st = site.state["gbdt"]
     b = site.state["gbdt_live"][1]
     args = (b.bins, b.y, b.layout, b.params, st["base_margin"])
-    once = site_gains(*args, st["grown"], st["grown_leaves"], st["grown_leaf_ptr"], 1, 1)
-    twice = site_gains(*args, np.vstack([st["grown"], st["grown"]]), st["grown_leaves"], st["grown_leaf_ptr"], 1, 1)
+    once = site_gains(*args, SiteRecord(st["grown"], st["grown_leaves"], st["grown_leaf_ptr"]), 1, 1)
+    twice = site_gains(*args, SiteRecord(np.vstack([st["grown"], st["grown"]]), st["grown_leaves"],
+                                         st["grown_leaf_ptr"]), 1, 1)
     assert once.splits == twice.splits == 1
     np.testing.assert_array_equal(once.total, twice.total)

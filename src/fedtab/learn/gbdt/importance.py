@@ -33,7 +33,7 @@ from .params import GBDTParams
 from .site import apply_splits
 from .split import node_score
 
-__all__ = ["SPLIT_RECORD", "SiteGains", "pooled_importance", "record_splits", "site_gains"]
+__all__ = ["SPLIT_RECORD", "SiteGains", "SiteRecord", "pooled_importance", "record_splits", "site_gains"]
 
 #: columns of a site's record of the splits it applied (one row per split; int64)
 SPLIT_RECORD = ("round", "level", "tree", "node", "feature", "bin", "default_left", "left", "right")
@@ -69,6 +69,22 @@ class SiteGains:
     suppressed: int
 
 
+@dataclass(frozen=True)
+class SiteRecord:
+    """What a site took part in: the splits it applied and the leaf values it received.
+
+    Attributes:
+        splits: ``(N, 9)`` :data:`SPLIT_RECORD` rows of the splits the site applied, in order
+            (:func:`record_splits`).
+        leaves / leaf_ptr: the leaf values the site received, tree after tree, round after round
+            (tree ``t``'s values are ``leaves[leaf_ptr[t]:leaf_ptr[t+1]]``, by node id).
+    """
+
+    splits: np.ndarray
+    leaves: np.ndarray
+    leaf_ptr: np.ndarray
+
+
 def _node_sums(positions: np.ndarray, weights: Sequence[np.ndarray], tree_splits: np.ndarray, n_nodes: int
                ) -> np.ndarray:
     """``(len(weights), n_nodes)`` sums per node of one tree: leaves from the rows' final
@@ -80,26 +96,24 @@ def _node_sums(positions: np.ndarray, weights: Sequence[np.ndarray], tree_splits
 
 
 def site_gains(bins: np.ndarray, y: np.ndarray, layout: BinLayout, params: GBDTParams, base_margin: np.ndarray,
-               record: np.ndarray, leaves: np.ndarray, leaf_ptr: np.ndarray, n_rounds: int, min_rows: int
-               ) -> SiteGains:
+               record: SiteRecord, n_rounds: int, min_rows: int) -> SiteGains:
     """Gains of the first ``n_rounds`` rounds' splits on a site's rows (module docstring).
 
     Args:
         bins: ``(n, d)`` the site's binned training rows (:meth:`BinLayout.bin`); y: ``(n,)`` labels.
         layout / params / base_margin: the run's bins, settings and ``(K,)`` starting margins.
-        record: ``(N, 9)`` :data:`SPLIT_RECORD` rows of the splits the site applied, in order.
-        leaves / leaf_ptr: the leaf values the site received, tree after tree, round after
-            round (tree ``t``'s values are ``leaves[leaf_ptr[t]:leaf_ptr[t+1]]``, by node id).
+        record: the splits the site applied and the leaf values it received (:class:`SiteRecord`).
         n_rounds: rounds to count (the kept ones); min_rows: the site's floor.
 
     Raises:
         ValueError: more rounds than the record holds, or a record that does not fit the rows.
     """
     K, n, d = params.n_outputs, bins.shape[0], layout.n_features
-    rec = np.asarray(record, dtype=np.int64).reshape(-1, len(SPLIT_RECORD))
+    leaves = record.leaves
+    rec = np.asarray(record.splits, dtype=np.int64).reshape(-1, len(SPLIT_RECORD))
     _, first = np.unique(rec[:, [0, 2, 3]], axis=0, return_index=True)  # a replayed split counts once
     rec = rec[np.sort(first)]
-    ptr = np.asarray(leaf_ptr, dtype=np.int64)
+    ptr = np.asarray(record.leaf_ptr, dtype=np.int64)
     if n_rounds < 0 or ptr.size - 1 < n_rounds * K:
         raise ValueError(f"{n_rounds} rounds asked, the site's record holds {(ptr.size - 1) // max(K, 1)}")
     margins = np.repeat(np.asarray(base_margin, np.float32).reshape(1, K), n, axis=0)

@@ -41,7 +41,7 @@ import numpy as np
 
 from fedtab.learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_sums
 from fedtab.learn.gbdt.sketch import grid_counts, merge_counts, sketch_grids
-from fedtab.learn.gbdt.importance import SPLIT_RECORD, record_splits, site_gains
+from fedtab.learn.gbdt.importance import SPLIT_RECORD, SiteRecord, record_splits, site_gains
 from fedtab.learn.metrics import regression_sums
 from fedtab.learn.gbdt.release import PACKED, check_request, histogram_sensitivity, noisy_level, pack_level, release_level
 from fedtab.privacy.dp import DP_META, add_noise, noise_rng
@@ -522,7 +522,8 @@ def _importance(site: Site, request: Message) -> Message:
     booster = _booster(site, st)
     if rounds > booster.round:
         raise ValueError("the request asks for more rounds than the site grew")
-    out = site_gains(booster.bins, booster.y, booster.layout, booster.params, st["base_margin"], st["grown"],
-                     st["grown_leaves"], st["grown_leaf_ptr"], rounds, int(st["min_rows"]))
+    record = SiteRecord(st["grown"], st["grown_leaves"], st["grown_leaf_ptr"])
+    out = site_gains(booster.bins, booster.y, booster.layout, booster.params, st["base_margin"], record, rounds,
+                     int(st["min_rows"]))
     st["importance_released"] = True  # once per run: gains for r and r + 1 rounds would give one round's
     return Message("gbdt_importance", {"gain": out.total}, {"n": int(booster.y.size), "suppressed": out.suppressed})

@@ -292,27 +292,26 @@ def _weights(request: Message) -> dict[str, np.ndarray]:
 def _fit(site: Site, request: Message) -> Message:
     from fedtab.impute.model import numpy_to_state, state_to_numpy
     from fedtab.impute.optim_state import optimizer_to_numpy
-    from fedtab.impute.train import local_train
+    from fedtab.impute.train import Masking, Schedule, local_train
 
     st, live = _state(site), _live(site)
     cfg: ImputeConfig = st["config"]
     numpy_to_state(live["model"], _weights(request))
     dp = request.meta.get(DP_META)
+    masking = Masking(cfg.mask_fraction, cfg.structural_share)
     if dp is None:
         sse, cnt = _validation_errors(st, live)
         loss, steps = local_train(
-            live["model"], live["optimizer"], live["train"], live["available"], live["adj"],
-            epochs=cfg.local_epochs, batch_size=cfg.batch_size, mask_fraction=cfg.mask_fraction,
-            structural_share=cfg.structural_share, rng=st["rng"], max_steps=cfg.max_steps_per_round,
+            live["model"], live["optimizer"], live["train"], live["available"], live["adj"], rng=st["rng"],
+            schedule=Schedule(cfg.local_epochs, cfg.batch_size, cfg.max_steps_per_round), masking=masking,
         )
     else:  # DP gradient descent (per-row clipping); validation errors are not released under DP
-        from fedtab.impute.dp_train import dp_local_train
+        from fedtab.impute.dp_train import DPSteps, dp_local_train
 
         f = len(st["columns"])
         sse, cnt, loss = np.zeros(f), np.zeros(f), float("nan")
         steps = dp_local_train(live["model"], live["optimizer"], live["train"], live["available"], live["adj"],
-                               steps=_dp_steps(dp), mask_fraction=cfg.mask_fraction,
-                               structural_share=cfg.structural_share, spec=dp, rng=st["rng"], noise=noise_rng())
+                               dp=DPSteps(_dp_steps(dp), dp, noise_rng()), masking=masking, rng=st["rng"])
     st["optimizer_state"] = optimizer_to_numpy(live["optimizer"])
     weights = state_to_numpy(live["model"])
     arrays = {f"w/{k}": v for k, v in weights.items()}
