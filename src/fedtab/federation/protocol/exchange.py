@@ -20,6 +20,7 @@ the rest of the run with a warning naming it and why; the run goes on while at l
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
 from fedtab.federation.protocol.messages import Message, MessageError
@@ -72,41 +73,17 @@ def exchange(
             (names exactly those sites).
         QuorumError: too few sites are left.
     """
-    if isinstance(requests, Message):
-        requests = {s: requests for s in federation.active}
-    if not requests:
-        raise QuorumError("no site is left to ask")
+    requests = _addressed(federation, requests)
     from fedtab.federation.protocol import schema as _schema
 
     expected = kind or next(iter(requests.values())).kind
-    schema = federation.schema
-    declaring = schema is None
-    if declaring:  # the first exchange of a run also agrees the schema (no extra round)
-        flagged: dict[int, Message] = {}
-        requests = {s: flagged.setdefault(id(m), Message(m.kind, m.arrays, {**m.meta, _schema.DECLARE: True}))
-                    for s, m in requests.items()}
-    elif federation._schema_pending:  # one message per distinct request, so a broadcast stays one
-        attached: dict[tuple[int, int], Message] = {}  # sites that declared the same columns share one
-        out: dict[str, Message] = {}
-        for s, m in requests.items():
-            if s not in federation._schema_pending:
-                out[s] = m
-                continue
-            key = (id(m), id(schema._site_meta(s)))
-            if key not in attached:
-                attached[key] = schema.attach(m, s)
-            out[s] = attached[key]
-        requests = out
+    declaring = federation.schema is None
+    requests = _with_schema_flags(federation, requests, declaring)
     # replies are taken one at a time as the engine decodes them: each is classified, its
     # declaration parsed (names kept once, in the shared declared tuple) and validated before the
     # next is held -- never all K decoded replies with their names at once
-    bad: dict[str, str] = {}
-    refusals: dict[str, str] = {}
-    good: dict[str, Message] = {}
-    held: dict[str, Message] = {}  # declaring: replies waiting for the agreed schema, declaration stripped
-    declarations: dict[str, "_schema.SiteDeclaration"] = {}
-    validated: dict[tuple[str, ...], tuple[str, ...]] = {}
-    limits = (getattr(federation, "schema_limits", None) or _schema.SchemaLimits()) if declaring else None
+    sorting = _Sorting(check, expected, declaring,
+                       (getattr(federation, "schema_limits", None) or _schema.SchemaLimits()) if declaring else None)
     seen: set[str] = set()
     for site, reply in federation.ask_each(requests):
         if site not in requests or site in seen:
@@ -114,57 +91,153 @@ def exchange(
         seen.add(site)
         if not declaring and not reply.is_error:
             federation._schema_pending.discard(site)
-        if reply.is_refusal:  # the site's disclosure policy declined: reported by name, never reduced
-            refusals[site] = str(reply.meta.get("reason", "no reason given"))[:2000]
-            bad[site] = f"refused: {refusals[site]}"
-        elif reply.is_error:
-            bad[site] = str(reply.meta.get("error", "unknown error"))[:2000]
-        elif reply.kind != expected:
-            bad[site] = f"replied {reply.kind[:80]!r} to a {expected!r} request"
-        elif declaring:
-            try:
-                declarations[site] = _schema.parse_declaration(reply.meta.get(_schema.DECLARED), limits, validated)
-            except ValueError as exc:
-                bad[site] = f"invalid schema declaration: {exc}"
-            else:
-                held[site] = _without(reply, _schema.DECLARED)  # its names now live once, in the declaration
-        elif _schema.DECLARED in reply.meta:
-            bad[site] = "sent a schema declaration in a later message (column names go only in the first exchange)"
-        else:
-            _check_one(check, site, reply, good, bad)
+        sorting.sort(site, reply)
     for site in requests:
         if site not in seen:
-            bad[site] = "no reply"
+            sorting.bad[site] = "no reply"
     if declaring:
-        _schema.settle_target(declarations, bad)
-        if declarations:
-            _schema.set_schema(federation, _schema.Schema.from_declarations(declarations, limits))
-        for site in list(held):
-            reply = held.pop(site)
-            if site in declarations:
-                _check_one(check, site, reply, good, bad)
-    good = {s: good[s] for s in requests if s in good}
-    bad = {s: bad[s] for s in requests if s in bad}
+        sorting.agree_schema(federation)
+    good = {s: sorting.good[s] for s in requests if s in sorting.good}
+    bad = {s: sorting.bad[s] for s in requests if s in sorting.bad}
     if bad:
-        text = "; ".join(reject_text(s, e) for s, e in bad.items())
-        if on_error == "skip":
-            log.warning("%s step: leaving out %d site(s): %s", expected, len(bad), text)
-        elif federation.min_sites is None:
-            if set(bad) == set(refusals):
-                text = "; ".join(f"site {s!r} refused: {r}" for s, r in refusals.items())
-                raise SiteRefused(f"{expected} step refused by {len(refusals)} site(s): {text}", refusals)
-            raise SiteError(f"{expected} step failed at {len(bad)} site(s): {text}", bad)
-        else:
-            for s, e in bad.items():
-                federation.dropped[s] = e
-            log.warning("%s step: dropping %d site(s): %s", expected, len(bad), text)
-            if len(good) < federation.min_sites:
-                raise QuorumError(f"{expected} step: {len(good)} site(s) answered, the quorum is "
-                                  f"{federation.min_sites} ({text})")
+        _apply_failure_policy(federation, expected, good, bad, sorting.refusals, on_error)
     if not good:
         raise QuorumError(f"{expected} step: no site replied successfully")
     federation.participation.append({"step": step or expected, "sites": list(good)})
     return good
+
+
+def _addressed(federation: Federation, requests: Message | Mapping[str, Message]) -> Mapping[str, Message]:
+    """``{site: request}``: one message broadcast to every active site, or ``requests`` as given.
+
+    Raises:
+        QuorumError: no site to ask.
+    """
+    if isinstance(requests, Message):
+        requests = {s: requests for s in federation.active}
+    if not requests:
+        raise QuorumError("no site is left to ask")
+    return requests
+
+
+def _with_schema_flags(federation: Federation, requests: Mapping[str, Message], declaring: bool
+                       ) -> Mapping[str, Message]:
+    """``requests`` with the schema flags of this exchange: on the first exchange of a run
+    (``declaring``) each asks for the site's declaration (no extra round); later, a site still
+    waiting for the agreed schema gets it attached. One message per distinct request (a broadcast
+    stays one; sites that declared the same columns share one); the other requests are unchanged."""
+    from fedtab.federation.protocol import schema as _schema
+
+    if declaring:
+        flagged: dict[int, Message] = {}
+        return {s: flagged.setdefault(id(m), Message(m.kind, m.arrays, {**m.meta, _schema.DECLARE: True}))
+                for s, m in requests.items()}
+    if not federation._schema_pending:
+        return requests
+    schema = federation.schema
+    assert schema is not None
+    attached: dict[tuple[int, int], Message] = {}
+    out: dict[str, Message] = {}
+    for s, m in requests.items():
+        if s not in federation._schema_pending:
+            out[s] = m
+            continue
+        key = (id(m), id(schema._site_meta(s)))
+        if key not in attached:
+            attached[key] = schema.attach(m, s)
+        out[s] = attached[key]
+    return out
+
+
+@dataclass
+class _Sorting:
+    """The replies of one exchange sorted as they arrive: ``good`` (validated), ``bad`` (``{site:
+    reason}``: errors, refusals, wrong kinds, rejected replies), ``refusals`` (``{site: the policy's
+    reason}``, also in ``bad``). On the schema-declaring exchange a reply's declaration is parsed at
+    once and the reply ``held`` (declaration stripped) until :meth:`agree_schema` has run."""
+
+    check: Validator | None
+    expected: str
+    declaring: bool
+    limits: Any  # the run's SchemaLimits when declaring, else None
+    good: dict[str, Message] = field(default_factory=dict)
+    bad: dict[str, str] = field(default_factory=dict)
+    refusals: dict[str, str] = field(default_factory=dict)
+    held: dict[str, Message] = field(default_factory=dict)
+    declarations: dict[str, Any] = field(default_factory=dict)
+    validated: dict[tuple[str, ...], tuple[str, ...]] = field(default_factory=dict)
+
+    def sort(self, site: str, reply: Message) -> None:
+        """File one reply under ``refusals``/``bad``, ``held`` (declaring) or, once validated, ``good``."""
+        from fedtab.federation.protocol import schema as _schema
+
+        if reply.is_refusal:  # the site's disclosure policy declined: reported by name, never reduced
+            self.refusals[site] = str(reply.meta.get("reason", "no reason given"))[:2000]
+            self.bad[site] = f"refused: {self.refusals[site]}"
+        elif reply.is_error:
+            self.bad[site] = str(reply.meta.get("error", "unknown error"))[:2000]
+        elif reply.kind != self.expected:
+            self.bad[site] = f"replied {reply.kind[:80]!r} to a {self.expected!r} request"
+        elif self.declaring:
+            self._hold(site, reply)
+        elif _schema.DECLARED in reply.meta:
+            self.bad[site] = "sent a schema declaration in a later message (column names go only in the first exchange)"
+        else:
+            _check_one(self.check, site, reply, self.good, self.bad)
+
+    def _hold(self, site: str, reply: Message) -> None:
+        """Parse a declaring reply's schema declaration and hold the reply without it (its names
+        now live once, in the declaration); an invalid declaration goes to ``bad``."""
+        from fedtab.federation.protocol import schema as _schema
+
+        try:
+            self.declarations[site] = _schema.parse_declaration(reply.meta.get(_schema.DECLARED), self.limits,
+                                                                self.validated)
+        except ValueError as exc:
+            self.bad[site] = f"invalid schema declaration: {exc}"
+        else:
+            self.held[site] = _without(reply, _schema.DECLARED)
+
+    def agree_schema(self, federation: Federation) -> None:
+        """Settle the target, set the run's schema from the valid declarations, then validate the
+        held replies of the sites whose declaration stands (the others stay in ``bad``)."""
+        from fedtab.federation.protocol import schema as _schema
+
+        _schema.settle_target(self.declarations, self.bad)
+        if self.declarations:
+            _schema.set_schema(federation, _schema.Schema.from_declarations(self.declarations, self.limits))
+        for site in list(self.held):
+            reply = self.held.pop(site)
+            if site in self.declarations:
+                _check_one(self.check, site, reply, self.good, self.bad)
+
+
+def _apply_failure_policy(federation: Federation, expected: str, good: Mapping[str, Message],
+                          bad: Mapping[str, str], refusals: Mapping[str, str],
+                          on_error: Literal["raise", "skip"] | None) -> None:
+    """The quorum rules for the failed sites ``bad`` (non-empty): ``on_error="skip"`` only warns;
+    without a quorum raise; with one, drop them (:attr:`Federation.dropped`) and warn.
+
+    Raises:
+        SiteRefused: no quorum and every failed site refused (naming them and their reasons).
+        SiteError: no quorum and some site failed (naming each).
+        QuorumError: fewer than ``federation.min_sites`` sites remain.
+    """
+    text = "; ".join(reject_text(s, e) for s, e in bad.items())
+    if on_error == "skip":
+        log.warning("%s step: leaving out %d site(s): %s", expected, len(bad), text)
+    elif federation.min_sites is None:
+        if set(bad) == set(refusals):
+            text = "; ".join(f"site {s!r} refused: {r}" for s, r in refusals.items())
+            raise SiteRefused(f"{expected} step refused by {len(refusals)} site(s): {text}", dict(refusals))
+        raise SiteError(f"{expected} step failed at {len(bad)} site(s): {text}", dict(bad))
+    else:
+        for s, e in bad.items():
+            federation.dropped[s] = e
+        log.warning("%s step: dropping %d site(s): %s", expected, len(bad), text)
+        if len(good) < federation.min_sites:
+            raise QuorumError(f"{expected} step: {len(good)} site(s) answered, the quorum is "
+                              f"{federation.min_sites} ({text})")
 
 
 def _without(reply: Message, key: str) -> Message:
@@ -216,10 +289,7 @@ def exchange_sums(
         QuorumError: too few sites are left.
         FederationError: the totals failed ``check_total`` (the sites cannot be told apart).
     """
-    if isinstance(requests, Message):
-        requests = {s: requests for s in federation.active}
-    if not requests:
-        raise QuorumError("no site is left to ask")
+    requests = _addressed(federation, requests)
     expected = kind or next(iter(requests.values())).kind
     summed = federation.summing.exchange(federation, requests, spec, check, kind=expected, step=step,
                                          on_error=on_error)

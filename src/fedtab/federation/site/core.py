@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -32,7 +33,7 @@ from fedtab.federation.site.parts import DEFAULT_FOLDS, PartError, RowParts, can
 if TYPE_CHECKING:  # pandas is imported where a table is used: a Flower ClientApp answering
     import pandas as pd  # a step from cached arrays never pays for it
 
-__all__ = ["Site", "handler", "HANDLERS", "HANDLER_HOMES", "RELEASES", "TABLE_STEPS", "table_step", "find_handler",
+__all__ = ["Site", "RowSplit", "handler", "HANDLERS", "HANDLER_HOMES", "RELEASES", "TABLE_STEPS", "table_step", "find_handler",
            "find_releases", "find_table_step", "LOCAL_RUN"]
 
 log = logging.getLogger("fedtab.site")
@@ -81,6 +82,18 @@ def _strings(meta: Mapping[str, Any], depth: int = 3) -> set[str]:
 LEDGER_KEY = "ledger"
 
 
+@dataclass(frozen=True)
+class RowSplit:
+    """How a site draws its row parts (:mod:`fedtab.federation.site.parts`): ``test_size``, the
+    fraction of rows held out as the test part, in ``[0, 1)``; ``seed``, the site's own seed of its
+    parts and other draws; ``folds``, the most cross-validation folds of its training rows (a
+    non-negative integer). Checked by :class:`Site`."""
+
+    test_size: float = 0.2
+    seed: int = 0
+    folds: int = DEFAULT_FOLDS
+
+
 class Site:
     """One participant's local data plus its per-site state.
 
@@ -104,12 +117,19 @@ class Site:
             what it answered and released, kept across runs and restarts. ``None`` keeps the
             ledger in memory with this object.
 
+        task: how the site reads its target: ``"auto"`` (from its values), ``"classes"`` or
+            ``"regression"``.
+
+    ``test_size``, ``seed`` and ``folds`` (how the site draws its row parts) are keyword
+    arguments, or together ``split=RowSplit(...)`` (the keywords override its fields).
+
     Rows whose target is missing are dropped before the parts are drawn; their number is
     kept in :attr:`unlabelled_rows`.
 
     Raises:
         ValueError: empty table, missing target column, duplicate column names,
             ``test_size`` outside ``[0, 1)``, no labelled row.
+        TypeError: an unknown keyword argument.
     """
 
     #: the site's :class:`~fedtab.privacy.identity.SiteIdentity` (identity key and verified
@@ -131,15 +151,19 @@ class Site:
         table: pd.DataFrame,
         target: str | None = None,
         *,
-        test_size: float = 0.2,
-        seed: int = 0,
         selector: Any = "lasso",
         policy: Any = None,
-        folds: int = DEFAULT_FOLDS,
         state_dir: Any = None,
         task: str = "auto",
+        split: RowSplit | None = None,
+        **split_options: Any,
     ) -> None:
         import pandas as pd
+
+        from fedtab._settings import settings_with
+
+        rs = settings_with(RowSplit, split, split_options, "Site")
+        test_size, seed, folds = rs.test_size, rs.seed, rs.folds
 
         if not isinstance(table, pd.DataFrame):
             raise ValueError(f"site {name!r}: table must be a pandas DataFrame, got {type(table).__name__}")

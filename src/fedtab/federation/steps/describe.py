@@ -44,7 +44,7 @@ from fedtab.privacy.dp import (
 from fedtab.privacy.secagg import MOMENT_BITS
 
 
-__all__ = ["describe_site", "pooled_standardisation", "Description", "describe_checker", "exact_moments", "noisy_moments", "describe_step", "describe", "as_description", "standardisation", "DESCRIBE_RELEASES", "DESCRIBE_FIELDS"]
+__all__ = ["describe_site", "pooled_standardisation", "Description", "describe_checker", "exact_moments", "noisy_moments", "describe_step", "Carrier", "describe", "as_description", "standardisation", "DESCRIBE_RELEASES", "DESCRIBE_FIELDS"]
 
 
 def _suppress_rare_ones(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, X: np.ndarray, min_rows: int
@@ -247,22 +247,34 @@ def describe_step(federation: Federation, features: list[str] | None, part: str,
     return exact
 
 
+@dataclass(frozen=True)
+class Carrier:
+    """The exchange that carries a description (:func:`describe`): by default its own
+    ``"describe"`` exchange; the election's ``"set_mask"`` carries it instead with ``kind``, its
+    request ``meta`` and ``arrays`` (added to the request), ``unpack`` (finds the description in a
+    reply), ``check_reply`` (validates the rest of a reply) and the budget ``step`` it is paid from
+    under DP."""
+
+    kind: str = "describe"
+    meta: Mapping[str, Any] | None = None
+    arrays: Mapping[str, Any] | None = None
+    unpack: Callable[[Message], Message] | None = None
+    check_reply: Callable[[str, Message], Any] | None = None
+    step: str = "training.describe"
+
+
 def describe(federation: Federation, features: list[str] | None, part: str, ledger: PrivacyLedger | None = None,
-             *, kind: str = "describe", meta: Mapping[str, Any] | None = None,
-             unpack: Callable[[Message], Message] | None = None, step: str = "training.describe",
-             check_reply: Callable[[str, Message], Any] | None = None,
-             on_error: Literal["raise", "skip"] | None = None,
-             arrays: Mapping[str, Any] | None = None) -> Description:
-    """The description exchange (``kind`` ``"describe"``, or the election's ``"set_mask"``
-    carrying it: ``meta`` and ``arrays`` add to the request, ``unpack`` finds the description in a
-    reply, ``check_reply`` validates the rest of it), on the run's strategy (:func:`run_strategy`).
+             *, on_error: Literal["raise", "skip"] | None = None, carrier: Carrier | None = None) -> Description:
+    """The description exchange (its own ``"describe"``, or another exchange carrying it:
+    ``carrier``, e.g. the election's ``"set_mask"``), on the run's strategy (:func:`run_strategy`).
 
     Raises:
         FederationError: a site failed or sent an implausible description (naming it).
         ValueError: DP without the run's accountant (``ledger``).
     """
-    pair = describe_step(federation, features, part, kind=kind, meta=meta, unpack=unpack, step=step,
-                         check_reply=check_reply, request_arrays=arrays)
+    c = carrier or Carrier()
+    pair = describe_step(federation, features, part, kind=c.kind, meta=c.meta, unpack=c.unpack, step=c.step,
+                         check_reply=c.check_reply, request_arrays=c.arrays)
     return run_strategy(federation, ledger).run(federation, pair, on_error=on_error).result
 
 

@@ -442,11 +442,11 @@ def broadcast_mask(federation: Federation, features: list[str], *, describe: str
     if describe is None:
         exchange(federation, Message("set_mask", arrays, meta), check_mask)
         return None
-    from fedtab.federation.steps.describe import describe as describe_step
+    from fedtab.federation.steps.describe import Carrier, describe as describe_step
 
-    return describe_step(federation, list(features), str(describe), ledger, kind="set_mask",
-                         meta={**meta, "describe": str(describe)}, arrays=arrays, unpack=_described_from,
-                         check_reply=check_mask, step="election.describe")
+    return describe_step(federation, list(features), str(describe), ledger,
+                         carrier=Carrier(kind="set_mask", meta={**meta, "describe": str(describe)}, arrays=arrays,
+                                         unpack=_described_from, check_reply=check_mask, step="election.describe"))
 
 
 def _mask_request(federation: Federation, features: list[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -58,6 +58,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from fedtab._settings import settings_with
 from fedtab.election.score_test import (FDR_METHODS, NEWTON_KEYS, SCORE_KEYS, ScoreSelection, check_fdr,
                                    forward_score_selection)
 from fedtab.privacy.secagg import FRAC_BITS
@@ -70,7 +71,7 @@ from fedtab.federation.steps.describe import describe as describe_step, pooled_s
 
 from fedtab.federation.steps.params import SETUP
 
-__all__ = ["PooledScoreTest", "run_pooled_score_test", "score_step", "MAX_CLASSES", "SCORE_TEST_MODES"]
+__all__ = ["PooledScoreTest", "ScoreTestSettings", "run_pooled_score_test", "score_step", "MAX_CLASSES", "SCORE_TEST_MODES"]
 
 #: most classes :func:`run_pooled_score_test` runs one-vs-rest over (more looks like a continuous target)
 MAX_CLASSES = 50
@@ -208,20 +209,30 @@ def _checker(n_rows: Mapping[str, int], energy: Mapping[str, tuple[np.ndarray, n
     return check
 
 
+@dataclass(frozen=True)
+class ScoreTestSettings:
+    """The options of :func:`run_pooled_score_test` but ``alpha`` (each is also a keyword argument
+    of it; see there for their meaning): ``max_steps``, ``features``, ``part``, ``ridge``, ``tol``,
+    ``max_newton``, ``min_sites``, ``one_vs_rest``, ``fdr``, ``fdr_method``."""
+
+    max_steps: int = 10
+    features: list[str] | None = None
+    part: str = "train"
+    ridge: float = 1e-8
+    tol: float = 1e-8
+    max_newton: int = 25
+    min_sites: int | None = None
+    one_vs_rest: bool = False
+    fdr: float | None = None
+    fdr_method: str = "bh"
+
+
 def run_pooled_score_test(
     federation: Federation,
     alpha: float = 0.05,
     *,
-    max_steps: int = 10,
-    features: list[str] | None = None,
-    part: str = "train",
-    ridge: float = 1e-8,
-    tol: float = 1e-8,
-    max_newton: int = 25,
-    min_sites: int | None = None,
-    one_vs_rest: bool = False,
-    fdr: float | None = None,
-    fdr_method: str = "bh",
+    settings: ScoreTestSettings | None = None,
+    **options: Any,
 ) -> PooledScoreTest:
     """Forward selection by score tests on the sites' pooled rows (module docstring), or with
     ``fdr`` a selection with error control.
@@ -263,28 +274,21 @@ def run_pooled_score_test(
             sent); fewer than two classes in the pooled target, more than two without
             ``one_vs_rest``, more than :data:`MAX_CLASSES` (a continuous target), no
             features, or bad arguments.
+        TypeError: a keyword that is no field of :class:`ScoreTestSettings`.
+
+    The options other than ``alpha`` are the fields of :class:`ScoreTestSettings`, given as keyword
+    arguments (``run_pooled_score_test(fed, 0.05, fdr=0.1)``), as ``settings=ScoreTestSettings(...)``,
+    or both (the keywords override the settings' fields).
     """
-    if not 0 < alpha <= 1:
-        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-    if fdr is not None:
-        check_fdr(fdr, fdr_method)
-        alpha, max_steps = float(fdr), 1  # fdr_score_selection: one correction over every feature
-    elif fdr_method not in FDR_METHODS:
-        raise ValueError(f"fdr_method must be one of {list(FDR_METHODS)}, got {fdr_method!r}")
+    o = settings_with(ScoreTestSettings, settings, options, "run_pooled_score_test")
+    part, fdr, fdr_method, one_vs_rest = o.part, o.fdr, o.fdr_method, o.one_vs_rest
+    alpha, max_steps = _step_level(alpha, o)
     strategy = run_strategy(federation)
     strategy.check_supported(SCORE_TEST_MODES, "the score test (it has no DP or robust mode; use the election for a "
                              "dp or robust run)")
-    set_quorum(federation, min_sites)
+    set_quorum(federation, o.min_sites)
     p0 = len(federation.participation)
-    if features is None:
-        schema = federation.schema or agree_schema(federation)
-        feats = list(schema.columns)
-    else:
-        feats = [str(f) for f in features]
-        if len(set(feats)) != len(feats):
-            raise ValueError("features must be distinct names")
-    if not feats:
-        raise ValueError("the score test needs at least one feature")
+    feats = _tested_features(federation, o.features)
     d_ = describe_step(federation, feats, part)
     mean, std = pooled_standardisation(d_.count, d_.total, d_.sumsq)
     classes = d_.classes
@@ -321,7 +325,8 @@ def run_pooled_score_test(
                                std, classes, int(last_n[0]), run.converged, run.stopped, exchanges,
                                federation.participation[p0:], fdr=fdr, fdr_method=fdr_method)
 
-    options = {"max_steps": max_steps, "ridge": ridge, "tol": tol, "max_newton": max_newton, "fdr_method": fdr_method}
+    options = {"max_steps": max_steps, "ridge": o.ridge, "tol": o.tol, "max_newton": o.max_newton,
+               "fdr_method": fdr_method}
     if len(classes) == 2:
         run = forward_score_selection(sums, d, alpha, **options)  # type: ignore[arg-type]
         return result(run, run.exchanges + 1)
@@ -331,6 +336,42 @@ def run_pooled_score_test(
         run = forward_score_selection(sums, d, alpha, **options)  # type: ignore[arg-type]
         by_class[label] = result(run, run.exchanges)
     return _union(by_class, 1 + sum(r.exchanges for r in by_class.values()))
+
+
+def _step_level(alpha: float, o: ScoreTestSettings) -> tuple[float, int]:
+    """``(alpha, max_steps)`` of the forward selection: as given, or with ``o.fdr`` the one
+    correction at ``fdr`` over every feature (``(fdr, 1)``).
+
+    Raises:
+        ValueError: ``alpha`` outside (0, 1], a bad ``fdr`` or an unknown ``fdr_method``.
+    """
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    if o.fdr is not None:
+        check_fdr(o.fdr, o.fdr_method)
+        return float(o.fdr), 1  # fdr_score_selection: one correction over every feature
+    if o.fdr_method not in FDR_METHODS:
+        raise ValueError(f"fdr_method must be one of {list(FDR_METHODS)}, got {o.fdr_method!r}")
+    return alpha, o.max_steps
+
+
+def _tested_features(federation: Federation, features: list[str] | None) -> list[str]:
+    """The features to test: ``features`` as names, or every column of the agreed schema (agreed
+    now if no exchange has run yet).
+
+    Raises:
+        ValueError: repeated names, or no feature.
+    """
+    if features is None:
+        schema = federation.schema or agree_schema(federation)
+        feats = list(schema.columns)
+    else:
+        feats = [str(f) for f in features]
+        if len(set(feats)) != len(feats):
+            raise ValueError("features must be distinct names")
+    if not feats:
+        raise ValueError("the score test needs at least one feature")
+    return feats
 
 
 def _union(by_class: dict[str, PooledScoreTest], exchanges: int) -> PooledScoreTest:

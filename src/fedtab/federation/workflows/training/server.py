@@ -12,10 +12,12 @@ run's one accountant (:func:`fedtab.federation.protocol.run_ledger`) pays for ev
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
 
+from fedtab._settings import settings_with
 from fedtab.learn.metrics import SCORE_BINS
 from fedtab.learn.models import FederatedModel, LogisticRegressionModel, Params, make_model, model_cost
 from fedtab.learn.newton import NEWTON_TOL, as_theta, from_theta, newton_update
@@ -26,11 +28,11 @@ from fedtab.federation.protocol.modes import run_strategy
 from fedtab.federation.site.matrices import check_part
 from fedtab.federation.workflows.training.outcome import TrainingOutcome, historic_scores
 from fedtab.federation.workflows.training.trainers import trainer_for
-from fedtab.federation.workflows.training.steps import EXACT_TRAINING_MODES, LINEAR_MODES, TRAINING_MODES, dp_fit_release, dp_plan, fit_request, fit_round, newton_request, newton_round
+from fedtab.federation.workflows.training.steps import EXACT_TRAINING_MODES, LINEAR_MODES, TRAINING_MODES, dp_fit_release, dp_plan, FitRound, fit_request, fit_round, newton_request, newton_round
 from fedtab.federation.steps.describe import as_description, describe, standardisation
 from fedtab.federation.steps.evaluate import evaluate
 
-__all__ = ["TrainingOutcome", "run_training", "training_task"]
+__all__ = ["TrainingOutcome", "TrainingSettings", "run_training", "training_task"]
 
 
 
@@ -49,27 +51,89 @@ def _round_traffic(federation: Federation, start: int, r: int, down: Mapping[str
             for s, (d, u) in per_site.items()]
 
 
+@dataclass(frozen=True)
+class TrainingSettings:
+    """The options of :func:`run_training` (each is also a keyword argument of it; see there).
+
+    Attributes:
+        model: a name from :data:`fedtab.learn.MODELS`, a ``{"name", "params"}`` dict or a model.
+        rounds / local_epochs: federated rounds (Newton iterations at most, for logistic Newton) and
+            local passes per round.
+        seed: the run's seed. eval_every: also evaluate every that many rounds (0: only at the end).
+        on_round: progress callback ``(round, metrics or None)``.
+        on_error: ``"skip"`` leaves failing sites out of each step; ``None``/``"raise"``: the quorum policy.
+        train_part / eval_part: the sites' row parts to train on and to score.
+        described: the description already gathered (skips the describe exchange).
+        score_bins: grid of the final score histograms (None: no histograms, no Brier sums).
+        min_sites: quorum (``None`` keeps the federation's). max_param_abs: largest accepted ``|entry|``.
+        task: ``"binary"``, ``"multiclass"``, ``"regression"`` or ``None`` (read from the schema).
+        newton_tol: Newton–Raphson stops once a step's L2 norm is below it.
+    """
+
+    model: Any = "logistic"
+    rounds: int = 10
+    local_epochs: int = 5
+    seed: int = 0
+    eval_every: int = 0
+    on_round: Callable[[int, dict[str, float] | None], None] | None = None
+    on_error: Literal["raise", "skip"] | None = None
+    train_part: str = "train"
+    eval_part: str = "test"
+    described: Any = None
+    score_bins: int | None = SCORE_BINS
+    min_sites: int | None = None
+    max_param_abs: float = validate.MAX_PARAM_ABS
+    task: str | None = None
+    newton_tol: float = NEWTON_TOL
+
+
+@dataclass(frozen=True)
+class _Rounds:
+    """What every round of a run shares: the setup the first request carries (features, classes,
+    model spec, part), the standardisation (``mean``/``std``, shape ``(d,)``), the run's accountant
+    (or ``None``), the row parts, the evaluation cadence and callbacks, whether the model scores
+    probabilities, and ``left_out`` — the run's ``{site: reason}`` of sites a reducer left out,
+    which each round adds to (the one mutable field)."""
+
+    setup: Mapping[str, Any]
+    mean: np.ndarray
+    std: np.ndarray
+    ledger: Any
+    train_part: str
+    eval_part: str
+    eval_every: int
+    on_round: Callable[[int, dict[str, float] | None], None] | None
+    on_error: Literal["raise", "skip"] | None
+    left_out: dict[str, str]
+    has_proba: bool
+
+    def evaluate_round(self, federation: Federation, params: Params, r: int, last: bool,
+                       history: list[dict[str, float]]) -> dict[str, float] | None:
+        """The periodic evaluation after round ``r`` (every ``eval_every`` rounds and at the ``last``),
+        appended to ``history``; then the ``on_round`` callback. Returns the metrics or ``None``."""
+        metrics = None
+        if self.eval_every and (r % self.eval_every == 0 or last):
+            detail = evaluate(federation, params, len(self.setup["classes"]), self.eval_part,
+                              has_proba=self.has_proba, ledger=self.ledger, on_error=self.on_error)
+            metrics = historic_scores(detail)[0]
+            history.append({"round": r, **metrics})
+        if self.on_round:
+            self.on_round(r, metrics)
+        return metrics
+
+
 def run_training(
     federation: Federation,
     features: list[str] | None = None,
     *,
-    model: Any = "logistic",
-    rounds: int = 10,
-    local_epochs: int = 5,
-    seed: int = 0,
-    eval_every: int = 0,
-    on_round: Callable[[int, dict[str, float] | None], None] | None = None,
-    on_error: Literal["raise", "skip"] | None = None,
-    train_part: str = "train",
-    eval_part: str = "test",
-    described: Any = None,
-    score_bins: int | None = SCORE_BINS,
-    min_sites: int | None = None,
-    max_param_abs: float = validate.MAX_PARAM_ABS,
-    task: str | None = None,
-    newton_tol: float = NEWTON_TOL,
+    settings: TrainingSettings | None = None,
+    **options: Any,
 ) -> TrainingOutcome:
     """Train ``model`` by federated rounds on ``features`` (default: each site's elected mask).
+
+    The options are the fields of :class:`TrainingSettings`, given as keyword arguments
+    (``run_training(fed, feats, model="gnb", rounds=3)``), as ``settings=TrainingSettings(...)``,
+    or both (the keywords override the settings' fields); an unknown keyword raises ``TypeError``.
 
     The run's options (``federation.options``, :func:`fedtab.federation.protocol.set_options`)
     choose how the sums travel and are reduced: plain sums (default); secure sums (the server
@@ -108,65 +172,69 @@ def run_training(
             ``"linear"`` (pooled normal equations, one exact round) or ``"gbdt"`` (objective
             ``"regression"``) and scores RMSE / MAE / R² (:func:`~.steps.evaluate_regression`);
             ``classes`` is empty.
+        newton_tol: the Newton–Raphson stopping threshold (default :data:`fedtab.learn.newton.NEWTON_TOL`).
 
     Raises:
         FederationError: a site failed or replied inconsistently (naming it).
         ValueError: bad arguments, DP with an exact-aggregation model, fewer than 2 classes, a
             model that cannot serve the task (one line, :func:`fedtab.learn.tasks.model_refusal`).
+        TypeError: a keyword that is no field of :class:`TrainingSettings`.
     """
-    if trainer_for(model) is None:  # a mode the model does not support is refused before any exchange (once: the
-        early = make_model(model)  # task below changes only a gbdt spec)
+    o = settings_with(TrainingSettings, settings, options, "run_training")
+    if trainer_for(o.model) is None:  # a mode the model does not support is refused before any exchange (once:
+        early = make_model(o.model)  # the task below changes only a gbdt spec)
         run_strategy(federation).check_supported(EXACT_TRAINING_MODES if early.exact else TRAINING_MODES,
                                                  f"the exact-aggregation model {early.name!r}" if early.exact
                                                  else f"the model {early.name!r}")
-    task = training_task(federation, task)
-    model = _model_for_task(model, task)
+    task = training_task(federation, o.task)
+    model = _model_for_task(o.model, task)
     trainer = trainer_for(model)
     if task == "regression" and trainer is None:
-        return _run_linear(federation, features, model, seed=seed, train_part=train_part, eval_part=eval_part,
-                           described=described, min_sites=min_sites, on_error=on_error)
-
+        return _run_linear(federation, features, model, o)
     if trainer is not None:  # e.g. boosted trees: level by level from summed histograms, not by FedAvg rounds
-        return trainer.train(federation, features, model, seed=seed, train_part=train_part, eval_part=eval_part,
-                          score_bins=score_bins, min_sites=min_sites, on_error=on_error, described=described)
-    if rounds < 1 or local_epochs < 1:
+        return trainer.train(federation, features, model, seed=o.seed, train_part=o.train_part,
+                             eval_part=o.eval_part, score_bins=o.score_bins, min_sites=o.min_sites,
+                             on_error=o.on_error, described=o.described)
+    if o.rounds < 1 or o.local_epochs < 1:
         raise ValueError("rounds and local_epochs must be at least 1")
-    fm: FederatedModel = make_model(model)
+    return _run_rounds(federation, features, make_model(model), o, task)
+
+
+def _run_rounds(federation: Federation, features: list[str] | None, fm: FederatedModel, o: TrainingSettings,
+                task: str) -> TrainingOutcome:
+    """A classification run of a FedAvg, exact or Newton model: describe (unless ``o.described``),
+    standardise, the rounds, the final evaluation; the outcome with its traffic and participation."""
     spec = {"name": fm.name, "params": fm.get_params()}
-    check_part(train_part), check_part(eval_part)
-    set_quorum(federation, min_sites)
+    check_part(o.train_part), check_part(o.eval_part)
+    set_quorum(federation, o.min_sites)
     p0, dropped0 = len(federation.participation), set(federation.dropped)
     opts = federation.options
-    ledger = run_ledger(federation, *dp_plan(fm, rounds, local_epochs, eval_every, described is not None))
-    if described is None:
-        description = describe(federation, features, train_part, ledger, on_error=on_error)
+    ledger = run_ledger(federation, *dp_plan(fm, o.rounds, o.local_epochs, o.eval_every, o.described is not None))
+    if o.described is None:
+        description = describe(federation, features, o.train_part, ledger, on_error=o.on_error)
     else:
-        description = as_description(described, features, federation)
+        description = as_description(o.described, features, federation)
     if len(description.classes) < 2:
         raise ValueError(f"training needs at least 2 classes across the sites, found {description.classes}")
     feats, class_list = description.features, description.classes
     mean, std, left_out = standardisation(federation, description)
-    setup = {"features": feats, "classes": class_list, "model": spec, "part": train_part}
-    dp_fit = None if fm.exact else dp_fit_release(fm, local_epochs)  # how a fit round releases under DP
+    dp_fit = None if fm.exact else dp_fit_release(fm, o.local_epochs)  # how a fit round releases under DP
     has_proba = getattr(fm, "predict_proba", None) is not None
-
-    params = _initial_params(fm, len(feats), len(class_list), seed)
+    ctx = _Rounds(setup={"features": feats, "classes": class_list, "model": spec, "part": o.train_part},
+                  mean=mean, std=std, ledger=ledger, train_part=o.train_part, eval_part=o.eval_part,
+                  eval_every=o.eval_every, on_round=o.on_round, on_error=o.on_error, left_out=left_out,
+                  has_proba=has_proba)
+    params = _initial_params(fm, len(feats), len(class_list), o.seed)
     steps: list[float] = []
     if _is_newton(fm):  # logistic: federated Newton–Raphson, at most `rounds` iterations
-        params, history, traffic, steps = _newton_rounds(
-            federation, fm, params, rounds, setup=setup, mean=mean, std=std, ledger=ledger, train_part=train_part,
-            eval_part=eval_part, eval_every=eval_every, on_round=on_round, on_error=on_error, left_out=left_out,
-            has_proba=has_proba, tol=newton_tol)
+        params, history, traffic, steps = _newton_rounds(federation, fm, params, o.rounds, ctx, tol=o.newton_tol)
         n_rounds = len(steps)
     else:
-        n_rounds = 1 if fm.exact else rounds
-        params, history, traffic = _fedavg_rounds(
-            federation, fm, params, n_rounds, setup=setup, local_epochs=local_epochs, seed=seed, mean=mean, std=std,
-            dp_fit=dp_fit, ledger=ledger, train_part=train_part, eval_part=eval_part, eval_every=eval_every,
-            on_round=on_round, on_error=on_error, left_out=left_out, max_param_abs=max_param_abs,
-            has_proba=has_proba)
-    detail = evaluate(federation, params, len(class_list), eval_part, score_bins, has_proba=has_proba, ledger=ledger,
-                      on_error=on_error)
+        n_rounds = 1 if fm.exact else o.rounds
+        params, history, traffic = _fedavg_rounds(federation, fm, params, n_rounds, ctx, local_epochs=o.local_epochs,
+                                                  seed=o.seed, dp_fit=dp_fit, max_param_abs=o.max_param_abs)
+    detail = evaluate(federation, params, len(class_list), o.eval_part, o.score_bins, has_proba=has_proba,
+                      ledger=ledger, on_error=o.on_error)
     pooled, per_site = historic_scores(detail)
     # every fit exchange of the rounds, a secure sum's key exchange and unmasking included
     bytes_down, bytes_up = sum(t["bytes_down"] for t in traffic), sum(t["bytes_up"] for t in traffic)
@@ -174,7 +242,7 @@ def run_training(
         model=fm.name, params=params, features=list(feats), classes=class_list, mean=mean, std=std, pooled=pooled,
         per_site=per_site, history=history, n_params=fm.n_params(len(feats), len(class_list)),
         bytes_down=bytes_down, bytes_up=bytes_up, traffic=traffic, rounds=n_rounds, metrics=detail, steps=steps,
-        local_epochs=int(local_epochs), seed=seed, model_spec=spec, participation=federation.participation[p0:],
+        local_epochs=int(o.local_epochs), seed=o.seed, model_spec=spec, participation=federation.participation[p0:],
         dropped={s: why for s, why in federation.dropped.items() if s not in dropped0}, robust=opts.robust,
         left_out=left_out, privacy=ledger.report() if ledger is not None else None, task=task,
     )
@@ -231,36 +299,36 @@ def _model_for_task(model: Any, task: str) -> Any:
     return model
 
 
-def _run_linear(federation: Federation, features: list[str] | None, model: Any, *, seed: int, train_part: str,
-                eval_part: str, described: Any, min_sites: int | None,
-                on_error: Literal["raise", "skip"] | None) -> TrainingOutcome:
+def _run_linear(federation: Federation, features: list[str] | None, model: Any, o: TrainingSettings
+                ) -> TrainingOutcome:
     """A regression run of an exact model (``"linear"``): describe, one fit round of the sites'
-    normal-equation statistics over standardised columns, the regression evaluation."""
+    normal-equation statistics over standardised columns, the regression evaluation (of ``o``, only
+    ``seed``, the parts, ``described``, ``min_sites`` and ``on_error`` apply)."""
     from fedtab.federation.steps.evaluate import evaluate_regression
 
     fm: FederatedModel = make_model(model)
     spec = {"name": fm.name, "params": fm.get_params()}
-    check_part(train_part), check_part(eval_part)
-    set_quorum(federation, min_sites)
+    check_part(o.train_part), check_part(o.eval_part)
+    set_quorum(federation, o.min_sites)
     p0, dropped0 = len(federation.participation), set(federation.dropped)
     run_strategy(federation).check_supported(LINEAR_MODES, f"the regression model {fm.name!r}")
-    description = describe(federation, features, train_part, None, on_error=on_error) if described is None \
-        else as_description(described, features, federation)
+    description = describe(federation, features, o.train_part, None, on_error=o.on_error) if o.described is None \
+        else as_description(o.described, features, federation)
     feats = description.features
     mean, std, left_out = standardisation(federation, description)
-    setup = {"features": feats, "classes": [], "model": spec, "part": train_part, "task": "regression"}
-    params = _initial_params(fm, len(feats), 1, seed)
-    params, _, traffic = _fedavg_rounds(
-        federation, fm, params, 1, setup=setup, local_epochs=1, seed=seed, mean=mean, std=std, dp_fit=None,
-        ledger=None, train_part=train_part, eval_part=eval_part, eval_every=0, on_round=None, on_error=on_error,
-        left_out=left_out, max_param_abs=validate.MAX_PARAM_ABS, has_proba=False)
-    detail = evaluate_regression(federation, params, eval_part, on_error=on_error)
+    ctx = _Rounds(setup={"features": feats, "classes": [], "model": spec, "part": o.train_part, "task": "regression"},
+                  mean=mean, std=std, ledger=None, train_part=o.train_part, eval_part=o.eval_part, eval_every=0,
+                  on_round=None, on_error=o.on_error, left_out=left_out, has_proba=False)
+    params = _initial_params(fm, len(feats), 1, o.seed)
+    params, _, traffic = _fedavg_rounds(federation, fm, params, 1, ctx, local_epochs=1, seed=o.seed, dp_fit=None,
+                                        max_param_abs=validate.MAX_PARAM_ABS)
+    detail = evaluate_regression(federation, params, o.eval_part, on_error=o.on_error)
     return TrainingOutcome(
         model=fm.name, params=params, features=list(feats), classes=[], mean=mean, std=std,
         pooled=dict(detail["pooled"]), per_site={s: dict(m) for s, m in detail["per_site"].items()},
         n_params=fm.n_params(len(feats), 1), bytes_down=sum(t["bytes_down"] for t in traffic),
         bytes_up=sum(t["bytes_up"] for t in traffic), traffic=traffic, rounds=1, metrics=detail, local_epochs=1,
-        seed=seed, model_spec=spec, participation=federation.participation[p0:],
+        seed=o.seed, model_spec=spec, participation=federation.participation[p0:],
         dropped={s: why for s, why in federation.dropped.items() if s not in dropped0}, robust=False,
         left_out=left_out, task="regression")
 
@@ -278,41 +346,32 @@ def _initial_params(fm: FederatedModel, d: int, c: int, seed: int) -> Params:
     return fm.init(d, c, seed)
 
 
-def _fedavg_rounds(federation: Federation, fm: FederatedModel, params: Params, n_rounds: int, *,
-                   setup: Mapping[str, Any], local_epochs: int, seed: int, mean: np.ndarray, std: np.ndarray,
-                   dp_fit: Mapping[str, Any] | None, ledger: Any, train_part: str, eval_part: str, eval_every: int,
-                   on_round: Callable[[int, dict[str, float] | None], None] | None,
-                   on_error: Literal["raise", "skip"] | None, left_out: dict[str, str], max_param_abs: float,
-                   has_proba: bool) -> tuple[Params, list[dict[str, float]], list[dict[str, Any]]]:
+def _fedavg_rounds(federation: Federation, fm: FederatedModel, params: Params, n_rounds: int, ctx: _Rounds, *,
+                   local_epochs: int, seed: int, dp_fit: Mapping[str, Any] | None, max_param_abs: float,
+                   ) -> tuple[Params, list[dict[str, float]], list[dict[str, Any]]]:
     """``n_rounds`` fit exchanges from ``params`` (the setup rides on the first), with an
-    evaluation every ``eval_every`` rounds; adds the sites each round left out to ``left_out``.
+    evaluation every ``ctx.eval_every`` rounds; adds the sites each round left out to ``ctx.left_out``.
 
     Returns:
         ``(params, history, traffic)``: the final parameters, the periodic metrics and the
         bytes of each round (:func:`_round_traffic`).
     """
-    n_classes = len(setup["classes"])
-    template = fm.update_template(len(setup["features"]), n_classes)
+    n_classes = len(ctx.setup["classes"])
+    template = fm.update_template(len(ctx.setup["features"]), n_classes)
     n_up = int(sum(np.prod(v) for v in template.values()))
     history: list[dict[str, float]] = []
     traffic: list[dict[str, Any]] = []
     for r in range(1, n_rounds + 1):
-        request = fit_request(params, fm, epochs=local_epochs, round_=r, seed=seed, setup=setup if r == 1 else None,
-                              mean=mean, std=std, dp_fit=None)
+        request = fit_request(params, fm, epochs=local_epochs, round_=r, seed=seed,
+                              setup=ctx.setup if r == 1 else None, mean=ctx.mean, std=ctx.std, dp_fit=None)
         n_log = len(federation.traffic.records)
-        params, dropped, _ = fit_round(federation, fm, request, template, train_part, max_param_abs=max_param_abs,
-                                       n_classes=n_classes, round_=r, on_error=on_error, ledger=ledger, dp_fit=dp_fit)
-        left_out.update(dropped)
+        fit = FitRound(request, template, ctx.train_part, max_param_abs=max_param_abs, n_classes=n_classes,
+                       round_=r, dp_fit=dp_fit)
+        params, dropped, _ = fit_round(federation, fm, fit, on_error=ctx.on_error, ledger=ctx.ledger)
+        ctx.left_out.update(dropped)
         traffic += _round_traffic(federation, n_log, r, {} if fm.exact else {k: v for k, v in request.arrays.items()
                                                                               if k.startswith("param:")}, n_up)
-        metrics = None
-        if eval_every and (r % eval_every == 0 or r == n_rounds):
-            detail = evaluate(federation, params, n_classes, eval_part, has_proba=has_proba, ledger=ledger,
-                              on_error=on_error)
-            metrics = historic_scores(detail)[0]
-            history.append({"round": r, **metrics})
-        if on_round:
-            on_round(r, metrics)
+        ctx.evaluate_round(federation, params, r, r == n_rounds, history)
     return params, history, traffic
 
 
@@ -320,21 +379,18 @@ def _is_newton(fm: FederatedModel) -> bool:
     return isinstance(fm, LogisticRegressionModel) and fm.newton
 
 
-def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: Params, max_iter: int, *,
-                   setup: Mapping[str, Any], mean: np.ndarray, std: np.ndarray, ledger: Any, train_part: str,
-                   eval_part: str, eval_every: int, on_round: Callable[[int, dict[str, float] | None], None] | None,
-                   on_error: Literal["raise", "skip"] | None, left_out: dict[str, str], has_proba: bool, tol: float,
+def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: Params, max_iter: int,
+                   ctx: _Rounds, *, tol: float,
                    ) -> tuple[Params, list[dict[str, float]], list[dict[str, Any]], list[float]]:
     """Federated Newton–Raphson from ``params``: each iteration one ``"newton"`` exchange (the setup
     rides on the first) whose summed gradient and Hessian give the next point
     (:func:`fedtab.learn.newton.newton_update`); stops after ``max_iter`` iterations or once a step's
-    norm is below ``tol``.
+    norm is below ``tol``; adds the sites each iteration left out to ``ctx.left_out``.
 
     Returns:
         ``(params, history, traffic, step norms)`` (one norm per iteration run).
     """
-    n_classes = len(setup["classes"])
-    d = len(setup["features"])
+    d = len(ctx.setup["features"])
     theta = as_theta(params)
     k = theta.shape[0]
     n_up = k * (d + 1) * (k * (d + 1) + 1)
@@ -343,25 +399,18 @@ def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: 
     steps: list[float] = []
     r = 0
     for r in range(1, max_iter + 1):
-        request = newton_request(theta, round_=r, setup=setup if r == 1 else None, mean=mean, std=std)
+        request = newton_request(theta, round_=r, setup=ctx.setup if r == 1 else None, mean=ctx.mean, std=ctx.std)
         n_log = len(federation.traffic.records)
-        sums, dropped = newton_round(federation, request, k, d, train_part, round_=r, ledger=ledger, on_error=on_error,
-                                     l2=fm.l2)
-        left_out.update(dropped)
+        sums, dropped = newton_round(federation, request, k, d, ctx.train_part, round_=r, ledger=ctx.ledger,
+                                     on_error=ctx.on_error, l2=fm.l2)
+        ctx.left_out.update(dropped)
         theta, step = newton_update(theta, sums.grad, sums.hess, sums.n, fm.l2)
         rows = _round_traffic(federation, n_log, r, {k_: v for k_, v in request.arrays.items()
                                                     if k_.startswith("param:")}, n_up)
         traffic += rows
         steps.append(step)
-        metrics = None
         converged = step < tol
-        if eval_every and (r % eval_every == 0 or r == max_iter or converged):
-            detail = evaluate(federation, from_theta(theta), n_classes, eval_part, has_proba=has_proba, ledger=ledger,
-                              on_error=on_error)
-            metrics = historic_scores(detail)[0]
-            history.append({"round": r, **metrics})
-        if on_round:
-            on_round(r, metrics)
+        ctx.evaluate_round(federation, from_theta(theta), r, r == max_iter or converged, history)
         if converged:
             break
     return from_theta(theta), history, traffic, steps

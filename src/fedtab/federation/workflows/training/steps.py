@@ -45,7 +45,7 @@ from fedtab.privacy.dp import (
 )
 from fedtab.privacy.secagg import MOMENT_BITS
 
-__all__ = ["TRAINING_MODES", "EXACT_TRAINING_MODES", "LINEAR_MODES", "fit_step", "dp_fit_release", "fit_round", "dp_plan", "exact_statistics_checker", "fit_request", "dp_fit_settings", "NEWTON_FIELDS", "newton_request", "newton_step", "newton_round", "NewtonSums"]
+__all__ = ["TRAINING_MODES", "EXACT_TRAINING_MODES", "LINEAR_MODES", "fit_step", "dp_fit_release", "FitRound", "fit_round", "dp_plan", "exact_statistics_checker", "fit_request", "dp_fit_settings", "NEWTON_FIELDS", "newton_request", "newton_step", "newton_round", "NewtonSums"]
 
 #: the modes the training steps support (an exact-aggregation model: no DP release)
 TRAINING_MODES = declare_modes("training", "secure", "dp", "robust")
@@ -165,10 +165,26 @@ def fit_step(federation: Federation, fm: FederatedModel, request: Message, templ
     return pair
 
 
-def fit_round(federation: Federation, fm: FederatedModel, request: Message, template: Mapping[str, tuple[int, ...]],
-              part: str, *, max_param_abs: float, n_classes: int, round_: int,
+@dataclass(frozen=True)
+class FitRound:
+    """One fit round as :func:`fit_round` runs it: the ``request`` (:func:`fit_request`), the
+    update's ``template`` (``{name: shape}``), the row ``part`` the sites train on, the largest
+    accepted ``|entry|`` of an update (``max_param_abs``), the number of classes, the round's number
+    (``round_``, from 1) and how it releases under DP (``dp_fit``: :func:`dp_fit_release`, ``None``
+    when the model has no DP release)."""
+
+    request: Message
+    template: Mapping[str, tuple[int, ...]]
+    part: str
+    max_param_abs: float
+    n_classes: int
+    round_: int
+    dp_fit: Mapping[str, Any] | None = None
+
+
+def fit_round(federation: Federation, fm: FederatedModel, fit: FitRound, *,
               on_error: Literal["raise", "skip"] | None = None, ledger: PrivacyLedger | None = None,
-              dp_fit: Mapping[str, Any] | None = None) -> tuple[Params, dict[str, str], dict[str, Message]]:
+              ) -> tuple[Params, dict[str, str], dict[str, Message]]:
     """One FedAvg round (or an exact model's one round) on the run's strategy:
     ``(parameters, left out, replies)`` (see :func:`fit_step`); under DP the round's releases
     are spent from ``ledger`` before the request goes out.
@@ -176,8 +192,8 @@ def fit_round(federation: Federation, fm: FederatedModel, request: Message, temp
     Raises:
         FederationError: no valid update; the summed update does not fit the template.
     """
-    pair = fit_step(federation, fm, request, template, part, max_param_abs=max_param_abs, n_classes=n_classes,
-                    round_=round_, dp_fit=dp_fit)
+    pair = fit_step(federation, fm, fit.request, fit.template, fit.part, max_param_abs=fit.max_param_abs,
+                    n_classes=fit.n_classes, round_=fit.round_, dp_fit=fit.dp_fit)
     out = run_strategy(federation, ledger).run(federation, pair, on_error=on_error)
     assert out.summed is not None
     return out.result, out.measurements.left_out, out.summed.replies

@@ -26,6 +26,7 @@ from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
 
+from fedtab._settings import settings_with
 from fedtab.election.ballot import Ballot
 from fedtab.election.rule import ElectionResult
 from fedtab.election.tuning import DEFAULT_GRID, TuningResult, tune
@@ -34,7 +35,7 @@ from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import Federation, exchange
 from fedtab.federation.workflows.training import run_training
 
-__all__ = ["TuneOutcome", "tune_flow", "tune_and_train", "split_validation", "gather_fit_ballots", "validation_scorer"]
+__all__ = ["TuneOutcome", "TuneSettings", "tune_flow", "tune_and_train", "split_validation", "gather_fit_ballots", "validation_scorer"]
 
 
 
@@ -112,26 +113,33 @@ class TuneOutcome:
         return self.election.selected_names
 
 
-def tune_flow(
-    federation: Federation,
-    *,
-    selector: Any = None,
-    selectors: Mapping[str, Any] | None = None,
-    model: Any = "logistic",
-    tune_method: Literal["grid", "hill-climb"] = "grid",
-    rounds: int = 10,
-    local_epochs: int = 5,
-    grid: tuple[float, ...] = DEFAULT_GRID,
-    tolerance: float = 0.01,
-    refine_step: float = 0.025,
-    start: float = 0.5,
-    aggregation: str = "weighted",
-    normalization: str = "all",
-    compat: str | None = None,
-    ballots: list[Ballot] | None = None,
-    seed: int = 0,
-    apply: bool = True,
-) -> TuneOutcome:
+@dataclass(frozen=True)
+class TuneSettings:
+    """The options of :func:`tune_flow` (each is also a keyword argument of it; see there for their
+    meaning): the selectors (``selector``, ``selectors``), the scoring model (``model``, ``rounds``,
+    ``local_epochs``, ``seed``), the search (``tune_method``, ``grid``, ``tolerance``,
+    ``refine_step``, ``start``), the election rule (``aggregation``, ``normalization``, ``compat``),
+    earlier ``ballots`` and whether to ``apply`` the chosen mask."""
+
+    selector: Any = None
+    selectors: Mapping[str, Any] | None = None
+    model: Any = "logistic"
+    tune_method: Literal["grid", "hill-climb"] = "grid"
+    rounds: int = 10
+    local_epochs: int = 5
+    grid: tuple[float, ...] = DEFAULT_GRID
+    tolerance: float = 0.01
+    refine_step: float = 0.025
+    start: float = 0.5
+    aggregation: str = "weighted"
+    normalization: str = "all"
+    compat: str | None = None
+    ballots: list[Ballot] | None = None
+    seed: int = 0
+    apply: bool = True
+
+
+def tune_flow(federation: Federation, *, settings: TuneSettings | None = None, **options: Any) -> TuneOutcome:
     """Tune the freedom degree on validation rows and (by default) send the chosen mask.
 
     Args:
@@ -146,27 +154,35 @@ def tune_flow(
             elected with (``compat``: a peer's server rule, see :mod:`fedtab.election.compat`),
             so the tuned mask is the one that rule gives at the chosen freedom degree.
 
+    The options are the fields of :class:`TuneSettings`, given as keyword arguments
+    (``tune_flow(fed, selector="lasso", model="gnb")``), as ``settings=TuneSettings(...)``, or both
+    (the keywords override the settings' fields).
+
     Raises:
         FederationError: a site failed (naming it). ValueError: invalid settings or ballots.
+        TypeError: a keyword that is no field of :class:`TuneSettings`.
     """
+    o = settings_with(TuneSettings, settings, options, "tune_flow")
     abstained: dict[str, str] = {}
+    ballots = o.ballots
     if ballots is None:
-        ballots = gather_fit_ballots(federation, selector, selectors=selectors, abstained=abstained)
+        ballots = gather_fit_ballots(federation, o.selector, selectors=o.selectors, abstained=abstained)
     split = split_validation(federation)
-    first = elect_from_ballots(ballots, 0.0, aggregation, normalization, compat)
+    first = elect_from_ballots(ballots, 0.0, o.aggregation, o.normalization, o.compat)
     names = list(first.feature_names)
 
     def mask_of(fd: float) -> np.ndarray:
-        return np.asarray(elect_from_ballots(ballots, fd, aggregation, normalization, compat).mask, dtype=bool)
+        return np.asarray(elect_from_ballots(ballots, fd, o.aggregation, o.normalization, o.compat).mask, dtype=bool)
 
-    score_of = validation_scorer(federation, names, model=model, rounds=rounds, local_epochs=local_epochs, seed=seed)
-    if tune_method == "grid":
-        options: dict[str, Any] = {"grid": grid, "tolerance": tolerance, "refine_step": refine_step}
+    score_of = validation_scorer(federation, names, model=o.model, rounds=o.rounds, local_epochs=o.local_epochs,
+                                 seed=o.seed)
+    if o.tune_method == "grid":
+        search: dict[str, Any] = {"grid": o.grid, "tolerance": o.tolerance, "refine_step": o.refine_step}
     else:
-        options = {"start": start}
-    result = tune(mask_of, score_of, tune_method, **options)
-    election = elect_from_ballots(ballots, result.freedom_degree, aggregation, normalization, compat)
-    if apply:
+        search = {"start": o.start}
+    result = tune(mask_of, score_of, o.tune_method, **search)
+    election = elect_from_ballots(ballots, result.freedom_degree, o.aggregation, o.normalization, o.compat)
+    if o.apply:
         broadcast_mask(federation, election.selected_names)
     return TuneOutcome(result, election, ballots, split, abstained)
 
