@@ -13,6 +13,10 @@ sums. The step holds no test of the run's modes; the run's strategy does, by wra
   beyond the plan is refused there, nothing is sent), adds the DP settings to the request,
   checks the replies as noisy values and post-processes them before the reduction.
 
+A step whose server may learn only sums (secure sums or DP) in another form than per site (e.g.
+over the global schema where the per-site form is over each site's own columns) names that form
+(:attr:`SumStep.summed`); the run's strategy sends it (:class:`SummedForms`).
+
 :func:`run_strategy` composes the wrappers from the run's :class:`~.options.RunOptions`;
 a new mode is one new wrapper class. Each run returns an :class:`Outcome`: the step's result
 and the :class:`Measurements` the wrappers took (sites left out, values clipped, ε spent).
@@ -35,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .federation import Federation
 
 __all__ = ["Measurements", "Outcome", "NoisyRelease", "SumStep", "Reduction", "RunStrategy", "BaseSums",
-           "RobustSums", "NoisySums", "run_strategy", "use_wrapper", "MODES", "declare_modes", "check_modes", "modes_of",
+           "RobustSums", "NoisySums", "SummedForms", "run_strategy", "use_wrapper", "MODES", "declare_modes", "check_modes", "modes_of",
            "supported_modes"]
 
 R = TypeVar("R")
@@ -78,16 +82,19 @@ class NoisyRelease(Generic[R]):
 
     Attributes:
         step: the step as released (its request without the DP settings, its spec with
-            fixed-point bits for noisy values, its check of noisy replies, its reductions).
-        budget: the accountant's step name (e.g. ``"training.evaluate"``).
+            fixed-point bits for noisy values, its check of noisy replies, its reductions);
+            a :class:`Reduction`: the step is not released under DP (nothing is sent or spent).
+        budget: the accountant's step name (e.g. ``"training.evaluate"``); ``None``: the step
+            releases no noised number (e.g. column names and row counts): sent as it is,
+            without DP settings, nothing spent.
         releases: the accountant's releases per exchange.
         extra: settings added to the request's DP settings (e.g. DP-SGD's steps).
         denoise: post-processing of one reply, or of the secure total: ``(message) ->
             (message, values clipped)``; ``None`` keeps the replies.
     """
 
-    step: "SumStep[R]"
-    budget: str
+    step: "SumStep[R] | Reduction[R]"
+    budget: str | None
     releases: int = 1
     extra: Mapping[str, Any] = field(default_factory=dict)
     denoise: Callable[[Message], tuple[Message, int]] | None = None
@@ -107,6 +114,9 @@ class SumStep(Generic[R]):
             over each site's reply; ``None``: the step has no robust mode.
         noisy: the step's DP release; ``None``: the step has no DP mode.
         kind: the exchange's step name (defaults to the request's kind).
+        summed: the step's form when the server may learn only sums (secure sums or DP;
+            :class:`SummedForms`): its own request, spec, check and reductions; its
+            ``noisy`` is the DP release. ``None``: this form in every run.
     """
 
     request: Message
@@ -116,6 +126,7 @@ class SumStep(Generic[R]):
     robust: Callable[[Summed], tuple[R, dict[str, str]]] | None = None
     noisy: NoisyRelease[R] | None = None
     kind: str | None = None
+    summed: "SumStep[R] | None" = None
 
 
 @dataclass
@@ -221,6 +232,10 @@ class NoisySums(RunStrategy):
         noisy = step.noisy
         if noisy is None:
             raise ValueError(f"the {step.kind or step.request.kind} step has no DP release")
+        if isinstance(noisy.step, Reduction):  # not released under DP: nothing is sent or spent
+            return self.inner.reduce(noisy.step)
+        if noisy.budget is None:  # no noised number: sent as it is, nothing spent
+            return self.inner.run(federation, noisy.step, on_error=on_error)
         if self.accountant is None:
             raise ValueError("a DP step needs the run's accountant")
         released = noisy.step
@@ -255,10 +270,25 @@ class NoisySums(RunStrategy):
         return out
 
 
+class SummedForms(RunStrategy):
+    """The server learns only sums in this run (secure sums or DP): a step's
+    :attr:`SumStep.summed` form is sent instead of its per-site form (the outermost layer)."""
+
+    def __init__(self, inner: RunStrategy) -> None:
+        self.inner = inner
+
+    def run(self, federation: "Federation", step: SumStep[R], *, on_error: str | None = None) -> Outcome[R]:
+        return self.inner.run(federation, step.summed if step.summed is not None else step, on_error=on_error)
+
+    def reduce(self, reduction: Reduction[R]) -> Outcome[R]:
+        return self.inner.reduce(reduction)
+
+
 def run_strategy(federation: "Federation", accountant: "PrivacyLedger | None" = None, *,
                  base: RunStrategy | None = None) -> RunStrategy:
     """The run's strategy from its options: the base summing strategy, wrapped in
-    :class:`RobustSums` (``robust``) and :class:`NoisySums` (``dp``, spending from ``accountant``).
+    :class:`RobustSums` (``robust``) and :class:`NoisySums` (``dp``, spending from ``accountant``),
+    outermost :class:`SummedForms` when the server learns only sums (``secure`` or ``dp``).
 
     ``accountant`` may be ``None`` for reductions without an exchange (:meth:`RunStrategy.reduce`);
     a DP exchange without one raises ``ValueError``. ``base`` replaces the run's summing strategy
@@ -272,6 +302,8 @@ def run_strategy(federation: "Federation", accountant: "PrivacyLedger | None" = 
         strategy = RobustSums(strategy)
     if opts.dp is not None:
         strategy = NoisySums(strategy, accountant, opts.dp)
+    if opts.secure or opts.dp is not None:
+        strategy = SummedForms(strategy)
     return strategy
 
 

@@ -19,13 +19,14 @@ from typing import Any, Callable
 import numpy as np
 
 from fedtab.impute.stats import STAT_ARRAYS
-from fedtab.privacy.dp import DP_GD_NOISE_SCALE, DP_SCHEMA_NOISE_SCALE, dp_request
+from fedtab.privacy.accountant import PrivacyLedger
+from fedtab.privacy.dp import DP_GD_NOISE_SCALE, DP_SCHEMA_NOISE_SCALE
 from fedtab.federation.protocol import validate
 from fedtab.federation.protocol import Federation, run_ledger, set_quorum
 from fedtab.federation.workflows.imputation.config import ImputationResult, ImputeConfig
 from fedtab.federation.workflows.imputation.site import DP_STEPS_PER_ROUND
-from fedtab.federation.workflows.imputation.steps import centring, evaluate, fit_round, model_inputs, pooled_statistics, schema_step, setup_step, \
-    validation_report
+from fedtab.federation.workflows.imputation.steps import (Evaluation, centring, evaluate, fit_round, model_inputs,
+                                                          pooled_statistics, schema_step, setup_step, validation_report)
 
 __all__ = ["run_imputation", "dp_plan"]
 
@@ -75,9 +76,6 @@ def run_imputation(
             or the sites share no column (with more than one site).
         ValueError: invalid ``config``.
     """
-    import torch
-
-    from fedtab.impute.model import GNNImputer, state_to_numpy
     from fedtab.impute.train import set_threads
 
     cfg = config or ImputeConfig()
@@ -88,38 +86,14 @@ def run_imputation(
     set_quorum(federation, min_sites)
     p0, dropped0 = len(federation.participation), set(federation.dropped)
     ledger = run_ledger(federation, *dp_plan(cfg))
-    fit_dp = None
-    if ledger is not None:
-        fit_dp = {**dp_request(federation.options.dp, ledger.multiplier("imputation.fit")),
-                  "steps": DP_STEPS_PER_ROUND}
 
     columns = schema_step(federation, ledger)
     glob, f = columns.columns, len(columns.columns)
     pooled, left_out = pooled_statistics(federation, columns, centring(federation, columns), ledger)
     model = model_inputs(cfg, pooled, glob)
     site_rows = setup_step(federation, cfg, glob, model)
-
-    torch.manual_seed(cfg.seed)
-    weights = state_to_numpy(GNNImputer(model.config))
-    history: list[dict] = []
-    best = (np.inf, 0, weights)
-    for rnd in range(1, cfg.rounds + 1):
-        new, val, train_loss = fit_round(federation, weights, rnd, site_rows, f, max_param_abs=max_param_abs,
-                                         dp_fit=fit_dp)
-        if ledger is not None:
-            ledger.spend("imputation.fit", DP_STEPS_PER_ROUND)
-        if val is not None and val < best[0]:
-            best = (val, rnd - 1, weights)
-        weights = new
-        history.append({"round": rnd, "train_loss": train_loss, "val_rmse": val})
-        if progress is not None:
-            progress(rnd, cfg.rounds, history[-1])
-
-    ev = evaluate(federation, weights, f)
-    best_round = cfg.rounds
-    if cfg.keep_best and ev.overall is not None and best[0] < ev.overall:
-        best_round, weights = best[1], best[2]
-        ev = evaluate(federation, weights, f)
+    weights, history, best = _rounds(federation, cfg, model, site_rows, f, ledger, max_param_abs, progress)
+    weights, ev, best_round = _final_evaluation(federation, cfg, weights, best, f)
     down1, up1 = federation.traffic.total()
     prior = model.prior
     return ImputationResult(
@@ -133,3 +107,43 @@ def run_imputation(
         dropped={s: r for s, r in federation.dropped.items() if s not in dropped0},
         left_out=left_out, privacy=ledger.report() if ledger is not None else None,
     )
+
+
+#: the best round so far: (validation RMSE, round whose weights were scored, those weights)
+Best = tuple[float, int, dict[str, np.ndarray]]
+
+
+def _rounds(federation: Federation, cfg: ImputeConfig, model: Any, site_rows: dict[str, int], f: int,
+            ledger: PrivacyLedger | None, max_param_abs: float,
+            progress: Callable[[int, int, dict[str, Any]], None] | None,
+            ) -> tuple[dict[str, np.ndarray], list[dict], Best]:
+    """The FedAvg rounds from the seeded initial weights: ``(final weights, history, best)``;
+    each round scores the weights it sends (``val_rmse``: ``None`` when not released)."""
+    import torch
+
+    from fedtab.impute.model import GNNImputer, state_to_numpy
+
+    torch.manual_seed(cfg.seed)
+    weights = state_to_numpy(GNNImputer(model.config))
+    history: list[dict] = []
+    best: Best = (np.inf, 0, weights)
+    for rnd in range(1, cfg.rounds + 1):
+        new, val, train_loss = fit_round(federation, weights, rnd, site_rows, f, max_param_abs=max_param_abs,
+                                         ledger=ledger)
+        if val is not None and val < best[0]:
+            best = (val, rnd - 1, weights)
+        weights = new
+        history.append({"round": rnd, "train_loss": train_loss, "val_rmse": val})
+        if progress is not None:
+            progress(rnd, cfg.rounds, history[-1])
+    return weights, history, best
+
+
+def _final_evaluation(federation: Federation, cfg: ImputeConfig, weights: dict[str, np.ndarray], best: Best, f: int
+                      ) -> tuple[dict[str, np.ndarray], Evaluation, int]:
+    """``(weights kept, their evaluation, their round)``: the last round's, or with ``keep_best``
+    an earlier round's that scored better (evaluated again)."""
+    ev = evaluate(federation, weights, f)
+    if cfg.keep_best and ev.overall is not None and best[0] < ev.overall:
+        return best[2], evaluate(federation, best[2], f), best[1]
+    return weights, ev, cfg.rounds

@@ -146,26 +146,44 @@ def _stats(site: Site, request: Message) -> Message:
     shift = np.asarray(request.arrays["shift"], dtype=np.float64)[idx]
     values = _values(site, "train")
     dp = request.meta.get(DP_META)
-    if dp is not None:
-        values = clip_values(values, *column_bounds(dp, cols))
-        if "scale" not in request.arrays:
-            raise ValueError("DP statistics need the pooled scale (the 'scale' array)")
-    if "scale" in request.arrays:  # z-values: well-conditioned fixed-point sums, bounded DP rows
-        values = (values - shift) / np.asarray(request.arrays["scale"], dtype=np.float64)[idx]
-        shift = np.zeros(len(cols))
-    if dp is not None:
-        values = clip_rows(values, row_radius(len(cols)))
     if dp is None:  # no difference of the released sums isolates fewer than min_rows rows (release_plan)
+        values, shift = _scaled(values, shift, request, idx)
         s = released_stats(values, cols, site.policy.min_rows, shift)
-    else:  # under DP the noise protects small cells (data-dependent suppression would void it)
-        s = site_stats(values, cols, shift)
-        sens, rng = stats_sensitivity(row_radius(len(cols)), len(cols)), noise_rng()
-        noisy = {k: add_noise(getattr(s, k), sens[k], dp, rng, symmetric=k in ("pair_count", "pair_sxy"))
-                 for k in STAT_ARRAYS}
-        s = SiteStats(columns=s.columns, shift=s.shift, **noisy)
+    else:
+        s = _noisy_stats(values, cols, shift, request, idx, dp)
     if request.meta.get("global"):
         return Message("impute_stats", {k: _embed(getattr(s, k), idx, len(glob)) for k in STAT_ARRAYS}, {})
     return Message("impute_stats", {k: getattr(s, k) for k in STAT_ARRAYS + ("shift",)}, {"columns": cols})
+
+
+def _scaled(values: np.ndarray, shift: np.ndarray, request: Message, idx: list[int]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, shift)``: about the server's shift, or with a ``scale`` array the z-values about
+    0 (well-conditioned fixed-point sums, bounded DP rows)."""
+    if "scale" in request.arrays:
+        return (values - shift) / np.asarray(request.arrays["scale"], dtype=np.float64)[idx], np.zeros(len(idx))
+    return values, shift
+
+
+def _noisy_stats(values: np.ndarray, cols: list[str], shift: np.ndarray, request: Message, idx: list[int],
+                 dp: Mapping[str, Any]) -> SiteStats:
+    """The DP statistics: values clipped into the public bounds, in units of the pooled scale,
+    rows clipped to the sensitivity's radius, every array noised (the noise protects small cells:
+    data-dependent suppression would void it).
+
+    Raises:
+        ValueError: no ``scale`` array in the request.
+    """
+    values = clip_values(values, *column_bounds(dp, cols))
+    if "scale" not in request.arrays:
+        raise ValueError("DP statistics need the pooled scale (the 'scale' array)")
+    values, shift = _scaled(values, shift, request, idx)
+    values = clip_rows(values, row_radius(len(cols)))
+    s = site_stats(values, cols, shift)
+    sens, rng = stats_sensitivity(row_radius(len(cols)), len(cols)), noise_rng()
+    noisy = {k: add_noise(getattr(s, k), sens[k], dp, rng, symmetric=k in ("pair_count", "pair_sxy"))
+             for k in STAT_ARRAYS}
+    return SiteStats(columns=s.columns, shift=s.shift, **noisy)
 
 
 def _global_values(site: Site, part: str, columns: list[str], mean: np.ndarray, std: np.ndarray) -> np.ndarray:
@@ -317,7 +335,7 @@ def _fit(site: Site, request: Message) -> Message:
     arrays = {f"w/{k}": v for k, v in weights.items()}
     arrays.update(val_sse=sse, val_count=cnt)
     return Message("impute_fit", arrays, {"n_train": int(len(live["train"])),
-                                         "loss": loss if np.isfinite(loss) and dp is None else None, "steps": steps})
+                                         "loss": loss if np.isfinite(loss) else None, "steps": steps})
 
 
 def _dp_steps(dp: Mapping[str, Any]) -> int:

@@ -1,58 +1,85 @@
 """The imputation's server steps: each builds its request, validates every reply and reduces.
 
-A step is a pair, as in Flower's strategies: the request is built here, the site's handler
-(:mod:`.site`) answers, and the reduction here validates before it reduces. Every exchange
-goes through the one server path (:func:`~fedtab.federation.protocol.exchange` /
-:func:`~fedtab.federation.protocol.exchange_sums`): errors, refusals and rejected replies are
-split off and named, the quorum holds, participation is recorded. The run's options
-(``federation.options``) choose between two ways of reducing, once per run:
+A step is a configure/aggregate pair (:class:`~fedtab.federation.protocol.modes.SumStep`), as
+in Flower's strategies: the request is built here, the site's handler (:mod:`.site`) answers,
+and the reduction here validates before it reduces. No step tests the run's modes: each
+declares its forms and the run's strategy
+(:func:`~fedtab.federation.protocol.modes.run_strategy`) picks one:
 
-* **per site** (plain, and robust) — each reply is validated against the agreed schema and
-  the site's earlier claims (its columns exactly the declared ones, every count an integer
-  within the rows it declared and the same in the counting and statistics steps, statistics
-  taken about the server's shift, no negative variance and no correlation outside [-1, 1]
-  — checked overflow-safe —, weights of the model's names and shapes, finite and of plausible
-  magnitude, validation errors within the declared validation rows), then pooled: summed, or
-  with ``robust`` screened against the median site and capped at ``max_site_share``
-  (statistics), coordinate-wise median (weights), median site's RMSE (validation);
-* **summed** (secure sums and/or DP) — the moments and statistics over the global schema,
-  the row-weighted weights and the validation errors travel by the run's summing strategy
-  (masked with secure aggregation, noised at the sites under DP); what a site sent in the
-  clear is validated (shapes, finiteness, magnitude) and so are the totals. Under DP the
-  validation errors are not released (no validation report, no best round), and the robust
-  reducers, which need exact per-site values, do not apply.
+* the **per-site** form (plain; with ``robust`` its robust reduction) — each reply is validated
+  against the agreed schema and the site's earlier claims (its columns exactly the declared
+  ones, every count an integer within the rows it declared and the same in the counting and
+  statistics steps, statistics taken about the server's shift, no negative variance and no
+  correlation outside [-1, 1] — checked overflow-safe —, weights of the model's names and
+  shapes, finite and of plausible magnitude, validation errors within the declared validation
+  rows), then pooled: summed, or robust: screened against the median site and capped at
+  ``max_site_share`` (statistics), coordinate-wise median (weights), median site's RMSE
+  (validation);
+* the **summed** form (:attr:`SumStep.summed`: secure sums and/or DP) — the moments and
+  statistics over the global schema, the row-weighted weights and the validation errors
+  travel by the run's summing strategy (masked with secure aggregation); what a site sent in
+  the clear is validated (shapes, finiteness) and so are the totals;
+* its **DP release** (:attr:`SumStep.noisy`) — the summed form noised at the sites, paid from
+  the run's accountant before the request goes out, the replies bounded as noisy values and
+  post-processed (counts below 1 are none, moments back within the public bounds). The
+  validation errors are not released under DP (no exchange: no validation report, no best
+  round), and the robust reducers, which need exact per-site values, reduce the sums as they are.
+
+Every exchange goes through the one server path (:func:`~fedtab.federation.protocol.exchange`
+for a per-site form, :func:`~fedtab.federation.protocol.exchange_sums` for a summed one):
+errors, refusals and rejected replies are split off and named, the quorum holds,
+participation is recorded.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
 from fedtab.impute.graph import FeatureGraph, build_feature_graph
 from fedtab.impute.stats import STAT_ARRAYS, PooledStats, SiteStats, pool_stats
 from fedtab.privacy.accountant import PrivacyLedger
-from fedtab.privacy.dp import DP_META, column_bounds, dp_request
+from fedtab.privacy.dp import column_bounds
 from fedtab.privacy.secagg import MOMENT_BITS
 from fedtab.federation.protocol import validate
 from fedtab.federation.protocol.messages import Message
-from fedtab.federation.protocol import Federation, FederationError, SumSpec, exchange, exchange_sums
+from fedtab.federation.protocol import Federation, FederationError, Summed, SumSpec, exchange, exchange_sums
+from fedtab.federation.protocol.modes import (BaseSums, NoisyRelease, Reduction, RunStrategy, SumStep, declare_modes,
+                                              run_strategy)
 from fedtab.federation.protocol.reduce import cap_weights, robust_params, screen_sites, site_median, usable_counts
 from fedtab.federation.workflows.imputation.config import ImputeConfig
+from fedtab.federation.workflows.imputation.site import DP_STEPS_PER_ROUND
 
-__all__ = ["Columns", "Evaluation", "Model", "apply_imputation", "centring", "evaluate", "fit_round", "model_inputs",
-           "pooled_statistics", "schema_step", "setup_step", "summed_mode", "validation_report", "weight_arrays"]
+__all__ = ["Columns", "Evaluation", "Model", "apply_imputation", "centring", "columns_step", "evaluate",
+           "evaluate_step", "fit_round", "fit_step", "model_inputs", "moments_step", "pooled_statistics",
+           "schema_step", "setup_step", "statistics_step", "strategy", "validation_report", "weight_arrays",
+           "IMPUTATION_MODES"]
 
 log = logging.getLogger("fedtab.impute")
+R = TypeVar("R")
+
+#: the modes the imputation supports (robust with secure sums is refused by the run's options)
+IMPUTATION_MODES = declare_modes("imputation", "secure", "dp", "robust")
 
 
-def summed_mode(federation: Federation) -> bool:
-    """Whether the run's sums travel by the summing strategy (secure sums and/or DP) rather
-    than per site."""
-    opts = federation.options
-    return opts.secure or opts.dp is not None
+class _Exchanges(BaseSums):
+    """The imputation's base layer: a per-site form (nothing summed) by the one server path, a
+    summed form by the run's summing strategy with its totals checked (finite, within ``MAX_SUM``)."""
+
+    def exchange(self, federation: Federation, step: SumStep[Any], *, on_error: str | None = None) -> Summed:
+        if not step.spec.fields:
+            replies = exchange(federation, step.request, step.check, on_error=on_error)
+            return Summed({}, None, dict(replies), list(replies))
+        return exchange_sums(federation, step.request, step.spec, step.check, check_total=_finite_totals,
+                             on_error=on_error)
+
+
+def strategy(federation: Federation, ledger: PrivacyLedger | None = None) -> RunStrategy:
+    """The run's strategy for the imputation's steps (``ledger``: the run's accountant under DP)."""
+    return run_strategy(federation, ledger, base=_Exchanges(federation.summing))
 
 
 def weight_arrays(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -60,25 +87,24 @@ def weight_arrays(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {f"w/{k}": v for k, v in weights.items()}
 
 
-def _dp_meta(meta: dict[str, Any], dp_meta: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {**meta, DP_META: dict(dp_meta)} if dp_meta is not None else meta
+def _as_robust(aggregate: Callable[[Summed], R]) -> Callable[[Summed], tuple[R, dict[str, str]]]:
+    """A robust reduction that is ``aggregate`` (no site left out): the summed forms' per-site
+    values are unknown, a robust reducer has nothing to screen."""
+    return lambda summed: (aggregate(summed), {})
 
 
-def _dp_request(federation: Federation, ledger: PrivacyLedger | None, step: str) -> dict[str, Any] | None:
-    """The DP settings of ``step``'s requests (its noise multiplier), ``None`` without DP."""
-    if ledger is None:
-        return None
-    return dp_request(federation.options.dp, ledger.multiplier(step))
+def _clear_arrays(shapes: Mapping[str, tuple[int, ...]], bound: bool = False) -> Callable[[str, Message], None]:
+    """Check of the summed arrays a site sent in the clear: of ``shapes``, finite and (``bound``:
+    noisy values) within ``MAX_SUM``; masked arrays are absent, checked as a sum."""
 
+    def check(site: str, reply: Message) -> None:
+        for name, shape in shapes.items():
+            if name in reply.arrays:
+                a = validate.array(reply, name, shape)
+                if bound:
+                    validate.bounded(a, f"noisy {name}")
 
-def _bounded_arrays(reply: Message, shapes: Mapping[str, tuple[int, ...]], noisy: bool) -> None:
-    """The summed arrays a site sent in the clear: of ``shapes``, finite, within ``MAX_SUM``
-    (masked arrays are checked as a sum)."""
-    for name, shape in shapes.items():
-        if name in reply.arrays:
-            a = validate.array(reply, name, shape)
-            if noisy:
-                validate.bounded(a, f"noisy {name}")
+    return check
 
 
 def _finite_totals(sums: Mapping[str, np.ndarray], sites: list[str]) -> None:
@@ -93,10 +119,12 @@ class Columns:
 
     Attributes:
         site_columns: site -> its feature columns (in its order); columns: the global schema (F).
-        count / total / sumsq: ``(F,)`` pooled observed counts, sums and (summed mode) sums of squares.
-        site_counts: per site its ``(count, sum)`` over its own columns (per-site mode).
-        site_means: ``(sites, F)`` each site's column means (NaN where it has none; summed mode: all NaN).
-        scale: ``(F,)`` the pooled spread the summed statistics are taken in (summed mode), else ``None``.
+        count / total / sumsq: ``(F,)`` pooled observed counts, sums and (summed form) sums of squares.
+        site_counts: per site its ``(count, sum)`` over its own columns (per-site form).
+        site_means: ``(sites, F)`` each site's column means (NaN where it has none; summed form: all NaN).
+        scale: ``(F,)`` the pooled spread the summed statistics are taken in (summed form), else ``None``.
+        moments_follow: the summed form's moments are not known yet: they follow in their own
+            summed exchange (:func:`moments_step`).
     """
 
     site_columns: dict[str, list[str]]
@@ -107,120 +135,179 @@ class Columns:
     site_counts: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     site_means: np.ndarray | None = None
     scale: np.ndarray | None = None
+    moments_follow: bool = False
 
 
-def _counts_checker(federation: Federation, summed: bool, out: dict[str, tuple[list[str], Any, Any]]):
-    """Validator of the first ``impute_schema`` replies: the columns are exactly the site's declared
-    ones (its target never among them), the row counts the declared ones and, per site, consistent
-    moments (kept in ``out``)."""
-
-    def check(s: str, r: Message) -> None:
-        schema = federation.schema
-        assert schema is not None
-        cols = r.meta.get("columns")
-        target = schema.declaration(s).target
-        own = [c for c in cols if c != target] if isinstance(cols, list) else cols
-        own = schema.check_features(s, own, exact=True, what="imputation columns")
-        if isinstance(cols, list) and len(cols) != len(own) + (target is not None and target in cols):
-            raise ValueError("imputation columns repeat the target")
-        n = validate.integer(r.meta.get("n_train"), "training rows", equal=schema.rows(s, "train"))
-        validate.integer(r.meta.get("n_valid"), "validation rows", equal=schema.rows(s, "test"))
-        if n == 0:
-            raise ValueError("no training rows")
-        if summed:  # the moments follow in their own (secure and/or noised) exchange
-            out[s] = (list(cols), np.zeros(0), np.zeros(0))
-            return
-        c_ = validate.counts(validate.array(r, "count", (len(cols),)), n, "column counts")
-        total = validate.array(r, "sum", (len(cols),))
-        validate.moments(c_, total, validate.array(r, "sumsq", (len(cols),)), "column moments")
-        out[s] = (list(cols), c_, total)
-
-    return check
+def _declared_columns(federation: Federation, s: str, r: Message) -> tuple[list[str], int]:
+    """``(columns, training rows)`` of one ``impute_schema`` reply: the columns exactly the site's
+    declared ones (its target never among them), the row counts the declared ones."""
+    schema = federation.schema
+    assert schema is not None
+    cols = r.meta.get("columns")
+    target = schema.declaration(s).target
+    own = [c for c in cols if c != target] if isinstance(cols, list) else cols
+    own = schema.check_features(s, own, exact=True, what="imputation columns")
+    if isinstance(cols, list) and len(cols) != len(own) + (target is not None and target in cols):
+        raise ValueError("imputation columns repeat the target")
+    n = validate.integer(r.meta.get("n_train"), "training rows", equal=schema.rows(s, "train"))
+    validate.integer(r.meta.get("n_valid"), "validation rows", equal=schema.rows(s, "test"))
+    if n == 0:
+        raise ValueError("no training rows")
+    return list(cols), n
 
 
-def _summed_moments(federation: Federation, columns: Columns, dp_meta: Mapping[str, Any] | None) -> None:
-    """The column moments over the global schema, summed by the run's strategy, into ``columns``."""
-    f = len(columns.columns)
-    noisy = dp_meta is not None
-
-    def check(s: str, r: Message) -> None:
-        if r.meta.get("columns") != columns.site_columns.get(s):
-            raise ValueError("moments over different columns than its schema")
-        _bounded_arrays(r, {"count": (f,), "sum": (f,), "sumsq": (f,)}, noisy)
-
-    spec = SumSpec({"count": 0 if dp_meta is None else MOMENT_BITS, "sum": MOMENT_BITS, "sumsq": MOMENT_BITS})
-    request = Message("impute_schema", meta=_dp_meta({"global": columns.columns}, dp_meta))
-    moments = exchange_sums(federation, request, spec, check, check_total=_finite_totals).sums
-    cnt, sm, sq = np.rint(moments["count"]), moments["sum"], moments["sumsq"]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        var = sq / cnt - (sm / cnt) ** 2
-    columns.count, columns.total, columns.sumsq = cnt, sm, sq
-    columns.scale = np.where(np.isfinite(var) & (var > 1e-12), np.sqrt(np.abs(var)), 1.0)
-
-
-def schema_step(federation: Federation, ledger: PrivacyLedger | None) -> Columns:
-    """Step 1: the sites' columns and row counts (the first exchange of a run also agrees the
-    federation's schema), and the pooled column moments.
+def _global_schema(site_columns: Mapping[str, list[str]]) -> tuple[list[str], np.ndarray]:
+    """The global schema (the ordered union of the sites' columns) and how many sites hold each column.
 
     Raises:
-        FederationError: a site failed or was rejected (naming it), or the sites' schemas
-            are disjoint (more than one site and no column held by two).
+        FederationError: more than one site and no column held by two (disjoint schemas).
     """
-    summed = summed_mode(federation)
-    first: dict[str, tuple[list[str], Any, Any]] = {}
-    replies = exchange(federation, Message("impute_schema", meta={"columns_only": True} if summed else {}),
-                       _counts_checker(federation, summed, first))
-    site_columns: dict[str, list[str]] = {s: first[s][0] for s in replies}
-    glob = list(dict.fromkeys(str(c) for s in replies for c in site_columns[s]))
-    f = len(glob)
+    glob = list(dict.fromkeys(str(c) for cols in site_columns.values() for c in cols))
     pos = {c: i for i, c in enumerate(glob)}
-    holders = np.zeros(f, dtype=int)
-    cnt, sm, sq = np.zeros(f), np.zeros(f), np.zeros(f)
-    site_means = np.full((len(replies), f), np.nan)
-    for i, s in enumerate(replies):
-        idx = [pos[c] for c in site_columns[s]]
-        holders[idx] += 1
-        if not summed:
-            cnt[idx] += first[s][1]
-            sm[idx] += first[s][2]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                site_means[i, idx] = np.where(first[s][1] > 0, first[s][2] / first[s][1], np.nan)
-    columns = Columns(site_columns, glob, cnt, sm, sq, site_means=site_means,
-                      site_counts={} if summed else {s: (first[s][1], first[s][2]) for s in replies})
-    if summed:
-        _summed_moments(federation, columns, _dp_request(federation, ledger, "imputation.schema"))
-    if len(replies) > 1 and holders.max() < 2:
+    holders = np.zeros(len(glob), dtype=int)
+    for cols in site_columns.values():
+        holders[[pos[c] for c in cols]] += 1
+    if len(site_columns) > 1 and holders.max() < 2:
         raise FederationError(
             "no column is shared by two or more sites: the sites' schemas are disjoint, so nothing links them "
             f"(site columns: { {s: c[:5] for s, c in site_columns.items()} })"
         )
-    if ledger is not None:
-        ledger.spend("imputation.schema", 3)
-        columns.count = usable_counts(columns.count)  # post-processing: noisy counts below 1 are none
+    return glob, holders
+
+
+def _observed(columns: Columns) -> Columns:
+    """``columns`` when every column has an observed value.
+
+    Raises:
+        FederationError: a column with no observed value (exact counts only: noisy ones may be 0).
+    """
+    cnt = columns.count
+    if np.any(cnt == 0):
+        raise FederationError(f"columns without any observed value: "
+                              f"{[columns.columns[i] for i in np.flatnonzero(cnt == 0)][:8]}")
+    return columns
+
+
+def columns_step(federation: Federation) -> SumStep[Columns]:
+    """The sites' columns and row counts (the first exchange of a run also agrees the federation's
+    schema). Per site: with each site's column counts and sums (checked: counts within its rows,
+    consistent moments), pooled; summed form: columns and rows only, the moments follow
+    (:func:`moments_step`); it releases no noised number under DP."""
+    first: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    names: dict[str, list[str]] = {}
+
+    def check_names(s: str, r: Message) -> int:
+        names[s], n = _declared_columns(federation, s, r)
+        return n
+
+    def check_counts(s: str, r: Message) -> None:
+        n, f = check_names(s, r), len(names[s])
+        c_ = validate.counts(validate.array(r, "count", (f,)), n, "column counts")
+        total = validate.array(r, "sum", (f,))
+        validate.moments(c_, total, validate.array(r, "sumsq", (f,)), "column moments")
+        first[s] = (c_, total)
+
+    def per_site(summed: Summed) -> Columns:
+        site_columns = {s: names[s] for s in summed.replies}
+        glob, _ = _global_schema(site_columns)
+        f, pos = len(glob), {c: i for i, c in enumerate(glob)}
+        cnt, sm = np.zeros(f), np.zeros(f)
+        site_means = np.full((len(site_columns), f), np.nan)
+        for i, (s, cols) in enumerate(site_columns.items()):
+            idx = [pos[c] for c in cols]
+            cnt[idx] += first[s][0]
+            sm[idx] += first[s][1]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                site_means[i, idx] = np.where(first[s][0] > 0, first[s][1] / first[s][0], np.nan)
+        return _observed(Columns(site_columns, glob, cnt, sm, np.zeros(f), site_means=site_means,
+                                 site_counts={s: first[s] for s in site_columns}))
+
+    def columns_only(summed: Summed) -> Columns:
+        site_columns = {s: names[s] for s in summed.replies}
+        glob, _ = _global_schema(site_columns)
+        f = len(glob)
+        return Columns(site_columns, glob, np.zeros(f), np.zeros(f), np.zeros(f),
+                       site_means=np.full((len(site_columns), f), np.nan), moments_follow=True)
+
+    summed = SumStep(Message("impute_schema", meta={"columns_only": True}), SumSpec({}), check_names, columns_only,
+                     _as_robust(columns_only))
+    summed.noisy = NoisyRelease(replace(summed), None)  # names and row counts: nothing noised
+    return SumStep(Message("impute_schema"), SumSpec({}), check_counts, per_site, _as_robust(per_site),
+                   summed=summed)
+
+
+def moments_step(federation: Federation, columns: Columns) -> SumStep[Columns]:
+    """The summed form's column moments over the global schema, summed by the run's strategy,
+    into ``columns`` (with the pooled spread ``scale``); DP: three releases of
+    ``"imputation.schema"``, noisy counts below 1 none."""
+    f = len(columns.columns)
+    shapes = {"count": (f,), "sum": (f,), "sumsq": (f,)}
+
+    def form(count_bits: int | None, bound: bool, aggregate: Callable[[Summed], Columns]) -> SumStep[Columns]:
+        clear = _clear_arrays(shapes, bound)
+
+        def check(s: str, r: Message) -> None:
+            if r.meta.get("columns") != columns.site_columns.get(s):
+                raise ValueError("moments over different columns than its schema")
+            clear(s, r)
+
+        spec = SumSpec({"count": count_bits, "sum": MOMENT_BITS, "sumsq": MOMENT_BITS})
+        return SumStep(Message("impute_schema", meta={"global": columns.columns}), spec, check, aggregate,
+                       _as_robust(aggregate))
+
+    def moments(summed: Summed) -> Columns:
+        cnt, sm, sq = np.rint(summed.sums["count"]), summed.sums["sum"], summed.sums["sumsq"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            var = sq / cnt - (sm / cnt) ** 2
+        columns.count, columns.total, columns.sumsq = cnt, sm, sq
+        columns.scale = np.where(np.isfinite(var) & (var > 1e-12), np.sqrt(np.abs(var)), 1.0)
+        columns.moments_follow = False
+        return columns
+
+    def noisy(summed: Summed) -> Columns:
+        out = moments(summed)
+        out.count = usable_counts(out.count)  # post-processing: noisy counts below 1 are none
+        return out
+
+    step = form(0, False, lambda summed: _observed(moments(summed)))
+    step.noisy = NoisyRelease(form(None, True, noisy), "imputation.schema", 3)
+    return step
+
+
+def schema_step(federation: Federation, ledger: PrivacyLedger | None) -> Columns:
+    """Step 1: the sites' columns and row counts (:func:`columns_step`) and the pooled column
+    moments (with them per site; summed form: :func:`moments_step`).
+
+    Raises:
+        FederationError: a site failed or was rejected (naming it), the sites' schemas are
+            disjoint (more than one site and no column held by two), or (exact counts) a
+            column has no observed value.
+    """
+    run = strategy(federation, ledger)
+    columns = run.run(federation, columns_step(federation)).result
+    if columns.moments_follow:
+        columns = run.run(federation, moments_step(federation, columns)).result
     return columns
 
 
 def centring(federation: Federation, columns: Columns) -> np.ndarray:
     """``(F,)`` the shift the statistics are taken about: the pooled mean; robust: the median
-    site's mean where there is one; DP: within the public bounds (their middle where the noisy
-    count is below 1).
-
-    Raises:
-        FederationError: (without DP) a column with no observed value.
-    """
-    opts = federation.options
+    site's mean where there is one (none in the summed form); DP: within the public bounds
+    (their middle where the noisy count is below 1)."""
     cnt, sm = columns.count, columns.total
-    if np.any(cnt == 0) and opts.dp is None:
-        raise FederationError(f"columns without any observed value: "
-                              f"{[columns.columns[i] for i in np.flatnonzero(cnt == 0)][:8]}")
-    shift = np.divide(sm, cnt, out=np.zeros_like(sm), where=cnt > 0)
-    if opts.robust and not summed_mode(federation):  # the median site's mean: claimed sums cannot move it
+
+    def pooled() -> np.ndarray:
+        return np.divide(sm, cnt, out=np.zeros_like(sm), where=cnt > 0)
+
+    def median_site() -> tuple[np.ndarray, dict[str, str]]:  # claimed sums cannot move it
         median = site_median(columns.site_means)
-        shift = np.where(np.isnan(median), shift, median)
-    if opts.dp is not None:
-        lo, hi = column_bounds(opts.dp, columns.columns)
-        shift = np.clip(np.where(cnt > 0, shift, 0.5 * (lo + hi)), lo, hi)
-    return shift
+        return np.where(np.isnan(median), pooled(), median), {}
+
+    def bounded(shift: np.ndarray, dp: Mapping[str, Any]) -> np.ndarray:
+        lo, hi = column_bounds(dp, columns.columns)
+        return np.clip(np.where(cnt > 0, shift, 0.5 * (lo + hi)), lo, hi)
+
+    return strategy(federation).reduce(Reduction(pooled, median_site, bounded)).result
 
 
 # ----------------------------------------------------------------------------- 2. statistics
@@ -289,26 +376,26 @@ def _repaired(st: SiteStats) -> SiteStats:
                      pair_sxy=0.5 * (st.pair_sxy + st.pair_sxy.T))
 
 
-def _summed_pooled(federation: Federation, columns: Columns, shift: np.ndarray,
-                   dp_meta: Mapping[str, Any] | None) -> PooledStats:
-    """The sites' statistics of ``(x - shift) / scale`` over the global schema, summed by the run's
-    strategy (secure and/or noised at the sites) and pooled; mean and std in data units.
+def _pooled(pool: Callable[[], R]) -> R:
+    try:
+        return pool()
+    except ValueError as exc:
+        raise FederationError(f"pooling statistics failed: {exc}") from None
+
+
+def _summed_pooled(summed: Summed, columns: Columns, shift: np.ndarray, repair: bool) -> PooledStats:
+    """The summed statistics of ``(x - shift) / scale`` over the global schema pooled; mean and std
+    in data units (``repair``: noisy sums made consistent first, :func:`_repaired`).
 
     Raises:
-        FederationError: a site failed, or the summed statistics are inconsistent.
+        FederationError: the summed statistics are inconsistent.
     """
     glob, scale = columns.columns, columns.scale
-    f = len(glob)
-    shapes = {k: (f,) if k in ("count", "sum", "sumsq") else (f, f) for k in STAT_ARRAYS}
-    request = Message("impute_stats", {"shift": shift, "scale": scale}, _dp_meta({"columns": glob, "global": True},
-                                                                                dp_meta))
-    spec = SumSpec({k: (0 if k in ("count", "pair_count") and dp_meta is None else None) for k in STAT_ARRAYS})
-    sums = exchange_sums(federation, request, spec, lambda s, r: _bounded_arrays(r, shapes, dp_meta is not None),
-                         check_total=_finite_totals).sums
+    sums = dict(summed.sums)
     for k in ("count", "pair_count"):
         sums[k] = np.rint(sums[k])
-    stats = SiteStats(columns=list(glob), shift=np.zeros(f), **sums)
-    if dp_meta is not None:
+    stats = SiteStats(columns=list(glob), shift=np.zeros(len(glob)), **sums)
+    if repair:
         stats = _repaired(stats)
     try:
         stats.validate()
@@ -320,38 +407,54 @@ def _summed_pooled(federation: Federation, columns: Columns, shift: np.ndarray,
     return pooled
 
 
+def statistics_step(federation: Federation, columns: Columns, shift: np.ndarray) -> SumStep[PooledStats]:
+    """Step 2's pair: the pooled statistics (a robust run's left-out sites in its measurements). Per site: each site's statistics over its
+    own columns about ``shift``, pooled (robust: screened and capped, :func:`_robust_pool`).
+    Summed form: the statistics of ``(x - shift) / scale`` over the global schema; DP: one
+    release of ``"imputation.stats"`` per statistics array, the noisy moments post-processed
+    back within the public bounds."""
+    glob = columns.columns
+    f = len(glob)
+    shapes = {k: (f,) if k in ("count", "sum", "sumsq") else (f, f) for k in STAT_ARRAYS}
+    site_stats_: dict[str, SiteStats] = {}
+    # the summed form's values in units of the pooled spread (known once the summed moments are)
+    scaled = {"shift": shift, **({} if columns.scale is None else {"scale": columns.scale})}
+
+    def per_site(summed: Summed) -> PooledStats:
+        return _pooled(lambda: pool_stats([site_stats_[s] for s in summed.replies], glob))
+
+    def robust(summed: Summed) -> tuple[PooledStats, dict[str, str]]:
+        stats = {s: site_stats_[s] for s in summed.replies}
+        return _pooled(lambda: _robust_pool(stats, glob, federation.options.max_site_share))
+
+    def form(count_bits: int | None, bound: bool, aggregate: Callable[[Summed], PooledStats]) -> SumStep[PooledStats]:
+        request = Message("impute_stats", scaled, {"columns": glob, "global": True})
+        spec = SumSpec({k: (count_bits if k in ("count", "pair_count") else None) for k in STAT_ARRAYS})
+        return SumStep(request, spec, _clear_arrays(shapes, bound), aggregate, _as_robust(aggregate))
+
+    def within_bounds(summed: Summed) -> PooledStats:
+        pooled = _summed_pooled(summed, columns, shift, repair=True)
+        lo, hi = column_bounds(federation.options.dp, glob)  # post-processing: back within the public bounds
+        pooled.mean = np.clip(np.nan_to_num(pooled.mean, nan=0.5 * (lo + hi)), lo, hi)
+        pooled.std = np.clip(np.nan_to_num(pooled.std, nan=1.0), 1e-6, np.maximum(hi - lo, 1e-6))
+        return pooled
+
+    summed = form(0, False, lambda s: _summed_pooled(s, columns, shift, repair=False))
+    summed.noisy = NoisyRelease(form(None, True, within_bounds), "imputation.stats", len(STAT_ARRAYS))
+    return SumStep(Message("impute_stats", {"shift": shift}, {"columns": glob}), SumSpec({}),
+                   _stats_checker(federation, columns, shift, site_stats_), per_site, robust, summed=summed)
+
+
 def pooled_statistics(federation: Federation, columns: Columns, shift: np.ndarray, ledger: PrivacyLedger | None
                       ) -> tuple[PooledStats, dict[str, str]]:
-    """Step 2: ``(pooled statistics, left out)`` — the exact pooled correlations, mean and std
-    (robust: screened and capped per-site statistics, ``left out`` names the sites screened out;
-    DP: the noisy moments post-processed back within the public bounds).
+    """Step 2: ``(pooled statistics, left out)`` on the run's strategy (:func:`statistics_step`);
+    ``left out`` names the sites a robust run screened out.
 
     Raises:
         FederationError: a site failed or was rejected (naming it), or pooling failed.
     """
-    opts = federation.options
-    glob = columns.columns
-    left_out: dict[str, str] = {}
-    if summed_mode(federation):
-        pooled = _summed_pooled(federation, columns, shift, _dp_request(federation, ledger, "imputation.stats"))
-    else:
-        site_stats_: dict[str, SiteStats] = {}
-        replies = exchange(federation, Message("impute_stats", {"shift": shift}, {"columns": glob}),
-                           _stats_checker(federation, columns, shift, site_stats_))
-        stats = {s: site_stats_[s] for s in replies}
-        try:
-            if opts.robust:
-                pooled, left_out = _robust_pool(stats, glob, opts.max_site_share)
-            else:
-                pooled = pool_stats(list(stats.values()), glob)
-        except ValueError as exc:
-            raise FederationError(f"pooling statistics failed: {exc}") from None
-    if ledger is not None:
-        ledger.spend("imputation.stats", len(STAT_ARRAYS))
-        lo, hi = column_bounds(opts.dp, glob)  # post-processing: noisy moments back within the public bounds
-        pooled.mean = np.clip(np.nan_to_num(pooled.mean, nan=0.5 * (lo + hi)), lo, hi)
-        pooled.std = np.clip(np.nan_to_num(pooled.std, nan=1.0), 1e-6, np.maximum(hi - lo, 1e-6))
-    return pooled, left_out
+    out = strategy(federation, ledger).run(federation, statistics_step(federation, columns, shift))
+    return out.result, dict(out.measurements.left_out)
 
 
 # ----------------------------------------------------------------------------- 3. setup
@@ -423,60 +526,34 @@ def _error_arrays(federation: Federation, site: str, r: Message, f: int) -> tupl
     return sse, cnt
 
 
-def _error_totals(per_site: Mapping[str, tuple[np.ndarray, np.ndarray]], robust: bool = False) -> float | None:
-    """The overall validation RMSE from per-site (sse, count): pooled, or with ``robust`` the median site's."""
-    if robust:
-        rmse = [np.sqrt(v[0].sum() / v[1].sum()) for v in per_site.values() if v[1].sum() > 0]
-        return float(site_median(np.array(rmse))) if rmse else None
+def _pooled_rmse(per_site: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> float | None:
+    """The overall validation RMSE from per-site ``(sse, count)``, pooled."""
     tot_sse = sum(v[0].sum() for v in per_site.values())
     tot_cnt = sum(v[1].sum() for v in per_site.values())
     return float(np.sqrt(tot_sse / tot_cnt)) if tot_cnt > 0 else None
 
 
-def _summed_fit_round(federation: Federation, weights: dict[str, np.ndarray], rnd: int, f: int,
-                      shapes: Mapping[str, tuple], dp_meta: Mapping[str, Any] | None,
-                      ) -> tuple[dict[str, np.ndarray], float | None, None]:
-    """One FedAvg round by the run's strategy: ``(new weights, validation RMSE or None, None)``
-    from the sums of the row-weighted weights (losses are not released)."""
-    names = [f"w/{k}" for k in shapes]
-    noisy = dp_meta is not None
-
-    def check(s: str, r: Message) -> None:
-        got = {k[2:]: v for k, v in r.arrays.items() if k.startswith("w/")}
-        if got:  # in the clear (DP without secure sums): names and shapes; noisy, so no magnitude bound
-            validate.parameters(got, shapes, max_abs=np.inf, what="array 'w/…'")
-        _bounded_arrays(r, {"val_sse": (f,), "val_count": (f,)}, noisy)
-
-    request = Message("impute_fit", weight_arrays(weights), _dp_meta({"round": rnd}, dp_meta))
-    spec = SumSpec({**{n: None for n in names}, "val_sse": None, "val_count": 0 if dp_meta is None else None},
-                   weighted=tuple(names), weight="n_train", drop_meta=("loss", "steps"))
-    summed = exchange_sums(federation, request, spec, check, check_total=_finite_totals)
-    sums, n = summed.sums, summed.weight
-    if n is None or not n > 0:
-        raise FederationError(f"round {rnd}: the summed row count is not positive")
-    new = {k: (sums[f"w/{k}"] / n).astype(weights[k].dtype) for k in shapes}
-    cnt = float(np.sum(sums["val_count"]))
-    val = float(np.sqrt(max(float(np.sum(sums["val_sse"])), 0.0) / cnt)) if cnt > 0 else None
-    return new, val, None
+def _median_rmse(per_site: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> float | None:
+    """The median site's validation RMSE from per-site ``(sse, count)``."""
+    rmse = [np.sqrt(v[0].sum() / v[1].sum()) for v in per_site.values() if v[1].sum() > 0]
+    return float(site_median(np.array(rmse))) if rmse else None
 
 
-def fit_round(federation: Federation, weights: dict[str, np.ndarray], rnd: int, site_rows: Mapping[str, int],
-              f: int, *, max_param_abs: float, dp_fit: Mapping[str, Any] | None = None,
-              ) -> tuple[dict[str, np.ndarray], float | None, float | None]:
-    """Step 4, one round: ``(new weights, validation RMSE of the weights sent, mean training loss)``.
+#: one round's result: (new weights, validation RMSE of the weights sent, mean training loss)
+Round = tuple[dict[str, np.ndarray], "float | None", "float | None"]
 
-    Per site: FedAvg by training rows (robust: the coordinate-wise median of the weights, the
-    median site's RMSE). Summed: the sums of the row-weighted weights (no per-site losses).
 
-    Raises:
-        FederationError: a site failed or sent weights or errors that fail validation (naming it).
-    """
+def fit_step(federation: Federation, weights: dict[str, np.ndarray], rnd: int, site_rows: Mapping[str, int],
+             f: int, *, max_param_abs: float) -> SumStep[Round]:
+    """Step 4's pair, one round: ``(new weights, validation RMSE of the weights sent, mean training
+    loss)``. Per site: FedAvg by training rows (robust: the coordinate-wise median of the weights,
+    the median site's RMSE). Summed form: the sums of the row-weighted weights (no per-site
+    losses); DP: ``DP_STEPS_PER_ROUND`` releases of ``"imputation.fit"`` (gradient steps)."""
     from fedtab.impute.train import fedavg
 
     shapes = {k: v.shape for k, v in weights.items()}
-    if summed_mode(federation):
-        return _summed_fit_round(federation, weights, rnd, f, shapes, dp_fit)
-    robust = federation.options.robust
+    names = [f"w/{k}" for k in shapes]
+    request = Message("impute_fit", weight_arrays(weights), {"round": rnd})
     fitted: dict[str, tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]] = {}
 
     def check(s: str, r: Message) -> None:
@@ -488,18 +565,56 @@ def fit_round(federation: Federation, weights: dict[str, np.ndarray], rnd: int, 
                                 max_abs=max_param_abs, what="array 'w/…'")
         fitted[s] = (w, _error_arrays(federation, s, r, f))
 
-    replies = exchange(federation, Message("impute_fit", weight_arrays(weights), {"round": rnd}), check)
-    new, sizes, losses = [], [], []
-    for s, r in replies.items():
-        new.append(fitted[s][0])
-        sizes.append(site_rows[s])
-        loss = r.meta.get("loss")
-        if loss is not None:
-            losses.append((float(loss), site_rows[s]))
-    val = _error_totals({s: fitted[s][1] for s in replies}, robust)
-    averaged = robust_params(new) if robust else fedavg(new, sizes)
-    train_loss = sum(l * n for l, n in losses) / sum(n for _, n in losses) if losses else None
-    return averaged, val, train_loss
+    def train_loss(replies: Mapping[str, Message]) -> float | None:
+        losses = [(float(r.meta["loss"]), site_rows[s]) for s, r in replies.items() if r.meta.get("loss") is not None]
+        return sum(l * n for l, n in losses) / sum(n for _, n in losses) if losses else None
+
+    def per_site(summed: Summed) -> Round:
+        new = fedavg([fitted[s][0] for s in summed.replies], [site_rows[s] for s in summed.replies])
+        return new, _pooled_rmse({s: fitted[s][1] for s in summed.replies}), train_loss(summed.replies)
+
+    def robust(summed: Summed) -> tuple[Round, dict[str, str]]:
+        new = robust_params([fitted[s][0] for s in summed.replies])
+        return (new, _median_rmse({s: fitted[s][1] for s in summed.replies}), train_loss(summed.replies)), {}
+
+    def summed_round(summed: Summed) -> Round:
+        sums, n = summed.sums, summed.weight
+        if n is None or not n > 0:
+            raise FederationError(f"round {rnd}: the summed row count is not positive")
+        new = {k: (sums[f"w/{k}"] / n).astype(weights[k].dtype) for k in shapes}
+        cnt = float(np.sum(sums["val_count"]))
+        val = float(np.sqrt(max(float(np.sum(sums["val_sse"])), 0.0) / cnt)) if cnt > 0 else None
+        return new, val, None
+
+    def form(count_bits: int | None, bound: bool) -> SumStep[Round]:
+        clear = _clear_arrays({"val_sse": (f,), "val_count": (f,)}, bound)
+
+        def check_clear(s: str, r: Message) -> None:
+            got = {k[2:]: v for k, v in r.arrays.items() if k.startswith("w/")}
+            if got:  # in the clear (DP without secure sums): names and shapes; noisy, so no magnitude bound
+                validate.parameters(got, shapes, max_abs=np.inf, what="array 'w/…'")
+            clear(s, r)
+
+        spec = SumSpec({**{n: None for n in names}, "val_sse": None, "val_count": count_bits},
+                       weighted=tuple(names), weight="n_train", drop_meta=("loss", "steps"))
+        return SumStep(request, spec, check_clear, summed_round, _as_robust(summed_round))
+
+    summed = form(0, False)
+    summed.noisy = NoisyRelease(form(None, True), "imputation.fit", DP_STEPS_PER_ROUND,
+                                extra={"steps": DP_STEPS_PER_ROUND})
+    return SumStep(request, SumSpec({}), check, per_site, robust, summed=summed)
+
+
+def fit_round(federation: Federation, weights: dict[str, np.ndarray], rnd: int, site_rows: Mapping[str, int],
+              f: int, *, max_param_abs: float, ledger: PrivacyLedger | None = None) -> Round:
+    """Step 4, one round on the run's strategy (:func:`fit_step`); under DP the round's gradient
+    steps are spent from ``ledger`` before the request goes out.
+
+    Raises:
+        FederationError: a site failed or sent weights or errors that fail validation (naming it).
+    """
+    pair = fit_step(federation, weights, rnd, site_rows, f, max_param_abs=max_param_abs)
+    return strategy(federation, ledger).run(federation, pair).result
 
 
 # ----------------------------------------------------------------------------- 5. evaluation
@@ -516,28 +631,11 @@ class Evaluation:
     mean_sse: np.ndarray | None = None
 
 
-def _summed_evaluation(federation: Federation, weights: Mapping[str, np.ndarray], f: int) -> Evaluation:
-    shapes = {"val_sse": (f,), "val_count": (f,), "val_mean_sse": (f,)}
-    summed = exchange_sums(federation, Message("impute_eval", weight_arrays(weights)),
-                           SumSpec({"val_sse": None, "val_count": 0, "val_mean_sse": None}),
-                           lambda s, r: _bounded_arrays(r, shapes, False), check_total=_finite_totals)
-    sums = summed.sums
-    sse, cnt = np.maximum(sums["val_sse"], 0.0), np.rint(sums["val_count"])
-    return Evaluation({}, sse, cnt, (float(np.sqrt(sse.sum() / cnt.sum())) if cnt.sum() > 0 else None),
-                      np.maximum(sums["val_mean_sse"], 0.0))
-
-
-def evaluate(federation: Federation, weights: Mapping[str, np.ndarray], f: int) -> Evaluation:
-    """Step 5: the validation errors of ``weights`` (and of mean fill) on the sites' validation
-    cells. Under DP they are not released: no exchange, an empty evaluation.
-
-    Raises:
-        FederationError: a site failed or sent errors that fail validation (naming it).
-    """
-    if federation.options.dp is not None:
-        return Evaluation({}, np.zeros(f), np.zeros(f), None, None)
-    if summed_mode(federation):
-        return _summed_evaluation(federation, weights, f)
+def evaluate_step(federation: Federation, weights: Mapping[str, np.ndarray], f: int) -> SumStep[Evaluation]:
+    """Step 5's pair: the validation errors of ``weights`` (and of mean fill) on the sites'
+    validation cells. Per site: pooled (robust: the median site's RMSE); summed form: the sums
+    only; under DP they are not released: no exchange, an empty evaluation."""
+    request = Message("impute_eval", weight_arrays(weights))
     errors: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     mean_fill: dict[str, np.ndarray] = {}  # the mean-fill baseline's error sums, when every site sends them
 
@@ -549,11 +647,39 @@ def evaluate(federation: Federation, weights: Mapping[str, np.ndarray], f: int) 
                 raise ValueError("negative mean-fill errors")
             mean_fill[s] = m
 
-    got = exchange(federation, Message("impute_eval", weight_arrays(weights)), check)
-    per = {s: errors[s] for s in got}
-    mean_sse = sum(mean_fill[s] for s in got) if set(mean_fill) >= set(got) else None
-    return Evaluation(per, sum(v[0] for v in per.values()), sum(v[1] for v in per.values()),
-                      _error_totals(per, federation.options.robust), mean_sse)
+    def pooled_by(overall: Callable[[Mapping[str, tuple[np.ndarray, np.ndarray]]], float | None]):
+        def aggregate(summed: Summed) -> Evaluation:
+            per = {s: errors[s] for s in summed.replies}
+            mean_sse = sum(mean_fill[s] for s in summed.replies) if set(mean_fill) >= set(summed.replies) else None
+            return Evaluation(per, sum(v[0] for v in per.values()), sum(v[1] for v in per.values()), overall(per),
+                              mean_sse)
+
+        return aggregate
+
+    def summed_errors(summed: Summed) -> Evaluation:
+        sums = summed.sums
+        sse, cnt = np.maximum(sums["val_sse"], 0.0), np.rint(sums["val_count"])
+        return Evaluation({}, sse, cnt, (float(np.sqrt(sse.sum() / cnt.sum())) if cnt.sum() > 0 else None),
+                          np.maximum(sums["val_mean_sse"], 0.0))
+
+    def withheld() -> Evaluation:
+        return Evaluation({}, np.zeros(f), np.zeros(f), None, None)
+
+    shapes = {"val_sse": (f,), "val_count": (f,), "val_mean_sse": (f,)}
+    summed = SumStep(request, SumSpec({"val_sse": None, "val_count": 0, "val_mean_sse": None}), _clear_arrays(shapes),
+                     summed_errors, _as_robust(summed_errors))
+    summed.noisy = NoisyRelease(Reduction(withheld, lambda: (withheld(), {})), None)
+    median = pooled_by(_median_rmse)
+    return SumStep(request, SumSpec({}), check, pooled_by(_pooled_rmse), lambda s: (median(s), {}), summed=summed)
+
+
+def evaluate(federation: Federation, weights: Mapping[str, np.ndarray], f: int) -> Evaluation:
+    """Step 5 on the run's strategy (:func:`evaluate_step`).
+
+    Raises:
+        FederationError: a site failed or sent errors that fail validation (naming it).
+    """
+    return strategy(federation).run(federation, evaluate_step(federation, weights, f)).result
 
 
 def validation_report(glob: list[str], ev: Evaluation) -> dict[str, Any]:
