@@ -317,8 +317,8 @@ def test_a_loopback_deployment_runs_the_job_on_its_superlink_with_sites_that_kno
     monkeypatch.setattr(job_run, "_run_on_superlink", on_superlink)
     configs = [{**c, "min-rows": 5, "selector": "lasso", "policy": "{}"} for c in site_files]
     spec = load_job(_job(site_files, tmp_path / "out", **GUARDED))
-    raw = job_run._run_engine(spec, "flower", configs, spec.plan(), lambda _m: None, "loopback", tmp_path, None,
-                              None, 123.0)
+    target = job_run.EngineTarget("flower", "loopback", timeout=123.0)
+    raw = job_run._run_engine(spec, target, configs, spec.plan(), lambda _m: None, tmp_path)
     assert raw == {"engine": "flower"} and seen["stopped"]
     assert seen["nodes"] == [{"name": c["name"], "data-path": c["data-path"], "min-rows": 5} for c in site_files]
     link = seen["link"]

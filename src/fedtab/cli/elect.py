@@ -362,6 +362,7 @@ def elect_command(
 def _pooled_agreement(fed: Any, outputs: Any, spec: Any, selector: str) -> list[dict[str, Any]]:
     """The Jaccard agreement of the election with the selector on the pooled training rows."""
     from ..election.agreement import DEFAULT_FREEDOM_DEGREES, pooled_agreement, pooled_mask
+    from ..election.rule import RuleSettings
 
     outcome, e = outputs.outcomes["election"], spec.election
     result = outcome.result
@@ -369,8 +370,9 @@ def _pooled_agreement(fed: Any, outputs: Any, spec: Any, selector: str) -> list[
     ref = pooled_mask([fed.site(s).rows("train") for s in fed.sites], spec.target, selector, names)
     return pooled_agreement(outcome.ballots, ref, feature_names=names,
                             freedom_degrees=sorted({*DEFAULT_FREEDOM_DEGREES, float(result.freedom_degree)}),
-                            aggregation=e.aggregation, normalization=e.normalization, compat=e.compat,
-                            consensus=e.consensus, consensus_alpha=e.consensus_alpha, min_holders=result.min_holders)
+                            rule=RuleSettings(aggregation=e.aggregation, normalization=e.normalization,
+                                              compat=e.compat, consensus=e.consensus,
+                                              consensus_alpha=e.consensus_alpha, min_holders=result.min_holders))
 
 
 def _print_summary(doc: dict[str, Any], result: Any, *, freedom_degree: float, tuned: str) -> None:

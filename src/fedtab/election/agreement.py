@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .ballot import Ballot, check_freedom_degree
-from .rule import check_aggregation, check_normalization
+from .rule import RuleSettings, check_aggregation, check_normalization
 
 __all__ = ["jaccard", "pooled_mask", "pooled_agreement", "DEFAULT_FREEDOM_DEGREES"]
 
@@ -79,12 +79,7 @@ def pooled_agreement(
     *,
     feature_names: Sequence[str] | None = None,
     freedom_degrees: Sequence[float] = DEFAULT_FREEDOM_DEGREES,
-    aggregation: str = "weighted",
-    normalization: str = "all",
-    compat: str | None = None,
-    consensus: str = "intersection",
-    consensus_alpha: float = 0.05,
-    min_holders: int = 1,
+    rule: RuleSettings = RuleSettings(),
 ) -> list[dict[str, float]]:
     """Per freedom degree, the Jaccard agreement of the elected mask with ``pooled``.
 
@@ -95,8 +90,9 @@ def pooled_agreement(
         ballots: the sites' ballots (named or positional, as for an election).
         pooled: ``(d,)`` bool mask of the same selector on the pooled table, in the
             order of ``feature_names`` (default: the ballots' ordered union of names).
-        aggregation / normalization / compat / consensus / consensus_alpha / min_holders:
-            the election's settings (see :class:`~fedtab.election.tally.ElectionTally`).
+        rule: the election's settings (aggregation, normalization, compat, consensus,
+            consensus_alpha, min_holders; see :class:`~fedtab.election.tally.ElectionTally`);
+            ``min_holders=None`` is 1 (the plain rule).
 
     Returns:
         ``[{"freedom_degree", "jaccard", "kept", "pooled_kept"}]`` in the order given.
@@ -106,24 +102,25 @@ def pooled_agreement(
     """
     from .tally import ElectionTally
 
-    check_aggregation(aggregation)
-    check_normalization(normalization)
+    check_aggregation(rule.aggregation)
+    check_normalization(rule.normalization)
     fds = [check_freedom_degree(fd) for fd in freedom_degrees]
     if not ballots:
         raise ValueError("no ballots: at least one site must vote")
     if feature_names is None and ballots[0].feature_names is None:
-        tally = ElectionTally(ballots[0].n_features, normalization=normalization, compat=compat)
+        tally = ElectionTally(ballots[0].n_features, normalization=rule.normalization, compat=rule.compat)
     else:
-        tally = ElectionTally(feature_names=feature_names, normalization=normalization, compat=compat)
+        tally = ElectionTally(feature_names=feature_names, normalization=rule.normalization, compat=rule.compat)
     for b in ballots:
         tally.add_ballot(b)
     ref = np.asarray(pooled, dtype=bool)
     if ref.shape != (tally.n_features,):
         raise ValueError(f"pooled mask has shape {ref.shape}, the election covers {tally.n_features} features")
+    min_holders = 1 if rule.min_holders is None else rule.min_holders
     out = []
     for fd in fds:
-        mask = tally.result(fd, aggregation, min_holders=min_holders, consensus=consensus,
-                            consensus_alpha=consensus_alpha).mask
+        mask = tally.result(fd, rule.aggregation, min_holders=min_holders, consensus=rule.consensus,
+                            consensus_alpha=rule.consensus_alpha).mask
         out.append({"freedom_degree": fd, "jaccard": jaccard(mask, ref), "kept": int(mask.sum()),
                     "pooled_kept": int(ref.sum())})
     return out

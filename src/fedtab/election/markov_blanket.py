@@ -77,7 +77,9 @@ class MarkovBlanketSelector(Selector):
         n_splits: CV folds (= samples of the t-test); n_repeats: permutations per
             feature and fold (averaged).
         max_rows: rows used (a seeded random subset above this), to bound the cost.
-        C: inverse L2 strength of the logistic model. n_trees: trees of the forest.
+        n_trees: trees of the forest. (The logistic model's inverse L2 strength is
+            :attr:`LOGISTIC_C`, 1.0: the parameter that set it went — nothing set it, and a scikit-learn
+            selector keeps at most 9 parameters.)
         task, seed: as ``LassoSelector``.
         max_shrink_rounds: shrink refits (new parameter; default 1). ``None`` repeats
             refit → re-test → joint drop until every kept feature is significant in a refit
@@ -95,15 +97,17 @@ class MarkovBlanketSelector(Selector):
 
     name = "markov_blanket"
 
+    #: inverse L2 strength of the logistic model (``model="linear"``)
+    LOGISTIC_C = 1.0
+
     def __init__(self, model: str = "forest", alpha: float = 0.05, n_splits: int = 5, n_repeats: int = 1,
-                 max_rows: int = 5000, C: float = 1.0, n_trees: int = 30, task: str = "auto", seed: int = 0,
+                 max_rows: int = 5000, n_trees: int = 30, task: str = "auto", seed: int = 0,
                  max_shrink_rounds: int | None = 1):
         self.model = model
         self.alpha = alpha
         self.n_splits = n_splits
         self.n_repeats = n_repeats
         self.max_rows = max_rows
-        self.C = C
         self.n_trees = n_trees
         self.task = task
         self.seed = seed
@@ -172,7 +176,7 @@ class MarkovBlanketSelector(Selector):
         from sklearn.linear_model import LogisticRegression, Ridge
 
         if self.model == "linear":
-            est = Ridge(alpha=1.0) if regression else LogisticRegression(C=self.C, max_iter=300)
+            est = Ridge(alpha=1.0) if regression else LogisticRegression(C=self.LOGISTIC_C, max_iter=300)
         elif self.model == "forest":
             cls = ExtraTreesRegressor if regression else ExtraTreesClassifier
             est = cls(n_estimators=self.n_trees, min_samples_leaf=3, max_features="sqrt", n_jobs=1,

@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # pandas only for explain(): a site answering set_mask never 
 
 from .ballot import Ballot, check_freedom_degree
 
-__all__ = ["ElectionResult", "elect", "elect_ballots", "decide", "AGGREGATIONS", "NORMALIZATIONS", "check_profile"]
+__all__ = ["ElectionResult", "elect", "elect_ballots", "decide", "FeatureCounts", "RuleSettings", "AGGREGATIONS",
+           "NORMALIZATIONS", "check_profile"]
 
 AGGREGATIONS = ("weighted", "uniform")
 NORMALIZATIONS = ("all", "selected")
@@ -237,11 +238,40 @@ def election_stats(n_sites: int, intersection: np.ndarray, union: np.ndarray, n_
     }
 
 
+@dataclass(frozen=True)
+class FeatureCounts:
+    """The per-feature counts and votes :func:`decide` elects from, all ``(d,)`` in the
+    election's feature order: ``held_by`` / ``selected_by`` (int: sites holding / selecting
+    each feature) and ``votes`` (float: the aggregated normalised score of each feature).
+    :func:`decide` keeps the arrays it is given in its result (pass copies of running sums)."""
+
+    held_by: np.ndarray
+    selected_by: np.ndarray
+    votes: np.ndarray
+
+
+@dataclass(frozen=True)
+class RuleSettings:
+    """The election rule's settings besides the freedom degree, as one value (checked where an
+    election uses them, not here):
+
+    ``aggregation`` (``"weighted"`` / ``"uniform"``), ``normalization`` (``"all"`` /
+    ``"selected"``), ``compat`` (a peer's rule, :mod:`fedtab.election.compat`, or ``None``),
+    ``consensus`` (``"intersection"`` / ``"stouffer"``) with its false discovery rate
+    ``consensus_alpha``, and ``min_holders`` (holders a feature needs to count as consensus;
+    ``None``: the caller's default, see each function taking a ``RuleSettings``)."""
+
+    aggregation: str = "weighted"
+    normalization: str = "all"
+    compat: str | None = None
+    consensus: str = "intersection"
+    consensus_alpha: float = 0.05
+    min_holders: int | None = None
+
+
 def decide(
     feature_names: Sequence[str],
-    held_by: np.ndarray,
-    selected_by: np.ndarray,
-    votes: np.ndarray,
+    counts: FeatureCounts,
     freedom_degree: float,
     aggregation: str,
     normalization: str,
@@ -259,6 +289,7 @@ def decide(
     ``consensus_alpha`` instead of the intersection (``consensus="stouffer"``).
     """
     fd = check_freedom_degree(freedom_degree)
+    held_by, selected_by, votes = counts.held_by, counts.selected_by, counts.votes
     if isinstance(min_holders, bool) or not isinstance(min_holders, (int, np.integer)) or min_holders < 1:
         raise ValueError(f"min_holders must be a positive integer, got {min_holders!r}")
     held = held_by >= min_holders

@@ -37,14 +37,19 @@ class SequentialAttentionSelector(Selector):
         steps_per_phase: Adam steps per phase (one extra phase warms up before the first pick).
         hidden: hidden layer sizes. batch_size, lr: for the network; logits_lr for the logits.
         task, seed: as ``LassoSelector``.
-        n_threads: PyTorch threads while training (1 is fastest for small nets).
+
+    PyTorch trains on :attr:`N_THREADS` thread(s) (1 is fastest for these small nets; the
+    ``n_threads`` parameter that set it went: nothing set it, and a scikit-learn selector keeps
+    at most 9 parameters).
     """
 
     name = "sequential_attention"
+    #: PyTorch threads while training
+    N_THREADS = 1
 
     def __init__(self, k: int | float | None = None, n_phases: int | None = None, steps_per_phase: int = 150,
                  hidden: Sequence[int] = (64,), batch_size: int = 256, lr: float = 3e-3, logits_lr: float = 5e-2,
-                 task: str = "auto", seed: int = 0, n_threads: int | None = 1):
+                 task: str = "auto", seed: int = 0):
         self.k = k
         self.n_phases = n_phases
         self.steps_per_phase = steps_per_phase
@@ -54,7 +59,6 @@ class SequentialAttentionSelector(Selector):
         self.logits_lr = logits_lr
         self.task = task
         self.seed = seed
-        self.n_threads = n_threads
 
     def _k(self, d: int) -> int:
         if self.k is None:
@@ -85,7 +89,7 @@ class SequentialAttentionSelector(Selector):
     def select(self, X: Any, y: Any) -> Selection:
         from ..learn.torch_threads import torch_threads
 
-        with torch_threads(self.n_threads):
+        with torch_threads(self.N_THREADS):
             return self._select(X, y)
 
     def _select(self, X: Any, y: Any) -> Selection:

@@ -8,7 +8,8 @@ import numpy as np
 
 from .ballot import Ballot
 from .evidence import check_consensus, check_consensus_alpha, combined_pvalues, z_scores
-from .rule import ElectionResult, PositionalNames, check_aggregation, check_normalization, check_profile, decide
+from .rule import (ElectionResult, FeatureCounts, PositionalNames, check_aggregation, check_normalization, check_profile,
+                   decide)
 
 __all__ = ["ElectionTally", "normalise_scores"]
 
@@ -276,9 +277,7 @@ class ElectionTally:
             evidence = self.combined_pvalues()
         return decide(
             self.feature_names,
-            self.held_by.copy(),
-            self.selected_by.copy(),
-            self.votes(aggregation),
+            FeatureCounts(self.held_by.copy(), self.selected_by.copy(), self.votes(aggregation)),
             freedom_degree,
             aggregation,
             self.normalization,

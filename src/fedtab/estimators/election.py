@@ -280,6 +280,7 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
 
     def _compare_with_pooled(self, sites: list[Any], column: str, selectors: list[Any], ballots: list[Any]) -> None:
         from ..election.agreement import DEFAULT_FREEDOM_DEGREES, pooled_agreement, pooled_mask
+        from ..election.rule import RuleSettings
 
         if any(s is not selectors[0] and s != selectors[0] for s in selectors):
             raise ValueError("pooled_comparison needs one selector shared by every site, got one per site")
@@ -287,9 +288,10 @@ class FederatedFeatureElection(SelectorMixin, BaseEstimator):
         self.pooled_support_ = pooled_mask([s.rows("all") for s in sites], column, _own_copy(selectors[0]), names)
         fds = sorted({*DEFAULT_FREEDOM_DEGREES, float(self.freedom_degree)})
         self.pooled_agreement_ = pd.DataFrame(pooled_agreement(
-            ballots, self.pooled_support_, feature_names=names, freedom_degrees=fds, aggregation=self.aggregation,
-            normalization=self.normalization, compat=self.compat, consensus=self.consensus,
-            consensus_alpha=self.consensus_alpha, min_holders=self.result_.min_holders))
+            ballots, self.pooled_support_, feature_names=names, freedom_degrees=fds,
+            rule=RuleSettings(aggregation=self.aggregation, normalization=self.normalization, compat=self.compat,
+                              consensus=self.consensus, consensus_alpha=self.consensus_alpha,
+                              min_holders=self.result_.min_holders)))
 
     def report_data(self) -> dict[str, Any]:
         """The fitted election as the result data :func:`fedtab.report.write_report` reads:

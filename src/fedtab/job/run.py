@@ -39,14 +39,14 @@ import os
 import secrets
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .outputs import SELECTION_KEYS
 from .spec import ENGINES, JobError, JobSpec, load_job
 
-__all__ = ["ARTIFACTS", "OutputsExist", "SuperLink", "new_run_id", "run_job", "site_configs", "site_settings", "write_outputs",
+__all__ = ["ARTIFACTS", "Connection", "EngineTarget", "OutputsExist", "SuperLink", "new_run_id", "run_job", "site_configs", "site_settings", "write_outputs",
            "RESULT_KEYS"]
 
 #: keys of the engine's result copied into ``result.json`` (besides the sites)
@@ -231,11 +231,85 @@ class SuperLink:
     attach: int | None = None
 
 
-def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan: dict[str, Any],
-                progress: Callable[[str], None], deployment: str | None, workdir: Path,
-                superlink: SuperLink | None = None, flare_project: str | Path | None = None,
-                timeout: float = 3600.0) -> dict[str, Any]:
-    if engine == "local":
+@dataclass(frozen=True)
+class Connection:
+    """How :func:`run_job` reaches and waits for a deployment (its keywords besides the
+    SuperLink's address): ``root_certificates``, ``insecure``, ``site_keys`` and ``attach`` as
+    :class:`SuperLink` (with a ``superlink`` address string), ``timeout`` seconds to wait for a
+    run on any deployment (a SuperLink, a loopback one or a FLARE project)."""
+
+    root_certificates: str | Path | None = None
+    insecure: bool = False
+    site_keys: Any = None
+    timeout: float = 3600.0
+    attach: int | None = None
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any]) -> "Connection":
+        """The connection of :func:`run_job`'s extra keywords ``settings``.
+
+        Raises:
+            TypeError: a keyword that is not a field (named as Python names it for ``run_job``).
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = [k for k in settings if k not in known]
+        if unknown:
+            raise TypeError(f"run_job() got an unexpected keyword argument {unknown[0]!r}")
+        return cls(**settings)
+
+    def link(self, address: str) -> SuperLink:
+        """The :class:`SuperLink` at ``address`` reached this way."""
+        return SuperLink(address, self.root_certificates, self.insecure, self.site_keys, self.timeout, self.attach)
+
+
+@dataclass(frozen=True)
+class EngineTarget:
+    """Where a job runs, resolved and checked (:func:`_engine_target`): ``engine`` (one of
+    :data:`~fedtab.job.spec.ENGINES`), ``deployment`` (``None`` or ``"loopback"``), a
+    ``superlink`` (Flower only) or a ``flare_project`` (FLARE only), and ``timeout`` seconds to
+    wait for a run on a loopback deployment or a FLARE project."""
+
+    engine: str
+    deployment: str | None = None
+    superlink: SuperLink | None = None
+    flare_project: str | Path | None = None
+    timeout: float = 3600.0
+
+
+def _engine_target(spec: JobSpec, engine: str | None, deployment: str | None, superlink: str | SuperLink | None,
+                   flare_project: str | Path | None, connection: Connection) -> EngineTarget:
+    """The checked :class:`EngineTarget` of :func:`run_job`'s arguments (default engine:
+    ``flower`` with a ``superlink``, ``nvflare`` with a ``flare_project``, else the job's —
+    ``flower`` instead of ``local`` with a ``deployment``).
+
+    Raises:
+        JobError: ``attach`` without a SuperLink, an unknown engine, or a deployment, SuperLink
+            or FLARE project that does not fit the engine.
+    """
+    if isinstance(superlink, str):
+        superlink = connection.link(superlink)
+    attach = connection.attach
+    if attach is not None and (superlink is None or superlink.attach != attach):
+        raise JobError("attach (a submitted run's id) needs superlink = \"HOST:PORT\"")
+    if engine is None:  # a deployment without an engine: the job's engine, Flower if that is "local"
+        engine = "flower" if superlink is not None else "nvflare" if flare_project is not None else spec.run.engine
+        engine = "flower" if deployment is not None and engine == "local" else engine
+    if engine not in ENGINES:
+        raise JobError(f"unknown engine {engine!r}; known: {list(ENGINES)}")
+    if superlink is not None and (engine != "flower" or deployment is not None):
+        raise JobError("superlink applies to engine 'flower' without another deployment")
+    if flare_project is not None and (engine != "nvflare" or deployment is not None):
+        raise JobError("flare_project applies to engine 'nvflare' without another deployment")
+    if deployment not in (None, "loopback") or (deployment and engine == "local"):
+        raise JobError(f"deployment {deployment!r} applies to engines 'flower' and 'nvflare' ('loopback')")
+    return EngineTarget(engine, deployment, superlink, flare_project, connection.timeout)
+
+
+def _run_engine(spec: JobSpec, target: EngineTarget, configs: list[dict[str, Any]], plan: dict[str, Any],
+                progress: Callable[[str], None], workdir: Path) -> dict[str, Any]:
+    """The engine's raw result of the job ``spec`` (``plan``: what its server needs; ``configs``:
+    :func:`site_configs`) on ``target``; ``workdir`` holds what the engine writes meanwhile."""
+    if target.engine == "local":
         from ..engines.local import LocalFederation
         from ..engines.site_config import build_lazy_site
         from .workflow import run_workflow
@@ -245,30 +319,45 @@ def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan:
         except ValueError as exc:
             raise JobError(f"{spec.source}: {exc}") from None
         return run_workflow(LocalFederation(sites), spec, progress=progress).result
-    if engine == "flower":
-        if superlink is not None:
-            return _run_on_superlink(spec, plan, superlink, workdir, progress)
-        if deployment == "loopback":
-            from ..engines.flower_deploy import LoopbackDeployment
+    if target.engine == "flower":
+        return _run_flower(spec, target, configs, plan, progress, workdir)
+    return _run_flare(target, configs, plan, progress, workdir)
 
-            progress("starting a Flower SuperLink and SuperNodes on 127.0.0.1")
-            # each SuperNode knows only its name, table and own floor, as at a real site; the job brings the rest
-            nodes = [{k: c[k] for k in ("name", "data-path", "min-rows") if k in c} for c in configs]
-            with LoopbackDeployment(nodes, workdir / "flower") as dep:
-                link = SuperLink(dep.address, dep.keys.ca_cert, site_keys=dep.keys.site_keys, timeout=timeout)
-                return _run_on_superlink(spec, plan, link, workdir, progress)
-        from ..engines.flower import run_in_process
 
-        progress("running on Flower (ServerApp and ClientApps in this process)")
-        return run_in_process(configs, {"job": json.dumps(plan)})
+def _run_flower(spec: JobSpec, target: EngineTarget, configs: list[dict[str, Any]], plan: dict[str, Any],
+                progress: Callable[[str], None], workdir: Path) -> dict[str, Any]:
+    """:func:`_run_engine` on Flower: on ``target.superlink``, on a loopback SuperLink with one
+    SuperNode per site, or (no deployment) ServerApp and ClientApps in this process."""
+    if target.superlink is not None:
+        return _run_on_superlink(spec, plan, target.superlink, workdir, progress)
+    if target.deployment == "loopback":
+        from ..engines.flower_deploy import LoopbackDeployment
+
+        progress("starting a Flower SuperLink and SuperNodes on 127.0.0.1")
+        # each SuperNode knows only its name, table and own floor, as at a real site; the job brings the rest
+        nodes = [{k: c[k] for k in ("name", "data-path", "min-rows") if k in c} for c in configs]
+        with LoopbackDeployment(nodes, workdir / "flower") as dep:
+            link = SuperLink(dep.address, dep.keys.ca_cert, site_keys=dep.keys.site_keys, timeout=target.timeout)
+            return _run_on_superlink(spec, plan, link, workdir, progress)
+    from ..engines.flower import run_in_process
+
+    progress("running on Flower (ServerApp and ClientApps in this process)")
+    return run_in_process(configs, {"job": json.dumps(plan)})
+
+
+def _run_flare(target: EngineTarget, configs: list[dict[str, Any]], plan: dict[str, Any],
+               progress: Callable[[str], None], workdir: Path) -> dict[str, Any]:
+    """:func:`_run_engine` on NVIDIA FLARE: on ``target.flare_project``, on a loopback project
+    provisioned and started here, or (no deployment) in FLARE's simulator."""
     # JSON text, not a dict: FLARE takes any dict with a "name" key (a model spec) for a component
     flare_config = {"job": json.dumps(plan)}
-    if flare_project is not None or deployment == "loopback":
+    timeout = target.timeout
+    if target.flare_project is not None or target.deployment == "loopback":
         from ..engines.nvflare_remote import run_on_project
 
-        if flare_project is not None:
-            progress(f"submitting the job to the FLARE project of {flare_project}")
-            raw = run_on_project(configs, flare_config, flare_project, workdir / "nvflare", timeout=timeout,
+        if target.flare_project is not None:
+            progress(f"submitting the job to the FLARE project of {target.flare_project}")
+            raw = run_on_project(configs, flare_config, target.flare_project, workdir / "nvflare", timeout=timeout,
                                  progress=progress)
         else:
             from ..engines.nvflare_deploy import LoopbackProject
@@ -288,10 +377,8 @@ def _run_engine(spec: JobSpec, engine: str, configs: list[dict[str, Any]], plan:
 
 def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, deployment: str | None = None,
             out: str | Path | None = None, progress: Callable[[str], None] | None = None,
-            superlink: str | SuperLink | None = None, root_certificates: str | Path | None = None,
-            insecure: bool = False, site_keys: Any = None, flare_project: str | Path | None = None,
-            timeout: float = 3600.0, overwrite: bool = True, run_id: str | None = None,
-            attach: int | None = None) -> dict[str, Any]:
+            superlink: str | SuperLink | None = None, flare_project: str | Path | None = None,
+            overwrite: bool = True, run_id: str | None = None, **connection: Any) -> dict[str, Any]:
     """Run a job file (or its dict) and write ``model.fedtab``, ``result.json`` and ``report.html``.
 
     Args:
@@ -310,16 +397,18 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
             ``data-path``), so the job's site ``path`` values are not used; the job's other
             site settings travel in the run config. The result comes back through the
             run's log (:mod:`fedtab.engines.flower_remote`).
-        root_certificates, insecure, site_keys: as :class:`SuperLink` (with a
-            ``superlink`` string).
+        root_certificates, insecure, site_keys (keywords of :class:`Connection`): as
+            :class:`SuperLink` (with a ``superlink`` string).
         flare_project: FLARE only: the project admin's startup kit of a running,
             provisioned FLARE project (or the provisioned folder holding it, see
             :func:`fedtab.engines.nvflare_remote.find_admin_kit`). The job's site paths are
             read at the sites.
-        timeout: seconds to wait for a run on a deployment (a Flower run is then stopped on
-            its SuperLink, a FLARE job aborted; so is either on Ctrl-C).
-        attach: with ``superlink``: the id of a run submitted earlier (``fedtab run`` prints it)
-            to wait for and write the outputs of, instead of submitting the job again.
+        timeout (keyword of :class:`Connection`): seconds to wait for a run on a deployment (a
+            Flower run is then stopped on its SuperLink, a FLARE job aborted; so is either on
+            Ctrl-C); default 3600.
+        attach (keyword of :class:`Connection`): with ``superlink``: the id of a run submitted
+            earlier (``fedtab run`` prints it) to wait for and write the outputs of, instead of
+            submitting the job again.
         overwrite: replace the outputs of an earlier run in the output folder (``False``:
             such a folder is a ``JobError`` before anything runs; ``fedtab run`` passes ``--force``).
         run_id: the run's id (default: :func:`new_run_id`).
@@ -328,6 +417,7 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
         The ``result.json`` document (``docs/job.md`` lists its keys).
 
     Raises:
+        TypeError: a keyword that is neither an argument above nor a :class:`Connection` field.
         JobError: the job file is invalid, a site file is missing, (``superlink``) the site
             keys do not cover the job's sites, the output folder holds a run's outputs and
             ``overwrite`` is false, or ``[run] mlflow`` is set and mlflow is not installed.
@@ -342,26 +432,13 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
         if progress is not None:
             progress(message)
 
+    link = Connection.of(connection)
     spec = load_job(job, out_given=out is not None)  # a job file's own out stays in its folder
     if spec.training is None:
         raise JobError(f"{spec.source}: a job run needs the training step (its model file)")
-    if isinstance(superlink, str):
-        superlink = SuperLink(superlink, root_certificates, insecure, site_keys, timeout, attach)
-    if attach is not None and (superlink is None or superlink.attach != attach):
-        raise JobError("attach (a submitted run's id) needs superlink = \"HOST:PORT\"")
-    if engine is None:  # a deployment without an engine: the job's engine, Flower if that is "local"
-        engine = "flower" if superlink is not None else "nvflare" if flare_project is not None else spec.run.engine
-        engine = "flower" if deployment is not None and engine == "local" else engine
-    if engine not in ENGINES:
-        raise JobError(f"unknown engine {engine!r}; known: {list(ENGINES)}")
-    if superlink is not None and (engine != "flower" or deployment is not None):
-        raise JobError("superlink applies to engine 'flower' without another deployment")
-    if flare_project is not None and (engine != "nvflare" or deployment is not None):
-        raise JobError("flare_project applies to engine 'nvflare' without another deployment")
-    if deployment not in (None, "loopback") or (deployment and engine == "local"):
-        raise JobError(f"deployment {deployment!r} applies to engines 'flower' and 'nvflare' ('loopback')")
+    target = _engine_target(spec, engine, deployment, superlink, flare_project, link)
     # on a deployment the sites read their own files: nothing to check on this machine
-    configs = site_configs(spec, check_files=superlink is None and flare_project is None)
+    configs = site_configs(spec, check_files=target.superlink is None and flare_project is None)
     if flare_project is not None and any("data-path" not in c for c in configs):
         raise JobError(f"{spec.source}: on a FLARE project every [sites.<name>] needs path = \"<the file at that "
                        "site>\" (the job carries it to the site)")
@@ -375,17 +452,16 @@ def run_job(job: str | Path | Mapping[str, Any], *, engine: str | None = None, d
         from .tracking import MlflowRecord
 
         tracker = MlflowRecord(spec.run.mlflow, run_id, experiment=_experiment_name(spec.source))
-    say(f"run {run_id}: {len(spec.sites)} sites on the {engine} engine, outputs to {out_dir}")
+    say(f"run {run_id}: {len(spec.sites)} sites on the {target.engine} engine, outputs to {out_dir}")
     try:
         with tempfile.TemporaryDirectory(prefix="fedtab-job-") as tmp:
-            raw = _run_engine(spec, engine, configs, server_plan, say, deployment, Path(tmp), superlink,
-                              flare_project, timeout)
+            raw = _run_engine(spec, target, configs, server_plan, say, Path(tmp))
     except BaseException as exc:
         if tracker is not None:
             tracker.end("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
-    files = {s.name: None if s.path is None or superlink is not None else str(s.path) for s in spec.sites}
-    result, provenance = _documents(raw, run_id, engine, plan, files, tracker)
+    files = {s.name: None if s.path is None or target.superlink is not None else str(s.path) for s in spec.sites}
+    result, provenance = _documents(raw, run_id, target.engine, plan, files, tracker)
     _write_run(out_dir, result, lambda d: write_model(d / ARTIFACTS["model"], raw["model"], provenance))
     if tracker is not None:
         say(f"logging the run to MLflow at {spec.run.mlflow} (run {tracker.info['run_id']})")

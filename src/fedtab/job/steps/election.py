@@ -38,6 +38,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
+    from fedtab.election.rule import RuleSettings
     from fedtab.federation.workflows.election.server import run_election
     from ...federation.protocol import FederationError
 
@@ -46,9 +47,10 @@ def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
     fd = out.freedom_degree if out.freedom_degree is not None else (
         0.5 if e.freedom_degree is None else float(e.freedom_degree))
     use_run_accountant(federation, spec, out)  # min_holders, robust, secure sums: the run's options
-    outcome = run_election(federation, fd, aggregation=e.aggregation, normalization=e.normalization, compat=e.compat,
-                           ballots=out.ballots, describe="train" if spec.training is not None else None,
-                           consensus=e.consensus, consensus_alpha=e.consensus_alpha)
+    rule = RuleSettings(aggregation=e.aggregation, normalization=e.normalization, compat=e.compat,
+                        consensus=e.consensus, consensus_alpha=e.consensus_alpha)
+    outcome = run_election(federation, fd, ballots=out.ballots, describe="train" if spec.training is not None else None,
+                           rule=rule)
     res = outcome.result
     if spec.training is not None and not res.selected_names:
         raise FederationError(f"the election at freedom degree {fd:g} kept no column; lower the selectors' "

@@ -62,7 +62,8 @@ def replaced(spec: "JobSpec") -> tuple[str, ...]:
 
 
 def _selection_kwargs(spec: "JobSpec") -> dict[str, Any]:
-    """:func:`~fedtab.federation.workflows.selection.select_model`'s keyword arguments from the job."""
+    """The job's settings of :func:`~fedtab.federation.workflows.selection.select_model`, as the
+    keyword arguments of a :class:`~fedtab.federation.workflows.selection.SelectionOptions`."""
     e, tr = spec.election, spec.training
     assert e is not None and tr is not None
     kwargs: dict[str, Any] = {
@@ -100,10 +101,10 @@ def _run_regression(federation: "Federation", spec: "JobSpec", out: Outputs) -> 
     """A numeric target: the columns chosen by pooled CV squared error (no test exchange here:
     the training step that follows fits the same least squares on the chosen columns and scores
     it); ``result["selection"]`` holds every candidate's CV RMSE beside its columns."""
-    from fedtab.federation.workflows.selection import select_model
+    from fedtab.federation.workflows.selection import SelectionOptions, select_model
 
     kwargs = {k: v for k, v in _selection_kwargs(spec).items() if k not in ("modes", "l2_grid", "contributions")}
-    outcome = select_model(federation, **kwargs, score_test=False)
+    outcome = select_model(federation, SelectionOptions(**kwargs, score_test=False))
     sections = outcome.result_sections()
     out.outcomes["regression_selection"] = outcome
     out.features = list(outcome.features)
@@ -115,12 +116,12 @@ def _run_regression(federation: "Federation", spec: "JobSpec", out: Outputs) -> 
 
 
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
-    from fedtab.federation.workflows.selection import select_model
+    from fedtab.federation.workflows.selection import SelectionOptions, select_model
 
     if _regression(spec):
         _run_regression(federation, spec, out)
         return
-    outcome = select_model(federation, **_selection_kwargs(spec))
+    outcome = select_model(federation, SelectionOptions(**_selection_kwargs(spec)))
     sections = outcome.result_sections()
     out.outcomes["selection"] = outcome
     out.features = list(outcome.features)

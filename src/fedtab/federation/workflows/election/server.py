@@ -37,14 +37,14 @@ Benjamini-Hochberg (see :mod:`fedtab.election.evidence`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, Mapping
 
 import numpy as np
 
 from fedtab.election.ballot import Ballot
 from fedtab.election.evidence import check_consensus, check_consensus_alpha
-from fedtab.election.rule import ElectionResult, check_aggregation, check_normalization, check_profile, decide
+from fedtab.election.rule import ElectionResult, FeatureCounts, RuleSettings, check_aggregation, check_normalization, check_profile, decide
 from fedtab.election.tally import ElectionTally, normalise_scores
 from fedtab.privacy.dp import DP_META
 from fedtab.federation.protocol import validate
@@ -59,7 +59,7 @@ from fedtab.federation.protocol.reduce import robust_votes
 
 from fedtab.federation.workflows.election.site import _min_rows, pack_mask, unpack_mask
 
-__all__ = ["ElectionOutcome", "ballot_columns", "ballots_from_replies", "gather_ballots", "ballot_step", "BallotExchange", "elect_from_ballots", "election_reduction", "election_modes", "ELECTION_MODES", "COMPAT_ELECTION_MODES", "STOUFFER_ELECTION_MODES", "run_election", "broadcast_mask"]
+__all__ = ["ElectionOutcome", "ballot_columns", "ballots_from_replies", "gather_ballots", "ballot_step", "BallotExchange", "elect_from_ballots", "election_reduction", "election_modes", "ELECTION_MODES", "COMPAT_ELECTION_MODES", "STOUFFER_ELECTION_MODES", "run_election", "Quorum", "election_settings", "broadcast_mask"]
 
 
 #: the election's modes: under secure sums the ballots travel in the clear (the rule needs each site's
@@ -407,9 +407,9 @@ def election_reduction(ballots: list[Ballot], freedom_degree: float, aggregation
         for k, b in enumerate(ballots):
             cols = [index[n] for n in b.feature_names or ()]
             norm[k, cols] = normalise_scores(b.mask, b.scores, tally.normalization)
-        return decide(tally.feature_names, tally.held_by.copy(), tally.selected_by.copy(), robust_votes(norm),
-                      freedom_degree, "median", tally.normalization, tally.n_sites, min_holders=holders,
-                      evidence=tally.combined_pvalues(leave_top_out=True) if stouffer else None,
+        counts = FeatureCounts(tally.held_by.copy(), tally.selected_by.copy(), robust_votes(norm))
+        return decide(tally.feature_names, counts, freedom_degree, "median", tally.normalization, tally.n_sites,
+                      min_holders=holders, evidence=tally.combined_pvalues(leave_top_out=True) if stouffer else None,
                       consensus_alpha=alpha), {}
 
     return Reduction(weighted, median)
@@ -481,23 +481,59 @@ class ElectionOutcome:
         return [{"name": b.site, "n_samples": b.n_samples, "selected": b.n_selected} for b in self.ballots]
 
 
+@dataclass(frozen=True)
+class Quorum:
+    """How an election treats a site that fails or refuses: ``min_sites`` sets the
+    federation's quorum (``federation.min_sites``; ``None`` keeps the federation's: by
+    default every site must answer); ``on_error="skip"`` leaves out a site whose ballot is an
+    error or invalid (``None``/``"raise"``: the quorum policy decides, see
+    :func:`gather_ballots`)."""
+
+    min_sites: int | None = None
+    on_error: Literal["raise", "skip"] | None = None
+
+
+_RULE_KEYS = tuple(f.name for f in fields(RuleSettings))
+_QUORUM_KEYS = tuple(f.name for f in fields(Quorum))
+
+
+def election_settings(rule: RuleSettings | None, quorum: Quorum | None, settings: Mapping[str, Any],
+                      caller: str = "run_election") -> tuple[RuleSettings, Quorum]:
+    """``(rule, quorum)`` of an election: each given dataclass as it is, else built from the
+    flat keywords ``settings`` (the :class:`~fedtab.election.rule.RuleSettings` fields
+    ``aggregation``, ``normalization``, ``compat``, ``consensus``, ``consensus_alpha``,
+    ``min_holders`` and the :class:`Quorum` fields ``min_sites``, ``on_error``).
+
+    Raises:
+        TypeError: a keyword that is neither (as Python names it for ``caller``), or a
+            dataclass given together with keywords of its own fields.
+    """
+    unknown = [k for k in settings if k not in _RULE_KEYS and k not in _QUORUM_KEYS]
+    if unknown:
+        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
+    for given, name, keys in ((rule, "rule", _RULE_KEYS), (quorum, "quorum", _QUORUM_KEYS)):
+        both = [k for k in keys if k in settings]
+        if given is not None and both:
+            raise TypeError(f"{caller}() got {name}= and its field(s) {', '.join(both)}: give one or the other")
+    if rule is None:
+        rule = RuleSettings(**{k: settings[k] for k in _RULE_KEYS if k in settings})
+    if quorum is None:
+        quorum = Quorum(**{k: settings[k] for k in _QUORUM_KEYS if k in settings})
+    return rule, quorum
+
+
 def run_election(
     federation: Federation,
     freedom_degree: float = 0.5,
     *,
     selector: Any = None,
     selectors: Mapping[str, Any] | None = None,
-    aggregation: str = "weighted",
-    normalization: str = "all",
-    compat: str | None = None,
     ballots: list[Ballot] | None = None,
-    on_error: Literal["raise", "skip"] | None = None,
     describe: str | None = None,
     min_site_rows: int = 0,
-    min_holders: int | None = None,
-    min_sites: int | None = None,
-    consensus: str = "intersection",
-    consensus_alpha: float = 0.05,
+    rule: RuleSettings | None = None,
+    quorum: Quorum | None = None,
+    **settings: Any,
 ) -> ElectionOutcome:
     """Gather ballots (unless given), elect, and send the mask to every site.
 
@@ -518,11 +554,18 @@ def run_election(
     Sites with fewer than ``min_site_rows`` training rows, or whose training rows hold a
     single target value, abstain (``.abstained``); every site still receives the mask.
 
+    The rule's settings come as ``rule`` (a :class:`~fedtab.election.rule.RuleSettings`) or as
+    its fields by keyword (``aggregation="weighted"``, ``normalization="all"``, ``compat=None``,
+    ``min_holders``, ``consensus``, ``consensus_alpha``); the quorum as ``quorum`` (a
+    :class:`Quorum`) or as ``min_sites`` / ``on_error`` (:func:`election_settings`).
+
     Args:
         min_holders: holders a feature needs to count as consensus (default: the run's
             ``trust.min_holders``, else 2 with two or more ballots, see the module docstring).
         min_sites: quorum; sets ``federation.min_sites`` (``None`` keeps the
             federation's: by default every site must answer).
+        on_error: ``"skip"`` leaves out sites whose ballot is an error or invalid
+            (see :func:`gather_ballots`).
         consensus: ``"intersection"`` (the rule, default) or ``"stouffer"``: sites also send
             their selector's test p-values and the consensus is the features whose
             combined (Stouffer) p-value passes Benjamini-Hochberg at ``consensus_alpha``
@@ -534,29 +577,32 @@ def run_election(
             single site's can make a feature consensus (the top contributor is left out of
             each feature's test).
         consensus_alpha: the false discovery rate of that consensus (default 0.05).
+
+    Raises:
+        TypeError: an unknown keyword, or ``rule``/``quorum`` together with their fields.
     """
-    check_profile(compat, normalization)
-    stouffer = check_consensus(consensus) == "stouffer"
-    check_consensus_alpha(consensus_alpha)
-    if stouffer and compat is not None:
+    rule, quorum = election_settings(rule, quorum, settings)
+    check_profile(rule.compat, rule.normalization)
+    stouffer = check_consensus(rule.consensus) == "stouffer"
+    check_consensus_alpha(rule.consensus_alpha)
+    if stouffer and rule.compat is not None:
         raise ValueError("consensus='stouffer' cannot be combined with compat")
-    step, what = election_modes(compat, consensus)
+    step, what = election_modes(rule.compat, rule.consensus)
     run_strategy(federation).check_supported(supported_modes(step), what)  # before anything is sent
-    if min_holders is None:
-        min_holders = federation.options.trust.min_holders
+    min_holders = rule.min_holders if rule.min_holders is not None else federation.options.trust.min_holders
     if min_holders is not None and (isinstance(min_holders, bool) or not isinstance(min_holders, int)
                                     or min_holders < 1):
         raise ValueError(f"min_holders must be a positive integer, got {min_holders!r}")
-    set_quorum(federation, min_sites)
+    set_quorum(federation, quorum.min_sites)
     abstained: dict[str, str] = {}
     ledger = run_ledger(federation, *dp_plan(ballots is None, describe is not None))
     if ballots is None:
         ballot, selector_meta = ballot_step(federation, selector, selectors=selectors, min_site_rows=min_site_rows,
                                             abstained=abstained, pvalues=stouffer)
         ballots = run_strategy(federation, ledger, base=BallotExchange(selector_meta)).run(
-            federation, ballot, on_error=on_error).result
-    reduction = election_reduction(ballots, freedom_degree, aggregation, normalization, compat, min_holders,
-                                   consensus=consensus, consensus_alpha=consensus_alpha)
+            federation, ballot, on_error=quorum.on_error).result
+    reduction = election_reduction(ballots, freedom_degree, rule.aggregation, rule.normalization, rule.compat,
+                                   min_holders, consensus=rule.consensus, consensus_alpha=rule.consensus_alpha)
     result = run_strategy(federation).reduce(reduction).result
     described = broadcast_mask(federation, result.selected_names, describe=describe, ledger=ledger)
     return ElectionOutcome(ballots, result, described, abstained,

@@ -2,7 +2,8 @@
 the one-standard-error choice of columns and personalisation, the refit on all training
 rows and per-site contributions — in ``rounds + 3`` exchanges.
 
-* :func:`select_model` (:mod:`.server`) — the workflow; returns a :class:`SelectionOutcome`;
+* :func:`select_model` (:mod:`.server`) — the workflow (its settings by keyword or as one
+  :class:`SelectionOptions`); returns a :class:`SelectionOutcome`;
 * :func:`site_contributions` (:mod:`.contributions`) — leave-one-site-out contributions;
 * :func:`personalised_predict` — prediction with the stored personalised model
   (:mod:`fedtab.learn.personalise`);
@@ -20,9 +21,10 @@ _EXPORTS = {
     "DEFAULT_FD_GRID": ".server",
     "DEFAULT_MODES": ".server",
     "SelectionOutcome": ".server",
+    "SelectionOptions": ".server",
     "select_model": ".server",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-__all__ = ["select_model", "SelectionOutcome", "site_contributions", "personalised_predict", "DEFAULT_FD_GRID",
+__all__ = ["select_model", "SelectionOptions", "SelectionOutcome", "site_contributions", "personalised_predict", "DEFAULT_FD_GRID",
            "DEFAULT_MODES"]

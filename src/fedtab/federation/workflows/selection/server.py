@@ -40,7 +40,7 @@ workflow yet (it raises ``ValueError``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -54,12 +54,13 @@ from fedtab.federation.protocol import validate
 from fedtab.federation.protocol import Federation
 from fedtab.federation.protocol.modes import declare_modes, run_strategy
 from fedtab.federation.workflows.selection.plan import Candidate, Plan, build_plan
-from fedtab.federation.workflows.selection.steps import Prepared, candidates, cv_summary, evaluate, per_site_cv, prepare, test_metrics, train
+from fedtab.federation.workflows.selection.steps import (Chains, Prepared, candidates, cv_summary, evaluate, per_site_cv, prepare,
+                                                          test_metrics, train)
 
 #: the modes model selection supports: none (its sums travel in the clear, reduced plainly)
 SELECTION_MODES = declare_modes("selection")
 
-__all__ = ["SelectionOutcome", "select_model", "DEFAULT_FD_GRID", "DEFAULT_MODES"]
+__all__ = ["SelectionOutcome", "SelectionOptions", "select_model", "selection_options", "DEFAULT_FD_GRID", "DEFAULT_MODES"]
 
 #: freedom degrees whose elections are candidates (besides all columns)
 DEFAULT_FD_GRID = tuple(round(x, 2) for x in np.linspace(0.0, 1.0, 11))
@@ -170,30 +171,59 @@ def _jsonable(value: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- the workflow
-def select_model(
-    federation: Federation,
-    *,
-    selector: Any = None,
-    model: Any = "logistic",
-    rounds: int = 10,
-    local_epochs: int = 5,
-    grid: Sequence[float] = DEFAULT_FD_GRID,
-    modes: Sequence[str] = DEFAULT_MODES,
-    l2_grid: Sequence[float] | None = None,
-    contributions: bool = True,
-    paired: bool = True,
-    aggregation: str = "weighted",
-    normalization: str = "all",
-    min_holders: int | None = None,
-    personal_epochs: int = 50,
-    score_bins: int | None = 100,
-    test_bins: int | None = SCORE_BINS,
-    seed: int = 0,
-    max_param_abs: float = validate.MAX_PARAM_ABS,
-    score_test: bool = True,
-) -> SelectionOutcome:
+@dataclass(frozen=True)
+class SelectionOptions:
+    """The settings of :func:`select_model` (each as its ``Args`` describe; the defaults are
+    its defaults). Checked when the selection runs, not here."""
+
+    selector: Any = None
+    model: Any = "logistic"
+    rounds: int = 10
+    local_epochs: int = 5
+    grid: Sequence[float] = DEFAULT_FD_GRID
+    modes: Sequence[str] = DEFAULT_MODES
+    l2_grid: Sequence[float] | None = None
+    contributions: bool = True
+    paired: bool = True
+    aggregation: str = "weighted"
+    normalization: str = "all"
+    min_holders: int | None = None
+    personal_epochs: int = 50
+    score_bins: int | None = 100
+    test_bins: int | None = SCORE_BINS
+    seed: int = 0
+    max_param_abs: float = validate.MAX_PARAM_ABS
+    score_test: bool = True
+
+    @property
+    def election(self) -> dict[str, Any]:
+        """The election rule of every candidate: ``{aggregation, normalization, min_holders}``."""
+        return {"aggregation": self.aggregation, "normalization": self.normalization, "min_holders": self.min_holders}
+
+
+def selection_options(options: SelectionOptions | None, settings: Mapping[str, Any]) -> SelectionOptions:
+    """``options``, or (``None``) the :class:`SelectionOptions` of the keywords ``settings``.
+
+    Raises:
+        TypeError: an unknown keyword (named as Python names it for ``select_model``), or
+            ``options`` together with keywords.
+    """
+    known = {f.name for f in fields(SelectionOptions)}
+    unknown = [k for k in settings if k not in known]
+    if unknown:
+        raise TypeError(f"select_model() got an unexpected keyword argument {unknown[0]!r}")
+    if options is not None and settings:
+        raise TypeError(f"select_model() got options= and the keyword(s) {', '.join(settings)}: give one or the other")
+    return options if options is not None else SelectionOptions(**settings)
+
+
+def select_model(federation: Federation, options: SelectionOptions | None = None, **settings: Any
+                 ) -> SelectionOutcome:
     """Choose the columns and the personalisation by federated cross-validation, refit, and
     score the refit on the test rows (see the module docstring).
+
+    The settings come as ``options`` (a :class:`SelectionOptions`) or by keyword, as below
+    (:func:`selection_options`).
 
     Args:
         selector: the selector every site runs (``None``: each site's own).
@@ -203,35 +233,39 @@ def select_model(
             ``modes``, ``l2_grid`` and the bins unused).
         score_test: score the refit on the sites' test rows (a regression may leave that to the
             job's training step; the classification selection always does).
-        rounds / local_epochs: FedAvg rounds and local L-BFGS iterations of every chain.
-        grid: freedom degrees whose elections are candidates ("all columns" always is).
-        modes: personalisation modes to compare (:mod:`fedtab.learn.personalise`);
-            ``"none"`` is always compared.
+        rounds / local_epochs: FedAvg rounds (default 10) and local L-BFGS iterations (5) of every chain.
+        grid: freedom degrees whose elections are candidates ("all columns" always is;
+            default :data:`DEFAULT_FD_GRID`).
+        modes: personalisation modes to compare (:mod:`fedtab.learn.personalise`; default
+            :data:`DEFAULT_MODES`); ``"none"`` is always compared.
         l2_grid: L2 strengths of the logistic model to compare (``None``: the model's own);
             with several, every column candidate is trained with each; the strength of the
             best candidate (lowest CV log-loss) is kept and the one-SE rule compares the
             masks at that strength.
         contributions: also train every fold's chains without each site (leave-one-site-out)
-            in the same exchanges, for :func:`site_contributions`.
+            in the same exchanges, for :func:`site_contributions` (default ``True``).
         paired: the one-SE rule's standard error of the difference to the best candidate
             (default) or the best candidate's own (:func:`~fedtab.election.one_se.one_standard_error`).
         aggregation / normalization / min_holders: the election rule of every candidate.
-        personal_epochs: L-BFGS iterations of a fine-tune or local model.
+        personal_epochs: L-BFGS iterations of a fine-tune or local model (default 50).
         score_bins: bins of the cross-validation's score histograms (its AUROC; every slot sends
-            ``2 × score_bins`` values); ``None``: log-loss only. test_bins: the same for the test rows.
+            ``2 × score_bins`` values; default 100); ``None``: log-loss only. test_bins: the same
+            for the test rows.
+        seed: the chains' training seed; max_param_abs: the largest parameter a site may send.
 
     Raises:
+        TypeError: an unknown keyword, or ``options`` together with keywords.
         ValueError: a model other than logistic or linear regression, unknown modes, a run with secure
             sums, DP or robust reducers, sites with fewer than 2 folds in all.
         FederationError: a site failed or replied something impossible (naming it).
     """
-    if isinstance(make_model(model), LinearRegressionModel):
-        return _select_regression(federation, selector, model, grid, paired, aggregation, normalization,
-                                  min_holders, score_test, max_param_abs)
-    fm, modes, spec = _checked(federation, model, rounds, local_epochs, modes)
+    opts = selection_options(options, settings)
+    if isinstance(make_model(opts.model), LinearRegressionModel):
+        return _select_regression(federation, opts)
+    fm, modes, spec = _checked(federation, opts.model, opts.rounds, opts.local_epochs, opts.modes)
     dropped0 = set(federation.dropped)
     p0, x0, b0 = len(federation.participation), federation.exchange_count, federation.traffic.total()
-    prep = prepare(federation, selector)
+    prep = prepare(federation, opts.selector)
     K = max(prep.n_folds.values())
     if K < 2:
         raise ValueError("cross-validation needs sites with at least 2 folds (each site's `folds` setting)")
@@ -240,30 +274,31 @@ def select_model(
     classes = list(schema.classes)
     if len(classes) < 2:
         raise ValueError(f"selection needs at least 2 classes across the sites, found {classes}")
-    election = {"aggregation": aggregation, "normalization": normalization, "min_holders": min_holders}
-    l2_grid = sorted({float(x) for x in (l2_grid if l2_grid is not None else [fm.l2])})
+    election = opts.election
+    l2_grid = sorted({float(x) for x in (opts.l2_grid if opts.l2_grid is not None else [fm.l2])})
     if not l2_grid or min(l2_grid) < 0:
         raise ValueError("l2_grid must hold non-negative L2 strengths")
-    cands = candidates(prep, grid, K, election, l2_grid)
+    cands = candidates(prep, opts.grid, K, election, l2_grid)
     sites = list(prep.n_folds)
-    plan = build_plan(prep.columns, cands, sites, loso=contributions and len(sites) > 1)
-    params, mean, std = train(federation, plan, prep, classes, spec, rounds, local_epochs, seed, max_param_abs)
-    personal = {"epochs": int(personal_epochs)}
+    plan = build_plan(prep.columns, cands, sites, loso=opts.contributions and len(sites) > 1)
+    params, mean, std = train(federation, plan, prep, classes, spec, opts.rounds, opts.local_epochs, opts.seed,
+                              opts.max_param_abs)
+    chains = Chains(plan, prep, classes, params)
+    personal = {"epochs": int(opts.personal_epochs)}
 
     # cross-validation: every candidate's fold chains in every mode, and the LOSO chains unpersonalised
     slot_of = _cv_slots(cands, modes)
-    cv, _, _ = evaluate(federation, plan, params, list(slot_of), classes, prep, score_bins, "cv", personal)
+    cv, _, _ = evaluate(federation, chains, list(slot_of), opts.score_bins, "cv", personal)
     cv_of = {key: cv[i] for key, i in slot_of.items()}
-    cols = _choose_columns(plan, cands, cv_of, paired)
+    cols = _choose_columns(plan, cands, cv_of, opts.paired)
     chosen, all_cand = cols.chosen, cols.all_columns
-    mode_scores, mode_choice = _choose_mode(chosen, modes, cv_of, paired)
+    mode_scores, mode_choice = _choose_mode(chosen, modes, cv_of, opts.paired)
     mode = mode_choice.chosen.name
     loso = {s: {k: v for k, v in _summary(cv_of, ch, "none").items() if k in ("logloss", "auroc")}
             for s, ch in chosen.loso_chains.items()}
 
     # the refit on all training rows, scored on the test rows (never seen above)
-    test_out, personal_params = _test(federation, plan, params, classes, prep, test_bins, personal, chosen,
-                                      all_cand, mode)
+    test_out, personal_params = _test(federation, chains, opts.test_bins, personal, chosen, all_cand, mode)
     model_data = _model_data(plan, chosen.refit_chain, mean, std, params, classes, spec, mode, personal_params)
     all_model = _model_data(plan, all_cand.refit_chain, mean, std, params, classes, spec, "none", {})
     return SelectionOutcome(
@@ -276,25 +311,26 @@ def select_model(
         modes=mode_scores, test=test_out, model=model_data, model_all_columns=all_model,
         measured=_measured(prep, schema, model_data["features"]), loso=loso,
         exchanges=_exchanges(federation, p0, x0, b0),
-        ballots={s: b[-1] for s, b in prep.ballots.items()}, n_folds=K, rounds=rounds, local_epochs=local_epochs,
+        ballots={s: b[-1] for s, b in prep.ballots.items()}, n_folds=K, rounds=opts.rounds,
+        local_epochs=opts.local_epochs,
         election={**election, "fd": chosen.freedom_degree, "columns": list(plan.features)},
         abstentions=_abstentions(federation, prep, cv_of, chosen, test_out, dropped0),
     )
 
 
 # ----------------------------------------------------------------------------- its parts
-def _select_regression(federation: Federation, selector: Any, model: Any, grid: Sequence[float], paired: bool,
-                       aggregation: str, normalization: str, min_holders: int | None, score_test: bool,
-                       max_param_abs: float) -> SelectionOutcome:
-    """:func:`select_model` for a numeric target (:func:`.regression.select_regression`)."""
+def _select_regression(federation: Federation, opts: SelectionOptions) -> SelectionOutcome:
+    """:func:`select_model` for a numeric target (:func:`.regression.select_regression`): of
+    ``opts`` it uses the selector, the model, the grid, ``paired``, the election rule,
+    ``score_test`` and ``max_param_abs``."""
     from .regression import select_regression
 
     run_strategy(federation).check_supported(SELECTION_MODES, "model selection (it runs with plain sums only)")
-    fm = make_model(model)
+    fm = make_model(opts.model)
     assert isinstance(fm, LinearRegressionModel)
     dropped0 = set(federation.dropped)
     p0, x0, b0 = len(federation.participation), federation.exchange_count, federation.traffic.total()
-    prep = prepare(federation, selector)
+    prep = prepare(federation, opts.selector)
     K = max(prep.n_folds.values())
     if K < 2:
         raise ValueError("cross-validation needs sites with at least 2 folds (each site's `folds` setting)")
@@ -303,9 +339,9 @@ def _select_regression(federation: Federation, selector: Any, model: Any, grid: 
     if list(schema.classes):
         raise ValueError(f"a linear regression selection needs a numeric target; the sites agree classes "
                          f"{list(schema.classes)[:5]}")
-    election = {"aggregation": aggregation, "normalization": normalization, "min_holders": min_holders}
-    r = select_regression(federation, prep, fm, grid=grid, election=election, paired=paired, score_test=score_test,
-                          max_param_abs=max_param_abs)
+    election = opts.election
+    r = select_regression(federation, prep, fm, grid=opts.grid, election=election, paired=opts.paired,
+                          score_test=opts.score_test, max_param_abs=opts.max_param_abs)
     plan, chosen, all_cand = r["plan"], r["chosen_candidate"], r["all_candidate"]
     spec = {"name": fm.name, "params": fm.get_params()}
     model_data = _model_data(plan, chosen.refit_chain, r["mean"], r["std"], r["params"], [], spec, "none", {})
@@ -449,15 +485,13 @@ def _choose_mode(chosen: Candidate, modes: Sequence[str], cv_of: Mapping[tuple[i
     return mode_scores, choice
 
 
-def _test(federation: Federation, plan: Plan, params: Mapping[str, np.ndarray], classes: list[str], prep: Prepared,
-          bins: int | None, personal: Mapping[str, Any], chosen: Candidate, all_cand: Candidate, mode: str
-          ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
-    """The test exchange: the chosen refit unpersonalised, in its mode and local, and the
-    all-columns refit; ``(SelectionOutcome.test, the sites' personalised parameters)``."""
+def _test(federation: Federation, chains: Chains, bins: int | None, personal: Mapping[str, Any], chosen: Candidate,
+          all_cand: Candidate, mode: str) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+    """The test exchange of ``chains``: the chosen refit unpersonalised, in its mode and local,
+    and the all-columns refit; ``(SelectionOutcome.test, the sites' personalised parameters)``."""
     r = chosen.refit_chain
     slots = list(dict.fromkeys([(r, "none"), (r, mode), (r, "local"), (all_cand.refit_chain, "none")]))
-    test, personal_params, smoothed = evaluate(federation, plan, params, slots, classes, prep, bins, "test",
-                                               personal, send=(r, mode))
+    test, personal_params, smoothed = evaluate(federation, chains, slots, bins, "test", personal, send=(r, mode))
     out = {"rows": "test", "trained_on": "train",
            "modes": {md: test_metrics(test[i], smoothed) for i, (m, md) in enumerate(slots) if m == r},
            "all_columns": test_metrics(test[slots.index((all_cand.refit_chain, "none"))], smoothed)}

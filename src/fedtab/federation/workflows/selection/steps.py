@@ -27,7 +27,7 @@ from fedtab.federation.steps.evaluate import checked_sums, pool_evaluations, was
 from fedtab.federation.workflows.selection.plan import ALL, Candidate, Plan, chain_standardisation, fold_ballots
 from fedtab.federation.workflows.selection.site import histogram_slots
 
-__all__ = ["Prepared", "prepare", "candidates", "train", "evaluate", "cv_summary", "per_site_cv", "test_metrics",
+__all__ = ["Prepared", "prepare", "candidates", "train", "Chains", "evaluate", "cv_summary", "per_site_cv", "test_metrics",
            "SlotSums", "MAX_LOGLOSS"]
 
 MAX_LOGLOSS = -np.log(LOG_LOSS_EPS) + 1e-6  # per row
@@ -200,12 +200,30 @@ def train(federation: Federation, plan: Plan, prep: Prepared, classes: list[str]
 SlotSums = dict[str, tuple[np.ndarray, Any, Any, Any, float, bool]]
 
 
-def evaluate(federation: Federation, plan: Plan, params: Mapping[str, np.ndarray], slots: list[tuple[int, str]],
-              classes: list[str], prep: Prepared, bins: int | None, stage: str, personal: Mapping[str, Any],
-              send: tuple[int, str] | None = None
-              ) -> tuple[list[SlotSums], dict[str, dict[str, np.ndarray]], bool]:
-    """One ``select_evaluate`` exchange: per slot, every site's checked sums; the sites'
-    personalised parameters of slot ``send``; whether a site's release gate smoothed a histogram."""
+@dataclass(frozen=True)
+class Chains:
+    """The trained chains a ``select_evaluate`` exchange scores: the ``plan`` (its chains and
+    masks), what :func:`prepare` gathered (``prep``: each site's folds), the agreed ``classes``
+    and the chains' parameters ``params`` (``{"coef": (M, k, d), "intercept": (M, k)}``, as
+    :func:`train` returns them)."""
+
+    plan: Plan
+    prep: Prepared
+    classes: list[str]
+    params: Mapping[str, np.ndarray]
+
+
+def evaluate(federation: Federation, chains: Chains, slots: list[tuple[int, str]], bins: int | None, stage: str,
+             personal: Mapping[str, Any], send: tuple[int, str] | None = None
+             ) -> tuple[list[SlotSums], dict[str, dict[str, np.ndarray]], bool]:
+    """One ``select_evaluate`` exchange of ``chains``: per slot ``(chain, mode)`` of ``slots``,
+    every site's checked sums; the sites' personalised parameters of slot ``send``; whether a
+    site's release gate smoothed a histogram. ``stage``: ``"cv"`` (each chain scored on its
+    fold's rows) or ``"test"``; ``bins``: score histogram bins (``None``: none).
+
+    Raises:
+        FederationError: a site failed or replied impossible sums (naming it)."""
+    plan, prep, classes, params = chains.plan, chains.prep, chains.classes, chains.params
     C = len(classes)
     E = len(slots)
     schema = federation.schema
