@@ -208,11 +208,6 @@ MANY_PARAMETERS = {
                                                                 "parameter",
 }
 
-#: functions outside the limits whose refactoring is under way on other branches of issue 29 (training,
-#: selection, GBDT, imputation, protocol); the integrator removes the ``xfail`` marks below on merging
-_PENDING = "functions of other work packages of issue 29 are still over the limit until their branches merge"
-
-
 def _functions(root: Path):
     """``(path relative to root, qualified name, node)`` of every function under ``root`` (methods
     as ``Class.method``; a function inside a function as ``outer.inner``)."""
@@ -261,7 +256,6 @@ def _many_parameter_functions(root: Path, limit: int) -> dict[str, int]:
     return {f"{path}:{name}": n for path, name, node in _functions(root) if (n := parameter_count(node)) >= limit}
 
 
-@pytest.mark.xfail(strict=False, reason=_PENDING)
 def test_no_function_body_is_longer_than_a_screenful():
     """Issue 21 and 29: files a newcomer can read — no function body over ``MAX_BODY_LINES`` lines
     (a signature's options and a docstring do not count)."""
@@ -276,7 +270,6 @@ def test_the_length_check_finds_a_long_function(tmp_path):
     assert _long_functions(pkg, MAX_BODY_LINES) == [f"long.py:f ({MAX_BODY_LINES + 1} lines)"]
 
 
-@pytest.mark.xfail(strict=False, reason=_PENDING)
 def test_only_the_allowed_functions_take_ten_parameters_or_more():
     """Issue 29 item 5: at most five functions take :data:`MANY_PARAMETER_COUNT` parameters or more —
     exactly those of :data:`MANY_PARAMETERS` (an entry that no longer needs its place fails too)."""
