@@ -160,3 +160,17 @@ def test_the_site_refuses_steep_or_misshapen_coefficients():
         reply = fed.ask({"s0": Message("newton", {"param:coef": coef, "param:intercept": np.zeros(coef.shape[0])},
                                        {"round": 2})})["s0"]
         assert reply.is_error
+
+
+@pytest.mark.parametrize("limit,solver", [(7, "newton"), (6, "fedavg")])
+def test_a_logistic_model_wider_than_the_newton_limit_trains_by_fedavg_and_says_so(monkeypatch, limit, solver):
+    """6 features and 2 classes: 7 coefficients. At a limit of 7 Newton–Raphson; at 6 FedAvg (a Newton
+    round would carry 7² Hessian sums per site), and the model spec records the solver that ran."""
+    import fedtab.federation.workflows.training.server as server
+
+    monkeypatch.setattr(server, "NEWTON_MAX_PARAMS", limit)
+    fed, feats = _fed()
+    out = run_training(fed, feats, rounds=3, local_epochs=1)
+    kinds = [r.kind for r in fed.traffic.records if r.site == "s0"]
+    assert ("newton" in kinds, "fit" in kinds) == (solver == "newton", solver == "fedavg")
+    assert out.model_spec["params"]["solver"] == solver

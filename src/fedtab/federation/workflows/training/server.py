@@ -12,6 +12,7 @@ run's one accountant (:func:`fedtab.federation.protocol.run_ledger`) pays for ev
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
@@ -31,6 +32,8 @@ from fedtab.federation.workflows.training.trainers import trainer_for
 from fedtab.federation.workflows.training.steps import EXACT_TRAINING_MODES, LINEAR_MODES, TRAINING_MODES, dp_fit_release, dp_plan, FitRound, fit_request, fit_round, newton_request, newton_round
 from fedtab.federation.steps.describe import as_description, describe, standardisation
 from fedtab.federation.steps.evaluate import evaluate
+
+log = logging.getLogger("fedtab.training")
 
 __all__ = ["TrainingOutcome", "TrainingSettings", "run_training", "training_task"]
 
@@ -197,7 +200,30 @@ def run_training(
                              on_error=o.on_error, described=o.described)
     if o.rounds < 1 or o.local_epochs < 1:
         raise ValueError("rounds and local_epochs must be at least 1")
-    return _run_rounds(federation, features, make_model(model), o, task)
+    return _run_rounds(federation, features, _solver_for_width(make_model(model), federation, features), o, task)
+
+
+#: the widest logistic model (``k·(d+1)`` coefficients) that trains by Newton–Raphson: a Newton round
+#: carries ``(k·(d+1))²`` Hessian sums per site (at 500, 250,000 float64: 2 MB up per site per round);
+#: a wider one trains by FedAvg, and its model spec says so
+NEWTON_MAX_PARAMS = 500
+
+
+def _solver_for_width(fm: FederatedModel, federation: Federation, features: list[str] | None) -> FederatedModel:
+    """``fm``, or the same logistic model trained by FedAvg when it is wider than
+    :data:`NEWTON_MAX_PARAMS` (width from ``features``, else the agreed schema's columns, and the
+    agreed classes)."""
+    if not _is_newton(fm) or federation.schema is None:
+        return fm
+    d = len(features) if features is not None else len(federation.schema.columns)
+    n_classes = len(federation.schema.classes)
+    width = (1 if n_classes <= 2 else n_classes) * (d + 1)
+    if width <= NEWTON_MAX_PARAMS:
+        return fm
+    log.warning("logistic regression with %d coefficients trains by FedAvg: a Newton round's Hessian would "
+                "carry %d sums per site (at most %d coefficients by Newton-Raphson)", width, width * width,
+                NEWTON_MAX_PARAMS)
+    return LogisticRegressionModel(l2=fm.l2, mu=fm.mu, solver="fedavg")
 
 
 def _run_rounds(federation: Federation, features: list[str] | None, fm: FederatedModel, o: TrainingSettings,
