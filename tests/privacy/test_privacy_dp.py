@@ -211,3 +211,19 @@ def test_dp_describe_does_not_suppress_small_cells(parts):
     noisy = site.handle(Message("describe", meta={"features": [a, b], "dp": {"z": 1e-9, "bounds": [-10, 10]}}))
     assert noisy.arrays["count"][0] == pytest.approx(3, abs=0.05)  # z 1e-9 raised to the floor 1e-3: Δ = √2
     assert noisy.arrays["sum"][0] == pytest.approx(frame[a].clip(-10, 10).sum(), abs=0.5)  # Δ = 20·√2
+
+
+def test_noise_release_noises_each_declared_array_and_refuses_an_undeclared_one(monkeypatch):
+    import fedtab.privacy.dp as dp
+
+    monkeypatch.setattr(dp, "noise_rng", lambda: np.random.default_rng(3))
+    arrays = {"a": np.array([1, 2]), "b": np.zeros((2, 2))}
+    out = dp.noise_release(arrays, {"a": 2.0, "b": 0.5}, {"z": 1.5})
+    rng = np.random.default_rng(3)
+    np.testing.assert_allclose(out["a"], [1, 2] + rng.normal(0, 3.0, 2), atol=1e-12)
+    np.testing.assert_allclose(out["b"], rng.normal(0, 0.75, (2, 2)), atol=1e-12)
+    assert out["a"].dtype == np.float64
+    with pytest.raises(ValueError, match=r"no declared sensitivity for array\(s\) \['b'\]"):
+        dp.noise_release(arrays, {"a": 2.0}, {"z": 1.5})
+    with pytest.raises(ValueError, match="noise multiplier"):
+        dp.noise_release(arrays, {"a": 2.0, "b": 1.0}, {"z": 0})

@@ -28,7 +28,7 @@ import numpy as np
 __all__ = ["DP_META", "DPRequest", "dp_request", "parse_dp", "noise_rng", "add_noise", "column_bounds",
            "clip_values", "moment_sensitivity", "stats_sensitivity", "row_radius", "clip_rows", "clip_update",
            "dp_logistic_update", "noisy_scores", "DP_GD_STEPS_PER_EPOCH", "DP_GD_LR", "DP_GD_NOISE_SCALE",
-           "DP_SCHEMA_NOISE_SCALE", "release_moments", "site_noise_floor"]
+           "DP_SCHEMA_NOISE_SCALE", "release_moments", "site_noise_floor", "noise_release"]
 
 #: request meta key of the DP settings.
 DP_META = "dp"
@@ -113,6 +113,24 @@ def add_noise(value: np.ndarray, sensitivity: float, spec: Mapping[str, Any], rn
     if symmetric:
         noise = np.triu(noise) + np.triu(noise, 1).T
     return value + noise
+
+
+def noise_release(arrays: Mapping[str, np.ndarray], sensitivity: Mapping[str, float], spec: Mapping[str, Any],
+                  ) -> dict[str, np.ndarray]:
+    """A reply's arrays as a site releases them under DP: each ``array + N(0, (z Δ)²)``
+    (float64) with ``Δ = sensitivity[name]``, drawn in the arrays' order from one
+    :func:`noise_rng` generator. The sensitivities are the handler's declaration
+    (``Releases.dp_noise``), so a handler computes only its exact release.
+
+    Raises:
+        ValueError: an array without a declared sensitivity (it would leave without noise),
+            or a bad noise multiplier in ``spec``.
+    """
+    bare = [k for k in arrays if k not in sensitivity]
+    if bare:
+        raise ValueError(f"DP release: no declared sensitivity for array(s) {bare[:8]}; nothing leaves without noise")
+    rng = noise_rng()
+    return {k: add_noise(v, sensitivity[k], spec, rng) for k, v in arrays.items()}
 
 
 def column_bounds(spec: Mapping[str, Any], columns: Sequence[str], held: Sequence[str] | None = None,

@@ -106,6 +106,10 @@ class Releases:
             suppression under DP.
         dp_releases: Gaussian releases one reply makes under DP (an int, or a function of
             the request); the site charges them to its ledger before answering.
+        dp_noise: ``{array: L2 sensitivity Δ}`` of a reply the site noises itself under the
+            request's DP settings, after the handler and before this gate
+            (:func:`fedtab.privacy.dp.noise_release`: an array not listed is refused); ``None``:
+            the handler noises its own release.
     """
 
     part: str | Callable[[Any, Any], str | None] | None = "part"
@@ -119,6 +123,7 @@ class Releases:
     meta: Mapping[str, str] = field(default_factory=dict)
     dp: tuple[str, ...] | bool = ()
     dp_releases: int | Callable[[Any], int] = 0
+    dp_noise: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
         def ok(kind: Any) -> bool:

@@ -23,12 +23,13 @@ MODE = re.compile(r"secure|secure_aggregation|dp|noisy|robust")
 #: modules under ``federation/workflows/`` and ``federation/steps/`` that still test a mode: their counts
 #: may only shrink (every other module there tests none). The site handlers' tests are the site noising or
 #: capping its own release (gbdt/site.py, imputation/site.py, training/site.py, election/server.py's
-#: ballot_reply, steps/describe.py's and steps/evaluate.py's site sides).
+#: ballot_reply, steps/describe.py's site side; steps/evaluate.py tests none: the site noises the evaluation
+#: sums after the handler at the sensitivities its kind declares, Releases.dp_noise).
 #: (gbdt/server.py and gbdt/steps.py test none: each step is a SumStep with its NoisyRelease and robust
 #: reducer; gbdt/site.py's tests are the site noising its own releases under the request's DP settings;
 #: imputation/steps.py tests none: the strategy chooses the per-site or summed form of each step.)
 REMAINING = {"workflows/imputation/site.py": 3, "workflows/gbdt/site.py": 7, "workflows/training/site.py": 4,
-             "workflows/election/site.py": 2, "steps/describe.py": 2, "steps/evaluate.py": 1}
+             "workflows/election/site.py": 2, "steps/describe.py": 2}
 WORKFLOW_MODULES = sorted(str(p.relative_to(FEDERATION)) for part in ("workflows", "steps")
                           for p in (FEDERATION / part).rglob("*.py"))
 

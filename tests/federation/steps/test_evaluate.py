@@ -369,3 +369,52 @@ def test_robust_pooled_scores_carry_the_medians_of_the_sites_bounds():
     assert pooled["auroc_bounds"] == pytest.approx([med, med], abs=1e-9)
     lo, hi = pooled["pr_auc_bounds"]
     assert lo <= float(np.median([average_precision_score(y, p[:, 1]) for y, p in preds.values()])) <= hi
+
+
+def _trained_site():
+    table, parts = classification_parts(450, 6, 3, 2, seed=1, class_sep=1.5)
+    fed = federation(parts)
+    out = run_training(fed, [c for c in table.columns if c != "target"], rounds=1, seed=0, eval_every=0)
+    from fedtab.federation.steps.params import params_to
+
+    return fed._sites["s0"], params_to(out.params)
+
+
+def test_the_evaluate_handler_computes_exact_sums_and_the_site_noises_them_at_the_declared_sensitivities(monkeypatch):
+    import fedtab.privacy.dp as dp
+    from fedtab.federation.protocol.kinds import declared
+
+    site, params = _trained_site()
+    z = 3.0
+    meta = {"part": "test", "score_bins": 8}  # a curious server asks for every array under DP
+    spec = {"z": z, "bounds": [-6, 6], "clip": 1.0}
+    exact = HANDLERS["evaluate"](site, Message("evaluate", params, {**meta, "dp": spec}))
+    plain = HANDLERS["evaluate"](site, Message("evaluate", params, meta))
+    for k in plain.arrays:  # the handler has no DP branch: its sums are the exact ones
+        np.testing.assert_array_equal(exact.arrays[k], plain.arrays[k])
+    monkeypatch.setattr(dp, "noise_rng", lambda: np.random.default_rng(7))
+    reply = site.handle(Message("evaluate", params, {**meta, "dp": spec}))
+    assert not (reply.is_error or reply.is_refusal), reply.meta
+    z_site = max(z, dp.site_noise_floor(site.policy.max_epsilon_per_release, site.policy.delta))
+    sens = declared("evaluate").releases.dp_noise
+    rng = np.random.default_rng(7)
+    assert list(reply.arrays) == list(exact.arrays)
+    for k, v in exact.arrays.items():  # noise drawn in the reply's order, N(0, (z Δ)²) with Δ as declared
+        expected = np.asarray(v, np.float64) + rng.normal(0.0, z_site * sens[k], size=np.shape(v))
+        np.testing.assert_allclose(reply.arrays[k], expected, rtol=0, atol=1e-12)
+    assert sens["brier_sum"] == 2.0 and sens["confusion"] == pytest.approx(np.sqrt(2.0))
+
+
+def test_an_array_without_a_declared_sensitivity_never_leaves_under_dp(monkeypatch):
+    from fedtab.federation.site import registry
+
+    site, params = _trained_site()
+    real = registry.HANDLERS["evaluate"]
+
+    def leaky(s, request):
+        r = real(s, request)
+        return Message(r.kind, {**r.arrays, "leak": np.array([42.0])}, r.meta)
+
+    monkeypatch.setitem(registry.HANDLERS, "evaluate", leaky)
+    reply = site.handle(Message("evaluate", params, {"part": "test", "dp": {"z": 3.0, "bounds": [-6, 6], "clip": 1.0}}))
+    assert reply.is_error and "leak" not in reply.arrays and "no declared sensitivity" in str(reply.meta)

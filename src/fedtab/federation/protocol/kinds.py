@@ -42,6 +42,7 @@ messages.
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
@@ -264,6 +265,10 @@ _EVALUATE = Releases(part="part", default_part="test", per_class=True,
                      aggregates=("confusion", "brier_sum", "rank_pairs"), histograms=("score_hist",),
                      meta={"n": COUNT, SMOOTHED: FLAG}, dp=True,
                      dp_releases=lambda r: 2 if r.meta.get("score_bins") is not None else 1)
+#: the evaluation sums as the site releases them under DP (Δ per array; the site adds the noise
+#: after the handler): a replaced row moves one count between cells (Δ = √2) and its Brier term by ≤ 2
+_EVALUATE_NOISED = replace(_EVALUATE, dp_noise={"confusion": math.sqrt(2.0), "score_hist": math.sqrt(2.0),
+                                                "brier_sum": 2.0, "rank_pairs": math.sqrt(2.0)})
 _DP_EVALUATE = "per test part: the confusion matrix (per class) only — no score histogram, Brier sum or rank pairs"
 
 
@@ -350,7 +355,7 @@ for _kind in (
                 rows="all rows of the part the training setup named (default `train`), weighted by the server's "
                      "coefficients: steep coefficients weight a half-space of them",
                 plain_bound="max_rounds"),
-    MessageKind("evaluate", f"{_F}.steps.evaluate", _EVALUATE,
+    MessageKind("evaluate", f"{_F}.steps.evaluate", _EVALUATE_NOISED,
                 "per test part: the confusion matrix (per class), a Brier sum, a histogram of predicted "
                 "probabilities per class and a rank-pair count", description_dp=_DP_EVALUATE, summed=True,
                 check=_policy._evaluate, server_row_set=True, summary=(_EVALUATIONS,),

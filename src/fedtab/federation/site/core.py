@@ -372,7 +372,7 @@ class Site:
 
         request -> site policy (may refuse) -> the handler's release declaration (none:
         refused; a part below the floors: refused) -> differential privacy on the site's
-        own terms (:meth:`dp_terms`) -> handler -> release gate
+        own terms (:meth:`dp_terms`) -> handler -> the declared DP noise (:meth:`_noised`) -> release gate
         (:func:`fedtab.privacy.gate.release`) -> [secure masking] -> reply.
 
         Whatever the handler raises -- even ``SystemExit`` -- becomes an error reply whose text
@@ -429,6 +429,7 @@ class Site:
             reply = fn(self, request)
             if not isinstance(reply, Message):
                 raise TypeError(f"the {request.kind!r} handler returned {type(reply).__name__}, not a Message")
+            reply = self._noised(decl, request, reply)  # handler -> [the declared DP noise] -> gate
             secure = SECAGG_META in request.meta and not (reply.is_error or reply.is_refusal)
             masked = masked_fields(request.meta) if secure else frozenset()
             if secure:  # masking is the site's decision: every summable array masked, or no reply
@@ -474,6 +475,19 @@ class Site:
         blob = pickle.dumps((sorted(state), [state[k] for k in sorted(state)], self.ledger.snapshot(),
                              self.table, self.parts, self._steps_applied), protocol=4)
         return hashlib.sha256(blob).hexdigest()
+
+    @staticmethod
+    def _noised(decl: Releases, request: Message, reply: Message) -> Message:
+        """``reply`` as released under the request's DP settings (on the site's terms, see
+        :meth:`dp_terms`) when its kind declares the sensitivities the site noises
+        (``Releases.dp_noise``, :func:`fedtab.privacy.dp.noise_release`); otherwise as the
+        handler made it (no DP asked for, or a handler that noises its own release)."""
+        spec = request.meta.get(DP_META)
+        if decl.dp_noise is None or spec is None or reply.is_error or reply.is_refusal:
+            return reply
+        from fedtab.privacy.dp import noise_release
+
+        return Message(reply.kind, noise_release(reply.arrays, decl.dp_noise, spec), reply.meta)
 
     def _part_refusal(self, decl: Releases, request: Message) -> str | None:
         """Why the part a reply would be computed over is refused: not a part of the site,

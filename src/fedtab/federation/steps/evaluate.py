@@ -41,11 +41,7 @@ from fedtab.learn.metrics import (
 )
 from fedtab.learn.models import FederatedModel, Params, make_model
 from fedtab.privacy.accountant import PrivacyLedger
-from fedtab.privacy.dp import (
-    DP_META,
-    add_noise,
-    noise_rng,
-)
+from fedtab.privacy.dp import DP_META
 from fedtab.privacy.gate import SMOOTHED
 from fedtab.privacy.secagg import MOMENT_BITS, SECAGG_META
 
@@ -86,10 +82,8 @@ def _evaluate(site: Site, request: Message) -> Message:
     model = make_model(setup["model"])
     sums = evaluation_sums(model, params_from(request), X, y, len(setup["classes"]), requested_bins(request.meta),
                            pairs=SECAGG_META not in request.meta)
-    dp = request.meta.get(DP_META)
-    if dp is not None:  # a replaced row moves one count between cells (Δ = √2) and its Brier term by ≤ 2
-        rng = noise_rng()
-        sums = {k: add_noise(v, 2.0 if k == "brier_sum" else np.sqrt(2.0), dp, rng) for k, v in sums.items()}
+    # the exact sums: under DP the site noises them at the sensitivities the kind declares
+    # (``Releases.dp_noise`` in fedtab.federation.protocol.kinds), after this handler
     return Message("evaluate", sums, {"n": int(len(y))})
 
 
