@@ -386,7 +386,7 @@ def test_the_evaluate_handler_computes_exact_sums_and_the_site_noises_them_at_th
 
     site, params = _trained_site()
     z = 3.0
-    meta = {"part": "test", "score_bins": 8}  # a curious server asks for every array under DP
+    meta = {"part": "test"}  # under DP an evaluation is its confusion matrix only
     spec = {"z": z, "bounds": [-6, 6], "clip": 1.0}
     exact = HANDLERS["evaluate"](site, Message("evaluate", params, {**meta, "dp": spec}))
     plain = HANDLERS["evaluate"](site, Message("evaluate", params, meta))
@@ -402,7 +402,17 @@ def test_the_evaluate_handler_computes_exact_sums_and_the_site_noises_them_at_th
     for k, v in exact.arrays.items():  # noise drawn in the reply's order, N(0, (z Δ)²) with Δ as declared
         expected = np.asarray(v, np.float64) + rng.normal(0.0, z_site * sens[k], size=np.shape(v))
         np.testing.assert_allclose(reply.arrays[k], expected, rtol=0, atol=1e-12)
-    assert sens["brier_sum"] == 2.0 and sens["confusion"] == pytest.approx(np.sqrt(2.0))
+    assert set(sens) == {"confusion"} and sens["confusion"] == pytest.approx(np.sqrt(2.0))
+
+
+def test_score_sums_asked_under_dp_never_leave():
+    """A curious server asks a DP evaluation for score sums too: a rank-pair count moves by up to the other
+    class's size when one row is replaced, so no noise at Δ = √2 covers it — the site answers an error and
+    none of the score sums leaves (the declaration says: under DP, the confusion matrix only)."""
+    site, params = _trained_site()
+    reply = site.handle(Message("evaluate", params, {"part": "test", "score_bins": 8,
+                                                     "dp": {"z": 3.0, "bounds": [-6, 6], "clip": 1.0}}))
+    assert reply.is_error and not {"rank_pairs", "score_hist", "brier_sum", "confusion"} & set(reply.arrays)
 
 
 def test_an_array_without_a_declared_sensitivity_never_leaves_under_dp(monkeypatch):

@@ -267,8 +267,10 @@ _EVALUATE = Releases(part="part", default_part="test", per_class=True,
                      dp_releases=lambda r: 2 if r.meta.get("score_bins") is not None else 1)
 #: the evaluation sums as the site releases them under DP (Δ per array; the site adds the noise
 #: after the handler): a replaced row moves one count between cells (Δ = √2) and its Brier term by ≤ 2
-_EVALUATE_NOISED = replace(_EVALUATE, dp_noise={"confusion": math.sqrt(2.0), "score_hist": math.sqrt(2.0),
-                                                "brier_sum": 2.0, "rank_pairs": math.sqrt(2.0)})
+# under DP an evaluation releases its confusion matrix only (one replaced row moves one count between two
+# cells: Δ = √2); a request that asks for score sums as well gets an error reply, nothing else leaves (a
+# rank-pair count moves by up to the other class's size, no Δ of √2 bounds it)
+_EVALUATE_NOISED = replace(_EVALUATE, dp_noise={"confusion": math.sqrt(2.0)})
 _DP_EVALUATE = "per test part: the confusion matrix (per class) only — no score histogram, Brier sum or rank pairs"
 
 
