@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from fedtab.election.agreement import jaccard, pooled_agreement, pooled_mask
+from fedtab.election.rule import RuleSettings
 from fedtab.engines.local import LocalFederation
 from fedtab.federation.workflows.election.server import run_election
 from fedtab.federation.protocol.messages import Message
@@ -328,8 +329,8 @@ def noniid_point(partition: str, alpha: float | None, cfg: dict[str, Any], seed:
     for consensus in CONSENSUS:
         outcome = run_election(fed, NONIID_FD, describe="train", consensus=consensus)
         mask = outcome.result.mask
-        curve = pooled_agreement(outcome.ballots, ref, feature_names=names, consensus=consensus,
-                                 min_holders=outcome.result.min_holders)
+        curve = pooled_agreement(outcome.ballots, ref, feature_names=names,
+                                 rule=RuleSettings(consensus=consensus, min_holders=outcome.result.min_holders))
         trained = run_training(fed, outcome.result.selected_names, rounds=cfg["noniid_rounds"], local_epochs=2,
                                described=outcome.described)
         if local is None:  # each site alone with its own mask (the same whatever the consensus)
