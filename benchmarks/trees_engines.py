@@ -156,18 +156,27 @@ def run(engines: tuple[str, ...], *, n_trees: int, max_depth: int, flower_trees:
         auroc = ((result.get("training") or {}).get("metrics") or {}).get("pooled", {}).get("auroc")
         out.append({"engine": engine, "trees": trees, "max_depth": max_depth, "exchanges": n, "seconds": seconds,
                     "minutes": seconds / 60, "seconds_per_exchange": seconds / n, "auroc": auroc, "note": note})
-    return extrapolate(out, n_trees)
+    return extrapolate(out, n_trees, planned_exchanges(n_trees, max_depth))
 
 
-def extrapolate(rows: list[dict[str, Any]], n_trees: int) -> list[dict[str, Any]]:
-    """Give every row of fewer than ``n_trees`` trees ``extrapolated_minutes``: the exchanges of a
-    row that ran ``n_trees`` (the same job otherwise) × the row's measured seconds per exchange, and
-    say so in its note. Rows are changed in place and returned; without a full row nothing changes."""
-    full = next((r["exchanges"] for r in rows if r["trees"] == n_trees), None)
+def planned_exchanges(n_trees: int, max_depth: int) -> int:
+    """The exchanges the job's plan makes (:func:`fedtab.engines.progress.planned_exchanges`)."""
+    from fedtab.engines.progress import planned_exchanges as plan_count
+    from fedtab.job.spec import spec_from_plan
+
+    return int(sum(plan_count(spec_from_plan(json.loads(job_config(n_trees, max_depth)["job"]))).values()))
+
+
+def extrapolate(rows: list[dict[str, Any]], n_trees: int, planned: int) -> list[dict[str, Any]]:
+    """Give every row of fewer than ``n_trees`` trees ``extrapolated_minutes``: the full job's
+    exchanges (those of a row that ran ``n_trees``, else ``planned``, the plan's count) × the row's
+    measured seconds per exchange, and say so in its note. Rows are changed in place and returned."""
+    ran = next((r["exchanges"] for r in rows if r["trees"] == n_trees), None)
+    full, source = (ran, "counted in the full run") if ran is not None else (planned, "the plan's count")
     for r in rows:
-        if r["trees"] < n_trees and full is not None:
+        if r["trees"] < n_trees:
             r["extrapolated_minutes"] = full * r["seconds_per_exchange"] / 60
-            r["note"] += f"; {n_trees} trees extrapolated: {full} exchanges × measured s / exchange"
+            r["note"] += f"; {n_trees} trees extrapolated: {full} exchanges ({source}) × measured s / exchange"
     return rows
 
 

@@ -36,10 +36,12 @@ def test_extrapolation_uses_the_full_jobs_exchanges_and_is_labelled():
              "seconds_per_exchange": 60 / 605, "note": "in-process"},
             {"engine": "flower-loopback", "trees": 2, "max_depth": 6, "exchanges": 20, "seconds": 200.0,
              "minutes": 200 / 60, "seconds_per_exchange": 10.0, "note": "TLS"}]
-    extrapolate(rows, 100)
+    extrapolate(rows, 100, planned=999)  # a full run counted: its exchanges, not the plan's
     assert "extrapolated_minutes" not in rows[0]
     assert abs(rows[1]["extrapolated_minutes"] - 605 * 10.0 / 60) < 1e-9
     assert "extrapolated" in rows[1]["note"] and "(extrapolated)" in format_table(rows)
+    alone = extrapolate([dict(rows[1], note="TLS")], 100, planned=604)  # no full run: the plan's count
+    assert abs(alone[0]["extrapolated_minutes"] - 604 * 10.0 / 60) < 1e-9 and "plan's count" in alone[0]["note"]
 
 
 def test_an_unknown_engine_is_refused_by_name(capsys):
