@@ -113,3 +113,16 @@ def test_a_sites_split_settings_travel_in_the_flare_job_and_build_its_site(nvfla
     ctx.get_identity_name, ctx.get_job_id = (lambda: "default"), (lambda: "default-job")
     site, _ = built["default"]._site(ctx)
     assert (site.test_size, site.seed, site.folds) == (0.2, 0, 5)
+
+
+def test_a_sites_policy_given_as_json_text_travels_in_the_flare_job_as_an_object(nvflare, site_configs, jobs, tmp_path):
+    """The site config's ``policy`` is JSON text (``fedtab.engines.site_config``); FLARE reads a
+    ``"{...}"`` string in a job config as a variable reference and aborts the job, so the job
+    carries the object and the site is built with it."""
+    import json
+
+    sites = [dict(site_configs[0], policy='{"allow_server_row_sets": true, "min_rows": 7}')]
+    nvflare.build_job(sites, jobs.config(jobs.plan(**JOB))).export_job(str(tmp_path / "jobs"))
+    config = json.loads(next((tmp_path / "jobs").rglob("app_site-1/config/config_fed_client.json")).read_text())
+    policy = config["executors"][0]["executor"]["args"]["policy"]
+    assert policy == {"allow_server_row_sets": True, "min_rows": 7}

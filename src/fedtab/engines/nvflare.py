@@ -409,8 +409,9 @@ def build_job(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | No
         unknown = set(args) - allowed
         if unknown:
             raise ValueError(f"site {site['name']!r}: unknown executor arguments {sorted(unknown)}")
-        if isinstance(args.get("selector"), str) and args["selector"].strip().startswith("{"):
-            args["selector"] = json.loads(args["selector"])
+        for key in ("selector", "policy"):  # JSON text as the site config allows; FLARE needs the object
+            if isinstance(args.get(key), str) and args[key].strip().startswith("{"):
+                args[key] = json.loads(args[key])
         if any(key in args for key in SPLIT_KEYS):
             args["split"] = RowSplit(**{key: args.pop(key) for key in SPLIT_KEYS if key in args})
         job.to(FedtabExecutor(**args), str(site["name"]), tasks=[TASK_NAME])
