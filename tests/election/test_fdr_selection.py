@@ -130,3 +130,13 @@ def test_the_job_runs_fdr_and_records_q_and_the_method(jobs):
 def test_bad_fdr_settings_are_refused(election, fragment, jobs):
     with pytest.raises(JobError, match=re.escape(fragment)):
         jobs.plan(election=election)
+
+
+def test_an_fdr_level_may_be_a_numpy_number_but_never_a_bool():
+    from fedtab.election.score_test import check_fdr
+
+    check_fdr(np.float32(0.1))
+    check_fdr(np.float64(0.05), "by")
+    for bad in (np.bool_(True), True, np.float64(1.0), np.float32(0.0)):
+        with pytest.raises(ValueError, match="fdr must be"):
+            check_fdr(bad)

@@ -78,7 +78,7 @@ def check_fdr(q: float, method: str = "bh") -> None:
     Raises:
         ValueError: one line naming the bad value.
     """
-    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 1:
+    if isinstance(q, (bool, np.bool_)) or not isinstance(q, (int, float, np.integer, np.floating)) or not 0 < q < 1:
         raise ValueError(f"fdr must be a false discovery rate in (0, 1), got {q!r}")
     if method not in FDR_METHODS:
         raise ValueError(f"fdr_method must be one of {list(FDR_METHODS)}, got {method!r}")
