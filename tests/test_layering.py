@@ -76,9 +76,6 @@ CIRCLES: list[tuple[frozenset[str], int]] = [
     (frozenset("fedtab." + m for m in (
         "election.compat", "election.rule", "election.tally",
     )), 5),
-    (frozenset("fedtab." + m for m in (
-        "privacy.dp", "privacy.policy",
-    )), 2),
 ]
 
 
