@@ -73,9 +73,6 @@ CIRCLES: list[tuple[frozenset[str], int]] = [
     (frozenset("fedtab." + m for m in (
         "election.lasso_cv", "election.markov_blanket", "election.selectors", "election.sequential_attention",
     )), 6),
-    (frozenset("fedtab." + m for m in (
-        "election.compat", "election.rule", "election.tally",
-    )), 5),
 ]
 
 
