@@ -70,9 +70,6 @@ CIRCLES: list[tuple[frozenset[str], int]] = [
         "job.steps.evaluation", "job.steps.imputation", "job.steps.schema", "job.steps.score_test",
         "job.steps.selection", "job.steps.training", "job.steps.tuning",
     )), 30),
-    (frozenset("fedtab." + m for m in (
-        "election.lasso_cv", "election.markov_blanket", "election.selectors", "election.sequential_attention",
-    )), 6),
 ]
 
 
