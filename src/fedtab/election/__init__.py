@@ -1,8 +1,8 @@
 """Feature Election: federated feature selection by a sample-weighted vote."""
 
 from .ballot import Ballot
-from .rule import AGGREGATIONS, NORMALIZATIONS, ElectionResult, elect, elect_ballots
-from .tally import ElectionTally
+from .rule import AGGREGATIONS, NORMALIZATIONS, ElectionResult
+from .tally import ElectionTally, elect, elect_ballots
 from .compat import COMPATS
 
 

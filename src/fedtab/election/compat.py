@@ -40,26 +40,14 @@ Flower PR #6182 ``examples/feature-election/feature_election/strategy.py``
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from .ballot import Ballot, check_freedom_degree
-from .rule import ElectionResult, PositionalNames, check_aggregation, election_stats
+from .rule import COMPATS, ElectionResult, PositionalNames, check_aggregation, check_compat, election_stats
 
 __all__ = ["COMPATS", "check_compat", "elect_compat"]
-
-#: the peer profiles ``elect(..., compat=...)`` accepts (``None`` = fedtab's rule).
-COMPATS = ("nvflare", "flash", "flower")
-
-
-def check_compat(compat: Any) -> str | None:
-    """``compat`` if it is ``None`` or a known profile; ``ValueError`` otherwise."""
-    if compat is None:
-        return None
-    if compat not in COMPATS:
-        raise ValueError(f"unknown compat profile {compat!r}; expected None or one of {COMPATS}")
-    return str(compat)
 
 
 def _matrices(ballots: Sequence[Ballot], names: Sequence[str] | None, compat: str
@@ -129,7 +117,7 @@ def elect_compat(
     Args:
         ballots: validated ballots, each over every feature of the election.
         feature_names: the global order (``None``: positional, every ballot in one order).
-        freedom_degree, aggregation: as :func:`~fedtab.election.rule.elect`.
+        freedom_degree, aggregation: as :func:`~fedtab.election.tally.elect`.
         compat: ``"nvflare"``, ``"flash"`` or ``"flower"``.
 
     Raises:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..learn.models import STEP_OVERHEAD, Cost, count_param, driver
-from .selectors import SELECTORS, Selection, Selector, _check_xy, _is_regression
+from .selector_base import Selection, Selector, check_xy, is_regression
 
 __all__ = ["LassoCVSelector"]
 
@@ -48,9 +48,9 @@ class LassoCVSelector(Selector):
         from sklearn.linear_model import LassoCV, LogisticRegressionCV  # lazy: keeps `import fedtab` cheap
         from sklearn.preprocessing import StandardScaler
 
-        X, y = _check_xy(X, y)
+        X, y = check_xy(X, y)
         Z = StandardScaler().fit_transform(X)
-        if _is_regression(y, self.task):
+        if is_regression(y, self.task):
             model: Any = LassoCV(alphas=self.Cs, cv=self.cv, random_state=self.seed, max_iter=5000)
         else:
             binary = np.unique(y).size <= 2
@@ -66,6 +66,3 @@ class LassoCVSelector(Selector):
             mask[int(np.argmax(scores))] = True
         self.strength_ = float(np.ravel(getattr(model, "C_", getattr(model, "alpha_", np.nan)))[0])
         return Selection(mask, scores)
-
-
-SELECTORS[LassoCVSelector.name] = LassoCVSelector

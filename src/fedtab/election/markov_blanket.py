@@ -50,7 +50,7 @@ from ..learn.models import STEP_OVERHEAD, Cost, count_param, driver
 
 # scipy.stats and scikit-learn are imported inside the methods (keeps `import fedtab` cheap).
 
-from .selectors import SELECTORS, Selection, Selector, _check_xy, _is_regression
+from .selector_base import Selection, Selector, check_xy, is_regression
 
 __all__ = ["MarkovBlanketSelector"]
 
@@ -321,8 +321,8 @@ class MarkovBlanketSelector(Selector):
     def select(self, X: Any, y: Any) -> Selection:
         from sklearn.preprocessing import LabelEncoder, StandardScaler
 
-        X, y = _check_xy(X, y)
-        regression = _is_regression(y, self.task)
+        X, y = check_xy(X, y)
+        regression = is_regression(y, self.task)
         rng = np.random.default_rng(self.seed)
         if len(y) > self.max_rows:
             keep = np.sort(rng.choice(len(y), self.max_rows, replace=False))
@@ -368,6 +368,3 @@ def _loss_from_logits(z: np.ndarray, y: np.ndarray, regression: bool) -> np.ndar
     top = z.max(axis=1, keepdims=True)
     lse = np.log(np.exp(z - top).sum(axis=1)) + top[:, 0]
     return lse - z[np.arange(len(y)), y]
-
-
-SELECTORS[MarkovBlanketSelector.name] = MarkovBlanketSelector

@@ -27,8 +27,9 @@ mask FLARE's (FLARE also changes steps 4-5); ``compat="nvflare"`` reproduces FLA
 whole server rule, ``compat="flash"`` / ``compat="flower"`` those of FLASH and the
 Flower example (:mod:`fedtab.election.compat` tabulates every difference).
 
-The batch function :func:`elect` and the streaming :class:`~fedtab.election.tally.ElectionTally`
-share one implementation, so they always agree.
+The batch functions :func:`~fedtab.election.tally.elect` / :func:`~fedtab.election.tally.elect_ballots`
+and the streaming :class:`~fedtab.election.tally.ElectionTally` (all in :mod:`fedtab.election.tally`,
+which builds on this module) share one implementation (:func:`decide`), so they always agree.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ import numpy as np
 if TYPE_CHECKING:  # pandas only for explain(): a site answering set_mask never imports it
     import pandas as pd
 
-from .ballot import Ballot, check_freedom_degree
+from .ballot import check_freedom_degree
 
-__all__ = ["ElectionResult", "elect", "elect_ballots", "decide", "FeatureCounts", "RuleSettings", "AGGREGATIONS",
-           "NORMALIZATIONS", "check_profile"]
+__all__ = ["ElectionResult", "decide", "FeatureCounts", "RuleSettings", "AGGREGATIONS", "NORMALIZATIONS", "COMPATS",
+           "check_compat", "check_profile"]
 
 AGGREGATIONS = ("weighted", "uniform")
 NORMALIZATIONS = ("all", "selected")
@@ -67,11 +68,22 @@ def check_normalization(normalization: Any) -> str:
     return str(normalization)
 
 
+#: the peer profiles ``elect(..., compat=...)`` accepts (``None`` = fedtab's rule).
+COMPATS = ("nvflare", "flash", "flower")
+
+
+def check_compat(compat: Any) -> str | None:
+    """``compat`` if it is ``None`` or a known profile; ``ValueError`` otherwise."""
+    if compat is None:
+        return None
+    if compat not in COMPATS:
+        raise ValueError(f"unknown compat profile {compat!r}; expected None or one of {COMPATS}")
+    return str(compat)
+
+
 def check_profile(compat: Any, normalization: Any = "all") -> str | None:
     """``compat`` checked (see :mod:`fedtab.election.compat`); a profile fixes its own
     normalisation, so ``normalization`` must stay ``"all"`` (the default) with it."""
-    from .compat import check_compat
-
     profile = check_compat(compat)
     if profile is not None and normalization != "all":
         raise ValueError(f"compat={profile!r} fixes the normalisation; leave normalization at its default")
@@ -326,113 +338,3 @@ def decide(
         consensus_alpha=None if evidence is None else float(consensus_alpha),
         evidence=evidence,
     )
-
-
-def elect(
-    masks: Any,
-    scores: Any,
-    n_samples: Sequence[int],
-    freedom_degree: float,
-    aggregation: Aggregation = "weighted",
-    *,
-    normalization: Normalization = "all",
-    feature_names: Sequence[str] | None = None,
-    site_names: Sequence[str] | None = None,
-    compat: str | None = None,
-) -> ElectionResult:
-    """Run the election on K ballots over the same d features.
-
-    Args:
-        masks: K×d bool (array or K sequences of length d).
-        scores: K×d float.
-        n_samples: K positive integers.
-        freedom_degree: ``fd`` in [0, 1]; 0 gives the intersection, 1 the union.
-        aggregation: ``"weighted"`` (by ``n_samples``) or ``"uniform"``.
-        normalization: ``"all"`` (the rule) or ``"selected"`` (NVIDIA FLARE's normalisation only).
-        feature_names: d names (default ``f0 … f{d-1}``).
-        site_names: K names used in error messages (default ``site-1 …``).
-        compat: ``None`` (fedtab's rule) or a peer's server rule reproduced exactly:
-            ``"nvflare"``, ``"flash"``, ``"flower"`` (see :mod:`fedtab.election.compat`).
-
-    Raises:
-        ValueError: naming the site: no ballots, ragged or mismatched shapes,
-            non-finite scores, a bad ``n_samples``; also ``fd`` outside [0, 1], an
-            unknown aggregation/normalization/compat, or ``compat`` together with
-            ``normalization="selected"`` (a profile fixes its normalisation).
-    """
-    from .tally import ElectionTally
-
-    check_freedom_degree(freedom_degree)
-    check_aggregation(aggregation)
-    check_normalization(normalization)
-    check_profile(compat, normalization)
-    mask_rows = _rows(masks, "masks")
-    score_rows = _rows(scores, "scores")
-    counts = list(n_samples) if not np.isscalar(n_samples) else [n_samples]
-    if len(mask_rows) == 0:
-        raise ValueError("no ballots: at least one site must vote")
-    if not (len(mask_rows) == len(score_rows) == len(counts)):
-        raise ValueError(
-            f"got {len(mask_rows)} masks, {len(score_rows)} score rows and {len(counts)} sample counts; "
-            "need one of each per site"
-        )
-    names = list(site_names) if site_names is not None else [f"site-{i + 1}" for i in range(len(mask_rows))]
-    if len(names) != len(mask_rows):
-        raise ValueError(f"{len(names)} site names for {len(mask_rows)} ballots")
-    d = np.asarray(mask_rows[0]).size if np.ndim(mask_rows[0]) == 1 else -1
-    tally = ElectionTally(d if feature_names is None and d >= 0 else None, feature_names=feature_names,
-                          normalization=normalization, compat=compat)
-    for m, s, n, site in zip(mask_rows, score_rows, counts, names):
-        tally.add(m, s, n, site=site)
-    return tally.result(freedom_degree, aggregation)
-
-
-def elect_ballots(
-    ballots: Sequence[Ballot],
-    freedom_degree: float,
-    aggregation: Aggregation = "weighted",
-    *,
-    normalization: Normalization = "all",
-    feature_names: Sequence[str] | None = None,
-    compat: str | None = None,
-) -> ElectionResult:
-    """Elect from :class:`Ballot` objects, aligning them by feature name.
-
-    Ballots over different column sets are allowed: a site abstains on features it
-    does not hold. The global order is ``feature_names`` if given, else the ordered
-    union of the ballots' names (first appearance wins). ``compat``: as :func:`elect`
-    (a peer profile needs every ballot to cover every feature).
-
-    Raises:
-        ValueError: no ballots; a ballot without names while others have them (or
-            whose length differs when none have names); names outside ``feature_names``.
-    """
-    from .tally import ElectionTally
-
-    check_freedom_degree(freedom_degree)
-    check_aggregation(aggregation)
-    check_profile(compat, normalization)
-    if not ballots:
-        raise ValueError("no ballots: at least one site must vote")
-    named = [b.feature_names is not None for b in ballots]
-    if any(named) and not all(named):
-        unnamed = [b.site for b in ballots if b.feature_names is None]
-        raise ValueError(f"sites {unnamed} sent ballots without feature names while others named theirs")
-    if not any(named) and feature_names is None:
-        tally = ElectionTally(ballots[0].n_features, normalization=normalization, compat=compat)
-    else:
-        tally = ElectionTally(feature_names=feature_names, normalization=normalization, compat=compat)
-    for b in ballots:
-        tally.add(b.mask, b.scores, b.n_samples, feature_names=b.feature_names, site=b.site)
-    return tally.result(freedom_degree, aggregation)
-
-
-def _rows(values: Any, what: str) -> list[Any]:
-    if isinstance(values, np.ndarray):
-        if values.ndim != 2:
-            raise ValueError(f"{what} must be 2-D (sites × features), got shape {values.shape}")
-        return list(values)
-    try:
-        return list(values)
-    except TypeError:
-        raise ValueError(f"{what} must be a sequence of per-site arrays") from None

@@ -26,14 +26,15 @@ values), ``"classification"`` or ``"regression"``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
-from sklearn.base import BaseEstimator
-from sklearn.feature_selection import SelectorMixin
 
 from ..learn.models import STEP_OVERHEAD, Cost, count_param, driver
+from .lasso_cv import LassoCVSelector
+from .markov_blanket import MarkovBlanketSelector
+from .selector_base import Selection, Selector, check_xy, is_regression, is_regression_target
+from .sequential_attention import SequentialAttentionSelector
 
 # The models are imported inside the methods that use them, and ``fedtab`` imports this
 # module only on first use (``fedtab.election.make_selector`` etc. are lazy): importing
@@ -52,51 +53,11 @@ __all__ = [
     "SklearnSelector",
     "CallableSelector",
     "SELECTORS",
+    "is_regression_target",
     "make_selector",
     "selector_cost",
     "selector_spec",
 ]
-
-
-@dataclass(frozen=True)
-class Selection:
-    """A selector's answer: ``mask`` ``(d,)`` bool and ``scores`` ``(d,)`` float, and for a
-    selector built on a statistical test, ``pvalues`` ``(d,)`` in [0, 1] (else ``None``;
-    ``consensus="stouffer"`` elections need them, see :mod:`fedtab.election.evidence`)."""
-
-    mask: np.ndarray
-    scores: np.ndarray
-    pvalues: np.ndarray | None = None
-
-
-def _is_regression(y: np.ndarray, task: str) -> bool:
-    if task == "regression":
-        return True
-    if task == "classification":
-        return False
-    if task != "auto":
-        raise ValueError(f"task must be 'auto', 'classification' or 'regression', got {task!r}")
-    y = np.asarray(y)
-    return y.dtype.kind == "f" and np.unique(y).size > max(20, int(0.05 * y.size))
-
-
-def is_regression_target(y: Any) -> bool:
-    """Whether ``task="auto"`` reads ``y`` as a continuous target (float, many distinct values)."""
-    return _is_regression(y, "auto")
-
-
-def _check_xy(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
-    X = np.asarray(X, dtype=np.float64)
-    y = np.asarray(y)
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D (rows × features), got shape {X.shape}")
-    if y.ndim != 1 or y.shape[0] != X.shape[0]:
-        raise ValueError(f"y must be 1-D with {X.shape[0]} entries, got shape {y.shape}")
-    if X.shape[0] < 2 or X.shape[1] < 1:
-        raise ValueError(f"need at least 2 rows and 1 feature to select, got {X.shape}")
-    if not np.isfinite(X).all():
-        raise ValueError("X contains NaN or inf; impute missing values before selecting")
-    return X, y
 
 
 def _top_k(scores: np.ndarray, k: int | float | None) -> np.ndarray:
@@ -113,53 +74,6 @@ def _top_k(scores: np.ndarray, k: int | float | None) -> np.ndarray:
     mask = np.zeros(d, dtype=bool)
     mask[order[:kk]] = True
     return mask
-
-
-class Selector(SelectorMixin, BaseEstimator):
-    """Base class: subclasses keep their constructor arguments as given and implement
-    :meth:`select`; :meth:`fit` stores its answer as ``support_`` / ``scores_``."""
-
-    name = "selector"
-
-    def select(self, X: Any, y: Any) -> Selection:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def cost(self, n_rows: int, n_features: int) -> Cost:
-        """What :meth:`select` on ``(n_rows, n_features)`` costs, estimated before it runs
-        (:class:`~fedtab.learn.models.Cost`). The default: a hundred passes over the table."""
-        return Cost(100.0 * n_rows * n_features + STEP_OVERHEAD, float(n_rows * n_features), "rows × features")
-
-    def fit(self, X: Any, y: Any) -> "Selector":
-        """Run :meth:`select` and keep ``support_`` ``(d,)`` bool and ``scores_`` ``(d,)`` float
-        (and ``pvalues_`` for a selector built on a test).
-
-        Raises:
-            ValueError: as :meth:`select` (shapes, NaN/inf, fewer than 2 rows).
-        """
-        from sklearn.utils.validation import validate_data
-
-        validate_data(self, X, skip_check_array=True, reset=True)  # n_features_in_, feature_names_in_
-        sel = self.select(X, y)
-        self.support_ = np.asarray(sel.mask, dtype=bool)
-        self.scores_ = np.asarray(sel.scores, dtype=np.float64)
-        if sel.pvalues is not None:
-            self.pvalues_ = np.asarray(sel.pvalues, dtype=np.float64)
-        return self
-
-    def _get_support_mask(self) -> np.ndarray:
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(self, "support_")
-        return self.support_
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.target_tags.required = True
-        return tags
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params(deep=False).items())
-        return f"{type(self).__name__}({args})"
 
 
 class LassoSelector(Selector):
@@ -200,9 +114,9 @@ class LassoSelector(Selector):
     def select(self, X: Any, y: Any) -> Selection:
         from sklearn.preprocessing import StandardScaler
 
-        X, y = _check_xy(X, y)
+        X, y = check_xy(X, y)
         Z = StandardScaler().fit_transform(X)
-        regression = _is_regression(y, self.task)
+        regression = is_regression(y, self.task)
         coef = np.atleast_2d(self._model(regression).fit(Z, y).coef_)
         scores = np.linalg.norm(coef, axis=0)
         return Selection(scores > self.tol, scores)
@@ -253,8 +167,8 @@ class _RankingSelector(Selector):
         return self._scores(X, y, regression), None
 
     def select(self, X: Any, y: Any) -> Selection:
-        X, y = _check_xy(X, y)
-        raw, pvalues = self._test(X, y, _is_regression(y, self.task))
+        X, y = check_xy(X, y)
+        raw, pvalues = self._test(X, y, is_regression(y, self.task))
         scores = np.nan_to_num(np.asarray(raw, dtype=np.float64))
         return Selection(_top_k(scores, self.k), scores, _clean_pvalues(pvalues, scores.size))
 
@@ -358,7 +272,7 @@ class SklearnSelector(Selector):
     def select(self, X: Any, y: Any) -> Selection:
         from sklearn.base import clone
 
-        X, y = _check_xy(X, y)
+        X, y = check_xy(X, y)
         est = clone(self.estimator).fit(X, y)
         mask = np.asarray(est.get_support(), dtype=bool)
         scores = _scores_of(est, X.shape[1])
@@ -406,7 +320,7 @@ class CallableSelector(Selector):
         self.fn = fn
 
     def select(self, X: Any, y: Any) -> Selection:
-        X, y = _check_xy(X, y)
+        X, y = check_xy(X, y)
         out = self.fn(X, y)
         try:
             mask, scores = out
@@ -418,10 +332,12 @@ class CallableSelector(Selector):
         return Selection(mask.astype(bool), scores)
 
 
-#: name -> selector class. Later issues register more (markov_blanket, ...).
+#: name -> selector class: the built-in ones of this module and those living in their own modules
+#: (which build on :mod:`fedtab.election.selector_base` and never import this table)
 SELECTORS: dict[str, type[Selector]] = {
     cls.name: cls
-    for cls in (LassoSelector, ElasticNetSelector, RandomForestSelector, MutualInfoSelector, AnovaSelector, Chi2Selector)
+    for cls in (LassoSelector, ElasticNetSelector, RandomForestSelector, MutualInfoSelector, AnovaSelector, Chi2Selector,
+                LassoCVSelector, MarkovBlanketSelector, SequentialAttentionSelector)
 }
 
 
@@ -482,6 +398,3 @@ def selector_spec(selector: Any) -> dict[str, Any]:
         raise ValueError(f"selector {sel!r} is not a registered built-in and cannot be sent over the wire")
     return {"name": sel.name, "params": sel.get_params()}
 
-
-# Selectors living in their own modules register themselves in SELECTORS on import.
-from . import lasso_cv, markov_blanket, sequential_attention  # noqa: E402,F401

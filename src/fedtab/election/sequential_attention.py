@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..learn.models import STEP_OVERHEAD, Cost, count_param, driver
-from .selectors import SELECTORS, Selection, Selector, _check_xy, _is_regression
+from .selector_base import Selection, Selector, check_xy, is_regression
 
 __all__ = ["SequentialAttentionSelector"]
 
@@ -96,12 +96,12 @@ class SequentialAttentionSelector(Selector):
         import torch
         from sklearn.preprocessing import LabelEncoder, StandardScaler  # lazy: keeps `import fedtab` cheap
 
-        X, y = _check_xy(X, y)
+        X, y = check_xy(X, y)
         n, d = X.shape
         k = self._k(d)
         phases = max(1, min(k, self.n_phases or min(k, 10)))
         per_phase = math.ceil(k / phases)
-        regression = _is_regression(y, self.task)
+        regression = is_regression(y, self.task)
         Xt = torch.as_tensor(StandardScaler().fit_transform(X), dtype=torch.float32)
         if regression:
             yt = torch.as_tensor((y - y.mean()) / (y.std() or 1.0), dtype=torch.float32)[:, None]
@@ -156,6 +156,3 @@ class SequentialAttentionSelector(Selector):
         self.logits_ = logits.detach().numpy().copy()
         self.order_ = order
         return Selection(selected.numpy().copy(), scores.astype(np.float64))
-
-
-SELECTORS[SequentialAttentionSelector.name] = SequentialAttentionSelector

@@ -1,4 +1,6 @@
-"""Streaming election: O(d) memory however many sites vote."""
+"""Streaming election: O(d) memory however many sites vote, and the batch front doors
+:func:`elect` (K×d masks and scores) and :func:`elect_ballots` (:class:`~fedtab.election.ballot.Ballot`
+objects aligned by name), which feed an :class:`ElectionTally`."""
 
 from __future__ import annotations
 
@@ -6,12 +8,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .ballot import Ballot
+from .ballot import Ballot, check_freedom_degree
 from .evidence import check_consensus, check_consensus_alpha, combined_pvalues, z_scores
-from .rule import (ElectionResult, FeatureCounts, PositionalNames, check_aggregation, check_normalization, check_profile,
-                   decide)
+from .rule import (Aggregation, ElectionResult, FeatureCounts, Normalization, PositionalNames, check_aggregation,
+                   check_normalization, check_profile, decide)
 
-__all__ = ["ElectionTally", "normalise_scores"]
+__all__ = ["ElectionTally", "elect", "elect_ballots", "normalise_scores"]
 
 
 def normalise_scores(mask: np.ndarray, scores: np.ndarray, normalization: str = "all") -> np.ndarray:
@@ -286,3 +288,109 @@ class ElectionTally:
             evidence=evidence,
             consensus_alpha=alpha,
         )
+
+
+def elect(
+    masks: Any,
+    scores: Any,
+    n_samples: Sequence[int],
+    freedom_degree: float,
+    aggregation: Aggregation = "weighted",
+    *,
+    normalization: Normalization = "all",
+    feature_names: Sequence[str] | None = None,
+    site_names: Sequence[str] | None = None,
+    compat: str | None = None,
+) -> ElectionResult:
+    """Run the election on K ballots over the same d features.
+
+    Args:
+        masks: K×d bool (array or K sequences of length d).
+        scores: K×d float.
+        n_samples: K positive integers.
+        freedom_degree: ``fd`` in [0, 1]; 0 gives the intersection, 1 the union.
+        aggregation: ``"weighted"`` (by ``n_samples``) or ``"uniform"``.
+        normalization: ``"all"`` (the rule) or ``"selected"`` (NVIDIA FLARE's normalisation only).
+        feature_names: d names (default ``f0 … f{d-1}``).
+        site_names: K names used in error messages (default ``site-1 …``).
+        compat: ``None`` (fedtab's rule) or a peer's server rule reproduced exactly:
+            ``"nvflare"``, ``"flash"``, ``"flower"`` (see :mod:`fedtab.election.compat`).
+
+    Raises:
+        ValueError: naming the site: no ballots, ragged or mismatched shapes,
+            non-finite scores, a bad ``n_samples``; also ``fd`` outside [0, 1], an
+            unknown aggregation/normalization/compat, or ``compat`` together with
+            ``normalization="selected"`` (a profile fixes its normalisation).
+    """
+    check_freedom_degree(freedom_degree)
+    check_aggregation(aggregation)
+    check_normalization(normalization)
+    check_profile(compat, normalization)
+    mask_rows = _rows(masks, "masks")
+    score_rows = _rows(scores, "scores")
+    counts = list(n_samples) if not np.isscalar(n_samples) else [n_samples]
+    if len(mask_rows) == 0:
+        raise ValueError("no ballots: at least one site must vote")
+    if not (len(mask_rows) == len(score_rows) == len(counts)):
+        raise ValueError(
+            f"got {len(mask_rows)} masks, {len(score_rows)} score rows and {len(counts)} sample counts; "
+            "need one of each per site"
+        )
+    names = list(site_names) if site_names is not None else [f"site-{i + 1}" for i in range(len(mask_rows))]
+    if len(names) != len(mask_rows):
+        raise ValueError(f"{len(names)} site names for {len(mask_rows)} ballots")
+    d = np.asarray(mask_rows[0]).size if np.ndim(mask_rows[0]) == 1 else -1
+    tally = ElectionTally(d if feature_names is None and d >= 0 else None, feature_names=feature_names,
+                          normalization=normalization, compat=compat)
+    for m, s, n, site in zip(mask_rows, score_rows, counts, names):
+        tally.add(m, s, n, site=site)
+    return tally.result(freedom_degree, aggregation)
+
+
+def elect_ballots(
+    ballots: Sequence[Ballot],
+    freedom_degree: float,
+    aggregation: Aggregation = "weighted",
+    *,
+    normalization: Normalization = "all",
+    feature_names: Sequence[str] | None = None,
+    compat: str | None = None,
+) -> ElectionResult:
+    """Elect from :class:`Ballot` objects, aligning them by feature name.
+
+    Ballots over different column sets are allowed: a site abstains on features it
+    does not hold. The global order is ``feature_names`` if given, else the ordered
+    union of the ballots' names (first appearance wins). ``compat``: as :func:`elect`
+    (a peer profile needs every ballot to cover every feature).
+
+    Raises:
+        ValueError: no ballots; a ballot without names while others have them (or
+            whose length differs when none have names); names outside ``feature_names``.
+    """
+    check_freedom_degree(freedom_degree)
+    check_aggregation(aggregation)
+    check_profile(compat, normalization)
+    if not ballots:
+        raise ValueError("no ballots: at least one site must vote")
+    named = [b.feature_names is not None for b in ballots]
+    if any(named) and not all(named):
+        unnamed = [b.site for b in ballots if b.feature_names is None]
+        raise ValueError(f"sites {unnamed} sent ballots without feature names while others named theirs")
+    if not any(named) and feature_names is None:
+        tally = ElectionTally(ballots[0].n_features, normalization=normalization, compat=compat)
+    else:
+        tally = ElectionTally(feature_names=feature_names, normalization=normalization, compat=compat)
+    for b in ballots:
+        tally.add(b.mask, b.scores, b.n_samples, feature_names=b.feature_names, site=b.site)
+    return tally.result(freedom_degree, aggregation)
+
+
+def _rows(values: Any, what: str) -> list[Any]:
+    if isinstance(values, np.ndarray):
+        if values.ndim != 2:
+            raise ValueError(f"{what} must be 2-D (sites × features), got shape {values.shape}")
+        return list(values)
+    try:
+        return list(values)
+    except TypeError:
+        raise ValueError(f"{what} must be a sequence of per-site arrays") from None

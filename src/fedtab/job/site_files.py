@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Mapping
 
+from .errors import JobError
+
 if TYPE_CHECKING:
     from .spec import JobSpec, SiteSpec
 
@@ -18,8 +20,6 @@ __all__ = ["check_dp_bounds", "check_site_files", "check_target", "did_you_mean"
 
 
 def _error(message: str) -> Exception:
-    from .spec import JobError
-
     return JobError(message)
 
 

@@ -31,12 +31,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
 
+from .errors import JobError
 from .constraints import Checked, Interval, Items, Names, Options, Rule, check_rules, validate_section
 from .site_files import (check_dp_bounds, check_site_files, check_target, did_you_mean, dp_columns_without_bounds)
 
 __all__ = ["JobError", "JobSpec", "SiteSpec", "ImputeSpec", "ElectionSpec", "TrainingSpec", "RunSpec",
            "PrivacySpec", "TrustSpec", "SchemaSpec", "EvaluationSpec", "ColumnsSpec", "LabelsSpec", "ENGINES", "TUNERS", "METHODS", "DP_KEYS",
-           "check_dp_bounds", "check_site_files", "check_spec", "check_target", "did_you_mean", "dp_columns_without_bounds", "load_job", "parse_job", "spec_from_plan"]
+           "check_dp_bounds", "check_site_files", "check_spec", "check_target", "did_you_mean", "dp_columns_without_bounds", "load_job", "parse_job", "spec_from_plan", "wants_profile"]
 
 ENGINES = ("local", "flower", "nvflare")
 TUNERS = ("none", "grid", "hill-climb", "cv")
@@ -51,10 +52,6 @@ SEPARATORS = (",", ";", "\t", "|")
 DECIMALS = (".", ",")
 #: the longest ``[trust] timeout`` (a year, in seconds): a longer wait overflows the platform's timers
 MAX_TIMEOUT = 365 * 24 * 3600.0
-
-
-class JobError(ValueError):
-    """The job file cannot be used; the message names the file and the key at fault."""
 
 
 def _late(module: str, name: str) -> Callable[..., Any]:
@@ -569,7 +566,7 @@ def _run_options(spec: JobSpec) -> None:
 
 def _impute(spec: JobSpec) -> None:
     """``[impute]``: the settings :class:`~fedtab.federation.workflows.imputation.ImputeConfig` validates."""
-    from .steps.imputation import impute_config
+    from .steps.impute_settings import impute_config
 
     try:
         impute_config(spec).validate()  # rounds = 0: the linear prior alone
@@ -591,10 +588,9 @@ def _labels_map(m: Any) -> bool:
                            for k, v in m.items())
 
 
-def _wants_profile(spec: JobSpec) -> bool:
-    from .steps.schema import wants_profile
-
-    return wants_profile(spec)
+def wants_profile(spec: JobSpec) -> bool:
+    """Whether the job asks for the column profile: ``[schema] profile``, by default yes unless private."""
+    return spec.schema.profile if spec.schema.profile is not None else not spec.privacy.private
 
 
 def _training_modes(spec: JobSpec) -> None:
@@ -660,7 +656,7 @@ RULES: tuple[Rule | Callable[[JobSpec], None], ...] = (
          lambda s: f"[columns] ignore and categorical/keep both name "
                    f"{sorted(set(s.columns.ignore) & set(s.columns.categorical + s.columns.keep))[:5]}"),
     lambda s: _check_dictionary(s.columns),
-    Rule(lambda s: s.columns.declared and not _wants_profile(s),
+    Rule(lambda s: s.columns.declared and not wants_profile(s),
          "[columns] categorical, ignore and keep need the column profile ([schema] profile, not in a job with "
          "[privacy] secure_aggregation or dp): the sites apply the roles after it"),
     Rule(lambda s: not _labels_map(s.labels.map),

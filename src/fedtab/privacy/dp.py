@@ -25,6 +25,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .suppression import suppress_small
+
 __all__ = ["DP_META", "DPRequest", "dp_request", "parse_dp", "noise_rng", "add_noise", "column_bounds",
            "clip_values", "moment_sensitivity", "stats_sensitivity", "row_radius", "clip_rows", "clip_update",
            "dp_logistic_update", "noisy_scores", "DP_GD_STEPS_PER_EPOCH", "DP_GD_LR", "DP_GD_NOISE_SCALE",
@@ -179,14 +181,12 @@ def release_moments(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, *, 
     """Per-column ``(count, sum, sum of squares)`` as a site releases them.
 
     Without ``dp``: cells counted from fewer than ``min_rows`` rows are zeroed
-    (:func:`fedtab.privacy.policy.suppress_small`). With ``dp`` (values already clipped into
+    (:func:`fedtab.privacy.suppression.suppress_small`). With ``dp`` (values already clipped into
     ``[lo, hi]``): each array is a Gaussian release at :func:`moment_sensitivity` and nothing
     is suppressed (data-dependent suppression would void the guarantee; the noise protects
     small cells).
     """
     if dp is None:
-        from .policy import suppress_small
-
         return suppress_small(count, min_rows, total, sumsq)  # type: ignore[return-value]
     sens, rng = moment_sensitivity(lo, hi), noise_rng()
     return tuple(add_noise(a, sens[k], dp, rng)  # type: ignore[return-value]

@@ -50,6 +50,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import numpy as np
 
+from .suppression import suppress_small
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
@@ -279,13 +281,6 @@ def coarse_range(values: np.ndarray, min_rows: int) -> tuple[float, float] | Non
         return None
     a, b = sorted((float(v[k - 1]), float(v[-k])))  # with fewer than 2k values the two cross
     return _round_out(a, up=False), _round_out(b, up=True)
-
-
-def suppress_small(counts: np.ndarray, min_rows: int, *sums: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Zero every cell whose count is below ``min_rows`` (but above 0), in the counts and
-    in each same-shaped sum computed over those rows. Returns new arrays."""
-    small = (np.asarray(counts) > 0) & (np.asarray(counts) < min_rows)
-    return tuple(np.where(small, 0, a) for a in (counts, *sums))
 
 
 def _charge_run(policy: DisclosurePolicy, site: "Site", key: str, what: str, n: int = 1) -> str | None:

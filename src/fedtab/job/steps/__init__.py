@@ -11,24 +11,9 @@ robust mode, ``min_holders``); the quorum and the timeout are set once per run b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
-
-if TYPE_CHECKING:
-    from ...federation.protocol import Federation
-    from ..outputs import Outputs
-    from ..spec import JobSpec
+from .step import Step
 
 __all__ = ["STEPS", "Step"]
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of the job: ``run(federation, spec, out)`` when ``needed(spec, out)``."""
-
-    name: str
-    needed: Callable[["JobSpec", "Outputs"], bool]
-    run: Callable[["Federation", "JobSpec", "Outputs"], Any]
 
 
 def _steps() -> tuple[Step, ...]:

@@ -16,28 +16,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..guarantees import dp_for
-from . import Step
+from .impute_settings import impute_config
+from .step import Step
 
 if TYPE_CHECKING:
-    from fedtab.federation.workflows.imputation import ImputeConfig
     from ...federation.protocol import Federation
     from ..outputs import Outputs
     from ..spec import JobSpec
 
 __all__ = ["STEP", "finishing", "impute_config"]
-
-
-def impute_config(spec: "JobSpec") -> "ImputeConfig":
-    """The :class:`~fedtab.federation.workflows.imputation.ImputeConfig` of ``spec`` (its ``[impute]`` and the
-    run's seed; robust mode, secure sums and DP are the run's options, not the config's)."""
-    from dataclasses import asdict
-
-    from fedtab.federation.workflows.imputation import ImputeConfig
-
-    assert spec.impute is not None
-    settings = asdict(spec.impute)
-    settings["use_prior"] = settings.pop("prior")
-    return ImputeConfig(**settings, seed=spec.run.seed)
 
 
 def _public_bounds(dp: dict[str, Any] | None, columns: list[str]) -> tuple[np.ndarray, np.ndarray]:

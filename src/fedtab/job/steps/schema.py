@@ -25,7 +25,8 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any, Mapping
 
-from . import Step
+from ..spec import wants_profile
+from .step import Step
 
 if TYPE_CHECKING:
     from ...federation.protocol import Federation
@@ -41,11 +42,6 @@ log = logging.getLogger("fedtab.job")
 #: mrn, a CSV's written-out index ("Unnamed: 0")
 ID_NAME = re.compile(r"^(?:id|uuid|guid|mrn|.+[_\- ](?:id|uuid)|id[_\- ].+|unnamed: ?\d+)$", re.IGNORECASE)
 _CAMEL_ID = re.compile(r"^[a-z]+Id$")
-
-
-def wants_profile(spec: "JobSpec") -> bool:
-    """Whether the job asks for the column profile: ``[schema] profile``, by default yes unless private."""
-    return spec.schema.profile if spec.schema.profile is not None else not spec.privacy.private
 
 
 def _label_order(label: str) -> tuple[int, float, str]:

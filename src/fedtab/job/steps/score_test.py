@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..outputs import Outputs
-from . import Step
+from .step import Step
 from .election import _jsonable
 
 if TYPE_CHECKING:

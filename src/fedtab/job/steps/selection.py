@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..outputs import Outputs
-from . import Step
+from .step import Step
 
 if TYPE_CHECKING:
     from ...federation.protocol import Federation

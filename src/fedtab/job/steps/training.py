@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..guarantees import use_run_accountant
 from ..outputs import Outputs
-from . import Step
+from .step import Step
 
 if TYPE_CHECKING:
     from ...federation.protocol import Federation

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..outputs import Outputs
-from . import Step
+from .step import Step
 
 if TYPE_CHECKING:
     from ...federation.protocol import Federation
