@@ -265,12 +265,7 @@ def select_model(federation: Federation, options: SelectionOptions | None = None
     fm, modes, spec = _checked(federation, opts.model, opts.rounds, opts.local_epochs, opts.modes)
     dropped0 = set(federation.dropped)
     p0, x0, b0 = len(federation.participation), federation.exchange_count, federation.traffic.total()
-    prep = prepare(federation, opts.selector)
-    K = max(prep.n_folds.values())
-    if K < 2:
-        raise ValueError("cross-validation needs sites with at least 2 folds (each site's `folds` setting)")
-    schema = federation.schema
-    assert schema is not None
+    prep, K, schema = _folds(federation, opts.selector)
     classes = list(schema.classes)
     if len(classes) < 2:
         raise ValueError(f"selection needs at least 2 classes across the sites, found {classes}")
@@ -319,6 +314,22 @@ def select_model(federation: Federation, options: SelectionOptions | None = None
 
 
 # ----------------------------------------------------------------------------- its parts
+def _folds(federation: Federation, selector: Any) -> tuple[Prepared, int, Any]:
+    """``(prepared, K, schema)``: the sites' fold preparation (:func:`prepare`), the most folds a site
+    holds and the agreed schema.
+
+    Raises:
+        ValueError: no site holds at least 2 folds.
+    """
+    prep = prepare(federation, selector)
+    K = max(prep.n_folds.values())
+    if K < 2:
+        raise ValueError("cross-validation needs sites with at least 2 folds (each site's `folds` setting)")
+    schema = federation.schema
+    assert schema is not None
+    return prep, K, schema
+
+
 def _select_regression(federation: Federation, opts: SelectionOptions) -> SelectionOutcome:
     """:func:`select_model` for a numeric target (:func:`.regression.select_regression`): of
     ``opts`` it uses the selector, the model, the grid, ``paired``, the election rule,
@@ -330,12 +341,7 @@ def _select_regression(federation: Federation, opts: SelectionOptions) -> Select
     assert isinstance(fm, LinearRegressionModel)
     dropped0 = set(federation.dropped)
     p0, x0, b0 = len(federation.participation), federation.exchange_count, federation.traffic.total()
-    prep = prepare(federation, opts.selector)
-    K = max(prep.n_folds.values())
-    if K < 2:
-        raise ValueError("cross-validation needs sites with at least 2 folds (each site's `folds` setting)")
-    schema = federation.schema
-    assert schema is not None
+    prep, K, schema = _folds(federation, opts.selector)
     if list(schema.classes):
         raise ValueError(f"a linear regression selection needs a numeric target; the sites agree classes "
                          f"{list(schema.classes)[:5]}")
