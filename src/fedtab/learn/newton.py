@@ -26,7 +26,7 @@ Numpy only: nothing here knows about sites, messages or engines.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -92,6 +92,20 @@ def _hessian(p: np.ndarray, Xb: np.ndarray, weights: np.ndarray | None = None) -
     return H
 
 
+def _checked_inputs(theta: Any, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(theta, X, y)`` as float64 ``(k, d + 1)``, float64 ``(n, d)`` and int64 ``(n,)``.
+
+    Raises:
+        ValueError: ``X`` and ``y`` that do not fit the coefficients.
+    """
+    theta = np.asarray(theta, dtype=np.float64)
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.int64)
+    if X.ndim != 2 or X.shape[1] != theta.shape[1] - 1 or len(y) != len(X):
+        raise ValueError(f"logistic sums: X of shape {X.shape} and {len(y)} labels do not fit coefficients {theta.shape}")
+    return theta, X, y
+
+
 def logistic_sums(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The log-loss's gradient and Hessian summed over the rows, at ``theta``.
 
@@ -105,12 +119,8 @@ def logistic_sums(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[np.n
     Raises:
         ValueError: shapes that do not match, or a label outside the classes.
     """
-    theta = np.asarray(theta, dtype=np.float64)
-    X = np.asarray(X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.int64)
+    theta, X, y = _checked_inputs(theta, X, y)
     k, m = theta.shape
-    if X.ndim != 2 or X.shape[1] != m - 1 or len(y) != len(X):
-        raise ValueError(f"logistic sums: X of shape {X.shape} and {len(y)} labels do not fit coefficients {theta.shape}")
     if len(y) and (y.min() < 0 or y.max() >= max(k, 2)):
         raise ValueError("logistic sums: a label outside the classes")
     Xb = np.concatenate([X, np.ones((len(X), 1))], axis=1)
@@ -150,12 +160,8 @@ def dp_logistic_sums(theta: np.ndarray, X: np.ndarray, y: np.ndarray, *, clip: f
     """
     if not clip > 0 or not radius > 0:
         raise ValueError("DP logistic sums need a positive clip and row radius")
-    theta = np.asarray(theta, dtype=np.float64)
-    X = np.asarray(X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.int64)
+    theta, X, y = _checked_inputs(theta, X, y)
     k, m = theta.shape
-    if X.ndim != 2 or X.shape[1] != m - 1 or len(y) != len(X):
-        raise ValueError(f"logistic sums: X of shape {X.shape} and {len(y)} labels do not fit coefficients {theta.shape}")
     if not len(y):
         return np.zeros(k * m), np.zeros((k * m, k * m))
     Xb = np.concatenate([X, np.ones((len(X), 1))], axis=1)

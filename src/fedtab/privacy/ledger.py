@@ -357,11 +357,7 @@ class SiteLedger:
         with self._lock:
             data = self._load()
             self._prune(data)
-            for day in sorted(data["days"]):
-                fixed = data["days"][day].get("fixed", {})
-                if key in fixed:
-                    return json.loads(json.dumps(fixed[key]))
-        return None
+            return _recorded(data, key, None)
 
     def fixed_release(self, key: str, make: Callable[[], Any]) -> Any:
         """The value released under ``key`` in the current period: the one recorded, else
@@ -370,11 +366,24 @@ class SiteLedger:
         with self._lock:
             data = self._load()
             self._prune(data)
-            for day in sorted(data["days"]):
-                fixed = data["days"][day].get("fixed", {})
-                if key in fixed:
-                    return json.loads(json.dumps(fixed[key]))
+            recorded = _recorded(data, key, _MISSING)
+            if recorded is not _MISSING:
+                return recorded
             value = make()
             data["days"].setdefault(_today(self._clock), {}).setdefault("fixed", {})[key] = value
             self._store(data)
             return json.loads(json.dumps(value))
+
+
+#: "nothing recorded" for :func:`_recorded` (a recorded value may itself be ``None``)
+_MISSING = object()
+
+
+def _recorded(data: Mapping[str, Any], key: str, default: Any) -> Any:
+    """A copy of the value recorded under ``key`` by :meth:`SiteLedger.fixed_release` on any day kept
+    in ``data`` (the earliest), or ``default``."""
+    for day in sorted(data["days"]):
+        fixed = data["days"][day].get("fixed", {})
+        if key in fixed:
+            return json.loads(json.dumps(fixed[key]))
+    return default
