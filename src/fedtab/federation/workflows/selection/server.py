@@ -371,6 +371,18 @@ def _select_regression(federation: Federation, opts: SelectionOptions) -> Select
         abstentions=_regression_abstentions(federation, prep, dropped0), task="regression")
 
 
+def _unvoted_notes(prep: Prepared, site: str) -> list[str]:
+    """The sentence (or none) naming the columns ``site`` measures in its training rows (a count the
+    gate did not suppress) but not in the fit rows of every fold; a column it never measures is no
+    abstention (ballots rank measured cells only)."""
+    measured = dict(zip(prep.columns, prep.measured[site]))
+    cols = [c for c in prep.unvoted.get(site, []) if measured.get(c, 0) > 0]
+    if not cols:
+        return []
+    return [f"does not vote on {len(cols)} column(s) it measures in its training rows but not in the "
+            f"fit rows of every fold ({', '.join(cols[:10])}{' …' if len(cols) > 10 else ''})"]
+
+
 def _regression_abstentions(federation: Federation, prep: Prepared, dropped_before: set[str]) -> dict[str, list[str]]:
     """``{site: [sentence, ...]}`` of a regression selection: columns it does not vote on, folds it
     lacks, no test rows, and the sites the quorum dropped."""
@@ -380,11 +392,7 @@ def _regression_abstentions(federation: Federation, prep: Prepared, dropped_befo
     out: dict[str, list[str]] = {}
     for site, k in prep.n_folds.items():
         notes: list[str] = []
-        measured = dict(zip(prep.columns, prep.measured[site]))
-        cols = [c for c in prep.unvoted.get(site, []) if measured.get(c, 0) > 0]
-        if cols:
-            notes.append(f"does not vote on {len(cols)} column(s) it measures in its training rows but not in the "
-                         f"fit rows of every fold ({', '.join(cols[:10])}{' …' if len(cols) > 10 else ''})")
+        notes += _unvoted_notes(prep, site)
         if (prep.ballots.get(site) or [None])[-1] is None:
             notes.append("casts no ballot: its training rows hold one target value (or none)")
         if k == 0:
@@ -560,13 +568,7 @@ def _abstentions(federation: Federation, prep: Prepared, cv_of: Mapping[tuple[in
     out: dict[str, list[str]] = {}
     for site, k in prep.n_folds.items():
         notes: list[str] = []
-        # columns it measures in its training rows (a count the gate did not suppress) but not in the fit rows
-        # of every fold; a column it never measures is no abstention (ballots rank measured cells only)
-        measured = dict(zip(prep.columns, prep.measured[site]))
-        cols = [c for c in prep.unvoted.get(site, []) if measured.get(c, 0) > 0]
-        if cols:
-            notes.append(f"does not vote on {len(cols)} column(s) it measures in its training rows but not in the "
-                         f"fit rows of every fold ({', '.join(cols[:10])}{' …' if len(cols) > 10 else ''})")
+        notes += _unvoted_notes(prep, site)
         ballots = prep.ballots.get(site) or []
         if ballots and ballots[-1] is None:
             notes.append("casts no ballot: its training rows hold one class (or none)")

@@ -28,7 +28,7 @@ candidate and fold at once (so selection costs a few exchanges, not a multiple).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -194,17 +194,23 @@ def _fit(site: Site, request: Message) -> Message:
         return _fit_statistics(site, setup)
     out_coef, out_b = np.zeros_like(coef), np.zeros_like(intercept)
     epochs = int(request.meta.get("epochs", 1))
-    for m in range(M):
-        if setup["without"][m] == site.name:
-            continue
-        part, _ = chain_parts(site, int(setup["chain_fold"][m]))
-        Z, y = _chain_matrix(site, setup, m, part)
-        if not len(y):
-            continue
+    for m, Z, y in _trained_chains(site, setup):
         mask = setup["masks"][setup["chain_mask"][m]]
         p = _chain_model(setup, m).local_update(_chain_params(request.arrays, m, mask), Z, y, epochs=epochs)
         out_coef[m][:, mask], out_b[m] = p["coef"], p["intercept"]
     return Message("select_fit", {"param:coef": out_coef, "param:intercept": out_b})
+
+
+def _trained_chains(site: Site, setup: Mapping[str, Any]) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """``(m, Z, y)`` of every chain ``site`` trains: not one that leaves the site out, nor one whose
+    training part holds no row here (:func:`chain_parts`, :func:`_chain_matrix`)."""
+    for m in range(len(setup["chain_mask"])):
+        if setup["without"][m] == site.name:
+            continue
+        part, _ = chain_parts(site, int(setup["chain_fold"][m]))
+        Z, y = _chain_matrix(site, setup, m, part)
+        if len(y):
+            yield m, Z, y
 
 
 def _fit_statistics(site: Site, setup: Mapping[str, Any]) -> Message:
@@ -214,13 +220,7 @@ def _fit_statistics(site: Site, setup: Mapping[str, Any]) -> Message:
     does not train): ``param:count`` ``(M,)``, ``param:xtx`` ``(M, d+1, d+1)``, ``param:xty`` ``(M, d+1)``."""
     M, d = len(setup["chain_mask"]), len(setup["features"])
     count, xtx, xty = np.zeros(M), np.zeros((M, d + 1, d + 1)), np.zeros((M, d + 1))
-    for m in range(M):
-        if setup["without"][m] == site.name:
-            continue
-        part, _ = chain_parts(site, int(setup["chain_fold"][m]))
-        Z, y = _chain_matrix(site, setup, m, part)
-        if not len(y):
-            continue
+    for m, Z, y in _trained_chains(site, setup):
         idx = np.concatenate([[0], 1 + np.flatnonzero(setup["masks"][setup["chain_mask"][m]])])
         st = LinearRegressionModel().local_update({}, Z, y)
         count[m] = st["count"][0]
