@@ -297,3 +297,25 @@ def test_the_cap_plus_first_distinct_model_is_refused_unless_opted_in(kind, whic
     for i in range(plain_model_cap(opened) + 1):
         reply = opened.handle(make_open(i))
         assert not reply.is_refusal and not reply.is_error, (i, reply.meta)
+
+
+def test_a_dp_gbdt_evaluation_is_its_noised_confusion_matrix_and_score_sums_never_leave(monkeypatch):
+    """gbdt_evaluate declares its DP release like evaluate (the confusion matrix only, noised by the
+    site at Δ = √2): the handler returns exact sums, a request that also asks for score sums gets an
+    error reply (a rank-pair count is not bounded by any Δ = √2), and nothing else leaves."""
+    import fedtab.privacy.dp as dp
+
+    site, request = _gbdt_site({"min_rows": MIN_ROWS, "allow_server_row_sets": True}, "binary")
+    spec = {"z": 3.0, "bounds": [-6, 6], "clip": 1.0}
+    base = request(0)
+    asked = site.handle(Message("gbdt_evaluate", base.arrays, {**base.meta, "score_bins": 8, "dp": spec}))
+    assert asked.is_error and not {"rank_pairs", "score_hist", "brier_sum", "confusion"} & set(asked.arrays)
+    monkeypatch.setattr(dp, "noise_rng", lambda: np.random.default_rng(5))
+    exact = site.handle(request(1))
+    noisy = site.handle(Message("gbdt_evaluate", request(1).arrays, {**base.meta, "dp": spec}))
+    assert not (noisy.is_error or noisy.is_refusal), noisy.meta
+    assert set(noisy.arrays) == {"confusion"}
+    z_site = max(3.0, dp.site_noise_floor(site.policy.max_epsilon_per_release, site.policy.delta))
+    want = exact.arrays["confusion"] + np.random.default_rng(5).normal(0.0, z_site * np.sqrt(2.0),
+                                                                       size=exact.arrays["confusion"].shape)
+    np.testing.assert_allclose(noisy.arrays["confusion"], want, rtol=0, atol=1e-9)

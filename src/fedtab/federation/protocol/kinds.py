@@ -423,7 +423,7 @@ for _kind in (
                 summed=True, check=_policy._gbdt_level, server_row_set=True, summary=(_GRADIENTS,),
                 rows="tree nodes, under the server's splits and bin edges, of the part `gbdt_start` named",
                 plain_bound="allow_server_row_sets"),
-    MessageKind("gbdt_evaluate", _GBDT, _EVALUATE,
+    MessageKind("gbdt_evaluate", _GBDT, _EVALUATE_NOISED,
                 "per test part: the confusion matrix, a Brier sum, a score histogram and a rank-pair count",
                 description_dp=_DP_EVALUATE, summed=True, check=_policy._gbdt_evaluate, server_row_set=True,
                 summary=(_EVALUATIONS,),

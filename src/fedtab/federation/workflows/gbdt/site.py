@@ -485,13 +485,9 @@ def _evaluate(site: Site, request: Message) -> Message:
     if model.params.objective == "regression":
         raise ValueError("gbdt_evaluate scores classification models; regression uses gbdt_score")
     X, y = site_data(site, st["features"], part, st["classes"], False)
-    dp = request.meta.get(DP_META)
     out = evaluation_sums(_Fitted(model), {}, X, y, len(st["classes"]), requested_bins(request.meta),
                           pairs=SECAGG_META not in request.meta)
-    if dp is not None:
-        rng = noise_rng()
-        out = {k: add_noise(v, 2.0 if k == "brier_sum" else np.sqrt(2.0), dp, rng) for k, v in out.items()}
-    return Message("gbdt_evaluate", out, {"n": int(len(y))})
+    return Message("gbdt_evaluate", out, {"n": int(len(y))})  # under DP the site noises it as declared
 
 
 # ----------------------------------------------------------------------------- importance
