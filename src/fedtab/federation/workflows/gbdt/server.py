@@ -342,22 +342,19 @@ def _agree_bins(run: _Run) -> list[str]:
     run.record("gbdt_summary", request, len(replies), sum(payload_bytes(r) for r in replies.values()))
     classes = [] if regression else sort_labels({c for r in replies.values() for c in r.meta.get("classes", [])})
     run.params = p = _resolve(run.params, classes)
-    run.ledger = run_ledger(fed, *dp_plan(p, run.validation_part is not None, bool(_dp_sketched(run))))  # None without DP
+    run.ledger = run_ledger(fed, *dp_plan(p, run.validation_part is not None, bool(_unbounded(run.features, fed.options.dp or {}))))  # None without DP
     run.strategy = run_strategy(fed, run.ledger)
     run.layout = run.strategy.reduce(_edges(run)).result()
     return classes
 
 
-def _dp_sketched(run: _Run) -> list[str]:
-    """The run's columns without DP bounds (``dp["bounds"]``, one pair for all or per column):
-    under DP their edges come from the DP sketch. Empty without DP."""
-    dp = run.federation.options.dp
-    if dp is None:
-        return []
-    given = dp.get("bounds")
+def _unbounded(features: list[str], settings: Mapping[str, Any]) -> list[str]:
+    """The ``features`` without bounds in the DP settings ``settings`` (``bounds``: one pair for
+    all columns or per column): under DP their edges come from the DP sketch."""
+    given = settings.get("bounds")
     if given is None:
-        return list(run.features)
-    return [f for f in run.features if isinstance(given, Mapping) and f not in given]
+        return list(features)
+    return [f for f in features if isinstance(given, Mapping) and f not in given]
 
 
 def _edges(run: _Run) -> Reduction[Callable[[], BinLayout]]:
@@ -383,7 +380,7 @@ def _edges(run: _Run) -> Reduction[Callable[[], BinLayout]]:
         return edges
 
     def dp_bounds(dp: Mapping[str, Any]) -> dict[str, Any]:
-        unbounded = set(_dp_sketched(run))
+        unbounded = set(_unbounded(run.features, dp))
         given = dp.get("bounds")
         return {f: (given[f] if isinstance(given, Mapping) else given) for f in run.features if f not in unbounded}
 
