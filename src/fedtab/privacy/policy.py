@@ -641,7 +641,7 @@ def _gbdt_grid(policy: DisclosurePolicy, site: "Site", request: "Message") -> st
     public bounds, or for a column without, points of the site's last DP sketch grid (:func:`_dp_grids`); otherwise each column's edges inside its public bounds (``meta["bounds"]``)
     or on the fine grid of the site's sketch of the period (:func:`_agreed_grids`)), then its
     distinct edges per feature counted in the ledger's period (at most ``max_split_thresholds``)."""
-    from ..learn.gbdt.grid import edge_keys, grid_refusal, public_grid
+    from ..learn.gbdt.grid import edge_keys, grid_refusal
     from .dp import DP_META, column_bounds
 
     features, params = request.meta.get("features"), request.meta.get("params")

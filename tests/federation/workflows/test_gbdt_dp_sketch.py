@@ -6,7 +6,6 @@ sketch it asks."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from fedtab.engines.local import LocalFederation
 from fedtab.federation.protocol import set_options

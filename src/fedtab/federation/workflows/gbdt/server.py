@@ -395,7 +395,7 @@ def _sketch(run: _Run, features: list[str]) -> list[np.ndarray]:
     -> at most ``max_bins − 1`` edges per feature, points of the fine grid. Under DP each is the
     step's DP release (:class:`_Pooled` with the noise's σ: :func:`noisy_range`,
     :func:`noisy_quantile_edges`)."""
-    fed, d = run.federation, len(features)
+    d = len(features)
     stages: list[tuple[dict[str, Any], int]] = [({"stage": "range"}, RANGE_WIDTH)]
     pooled: _Pooled | None = None
     grids: list[np.ndarray] = []
