@@ -102,3 +102,35 @@ def test_hostile_counts_are_rejected(tamper, match):
     check_counts(c, 2, RANGE_WIDTH, 400)
     with pytest.raises(ValueError, match=match):
         check_counts(tamper(c), 2, RANGE_WIDTH, 400)
+
+
+# ----------------------------------------------------------------------------- the tail, as a curious server
+def test_the_tail_above_the_last_cut_is_a_bound_and_nothing_more():
+    """A curious server reads one site's merged counts (plain run): it learns at most that
+    ``c_last − min_rows`` rows lie above the last cut (exactly, for one row per bin), never
+    where: moving those rows anywhere above the cut changes no released number."""
+    from fedtab.learn.gbdt.sketch import (FINE_WIDTH, RANGE_EDGES, RANGE_WIDTH, fine_grid, grid_counts,
+                                          merge_counts, range_from_counts, tail_bound)
+
+    rng = np.random.default_rng(5)
+    min_rows = 10
+    for n in (37, 58, 123, 200):
+        x = np.sort(rng.uniform(1.0, 1.999, n))  # one range bin; distinct fine bins (sparse)
+        X = x[:, None]
+        rel = merge_counts(grid_counts(X, [RANGE_EDGES], RANGE_WIDTH), min_rows)
+        lo, hi = range_from_counts(rel)
+        grid = fine_grid(lo[0], hi[0])
+        fine = merge_counts(grid_counts(X, [grid], FINE_WIDTH), min_rows)
+        last = np.flatnonzero(fine[0])[-1]
+        above = int((x.astype(np.float32) >= grid[last]).sum())  # rows above the last cut
+        bound = tail_bound(fine, min_rows)[0]
+        assert above < min_rows and above <= bound
+        if len(np.unique(np.searchsorted(grid, x.astype(np.float32), side="right"))) == n:
+            assert above == bound  # one row per bin: the bound is exact (what docs/privacy.md states)
+        # the tail's values moved anywhere above the cut, even far outside the range: the same counts
+        moved = x.copy()
+        moved[n - above:] = rng.uniform(grid[last] + 1e-3, 1e6, above)
+        X2 = moved[:, None]
+        rel2 = merge_counts(grid_counts(X2, [RANGE_EDGES], RANGE_WIDTH), min_rows)
+        np.testing.assert_array_equal(rel2, rel)
+        np.testing.assert_array_equal(merge_counts(grid_counts(X2, [grid], FINE_WIDTH), min_rows), fine)

@@ -108,7 +108,8 @@ class Releases:
             the request); the site charges them to its ledger before answering.
         dp_noise: ``{array: L2 sensitivity Δ}`` of a reply the site noises itself under the
             request's DP settings, after the handler and before this gate
-            (:func:`fedtab.privacy.dp.noise_release`: an array not listed is refused); ``None``:
+            (:func:`fedtab.privacy.dp.noise_release`: an array not listed is refused); a Δ may
+            be a function of the request (e.g. ``√features`` of a count release); ``None``:
             the handler noises its own release.
     """
 
@@ -123,7 +124,7 @@ class Releases:
     meta: Mapping[str, str] = field(default_factory=dict)
     dp: tuple[str, ...] | bool = ()
     dp_releases: int | Callable[[Any], int] = 0
-    dp_noise: Mapping[str, float] | None = None
+    dp_noise: Mapping[str, float | Callable[[Any], float]] | None = None
 
     def __post_init__(self) -> None:
         def ok(kind: Any) -> bool:

@@ -588,8 +588,10 @@ def _gbdt_sketch(policy: DisclosurePolicy, site: "Site", request: "Message") -> 
     (one constant public grid) always; a fine stage only over ends that are points of the range
     grid, and per column only the fine grid the site answered first in the period (recorded in
     the ledger, all columns or none): a second grid, whose edges could fall between two rows of
-    the first one's runs, is refused."""
+    the first one's runs, is refused. A DP request is not held to that grid (its counts are
+    noised and charged to the site's ε budget, each request again) and fixes none."""
     from ..learn.gbdt.sketch import SKETCH_BINS, fine_grid_refusal
+    from .dp import DP_META
 
     features = request.meta.get("features")
     reason = _check_features(site, features)
@@ -599,7 +601,7 @@ def _gbdt_sketch(policy: DisclosurePolicy, site: "Site", request: "Message") -> 
         return None  # the range stage (the handler refuses another stage)
     lo, hi = request.meta.get("lo"), request.meta.get("hi")
     reason = fine_grid_refusal(lo, hi, len(features))  # type: ignore[arg-type]
-    if reason is not None:
+    if reason is not None or isinstance(request.meta.get(DP_META), dict):
         return reason
     want = {str(f): [float(a), float(b), SKETCH_BINS] for f, a, b in
             zip(features, np.asarray(lo, float).tolist(), np.asarray(hi, float).tolist())}
@@ -636,10 +638,10 @@ def _agreed_grids(policy: DisclosurePolicy, site: "Site", features: list[str], p
 def _gbdt_grid(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
     """The server's bin grid (:func:`fedtab.learn.gbdt.grid.grid_refusal`: sorted, finite, at
     most ``max_split_thresholds`` edges a feature; under DP exactly the equal-width grid of the
-    public bounds; otherwise each column's edges inside its public bounds (``meta["bounds"]``)
+    public bounds, or for a column without, points of the site's last DP sketch grid (:func:`_dp_grids`); otherwise each column's edges inside its public bounds (``meta["bounds"]``)
     or on the fine grid of the site's sketch of the period (:func:`_agreed_grids`)), then its
     distinct edges per feature counted in the ledger's period (at most ``max_split_thresholds``)."""
-    from ..learn.gbdt.grid import edge_keys, grid_refusal, public_grid
+    from ..learn.gbdt.grid import edge_keys, grid_refusal
     from .dp import DP_META, column_bounds
 
     features, params = request.meta.get("features"), request.meta.get("params")
@@ -647,17 +649,11 @@ def _gbdt_grid(policy: DisclosurePolicy, site: "Site", request: "Message") -> st
         return None  # the handler reports the malformed request
     dp = request.meta.get(DP_META)
     bounds = public = allowed = None
-    if isinstance(dp, dict) and dp.get("bounds") is not None:
-        try:
-            bounds = column_bounds(dp, [str(f) for f in features])
-        except (ValueError, TypeError) as exc:
-            return str(exc)
-        max_bins = params.get("max_bins", 256)
-        if isinstance(max_bins, bool) or not isinstance(max_bins, int) or not 2 <= max_bins <= 65535:
-            return "max_bins must be an integer in 2..65535"
-        public = public_grid(*bounds, max_bins)
-    elif isinstance(dp, dict):
-        return "under differential privacy the bin grid must come from public bounds, and the request has none"
+    if isinstance(dp, dict):
+        reason_or_grids = _dp_grids(site, [str(f) for f in features], dp, params)
+        if isinstance(reason_or_grids, str):
+            return reason_or_grids
+        bounds, public, allowed = reason_or_grids
     else:
         given = request.meta.get("bounds") or {}
         if not isinstance(given, Mapping):
@@ -679,6 +675,46 @@ def _gbdt_grid(policy: DisclosurePolicy, site: "Site", request: "Message") -> st
     keys = {f"gbdt edges of {f}": v for f, v in edge_keys(request.arrays, features).items()}
     return site.ledger.charge_distinct(keys, policy.max_split_thresholds, "bin edges (split thresholds) of feature",
                                        cap_name="max_split_thresholds")
+
+
+def _dp_grids(site: "Site", features: list[str], dp: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
+    """Under DP, ``(bounds, public grids, allowed points)`` of a grid check, or a refusal: a
+    column with DP bounds (``dp["bounds"]``, one pair for all or per column) takes exactly the
+    equal-width grid of its bounds; a column without takes edges on the fine grid of this
+    site's last DP sketch of it (``state["gbdt_dp_sketch"]``); a column with neither is refused."""
+    from ..learn.gbdt.grid import public_grid
+    from ..learn.gbdt.sketch import fine_grid
+    from .dp import column_bounds
+
+    given = dp.get("bounds")
+    held = [f for f in features if given is not None and (not isinstance(given, Mapping) or f in given)]
+    max_bins = params.get("max_bins", 256)
+    if isinstance(max_bins, bool) or not isinstance(max_bins, int) or not 2 <= max_bins <= 65535:
+        return "max_bins must be an integer in 2..65535"
+    lo = np.full(len(features), -np.inf)
+    hi = np.full(len(features), np.inf)
+    if held:
+        try:
+            a, b = column_bounds(dp, features, held=held)
+        except (ValueError, TypeError) as exc:
+            return str(exc)
+        mask = np.isin(features, held)
+        lo, hi = np.where(mask, a, lo), np.where(mask, b, hi)
+    sketched = site.state.get("gbdt_dp_sketch") or {}
+    public: list[Any] = []
+    allowed: list[Any] = []
+    for i, f in enumerate(features):
+        if f in held:
+            public.append(public_grid([lo[i]], [hi[i]], max_bins)[0])
+            allowed.append(None)
+            continue
+        grid = sketched.get(f)
+        if grid is None:
+            return (f"under differential privacy the bin grid of column {f!r} must come from public bounds or a DP "
+                    "sketch this site answered, and it has neither")
+        public.append(None)
+        allowed.append(fine_grid(grid[0], grid[1], int(grid[2])))
+    return (lo, hi), public, allowed
 
 
 def _gbdt_start(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:

@@ -405,11 +405,15 @@ for _kind in (
                 "the class labels of the training rows (no value of any column)",
                 check=_policy._gbdt_setup),
     MessageKind("gbdt_sketch", _GBDT,
-                Releases(part="=train", aggregates=("counts",)),
+                Releases(part="=train", aggregates=("counts",), dp=("counts",), dp_releases=1,
+                         dp_noise={"counts": _in_home(_GBDT, "_sketch_sensitivity")}),
                 "per feature: counts of the training rows over a public grid (signed powers of two, then "
                 "1024 equal steps inside the agreed range, one such grid per column and period), in runs of at "
-                "least {floor} rows; the bin edges are quantiles of the pooled counts (none under DP: public "
-                "bounds)", summed=True, check=_policy._gbdt_sketch, summary=(_QUANTILES,)),
+                "least {floor} rows; the bin edges are quantiles of the pooled counts",
+                description_dp="per feature: counts of the training rows over a public grid (signed powers of two, "
+                "then 1024 equal steps inside the noisy range) with Gaussian noise (sensitivity √features per "
+                "request, each request charged); the bin edges are quantiles of the pooled noisy counts",
+                summed=True, check=_policy._gbdt_sketch, summary=(_QUANTILES,)),
     MessageKind("gbdt_start", _GBDT,
                 Releases(part=_in_home(_GBDT, "_start_part"), aggregates=("label_sums",), meta={"n": COUNT},
                          dp=True, dp_releases=1),

@@ -487,7 +487,8 @@ class Site:
             return reply
         from fedtab.privacy.dp import noise_release
 
-        return Message(reply.kind, noise_release(reply.arrays, decl.dp_noise, spec), reply.meta)
+        sens = {k: float(v(request)) if callable(v) else v for k, v in decl.dp_noise.items()}  # Δ may depend on the request
+        return Message(reply.kind, noise_release(reply.arrays, sens, spec), reply.meta)
 
     def _part_refusal(self, decl: Releases, request: Message) -> str | None:
         """Why the part a reply would be computed over is refused: not a part of the site,

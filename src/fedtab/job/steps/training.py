@@ -8,7 +8,9 @@ test part) where a classification run reports F1, accuracy and AUROC.
 FedAvg (or exact aggregation) of the model on the selected columns (all columns without a
 selection step), then one ``evaluate`` exchange: metrics pooled and per site. Robust mode and
 ``max_site_share`` come from ``[trust]``, secure aggregation and the step's DP share from
-``[privacy]``; a description gathered by the election is reused.
+``[privacy]``; a description gathered by the election is reused. The data dictionary's bounds
+(``[columns] bounds`` / ``levels``) reach boosted trees as public bounds: those columns are binned
+on the equal-width grid of their bounds, without a sketch exchange.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ def train(federation: "Federation", spec: "JobSpec", out: Outputs, features: lis
     assert tr is not None
     use_run_accountant(federation, spec, out)
     return run_training(federation, features, model=tr.model, rounds=tr.rounds, local_epochs=tr.local_epochs,
-                        seed=spec.run.seed, described=described, task=tr.task)
+                        seed=spec.run.seed, described=described, task=tr.task,
+                        bounds=spec.columns.public_bounds() or None)
 
 
 def summary(tr: "TrainingOutcome") -> dict[str, Any]:

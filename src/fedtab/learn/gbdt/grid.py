@@ -45,7 +45,7 @@ def grid_refusal(arrays: Mapping[str, Any], n_features: int, *, max_edges: int,
     ``n_features`` runs, non-finite or non-float32 values, edges not strictly increasing
     within a feature, more than ``max_edges`` edges in a feature, an edge outside the
     feature's ``bounds`` (``(lo, hi)`` arrays), (with ``public``) any difference from the
-    public grid, or (with ``allowed``) an edge of feature ``f`` that is not a point of
+    public grid (``None`` for a feature: no such grid), or (with ``allowed``) an edge of feature ``f`` that is not a point of
     ``allowed[f]`` (``None``: any point).
     """
     e, p = arrays.get("edges"), arrays.get("edge_ptr")
@@ -79,7 +79,7 @@ def grid_refusal(arrays: Mapping[str, Any], n_features: int, *, max_edges: int,
                 return "the bin grid has an edge that is not a point of the public grid this site agreed for the column"
     if public is not None:
         for f, want in enumerate(public):
-            if not np.array_equal(e32[p[f]:p[f + 1]], np.asarray(want, dtype=np.float32)):
+            if want is not None and not np.array_equal(e32[p[f]:p[f + 1]], np.asarray(want, dtype=np.float32)):
                 return "under differential privacy the bin grid must be the equal-width grid of the public bounds"
     return None
 

@@ -23,6 +23,20 @@ rows below any released boundary differ from those below another by 0 or ≥ ``m
 The site merges in every mode (a secure sum then pools the merged counts), so plain and
 secure runs agree on the same edges. Values outside ``[lo, hi]`` fall in the end bins.
 
+**What the tail discloses** (plain and secure runs). The short tail (fewer than ``min_rows``
+rows above the last complete run's cut) joins the last run, whose count sits at that cut: a
+curious server reading one site's counts ``c_1 … c_m`` at cuts ``e_1 < … < e_m`` learns that at
+most ``c_m − min_rows`` of the site's rows lie above ``e_m`` (exactly that many when no bin of the
+last run holds two rows), and nothing about where above ``e_m`` they lie: moving those rows
+anywhere above ``e_m`` leaves every released number unchanged (:func:`tail_bound`). A secure
+sum shows the same bound only for the pooled counts.
+
+**Under differential privacy** (:func:`dp_counts_sensitivity`, :func:`noisy_range`,
+:func:`noisy_quantile_edges`) a site releases its raw counts over the same public grids (no
+runs: the noise, not a floor, protects the rows), with Gaussian noise from its own budget; the
+server derives the range from the bins whose pooled noisy count stands clear of the noise, and
+the edges from the monotone CDF of the pooled noisy counts (negatives clipped).
+
 A bin ``b`` of a grid ``e`` holds the values ``x`` with ``b`` = the number of edges ``≤ x``
 (:meth:`~.bins.BinLayout.bin`'s rule, in float32); NaN cells are not counted.
 """
@@ -34,7 +48,9 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["SKETCH_BINS", "FINE_WIDTH", "RANGE_EDGES", "RANGE_WIDTH", "sketch_grids", "range_grid", "fine_grid", "grid_counts", "merge_counts",
-           "range_from_counts", "quantile_edges", "fine_grid_refusal", "check_counts", "sketch_edges"]
+           "range_from_counts", "quantile_edges", "fine_grid_refusal", "check_counts", "sketch_edges",
+           "dp_counts_sensitivity", "noise_sigma", "noisy_range", "noisy_quantile_edges", "tail_bound",
+           "RANGE_NOISE_SIGMAS"]
 
 #: equal steps of a feature's fine grid (fixed here: no request sets it)
 SKETCH_BINS = 1024
@@ -240,3 +256,88 @@ def sketch_edges(sites_X: Sequence[np.ndarray], max_bins: int, min_rows: int) ->
     grids = [fine_grid(a, b) for a, b in zip(lo, hi)]
     pooled = sum(merge_counts(grid_counts(X, grids, FINE_WIDTH), min_rows) for X in sites_X)
     return [quantile_edges(pooled[j], grids[j], max_bins) for j in range(d)]
+
+
+# ----------------------------------------------------------------------------- tail
+def tail_bound(released: np.ndarray, min_rows: int) -> np.ndarray:
+    """What one site's merged counts ``(d, B)`` (:func:`merge_counts`) tell a server about the rows
+    above the last non-zero bin, per feature: at most ``c_last − min_rows`` of them (0 for a
+    feature without counts). The bound is tight when no bin of the last run holds two rows."""
+    c = np.asarray(released, dtype=np.float64)
+    out = np.zeros(c.shape[0])
+    for j in range(c.shape[0]):
+        nz = np.flatnonzero(c[j] > 0)
+        if nz.size:
+            out[j] = max(float(c[j, nz[-1]]) - int(min_rows), 0.0)
+    return out
+
+
+# ----------------------------------------------------------------------------- differential privacy
+#: a range-grid bin holds rows under DP when its pooled noisy count exceeds this many standard
+#: deviations of the pooled noise (5σ: about 3e-7 false bins per bin, 290 bins a feature)
+RANGE_NOISE_SIGMAS = 5.0
+
+
+def dp_counts_sensitivity(n_features: int) -> float:
+    """L2 sensitivity of a ``(n_features, width)`` count release to adding or removing one row:
+    the row adds 1 to one bin of each feature where its cell is observed, so ``√n_features``
+    (at least 1)."""
+    return float(np.sqrt(max(int(n_features), 1)))
+
+
+def noise_sigma(counts: np.ndarray, planned: float) -> float:
+    """The standard deviation of the pooled noise in noisy counts ``(d, B)``: the larger of the
+    ``planned`` one (the server's multiplier × sensitivity × √sites) and the robust estimate
+    ``1.4826 · median |count|`` over all bins (most range-grid bins hold no row, so their counts
+    are noise alone; a site that answered with more noise than asked, its own floor, is seen)."""
+    c = np.asarray(counts, dtype=np.float64)
+    robust = 1.4826 * float(np.median(np.abs(c))) if c.size else 0.0
+    return max(float(planned), robust)
+
+
+def noisy_range(counts: np.ndarray, sigma: float, n_sigmas: float = RANGE_NOISE_SIGMAS
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)`` float64 ``(d,)`` from pooled noisy counts over :data:`RANGE_EDGES` ``(d, 290)``:
+    as :func:`range_from_counts` over the bins whose count exceeds ``n_sigmas · sigma`` (the rows of
+    a bin below that fall in the end bins of the fine grid); ``(0, 0)`` for a feature with none.
+
+    Raises:
+        ValueError: counts of another width, ``sigma < 0``.
+    """
+    c = np.asarray(counts, dtype=np.float64)
+    if c.ndim != 2 or c.shape[1] != RANGE_WIDTH:
+        raise ValueError(f"range counts must be (features, {RANGE_WIDTH}), got {c.shape}")
+    if not sigma >= 0:
+        raise ValueError(f"the noise's standard deviation must be >= 0, got {sigma}")
+    held = np.where(c > max(float(n_sigmas) * float(sigma), 0.5), 1.0, 0.0)
+    return range_from_counts(held)
+
+
+def noisy_quantile_edges(counts: np.ndarray, grid: np.ndarray, max_bins: int) -> np.ndarray:
+    """At most ``max_bins − 1`` float32 edges, points of ``grid`` ``(g,)``, from pooled noisy
+    counts ``(≥ g + 1,)``: negatives clipped to 0 (so the CDF, rows below each grid point, is
+    monotone; the clipping adds about ``0.4 σ`` per empty bin, negligible at large ε), and for each rank ``k·N / max_bins`` (``N`` the clipped total) the grid point whose
+    CDF is nearest; points with no row on one side of them (CDF 0 or ``N``) are dropped. With
+    noise-free counts the edges are those of :func:`quantile_edges`' rank rule.
+
+    Raises:
+        ValueError: as :func:`quantile_edges`.
+    """
+    if not 2 <= int(max_bins) <= 65535:
+        raise ValueError(f"max_bins must be in 2..65535, got {max_bins}")
+    g = np.asarray(grid, dtype=np.float32)
+    c = np.asarray(counts, dtype=np.float64)
+    if c.ndim != 1 or c.size < g.size + 1:
+        raise ValueError(f"counts must cover the grid's {g.size + 1} bins, got shape {c.shape}")
+    c = np.clip(np.nan_to_num(c[:g.size + 1], nan=0.0), 0.0, None)  # negatives clipped: a monotone CDF
+    cdf = np.cumsum(c)[:-1]  # rows below grid point i
+    total = float(c.sum())
+    inner = np.flatnonzero((cdf > 0.5) & (cdf < total - 0.5))
+    if inner.size == 0:
+        return np.zeros(0, np.float32)
+    r = cdf[inner]
+    targets = np.arange(1, int(max_bins)) * (total / int(max_bins))
+    hi = np.minimum(np.searchsorted(r, targets), r.size - 1)
+    lo = np.maximum(hi - 1, 0)
+    pick = np.where(np.abs(r[lo] - targets) <= np.abs(r[hi] - targets), lo, hi)
+    return g[inner[np.unique(pick)]]

@@ -42,7 +42,8 @@ import numpy as np
 
 from fedtab.learn.gbdt import BinLayout, Booster, GBDTModel, GBDTParams, base_margin, check_site_histogram
 from fedtab.learn.gbdt.grid import public_grid
-from fedtab.learn.gbdt.sketch import FINE_WIDTH, RANGE_WIDTH, fine_grid, quantile_edges, range_from_counts
+from fedtab.learn.gbdt.sketch import (FINE_WIDTH, RANGE_WIDTH, dp_counts_sensitivity, fine_grid, noise_sigma,
+                                      noisy_quantile_edges, noisy_range, quantile_edges, range_from_counts)
 from fedtab.learn.gbdt.importance import pooled_importance
 from fedtab.learn.gbdt.pooled import as_params
 from fedtab.learn.gbdt.release import GRID_BITS
@@ -58,8 +59,9 @@ from fedtab.federation.protocol.schema import sort_labels
 from fedtab.federation.protocol.agreement import agree_schema
 from fedtab.federation.site.matrices import check_part
 from fedtab.federation.workflows.gbdt.site import LEAF, SPLIT
-from fedtab.federation.workflows.gbdt.steps import (importance_checker, labels_checker, level_checker, payload_bytes, public_edges, robust_pool,
-                    sketch_checker, sketch_total, summary_checker)
+from fedtab.federation.workflows.gbdt.steps import (importance_checker, labels_checker, level_checker, noisy_checker,
+                                                    payload_bytes, robust_pool, sketch_checker, sketch_total,
+                                                    summary_checker)
 
 __all__ = ["GBDTOutcome", "GBDTRunOptions", "run_gbdt", "dp_plan", "importance_step", "GBDT_MODES"]
 
@@ -122,11 +124,20 @@ class GBDTOutcome:
         return len(self.level_exchanges) / rounds
 
 
-def dp_plan(params: GBDTParams, validating: bool) -> tuple[dict[str, int], dict[str, float]]:
-    """``(releases per step, noise scale per step)`` of one DP boosting run, for the accountant."""
+def dp_plan(params: GBDTParams, validating: bool, sketch: bool = False) -> tuple[dict[str, int], dict[str, float]]:
+    """``(releases per step, noise scale per step)`` of one DP boosting run, for the accountant;
+    ``sketch``: some column has no public bounds, so the two sketch exchanges are released
+    (``gbdt.sketch``, one release each)."""
     levels = params.n_trees * params.max_depth
     val = params.n_trees if validating else 0
-    return {"gbdt.labels": 1, "gbdt.level": levels + val, "training.evaluate": 1}, {}
+    plan = {"gbdt.labels": 1, "gbdt.level": levels + val, "training.evaluate": 1}
+    if sketch:
+        plan["gbdt.sketch"] = SKETCH_STAGES
+    return plan, {}
+
+
+#: the sketch's exchanges: the range grid, then the fine grid
+SKETCH_STAGES = 2
 
 
 def _resolve(params: GBDTParams, classes: list[str]) -> GBDTParams:
@@ -331,71 +342,123 @@ def _agree_bins(run: _Run) -> list[str]:
     run.record("gbdt_summary", request, len(replies), sum(payload_bytes(r) for r in replies.values()))
     classes = [] if regression else sort_labels({c for r in replies.values() for c in r.meta.get("classes", [])})
     run.params = p = _resolve(run.params, classes)
-    run.ledger = run_ledger(fed, *dp_plan(p, run.validation_part is not None))  # None without DP
+    run.ledger = run_ledger(fed, *dp_plan(p, run.validation_part is not None, bool(_unbounded(run.features, fed.options.dp or {}))))  # None without DP
     run.strategy = run_strategy(fed, run.ledger)
     run.layout = run.strategy.reduce(_edges(run)).result()
     return classes
 
 
+def _unbounded(features: list[str], settings: Mapping[str, Any]) -> list[str]:
+    """The ``features`` without bounds in the DP settings ``settings`` (``bounds``: one pair for
+    all columns or per column): under DP their edges come from the DP sketch."""
+    given = settings.get("bounds")
+    if given is None:
+        return list(features)
+    return [f for f in features if isinstance(given, Mapping) and f not in given]
+
+
 def _edges(run: _Run) -> Reduction[Callable[[], BinLayout]]:
     """How the bin edges are agreed, as a reduction of the run's strategy; its result is the
     agreement to carry out (lazily, so that only the chosen one runs). No site's values are
-    behind any edge: the equal-width grid for the columns with public bounds (``run.bounds``)
-    and, for the others, the quantile sketch (:func:`_sketch`); the DP release is the grid of
-    the DP settings' public bounds for every column (the sites send no sketch under DP)."""
+    behind any edge: the equal-width grid for the columns with public bounds and, for the
+    others, the quantile sketch (:func:`_sketch`). Plain and secure runs take the bounds of
+    ``run.bounds`` (the job's ``[columns] bounds``); the DP release takes those of the DP
+    settings, and the sketch of the other columns is then the DP sketch (its step's DP release)."""
     p = run.params
 
-    def sketched() -> BinLayout:
-        bounded = [f for f in run.features if f in run.bounds]
-        edges: dict[str, np.ndarray] = {}
-        if bounded:
-            lo, hi = column_bounds({"bounds": run.bounds}, bounded)
-            edges.update(zip(bounded, public_grid(lo, hi, p.max_bins)))
-        rest = [f for f in run.features if f not in run.bounds]
-        if rest:
-            edges.update(zip(rest, _sketch(run, rest)))
-        return BinLayout([edges[f] for f in run.features])
+    def agreed(bounds: Mapping[str, Any]) -> Callable[[], BinLayout]:
+        def edges() -> BinLayout:
+            bounded = [f for f in run.features if f in bounds]
+            out: dict[str, np.ndarray] = {}
+            if bounded:
+                lo, hi = column_bounds({"bounds": dict(bounds)}, bounded)
+                out.update(zip(bounded, public_grid(lo, hi, p.max_bins)))
+            rest = [f for f in run.features if f not in bounds]
+            if rest:
+                out.update(zip(rest, _sketch(run, rest)))
+            return BinLayout([out[f] for f in run.features])
+        return edges
 
-    def public(_: Callable[[], BinLayout], dp: Mapping[str, Any]) -> Callable[[], BinLayout]:
-        return lambda: public_edges(dp, run.features, p.max_bins)
+    def dp_bounds(dp: Mapping[str, Any]) -> dict[str, Any]:
+        unbounded = set(_unbounded(run.features, dp))
+        given = dp.get("bounds")
+        return {f: (given[f] if isinstance(given, Mapping) else given) for f in run.features if f not in unbounded}
 
-    return Reduction(lambda: sketched, robust=lambda: (sketched, {}), noisy=public)
+    sketched = agreed(run.bounds)
+    return Reduction(lambda: sketched, robust=lambda: (sketched, {}),
+                     noisy=lambda _, dp: agreed(dp_bounds(dp)))
 
 
 def _sketch(run: _Run, features: list[str]) -> list[np.ndarray]:
     """Two summed ``gbdt_sketch`` exchanges (:mod:`fedtab.learn.gbdt.sketch`): the sites' counts
     over the range grid -> each feature's range; their counts over the fine grid of that range
-    -> at most ``max_bins − 1`` edges per feature, points of the fine grid."""
-    fed, d = run.federation, len(features)
+    -> at most ``max_bins − 1`` edges per feature, points of the fine grid. Under DP each is the
+    step's DP release (:class:`_Pooled` with the noise's σ: :func:`noisy_range`,
+    :func:`noisy_quantile_edges`)."""
+    d = len(features)
     stages: list[tuple[dict[str, Any], int]] = [({"stage": "range"}, RANGE_WIDTH)]
-    pooled = None
+    pooled: _Pooled | None = None
     grids: list[np.ndarray] = []
-    for i in range(2):
+    for i in range(SKETCH_STAGES):
         meta, width = stages[-1]
-        step = _sketch_step(fed, Message("gbdt_sketch", meta={"features": features, **meta}), d, width)
-        out = run.run(step)  # no DP release: under DP the edges come from public bounds (_edges)
+        step = _sketch_step(run, Message("gbdt_sketch", meta={"features": features, **meta}), d, width)
+        out = run.run(step)
         assert out.summed is not None
         run.record("gbdt_sketch", step.request, len(out.summed.sites), 8 * d * width * len(out.summed.sites))
         pooled = out.result
         if i == 0:
-            lo, hi = range_from_counts(pooled)
+            lo, hi = pooled.range()
             grids = [fine_grid(a, b) for a, b in zip(lo.tolist(), hi.tolist())]
             stages.append(({"stage": "fine", "lo": lo.tolist(), "hi": hi.tolist()}, FINE_WIDTH))
     assert pooled is not None
-    return [quantile_edges(pooled[j], grids[j], run.params.max_bins) for j in range(d)]
+    return [pooled.edges(j, grids[j], run.params.max_bins) for j in range(d)]
 
 
-def _sketch_step(fed: Federation, request: Message, d: int, width: int) -> SumStep[np.ndarray]:
+@dataclass(frozen=True)
+class _Pooled:
+    """A sketch stage's pooled counts ``(d, width)``; ``sigma``: the standard deviation of their
+    noise under DP (``None``: exact counts)."""
+
+    counts: np.ndarray
+    sigma: float | None = None
+
+    def range(self) -> tuple[np.ndarray, np.ndarray]:
+        return range_from_counts(self.counts) if self.sigma is None else noisy_range(self.counts, self.sigma)
+
+    def edges(self, j: int, grid: np.ndarray, max_bins: int) -> np.ndarray:
+        if self.sigma is None:
+            return quantile_edges(self.counts[j], grid, max_bins)
+        return noisy_quantile_edges(self.counts[j], grid, max_bins)
+
+
+def _sketch_step(run: _Run, request: Message, d: int, width: int) -> SumStep[_Pooled]:
     """One ``gbdt_sketch`` pair: the pooled counts ``(d, width)``, checked
-    (:func:`~.steps.sketch_total`); robust mode sums them too (counts of a fixed part)."""
+    (:func:`~.steps.sketch_total`); robust mode sums them too (counts of a fixed part). Its DP
+    release (``gbdt.sketch``): noisy counts (shape and finiteness checked), with the σ of the
+    pooled noise (:func:`~fedtab.learn.gbdt.sketch.noise_sigma`: the run's multiplier × √d per
+    site, or more when the counts show more)."""
+    fed = run.federation
     total = sketch_total(fed, d, width)
 
-    def aggregate(summed: Summed) -> np.ndarray:
+    def aggregate(summed: Summed) -> _Pooled:
         _checked(total, summed, "gbdt_sketch")
-        return np.asarray(summed.sums["counts"], dtype=np.float64).reshape(d, width)
+        return _Pooled(np.asarray(summed.sums["counts"], dtype=np.float64).reshape(d, width))
 
-    return SumStep(request, SumSpec({"counts": 0}), sketch_checker(fed, d, width), aggregate,
+    def noisy(summed: Summed) -> _Pooled:
+        c = np.asarray(summed.sums.get("counts", np.zeros(0)), dtype=np.float64)
+        if c.size != d * width or not np.isfinite(c).all():
+            raise FederationError(f"gbdt_sketch step: the summed noisy counts are not {d} x {width} finite numbers")
+        c = c.reshape(d, width)
+        assert run.ledger is not None
+        planned = run.ledger.multiplier("gbdt.sketch") * dp_counts_sensitivity(d) * np.sqrt(len(summed.sites))
+        return _Pooled(c, noise_sigma(c, planned if np.isfinite(planned) else 0.0))
+
+    step = SumStep(request, SumSpec({"counts": 0}), sketch_checker(fed, d, width), aggregate,
                    robust=lambda summed: (aggregate(summed), {}), kind="gbdt_sketch")
+    released = SumStep(request, SumSpec({"counts": MOMENT_BITS}), noisy_checker(fed, d, width), noisy,
+                       robust=lambda summed: (noisy(summed), {}), kind="gbdt_sketch")
+    step.noisy = NoisyRelease(released, "gbdt.sketch")
+    return step
 
 
 def _bounds_meta(run: _Run) -> dict[str, Any]:

@@ -6,7 +6,9 @@
   constant range grid, or the fine grid of an agreed range: :mod:`fedtab.learn.gbdt.sketch`),
   in runs of at least the site's ``min_rows`` rows; summed by the run's strategy. The site's
   policy accepts one fine grid per column per period (``fedtab.privacy.policy._gbdt_sketch``),
-  and later accepts bin edges only on that grid or inside public bounds. Not under DP.
+  and later accepts bin edges only on that grid or inside public bounds. Under DP the raw
+  counts with Gaussian noise from the site's budget (each request charged; the edges of a DP
+  run must then lie on the fine grid of the site's last DP sketch or be the public bounds' grid).
 * ``"gbdt_start"`` — the agreed edges, classes and parameters: the site bins its rows, keeps
   its boosting state (:class:`~fedtab.learn.gbdt.SiteBooster`, stored as plain arrays in
   ``site.state["gbdt"]`` so an engine can keep it between processes) and replies its label
@@ -40,7 +42,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fedtab.learn.gbdt import BinLayout, GBDTModel, GBDTParams, SiteBooster, label_sums
-from fedtab.learn.gbdt.sketch import grid_counts, merge_counts, sketch_grids
+from fedtab.learn.gbdt.sketch import SKETCH_BINS, dp_counts_sensitivity, grid_counts, merge_counts, sketch_grids
 from fedtab.learn.gbdt.importance import SPLIT_RECORD, SiteRecord, record_splits, site_gains
 from fedtab.learn.metrics import regression_sums
 from fedtab.learn.gbdt.release import PACKED, check_request, histogram_sensitivity, noisy_level, pack_level, release_level
@@ -121,21 +123,42 @@ def _summary(site: Site, request: Message) -> Message:
     return Message("gbdt_summary", {}, meta)
 
 
+#: ``site.state`` key of the fine grids of this site's last DP sketch (``{column: [lo, hi, steps]}``):
+#: the grid a DP run's bin edges of a column without public bounds must lie on
+DP_SKETCH = "gbdt_dp_sketch"
+
+
 @handler("gbdt_sketch")
 def _sketch(site: Site, request: Message) -> Message:
     """``counts`` ``(features, width)``: per feature, the site's training rows over a public
     grid (:func:`~fedtab.learn.gbdt.sketch.sketch_grids`: ``stage = "range"`` the constant
     range grid, ``"fine"`` the fine grid of the request's ``lo``/``hi``, which the site's policy
     checked and fixed for the period), in runs of at least the site's ``min_rows`` rows
-    (:func:`~fedtab.learn.gbdt.sketch.merge_counts`, in every mode). Refused under DP (the edges
-    then come from public bounds)."""
-    if request.meta.get(DP_META) is not None:
-        raise ValueError("under differential privacy the bin edges come from public bounds: this site sends no sketch")
+    (:func:`~fedtab.learn.gbdt.sketch.merge_counts`) in plain and secure runs. Under DP the raw
+    counts, which the site then noises at the declared sensitivity (``√features``,
+    :func:`_sketch_sensitivity`, the kind's ``Releases.dp_noise``); a DP fine stage's grids are
+    kept (``state[DP_SKETCH]``) as the grids a DP run's edges must lie on."""
     feats = _features(request)
-    grids, width = sketch_grids(request.meta.get("stage"), request.meta.get("lo"), request.meta.get("hi"), len(feats))
+    stage = request.meta.get("stage")
+    grids, width = sketch_grids(stage, request.meta.get("lo"), request.meta.get("hi"), len(feats))
     X, _ = site_matrix(site, feats, SUMMARY_PART)
-    counts = merge_counts(grid_counts(X, grids, width), int(site.policy.min_rows))
+    counts = grid_counts(X, grids, width)
+    if request.meta.get(DP_META) is None:
+        return Message("gbdt_sketch", {"counts": merge_counts(counts, int(site.policy.min_rows))}, {})
+    if stage == "fine":
+        kept = dict(site.state.get(DP_SKETCH) or {})
+        kept.update({f: [float(a), float(b), SKETCH_BINS] for f, a, b in
+                     zip(feats, np.asarray(request.meta["lo"], float).tolist(),
+                         np.asarray(request.meta["hi"], float).tolist())})
+        site.state[DP_SKETCH] = kept
     return Message("gbdt_sketch", {"counts": counts}, {})
+
+
+def _sketch_sensitivity(request: Message) -> float:
+    """L2 sensitivity of a sketch's counts to adding or removing one row: ``√features``
+    (:func:`~fedtab.learn.gbdt.sketch.dp_counts_sensitivity`)."""
+    feats = request.meta.get("features")
+    return dp_counts_sensitivity(len(feats) if isinstance(feats, list) else 1)
 
 
 # ----------------------------------------------------------------------------- start

@@ -4,7 +4,8 @@ Each step validates before it reduces (the Flower shape, as :mod:`fedtab.federat
 
 * :func:`summary_checker` — a site's class labels (the ones it declared) and rows;
 * :func:`sketch_checker` / :func:`sketch_total` — a site's (plain) and the pooled sketch counts:
-  finite, ``≥ 0``, at most the training rows declared per feature;
+  finite, ``≥ 0``, at most the training rows declared per feature; :func:`noisy_checker` — a
+  site's DP sketch counts (shape and finiteness);
 * :func:`labels_checker` — label sums that fit the rows declared (exact: integer class counts
   summing to them; ``Σy ≤ n`` for binary);
 * :func:`level_checker` — a level histogram of the requested shape, finite, its features
@@ -31,7 +32,7 @@ from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import Federation
 from fedtab.federation.protocol.reduce import cap_weights
 
-__all__ = ["summary_checker", "sketch_checker", "sketch_total", "labels_checker", "level_checker", "importance_checker", "robust_pool", "payload_bytes",
+__all__ = ["summary_checker", "sketch_checker", "noisy_checker", "sketch_total", "labels_checker", "level_checker", "importance_checker", "robust_pool", "payload_bytes",
            "public_edges"]
 
 
@@ -62,6 +63,19 @@ def sketch_checker(federation: Federation, n_features: int, width: int) -> Calla
         if "counts" in reply.arrays:  # a secure sum sends it masked: the total is checked instead
             check_counts(reply.arrays["counts"], n_features, width, schema.rows(site, "train"),
                          f"site {site!r}: sketch counts")
+
+    return check
+
+
+def noisy_checker(federation: Federation, n_features: int, width: int) -> Callable[[str, Message], None]:
+    """Validator of ``"gbdt_sketch"`` replies under DP (counts noised at the site: checked when sent
+    in the clear for shape and finiteness only; negative counts are noise, not a lie)."""
+
+    def check(site: str, reply: Message) -> None:
+        if "counts" in reply.arrays:
+            c = np.asarray(reply.arrays["counts"], dtype=np.float64)
+            if c.size != n_features * width or not np.isfinite(c).all():
+                raise ValueError(f"noisy sketch counts must be {n_features} x {width} finite numbers, got shape {c.shape}")
 
     return check
 

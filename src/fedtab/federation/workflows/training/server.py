@@ -71,6 +71,9 @@ class TrainingSettings:
         min_sites: quorum (``None`` keeps the federation's). max_param_abs: largest accepted ``|entry|``.
         task: ``"binary"``, ``"multiclass"``, ``"regression"`` or ``None`` (read from the schema).
         newton_tol: Newton–Raphson stops once a step's L2 norm is below it.
+        bounds: the public data dictionary ``{column: [low, high]}`` (a job's ``[columns] bounds``):
+            boosted trees bin those columns on the equal-width grid of their bounds (no sketch);
+            other models do not use it (their DP releases read the DP settings' bounds).
     """
 
     model: Any = "logistic"
@@ -88,6 +91,7 @@ class TrainingSettings:
     max_param_abs: float = validate.MAX_PARAM_ABS
     task: str | None = None
     newton_tol: float = NEWTON_TOL
+    bounds: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,8 @@ def run_training(
     if trainer is not None:  # e.g. boosted trees: level by level from summed histograms, not by FedAvg rounds
         return trainer.train(federation, features, model, seed=o.seed, train_part=o.train_part,
                              eval_part=o.eval_part, score_bins=o.score_bins, min_sites=o.min_sites,
-                             on_error=o.on_error, described=o.described)
+                             on_error=o.on_error, described=o.described,
+                             **({"bounds": o.bounds} if o.bounds else {}))
     if o.rounds < 1 or o.local_epochs < 1:
         raise ValueError("rounds and local_epochs must be at least 1")
     return _run_rounds(federation, features, _solver_for_width(make_model(model), federation, features), o, task)

@@ -9,7 +9,8 @@ workflow imports no other workflow (and a trainer's module may import the traini
 outcome and steps).
 
 A trainer's ``train(federation, features, model, *, seed, train_part, eval_part, score_bins,
-min_sites, on_error, described) -> TrainingOutcome`` has :func:`run_training`'s arguments; its
+min_sites, on_error, described[, bounds]) -> TrainingOutcome`` has :func:`run_training`'s arguments
+(``bounds``, the public data dictionary, only when the run has one); its
 ``dp_plan(fm) -> (releases per step, noise scale per step)`` is its DP accountant's plan.
 """
 
