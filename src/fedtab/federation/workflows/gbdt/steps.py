@@ -20,7 +20,7 @@ Each step validates before it reduces (the Flower shape, as :mod:`fedtab.federat
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -32,8 +32,7 @@ from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import Federation
 from fedtab.federation.protocol.reduce import cap_weights
 
-__all__ = ["summary_checker", "sketch_checker", "noisy_checker", "sketch_total", "labels_checker", "level_checker", "importance_checker", "robust_pool", "payload_bytes",
-           "public_edges"]
+__all__ = ["summary_checker", "sketch_checker", "noisy_checker", "sketch_total", "labels_checker", "level_checker", "importance_checker", "robust_pool", "payload_bytes"]
 
 
 def summary_checker(federation: Federation, part: str, *, regression: bool) -> Callable[[str, Message], None]:
@@ -208,15 +207,3 @@ def payload_bytes(message: Message) -> int:
     """Bytes of a message's arrays (what its numbers weigh on any wire, before framing)."""
     return int(sum(np.asarray(a).nbytes for a in message.arrays.values()))
 
-
-def public_edges(dp: Mapping[str, Any], features: list[str], max_bins: int) -> BinLayout:
-    """Equal-width edges inside each feature's public DP bounds (no site data is used;
-    :func:`~fedtab.learn.gbdt.grid.public_grid`, the grid a site checks under DP).
-
-    Raises:
-        ValueError: a feature without public bounds.
-    """
-    from fedtab.learn.gbdt.grid import public_grid
-    from fedtab.privacy.dp import column_bounds
-
-    return BinLayout(public_grid(*column_bounds(dp, features), max_bins))
