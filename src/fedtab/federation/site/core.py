@@ -25,7 +25,7 @@ from fedtab.privacy.ledger import LEDGER_FILE, SiteLedger
 from fedtab.privacy.policy import policy_from_config
 from fedtab.privacy.dp import DP_META
 from fedtab.privacy.secagg import SECAGG_META, left_in_clear, masked_fields
-from fedtab.federation.site.rollback import premask_refusal
+from fedtab.federation.site.rollback import LEDGER_KEY, premask_refusal
 from fedtab.federation.protocol.kinds import declared
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.site.registry import (HANDLER_HOMES, HANDLERS, RELEASES, TABLE_STEPS, find_handler, find_releases, find_table_step, handler, table_step)
@@ -79,8 +79,6 @@ def _strings(meta: Mapping[str, Any], depth: int = 3) -> set[str]:
     return out
 
 
-#: ``Site.state`` key of the ledger of a site without a state folder
-LEDGER_KEY = "ledger"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,10 @@ if TYPE_CHECKING:
     from fedtab.federation.protocol.kinds import MessageKind
     from fedtab.federation.protocol.messages import Message
 
-__all__ = ["snapshot", "restore", "premask_refusal"]
+__all__ = ["snapshot", "restore", "premask_refusal", "LEDGER_KEY"]
+
+#: ``Site.state`` key of the ledger of a site without a state folder (its charges are pending, not snapshot)
+LEDGER_KEY = "ledger"
 
 
 def snapshot(site: Any, request: "Message") -> Any:
@@ -35,8 +38,6 @@ def snapshot(site: Any, request: "Message") -> Any:
     the number of table steps applied (the table is replaced by a step, never changed in place)."""
     if SECAGG_META not in request.meta:
         return None
-    from fedtab.federation.site.core import LEDGER_KEY
-
     memo: dict[int, Any] = {}  # one memo: a value two keys share (a live cache of a stored state) stays shared
     return {k: _copied(v, memo) for k, v in site.state.items() if k != LEDGER_KEY}, site.table, site._steps_applied
 
@@ -55,8 +56,6 @@ def restore(site: Any, saved: Any) -> None:
     dict object (an engine may hold it), its ledger entry untouched."""
     if saved is None:
         return
-    from fedtab.federation.site.core import LEDGER_KEY
-
     state, table, steps = saved
     for key in [k for k in site.state if k != LEDGER_KEY]:
         del site.state[key]
