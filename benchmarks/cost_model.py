@@ -40,7 +40,8 @@ SELECTORS: dict[str, Any] = {
 }
 #: models with the local epochs a fit request asks for
 MODELS: dict[str, tuple[Any, int]] = {
-    "logistic": ("logistic", 5),
+    "logistic (newton)": ("logistic", 1),  # one Newton reply: gradient and Hessian sums (no local epochs)
+    "logistic (fedavg)": ({"name": "logistic", "params": {"solver": "fedavg"}}, 5),
     "gnb": ("gnb", 1),
     "sgd": ("sgd", 5),
     "mlp": ({"name": "mlp", "params": {"hidden": [32]}}, 5),
@@ -96,9 +97,19 @@ def measure(datasets: list[tuple[str, int | None]]) -> list[dict[str, Any]]:
             fm = make_model(spec)
             work = model_cost(spec, d, max(C, 2), n, epochs).work
             params = fm.init(d, C, seed=0)
+            run = _newton_reply(params, X, y) if getattr(fm, "newton", False) else \
+                (lambda: fm.local_update(params, X, y, epochs=epochs))
             out.append({"dataset": ds, "kind": "model", "name": label, "rows": n, "features": d, "work": work,
-                        "seconds": _cpu(lambda: fm.local_update(params, X, y, epochs=epochs))})
+                        "seconds": _cpu(run)})
     return out
+
+
+def _newton_reply(params: dict[str, np.ndarray], X: np.ndarray, y: np.ndarray) -> Callable[[], Any]:
+    """What a site computes for one ``newton`` request: the log-loss's gradient and Hessian sums."""
+    from fedtab.learn.newton import as_theta, logistic_sums
+
+    theta = as_theta(params)
+    return lambda: logistic_sums(theta, X, y)
 
 
 def rated(results: list[dict[str, Any]], floor: float = 0.05) -> tuple[float, list[dict[str, Any]]]:

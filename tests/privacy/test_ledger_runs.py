@@ -106,11 +106,11 @@ def test_release_caps_count_per_run(table, tmp_path):
     plain = Message("describe", meta={"features": ["bmi"]})
     site = Site("s", table, "target", policy=policy, state_dir=tmp_path)
     LocalFederation([site], run_id="run-A")
-    replies = [site.handle(plain) for _ in range(5)]  # the cap is the release gate's: the 4th is an error reply
-    assert [r.kind for r in replies] == ["describe"] * 3 + ["error"] * 2
-    assert "max_releases_per_part=3" in replies[3].meta["error"] and "in this run" in replies[3].meta["error"]
+    replies = [site.handle(plain) for _ in range(5)]  # checked before the handler: the 4th is a refusal
+    assert [r.kind for r in replies] == ["describe"] * 3 + ["refused"] * 2
+    assert "max_releases_per_part=3" in replies[3].meta["reason"] and "in this run" in replies[3].meta["reason"]
     LocalFederation([site], run_id="run-B")
-    assert [site.handle(plain).kind for _ in range(4)] == ["describe"] * 3 + ["error"]
+    assert [site.handle(plain).kind for _ in range(4)] == ["describe"] * 3 + ["refused"]
 
 
 def test_runs_older_than_the_period_are_dropped_from_the_file(tmp_path):

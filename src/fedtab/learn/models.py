@@ -277,10 +277,20 @@ class LogisticRegressionModel(FederatedModel):
         return {"coef": theta[: k * d].reshape(k, d), "intercept": theta[k * d :].copy()}
 
     def cost(self, n_features: int, n_classes: int, n_rows: int = 1, epochs: int = 1) -> Cost:
-        """Per epoch one L-BFGS iteration: about two loss-and-gradient passes over the rows."""
+        """FedAvg/FedProx: per epoch one L-BFGS iteration, about two loss-and-gradient passes over
+        the rows (``4·n·size``). Newton (:attr:`newton`): one reply is the gradient and Hessian sums
+        over the rows (:func:`fedtab.learn.newton.logistic_sums`), ``2·n·size²`` for the Hessian's
+        products plus ``4·n·size``; it holds the ``size × size`` Hessian. A Newton model's setup can
+        also be asked for a local L-BFGS fit (``fit``, a local baseline, selection chains), so its
+        work is the larger of the two. ``size = k·(d + 1)`` (``k`` = 1 for two classes, else the classes)."""
         size = float((1 if n_classes == 2 else n_classes) * (n_features + 1))
         iterations = max(int(epochs), 1)
-        return Cost(iterations * (4.0 * n_rows * size + STEP_OVERHEAD), size, driver({"epochs": (epochs, 1)}))
+        fedavg = iterations * (4.0 * n_rows * size + STEP_OVERHEAD)
+        if not self.newton:
+            return Cost(fedavg, size, driver({"epochs": (epochs, 1)}))
+        newton = 2.0 * n_rows * size * size + 4.0 * n_rows * size + STEP_OVERHEAD
+        return Cost(max(newton, fedavg), size * size + size,
+                    driver({"features": (n_features, 10)}) if newton >= fedavg else driver({"epochs": (epochs, 1)}))
 
     def predict_proba(self, params: Params, X: np.ndarray) -> np.ndarray:
         z = self._logits(params, X)

@@ -783,7 +783,11 @@ SERVER_MODEL_ROW_SETS = "the rows a model of the server's picks out (a step-func
 #: part aliases (as ``fedtab.federation.site.parts.canonical_part``): one part counts under one name
 _PART_ALIASES = {"validation": "fold:0", "fit": "fit:0"}
 #: ledger keys (per run) of the models a site trained: each lets one more distinct model through
-TRAINED_KEYS = ("fit", "gbdt_round", "select_chains")
+TRAINED_KEYS = ("fit", "gbdt_round")
+#: ledger key (per run) of the selection chains a site trained: each lets one more distinct model
+#: through only in ``select_evaluate`` (the chains' own scoring), never in another kind's count, so
+#: chains a server sends buy no allowance to score its crafted models elsewhere
+CHAIN_KEY = "select_chains"
 
 
 @dataclass(frozen=True)
@@ -831,11 +835,13 @@ def one_model(site: "Site", request: "Message") -> Evaluations:
     return Evaluations(((_part_name(request.meta.get("part") or "test"), model_digest(request)),))
 
 
-def plain_model_cap(site: "Site") -> int:
-    """Distinct server-sent models ``site`` scores in the clear per part in its current run: the
-    models it trained in the run (:data:`TRAINED_KEYS`) + :data:`PLAIN_MODELS_EXTRA`."""
+def plain_model_cap(site: "Site", kind: str | None = None) -> int:
+    """Distinct server-sent models ``site`` scores in the clear per part in its current run for a
+    request of ``kind``: the models it trained in the run (:data:`TRAINED_KEYS`; for
+    ``select_evaluate`` also its selection chains, :data:`CHAIN_KEY`) + :data:`PLAIN_MODELS_EXTRA`."""
     run = getattr(site, "run_id", "local")
-    return sum(site.ledger.run_count(run, key) for key in TRAINED_KEYS) + PLAIN_MODELS_EXTRA
+    keys = TRAINED_KEYS + ((CHAIN_KEY,) if kind == "select_evaluate" else ())
+    return sum(site.ledger.run_count(run, key) for key in keys) + PLAIN_MODELS_EXTRA
 
 
 def charge_models(policy: DisclosurePolicy, site: "Site", request: "Message", evaluations: Evaluations
@@ -868,7 +874,7 @@ def charge_models(policy: DisclosurePolicy, site: "Site", request: "Message", ev
     plain = server_row_set_refusal(policy, request, SERVER_MODEL_ROW_SETS)
     reason = site.ledger.charge_evaluations(
         getattr(site, "run_id", "local"), counts, policy.max_evaluations, models=by_part,
-        model_cap=None if plain is None else plain_model_cap(site),
+        model_cap=None if plain is None else plain_model_cap(site, request.kind),
         model_cap_name="the run's trained models + PLAIN_MODELS_EXTRA")
     if reason is not None and plain is not None and reason.startswith("models evaluated"):
         return f"{plain} past its cap ({reason})"
@@ -1009,13 +1015,29 @@ def _select_fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> s
                   or _models_per_request(policy, request, shapes["M"], "selection chains")
                   or _models_work(policy, site, shapes, shapes["M"] * epochs))
     reason = reason or _charge_run(policy, site, "fit", "fit rounds")
-    if reason is None and shapes is not None:  # every chain trained here is a model of the run
-        stored = site.state.get(_SELECT_SETUP)
-        without = setup.get("without") if isinstance(setup, dict) else (stored or {}).get("without", [])
-        trained = sum(1 for w in without if w != getattr(site, "name", None))
-        if trained:
-            reason = site.ledger.charge_run(getattr(site, "run_id", "local"), "select_chains", 2 ** 62,
-                                            "selection chains", n=trained)
+    if reason is None and shapes is not None:
+        reason = _charge_chains(policy, site, setup, shapes)
+    return reason
+
+
+def _charge_chains(policy: DisclosurePolicy, site: "Site", setup: Any, shapes: Mapping[str, Any]) -> str | None:
+    """Every chain a ``select_fit`` request trains here is one evaluation of the part it trains on
+    (``fit:k``, ``train`` for the refit and for folds the site lacks; ``max_evaluations`` per part per
+    run: a chain's update is the server's model answered over those rows) and one trained model
+    (:data:`CHAIN_KEY`, counted only by ``select_evaluate``'s distinct models); its work is counted
+    with the request's (:func:`_models_work`)."""
+    stored = site.state.get(_SELECT_SETUP)
+    without = setup.get("without") if isinstance(setup, dict) else (stored or {}).get("without", [])
+    name, n_folds = getattr(site, "name", None), site.parts.n_folds
+    counts: dict[str, int] = {}
+    for w, fold in zip(without, np.asarray(shapes["fold"]).tolist()):
+        if w != name:
+            part = _part_name(f"fit:{fold}" if 0 <= int(fold) < n_folds else "train")
+            counts[part] = counts.get(part, 0) + 1
+    run = getattr(site, "run_id", "local")
+    reason = site.ledger.charge_evaluations(run, counts, policy.max_evaluations) if counts else None
+    if reason is None and counts:
+        reason = site.ledger.charge_run(run, CHAIN_KEY, 2 ** 62, "selection chains", n=sum(counts.values()))
     return reason
 
 

@@ -279,7 +279,7 @@ def test_the_cap_plus_first_distinct_model_is_refused_unless_opted_in(kind, whic
     build = SWEEPS[kind][which]
     site, make = build({"min_rows": MIN_ROWS})
     site.run_id = site.run_id + "+strict"
-    cap = plain_model_cap(site)
+    cap = plain_model_cap(site, kind)
     assert cap >= PLAIN_MODELS_EXTRA
     for i in range(cap):
         reply = site.handle(make(i))
@@ -294,7 +294,7 @@ def test_the_cap_plus_first_distinct_model_is_refused_unless_opted_in(kind, whic
     assert len(site.ledger.run_distinct(site.run_id, part)) == cap
     opened, make_open = build({"min_rows": MIN_ROWS, "allow_server_row_sets": True})
     opened.run_id = opened.run_id + "+open"
-    for i in range(plain_model_cap(opened) + 1):
+    for i in range(plain_model_cap(opened, kind) + 1):
         reply = opened.handle(make_open(i))
         assert not reply.is_refusal and not reply.is_error, (i, reply.meta)
 

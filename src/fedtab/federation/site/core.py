@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from fedtab.errors import SiteFault
-from fedtab.privacy.gate import GateError, Releases, Vocabulary, error_text, release
+from fedtab.privacy.gate import Releases, Vocabulary, error_text, release
 from fedtab.privacy.ledger import LEDGER_FILE, SiteLedger
 from fedtab.privacy.policy import policy_from_config
 from fedtab.privacy.dp import DP_META
 from fedtab.privacy.secagg import SECAGG_META, left_in_clear, masked_fields
+from fedtab.federation.site.rollback import LEDGER_KEY, premask_refusal
 from fedtab.federation.protocol.kinds import declared
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.site.registry import (HANDLER_HOMES, HANDLERS, RELEASES, TABLE_STEPS, find_handler, find_releases, find_table_step, handler, table_step)
@@ -78,8 +79,6 @@ def _strings(meta: Mapping[str, Any], depth: int = 3) -> set[str]:
     return out
 
 
-#: ``Site.state`` key of the ledger of a site without a state folder
-LEDGER_KEY = "ledger"
 
 
 @dataclass(frozen=True)
@@ -368,7 +367,29 @@ class Site:
         return int((values == category).sum()) if len(values) else 0
 
     def handle(self, request: Message) -> Message:
-        """Answer one request on the site's one release path. Never raises.
+        """Answer one request on the site's one release path (:meth:`_answer`). Never raises.
+
+        Check before apply, everywhere: a request that is refused or fails -- before its handler
+        or after it (a secure request that would leave a summable array in the clear, a reply the
+        gate withholds, a failed masking) -- leaves the site as it was. The ledger's charges of
+        the whole request are pending (:meth:`SiteLedger.pending`) until it is answered; a secure
+        request's state (``state``, table, applied steps) is snapshot before its handler and put
+        back on a late refusal (:func:`fedtab.federation.site.rollback.snapshot`). A plain request
+        has no late refusal of its own: its checks (policy, floors, release cap) all run first.
+        """
+        from fedtab.federation.site.rollback import restore, snapshot
+
+        with self.ledger.pending() as accept:  # the inner checks' block joins this one
+            saved = snapshot(self, request)
+            reply = self._answer(request)
+            if reply.is_error or reply.is_refusal:
+                restore(self, saved)
+            else:
+                accept()
+        return reply
+
+    def _answer(self, request: Message) -> Message:
+        """Answer one request (see :meth:`handle`, which rolls a refusal back). Never raises.
 
         request -> site policy (may refuse) -> the handler's release declaration (none:
         refused; a part below the floors: refused) -> differential privacy on the site's
@@ -410,7 +431,8 @@ class Site:
                         request = Message(request.kind, request.arrays,
                                           {k: v for k, v in meta.items() if k not in (AGREED, DECLARE, SCHEMA_HASH)})
                     # request -> the part's floors -> site policy (caps charged to the ledger) -> DP terms
-                    reason = self._part_refusal(decl, request) or self.policy.refusal(self, request, kind)
+                    reason = (self._part_refusal(decl, request) or premask_refusal(kind, request)
+                              or self.policy.refusal(self, request, kind) or self._charge_release(decl, request))
                     dp = request.meta.get(DP_META)
                     if reason is None and dp is not None:
                         reason, request = self.dp_terms(decl, request)
@@ -442,7 +464,6 @@ class Site:
             if not (reply.is_error or reply.is_refusal):
                 reply = release(decl, reply, min_rows=self.policy.min_rows, under_dp=dp is not None,
                                 vocab=self.vocabulary(request), masked=masked)
-                self._charge_release(decl, request)
             if secure:
                 from fedtab.privacy.secagg import mask_reply
 
@@ -511,15 +532,15 @@ class Site:
                         f"min_rows={floor} rows there")
         return None
 
-    def _charge_release(self, decl: Releases, request: Message) -> None:
+    def _charge_release(self, decl: Releases, request: Message) -> str | None:
+        """Charge one release over the request's part (``max_releases_per_part``) before the
+        handler runs; the refusal, or ``None`` (the charge stays pending until the reply leaves)."""
         part = decl.part_of(request, self)
         if part is None:
-            return
-        reason = self.ledger.charge_run(self.run_id, f"release:{canonical_part(part)}",
-                                        self.policy.max_releases_per_part, f"releases over part {part!r}",
-                                        cap_name="max_releases_per_part")
-        if reason is not None:  # recorded before the reply leaves: the cap holds for this one too
-            raise GateError(reason)
+            return None
+        return self.ledger.charge_run(self.run_id, f"release:{canonical_part(part)}",
+                                      self.policy.max_releases_per_part, f"releases over part {part!r}",
+                                      cap_name="max_releases_per_part")
 
     def dp_terms(self, decl: Releases, request: Message) -> tuple[str | None, Message]:
         """Differential privacy on the site's terms: ``(refusal or None, request to answer)``.
