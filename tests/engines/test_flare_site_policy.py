@@ -157,3 +157,29 @@ def test_the_simulator_writes_the_sites_own_file(sites, tmp_path):
     own = nvflare.local_site_config(path.parent, sites[0]["name"])
     assert own["min_rows"] == 7 and own["policy"] == {"max_rounds": 3}
     assert Path(own["data_path"]) == Path(sites[0]["data-path"]).resolve()
+
+
+def test_the_file_fedtab_deploy_writes_is_what_the_site_reads(sites, tmp_path):
+    """``fedtab deploy``'s flare/sites/<site>/fedtab-site.json copied into a kit's local/, as it prints:
+    the site reads its table, state folder and identity from it, under its policy, whatever the job says."""
+    from typer.testing import CliRunner
+
+    from fedtab.cli import app
+
+    cfg = sites[0]
+    res = CliRunner().invoke(app, ["deploy", str(tmp_path / "c"), "--site", "site-1", "--site", "site-2",
+                                   "--data", f"site-1={cfg['data-path']}"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    kit = tmp_path / "kit"
+    (kit / "local").mkdir(parents=True)
+    out = tmp_path / "c"
+    for src in (out / "flare" / "sites" / "site-1" / nvflare.SITE_FILE, out / "ca.pem", out / "site-keys.json",
+                out / "site-keys.json.sig", out / "sites" / "site-1.key"):
+        (kit / "local" / src.name).write_bytes(src.read_bytes())
+    curious = nvflare.FedtabExecutor(data_path=sites[1]["data-path"], target=cfg["target"],
+                                     policy=RELAXING, state_dir=str(tmp_path / "the-servers-choice"))
+    site, _ = curious._site(_fl_ctx(kit, "job-1"))
+    assert site.policy == DisclosurePolicy()
+    assert len(site.table) == len(pd.read_csv(cfg["data-path"]))
+    assert site.ledger.path == kit / "local" / "fedtab-state" / "ledger.json"
+    assert site.identity is not None and site.identity.problem is None
