@@ -25,6 +25,10 @@ Writes into ``OUT``:
   the site to edit), its state folder and its identity files (names relative to ``local/``). A
   FLARE job is written by whoever submits it: the site reads this file, and a job's policy
   settings can only tighten it (:func:`fedtab.engines.site_config.own_over_job`);
+* ``fab-guard/`` — the SuperNodes' ``flwr-clientapp`` and ``fab-hashes.json``
+  (:mod:`fedtab.engines.flower_guard`): started with this folder first on ``PATH`` (as printed), a
+  SuperNode runs only the FAB of the fedtab installed here and refuses any other FAB a server
+  submits, before installing it; its node config sets ``require-fab-guard``;
 * ``flwr/config.toml`` — the Flower connection ``consortium`` (the SuperLink's address and
   the absolute path of ``ca.pem``) for the ``flwr`` commands (``FLWR_HOME=OUT/flwr``).
 
@@ -63,14 +67,18 @@ STATE_FOLDER = "state"
 FLARE_STATE_FOLDER = "fedtab-state"
 #: a FLARE site's own configuration file in its kit's ``local/`` (:data:`fedtab.engines.nvflare.SITE_FILE`)
 FLARE_SITE_FILE = "fedtab-site.json"
+#: the Flower SuperNodes' FAB guard under ``OUT`` (:func:`fedtab.engines.flower_guard.write_fab_guard`)
+GUARD_FOLDER = "fab-guard"
 _HOST = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 
 
-def _node_config(site: str, data: str, keys, state_dir: Path | None = None) -> str:  # noqa: ANN001 - ConsortiumKeys
+def _node_config(site: str, data: str, keys, state_dir: Path | None = None,  # noqa: ANN001 - ConsortiumKeys
+                 guarded: bool = False) -> str:
     """A SuperNode's ``--node-config``: its name, table, state folder and secure-aggregation identity
-    (absolute paths)."""
+    (absolute paths), and ``require-fab-guard`` when its command runs with the FAB guard."""
     state = {} if state_dir is None else {"state-dir": str(state_dir)}
-    cfg = {"name": site, "data-path": data, **state, **keys.identity_config(site)}
+    guard = {"require-fab-guard": "true"} if guarded else {}
+    cfg = {"name": site, "data-path": data, **state, **keys.identity_config(site), **guard}
     return " ".join(f"{k}={json.dumps(str(v))}" for k, v in cfg.items())
 
 
@@ -87,14 +95,31 @@ def _flare_site_files(root: Path, sites: list[str], data: dict[str, str]) -> Pat
     return root
 
 
+def _fab_guard(folder: Path) -> tuple[str | None, Path | None]:
+    """``(pinned FAB hash, guard folder)`` written by :func:`fedtab.engines.flower_guard.write_fab_guard`
+    for the fedtab installed here; ``(None, None)`` without Flower."""
+    try:
+        from ..engines.flower_guard import fedtab_fab_hash, write_fab_guard
+
+        pinned = fedtab_fab_hash()
+    except ImportError:
+        return None, None
+    return pinned, write_fab_guard(folder, [pinned])
+
+
 def flower_commands(keys, sites: list[str], *, address: str, bind: str, data: dict[str, str],  # noqa: ANN001
-                    flwr_home: Path, database: Path, state: Path | None = None) -> list[tuple[str, str]]:
+                    flwr_home: Path, database: Path, state: Path | None = None,
+                    guard: Path | None = None) -> list[tuple[str, str]]:
     """``[(who, command line)]`` of a Flower consortium, in order, with absolute paths.
 
     ``who`` is ``coordinator``, ``site <name>`` or ``analyst``; SuperNode ``i`` listens on the
     SuperLink's port + 1 + ``i`` (several SuperNodes on one trial machine need their own port).
-    With ``state`` (a folder), site ``s``'s node config sets ``state-dir`` = ``state/s``.
+    With ``state`` (a folder), site ``s``'s node config sets ``state-dir`` = ``state/s``. With
+    ``guard`` (a folder of :func:`fedtab.engines.flower_guard.write_fab_guard`), every SuperNode
+    starts with it first on its ``PATH`` (its ClientApps run only the pinned FAB) and its node
+    config sets ``require-fab-guard``.
     """
+    path = "" if guard is None else f"PATH={shlex.quote(str(guard))}:$PATH "
     port = int(address.rsplit(":", 1)[1])
     q = shlex.quote
     out = [("coordinator", f"flower-superlink --ssl-ca-certfile {q(str(keys.ca_cert))} --ssl-certfile "
@@ -102,9 +127,9 @@ def flower_commands(keys, sites: list[str], *, address: str, bind: str, data: di
                            f"--enable-supernode-auth --host {bind} --port {port} --database {q(str(database))}")]
     out += [("coordinator", f"FLWR_HOME={q(str(flwr_home))} flwr supernode register "
                             f"{q(str(keys.site_public[s]))} {CONNECTION} --format json") for s in sites]
-    out += [(f"site {s}", f"flower-supernode --superlink {address} --root-certificates {q(str(keys.ca_cert))} "
+    out += [(f"site {s}", f"{path}flower-supernode --superlink {address} --root-certificates {q(str(keys.ca_cert))} "
                           f"--auth-supernode-private-key {q(str(keys.site_private[s]))} --port {port + 1 + i} "
-                          f"--node-config {q(_node_config(s, data[s], keys, None if state is None else state / s))}")
+                          f"--node-config {q(_node_config(s, data[s], keys, None if state is None else state / s, guard is not None))}")
             for i, s in enumerate(sites)]
     out.append(("analyst", f"fedtab run job.toml --engine flower --superlink {address} --root-certificates "
                            f"{q(str(keys.ca_cert))} --site-keys {q(str(keys.site_keys))}"))
@@ -203,6 +228,7 @@ def deploy_command(
                                 fed_learn_port=flare_port, admin_port=flare_port + 1)
         state = _state_folders(out / STATE_FOLDER, site)
         flare_sites = _flare_site_files(out / "flare" / "sites", site, paths)
+        pinned, guard = _fab_guard(out / GUARD_FOLDER)
         address = f"{(host or ['127.0.0.1'])[0]}:{port}"
         config = _write_flwr_config(out / "flwr", address, keys.ca_cert)
     except ValueError as exc:
@@ -218,11 +244,20 @@ def deploy_command(
         f"its SuperNode elsewhere copies ca.pem, site-keys.json, site-keys.json.sig and sites/<site>.key "
         f"there and changes {out} in its command to that folder (its state-dir: a folder of its own that outlives "
         f"runs; without one its DP budget and caps start afresh in every run).")
+    if guard is None:
+        say("Flower is not installed here: no FAB guard was written (pip install 'fedtab[flower]' and run "
+            "fedtab deploy again); the SuperNode commands below run any FAB the server submits.")
+    else:
+        say(f"Each SuperNode runs only fedtab's Flower app (FAB sha256 {pinned}, built from the fedtab installed here; "
+            f"the analyst must run the same version): {guard}/flwr-clientapp refuses any other FAB before installing "
+            "it. A site on another machine makes its own guard with python -c \"from fedtab.engines.flower_guard import "
+            f"write_fab_guard; write_fab_guard('/etc/fedtab/fab-guard', ['{pinned}'])\" and puts that folder first on "
+            "its SuperNode's PATH.")
     if bind == "0.0.0.0":
         say(f"The SuperLink listens on every interface: open TCP port {port} in the coordinator's firewall "
             "to the sites' and the analyst's addresses only.")
     for who, line in flower_commands(keys, site, address=address, bind=bind, data=paths, flwr_home=out / "flwr",
-                                     database=out / "superlink.db", state=state):
+                                     database=out / "superlink.db", state=state, guard=guard):
         say(f"# {who}:\n  {line}")
     _print_flare(site, project, flare_server, say, flare_sites)
 
