@@ -146,7 +146,6 @@ def test_a_guarded_supernode_refuses_a_hostile_fab_the_unguarded_one_runs(tmp_pa
     dep = LoopbackDeployment([], tmp_path / "dep", insecure=True, start_timeout=40)
     try:
         dep.start()
-        ids = {}
         for name, path_first in (("guarded", guard), ("open", None)):
             dep.add_supernode({"name": name, "marker": str(markers[name])}, name=name, fab_guard=path_first)
         result = dep.run({"min-sites": 2}, app=app, timeout=55)
