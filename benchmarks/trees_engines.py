@@ -108,7 +108,7 @@ def _nvflare_loopback(sites: list[dict[str, Any]], cfg: dict[str, str], workdir:
     from fedtab.engines.nvflare_remote import run_on_project
 
     t0 = time.perf_counter()
-    with LoopbackProject([s["name"] for s in sites], workdir / "project") as project:  # stops every process on exit
+    with LoopbackProject(sites, workdir / "project") as project:  # stops every process on exit
         started = time.perf_counter() - t0
         result = run_on_project(sites, cfg, project.admin_kit, workdir / "run", timeout=3600)
     return result, f"provisioned project, mutual TLS; project start {started:.0f} s not counted"

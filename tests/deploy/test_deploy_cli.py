@@ -47,7 +47,9 @@ def test_every_site_gets_a_state_folder_of_its_own(tmp_path):
         assert cfg["state-dir"] == str(folder) and folder.is_dir()
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700  # the site's ledger: its operator's only
         flare = next(l for l in res.output.splitlines() if f"(site {site}:) copy" in l)
-        assert '"state-dir": "fedtab-state"' in flare  # a FLARE site's own local/ config names one too
+        assert f"flare/sites/{site}/fedtab-site.json" in flare  # a FLARE site's own local/ config names one too
+        own = json.loads((out / "flare" / "sites" / site / "fedtab-site.json").read_text())
+        assert own["state-dir"] == "fedtab-state"
 
 
 def test_the_node_config_a_deploy_prints_builds_a_site_with_a_file_ledger(tmp_path):

@@ -88,8 +88,13 @@ def test_fedtab_deploy_writes_keys_and_flare_project_and_never_replaces_a_ca(tmp
     text = " ".join(res.output.split())
     for key in (f'identity-key="{out}/sites/site-1.key"', f'consortium-keys="{out}/site-keys.json"',
                 f'root-certificates="{out}/ca.pem"', f'data-path="{tmp_path}/b.csv"',
-                "site-2/local/fedtab-identity.json", "runs the python3 on PATH"):
+                "site-2/local/ (fedtab-site.json", "runs the python3 on PATH"):
         assert key in text, key
+    # each FLARE site's own file: its table, its default policy written out, its state folder and identity
+    own = json.loads((out / "flare" / "sites" / "site-2" / "fedtab-site.json").read_text())
+    assert own["data-path"] == f"{tmp_path}/b.csv" and own["state-dir"] == "fedtab-state"
+    assert own["identity-key"] == "site-2.key" and own["policy"]["min_rows"] == 10
+    assert own["policy"]["allow_server_row_sets"] is False
     # the real commands: a SuperLink reachable from the consortium (and the firewall said), a port per
     # SuperNode, and the flwr connection with an absolute CA path (Flower 1.42 refuses a relative one)
     assert "--host 0.0.0.0 --port 9093" in text and "open TCP port 9093" in text

@@ -55,7 +55,7 @@ def _env(argv: list[str], work: Path) -> tuple[list[str], dict[str, str]]:
            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONPATH": str(ROOT / "src")}
     while re.fullmatch(r"[A-Z_]+=.*", argv[0]):
         name, _, value = argv.pop(0).partition("=")
-        env[name] = value
+        env[name] = value.replace("$PATH", env["PATH"])  # as the shell expands PATH=<fab-guard>:$PATH
     prog = BIN / argv[0] if (BIN / argv[0]).exists() else shutil.which(argv[0])
     return [str(prog), *argv[1:]], env
 

@@ -18,8 +18,17 @@ Writes into ``OUT``:
 * ``state/<site>/`` — each site's state folder (mode 0700), the ``state-dir`` of its printed
   SuperNode command: its ledger (rounds, evaluations and releases per run, DP ε spent per
   period) outlives runs and restarts there; a FLARE site keeps its own in
-  ``local/fedtab-state`` (the ``state-dir`` of its ``local/fedtab-identity.json``);
+  ``local/fedtab-state`` (the ``state-dir`` of its ``local/fedtab-site.json``);
 * ``flare/project.yml`` — the NVIDIA FLARE project for ``nvflare provision``;
+* ``flare/sites/<site>/fedtab-site.json`` — each FLARE site's own configuration, for its kit's
+  ``local/`` folder: its table (``--data``), its disclosure policy (the defaults, written out for
+  the site to edit), its state folder and its identity files (names relative to ``local/``). A
+  FLARE job is written by whoever submits it: the site reads this file, and a job's policy
+  settings can only tighten it (:func:`fedtab.engines.site_config.own_over_job`);
+* ``fab-guard/`` — the SuperNodes' ``flwr-clientapp`` and ``fab-hashes.json``
+  (:mod:`fedtab.engines.flower_guard`): started with this folder first on ``PATH`` (as printed), a
+  SuperNode runs only the FAB of the fedtab installed here and refuses any other FAB a server
+  submits, before installing it; its node config sets ``require-fab-guard``;
 * ``flwr/config.toml`` — the Flower connection ``consortium`` (the SuperLink's address and
   the absolute path of ``ca.pem``) for the ``flwr`` commands (``FLWR_HOME=OUT/flwr``).
 
@@ -56,25 +65,61 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 STATE_FOLDER = "state"
 #: the state folder a FLARE site keeps in its own ``local/`` (:data:`fedtab.engines.nvflare.STATE_FOLDER`)
 FLARE_STATE_FOLDER = "fedtab-state"
+#: a FLARE site's own configuration file in its kit's ``local/`` (:data:`fedtab.engines.nvflare.SITE_FILE`)
+FLARE_SITE_FILE = "fedtab-site.json"
+#: the Flower SuperNodes' FAB guard under ``OUT`` (:func:`fedtab.engines.flower_guard.write_fab_guard`)
+GUARD_FOLDER = "fab-guard"
 _HOST = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 
 
-def _node_config(site: str, data: str, keys, state_dir: Path | None = None) -> str:  # noqa: ANN001 - ConsortiumKeys
+def _node_config(site: str, data: str, keys, state_dir: Path | None = None,  # noqa: ANN001 - ConsortiumKeys
+                 guarded: bool = False) -> str:
     """A SuperNode's ``--node-config``: its name, table, state folder and secure-aggregation identity
-    (absolute paths)."""
+    (absolute paths), and ``require-fab-guard`` when its command runs with the FAB guard."""
     state = {} if state_dir is None else {"state-dir": str(state_dir)}
-    cfg = {"name": site, "data-path": data, **state, **keys.identity_config(site)}
+    guard = {"require-fab-guard": "true"} if guarded else {}
+    cfg = {"name": site, "data-path": data, **state, **keys.identity_config(site), **guard}
     return " ".join(f"{k}={json.dumps(str(v))}" for k, v in cfg.items())
 
 
+def _flare_site_files(root: Path, sites: list[str], data: dict[str, str]) -> Path:
+    """``root/<site>/fedtab-site.json`` for every site (see the module docstring); returns ``root``."""
+    from ..privacy.policy import DisclosurePolicy
+
+    for s in sites:
+        (root / s).mkdir(parents=True, exist_ok=True)
+        own = {"data-path": data[s], "state-dir": FLARE_STATE_FOLDER, "identity-key": f"{s}.key",
+               "consortium-keys": "site-keys.json", "root-certificates": "ca.pem",
+               "policy": DisclosurePolicy().to_dict()}
+        (root / s / FLARE_SITE_FILE).write_text(json.dumps(own, indent=2) + "\n")
+    return root
+
+
+def _fab_guard(folder: Path) -> tuple[str | None, Path | None]:
+    """``(pinned FAB hash, guard folder)`` written by :func:`fedtab.engines.flower_guard.write_fab_guard`
+    for the fedtab installed here; ``(None, None)`` without Flower."""
+    try:
+        from ..engines.flower_guard import fedtab_fab_hash, write_fab_guard
+
+        pinned = fedtab_fab_hash()
+    except ImportError:
+        return None, None
+    return pinned, write_fab_guard(folder, [pinned])
+
+
 def flower_commands(keys, sites: list[str], *, address: str, bind: str, data: dict[str, str],  # noqa: ANN001
-                    flwr_home: Path, database: Path, state: Path | None = None) -> list[tuple[str, str]]:
+                    flwr_home: Path, database: Path, state: Path | None = None,
+                    guard: Path | None = None) -> list[tuple[str, str]]:
     """``[(who, command line)]`` of a Flower consortium, in order, with absolute paths.
 
     ``who`` is ``coordinator``, ``site <name>`` or ``analyst``; SuperNode ``i`` listens on the
     SuperLink's port + 1 + ``i`` (several SuperNodes on one trial machine need their own port).
-    With ``state`` (a folder), site ``s``'s node config sets ``state-dir`` = ``state/s``.
+    With ``state`` (a folder), site ``s``'s node config sets ``state-dir`` = ``state/s``. With
+    ``guard`` (a folder of :func:`fedtab.engines.flower_guard.write_fab_guard`), every SuperNode
+    starts with it first on its ``PATH`` (its ClientApps run only the pinned FAB) and its node
+    config sets ``require-fab-guard``.
     """
+    path = "" if guard is None else f"PATH={shlex.quote(str(guard))}:$PATH "
     port = int(address.rsplit(":", 1)[1])
     q = shlex.quote
     out = [("coordinator", f"flower-superlink --ssl-ca-certfile {q(str(keys.ca_cert))} --ssl-certfile "
@@ -82,9 +127,9 @@ def flower_commands(keys, sites: list[str], *, address: str, bind: str, data: di
                            f"--enable-supernode-auth --host {bind} --port {port} --database {q(str(database))}")]
     out += [("coordinator", f"FLWR_HOME={q(str(flwr_home))} flwr supernode register "
                             f"{q(str(keys.site_public[s]))} {CONNECTION} --format json") for s in sites]
-    out += [(f"site {s}", f"flower-supernode --superlink {address} --root-certificates {q(str(keys.ca_cert))} "
+    out += [(f"site {s}", f"{path}flower-supernode --superlink {address} --root-certificates {q(str(keys.ca_cert))} "
                           f"--auth-supernode-private-key {q(str(keys.site_private[s]))} --port {port + 1 + i} "
-                          f"--node-config {q(_node_config(s, data[s], keys, None if state is None else state / s))}")
+                          f"--node-config {q(_node_config(s, data[s], keys, None if state is None else state / s, guard is not None))}")
             for i, s in enumerate(sites)]
     out.append(("analyst", f"fedtab run job.toml --engine flower --superlink {address} --root-certificates "
                            f"{q(str(keys.ca_cert))} --site-keys {q(str(keys.site_keys))}"))
@@ -159,7 +204,7 @@ def deploy_command(
     port: Annotated[int, typer.Option("--port", min=1, max=65000, help="The SuperLink's port (SuperNode i "
                                                                        "listens on port + 1 + i).")] = 9093,
     data: Annotated[Optional[list[str]], typer.Option(
-        "--data", help="SITE=PATH: the table a site's SuperNode reads, for its printed command (repeatable; "
+        "--data", help="SITE=PATH: the table a site reads, for its printed SuperNode command and its FLARE fedtab-site.json (repeatable; "
                        "default /data/SITE.csv).")] = None,
     days: Annotated[int, typer.Option("--days", min=1, help="Validity of the certificates in days.")] = 365,
     flare_server: Annotated[str, typer.Option("--flare-server", help="FLARE server host name.")] = "localhost",
@@ -182,6 +227,8 @@ def deploy_command(
         project = write_project(out / "flare" / "project.yml", site, server=flare_server,
                                 fed_learn_port=flare_port, admin_port=flare_port + 1)
         state = _state_folders(out / STATE_FOLDER, site)
+        flare_sites = _flare_site_files(out / "flare" / "sites", site, paths)
+        pinned, guard = _fab_guard(out / GUARD_FOLDER)
         address = f"{(host or ['127.0.0.1'])[0]}:{port}"
         config = _write_flwr_config(out / "flwr", address, keys.ca_cert)
     except ValueError as exc:
@@ -197,16 +244,25 @@ def deploy_command(
         f"its SuperNode elsewhere copies ca.pem, site-keys.json, site-keys.json.sig and sites/<site>.key "
         f"there and changes {out} in its command to that folder (its state-dir: a folder of its own that outlives "
         f"runs; without one its DP budget and caps start afresh in every run).")
+    if guard is None:
+        say("Flower is not installed here: no FAB guard was written (pip install 'fedtab[flower]' and run "
+            "fedtab deploy again); the SuperNode commands below run any FAB the server submits.")
+    else:
+        say(f"Each SuperNode runs only fedtab's Flower app (FAB sha256 {pinned}, built from the fedtab installed here; "
+            f"the analyst must run the same version): {guard}/flwr-clientapp refuses any other FAB before installing "
+            "it. A site on another machine makes its own guard with python -c \"from fedtab.engines.flower_guard import "
+            f"write_fab_guard; write_fab_guard('/etc/fedtab/fab-guard', ['{pinned}'])\" and puts that folder first on "
+            "its SuperNode's PATH.")
     if bind == "0.0.0.0":
         say(f"The SuperLink listens on every interface: open TCP port {port} in the coordinator's firewall "
             "to the sites' and the analyst's addresses only.")
     for who, line in flower_commands(keys, site, address=address, bind=bind, data=paths, flwr_home=out / "flwr",
-                                     database=out / "superlink.db", state=state):
+                                     database=out / "superlink.db", state=state, guard=guard):
         say(f"# {who}:\n  {line}")
-    _print_flare(site, project, flare_server, say)
+    _print_flare(site, project, flare_server, say, flare_sites)
 
 
-def _print_flare(site: list[str], project: Path, flare_server: str, say) -> None:  # noqa: ANN001
+def _print_flare(site: list[str], project: Path, flare_server: str, say, sites: Path) -> None:  # noqa: ANN001
     say("\nNVIDIA FLARE (docs/deployment.md); the kits' start.sh runs the python3 on PATH, which must have "
         "fedtab[nvflare] installed:")
     ws = project.parent / "workspace"
@@ -214,11 +270,10 @@ def _print_flare(site: list[str], project: Path, flare_server: str, say) -> None
     for line in [f"nvflare provision -p {project} -w {ws}",
                  f"(every participant:) python -c \"from fedtab.engines.nvflare import allow_fedtab_components as a; "
                  f"a('{kits}/<participant>')\"",
-                 *(f"(site {s}:) copy ca.pem, site-keys.json, site-keys.json.sig and sites/{s}.key into "
-                   f"{kits}/{s}/local/ and write {kits}/{s}/local/fedtab-identity.json: "
-                   f"{{\"identity-key\": \"{s}.key\", \"consortium-keys\": \"site-keys.json\", "
-                   f"\"root-certificates\": \"ca.pem\", \"state-dir\": \"{FLARE_STATE_FOLDER}\"}} (state-dir: the "
-                   f"site's ledger, kept across jobs)" for s in site),
+                 *(f"(site {s}:) copy {sites}/{s}/{FLARE_SITE_FILE}, ca.pem, site-keys.json, site-keys.json.sig and "
+                   f"sites/{s}.key into {kits}/{s}/local/ ({FLARE_SITE_FILE}: the site's own table, disclosure policy, "
+                   f"state folder and identity; edit its data-path and policy there: a job can only tighten them)"
+                   for s in site),
                  f"{kits}/{flare_server}/startup/start.sh",
                  *(f"(site {s}:) {kits}/{s}/startup/start.sh" for s in site),
                  f"fedtab run job.toml --engine nvflare --flare-project {kits}/admin@fedtab.org"]:

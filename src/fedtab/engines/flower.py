@@ -144,6 +144,23 @@ def _store_state(site, context: Context) -> None:
     context.state[_STATE_HEADER] = records[_STATE_HEADER]
 
 
+def _check_fab_guard(node_config: Mapping[str, Any]) -> None:
+    """Refuse to answer when the node config sets ``require-fab-guard`` and this process was not
+    started by the site's FAB guard (:mod:`fedtab.engines.flower_guard`: a SuperNode started
+    without the guard's folder first on its ``PATH``). This runs only when the FAB's ClientApp is
+    fedtab's; a FAB that replaces it is stopped by the guard alone.
+
+    Raises:
+        RuntimeError: the guard was required and did not run.
+    """
+    from .flower_guard import CHECKED_ENV
+
+    required = str(node_config.get("require-fab-guard", node_config.get("require_fab_guard", ""))).strip().lower()
+    if required in ("true", "1", "yes") and not os.environ.get(CHECKED_ENV):
+        raise RuntimeError("this site requires its FAB guard (require-fab-guard), which did not check this run's FAB: "
+                           "start the SuperNode with the guard's folder first on PATH (fedtab deploy prints it)")
+
+
 def _process_started() -> float:
     """Epoch seconds at which this process started (Linux ``/proc``; ``nan`` elsewhere)."""
     try:
@@ -168,6 +185,7 @@ def handle_message(message: FlwrMessage, context: Context) -> FlwrMessage:
     timing = {"fedtab_import": _IMPORT_SECONDS, "before_fedtab": _IMPORT_STARTED - _process_started(),
               "flower_until_handler": max(0.0, entered - _IMPORT_STARTED - _IMPORT_SECONDS)}
     try:
+        _check_fab_guard(context.node_config)
         request = from_records(message.content)
         site = _site_for(context)
         timing["restore"] = time.time() - entered

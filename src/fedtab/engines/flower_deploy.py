@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -154,9 +155,12 @@ class LoopbackDeployment(ProcessOwner):
         """Every process of this deployment inherits its ``FLWR_HOME`` (see :meth:`stop`)."""
         return f"FLWR_HOME={self.home}"
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, argv: list[str], path_first: str | Path | None = None) -> subprocess.Popen:
         # setsid: own process group, killed as a whole
-        return self._spawn_logged(argv, self.workdir / f"{name}.log", env=self.env, cwd=self.workdir)
+        env = self.env
+        if path_first is not None:  # e.g. a site's FAB guard (fedtab.engines.flower_guard)
+            env["PATH"] = f"{Path(path_first).resolve()}{os.pathsep}{env['PATH']}"
+        return self._spawn_logged(argv, self.workdir / f"{name}.log", env=env, cwd=self.workdir)
 
     def start(self) -> "LoopbackDeployment":
         """Start the SuperLink, register the sites' keys, start the SuperNodes; write
@@ -222,12 +226,15 @@ class LoopbackDeployment(ProcessOwner):
 
     def add_supernode(self, node_config: Mapping[str, Any], *, private_key: str | Path | None = None,
                       root_certificates: str | Path | None = None, name: str | None = None,
-                      deadline: float | None = None, wait: bool = True) -> subprocess.Popen:
+                      deadline: float | None = None, wait: bool = True,
+                      fab_guard: str | Path | None = None) -> subprocess.Popen:
         """Start one more SuperNode (stopped with the deployment); returns its process.
 
         ``root_certificates`` defaults to the consortium's CA (unless insecure);
         ``private_key`` is the OpenSSH EC key it authenticates with. With ``wait``, waits
         until its Runtime API listens (which does not mean the SuperLink accepted it).
+        ``fab_guard``: a folder of :func:`fedtab.engines.flower_guard.write_fab_guard`, put first
+        on the SuperNode's ``PATH`` (and its SuperExec's): its ClientApps run only pinned FABs.
         """
         name = name or f"supernode-extra{len(self._procs)}"
         if root_certificates is None and not self.insecure:
@@ -236,12 +243,13 @@ class LoopbackDeployment(ProcessOwner):
         isolation = ["--isolation", "process"] if self.isolation == "process" else []
         proc = self._spawn(name, [str(self.bin_dir / "flower-supernode"), *isolation,
                                   *supernode_args(f"127.0.0.1:{self.port}", node_config, node_port,
-                                                  root_certificates=root_certificates, private_key=private_key)])
+                                                  root_certificates=root_certificates, private_key=private_key)],
+                           path_first=fab_guard)
         if wait or isolation:
             _wait_port(node_port, deadline or time.monotonic() + self.start_timeout, proc, self.workdir / f"{name}.log")
         if isolation:  # the ClientApps' executor, long-running, talking to the SuperNode's Runtime API
             self._spawn(f"{name}-superexec", [str(self.bin_dir / "flower-superexec"), "--insecure",
-                                              "--runtime-api-address", f"127.0.0.1:{node_port}"])
+                                              "--runtime-api-address", f"127.0.0.1:{node_port}"], path_first=fab_guard)
         return proc
 
     def _stragglers(self) -> set[int]:

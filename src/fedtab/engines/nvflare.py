@@ -9,10 +9,12 @@ import this module.
   and waits for all of them. It writes the JSON summary to ``fedtab_result.json`` in
   the server's run directory and, if given, to ``result_path``.
 * :class:`FedtabExecutor` builds the client's :class:`~fedtab.federation.site.core.Site` from
-  its job arguments (keys of :mod:`fedtab.engines.site_config`; the site name is the
-  FLARE client name) and answers with :meth:`Site.handle`. Its secure-aggregation
-  identity comes from the site's own ``local/fedtab-identity.json`` (:data:`IDENTITY_FILE`),
-  never from the job, which the server side writes. Per-site state survives
+  the site's own configuration, ``local/fedtab-site.json`` (:data:`SITE_FILE`: its data files,
+  disclosure policy, state folder, identity) over its job arguments (keys of
+  :mod:`fedtab.engines.site_config`; the site name is the FLARE client name): the job is written
+  by the server's side, so its keys fill in only what the site's file leaves out and its policy
+  settings can only tighten the site's. Its secure-aggregation identity comes from ``local/``
+  too (:data:`SITE_FILE` or :data:`IDENTITY_FILE`), never from the job. Per-site state survives
   between tasks even when FLARE rebuilds the executor: the live site is kept per
   process and job, and its state is also written to the client's run directory after
   every task (arrays + JSON, see :mod:`fedtab.engines.site_state`).
@@ -43,10 +45,11 @@ from nvflare.apis.signal import Signal
 from fedtab.federation.protocol.messages import Message, MessageError
 from ..federation.protocol import Federation, FederationError, Traffic
 from .errors import RunError
-from .site_config import IDENTITY_KEYS, build_site, site_config
+from .site_config import IDENTITY_KEYS, build_site, own_over_job, site_config
 from .site_state import SiteCache, decode_state, encode_state
 
-__all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "FlareFederation", "RowSplit",
+__all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "FlareFederation", "RowSplit", "SITE_FILE",
+           "local_site_config", "write_site_files",
            "SimulatorError", "STATE_FOLDER", "build_job", "flare_run_id", "provision_identities", "run_simulator", "site_state_dir"]
 
 TASK_NAME = "fedtab"
@@ -57,6 +60,12 @@ ERROR_FILE = "fedtab_error.txt"
 _STATE_FILE = "fedtab_site_state.bin"
 #: a FLARE site's default state folder (its ledger), in its own ``local/`` folder, which outlives jobs
 STATE_FOLDER = "fedtab-state"
+#: the site's own configuration, in its own ``local/`` folder (a FLARE job is written by the server's
+#: side): a JSON object of site-config keys (:mod:`fedtab.engines.site_config`: ``data-path``,
+#: ``test-path``, ``state-dir``, ``policy``, ``min-rows``, the identity keys, and any other key the
+#: site pins), or ``{site: {...}}`` for several sites. Its keys win over the job's; the job's
+#: policy can only tighten its policy (:func:`fedtab.engines.site_config.own_over_job`).
+SITE_FILE = "fedtab-site.json"
 #: the site's secure-aggregation identity, in its own ``local/`` folder (not the job's):
 #: ``{"identity-key": ..., "consortium-keys": ..., "root-certificates": ...}`` (site-config
 #: keys, see :mod:`fedtab.engines.site_config`; relative paths are files in ``local/``), or
@@ -266,11 +275,21 @@ class FedtabExecutor(Executor):
         split: the random split when there is no ``test_path`` (``test_size``, ``seed``) and the
             site's ``folds``: a :class:`RowSplit`; ``None``: its defaults (0.2, 0, 5).
         na_values: strings read as missing (see :func:`~fedtab.engines.site_config.parse_na_values`).
-        min_rows, policy: the site's disclosure floor and policy (see :mod:`fedtab.engines.site_config`).
+        min_rows, policy: settings that may only *tighten* the site's own disclosure policy (see
+            below); a job asking for less (a lower ``min_rows``, ``allow_server_row_sets``, a
+            require flag off) changes nothing at the site, and the site logs what it ignored.
         state_dir: ignored (a warning says so when set): the job is written by the server's side,
             which must not choose where a site keeps its ledger (a fresh folder per job would reset
             its ε budget). The site's state folder is the ``state-dir`` of its own ``local/``
-            :data:`IDENTITY_FILE`, by default ``local/``:data:`STATE_FOLDER` in its workspace.
+            :data:`SITE_FILE` (or :data:`IDENTITY_FILE`), by default ``local/``:data:`STATE_FOLDER`.
+
+    Every argument is what the *job* says, and the job is written by whoever submits it. The site's
+    own configuration is its ``local/`` :data:`SITE_FILE` (:func:`local_site_config`): each key it sets
+    wins over the job's (``data-path``, ``test-path``, identity, any key it pins), and its policy
+    (``policy`` + ``min-rows``; the defaults of :class:`~fedtab.privacy.policy.DisclosurePolicy`
+    without one) is the floor a job's settings can only raise
+    (:func:`~fedtab.engines.site_config.own_over_job`). A key the site's file does not set is taken
+    from the job (a site without the file reads the table the job names).
 
     The site answers each task with ``Site.run_id`` = ``"flare:<job id>"``: the ledger's per-run
     caps count per FLARE job; its ε budget composes over the jobs of the period.
@@ -292,27 +311,38 @@ class FedtabExecutor(Executor):
     def _site(self, fl_ctx: FLContext):
         name = fl_ctx.get_identity_name()
         job_id = fl_ctx.get_job_id()
-        split = self.split or RowSplit()
-        config = {"name": name, "data_path": self.data_path, "target": self.target, "test_path": self.test_path,
-                  "selector": self.selector, "test_size": split.test_size, "seed": split.seed,
-                  "na_values": self.na_values, "min_rows": self.min_rows, "policy": self.policy, "folds": split.folds}
-        site, fresh = _SITES.get((job_id, name), lambda: build_site({**config, **self._own_config(fl_ctx, name)}))
+        site, fresh = _SITES.get((job_id, name), lambda: build_site(self._config(fl_ctx, name)))
         state_file = self._state_file(fl_ctx)
         if fresh and state_file.is_file():
             site.state = decode_state(Message.from_bytes(state_file.read_bytes()))
         site.run_id = flare_run_id(job_id)
         return site, state_file
 
-    def _own_config(self, fl_ctx: FLContext, name: str) -> dict[str, Any]:
-        """The site's own settings from its ``local/`` folder: identity and state folder."""
-        own = _local_identity(fl_ctx, name)
+    def _job_config(self, name: str) -> dict[str, Any]:
+        """What the job (written by the server's side) says of this site, as a site config."""
+        split = self.split or RowSplit()
+        return {"name": name, "data_path": self.data_path, "target": self.target, "test_path": self.test_path,
+                "selector": self.selector, "test_size": split.test_size, "seed": split.seed,
+                "na_values": self.na_values, "min_rows": self.min_rows, "policy": self.policy, "folds": split.folds}
+
+    def _config(self, fl_ctx: FLContext, name: str) -> dict[str, Any]:
+        """The site's config: its own (``local/`` :data:`SITE_FILE`, :data:`IDENTITY_FILE`) over the
+        job's (:func:`~fedtab.engines.site_config.own_over_job`: the job may only tighten the policy),
+        its state folder always its own; what of the job's was ignored is logged, naming it."""
         local_dir = Path(fl_ctx.get_engine().get_workspace().get_site_config_dir())
+        own = local_site_config(local_dir, name)
         own["state_dir"] = str(site_state_dir(own, local_dir))
-        own.pop("state-dir", None)
+        job = self._job_config(name)
         if self.state_dir not in (None, "") and str(self.state_dir) != own["state_dir"]:
             log.warning("site %r: the job's state_dir %r is ignored; the site keeps its ledger in %s (its own "
                         "local/ configuration)", name, self.state_dir, own["state_dir"])
-        return own
+        config, ignored = own_over_job(own, job)
+        config["name"] = name
+        if ignored:
+            log.warning("site %r: the job's %s ignored: the site's own configuration (local/%s) is stricter or "
+                        "sets it (a job may only tighten a site's policy)", name,
+                        ", ".join(ignored) + (" is" if len(ignored) == 1 else " are"), SITE_FILE)
+        return config
 
     @staticmethod
     def _state_file(fl_ctx: FLContext) -> Path:
@@ -355,22 +385,44 @@ def site_state_dir(own: Mapping[str, Any], local_dir: str | Path) -> Path:
     return Path(local_dir, str(value)) if value not in (None, "") else Path(local_dir, STATE_FOLDER)
 
 
-def _local_identity(fl_ctx: FLContext, name: str) -> dict[str, Any]:
-    """The site's own config keys (identity, ``state-dir``) from its ``local/`` :data:`IDENTITY_FILE`
-    (``{}`` if none)."""
-    path = Path(fl_ctx.get_engine().get_workspace().get_site_config_dir(), IDENTITY_FILE)
-    if not path.is_file():
-        return {}
-    try:
-        doc = json.loads(path.read_text())
-    except ValueError as exc:
-        raise ValueError(f"{path}: not valid JSON: {exc}") from None
-    entry = doc.get(name, doc) if isinstance(doc, dict) else None
-    if not isinstance(entry, dict):
-        raise ValueError(f"{path}: must be a JSON object of site-config keys")
-    # relative paths name files in the site's local/ folder
-    return {k: str(path.parent / str(v)) for k, v in entry.items()
-            if site_config({k: v}).keys() <= {*IDENTITY_KEYS, "state_dir"} and v not in (None, "")}
+def local_site_config(local_dir: str | Path, name: str) -> dict[str, Any]:
+    """A FLARE site's own config keys (normalised) from its ``local/`` folder: :data:`IDENTITY_FILE`,
+    then :data:`SITE_FILE` (which wins); ``{}`` without either. Each file is a JSON object of
+    site-config keys, or ``{site: {...}}`` for several sites (the simulator's shared ``local/``);
+    relative paths (the data files, the state folder, the identity files) are in ``local_dir``.
+
+    Raises:
+        ValueError: a file that is not valid JSON, not an object of site-config keys for ``name``,
+            or (:data:`IDENTITY_FILE`) sets a key besides the identity and ``state-dir``.
+    """
+    out: dict[str, Any] = {}
+    for file, allowed in ((IDENTITY_FILE, {*IDENTITY_KEYS, "state_dir"}), (SITE_FILE, None)):
+        path = Path(local_dir, file)
+        if not path.is_file():
+            continue
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError as exc:
+            raise ValueError(f"{path}: not valid JSON: {exc}") from None
+        entry = doc.get(name, doc) if isinstance(doc, dict) else None
+        if isinstance(doc, dict) and name not in doc and any(
+                isinstance(v, dict) and site_config({k: v}).keys().isdisjoint(_OBJECT_KEYS) for k, v in doc.items()):
+            entry = {}  # a file for several sites that does not name this one
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path}: must be a JSON object of site-config keys")
+        entry = site_config(entry)
+        if allowed is not None and not set(entry) <= allowed:
+            raise ValueError(f"{path}: sets {sorted(set(entry) - allowed)}; only the identity keys and state-dir "
+                             f"belong there (the rest goes into {SITE_FILE})")
+        out.update({k: (str(path.parent / str(v)) if k in _PATH_KEYS else v) for k, v in entry.items()
+                    if v not in (None, "")})
+    return out
+
+
+#: site-config keys whose value may be a JSON object (any other object value in a site file is a site's entry)
+_OBJECT_KEYS = frozenset({"policy", "selector", "label_map"})
+#: site-config keys that name a file or folder (relative ones are in the site's ``local/``)
+_PATH_KEYS = frozenset({"data_path", "test_path", "state_dir", *IDENTITY_KEYS})
 
 
 # ----------------------------------------------------------------------------- jobs
@@ -464,6 +516,30 @@ def provision_identities(site_root: str | Path, sites: Sequence[str], keys_folde
     return path
 
 
+def write_site_files(site_root: str | Path, sites: Sequence[Mapping[str, Any]]) -> Path:
+    """Write ``site_root/local/`` :data:`SITE_FILE` with each site's own keys (the simulator copies
+    ``local/`` into every simulated site; a provisioned kit's ``local/`` holds one site's): its
+    files, ``policy`` and ``min-rows`` from ``sites`` (site configs). Their owner writes the job too,
+    so there the two agree; the file is what the sites read (a job can only tighten it). Returns
+    the file."""
+    own = {}
+    for site in sites:
+        cfg = site_config(site)
+        entry = {k.replace("_", "-"): cfg[k] for k in ("data_path", "test_path", "min_rows") if cfg.get(k) not in (None, "")}
+        if cfg.get("policy") not in (None, ""):
+            policy = cfg["policy"]
+            entry["policy"] = policy.to_dict() if hasattr(policy, "to_dict") else (
+                json.loads(policy) if isinstance(policy, str) else dict(policy))
+        for key in ("data-path", "test-path"):
+            if key in entry:
+                entry[key] = str(Path(str(entry[key])).expanduser().resolve())
+        own[str(cfg["name"])] = entry
+    path = Path(site_root, "local", SITE_FILE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(own, indent=2))
+    return path
+
+
 def run_simulator(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None, workspace: str | Path, *,
                   threads: int | None = None, log_config: str | None = "concise", **job_kwargs: Any) -> dict[str, Any]:
     """Build the job, run it in FLARE's simulator and return the workflow's summary.
@@ -479,6 +555,7 @@ def run_simulator(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] 
     job = build_job(sites, config, result_path=str(result_path), **job_kwargs)
     allow_fedtab_components(workspace / "sim")
     provision_identities(workspace / "sim", [str(s["name"]) for s in sites], workspace / "identities")
+    write_site_files(workspace / "sim", sites)
     rc = job.simulator_run(str(workspace / "sim"), threads=threads or len(sites), log_config=log_config)
     if rc not in (0, None):
         raise SimulatorError(f"FLARE simulator returned {rc}; logs under {workspace / 'sim'}")

@@ -5,7 +5,7 @@ consortium runs FLARE in production mode: the ``project.yml`` that ``fedtab depl
 writes (:mod:`fedtab.deploy.flare_project`, server ``localhost``, free ports), FLARE's own
 provisioner (``nvflare provision``: a startup kit per participant with certificates of the
 project's root CA), each participant's ``local/resources.json`` allowing fedtab's
-components, then the server's and every client's own startup script
+components and, for sites given by their config, the site's own ``local/fedtab-site.json``, then the server's and every client's own startup script
 (``startup/sub_start.sh --once``: the provisioned command without the restart loop). The
 project admin's kit (:attr:`LoopbackProject.admin_kit`) submits jobs
 (:func:`fedtab.engines.nvflare_remote.run_on_project`).
@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from .errors import RunError
 from .processes import ProcessOwner
@@ -42,7 +42,12 @@ class LoopbackProject(ProcessOwner):
     """A provisioned FLARE project (server ``localhost`` + one client per site) running on 127.0.0.1.
 
     Args:
-        sites: the client names (= fedtab site names).
+        sites: the client names (= fedtab site names), or site configs (``name`` and the site's own
+            keys: ``data-path``, ``test-path``, ``policy``, ``min-rows``), which are written into each
+            site's kit as its ``local/fedtab-site.json``
+            (:func:`fedtab.engines.nvflare.write_site_files`), as a real site keeps its own; a
+            site given by name only has none (it reads the table the job names, under the
+            default policy tightened by the job's).
         workdir: folder for ``project.yml``, the provisioned kits, logs (created; an
             earlier project there is replaced).
         start_timeout: seconds for provisioning, and again for the server and clients
@@ -54,10 +59,11 @@ class LoopbackProject(ProcessOwner):
         kits: ``{participant: kit folder}`` (server ``localhost``, then the sites).
     """
 
-    def __init__(self, sites: Sequence[str], workdir: str | Path, *, start_timeout: float = 180.0,
-                 bin_dir: str | Path | None = None) -> None:
+    def __init__(self, sites: Sequence[str | Mapping[str, Any]], workdir: str | Path, *,
+                 start_timeout: float = 180.0, bin_dir: str | Path | None = None) -> None:
         super().__init__()
-        self.sites = [str(s) for s in sites]
+        self.sites = [str(s["name"]) if isinstance(s, Mapping) else str(s) for s in sites]
+        self.site_configs = {str(s["name"]): s for s in sites if isinstance(s, Mapping)}
         self.workdir = Path(workdir).resolve()
         self.start_timeout = start_timeout
         self.bin_dir = Path(bin_dir) if bin_dir is not None else Path(sys.executable).parent
@@ -85,7 +91,7 @@ class LoopbackProject(ProcessOwner):
         """
         from ..deploy.flare_project import write_project
         from .flower_deploy import free_port
-        from .nvflare import allow_fedtab_components
+        from .nvflare import allow_fedtab_components, write_site_files
 
         shutil.rmtree(self.workdir / "ws", ignore_errors=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -106,6 +112,8 @@ class LoopbackProject(ProcessOwner):
         self.kits = {name: prod / name for name in ["localhost", *self.sites]}
         for kit in self.kits.values():
             allow_fedtab_components(kit)
+        for name, config in self.site_configs.items():
+            write_site_files(self.kits[name], [config])
         self.admin_kit = prod / "admin@fedtab.org"
         return prod
 

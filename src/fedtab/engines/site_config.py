@@ -70,9 +70,10 @@ from fedtab.federation.site.core import Site, site_ledger
 if TYPE_CHECKING:  # pandas when a table is read (not for a step answered from the site's state)
     import pandas as pd
 
-__all__ = ["FixedSplitSite", "IDENTITY_KEYS", "JOB_SITE_KEYS", "NVFLARE_LASSO", "SELECTOR_ALIASES", "build_lazy_site",
-           "build_site", "parse_na_values", "parse_selector", "site_config", "site_identity", "site_policy",
-           "warn_without_state_dir", "with_job_settings"]
+__all__ = ["FixedSplitSite", "IDENTITY_KEYS", "JOB_SITE_KEYS", "NVFLARE_LASSO", "POLICY_STRICTER", "SELECTOR_ALIASES",
+           "SITE_OWNED_KEYS", "build_lazy_site", "build_site", "own_over_job", "parse_na_values", "parse_selector",
+           "site_config", "site_identity", "site_policy", "stricter_policy", "warn_without_state_dir",
+           "with_job_settings"]
 
 #: FLARE 2.9's ``FeatureElectionExecutor(fs_method="lasso")``: ``Lasso(alpha=0.01)`` regression
 #: on standardised X with the class labels as a continuous target, kept where ``|coef| > 1e-6``.
@@ -384,3 +385,97 @@ def site_policy(config: Mapping[str, Any]) -> DisclosurePolicy:
             raise ValueError(f"site config: min-rows must be an integer, got {config['min_rows']!r}") from None
         policy = replace(policy, min_rows=min_rows)
     return policy
+
+
+# ----------------------------------------------------------------------------- the site's own config over a job's
+#: how a job's value of each :class:`~fedtab.privacy.policy.DisclosurePolicy` setting may move the
+#: site's own: ``"max"`` (a larger value is stricter: floors, require flags), ``"min"`` (a smaller
+#: value is stricter: caps, budgets, ``allow_*`` flags) or ``"site"`` (the site's value always: the
+#: ledger's period, whose change could shift the period a budget is spent in). Every setting is
+#: listed (a test checks it), so a new one cannot silently take the job's value.
+POLICY_STRICTER: dict[str, str] = {
+    "min_rows": "max", "min_peers": "max", "require_secure_aggregation": "max", "require_dp": "max",
+    "max_rounds": "min", "max_local_epochs": "min", "max_evaluations": "min", "max_param": "min",
+    "allow_server_selector": "min", "max_score_bins": "min", "max_releases_per_part": "min",
+    "max_model_abs": "min", "max_epsilon_per_release": "min", "epsilon_budget": "min", "delta": "min",
+    "max_work": "min", "max_size": "min", "allow_server_row_sets": "min", "max_split_thresholds": "min",
+    "max_models_per_request": "min", "period_days": "site",
+}
+
+
+def stricter_policy(own: DisclosurePolicy, job: Mapping[str, Any]) -> tuple[DisclosurePolicy, list[str]]:
+    """The site's own policy ``own`` tightened by the settings a job names (``job``: ``{setting:
+    value}``, hyphens allowed; settings it does not name stay the site's), and the settings where
+    the job asked for less than ``own`` (ignored: a job may only tighten, :data:`POLICY_STRICTER`).
+
+    Raises:
+        ValueError: an unknown setting or an invalid value in ``job`` (as ``DisclosurePolicy``).
+        KeyError: a policy setting :data:`POLICY_STRICTER` does not list (a programming error).
+    """
+    named = {str(k).replace("-", "_"): v for k, v in job.items()}
+    asked = DisclosurePolicy.from_dict({**own.to_dict(), **named})  # checks the job's values
+    merged = own.to_dict()
+    relaxed: list[str] = []
+    for name in sorted(named):
+        mine, theirs = merged[name], getattr(asked, name)
+        rule = POLICY_STRICTER[name]
+        value = mine if rule == "site" else max(mine, theirs) if rule == "max" else min(mine, theirs)
+        if theirs != mine and value == mine:
+            relaxed.append(name)
+        merged[name] = value
+    return DisclosurePolicy(**merged), relaxed
+
+
+def _policy_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The policy settings a (normalised) site config names: its ``policy`` object and ``min-rows``.
+
+    Raises:
+        ValueError: a policy that is not a JSON object or a policy, or a non-integer ``min-rows``.
+    """
+    value = cfg.get("policy")
+    if isinstance(value, DisclosurePolicy):
+        named = value.to_dict()
+    elif value in (None, ""):
+        named = {}
+    else:
+        named = _decoded(value, "disclosure policy")
+        if not isinstance(named, Mapping):
+            raise ValueError(f"disclosure policy must be a JSON object, got {type(named).__name__}")
+        named = dict(named)
+    if cfg.get("min_rows") not in (None, ""):
+        named["min_rows"] = site_policy({"min_rows": cfg["min_rows"]}).min_rows
+    return named
+
+
+#: (normalised) site-config keys that belong to the site alone on an engine whose job the server
+#: writes (NVIDIA FLARE): which files it reads, where it keeps its ledger, its identity. A job's
+#: value is ignored when the site's own config sets the key.
+SITE_OWNED_KEYS = ("data_path", "test_path", "state_dir", *IDENTITY_KEYS)
+_POLICY_KEYS = ("policy", "min_rows")
+
+
+def own_over_job(own: Mapping[str, Any], job: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A site config from the site's ``own`` config and a ``job``'s (both flat site configs, see the
+    module docstring), and what of the job's was ignored (``"data-path"``, ``"policy.min_rows"`` ...).
+
+    * every key the site's own config sets wins over the job's (its files, its state folder, its
+      identity, its label column or selector when it pins them);
+    * the disclosure policy is the site's own (``policy`` + ``min-rows``; the defaults of
+      :class:`~fedtab.privacy.policy.DisclosurePolicy` when it sets none) tightened by the job's:
+      :func:`stricter_policy` — a job may raise ``min_rows`` or set ``require_dp``, never lower,
+      unset or allow anything;
+    * a key only the job sets is taken from it, so a site without a config of its own still runs
+      (the file named by the job, the default policy as its floor).
+
+    Raises:
+        ValueError: an invalid policy or ``min-rows`` on either side.
+    """
+    mine, theirs = site_config(own), site_config(job)
+    out = {k: v for k, v in theirs.items() if k not in _POLICY_KEYS and v not in (None, "")}
+    ignored = sorted(k.replace("_", "-") for k, v in theirs.items()
+                     if k not in _POLICY_KEYS and mine.get(k) not in (None, "") and v not in (None, "")
+                     and str(v) != str(mine[k]))
+    out.update({k: v for k, v in mine.items() if k not in _POLICY_KEYS and v not in (None, "")})
+    policy, relaxed = stricter_policy(site_policy(mine), _policy_settings(theirs))
+    out["policy"] = policy.to_dict()
+    return out, ignored + [f"policy.{name}" for name in relaxed]

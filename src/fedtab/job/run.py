@@ -363,7 +363,7 @@ def _run_flare(target: EngineTarget, configs: list[dict[str, Any]], plan: dict[s
             from ..engines.nvflare_deploy import LoopbackProject
 
             progress("provisioning and starting a FLARE server and one client per site on 127.0.0.1")
-            with LoopbackProject([c["name"] for c in configs], workdir / "flare_project") as project:
+            with LoopbackProject(configs, workdir / "flare_project") as project:  # each kit's local/ its site's own
                 progress("submitting the job to the FLARE project")
                 raw = run_on_project(configs, flare_config, project.admin_kit, workdir / "nvflare", timeout=timeout,
                                      progress=progress)
