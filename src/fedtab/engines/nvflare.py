@@ -3,8 +3,8 @@
 Needs the ``nvflare`` extra (``pip install fedtab[nvflare]``); ``import fedtab`` does not
 import this module.
 
-* :class:`FedtabController` runs the job of its ``config["job"]`` (the plan, see
-  :func:`fedtab.job.workflow.engine_workflow`) on a :class:`FlareFederation`, whose
+* :class:`FedtabController` runs the server app its ``config`` names (``server-app``, written by
+  the job's side: :func:`fedtab.job.apps.engine_config`) on a :class:`FlareFederation`, whose
   :meth:`~FlareFederation.ask` sends each request as a FLARE task to the named clients
   and waits for all of them. It writes the JSON summary to ``fedtab_result.json`` in
   the server's run directory and, if given, to ``result_path``.
@@ -152,11 +152,14 @@ class FlareFederation(Federation):
 
 
 class FedtabController(Controller):
-    """Runs a fedtab job on the job's clients (:func:`fedtab.job.workflow.engine_workflow`).
+    """Runs the server app its ``config`` names on the job's clients (:mod:`fedtab.engines.server_apps`).
 
     Args:
-        config: ``{"job": plan}``, the job plan (:meth:`fedtab.job.spec.JobSpec.plan`) as JSON
-            text (the mapping itself may be JSON text too).
+        config: the run configuration (the mapping, or it as JSON text): ``server-app``, the
+            ``"module:function"`` of the server app, and what the app reads — for a fedtab job
+            ``{"job": plan, "server-app": ...}`` as :func:`fedtab.job.apps.engine_config` writes it
+            (the plan, :meth:`fedtab.job.spec.JobSpec.plan`, as JSON text). The app's progress
+            lines go to the server's log and FLARE's ``show_stats``.
         min_sites: clients that must be connected before the workflow starts.
         timeout: seconds per request round.
         result_path: also write the JSON summary there.
@@ -203,19 +206,10 @@ class FedtabController(Controller):
         if len(fed.sites) < self.min_sites:
             raise FederationError(f"{len(fed.sites)} FLARE client(s) connected, {self.min_sites} needed")
         try:
-            from ..job.spec import JobError, spec_from_plan
-            from ..job.workflow import engine_workflow
-            from .progress import ProgressLog
+            from .server_apps import SERVER_APP_KEY, load_server_app
 
-            try:
-                spec = spec_from_plan(cfg.get("job") or "")
-            except JobError:
-                spec = None  # engine_workflow reports the bad plan
-            progress = ProgressLog(spec, emit=lambda line: (self.progress_lines.append(line),
-                                                            self.log_info(fl_ctx, line)))
-            fed.on_exchange = progress.exchange
-            progress.estimate(len(fed.sites))
-            result = dict(engine_workflow(fed, cfg, progress=progress.step))
+            app = load_server_app(cfg.get(SERVER_APP_KEY))  # named by the job's side, never by this engine
+            result = dict(app(fed, cfg, lambda line: (self.progress_lines.append(line), self.log_info(fl_ctx, line))))
         except Exception as exc:  # the job fails; its workspace tells an admin who downloads it why
             run_dir = engine.get_workspace().get_run_dir(fl_ctx.get_job_id())
             Path(run_dir, ERROR_FILE).write_text(f"{type(exc).__name__}: {exc}")
@@ -382,7 +376,8 @@ def build_job(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | No
     Args:
         sites: one site config per client (``name`` becomes the FLARE client name; the
             other keys are :class:`FedtabExecutor` arguments, hyphens allowed).
-        config: ``{"job": plan}`` (see :class:`FedtabController`).
+        config: the run configuration, e.g. :func:`fedtab.job.apps.engine_config` of a job plan (see
+            :class:`FedtabController`).
         task_request_interval: FLARE's ``server.task_request_interval``, the seconds a
             client waits before asking for its next task (FLARE's default is 2 s, which
             then dominates a workflow of many short steps); ``None`` keeps FLARE's default.
