@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -42,11 +41,12 @@ from nvflare.apis.signal import Signal
 
 from fedtab.federation.protocol.messages import Message, MessageError
 from ..federation.protocol import Federation, FederationError, Traffic
+from ..federation.site.core import RowSplit
 from .errors import RunError
 from .site_config import IDENTITY_KEYS, build_site, site_config
 from .site_state import SiteCache, decode_state, encode_state
 
-__all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "FlareFederation", "RowSplit",
+__all__ = ["allow_fedtab_components", "FLARE_COMPONENTS", "FedtabController", "FedtabExecutor", "FlareFederation", "RowSplit",
            "SimulatorError", "STATE_FOLDER", "build_job", "flare_run_id", "provision_identities", "run_simulator", "site_state_dir"]
 
 TASK_NAME = "fedtab"
@@ -229,24 +229,15 @@ class FedtabController(Controller):
 
 
 # ----------------------------------------------------------------------------- client side
-@dataclass(frozen=True)
-class RowSplit:
-    """How a FLARE site draws its parts (:class:`FedtabExecutor`'s ``split``; the site config's
-    ``test-size``, ``seed`` and ``folds``): the share ``test_size`` of its rows held out for testing
-    when it has no ``test_path``, the ``seed`` of the draw, and its number of cross-validation
-    ``folds`` (as :class:`~fedtab.federation.site.core.Site`; checked when the site is built).
+#: the class paths of fedtab's FLARE job components, for a site's ``class_allow_list``
+#: (:func:`allow_fedtab_components`): the controller and executor (``fedtab.engines.``) and the one
+#: class of a site's row split, :class:`~fedtab.federation.site.core.RowSplit`, which a site's
+#: executor takes as a component of its own — allowed by its exact path, not its package
+FLARE_COMPONENTS = ("fedtab.engines.", f"{RowSplit.__module__}.{RowSplit.__qualname__}")
 
-    FLARE writes it into the job as a component of its own (``{"path", "args"}``), which the
-    site builds back: ``fedtab.engines.`` is on a fedtab site's class allow list
-    (:func:`allow_fedtab_components`).
-    """
-
-    test_size: float = 0.2
-    seed: int = 0
-    folds: int = 5
-
-
-#: the site config keys :class:`FedtabExecutor` takes as one :class:`RowSplit`
+#: the site config keys :class:`FedtabExecutor` takes as one :class:`~fedtab.federation.site.core.RowSplit`
+#: (FLARE writes it into the job as a component of its own, ``{"path", "args"}``, which the site builds
+#: back: its class path is on a fedtab site's allow list, :data:`FLARE_COMPONENTS`)
 SPLIT_KEYS = ("test_size", "seed", "folds")
 
 
@@ -417,8 +408,10 @@ def allow_fedtab_components(site_root: str | Path) -> Path:
     """Add fedtab's components to the ``class_allow_list`` of ``site_root/local/resources.json``.
 
     FLARE 2.9 only builds job components whose class path is on a site's allow list
-    (NVFLARE's own classes by default). A real site adds ``"fedtab.engines."`` to the
-    ``class_allow_list`` of its ``local/resources.json``; the simulator copies
+    (NVFLARE's own classes by default; an entry ending in ``.`` allows a package, any other
+    entry one class path). A real site adds :data:`FLARE_COMPONENTS` (``"fedtab.engines."`` and
+    ``"fedtab.federation.site.core.RowSplit"``) to the ``class_allow_list`` of its
+    ``local/resources.json``; the simulator copies
     ``<workspace>/local`` into every simulated site, so this writes it there.
     Existing settings are kept: those of ``resources.json``, else of the provisioned
     ``resources.json.default`` (FLARE reads the first that exists, so a ``resources.json``
@@ -433,7 +426,7 @@ def allow_fedtab_components(site_root: str | Path) -> Path:
     source = path if path.is_file() else default if default.is_file() else None
     resources = json.loads(source.read_text()) if source is not None else {}
     allowed = list(resources.get("class_allow_list", DEFAULT_CLASS_ALLOW_LIST))
-    for prefix in ("fedtab.engines.",):
+    for prefix in FLARE_COMPONENTS:
         if prefix not in allowed:
             allowed.append(prefix)
     resources["class_allow_list"] = allowed
