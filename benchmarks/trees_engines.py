@@ -74,13 +74,14 @@ def write_sites(folder: Path, *, rows: int | None = None) -> list[dict[str, Any]
 
 
 def job_config(n_trees: int, max_depth: int) -> dict[str, str]:
-    """The engines' run config: the GBDT job's plan as JSON under ``job``."""
+    """The engines' run config: the GBDT job's plan as JSON under ``job``, its server app under ``server-app``."""
+    from fedtab.job.apps import engine_config
     from fedtab.job.spec import parse_job
 
     plan = parse_job({"target": TARGET, "schema": {"profile": False}, "evaluation": {"baselines": False},
                       "training": {"model": {"name": "gbdt", "params": {"n_trees": n_trees, "max_depth": max_depth}}}},
                      sites_required=False).plan()
-    return {"job": json.dumps(plan)}
+    return engine_config(plan)
 
 
 def exchanges(result: dict[str, Any]) -> int:

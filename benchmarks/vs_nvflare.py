@@ -151,8 +151,11 @@ def job_plan(rounds: int, fd: float) -> dict[str, Any]:
 
 
 def run_config(rounds: int, fd: float) -> dict[str, Any]:
-    """The engines' run config of :func:`job_plan` (the plan as JSON under ``job``)."""
-    return {"job": json.dumps(job_plan(rounds, fd))}
+    """The engines' run config of :func:`job_plan` (the plan as JSON under ``job``, the job's server app
+    under ``server-app``: :func:`fedtab.job.apps.engine_config`)."""
+    from fedtab.job.apps import engine_config
+
+    return engine_config(job_plan(rounds, fd))
 
 
 def run_fedtab_local(configs: list[dict[str, Any]], cfg: dict[str, Any]) -> tuple[float, dict[str, Any]]:

@@ -53,10 +53,11 @@ def make_job_plan(target: str | None = "target", **sections) -> dict:
 
 
 def run_config(plan: dict, **engine_keys) -> dict:
-    """The run config of ``plan`` (the plan as JSON under ``job``) plus engine keys (``min-sites``...)."""
-    import json
+    """The run config of ``plan`` (the plan as JSON under ``job``, the job's server app under
+    ``server-app``: :func:`fedtab.job.apps.engine_config`) plus engine keys (``min-sites``...)."""
+    from fedtab.job.apps import engine_config
 
-    return {"job": json.dumps(plan), **engine_keys}
+    return engine_config(plan, **engine_keys)
 
 
 def run_locally(site_configs: list[dict], plan: dict, **kwargs) -> dict:

@@ -10,7 +10,10 @@ absolute — except those under ``if TYPE_CHECKING:`` (annotations only: nothing
 when the code runs). The few known exceptions are listed in :data:`EXCEPTIONS` with why; a
 test fails when one of them is no longer needed, so the list only shrinks.
 
-* ``engines/`` imports no ``job/`` (the job hands the engine its server app; issue 29 item 3);
+* ``engines/`` imports no ``job/`` (the job hands the engine its server app; issue 29 item 3), not
+  even by a name written as a string (:func:`named_modules`: ``importlib.import_module`` of a
+  constant, a default in the Flower app's ``pyproject.toml``): a deployed server imports the
+  server app its run configuration names, which the job's side writes;
 * no import circles: the run-time import graph of fedtab's modules (every import, as above;
   a package is its ``__init__``) has no strongly connected component but the ones listed in
   :data:`CIRCLES` (which can only shrink: a new module in a circle, a new import inside one, or
@@ -23,6 +26,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -44,10 +50,6 @@ RULES["federation/steps"] = ("federation.workflows",)
 EXCEPTIONS = {
     ("fedtab.election", "fedtab.estimators"): "the old import path fedtab.election.FederatedFeatureElection, "
                                               "resolved on first access only",
-    ("fedtab.engines.flower", "fedtab.job"): "the Flower ServerApp parses the job plan and builds its workflow "
-                                             "(engine_workflow) itself; issue 29 item 3 moves that into the job",
-    ("fedtab.engines.nvflare", "fedtab.job"): "the FLARE controller parses the job plan and builds its workflow "
-                                              "(engine_workflow) itself; issue 29 item 3 moves that into the job",
 }
 
 #: ``(module, imported package): why`` — imports against the rules written under ``if TYPE_CHECKING:``
@@ -156,6 +158,70 @@ def test_type_only_imports_against_the_layers_are_the_listed_ones():
     found = {k for layer in RULES for k in violations(layer, type_only=True)}
     assert found - set(TYPE_ONLY_EXCEPTIONS) == set(), "new type-only imports against the layers"
     assert set(TYPE_ONLY_EXCEPTIONS) - found == set(), "no longer needed, remove from TYPE_ONLY_EXCEPTIONS"
+
+
+#: a module written as a string (``"fedtab.job"``, ``"fedtab.job.apps:server_app"``): what an
+#: ``importlib.import_module`` or an entry point would import without an import statement
+_MODULE_NAME = re.compile(r"(fedtab(?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?::[A-Za-z_][A-Za-z0-9_.]*)?")
+
+
+def _strings(value: object) -> list[str]:
+    """Every string in a parsed TOML/JSON document (keys and values, any depth)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def named_modules(path: Path) -> frozenset[str]:
+    """The fedtab modules a file names in a whole string: a string constant of a Python module (not
+    a docstring's prose: the string must be the name alone), any string of a TOML or JSON file."""
+    if path.suffix == ".py":
+        texts = [n.value for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                 if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    elif path.suffix == ".toml":
+        texts = _strings(tomllib.loads(path.read_text(encoding="utf-8")))
+    elif path.suffix == ".json":
+        texts = _strings(json.loads(path.read_text(encoding="utf-8")))
+    else:
+        return frozenset()
+    return frozenset(m.group(1) for t in texts if (m := _MODULE_NAME.fullmatch(t.strip())))
+
+
+def named_violations(layer: str, root: Path | None = None) -> dict[str, list[str]]:
+    """``{file: [fedtab modules of a forbidden layer it names in a string]}`` under ``layer``."""
+    root = root or SRC
+    out: dict[str, list[str]] = {}
+    for path in sorted((root / layer).rglob("*")):
+        banned = sorted(n for n in named_modules(path) for b in RULES[layer]
+                        if n == f"fedtab.{b}" or n.startswith(f"fedtab.{b}."))
+        if banned:
+            out[str(path.relative_to(root))] = banned
+    return out
+
+
+def test_the_engines_name_no_job_module_in_a_string():
+    """Issue 29 item 3: the engines reach the job by no string either — a deployed server imports
+    the server app its run configuration names, written by the job's side (``fedtab.job.apps``)."""
+    assert named_violations("engines") == {}
+
+
+def test_the_string_check_sees_a_constant_import_and_an_app_default(tmp_path):
+    """An adversarial engine: ``importlib.import_module`` of a constant, an entry point as a default
+    argument, the Flower app's config defaulting to the job's app; prose in a docstring is not a name."""
+    pkg = tmp_path / "engines"
+    pkg.mkdir()
+    (pkg / "sneaky.py").write_text(
+        '"""Runs fedtab.job.apps:server_app, see fedtab.job.workflow."""\n'
+        "import importlib\n"
+        "def f(name='fedtab.job.apps:server_app'):\n    return importlib.import_module('fedtab.job.workflow')\n"
+        "OK = 'fedtab.federation.protocol'\n")
+    (pkg / "app.toml").write_text('[config]\nserver-app = "fedtab.job.apps:server_app"\nother = "x"\n')
+    assert named_violations("engines", tmp_path) == {"engines/app.toml": ["fedtab.job.apps"],
+                                                     "engines/sneaky.py": ["fedtab.job.apps", "fedtab.job.workflow"]}
 
 
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path, monkeypatch):

@@ -114,10 +114,40 @@ def test_in_process_site_failure_is_named(site_configs, jobs):
 
 
 def test_a_run_config_without_a_job_is_refused_in_one_line(site_configs):
+    from fedtab.job.apps import SERVER_APP
     from fedtab.job.spec import JobError
 
     with pytest.raises(JobError, match="the run config needs job ="):
-        flower.run_in_process(site_configs, {})
+        flower.run_in_process(site_configs, {"server-app": SERVER_APP})
+
+
+def test_the_server_app_runs_only_what_its_run_config_names(site_configs, jobs):
+    """The ServerApp imports no job: without ``server-app`` it refuses the run in one line, before any
+    node is asked; a name that is no declared server app (the job's own step loop, a stdlib function)
+    is refused the same way — a run config cannot make the server call an arbitrary function."""
+    plan = jobs.config(jobs.plan(**JOB))
+    for name, why in ((None, "is missing"), ("", "is missing"), ("os:system", "must be 'fedtab."),
+                      ("fedtab.__main__:main", "must be 'fedtab."),
+                      ("fedtab.job.workflow:engine_workflow", "is not a server app")):
+        cfg = {k: v for k, v in plan.items() if k != "server-app"}
+        if name is not None:
+            cfg["server-app"] = name
+        with pytest.raises(flower.FederationError, match=f"run config 'server-app'.*{why}"):
+            flower.run_in_process(site_configs, cfg)
+
+
+def test_the_jobs_server_app_prints_its_progress_when_the_run_config_asks(site_configs, jobs, capsys):
+    """``result-log``: the job's server app gets the ServerApp's ``emit`` and prints the plan's count,
+    then one line per exchange with the training rounds (what ``fedtab run --superlink`` follows)."""
+    from fedtab.engines.progress import parse_event
+
+    plan = jobs.plan(**JOB)
+    result = flower.run_in_process(site_configs, jobs.config(plan, **{"result-log": True}))
+    events = [e for line in capsys.readouterr().out.splitlines() if (e := parse_event(line)) is not None]
+    assert events[0]["asked"] == 3 and events[0]["exchanges"] > 0
+    rounds = [(e["round"], e["rounds"]) for e in events if e.get("kind") == "newton"]  # logistic: Newton rounds
+    assert rounds and rounds[-1][0] == len(rounds) and {r for _, r in rounds} == {2}
+    assert len([e for e in events if "kind" in e]) == len(result["exchanges"])
 
 
 def test_in_process_tuning_then_election_matches_local_engine(site_configs, jobs):

@@ -10,10 +10,11 @@ import this module.
   site is cached in the process and its state is also stored in Flower's
   ``Context.state`` (arrays + JSON, see :mod:`fedtab.engines.site_state`), because a
   SuperNode starts a fresh ClientApp process for every message.
-* :data:`server_app` wraps the Grid in :class:`FlowerFederation` and runs the job whose
-  plan is the run config's ``job`` (:func:`fedtab.job.workflow.engine_workflow`); with a
-  ``result-path`` in the run config it writes the JSON summary there.
-  :func:`make_server_app` builds one around any ``workflow(federation, run_config)``.
+* :data:`server_app` wraps the Grid in :class:`FlowerFederation` and runs the server app its
+  run config's ``server-app`` names (:mod:`fedtab.engines.server_apps`; for a job the job's side
+  writes :data:`fedtab.job.apps.SERVER_APP` and the plan in ``job``); with a ``result-path`` in the
+  run config it writes the JSON summary there. :func:`make_server_app` builds one around any
+  ``workflow(federation, run_config)``.
 * Payloads are a Flower ``RecordDict`` of an ``ArrayRecord`` (each array saved by
   numpy without pickle) and a ``ConfigRecord`` (the kind and the JSON metadata).
 * :class:`InProcessGrid` runs the real ServerApp and ClientApp in one process (tests,
@@ -483,9 +484,10 @@ def _mean_timing(timings: Iterable[Mapping[str, float]]) -> dict[str, float]:
 Workflow = Callable[[Federation, Mapping[str, Any]], dict[str, Any]]
 
 #: the run-config keys of the Flower app (declared in ``flower_app/pyproject.toml``; ``flwr run
-#: --run-config`` refuses any other): the job plan and what the ServerApp and ClientApps read
-RUN_CONFIG_KEYS = ("job", "min-sites", "timeout", "site-keys", "result-path", "result-log", "site-settings",
-                   "poll-interval")
+#: --run-config`` refuses any other): the server app and its job plan, and what the ServerApp and
+#: ClientApps read
+RUN_CONFIG_KEYS = ("server-app", "job", "min-sites", "timeout", "site-keys", "result-path", "result-log",
+                   "site-settings", "poll-interval")
 
 
 def _site_keys(text: str) -> dict[str, str]:
@@ -517,65 +519,49 @@ def _truthy(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("true", "1")
 
 
-def _with_progress(fed: FlowerFederation, cfg: Mapping[str, Any], workflow: Workflow, is_job: bool) -> dict[str, Any]:
-    """``workflow(fed, cfg)`` printing :mod:`fedtab.engines.progress` lines into the ServerApp's log:
-    the plan's exchanges, then one per exchange and the estimate re-timed on each step's own exchanges
-    (:class:`~fedtab.engines.progress.ProgressLog`; the site-naming exchange is no measure of a step's)."""
-    from .progress import ProgressLog
-
-    spec = None
-    if is_job:
-        from ..job.spec import JobError, spec_from_plan
-
-        try:
-            spec = spec_from_plan(cfg.get("job") or "")
-        except JobError:
-            spec = None  # the workflow reports the bad plan itself
-    progress = ProgressLog(spec)
-    progress.estimate(len(fed.sites))
-    fed.on_exchange = progress.exchange
-    return workflow(fed, cfg, progress=progress.step) if is_job else workflow(fed, cfg)
-
-
 def make_server_app(workflow: Workflow | None = None) -> ServerApp:
     """A ServerApp running ``workflow(federation, run_config)`` on a :class:`FlowerFederation`
-    (default: the job loop, :func:`fedtab.job.workflow.engine_workflow`, which runs the job whose
-    plan is the run config's ``job``, JSON text of :meth:`fedtab.job.spec.JobSpec.plan`).
+    (default: the server app the run config's ``server-app`` names, ``"module:function"``, see
+    :mod:`fedtab.engines.server_apps`; the job's side writes it, :func:`fedtab.job.apps.engine_config`,
+    with the job plan in ``job``: this engine never imports the job).
 
-    Run-config keys read here (:data:`RUN_CONFIG_KEYS`): ``min-sites`` (nodes to wait for;
+    Run-config keys read here (:data:`RUN_CONFIG_KEYS`): ``server-app`` (without a ``workflow``),
+    ``min-sites`` (nodes to wait for;
     the job's quorum is its ``[trust] min_sites``), ``timeout`` (seconds per request round
     until the job's ``[trust] timeout`` applies), ``result-path`` (write the workflow's JSON summary there),
     ``site-keys`` (JSON ``{site: public-key fingerprint or public key}``: name each node
     by the key it authenticated with, see :class:`FlowerFederation`),
     ``result-log`` (true: also print the summary into the ServerApp's log, where
-    ``flwr log`` fetches it, see :mod:`fedtab.engines.result_log`), ``poll-interval`` (seconds
+    ``flwr log`` fetches it, see :mod:`fedtab.engines.result_log`, and the server app's progress
+    lines, :mod:`fedtab.engines.progress`), ``poll-interval`` (seconds
     between two pulls of the sites' replies, default 0.05: a reply is collected as soon as it
     arrives instead of on ``Grid.send_and_receive``'s 3 s sleep); ``site-settings`` is
-    read by the ClientApps; the rest (``job``) goes to the workflow. The summary
+    read by the ClientApps; the rest (``job``) goes to the server app. The summary
     gains ``engine``, ``seconds_total``, ``bytes``, ``exchanges`` (per request/reply
     exchange of the workflow, see :attr:`FlowerFederation.exchanges`), ``identity`` (``"key"`` or
     ``"declared"``) and ``excluded_nodes`` (``{node id: reason}``).
-    """
-    app = ServerApp()
 
-    @app.main()
+    Raises (in the ServerApp):
+        FederationError: a bad run-config value (``server-app``: see
+            :func:`~fedtab.engines.server_apps.load_server_app`).
+    """
+    server = ServerApp()
+
+    @server.main()
     def main(grid: Grid, context: Context) -> None:
+        from .server_apps import SERVER_APP_KEY, load_server_app, workflow_app  # the server's side only
+
         cfg = dict(context.run_config)
         t0 = time.perf_counter()
+        # named before any node is waited for: a bad name fails the run at once
+        app = workflow_app(workflow) if workflow is not None else load_server_app(cfg.get(SERVER_APP_KEY))
         keys = str(cfg.get("site-keys", "") or "")
         fed = FlowerFederation(grid, min_sites=int(cfg.get("min-sites", 1)), timeout=float(cfg.get("timeout", 600)),
                                site_keys=_site_keys(keys) if keys else None,
                                poll_interval=_poll_interval(cfg.get("poll-interval", 0.05)))
-        if workflow is None:
-            from ..job.workflow import engine_workflow  # the server's imports stay out of every ClientApp process
-
-            chosen: Workflow = engine_workflow
-        else:
-            chosen = workflow
-        if _truthy(cfg.get("result-log", False)):  # an analyst follows the log: a progress line per exchange
-            result = dict(_with_progress(fed, cfg, chosen, workflow is None))
-        else:
-            result = dict(chosen(fed, cfg))
+        # an analyst following the log (result-log) gets a progress line per exchange (print: the ServerApp's log)
+        emit = (lambda line: print(line, flush=True)) if _truthy(cfg.get("result-log", False)) else None
+        result = dict(app(fed, cfg, emit))
         result["engine"] = "flower"
         result["seconds_total"] = time.perf_counter() - t0
         down, up = fed.traffic.total()
@@ -593,7 +579,7 @@ def make_server_app(workflow: Workflow | None = None) -> ServerApp:
 
             print("\n".join(encode_result(result)), flush=True)
 
-    return app
+    return server
 
 
 server_app = make_server_app()

@@ -21,7 +21,7 @@ update checks and runtime dependency installation are switched off.
 Example::
 
     with LoopbackDeployment(node_configs, workdir) as dep:  # TLS + auth, keys in workdir/keys
-        result = dep.run(run_config={"job": json.dumps(spec.plan())})  # a JobSpec's plan
+        result = dep.run(run_config=engine_config(spec.plan()))  # fedtab.job.apps: a JobSpec's plan and its server app
 """
 
 from __future__ import annotations

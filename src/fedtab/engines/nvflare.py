@@ -3,8 +3,8 @@
 Needs the ``nvflare`` extra (``pip install fedtab[nvflare]``); ``import fedtab`` does not
 import this module.
 
-* :class:`FedtabController` runs the job of its ``config["job"]`` (the plan, see
-  :func:`fedtab.job.workflow.engine_workflow`) on a :class:`FlareFederation`, whose
+* :class:`FedtabController` runs the server app its ``config`` names (``server-app``, written by
+  the job's side: :func:`fedtab.job.apps.engine_config`) on a :class:`FlareFederation`, whose
   :meth:`~FlareFederation.ask` sends each request as a FLARE task to the named clients
   and waits for all of them. It writes the JSON summary to ``fedtab_result.json`` in
   the server's run directory and, if given, to ``result_path``.
@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -44,12 +43,13 @@ from nvflare.apis.signal import Signal
 
 from fedtab.federation.protocol.messages import Message, MessageError
 from ..federation.protocol import Federation, FederationError, Traffic
+from ..federation.site.core import RowSplit
 from .errors import RunError
 from .site_config import IDENTITY_KEYS, build_site, own_over_job, site_config
 from .site_state import SiteCache, decode_state, encode_state
 
-__all__ = ["allow_fedtab_components", "FedtabController", "FedtabExecutor", "FlareFederation", "RowSplit", "SITE_FILE",
-           "local_site_config", "write_site_files",
+__all__ = ["allow_fedtab_components", "FLARE_COMPONENTS", "FedtabController", "FedtabExecutor", "FlareFederation",
+           "RowSplit", "SITE_FILE", "local_site_config", "write_site_files",
            "SimulatorError", "STATE_FOLDER", "build_job", "flare_run_id", "provision_identities", "run_simulator", "site_state_dir"]
 
 TASK_NAME = "fedtab"
@@ -161,11 +161,14 @@ class FlareFederation(Federation):
 
 
 class FedtabController(Controller):
-    """Runs a fedtab job on the job's clients (:func:`fedtab.job.workflow.engine_workflow`).
+    """Runs the server app its ``config`` names on the job's clients (:mod:`fedtab.engines.server_apps`).
 
     Args:
-        config: ``{"job": plan}``, the job plan (:meth:`fedtab.job.spec.JobSpec.plan`) as JSON
-            text (the mapping itself may be JSON text too).
+        config: the run configuration (the mapping, or it as JSON text): ``server-app``, the
+            ``"module:function"`` of the server app, and what the app reads — for a fedtab job
+            ``{"job": plan, "server-app": ...}`` as :func:`fedtab.job.apps.engine_config` writes it
+            (the plan, :meth:`fedtab.job.spec.JobSpec.plan`, as JSON text). The app's progress
+            lines go to the server's log and FLARE's ``show_stats``.
         min_sites: clients that must be connected before the workflow starts.
         timeout: seconds per request round.
         result_path: also write the JSON summary there.
@@ -212,19 +215,10 @@ class FedtabController(Controller):
         if len(fed.sites) < self.min_sites:
             raise FederationError(f"{len(fed.sites)} FLARE client(s) connected, {self.min_sites} needed")
         try:
-            from ..job.spec import JobError, spec_from_plan
-            from ..job.workflow import engine_workflow
-            from .progress import ProgressLog
+            from .server_apps import SERVER_APP_KEY, load_server_app
 
-            try:
-                spec = spec_from_plan(cfg.get("job") or "")
-            except JobError:
-                spec = None  # engine_workflow reports the bad plan
-            progress = ProgressLog(spec, emit=lambda line: (self.progress_lines.append(line),
-                                                            self.log_info(fl_ctx, line)))
-            fed.on_exchange = progress.exchange
-            progress.estimate(len(fed.sites))
-            result = dict(engine_workflow(fed, cfg, progress=progress.step))
+            app = load_server_app(cfg.get(SERVER_APP_KEY))  # named by the job's side, never by this engine
+            result = dict(app(fed, cfg, lambda line: (self.progress_lines.append(line), self.log_info(fl_ctx, line))))
         except Exception as exc:  # the job fails; its workspace tells an admin who downloads it why
             run_dir = engine.get_workspace().get_run_dir(fl_ctx.get_job_id())
             Path(run_dir, ERROR_FILE).write_text(f"{type(exc).__name__}: {exc}")
@@ -244,24 +238,15 @@ class FedtabController(Controller):
 
 
 # ----------------------------------------------------------------------------- client side
-@dataclass(frozen=True)
-class RowSplit:
-    """How a FLARE site draws its parts (:class:`FedtabExecutor`'s ``split``; the site config's
-    ``test-size``, ``seed`` and ``folds``): the share ``test_size`` of its rows held out for testing
-    when it has no ``test_path``, the ``seed`` of the draw, and its number of cross-validation
-    ``folds`` (as :class:`~fedtab.federation.site.core.Site`; checked when the site is built).
+#: the class paths of fedtab's FLARE job components, for a site's ``class_allow_list``
+#: (:func:`allow_fedtab_components`): the controller and executor (``fedtab.engines.``) and the one
+#: class of a site's row split, :class:`~fedtab.federation.site.core.RowSplit`, which a site's
+#: executor takes as a component of its own — allowed by its exact path, not its package
+FLARE_COMPONENTS = ("fedtab.engines.", f"{RowSplit.__module__}.{RowSplit.__qualname__}")
 
-    FLARE writes it into the job as a component of its own (``{"path", "args"}``), which the
-    site builds back: ``fedtab.engines.`` is on a fedtab site's class allow list
-    (:func:`allow_fedtab_components`).
-    """
-
-    test_size: float = 0.2
-    seed: int = 0
-    folds: int = 5
-
-
-#: the site config keys :class:`FedtabExecutor` takes as one :class:`RowSplit`
+#: the site config keys :class:`FedtabExecutor` takes as one :class:`~fedtab.federation.site.core.RowSplit`
+#: (FLARE writes it into the job as a component of its own, ``{"path", "args"}``, which the site builds
+#: back: its class path is on a fedtab site's allow list, :data:`FLARE_COMPONENTS`)
 SPLIT_KEYS = ("test_size", "seed", "folds")
 
 
@@ -434,7 +419,8 @@ def build_job(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | No
     Args:
         sites: one site config per client (``name`` becomes the FLARE client name; the
             other keys are :class:`FedtabExecutor` arguments, hyphens allowed).
-        config: ``{"job": plan}`` (see :class:`FedtabController`).
+        config: the run configuration, e.g. :func:`fedtab.job.apps.engine_config` of a job plan (see
+            :class:`FedtabController`).
         task_request_interval: FLARE's ``server.task_request_interval``, the seconds a
             client waits before asking for its next task (FLARE's default is 2 s, which
             then dominates a workflow of many short steps); ``None`` keeps FLARE's default.
@@ -474,8 +460,10 @@ def allow_fedtab_components(site_root: str | Path) -> Path:
     """Add fedtab's components to the ``class_allow_list`` of ``site_root/local/resources.json``.
 
     FLARE 2.9 only builds job components whose class path is on a site's allow list
-    (NVFLARE's own classes by default). A real site adds ``"fedtab.engines."`` to the
-    ``class_allow_list`` of its ``local/resources.json``; the simulator copies
+    (NVFLARE's own classes by default; an entry ending in ``.`` allows a package, any other
+    entry one class path). A real site adds :data:`FLARE_COMPONENTS` (``"fedtab.engines."`` and
+    ``"fedtab.federation.site.core.RowSplit"``) to the ``class_allow_list`` of its
+    ``local/resources.json``; the simulator copies
     ``<workspace>/local`` into every simulated site, so this writes it there.
     Existing settings are kept: those of ``resources.json``, else of the provisioned
     ``resources.json.default`` (FLARE reads the first that exists, so a ``resources.json``
@@ -490,7 +478,7 @@ def allow_fedtab_components(site_root: str | Path) -> Path:
     source = path if path.is_file() else default if default.is_file() else None
     resources = json.loads(source.read_text()) if source is not None else {}
     allowed = list(resources.get("class_allow_list", DEFAULT_CLASS_ALLOW_LIST))
-    for prefix in ("fedtab.engines.",):
+    for prefix in FLARE_COMPONENTS:
         if prefix not in allowed:
             allowed.append(prefix)
     resources["class_allow_list"] = allowed

@@ -9,8 +9,8 @@ built by :func:`fedtab.engines.nvflare.build_job`, waits until it is final, abor
 is not final in time or on Ctrl-C, downloads the server's job workspace and reads the
 ``fedtab_result.json`` that :class:`~fedtab.engines.nvflare.FedtabController` wrote there.
 
-Every participant must allow fedtab's components (``"fedtab.engines."`` on the
-``class_allow_list`` of its ``local/resources.json``,
+Every participant must allow fedtab's components (:data:`~fedtab.engines.nvflare.FLARE_COMPONENTS` on
+the ``class_allow_list`` of its ``local/resources.json``,
 :func:`fedtab.engines.nvflare.allow_fedtab_components`), and the site paths in the job are
 read at the sites (the FLARE job carries them to each site's executor).
 """
@@ -114,7 +114,7 @@ def run_on_project(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
             error = Path(location or "", "workspace", ERROR_FILE)
             why = f": {error.read_text()[:3000]}" if location and error.is_file() else (
                 "; see the server's and sites' logs (does every participant's local/resources.json allow "
-                "'fedtab.engines.'? allow_fedtab_components)")
+                "fedtab's components, FLARE_COMPONENTS? allow_fedtab_components)")
             raise RunError(f"FLARE job {job_id} ended as {status!r}{why}")
         result = Path(location or "", "workspace", _RESULT_FILE)
         if not location or not result.is_file():

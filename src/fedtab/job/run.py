@@ -17,9 +17,10 @@ Engines (``[run] engine`` or the ``engine`` argument):
   (:class:`~fedtab.engines.nvflare_deploy.LoopbackProject`).
 
 All of them run the one step loop :func:`fedtab.job.workflow.run_workflow` on the job's
-:class:`~fedtab.job.spec.JobSpec` (the distributed engines read it back from the plan in their
-run config, :func:`fedtab.job.workflow.engine_workflow`); sites are built from the same site
-configs (:func:`site_configs`), each reading its table when a step first needs it, so a job
+:class:`~fedtab.job.spec.JobSpec` (a distributed engine's server runs the job's server app,
+:func:`fedtab.job.apps.server_app`, which this module names in the run config it writes,
+:func:`fedtab.job.apps.engine_config`, and which reads the spec back from the plan there);
+sites are built from the same site configs (:func:`site_configs`), each reading its table when a step first needs it, so a job
 gives the same elected columns and model on each, and a site whose table cannot be used fails
 (and, under ``[trust] min_sites``, is dropped and named) like any site that cannot answer.
 Outputs in ``[run] out``: ``model.fedtab``, ``result.json`` and ``report.html``, written
@@ -43,6 +44,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .apps import engine_config
 from .outputs import SELECTION_KEYS
 from .spec import ENGINES, JobError, JobSpec, load_job
 
@@ -133,8 +135,8 @@ def site_settings(configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _superlink_run_config(spec: JobSpec, plan: dict[str, Any], site_keys: Any, insecure: bool) -> dict[str, Any]:
     """The run config of a job on an existing SuperLink (site keys checked against the job's sites)."""
     names = [s.name for s in spec.sites]
-    cfg = {"job": json.dumps(plan), "min-sites": len(names),
-           "site-settings": json.dumps(site_settings(site_configs(spec, check_files=False)))}
+    cfg = engine_config(plan, **{"min-sites": len(names),
+                                 "site-settings": json.dumps(site_settings(site_configs(spec, check_files=False)))})
     if site_keys is None:
         if not insecure:
             raise JobError("a TLS SuperLink run needs the consortium's site keys (--site-keys site-keys.json from "
@@ -342,15 +344,14 @@ def _run_flower(spec: JobSpec, target: EngineTarget, configs: list[dict[str, Any
     from ..engines.flower import run_in_process
 
     progress("running on Flower (ServerApp and ClientApps in this process)")
-    return run_in_process(configs, {"job": json.dumps(plan)})
+    return run_in_process(configs, engine_config(plan))
 
 
 def _run_flare(target: EngineTarget, configs: list[dict[str, Any]], plan: dict[str, Any],
                progress: Callable[[str], None], workdir: Path) -> dict[str, Any]:
     """:func:`_run_engine` on NVIDIA FLARE: on ``target.flare_project``, on a loopback project
     provisioned and started here, or (no deployment) in FLARE's simulator."""
-    # JSON text, not a dict: FLARE takes any dict with a "name" key (a model spec) for a component
-    flare_config = {"job": json.dumps(plan)}
+    flare_config = engine_config(plan)  # the plan as JSON text: FLARE takes a dict with a "name" key for a component
     timeout = target.timeout
     if target.flare_project is not None or target.deployment == "loopback":
         from ..engines.nvflare_remote import run_on_project
