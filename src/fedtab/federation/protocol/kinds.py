@@ -116,6 +116,9 @@ class MessageKind:
             setting that bounds a plain answer: ``"allow_server_row_sets"`` (refused in the clear
             unless the site opts in), ``"max_evaluations"`` (each request one evaluation of the part,
             per run) or ``"max_rounds"`` (each request one round, per run); ``None`` otherwise.
+        mods: ``((mode, mod), ...)``: the site-side wrappers of its handler under a mode
+            (:mod:`fedtab.federation.site.mods`; e.g. ``("dp", the DP release)``), applied by
+            ``Site.handle`` to a request in that mode, the first listed outermost.
     """
 
     name: str
@@ -134,6 +137,7 @@ class MessageKind:
     rows: str | None = None
     plain_bound: str | None = None
     models: Callable[[Any, Any], Any] | None = None
+    mods: tuple[tuple[str, Callable[..., Any]], ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.summary if p not in SUMMARY_PHRASES]
@@ -302,7 +306,8 @@ for _kind in (
     # ----- election and tuning
     MessageKind("ballot", f"{_F}.workflows.election.site", _BALLOT,
                 "a ballot: which columns the site's selector chose, a score (and p-value) per column, the sample "
-                "count", check=_policy._ballot, summary=(_BALLOTS,)),
+                "count", check=_policy._ballot, summary=(_BALLOTS,),
+                mods=(("dp", _in_home(f"{_F}.workflows.election.site", "dp_ballot")),)),
     MessageKind("ballot_fit", f"{_F}.workflows.tuning.site", replace(_BALLOT, part="=fit"),
                 "a ballot on a tuning part of the training rows (mask and scores per column)",
                 check=_policy._ballot, summary=(_BALLOTS,)),
@@ -312,7 +317,7 @@ for _kind in (
                          dp_releases=lambda r: 3 if r.meta.get("describe") is not None else 0),
                 "per elected column: count, sum and sum of squares over the training rows",
                 summed=True, summed_when=lambda meta: meta.get("describe") is not None, check=_policy._describe,
-                summary=(_MOMENTS,)),
+                summary=(_MOMENTS,), mods=(("dp", _in_home(f"{_F}.workflows.election.site", "dp_described")),)),
     MessageKind("class_moments", f"{_F}.workflows.pooled_anova.site",
                 Releases(part="part", default_part="train", per_class=True, cells={"count": ("sum", "sumsq")},
                          aggregates=("n_class",), meta={"classes": LABELS, "feature_names": NAMES, "n": COUNT}),
@@ -330,7 +335,7 @@ for _kind in (
                 Releases(part="part", default_part="train", cells={"count": ("sum", "sumsq")}, meta=_MOMENT_META,
                          dp=True, dp_releases=3),
                 "per column: count, sum and sum of squares over the training rows", summed=True,
-                check=_policy._describe, summary=(_MOMENTS,)),
+                check=_policy._describe, summary=(_MOMENTS,), mods=(("dp", _in_home(f"{_F}.steps.describe", "dp_moments")),)),
     MessageKind("setup", _TRAINING, Releases(part=None, meta={"ok": FLAG}), "an acknowledgement",
                 check=_policy._training_setup),
     MessageKind("fit", _TRAINING,
