@@ -278,6 +278,10 @@ _EVALUATE_NOISED = replace(_EVALUATE, dp_noise={"confusion": math.sqrt(2.0)})
 _DP_EVALUATE = "per test part: the confusion matrix (per class) only — no score histogram, Brier sum or rank pairs"
 
 
+#: the DP parameter mod of a handler that noises inside its own algorithm (``noise``: the DP settings)
+_DP_NOISE_PARAM = _in_home(f"{_F}.site.mods", "dp_noise_param")
+
+
 def _impute_fit_releases(request: Any) -> int:
     return _in_home(_IMPUTE, "_dp_steps")(request.meta.get(DP_META) or {})
 
@@ -343,7 +347,7 @@ for _kind in (
                          dp_releases=_in_home(_TRAINING, "_fit_releases")),
                 "model parameters after local training and the number of training rows (one update per round)",
                 summed=True, check=_policy._fit, summary=(_MODELS,), progress=Progress("training", "training.rounds"),
-                rows="the part the training setup named (default `train`)"),
+                rows="the part the training setup named (default `train`)", mods=(("dp", _DP_NOISE_PARAM),)),
     # federated Newton–Raphson (logistic): the server chooses a *model*, the site its rows. Each reply
     # is the log-loss gradient and Hessian summed over the site's whole fixed training part (≥ min_rows
     # rows) at coefficients the server picks. Two replies at two points are sums of the same rows with
@@ -361,7 +365,7 @@ for _kind in (
                 progress=Progress("training", "training.rounds"),
                 rows="all rows of the part the training setup named (default `train`), weighted by the server's "
                      "coefficients: steep coefficients weight a half-space of them",
-                plain_bound="max_rounds"),
+                plain_bound="max_rounds", mods=(("dp", _DP_NOISE_PARAM),)),
     MessageKind("evaluate", f"{_F}.steps.evaluate", _EVALUATE_NOISED,
                 "per test part: the confusion matrix (per class), a Brier sum, a histogram of predicted "
                 "probabilities per class and a rank-pair count", description_dp=_DP_EVALUATE, summed=True,

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from fedtab.federation.site.core import Site
 
 __all__ = ["SiteMod", "MODE_META", "SITE_PARAMS", "register_mode", "forget_mode", "request_modes", "site_params",
-           "with_params", "answer"]
+           "with_params", "answer", "dp_noise_param"]
 
 Handler = Callable[["Site", Message], Message]
 #: ``mod(site, request, call_next) -> reply``; ``call_next(site, request)`` runs the next mod or the handler
@@ -78,6 +78,13 @@ def site_params(request: Message) -> Mapping[str, Any]:
 def with_params(request: Message, **params: Any) -> Message:
     """``request`` with the algorithm parameters ``params`` added to those mods set before."""
     return Message(request.kind, request.arrays, {**request.meta, SITE_PARAMS: {**site_params(request), **params}})
+
+
+def dp_noise_param(site: "Site", request: Message, call_next: Handler) -> Message:
+    """A DP parameter mod: the request's DP settings (noise multiplier, bounds, clip, gradient
+    steps; on the site's terms, ``Site.dp_terms``) as the algorithm's ``noise`` parameter, for an
+    algorithm that noises inside its own computation (DP gradient steps, a clipped update)."""
+    return call_next(site, with_params(request, noise=request.meta[DP_META]))
 
 
 def _bind(mod: SiteMod, call_next: Handler) -> Handler:
