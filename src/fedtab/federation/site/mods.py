@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from fedtab.federation.site.core import Site
 
 __all__ = ["SiteMod", "MODE_META", "SITE_PARAMS", "register_mode", "forget_mode", "request_modes", "site_params",
-           "with_params", "answer", "dp_noise_param"]
+           "with_params", "answer", "dp_noise_param", "secure_masked_param"]
 
 Handler = Callable[["Site", Message], Message]
 #: ``mod(site, request, call_next) -> reply``; ``call_next(site, request)`` runs the next mod or the handler
@@ -69,9 +69,10 @@ def request_modes(meta: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(mode for mode, key in MODE_META.items() if key in meta)
 
 
-def site_params(request: Message) -> Mapping[str, Any]:
-    """The algorithm parameters the mods set on ``request`` (empty: none, the handler's defaults)."""
-    params = request.meta.get(SITE_PARAMS)
+def site_params(request: Message | Mapping[str, Any]) -> Mapping[str, Any]:
+    """The algorithm parameters the mods set on ``request`` (or on a request's meta); empty: none,
+    the handler's defaults."""
+    params = (request.meta if isinstance(request, Message) else request).get(SITE_PARAMS)
     return params if isinstance(params, Mapping) else {}
 
 
@@ -85,6 +86,12 @@ def dp_noise_param(site: "Site", request: Message, call_next: Handler) -> Messag
     steps; on the site's terms, ``Site.dp_terms``) as the algorithm's ``noise`` parameter, for an
     algorithm that noises inside its own computation (DP gradient steps, a clipped update)."""
     return call_next(site, with_params(request, noise=request.meta[DP_META]))
+
+
+def secure_masked_param(site: "Site", request: Message, call_next: Handler) -> Message:
+    """A secure-sums parameter mod: the algorithm's ``masked`` parameter (its sums leave masked, so it
+    adds no per-site number in the clear beside them and records that it answered masked)."""
+    return call_next(site, with_params(request, masked=True))
 
 
 def _bind(mod: SiteMod, call_next: Handler) -> Handler:
