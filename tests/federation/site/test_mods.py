@@ -158,3 +158,16 @@ def test_the_dp_mod_noises_the_exact_moments_of_the_clipped_values(monkeypatch, 
     for k in ("count", "sum", "sumsq"):
         np.testing.assert_array_equal(reply.arrays[k], expected[k])
     assert len(draws) == 2  # one generator for the reply, one for the expectation
+
+
+def test_a_dp_request_of_a_kind_without_a_dp_release_is_refused_before_its_handler():
+    from tests.federation.steps.test_evaluation_sweep import _linear_site
+
+    site, request = _linear_site({"min_rows": 10})
+    plain = site.handle(request(0))
+    assert not plain.is_error and not plain.is_refusal, plain.meta
+    before = site.state_digest()
+    req = request(1)
+    reply = site.handle(Message(req.kind, req.arrays, {**req.meta, DP_META: {"z": 5.0, "bounds": [-5, 5]}}))
+    assert reply.is_refusal and "no differentially private release" in reply.meta["reason"]
+    assert site.state_digest() == before  # nothing charged, nothing released

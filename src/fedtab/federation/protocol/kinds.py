@@ -265,6 +265,10 @@ _MOMENT_META = {"classes": LABELS, "n_train": COUNT, "n_test": COUNT, "features"
 _BALLOT = Releases(part="=train", aggregates=("mask", "scores", "pvalues", "column_index"),
                    meta={"n_features": COUNT, "schema:hash": TEXT, "n_samples": COUNT, "selector": TEXT,
                          "n_effective": NUMBER, "abstain": TEXT}, dp=("mask", "scores"), dp_releases=1)
+#: the DP parameter mod of a handler that noises inside its own algorithm (``noise``: the DP settings)
+_DP_NOISE_PARAM = _in_home(f"{_F}.site.mods", "dp_noise_param")
+#: the secure-sums parameter mod (``masked``: the handler adds no per-site number beside its masked sums)
+_SECURE_MASKED_PARAM = _in_home(f"{_F}.site.mods", "secure_masked_param")
 _EVALUATE = Releases(part="part", default_part="test", per_class=True,
                      aggregates=("confusion", "brier_sum", "rank_pairs"), histograms=("score_hist",),
                      meta={"n": COUNT, SMOOTHED: FLAG}, dp=True,
@@ -278,8 +282,6 @@ _EVALUATE_NOISED = replace(_EVALUATE, dp_noise={"confusion": math.sqrt(2.0)})
 _DP_EVALUATE = "per test part: the confusion matrix (per class) only — no score histogram, Brier sum or rank pairs"
 
 
-#: the DP parameter mod of a handler that noises inside its own algorithm (``noise``: the DP settings)
-_DP_NOISE_PARAM = _in_home(f"{_F}.site.mods", "dp_noise_param")
 
 
 def _impute_fit_releases(request: Any) -> int:
@@ -370,7 +372,7 @@ for _kind in (
                 "per test part: the confusion matrix (per class), a Brier sum, a histogram of predicted "
                 "probabilities per class and a rank-pair count", description_dp=_DP_EVALUATE, summed=True,
                 check=_policy._evaluate, server_row_set=True, summary=(_EVALUATIONS,),
-                plain_bound="max_evaluations", models=_policy.one_model),
+                plain_bound="max_evaluations", models=_policy.one_model, mods=(("secure", _SECURE_MASKED_PARAM),)),
     MessageKind("regression_evaluate", f"{_F}.steps.evaluate",
                 Releases(part="part", default_part="test", aggregates=("sse", "sae", "sum_y", "sum_y2"),
                          meta={"n": COUNT}),
@@ -435,12 +437,12 @@ for _kind in (
                 summed=True, check=_policy._gbdt_level, server_row_set=True, summary=(_GRADIENTS,),
                 rows="tree nodes, under the server's splits and bin edges, of the part `gbdt_start` named",
                 plain_bound="allow_server_row_sets",
-                mods=(("dp", _DP_NOISE_PARAM), ("secure", _in_home(f"{_F}.site.mods", "secure_masked_param")))),
+                mods=(("dp", _DP_NOISE_PARAM), ("secure", _SECURE_MASKED_PARAM))),
     MessageKind("gbdt_evaluate", _GBDT, _EVALUATE_NOISED,
                 "per test part: the confusion matrix, a Brier sum, a score histogram and a rank-pair count",
                 description_dp=_DP_EVALUATE, summed=True, check=_policy._gbdt_evaluate, server_row_set=True,
                 summary=(_EVALUATIONS,),
-                plain_bound="max_evaluations", models=_policy.one_model),
+                plain_bound="max_evaluations", models=_policy.one_model, mods=(("secure", _SECURE_MASKED_PARAM),)),
     MessageKind("gbdt_score", _GBDT,
                 Releases(part="part", default_part="test", aggregates=("sse", "sae", "sum_y", "sum_y2"),
                          meta={"n": COUNT}, dp=True, dp_releases=1),

@@ -45,7 +45,6 @@ from fedtab.learn.gbdt.importance import SPLIT_RECORD, SiteRecord, record_splits
 from fedtab.learn.metrics import regression_sums
 from fedtab.learn.gbdt.release import PACKED, check_request, histogram_sensitivity, noisy_level, pack_level, release_level
 from fedtab.privacy.dp import DP_META, add_noise, noise_rng
-from fedtab.privacy.secagg import SECAGG_META
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol.kinds import declared as _declared
 from fedtab.federation.site.core import Site
@@ -488,7 +487,7 @@ def _evaluate(site: Site, request: Message) -> Message:
         raise ValueError("gbdt_evaluate scores classification models; regression uses gbdt_score")
     X, y = site_data(site, st["features"], part, st["classes"], False)
     out = evaluation_sums(_Fitted(model), {}, X, y, len(st["classes"]), requested_bins(request.meta),
-                          pairs=SECAGG_META not in request.meta)
+                          pairs=not site_params(request).get("masked"))  # masked: set by the secure mod
     return Message("gbdt_evaluate", out, {"n": int(len(y))})  # under DP the site noises it as declared
 
 
