@@ -171,3 +171,25 @@ def test_a_dp_request_of_a_kind_without_a_dp_release_is_refused_before_its_handl
     reply = site.handle(Message(req.kind, req.arrays, {**req.meta, DP_META: {"z": 5.0, "bounds": [-5, 5]}}))
     assert reply.is_refusal and "no differentially private release" in reply.meta["reason"]
     assert site.state_digest() == before  # nothing charged, nothing released
+
+
+@pytest.mark.parametrize("kind", ["ballot", "ballot_fit"])
+def test_a_dp_ballot_is_the_noisy_ballot_of_the_selectors_scores(monkeypatch, kind):
+    import fedtab.federation.workflows.election.site as election_site
+    from fedtab.federation.workflows.election.site import unpack_mask
+    from fedtab.privacy.dp import noisy_scores
+    from tests.builders import classification_parts, make_sites
+
+    _, parts = classification_parts(600, 6, 3, 1, (1.0,), seed=3)
+    site = make_sites(parts, policy={"min_rows": 10})[0]
+    plain = site.handle(Message(kind, meta={"selector": "anova"}))
+    assert not plain.is_error and not plain.is_refusal, plain.meta
+    monkeypatch.setattr(election_site, "noise_rng", lambda: np.random.default_rng(7))
+    z = 5.0
+    reply = site.handle(Message(kind, meta={"selector": "anova", DP_META: {"z": z, "bounds": [-5, 5], "clip": 1.0}}))
+    assert not reply.is_error and not reply.is_refusal, reply.meta
+    z_site = max(z, site_noise_floor(site.policy.max_epsilon_per_release, site.policy.delta))
+    mask, scores = noisy_scores(plain.arrays["scores"], {"z": z_site}, np.random.default_rng(7))
+    np.testing.assert_array_equal(reply.arrays["scores"], scores)
+    assert not np.array_equal(reply.arrays["scores"], plain.arrays["scores"])  # never the exact ballot under DP
+    assert unpack_mask(reply.arrays["mask"], len(scores)).tolist() == mask.tolist()

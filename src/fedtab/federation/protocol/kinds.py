@@ -269,6 +269,8 @@ _BALLOT = Releases(part="=train", aggregates=("mask", "scores", "pvalues", "colu
 _DP_NOISE_PARAM = _in_home(f"{_F}.site.mods", "dp_noise_param")
 #: the secure-sums parameter mod (``masked``: the handler adds no per-site number beside its masked sums)
 _SECURE_MASKED_PARAM = _in_home(f"{_F}.site.mods", "secure_masked_param")
+#: the ballot's DP release mod: the noisy ballot of the selector's scores (both ballot kinds declare DP releases)
+_DP_BALLOT = _in_home(f"{_F}.workflows.election.site", "dp_ballot")
 _EVALUATE = Releases(part="part", default_part="test", per_class=True,
                      aggregates=("confusion", "brier_sum", "rank_pairs"), histograms=("score_hist",),
                      meta={"n": COUNT, SMOOTHED: FLAG}, dp=True,
@@ -312,11 +314,10 @@ for _kind in (
     # ----- election and tuning
     MessageKind("ballot", f"{_F}.workflows.election.site", _BALLOT,
                 "a ballot: which columns the site's selector chose, a score (and p-value) per column, the sample "
-                "count", check=_policy._ballot, summary=(_BALLOTS,),
-                mods=(("dp", _in_home(f"{_F}.workflows.election.site", "dp_ballot")),)),
+                "count", check=_policy._ballot, summary=(_BALLOTS,), mods=(("dp", _DP_BALLOT),)),
     MessageKind("ballot_fit", f"{_F}.workflows.tuning.site", replace(_BALLOT, part="=fit"),
                 "a ballot on a tuning part of the training rows (mask and scores per column)",
-                check=_policy._ballot, summary=(_BALLOTS,)),
+                check=_policy._ballot, summary=(_BALLOTS,), mods=(("dp", _DP_BALLOT),)),
     MessageKind("set_mask", f"{_F}.workflows.election.site",
                 Releases(part="describe", default_part=None, cells={"count": ("sum", "sumsq")},
                          meta={"kept": COUNT, "held": COUNT, "describe": _MOMENT_META}, dp=True,
