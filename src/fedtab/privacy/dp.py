@@ -30,7 +30,7 @@ from .suppression import suppress_small
 __all__ = ["DP_META", "DPRequest", "dp_request", "parse_dp", "noise_rng", "add_noise", "column_bounds",
            "clip_values", "moment_sensitivity", "stats_sensitivity", "row_radius", "clip_rows", "clip_update",
            "dp_logistic_update", "noisy_scores", "DP_GD_STEPS_PER_EPOCH", "DP_GD_LR", "DP_GD_NOISE_SCALE",
-           "DP_SCHEMA_NOISE_SCALE", "release_moments", "site_noise_floor", "noise_release"]
+           "DP_SCHEMA_NOISE_SCALE", "release_moments", "moment_release", "site_noise_floor", "noise_release"]
 
 #: request meta key of the DP settings.
 DP_META = "dp"
@@ -173,6 +173,18 @@ def moment_sensitivity(lo: np.ndarray, hi: np.ndarray) -> dict[str, float]:
     m = np.maximum(hi - lo, a)
     held = m > 0
     return {"count": math.sqrt(held.sum()), "sum": float(np.linalg.norm(m)), "sumsq": float(np.linalg.norm(a * a))}
+
+
+def moment_release(moments: Mapping[str, np.ndarray], lo: np.ndarray, hi: np.ndarray, spec: Mapping[str, Any]
+                   ) -> dict[str, np.ndarray]:
+    """Exact per-column ``count``/``sum``/``sumsq`` of values clipped into ``[lo, hi]`` as a DP
+    release: each array a Gaussian release at :func:`moment_sensitivity` (:func:`noise_release`,
+    in the arrays' order; nothing suppressed: the noise protects small cells).
+
+    Raises:
+        ValueError: an array other than the three, or a bad noise multiplier in ``spec``.
+    """
+    return noise_release(moments, moment_sensitivity(lo, hi), spec)
 
 
 def release_moments(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, *, min_rows: int,

@@ -116,6 +116,9 @@ class MessageKind:
             setting that bounds a plain answer: ``"allow_server_row_sets"`` (refused in the clear
             unless the site opts in), ``"max_evaluations"`` (each request one evaluation of the part,
             per run) or ``"max_rounds"`` (each request one round, per run); ``None`` otherwise.
+        mods: ``((mode, mod), ...)``: the site-side wrappers of its handler under a mode
+            (:mod:`fedtab.federation.site.mods`; e.g. ``("dp", the DP release)``), applied by
+            ``Site.handle`` to a request in that mode, the first listed outermost.
     """
 
     name: str
@@ -134,6 +137,7 @@ class MessageKind:
     rows: str | None = None
     plain_bound: str | None = None
     models: Callable[[Any, Any], Any] | None = None
+    mods: tuple[tuple[str, Callable[..., Any]], ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.summary if p not in SUMMARY_PHRASES]
@@ -261,6 +265,12 @@ _MOMENT_META = {"classes": LABELS, "n_train": COUNT, "n_test": COUNT, "features"
 _BALLOT = Releases(part="=train", aggregates=("mask", "scores", "pvalues", "column_index"),
                    meta={"n_features": COUNT, "schema:hash": TEXT, "n_samples": COUNT, "selector": TEXT,
                          "n_effective": NUMBER, "abstain": TEXT}, dp=("mask", "scores"), dp_releases=1)
+#: the DP parameter mod of a handler that noises inside its own algorithm (``noise``: the DP settings)
+_DP_NOISE_PARAM = _in_home(f"{_F}.site.mods", "dp_noise_param")
+#: the secure-sums parameter mod (``masked``: the handler adds no per-site number beside its masked sums)
+_SECURE_MASKED_PARAM = _in_home(f"{_F}.site.mods", "secure_masked_param")
+#: the ballot's DP release mod: the noisy ballot of the selector's scores (both ballot kinds declare DP releases)
+_DP_BALLOT = _in_home(f"{_F}.workflows.election.site", "dp_ballot")
 _EVALUATE = Releases(part="part", default_part="test", per_class=True,
                      aggregates=("confusion", "brier_sum", "rank_pairs"), histograms=("score_hist",),
                      meta={"n": COUNT, SMOOTHED: FLAG}, dp=True,
@@ -272,6 +282,8 @@ _EVALUATE = Releases(part="part", default_part="test", per_class=True,
 # rank-pair count moves by up to the other class's size, no Δ of √2 bounds it)
 _EVALUATE_NOISED = replace(_EVALUATE, dp_noise={"confusion": math.sqrt(2.0)})
 _DP_EVALUATE = "per test part: the confusion matrix (per class) only — no score histogram, Brier sum or rank pairs"
+
+
 
 
 def _impute_fit_releases(request: Any) -> int:
@@ -302,17 +314,17 @@ for _kind in (
     # ----- election and tuning
     MessageKind("ballot", f"{_F}.workflows.election.site", _BALLOT,
                 "a ballot: which columns the site's selector chose, a score (and p-value) per column, the sample "
-                "count", check=_policy._ballot, summary=(_BALLOTS,)),
+                "count", check=_policy._ballot, summary=(_BALLOTS,), mods=(("dp", _DP_BALLOT),)),
     MessageKind("ballot_fit", f"{_F}.workflows.tuning.site", replace(_BALLOT, part="=fit"),
                 "a ballot on a tuning part of the training rows (mask and scores per column)",
-                check=_policy._ballot, summary=(_BALLOTS,)),
+                check=_policy._ballot, summary=(_BALLOTS,), mods=(("dp", _DP_BALLOT),)),
     MessageKind("set_mask", f"{_F}.workflows.election.site",
                 Releases(part="describe", default_part=None, cells={"count": ("sum", "sumsq")},
                          meta={"kept": COUNT, "held": COUNT, "describe": _MOMENT_META}, dp=True,
                          dp_releases=lambda r: 3 if r.meta.get("describe") is not None else 0),
                 "per elected column: count, sum and sum of squares over the training rows",
                 summed=True, summed_when=lambda meta: meta.get("describe") is not None, check=_policy._describe,
-                summary=(_MOMENTS,)),
+                summary=(_MOMENTS,), mods=(("dp", _in_home(f"{_F}.workflows.election.site", "dp_described")),)),
     MessageKind("class_moments", f"{_F}.workflows.pooled_anova.site",
                 Releases(part="part", default_part="train", per_class=True, cells={"count": ("sum", "sumsq")},
                          aggregates=("n_class",), meta={"classes": LABELS, "feature_names": NAMES, "n": COUNT}),
@@ -330,7 +342,7 @@ for _kind in (
                 Releases(part="part", default_part="train", cells={"count": ("sum", "sumsq")}, meta=_MOMENT_META,
                          dp=True, dp_releases=3),
                 "per column: count, sum and sum of squares over the training rows", summed=True,
-                check=_policy._describe, summary=(_MOMENTS,)),
+                check=_policy._describe, summary=(_MOMENTS,), mods=(("dp", _in_home(f"{_F}.steps.describe", "dp_moments")),)),
     MessageKind("setup", _TRAINING, Releases(part=None, meta={"ok": FLAG}), "an acknowledgement",
                 check=_policy._training_setup),
     MessageKind("fit", _TRAINING,
@@ -338,7 +350,7 @@ for _kind in (
                          dp_releases=_in_home(_TRAINING, "_fit_releases")),
                 "model parameters after local training and the number of training rows (one update per round)",
                 summed=True, check=_policy._fit, summary=(_MODELS,), progress=Progress("training", "training.rounds"),
-                rows="the part the training setup named (default `train`)"),
+                rows="the part the training setup named (default `train`)", mods=(("dp", _DP_NOISE_PARAM),)),
     # federated Newton–Raphson (logistic): the server chooses a *model*, the site its rows. Each reply
     # is the log-loss gradient and Hessian summed over the site's whole fixed training part (≥ min_rows
     # rows) at coefficients the server picks. Two replies at two points are sums of the same rows with
@@ -356,12 +368,12 @@ for _kind in (
                 progress=Progress("training", "training.rounds"),
                 rows="all rows of the part the training setup named (default `train`), weighted by the server's "
                      "coefficients: steep coefficients weight a half-space of them",
-                plain_bound="max_rounds"),
+                plain_bound="max_rounds", mods=(("dp", _DP_NOISE_PARAM),)),
     MessageKind("evaluate", f"{_F}.steps.evaluate", _EVALUATE_NOISED,
                 "per test part: the confusion matrix (per class), a Brier sum, a histogram of predicted "
                 "probabilities per class and a rank-pair count", description_dp=_DP_EVALUATE, summed=True,
                 check=_policy._evaluate, server_row_set=True, summary=(_EVALUATIONS,),
-                plain_bound="max_evaluations", models=_policy.one_model),
+                plain_bound="max_evaluations", models=_policy.one_model, mods=(("secure", _SECURE_MASKED_PARAM),)),
     MessageKind("regression_evaluate", f"{_F}.steps.evaluate",
                 Releases(part="part", default_part="test", aggregates=("sse", "sae", "sum_y", "sum_y2"),
                          meta={"n": COUNT}),
@@ -380,13 +392,15 @@ for _kind in (
                 Releases(part="=train", cells={"count": ("sum", "sumsq")},
                          meta={"columns": NAMES, "n_train": COUNT, "n_valid": COUNT}, dp=True, dp_releases=3),
                 "per column: count, sum and sum of squares over the training rows (the imputer's scaling)",
-                summed=True, summed_when=lambda meta: not meta.get("columns_only"), summary=(_MOMENTS,)),
+                summed=True, summed_when=lambda meta: not meta.get("columns_only"), summary=(_MOMENTS,),
+                mods=(("dp", _DP_NOISE_PARAM),)),
     MessageKind("impute_stats", _IMPUTE,
                 Releases(part="=train", cells={"count": ("sum", "sumsq"),
                                                "pair_count": ("pair_sx", "pair_sxx", "pair_sxy")},
                          aggregates=("shift",), meta={"columns": NAMES}, dp=True, dp_releases=7),
                 "per column pair: co-observed count, sums, sums of squares and cross-products (correlations)",
-                summed=True, per_site=("shift",), summary=(_PAIRS,)),  # shift: the server's own, echoed
+                summed=True, per_site=("shift",), summary=(_PAIRS,),  # shift: the server's own, echoed
+                mods=(("dp", _DP_NOISE_PARAM),)),
     MessageKind("impute_setup", _IMPUTE, Releases(part=None, meta={"n_train": COUNT, "n_valid": COUNT}),
                 "training and validation row counts", check=_policy._impute_setup),
     MessageKind("impute_fit", _IMPUTE,
@@ -394,7 +408,8 @@ for _kind in (
                          meta={"n_train": COUNT, "loss": NUMBER, "steps": COUNT}, dp=True,
                          dp_releases=_impute_fit_releases),
                 "imputer (GNN) weights after local training and validation error sums", summed=True,
-                check=_policy._impute_fit, summary=(_MODELS,), progress=Progress("imputation", "impute.rounds")),
+                check=_policy._impute_fit, summary=(_MODELS,), progress=Progress("imputation", "impute.rounds"),
+                mods=(("dp", _DP_NOISE_PARAM),)),
     MessageKind("impute_eval", _IMPUTE, Releases(part="=test", cells={"val_count": ("val_sse", "val_mean_sse")}),
                 "imputation error sums on held-out test cells", summed=True, check=_policy._impute_eval),
     MessageKind("impute_apply", _IMPUTE, Releases(part="=all", meta={"imputed": COUNT, "clipped": COUNT}),
@@ -418,7 +433,7 @@ for _kind in (
                 Releases(part=_in_home(_GBDT, "_start_part"), aggregates=("label_sums",), meta={"n": COUNT},
                          dp=True, dp_releases=1),
                 "sums of the labels over the training rows", summed=True, check=_policy._gbdt_start,
-                rows="the part the request names (default `train`)"),
+                rows="the part the request names (default `train`)", mods=(("dp", _DP_NOISE_PARAM),)),
     MessageKind("gbdt_level", _GBDT,
                 Releases(part=_in_home(_GBDT, "_level_part"), aggregates=("hist", "hist_nz", "val_loss"),
                          meta={"withheld": COUNT, "n_val": COUNT, "round": COUNT}, dp=True,
@@ -426,19 +441,20 @@ for _kind in (
                 "gradient and hessian histograms per feature bin for the tree level, a validation loss",
                 summed=True, check=_policy._gbdt_level, server_row_set=True, summary=(_GRADIENTS,),
                 rows="tree nodes, under the server's splits and bin edges, of the part `gbdt_start` named",
-                plain_bound="allow_server_row_sets"),
+                plain_bound="allow_server_row_sets",
+                mods=(("dp", _DP_NOISE_PARAM), ("secure", _SECURE_MASKED_PARAM))),
     MessageKind("gbdt_evaluate", _GBDT, _EVALUATE_NOISED,
                 "per test part: the confusion matrix, a Brier sum, a score histogram and a rank-pair count",
                 description_dp=_DP_EVALUATE, summed=True, check=_policy._gbdt_evaluate, server_row_set=True,
                 summary=(_EVALUATIONS,),
-                plain_bound="max_evaluations", models=_policy.one_model),
+                plain_bound="max_evaluations", models=_policy.one_model, mods=(("secure", _SECURE_MASKED_PARAM),)),
     MessageKind("gbdt_score", _GBDT,
                 Releases(part="part", default_part="test", aggregates=("sse", "sae", "sum_y", "sum_y2"),
                          meta={"n": COUNT}, dp=True, dp_releases=1),
                 "a sum of squared errors over the test rows (and, without DP, of absolute errors, of the target "
                 "and of its square)", summed=True, check=_policy._gbdt_evaluate,
                 server_row_set=True,
-                plain_bound="max_evaluations", models=_policy.one_model),
+                plain_bound="max_evaluations", models=_policy.one_model, mods=(("dp", _DP_NOISE_PARAM),)),
     MessageKind("gbdt_importance", _GBDT,
                 Releases(part=_in_home(_GBDT, "_level_part"), aggregates=("gain",),
                          meta={"n": COUNT, "suppressed": COUNT}),

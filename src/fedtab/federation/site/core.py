@@ -28,6 +28,7 @@ from fedtab.privacy.secagg import SECAGG_META, left_in_clear, masked_fields
 from fedtab.federation.site.rollback import LEDGER_KEY, premask_refusal
 from fedtab.federation.protocol.kinds import declared
 from fedtab.federation.protocol.messages import Message
+from fedtab.federation.site.mods import answer
 from fedtab.federation.site.registry import (HANDLER_HOMES, HANDLERS, RELEASES, TABLE_STEPS, find_handler, find_releases, find_table_step, handler, table_step)
 from fedtab.federation.site.parts import DEFAULT_FOLDS, PartError, RowParts, canonical_part, draw_parts
 
@@ -393,7 +394,8 @@ class Site:
 
         request -> site policy (may refuse) -> the handler's release declaration (none:
         refused; a part below the floors: refused) -> differential privacy on the site's
-        own terms (:meth:`dp_terms`) -> handler -> the declared DP noise (:meth:`_noised`) -> release gate
+        own terms (:meth:`dp_terms`) -> handler, in its kind's mods for the request's modes
+        (:func:`fedtab.federation.site.mods.answer`) -> the declared DP noise (:meth:`_noised`) -> release gate
         (:func:`fedtab.privacy.gate.release`) -> [secure masking] -> reply.
 
         Whatever the handler raises -- even ``SystemExit`` -- becomes an error reply whose text
@@ -448,7 +450,7 @@ class Site:
             if reason is not None:
                 log.info("site %s refuses %s: %s", self.name, request.kind, reason)
                 return Message.refusal(reason)
-            reply = fn(self, request)
+            reply = answer(kind, self, request, fn)  # handler wrapped in its kind's mods for the request's modes
             if not isinstance(reply, Message):
                 raise TypeError(f"the {request.kind!r} handler returned {type(reply).__name__}, not a Message")
             reply = self._noised(decl, request, reply)  # handler -> [the declared DP noise] -> gate

@@ -2,7 +2,8 @@
 
 * site side, ``"describe"`` — per feature, the count, sum and sum of squares of the observed
   values of a row part, and the site's class labels (:func:`describe_site`); counts below
-  ``min_rows`` are suppressed, and under DP the three arrays are Gaussian releases;
+  ``min_rows`` are suppressed; under DP the kind's mod (:func:`dp_moments`, applied by ``Site.handle``)
+  asks for the exact moments of values clipped into the public bounds and noises the three arrays;
 * server side, :func:`describe` / :func:`describe_step` — the sites' moments summed through the
   run's summing strategy (plain, secure, noisy, robust), checked against the agreed schema, and
   :func:`standardisation` / :func:`pooled_standardisation` from them.
@@ -27,6 +28,7 @@ from fedtab.federation.protocol.reduce import (
 )
 from fedtab.federation.protocol.schema import sort_labels
 from fedtab.federation.site.core import Site
+from fedtab.federation.site.mods import site_params, with_params
 from fedtab.federation.site.registry import handler
 from fedtab.federation.site.matrices import (
     label_keys,
@@ -39,12 +41,14 @@ from fedtab.privacy.dp import (
     DP_META,
     clip_values,
     column_bounds,
-    release_moments,
+    moment_release,
 )
+from fedtab.privacy.suppression import suppress_small
 from fedtab.privacy.secagg import MOMENT_BITS
 
 
-__all__ = ["describe_site", "pooled_standardisation", "Description", "describe_checker", "exact_moments", "noisy_moments", "describe_step", "Carrier", "describe", "as_description", "standardisation", "DESCRIBE_RELEASES", "DESCRIBE_FIELDS"]
+__all__ = ["describe_site", "pooled_standardisation", "Description", "describe_checker", "exact_moments", "noisy_moments", "describe_step", "Carrier", "describe", "as_description", "standardisation", "DESCRIBE_RELEASES", "DESCRIBE_FIELDS", "dp_moments",
+           "noised_moments", "description_params"]
 
 
 def _suppress_rare_ones(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, X: np.ndarray, min_rows: int
@@ -63,33 +67,71 @@ def _suppress_rare_ones(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray,
     return tuple(np.where(small, 0, a).astype(np.asarray(a).dtype) for a in (count, total, sumsq))  # type: ignore
 
 
-def describe_site(site: Site, feats: list[str], part: str = "train", dp: Mapping[str, Any] | None = None) -> Message:
+def describe_site(site: Site, feats: list[str], part: str = "train", *, bounds: Any = None, suppress: bool = True
+                  ) -> Message:
     """The ``"describe"`` reply of ``site`` over ``feats`` on row part ``part``.
 
     Arrays ``count``/``sum``/``sumsq`` (per feature, observed cells only; a feature the
     site lacks has count 0); meta ``classes`` (label keys), ``n_train`` (rows of
     ``part``), ``n_test`` and ``features``.
 
-    With ``dp`` (a request's ``meta["dp"]``) values are clipped into the public bounds and
-    each of the three arrays is a Gaussian release (:mod:`fedtab.privacy.dp`).
+    Args:
+        bounds: public value bounds (``[lo, hi]`` or ``{column: [lo, hi]}``,
+            :func:`~fedtab.privacy.dp.column_bounds`): the values are clipped into them first.
+        suppress: zero the cells counted from fewer than ``min_rows`` rows (and, over the test
+            part, the rare one-hot indicators); ``False``: the exact moments (a release mod noises
+            them instead: :func:`dp_moments`).
+
+    Raises:
+        ValueError: ``bounds`` without valid bounds for a held column.
     """
     X, y = site_matrix(site, feats, part)
-    lo = hi = None  # public bounds, under dp
-    if dp is not None:
-        lo, hi = column_bounds(dp, feats, held=[f for f in feats if f in site.table.columns])
-        X = clip_values(X, lo, hi)
+    if bounds is not None:
+        X = clip_values(X, *_bounds(site, feats, bounds))
     obs = ~np.isnan(X)
     Xz = np.where(obs, X, 0.0)
     labels = [] if getattr(site, "target_kind", "classes") == "regression" else sorted(set(np.unique(label_keys(y)).tolist()))
-    count, total, sumsq = release_moments(obs.sum(axis=0).astype(np.int64), Xz.sum(axis=0), (Xz * Xz).sum(axis=0),
-                                          min_rows=site.policy.min_rows, dp=dp, lo=lo, hi=hi)
-    if dp is None and canonical_part(part) in ("test", "all"):
-        count, total, sumsq = _suppress_rare_ones(count, total, sumsq, X, site.policy.min_rows)
+    count, total, sumsq = obs.sum(axis=0).astype(np.int64), Xz.sum(axis=0), (Xz * Xz).sum(axis=0)
+    if suppress:
+        count, total, sumsq = suppress_small(count, site.policy.min_rows, total, sumsq)
+        if canonical_part(part) in ("test", "all"):
+            count, total, sumsq = _suppress_rare_ones(count, total, sumsq, X, site.policy.min_rows)
     return Message(
         "describe",
         {"count": count, "sum": total, "sumsq": sumsq},
         {"classes": labels, "n_train": int(len(y)), "n_test": site.n_rows("test"), "features": feats},
     )
+
+
+def _bounds(site: Site, feats: list[str], bounds: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)`` ``(d,)`` of ``feats`` from the public ``bounds``; ``(0, 0)`` for a column the site lacks."""
+    return column_bounds({"bounds": bounds}, feats, held=[f for f in feats if f in site.table.columns])
+
+
+def noised_moments(site: Site, moments: Mapping[str, np.ndarray], feats: list[str], spec: Mapping[str, Any]
+                   ) -> dict[str, np.ndarray]:
+    """The exact ``count``/``sum``/``sumsq`` of values clipped into ``spec["bounds"]`` as a DP release:
+    each a Gaussian release at :func:`~fedtab.privacy.dp.moment_sensitivity` (``spec``: a request's
+    DP settings)."""
+    return moment_release(moments, *_bounds(site, feats, spec.get("bounds")), spec)
+
+
+def description_params(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The description's parameters for a DP release of it (``spec``: the DP settings): values
+    clipped into the public bounds, nothing suppressed (the noise protects small cells;
+    data-dependent suppression would void the guarantee)."""
+    return {"bounds": spec.get("bounds"), "suppress": False}
+
+
+def dp_moments(site: Site, request: Message, call_next: Callable[[Site, Message], Message]) -> Message:
+    """The ``"describe"`` mod under DP (:mod:`fedtab.federation.site.mods`): the exact moments of the
+    clipped values (:func:`description_params`), then each array a Gaussian release
+    (:func:`noised_moments`)."""
+    spec = request.meta[DP_META]
+    reply = call_next(site, with_params(request, **description_params(spec)))
+    if reply.is_error or reply.is_refusal:
+        return reply
+    return Message(reply.kind, noised_moments(site, reply.arrays, list(reply.meta["features"]), spec), reply.meta)
 
 
 #: the description: per-feature moments over a part (counts suppressed below min_rows)
@@ -99,7 +141,7 @@ DESCRIBE_RELEASES = _declared("describe").releases  # declared in fedtab.federat
 @handler("describe")
 def _describe(site: Site, request: Message) -> Message:
     return describe_site(site, requested_features(site, request), str(request.meta.get("part") or "train"),
-                         request.meta.get(DP_META))
+                         **site_params(request))
 
 
 #: the description's summed arrays and their fixed-point bits under secure sums

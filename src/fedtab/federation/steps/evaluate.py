@@ -22,6 +22,7 @@ from fedtab.federation.protocol.reduce import (
     site_median,
 )
 from fedtab.federation.site.core import Site
+from fedtab.federation.site.mods import site_params
 from fedtab.federation.site.registry import handler
 from fedtab.federation.site.matrices import (
     prepared_matrix,
@@ -41,9 +42,8 @@ from fedtab.learn.metrics import (
 )
 from fedtab.learn.models import FederatedModel, Params, make_model
 from fedtab.privacy.accountant import PrivacyLedger
-from fedtab.privacy.dp import DP_META
 from fedtab.privacy.gate import SMOOTHED
-from fedtab.privacy.secagg import MOMENT_BITS, SECAGG_META
+from fedtab.privacy.secagg import MOMENT_BITS
 
 
 __all__ = ["evaluation_sums", "checked_sums", "pool_evaluations", "was_smoothed", "smoothed_sites", "evaluate_step", "evaluate", "median_scores", "pool_regression", "regression_checker", "evaluate_regression_step", "evaluate_regression", "EVALUATE_RELEASES"]
@@ -81,7 +81,7 @@ def _evaluate(site: Site, request: Message) -> Message:
     setup = site.state["train_setup"]
     model = make_model(setup["model"])
     sums = evaluation_sums(model, params_from(request), X, y, len(setup["classes"]), requested_bins(request.meta),
-                           pairs=SECAGG_META not in request.meta)
+                           pairs=not site_params(request).get("masked"))  # masked: set by the secure mod
     # the exact sums: under DP the site noises them at the sensitivities the kind declares
     # (``Releases.dp_noise`` in fedtab.federation.protocol.kinds), after this handler
     return Message("evaluate", sums, {"n": int(len(y))})
@@ -94,8 +94,6 @@ def _regression_evaluate(site: Site, request: Message) -> Message:
     setup = site.state.get("train_setup") or {}
     if setup.get("task") != "regression":
         raise ValueError("regression_evaluate scores a regression model; this site was set up for classes")
-    if request.meta.get(DP_META) is not None:
-        raise ValueError("differential privacy is not available for a regression evaluation")
     X, y = prepared_matrix(site, str(request.meta.get("part") or "test"))
     model = make_model(setup["model"])
     pred = model.predict(params_from(request), X) if len(y) else np.zeros(0)

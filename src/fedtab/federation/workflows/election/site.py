@@ -13,12 +13,13 @@ from fedtab.federation.site.observed import measured_frame
 from fedtab.federation.protocol.schema import SCHEMA_HASH, columns_hash
 from fedtab.federation.protocol.kinds import declared as _declared
 from fedtab.federation.site.core import Site
-from fedtab.federation.site.registry import handler
+from fedtab.federation.site.mods import site_params, with_params
+from fedtab.federation.site.registry import Handler, handler
 
 
 
 
-__all__ = ["abstention_reason", "ballot_reply", "pack_mask", "unpack_mask", "BALLOT_RELEASES"]
+__all__ = ["abstention_reason", "ballot_reply", "dp_ballot", "dp_described", "pack_mask", "unpack_mask", "BALLOT_RELEASES"]
 
 def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
     """Why a site with labels ``y`` should not vote, or ``None`` if it can.
@@ -41,20 +42,23 @@ def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
 
 
 def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, min_site_rows: int = 0,
-                 dp: Any = None, pvalues: bool = False) -> Message:
+                 pvalues: bool = False, *, no_pvalues: str | None = None) -> Message:
     """Run the site's selector (or ``spec``) on ``frame``/``y`` and pack the ballot reply.
 
     Missing cells are filled with the local column mean for selection only. A site
     that cannot vote (see :func:`abstention_reason`) replies with meta ``abstain``
-    (the reason) and ``n_samples`` and no arrays. With ``dp`` (a request's
-    ``meta["dp"]``) the ballot is :func:`~fedtab.privacy.dp.noisy_scores`. With
-    ``pvalues`` the reply also carries the selector's test p-values (array ``pvalues``)
-    and the site's effective sample size (meta ``n_effective``, its Stouffer weight,
-    :func:`~fedtab.election.evidence.effective_rows`).
+    (the reason) and ``n_samples`` and no arrays. With ``pvalues`` the reply also carries the
+    selector's test p-values (array ``pvalues``) and the site's effective sample size (meta
+    ``n_effective``, its Stouffer weight, :func:`~fedtab.election.evidence.effective_rows`).
+    Under DP the ballot's mod (:func:`dp_ballot`) turns the reply into a noisy ballot.
+
+    Args:
+        no_pvalues: why p-values cannot be sent (a ballot release that does not cover them);
+            ``None``: they can.
 
     Raises:
-        ValueError: ``pvalues`` asked of a selector that computes none (naming it),
-            or together with ``dp`` (the noisy ballot does not cover p-values).
+        ValueError: ``pvalues`` asked of a selector that computes none (naming it), or while
+            ``no_pvalues`` says why not.
     """
     X = numeric_matrix(frame, site.name)  # a table that cannot vote is still an error, not an abstention
     reason = abstention_reason(y, min_site_rows)
@@ -69,8 +73,8 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
     arrays = {"mask": mask, "scores": scores}
     extra: dict[str, Any] = {}
     if pvalues:
-        if dp is not None:
-            raise ValueError("p-values cannot be sent with a differentially private ballot")
+        if no_pvalues is not None:
+            raise ValueError(no_pvalues)
         if sel.pvalues is None:
             raise ValueError(f"selector {selector.name!r} computes no p-values; consensus=stouffer needs a selector "
                              "built on a test (anova, chi2, or a scikit-learn SelectKBest/SelectFdr over one)")
@@ -79,9 +83,6 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
 
         arrays["pvalues"] = np.asarray(sel.pvalues, dtype=np.float64)
         extra = {"n_effective": effective_rows(y, is_regression_target(y))}
-    if dp is not None:
-        mask, scores = noisy_scores(scores, dp, noise_rng())
-        arrays = {"mask": mask, "scores": scores}
     arrays["mask"] = pack_mask(arrays["mask"])
     columns = list(map(str, frame.columns.tolist()))
     declared = list(map(str, site.feature_names))
@@ -90,6 +91,18 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
         arrays["column_index"] = np.fromiter((position[c] for c in columns), dtype=np.uint32, count=len(columns))
     return Message(kind, arrays, {"n_features": len(columns), SCHEMA_HASH: columns_hash(declared),
                                   "n_samples": int(len(y)), "selector": selector.name, **extra})
+
+
+def dp_ballot(site: Site, request: Message, call_next: Handler) -> Message:
+    """The ballot's mod under DP (:mod:`fedtab.federation.site.mods`): no p-values asked of the
+    selector, then the ballot's mask and scores replaced by the noisy ballot of its scores
+    (:func:`~fedtab.privacy.dp.noisy_scores`); an abstention passes as it is."""
+    reply = call_next(site, with_params(request, no_pvalues="p-values cannot be sent with a differentially "
+                                                            "private ballot"))
+    if "scores" not in reply.arrays:
+        return reply
+    mask, scores = noisy_scores(reply.arrays["scores"], request.meta[DP_META], noise_rng())
+    return Message(reply.kind, {**reply.arrays, "mask": pack_mask(mask), "scores": scores}, reply.meta)
 
 
 def pack_mask(mask: Any) -> np.ndarray:
@@ -131,8 +144,8 @@ def _ballot(site: Site, request: Message) -> Message:
 
         store_part_matrices(site)
     return ballot_reply(site, "ballot", request.meta.get("selector"), frame, y,
-                        _min_rows(request.meta.get("min_site_rows", 0)), request.meta.get(DP_META),
-                        pvalues=request.meta.get("pvalues") is True)
+                        _min_rows(request.meta.get("min_site_rows", 0)), pvalues=request.meta.get("pvalues") is True,
+                        **site_params(request))
 
 
 def _min_rows(value: Any) -> int:
@@ -164,5 +177,18 @@ def _set_mask(site: Site, request: Message) -> Message:
         return Message("set_mask", meta=meta)
     from fedtab.federation.steps.describe import describe_site  # the training workflow's "describe" answer, same exchange
 
-    described = describe_site(site, list(features), str(part), request.meta.get(DP_META))
+    described = describe_site(site, list(features), str(part), **site_params(request))
     return Message("set_mask", described.arrays, {**meta, "describe": described.meta})
+
+
+def dp_described(site: Site, request: Message, call_next: Handler) -> Message:
+    """The ``"set_mask"`` mod under DP: the description it carries released as the ``"describe"``
+    mod releases it (:func:`fedtab.federation.steps.describe.dp_moments`)."""
+    from fedtab.federation.steps.describe import description_params, noised_moments
+
+    spec = request.meta[DP_META]
+    reply = call_next(site, with_params(request, **description_params(spec)))
+    if "count" not in reply.arrays:  # nothing described (a DP request always asks for it: dp_terms)
+        return reply
+    feats = list(reply.meta["describe"]["features"])
+    return Message(reply.kind, noised_moments(site, reply.arrays, feats, spec), reply.meta)

@@ -47,10 +47,10 @@ from fedtab.learn.gbdt.importance import SPLIT_RECORD, SiteRecord, record_splits
 from fedtab.learn.metrics import regression_sums
 from fedtab.learn.gbdt.release import PACKED, check_request, histogram_sensitivity, noisy_level, pack_level, release_level
 from fedtab.privacy.dp import DP_META, add_noise, noise_rng
-from fedtab.privacy.secagg import SECAGG_META
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol.kinds import declared as _declared
 from fedtab.federation.site.core import Site
+from fedtab.federation.site.mods import site_params
 from fedtab.federation.site.registry import handler
 from fedtab.federation.site.matrices import class_indices, label_keys, requested_bins, site_matrix
 from fedtab.federation.steps.evaluate import evaluation_sums
@@ -180,7 +180,7 @@ def _start(site: Site, request: Message) -> Message:
     if not regression and (not isinstance(classes, list) or len(classes) != params.n_classes):
         raise ValueError("the request's classes do not match its number of classes")
     part = _start_part(site, request)
-    dp_run = meta.get(DP_META) is not None
+    noise = site_params(request).get("noise")  # the Gaussian release the sums are made under (its DP mod)
     X, y = site_data(site, feats, part, classes, regression)
     X_val = y_val = None
     val_part = meta.get("validation_part")
@@ -192,27 +192,26 @@ def _start(site: Site, request: Message) -> Message:
     site.state.pop(LIVE, None)
     site.state[STATE] = {"booster": booster.to_state(), "features": feats, "classes": classes,
                          "part": part, "validation_part": val_part, "splits": None, "started": False,
-                         "min_rows": _floor(site, request), "dp": dp_run, "secure": False,
+                         "min_rows": _floor(site, request), "noised": noise is not None, "masked": False,
                          **_empty_record(params.n_outputs)}
-    dp = meta.get(DP_META)
-    sums = _label_sums(params, y, dp)
+    sums = _label_sums(params, y, noise)
     return Message("gbdt_start", {"label_sums": np.asarray(sums, dtype=np.float64)}, {"n": int(len(y))})
 
 
-def _label_sums(params: GBDTParams, y: np.ndarray, dp: Mapping[str, Any] | None) -> np.ndarray:
-    """The label sums for the intercept (:func:`~fedtab.learn.gbdt.label_sums`). Under DP the
-    site bounds a row's part first: regression labels are clipped to ``[−clip, clip]`` here,
+def _label_sums(params: GBDTParams, y: np.ndarray, noise: Mapping[str, Any] | None) -> np.ndarray:
+    """The label sums for the intercept (:func:`~fedtab.learn.gbdt.label_sums`). With ``noise`` (the
+    DP settings its mod sets) the site bounds a row's part first: regression labels are clipped to ``[−clip, clip]`` here,
     so that one row moves ``[Σy, n]`` by at most ``max(2·clip, √(clip² + 1))`` (replaced,
     added or removed); a class count moves by 1 (two counts when a row is replaced, √2)."""
-    if dp is None:
+    if noise is None:
         return np.asarray(label_sums(params, y), dtype=np.float64)
     if params.objective == "regression":
-        c = float(dp.get("clip", 1.0))
+        c = float(noise.get("clip", 1.0))
         yc = np.clip(np.asarray(y, dtype=np.float64), -c, c)
         sums, sens = np.array([float(yc.sum()), float(yc.size)]), max(2.0 * c, float(np.hypot(c, 1.0)))
     else:
         sums, sens = np.asarray(label_sums(params, y), dtype=np.float64), float(np.sqrt(2.0))
-    return np.asarray(add_noise(sums, sens, dp, noise_rng()), dtype=np.float64)
+    return np.asarray(add_noise(sums, sens, noise, noise_rng()), dtype=np.float64)
 
 
 # ----------------------------------------------------------------------------- level
@@ -343,32 +342,34 @@ def _level_reply(st: dict[str, Any], booster: SiteBooster, nodes: np.ndarray, ne
     p = booster.params
     out: dict[str, np.ndarray] = {}
     reply_meta: dict[str, Any] = {"round": int(booster.round)}
-    dp = meta.get(DP_META)
-    if SECAGG_META in meta:
-        st["secure"] = True
+    params = site_params(meta)  # set by the kind's mods: noise (DP), masked (secure sums)
+    noise = params.get("noise")
+    if params.get("masked"):
+        st["masked"] = True
     if meta.get("validate"):
         if booster.val_margins is None:
             out["val_loss"], reply_meta["n_val"] = np.zeros(2), 0
         else:
-            out["val_loss"], reply_meta["n_val"] = _validation_sums(booster, dp), int(booster.y_val.size)
+            out["val_loss"], reply_meta["n_val"] = _validation_sums(booster, noise), int(booster.y_val.size)
     if nodes.size:
         if new_round:
             booster.start_round()
-            if dp is not None and p.objective == "regression":  # bounded gradients for the sensitivity
-                c = float(dp.get("clip", 1.0))
+            if noise is not None and p.objective == "regression":  # bounded gradients for the sensitivity
+                c = float(noise.get("clip", 1.0))
                 booster.grad = np.clip(booster.grad, -c, c).astype(np.float32)
             st["started"], st["splits"], st["released"] = True, None, []
         last = st.get("splits") or None
         st["released"] = [*(st.get("released") or []), *nodes.tolist()]
         hist, counts = booster.histograms_and_counts(nodes)
-        if dp is not None:
-            sens = histogram_sensitivity(p.objective, booster.layout.n_features, p.n_outputs, float(dp.get("clip", 1.0)))
-            out["hist"] = noisy_level(hist, sens, float(dp["z"]), noise_rng())
+        if noise is not None:
+            sens = histogram_sensitivity(p.objective, booster.layout.n_features, p.n_outputs,
+                                         float(noise.get("clip", 1.0)))
+            out["hist"] = noisy_level(hist, sens, float(noise["z"]), noise_rng())
         else:
             released, withheld = release_level(hist, counts, _sibling_counts(booster, nodes, last), booster.layout,
                                                int(st["min_rows"]))
             out["hist"] = released
-            if SECAGG_META not in meta:  # a per-site count the secure sum would otherwise leave in the clear
+            if not params.get("masked"):  # a per-site count the secure sum would otherwise leave in the clear
                 reply_meta["withheld"] = withheld
                 if meta.get("pack") is True:  # sent in the clear: the same numbers in fewer bytes
                     out["hist"], out[PACKED] = pack_level(released)
@@ -421,21 +422,21 @@ def _check_leaves(booster: SiteBooster, leaves: Mapping[str, np.ndarray]) -> lis
     return out
 
 
-def _validation_sums(booster: SiteBooster, dp: Mapping[str, Any] | None) -> np.ndarray:
-    """``[loss sum, n]`` of the site's validation rows; under DP each row's loss is bounded
+def _validation_sums(booster: SiteBooster, noise: Mapping[str, Any] | None) -> np.ndarray:
+    """``[loss sum, n]`` of the site's validation rows; with ``noise`` (DP) each row's loss is bounded
     (classification: −ln 1e-16; regression: the squared error clipped at ``clip²``) and the
     sums noised with that sensitivity."""
     sums = booster.validation_sums()
-    if dp is None:
+    if noise is None:
         return np.asarray(sums, dtype=np.float64)
     if booster.params.objective == "regression":
-        c = float(dp.get("clip", 1.0))
+        c = float(noise.get("clip", 1.0))
         err = (booster.val_margins[:, 0].astype(np.float64) - np.asarray(booster.y_val, dtype=np.float64)) ** 2
         sums = np.array([float(np.minimum(err, c * c).sum()), float(err.size)])
         sens = float(np.hypot(c * c, 1.0))
     else:
         sens = float(np.hypot(_MAX_ROW_LOSS, 1.0))
-    return np.asarray(add_noise(sums, sens, dp, noise_rng()), dtype=np.float64)
+    return np.asarray(add_noise(sums, sens, noise, noise_rng()), dtype=np.float64)
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -491,12 +492,12 @@ def _score(site: Site, request: Message) -> Message:
     X, y = site_data(site, st["features"], str(request.meta.get("part") or "test"), None, True)
     pred = model.predict(X) if len(y) else np.zeros(0)
     err = (pred - y) ** 2
-    dp = request.meta.get(DP_META)
-    if dp is None:  # the regression sums of fedtab.learn.metrics.regression_sums
+    noise = site_params(request).get("noise")  # the Gaussian release the sum is made under (its DP mod)
+    if noise is None:  # the regression sums of fedtab.learn.metrics.regression_sums
         sums = regression_sums(y, pred)
         return Message("gbdt_score", {k: np.array([v]) for k, v in sums.items()}, {"n": int(len(y))})
-    c = float(dp.get("clip", 1.0))
-    noisy = add_noise(np.array([float(np.minimum(err, c * c).sum())]), c * c, dp, noise_rng())
+    c = float(noise.get("clip", 1.0))
+    noisy = add_noise(np.array([float(np.minimum(err, c * c).sum())]), c * c, noise, noise_rng())
     return Message("gbdt_score", {"sse": noisy}, {"n": int(len(y))})
 
 
@@ -509,7 +510,7 @@ def _evaluate(site: Site, request: Message) -> Message:
         raise ValueError("gbdt_evaluate scores classification models; regression uses gbdt_score")
     X, y = site_data(site, st["features"], part, st["classes"], False)
     out = evaluation_sums(_Fitted(model), {}, X, y, len(st["classes"]), requested_bins(request.meta),
-                          pairs=SECAGG_META not in request.meta)
+                          pairs=not site_params(request).get("masked"))  # masked: set by the secure mod
     return Message("gbdt_evaluate", out, {"n": int(len(y))})  # under DP the site noises it as declared
 
 
@@ -530,7 +531,7 @@ def _importance(site: Site, request: Message) -> Message:
     opted in (``allow_server_row_sets``).
     """
     st = _state(site)
-    if st.get("secure") or st.get("dp") or site.policy.require_secure_aggregation or site.policy.require_dp:
+    if st.get("masked") or st.get("noised") or site.policy.require_secure_aggregation or site.policy.require_dp:
         raise ValueError("this site releases per-site importance only after a plain run (secure aggregation and "
                          "DP keep per-site statistics from the server)")
     rounds = request.meta.get("rounds")

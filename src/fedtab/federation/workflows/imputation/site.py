@@ -21,7 +21,9 @@ combination of the sums of a column isolates fewer than ``min_rows`` of its rows
 secure runs alike: a site never relies on the server's word about the pooled complement.
 
 The label (``Site.target``) is never imputed and never an input of the imputer. Nothing
-here knows which engine, strategy or mode the server runs.
+here knows which engine, strategy or mode the server runs: under DP the kinds' mod
+(:func:`fedtab.federation.site.mods.dp_noise_param`, applied by ``Site.handle``) sets the ``noise``
+parameter the moments, statistics and DP gradient steps are released under.
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ import pandas as pd
 
 from fedtab.impute.graph import FeatureGraph
 from fedtab.impute.stats import STAT_ARRAYS, SiteStats, released_stats, site_stats
-from fedtab.privacy.dp import (DP_META, add_noise, clip_rows, clip_values, column_bounds, noise_rng, release_moments,
+from fedtab.privacy.dp import (add_noise, clip_rows, clip_values, column_bounds, noise_rng, release_moments,
                            row_radius, stats_sensitivity)
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.site.core import Site
+from fedtab.federation.site.mods import site_params
 from fedtab.federation.site.registry import handler, table_step
 from fedtab.federation.workflows.imputation.config import ImputeConfig
 
@@ -93,14 +96,14 @@ def _schema(site: Site, request: Message) -> Message:
     empty = [c for c, n in zip(site.feature_names, obs.sum(0)) if n == 0]
     if empty:
         raise ValueError(f"site {site.name!r}: columns with no observed training value {empty[:8]}")
-    dp = request.meta.get(DP_META)
-    lo = hi = None  # public bounds, under dp
-    if dp is not None:
-        lo, hi = column_bounds(dp, site.feature_names)
+    noise = site_params(request).get("noise")  # the Gaussian release the moments are made under (its DP mod)
+    lo = hi = None  # public bounds, under noise
+    if noise is not None:
+        lo, hi = column_bounds(noise, site.feature_names)
         train = clip_values(train, lo, hi)
     values = np.where(obs, train, 0.0)
     count, total, sumsq = release_moments(obs.sum(0).astype(np.float64), values.sum(0), (values * values).sum(0),
-                                          min_rows=site.policy.min_rows, dp=dp, lo=lo, hi=hi)
+                                          min_rows=site.policy.min_rows, dp=noise, lo=lo, hi=hi)
     meta = {"columns": site.feature_names, "n_train": len(train), "n_valid": len(site.rows("test"))}
     if request.meta.get("columns_only"):  # secure aggregation: the sums follow in a secure exchange
         return Message("impute_schema", {}, meta)
@@ -145,12 +148,12 @@ def _stats(site: Site, request: Message) -> Message:
     idx = [pos[c] for c in cols]
     shift = np.asarray(request.arrays["shift"], dtype=np.float64)[idx]
     values = _values(site, "train")
-    dp = request.meta.get(DP_META)
-    if dp is None:  # no difference of the released sums isolates fewer than min_rows rows (release_plan)
+    noise = site_params(request).get("noise")  # the Gaussian release the statistics are made under (its DP mod)
+    if noise is None:  # no difference of the released sums isolates fewer than min_rows rows (release_plan)
         values, shift = _scaled(values, shift, request, idx)
         s = released_stats(values, cols, site.policy.min_rows, shift)
     else:
-        s = _noisy_stats(values, cols, shift, request, idx, dp)
+        s = _noisy_stats(values, cols, shift, request, idx, noise)
     if request.meta.get("global"):
         return Message("impute_stats", {k: _embed(getattr(s, k), idx, len(glob)) for k in STAT_ARRAYS}, {})
     return Message("impute_stats", {k: getattr(s, k) for k in STAT_ARRAYS + ("shift",)}, {"columns": cols})
@@ -315,9 +318,9 @@ def _fit(site: Site, request: Message) -> Message:
     st, live = _state(site), _live(site)
     cfg: ImputeConfig = st["config"]
     numpy_to_state(live["model"], _weights(request))
-    dp = request.meta.get(DP_META)
+    noise = site_params(request).get("noise")  # the Gaussian release the weights are made under (its DP mod)
     masking = Masking(cfg.mask_fraction, cfg.structural_share)
-    if dp is None:
+    if noise is None:
         sse, cnt = _validation_errors(st, live)
         loss, steps = local_train(
             live["model"], live["optimizer"], live["train"], live["available"], live["adj"], rng=st["rng"],
@@ -329,7 +332,7 @@ def _fit(site: Site, request: Message) -> Message:
         f = len(st["columns"])
         sse, cnt, loss = np.zeros(f), np.zeros(f), float("nan")
         steps = dp_local_train(live["model"], live["optimizer"], live["train"], live["available"], live["adj"],
-                               dp=DPSteps(_dp_steps(dp), dp, noise_rng()), masking=masking, rng=st["rng"])
+                               dp=DPSteps(_dp_steps(noise), noise, noise_rng()), masking=masking, rng=st["rng"])
     st["optimizer_state"] = optimizer_to_numpy(live["optimizer"])
     weights = state_to_numpy(live["model"])
     arrays = {f"w/{k}": v for k, v in weights.items()}

@@ -13,7 +13,9 @@ The description (``"describe"``) and the evaluation (``"evaluate"``) that a trai
 asks for are shared steps (:mod:`fedtab.federation.steps.describe`,
 :mod:`fedtab.federation.steps.evaluate`); the site's matrices are :mod:`fedtab.federation.site.matrices`.
 Features a site does not hold, and missing cells, are filled with the global mean (0 after
-standardisation). Nothing here knows which engine, strategy or mode the server runs.
+standardisation). Nothing here knows which engine, strategy or mode the server runs: under DP the
+kinds' mod (:func:`fedtab.federation.site.mods.dp_noise_param`, applied by ``Site.handle``) sets the
+``noise`` parameter the update and the Newton sums are released under.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.site.core import Site
+from fedtab.federation.site.mods import site_params
 from fedtab.federation.site.registry import handler
 from fedtab.federation.site.matrices import held_features, prepared_matrix
 from fedtab.federation.steps.params import SETUP, params_from, params_to
@@ -83,20 +86,20 @@ def _fit(site: Site, request: Message) -> Message:
     X, y = prepared_matrix(site, setup.get("part", "train"))
     model = make_model(site.state["train_setup"]["model"])
     params = params_from(request)
-    dp = request.meta.get(DP_META)
-    if dp is not None and model.exact:
+    noise = site_params(request).get("noise")  # the Gaussian release the update is made under (its DP mod)
+    if noise is not None and model.exact:
         raise ValueError(f"differential privacy is not available for the exact-aggregation model {model.name!r}")
     if model.exact and not params:
         params = model.init(X.shape[1], len(site.state["train_setup"]["classes"]))
-    if dp is not None and isinstance(model, LogisticRegressionModel):  # DP gradient descent
-        params = dp_logistic_update(params, X, y, steps=int(dp.get("steps", 1)), lr=float(dp.get("lr", DP_GD_LR)),
-                                    l2=model.l2, spec=dp, rng=noise_rng())
+    if noise is not None and isinstance(model, LogisticRegressionModel):  # DP gradient descent
+        params = dp_logistic_update(params, X, y, steps=int(noise.get("steps", 1)),
+                                    lr=float(noise.get("lr", DP_GD_LR)), l2=model.l2, spec=noise, rng=noise_rng())
     else:
         received = params
         params = model.local_update(params, X, y, epochs=int(request.meta.get("epochs", 1)),
                                     seed=int(request.meta.get("seed", 0)))
-        if dp is not None:  # DP-FedAvg: clip the update, add noise, before any masking
-            params = clip_update(params, received, dp, noise_rng())
+        if noise is not None:  # DP-FedAvg: clip the update, add noise, before any masking
+            params = clip_update(params, received, noise, noise_rng())
     if model.exact and "count" in params:  # per-class statistics: suppress small classes
         counts = np.asarray(params["count"])
         small = (counts > 0) & (counts < site.policy.min_rows)
@@ -113,6 +116,7 @@ NEWTON_MAX_COEF = 1e3
 def _newton(site: Site, request: Message) -> Message:
     """The log-loss gradient and Hessian sums (``grad``, ``hess``) of the set-up logistic model over
     the training part at the request's coefficients (``param:coef``, ``param:intercept``); under DP
+    with the ``noise`` parameter (set by its DP mod, :func:`fedtab.federation.site.mods.dp_noise_param`)
     per-row gradients clipped to ``clip`` and rows to the bounds' radius, then Gaussian noise."""
     from fedtab.learn.newton import as_theta, dp_logistic_sums, hessian_sensitivity, logistic_sums, row_bound
 
@@ -130,20 +134,20 @@ def _newton(site: Site, request: Message) -> Message:
         raise ValueError(f"newton: coefficients of shape {theta.shape}, expected {(k, X.shape[1] + 1)}")
     if not np.isfinite(theta).all() or np.abs(theta).max(initial=0.0) > NEWTON_MAX_COEF:
         raise ValueError(f"newton: coefficients must be finite and within ±{NEWTON_MAX_COEF:g}")
-    dp = request.meta.get(DP_META)
-    if dp is None:
+    noise = site_params(request).get("noise")  # the Gaussian release the sums are made under (its DP mod)
+    if noise is None:
         grad, hess = logistic_sums(theta, X, y)
     else:
         feats = setup["features"]
         held = held_features(site)
-        lo, hi = column_bounds(dp, feats, held=[f for f in feats if f in held])
+        lo, hi = column_bounds(noise, feats, held=[f for f in feats if f in held])
         mean, std = setup["mean"], setup["std"]
         unheld = np.array([f not in held for f in feats])
         lo, hi = np.where(unheld, mean, lo), np.where(unheld, mean, hi)  # an absent column is z = 0
         radius = row_bound(lo, hi, mean, std)
-        clip = float(dp.get("clip", 1.0))
+        clip = float(noise.get("clip", 1.0))
         grad, hess = dp_logistic_sums(theta, X, y, clip=clip, radius=radius)
         rng = noise_rng()
-        grad = add_noise(grad, 2.0 * clip, dp, rng)
-        hess = add_noise(hess, hessian_sensitivity(k, radius), dp, rng, symmetric=True)
+        grad = add_noise(grad, 2.0 * clip, noise, rng)
+        hess = add_noise(hess, hessian_sensitivity(k, radius), noise, rng, symmetric=True)
     return Message("newton", {"grad": grad, "hess": hess}, {"n_samples": int(len(y))})
