@@ -19,7 +19,7 @@ from fedtab.privacy.accountant import PrivacyLedger
 from tests.builders import classification_parts, federation
 
 FEDERATION = Path(__file__).resolve().parents[3] / "src" / "fedtab" / "federation"
-MODE = re.compile(r"secure|secure_aggregation|dp|noisy|robust")
+MODE = re.compile(r"secure|secure_aggregation|dp|noisy|robust|DP_META|SECAGG_META")
 #: no module under ``federation/workflows/`` or ``federation/steps/`` tests a mode: the server side is one SumStep per
 #: step on the run's strategy (protocol/modes.py); on the site side a kind declares the mods of its handler
 #: under a mode (MessageKind.mods: e.g. a DP release of exact moments, the DP ballot, the ``noise``

@@ -428,7 +428,8 @@ for _kind in (
                 description_dp="per feature: counts of the training rows over a public grid (signed powers of two, "
                 "then 1024 equal steps inside the noisy range) with Gaussian noise (sensitivity √features per "
                 "request, each request charged); the bin edges are quantiles of the pooled noisy counts",
-                summed=True, check=_policy._gbdt_sketch, summary=(_QUANTILES,)),
+                summed=True, check=_policy._gbdt_sketch, summary=(_QUANTILES,),
+                mods=(("dp", _DP_NOISE_PARAM),)),
     MessageKind("gbdt_start", _GBDT,
                 Releases(part=_in_home(_GBDT, "_start_part"), aggregates=("label_sums",), meta={"n": COUNT},
                          dp=True, dp_releases=1),

@@ -46,7 +46,7 @@ from fedtab.learn.gbdt.sketch import SKETCH_BINS, dp_counts_sensitivity, grid_co
 from fedtab.learn.gbdt.importance import SPLIT_RECORD, SiteRecord, record_splits, site_gains
 from fedtab.learn.metrics import regression_sums
 from fedtab.learn.gbdt.release import PACKED, check_request, histogram_sensitivity, noisy_level, pack_level, release_level
-from fedtab.privacy.dp import DP_META, add_noise, noise_rng
+from fedtab.privacy.dp import add_noise, noise_rng
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol.kinds import declared as _declared
 from fedtab.federation.site.core import Site
@@ -143,7 +143,7 @@ def _sketch(site: Site, request: Message) -> Message:
     grids, width = sketch_grids(stage, request.meta.get("lo"), request.meta.get("hi"), len(feats))
     X, _ = site_matrix(site, feats, SUMMARY_PART)
     counts = grid_counts(X, grids, width)
-    if request.meta.get(DP_META) is None:
+    if site_params(request).get("noise") is None:  # plain/secure; under DP its mod sets the noise
         return Message("gbdt_sketch", {"counts": merge_counts(counts, int(site.policy.min_rows))}, {})
     if stage == "fine":
         kept = dict(site.state.get(DP_SKETCH) or {})
