@@ -90,3 +90,17 @@ def test_tune_and_train_report_is_json_and_complete():
     assert rep["selected"] and rep["training"]["elected"]["n_params"] < rep["training"]["all_features"]["n_params"]
     assert rep["training"]["communication"]["param_reduction"] > 0
     assert rep["tuning"]["method"] == "grid" and rep["tuning"]["curve"]
+
+
+@pytest.mark.parametrize("mode", [dict(secure_aggregation=True), dict(dp={"epsilon": 2.0, "bounds": [-6, 6]}),
+                                  dict(robust=True)])
+def test_tuning_in_a_mode_it_does_not_support_is_refused_before_any_exchange(mode):
+    """Its fit ballots and validation fits are answered per site: a secure, DP or robust run
+    is refused by its declared modes, before a request leaves."""
+    from fedtab.federation.protocol import set_options
+
+    fed = _fed(n=300)
+    set_options(fed, **mode)
+    with pytest.raises(ValueError, match="is not available for freedom-degree tuning"):
+        tune_flow(fed, selector="lasso", model="logistic", **OPTS)
+    assert not fed.traffic.records

@@ -33,10 +33,14 @@ from fedtab.election.tuning import DEFAULT_GRID, TuningResult, tune
 from fedtab.federation.workflows.election.server import (_selector_request, _valid_ballots, ballot_checker, broadcast_mask, elect_from_ballots)
 from fedtab.federation.protocol.messages import Message
 from fedtab.federation.protocol import Federation, exchange
+from fedtab.federation.protocol.modes import declare_modes, run_strategy
 from fedtab.federation.workflows.training import run_training
 
 __all__ = ["TuneOutcome", "TuneSettings", "tune_flow", "tune_and_train", "split_validation", "gather_fit_ballots", "validation_scorer"]
 
+#: the modes freedom-degree tuning runs in: plain sums only (its validation fits and ballots are
+#: answered per site)
+TUNING_MODES = declare_modes("tuning")
 
 
 def split_validation(federation: Federation) -> dict[str, dict[str, int]]:
@@ -159,10 +163,12 @@ def tune_flow(federation: Federation, *, settings: TuneSettings | None = None, *
     (the keywords override the settings' fields).
 
     Raises:
-        FederationError: a site failed (naming it). ValueError: invalid settings or ballots.
+        FederationError: a site failed (naming it). ValueError: invalid settings or ballots, or
+            a run in a mode tuning does not support (secure, DP or robust: :data:`TUNING_MODES`).
         TypeError: a keyword that is no field of :class:`TuneSettings`.
     """
     o = settings_with(TuneSettings, settings, options, "tune_flow")
+    run_strategy(federation).check_supported(TUNING_MODES, "freedom-degree tuning (it runs with plain sums only)")
     abstained: dict[str, str] = {}
     ballots = o.ballots
     if ballots is None:
