@@ -230,6 +230,10 @@ DECLARATION_CHECKS: tuple[Callable[[_Declaring], None], ...] = (
 )
 
 
+#: the key of a shared kinds tuple in ``parse_declaration``'s ``validated`` (no declared value equals it)
+_KINDS_KEY = object()
+
+
 def parse_declaration(meta: Any, limits: SchemaLimits = SchemaLimits(),
                       validated: dict[tuple[str, ...], tuple[str, ...]] | None = None) -> SiteDeclaration:
     """Validate one site's declaration (``ValueError`` with the reason; the caller names the site):
@@ -242,7 +246,8 @@ def parse_declaration(meta: Any, limits: SchemaLimits = SchemaLimits(),
     if not isinstance(meta, dict):
         raise ValueError("the schema declaration is missing or not a JSON object")
     raw = meta.get("columns")
-    key = tuple(raw) if isinstance(raw, list) and validated is not None else None
+    # only a list of strings is a key (a hostile list of lists is unhashable: _names rejects it instead)
+    key = tuple(raw) if isinstance(raw, list) and validated is not None and set(map(type, raw)) <= {str} else None
     columns = validated.get(key) if key is not None else None  # type: ignore[union-attr]
     if columns is None:
         columns = tuple(_names(raw, "declared columns", limits))
@@ -251,7 +256,10 @@ def parse_declaration(meta: Any, limits: SchemaLimits = SchemaLimits(),
     d = _Declaring(meta, limits, columns)
     for check in DECLARATION_CHECKS:
         check(d)
-    return SiteDeclaration(columns, tuple(d.kinds), d.target, tuple(d.classes), d.rows)
+    kinds = tuple(d.kinds)
+    if validated is not None:  # equal kind lists share one tuple too (d references each, not d per site)
+        kinds = validated.setdefault((_KINDS_KEY, kinds), kinds)  # type: ignore[arg-type]
+    return SiteDeclaration(columns, kinds, d.target, tuple(d.classes), d.rows)
 
 
 @dataclass
@@ -323,11 +331,14 @@ class Schema:
 
     def column_set(self, site: str | None = None) -> frozenset[str]:
         """The columns ``site`` declared (``None``: the federation's), as a set built once per declaration."""
+        # keyed by the column tuple's identity: sites that declared the same columns share one
+        # tuple (:func:`parse_declaration`), so 300 sites × 10,000 columns hold one set, not 300
         cache = self.__dict__.setdefault("_column_sets", {})
         source = self.declaration(site).columns if site is not None else self.columns
-        hit = cache.get(site)
+        key = id(source)
+        hit = cache.get(key)
         if hit is None or hit[0] is not source or (site is None and len(hit[1]) != len(source)):
-            hit = cache[site] = (source, frozenset(source))
+            hit = cache[key] = (source, frozenset(source))
         return hit[1]
 
     def holder_count(self, names: Sequence[str] | None = None) -> np.ndarray:

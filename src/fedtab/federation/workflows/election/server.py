@@ -79,11 +79,15 @@ STOUFFER_ELECTION_MODES = declare_modes("election.stouffer", "secure", "robust")
 
 
 
-def _described_from(reply: Message) -> Message:
-    """The ``"describe"`` reply folded into a ``"set_mask"`` reply (see :func:`broadcast_mask`)."""
+def _described_from(reply: Message, features: list[str]) -> Message:
+    """The ``"describe"`` reply folded into a ``"set_mask"`` reply (see :func:`broadcast_mask`), over
+    the elected ``features``: the site does not echo their names (a reply that does must name exactly
+    them; the describe check rejects any other list)."""
     meta = reply.meta.get("describe")
     if not isinstance(meta, dict):
         raise ValueError("the set_mask reply carries no description")
+    if "features" not in meta:
+        meta = {**meta, "features": features}  # the server's own list, shared: no per-site copy
     return Message("describe", dict(reply.arrays), meta)
 
 
@@ -444,9 +448,10 @@ def broadcast_mask(federation: Federation, features: list[str], *, describe: str
         return None
     from fedtab.federation.steps.describe import Carrier, describe as describe_step
 
+    elected = list(features)
     return describe_step(federation, list(features), str(describe), ledger,
                          carrier=Carrier(kind="set_mask", meta={**meta, "describe": str(describe)}, arrays=arrays,
-                                         unpack=_described_from, check_reply=check_mask, step="election.describe"))
+                                         unpack=lambda reply: _described_from(reply, elected), check_reply=check_mask, step="election.describe"))
 
 
 def _mask_request(federation: Federation, features: list[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

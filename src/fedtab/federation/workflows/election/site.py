@@ -165,4 +165,6 @@ def _set_mask(site: Site, request: Message) -> Message:
     from fedtab.federation.steps.describe import describe_site  # the training workflow's "describe" answer, same exchange
 
     described = describe_site(site, list(features), str(part), request.meta.get(DP_META))
-    return Message("set_mask", described.arrays, {**meta, "describe": described.meta})
+    # the server knows the features it elected: the description does not echo their names
+    described_meta = {k: v for k, v in described.meta.items() if k != "features"}
+    return Message("set_mask", described.arrays, {**meta, "describe": described_meta})
