@@ -168,7 +168,7 @@ class _Declaring:
 
 
 def _read(d: _Declaring) -> None:
-    d.kinds = d.meta.get("kinds", ["numeric"] * len(d.columns))
+    d.kinds = d.meta.get("kinds")  # None: every column numeric (an all-numeric declaration lists no kinds)
     d.target = d.meta.get("target")
     d.rows = d.meta.get("rows")
     d.classes = d.meta.get("classes", [])
@@ -208,8 +208,8 @@ def _rule(holds: Callable[[_Declaring], bool], message: str | Callable[[_Declari
 #: rules (``holds`` or the one-line reason) and steps that parse a part for the next ones
 DECLARATION_CHECKS: tuple[Callable[[_Declaring], None], ...] = (
     _read,
-    _rule(lambda d: isinstance(d.kinds, list) and len(d.kinds) == len(d.columns)
-          and not set(map(type, d.kinds)) - {str} and not set(d.kinds) - set(KINDS),
+    _rule(lambda d: d.kinds is None or (isinstance(d.kinds, list) and len(d.kinds) == len(d.columns)
+          and not set(map(type, d.kinds)) - {str} and not set(d.kinds) - set(KINDS)),
           f"declared kinds must be one of {KINDS} per column"),
     _rule(lambda d: d.target is None or (isinstance(d.target, str) and 0 < len(d.target) <= d.limits.max_name),
           "declared target must be a column name or null"),
@@ -230,8 +230,9 @@ DECLARATION_CHECKS: tuple[Callable[[_Declaring], None], ...] = (
 )
 
 
-#: the key of a shared kinds tuple in ``parse_declaration``'s ``validated`` (no declared value equals it)
-_KINDS_KEY = object()
+#: keys in ``parse_declaration``'s ``validated`` that no declared list equals: a shared kinds tuple,
+#: the last validated column tuple
+_KINDS_KEY, _LAST_KEY = object(), object()
 
 
 def parse_declaration(meta: Any, limits: SchemaLimits = SchemaLimits(),
@@ -246,20 +247,31 @@ def parse_declaration(meta: Any, limits: SchemaLimits = SchemaLimits(),
     if not isinstance(meta, dict):
         raise ValueError("the schema declaration is missing or not a JSON object")
     raw = meta.get("columns")
-    # only a list of strings is a key (a hostile list of lists is unhashable: _names rejects it instead)
-    key = tuple(raw) if isinstance(raw, list) and validated is not None and set(map(type, raw)) <= {str} else None
-    columns = validated.get(key) if key is not None else None  # type: ignore[union-attr]
+    columns = _known_columns(raw, validated)
     if columns is None:
         columns = tuple(_names(raw, "declared columns", limits))
-        if key is not None:
-            validated[key] = columns  # type: ignore[index]
+        if validated is not None:
+            validated[columns] = validated[_LAST_KEY] = columns  # type: ignore[index]
     d = _Declaring(meta, limits, columns)
     for check in DECLARATION_CHECKS:
         check(d)
-    kinds = tuple(d.kinds)
-    if validated is not None:  # equal kind lists share one tuple too (d references each, not d per site)
+    kinds = ("numeric",) * len(columns) if d.kinds is None else tuple(d.kinds)
+    if validated is not None:  # equal kind lists share one tuple too (one per schema, not one per site)
         kinds = validated.setdefault((_KINDS_KEY, kinds), kinds)  # type: ignore[arg-type]
     return SiteDeclaration(columns, kinds, d.target, tuple(d.classes), d.rows)
+
+
+def _known_columns(raw: Any, validated: dict[Any, tuple[str, ...]] | None) -> tuple[str, ...] | None:
+    """The validated tuple equal to the declared list ``raw`` (an earlier site's: the last one
+    compared element by element, which needs no hashing of fresh strings, else looked up), or ``None``."""
+    if validated is None or not isinstance(raw, list):
+        return None
+    last = validated.get(_LAST_KEY)
+    if last is not None and len(raw) == len(last) and tuple(raw) == last:
+        return last
+    if set(map(type, raw)) != {str}:  # a hostile list of lists is unhashable: _names rejects it instead
+        return None
+    return validated.get(tuple(raw))
 
 
 @dataclass

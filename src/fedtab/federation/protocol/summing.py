@@ -32,12 +32,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from .federation import Federation
     from .secure_aggregator import SecureAggregator
 
-__all__ = ["SumSpec", "Summed", "SummingStrategy", "PlainSums", "SecureSums", "strategy_for", "SECURE_SUM"]
+__all__ = ["SumSpec", "Summed", "SummingStrategy", "PlainSums", "SecureSums", "strategy_for", "SECURE_SUM", "PLAIN_SUM"]
 
 log = logging.getLogger("fedtab.federation")
 
 #: the key under which a securely summed reply stands in for the per-site replies
 SECURE_SUM = "(secure sum)"
+#: the key under which a streamed plain sum stands in for the per-site replies (:attr:`SumSpec.stream`)
+PLAIN_SUM = "(plain sum)"
 
 #: ``check(site, reply)``: raises to reject one site's reply (its contents sent in the clear)
 Check = Callable[[str, Message], Any]
@@ -57,12 +59,17 @@ class SumSpec:
         weight: the reply meta key of the weight (e.g. ``"n_samples"``), or ``None``.
         drop_meta: reply meta keys the sites must not send when the sums are secure (a
             per-site detail that would defeat the sum, e.g. a per-site sample count).
+        stream: plain sums are running sums: each reply's arrays are added as it passes its
+            check and not kept (:attr:`Summed.replies` without them; :attr:`Summed.parts` the one
+            total, as with secure sums), so the server holds one reply's arrays, not K. For a
+            step whose reduction needs only the total; the robust wrapper turns it off.
     """
 
     fields: Mapping[str, int | None]
     weighted: tuple[str, ...] = ()
     weight: str | None = None
     drop_meta: tuple[str, ...] = ()
+    stream: bool = False
 
 
 @dataclass
@@ -104,19 +111,24 @@ class SummingStrategy(ABC):
         """One exchange whose ``spec`` arrays are summed (see :func:`exchange_sums`)."""
 
 
+def _add_reply(sums: dict[str, np.ndarray], reply: Message, spec: SumSpec) -> float:
+    """Add ``reply``'s ``spec`` arrays into ``sums`` (float64; weighted ones times its weight);
+    returns its weight (1.0 without one)."""
+    w = float(reply.meta[spec.weight]) if spec.weight is not None else 1.0
+    for name in spec.fields:
+        value = np.asarray(reply.arrays[name], dtype=np.float64)
+        value = value * w if name in spec.weighted else value
+        sums[name] = value if name not in sums else sums[name] + value
+    return w
+
+
 def _plain_sums(replies: Mapping[str, Message], spec: SumSpec) -> tuple[dict[str, np.ndarray], float | None]:
     sums: dict[str, np.ndarray] = {}
     total = 0.0 if spec.weight is not None else None
-    weighted = set(spec.weighted)
     for reply in replies.values():
-        w = 1.0
-        if spec.weight is not None:
-            w = float(reply.meta[spec.weight])
-            total += w  # type: ignore[operator]
-        for name in spec.fields:
-            value = np.asarray(reply.arrays[name], dtype=np.float64)
-            value = value * w if name in weighted else value
-            sums[name] = value if name not in sums else sums[name] + value
+        w = _add_reply(sums, reply, spec)
+        if total is not None:
+            total += w
     return sums, total
 
 
@@ -138,9 +150,23 @@ class PlainSums(SummingStrategy):
             if check is not None:
                 check(site, reply)
 
-        replies = exchange(federation, dict(requests), checked, kind=kind, step=step, on_error=on_error)
-        sums, weight = _plain_sums(replies, spec)
-        return Summed(sums, weight, dict(replies), list(replies))
+        if not spec.stream:
+            replies = exchange(federation, dict(requests), checked, kind=kind, step=step, on_error=on_error)
+            sums, weight = _plain_sums(replies, spec)
+            return Summed(sums, weight, dict(replies), list(replies))
+        running: dict[str, np.ndarray] = {}
+        total = [0.0]
+
+        def fold(site: str, reply: Message) -> Message:  # add, then keep the reply without the summed arrays
+            total[0] += _add_reply(running, reply, spec)
+            out = Message.__new__(Message)
+            out.kind, out.meta = reply.kind, reply.meta
+            out.arrays = {k: v for k, v in reply.arrays.items() if k not in spec.fields}
+            return out
+
+        replies = exchange(federation, dict(requests), checked, kind=kind, step=step, on_error=on_error, fold=fold)
+        return Summed(running, total[0] if spec.weight is not None else None, dict(replies), list(replies),
+                      parts={PLAIN_SUM: Message(PLAIN_SUM, dict(running))})
 
 
 class SecureSums(SummingStrategy):
