@@ -71,7 +71,7 @@ def test_a_robust_run_keeps_each_sites_moments():
     # moments of the wrong length
     (lambda r: Message(r.kind, {**r.arrays, "count": r.arrays["count"][:1]}, r.meta), "count"),
     # a count beyond the rows the site declared
-    (lambda r: Message(r.kind, {**r.arrays, "count": r.arrays["count"] + 10**6}, r.meta), "count"),
+    (lambda r: Message(r.kind, {**r.arrays, "count": r.arrays["count"].astype(np.int64) + 10**6}, r.meta), "count"),
     # non-finite sums
     (lambda r: Message(r.kind, {**r.arrays, "sum": np.full_like(r.arrays["sum"], np.nan)}, r.meta), ""),
 ])
@@ -156,3 +156,51 @@ def test_a_streamed_plain_sum_keeps_no_reply_arrays_and_equals_the_held_sum():
     for k in DESCRIBE_FIELDS:
         np.testing.assert_array_equal(streamed.sums[k], held.sums[k])
         np.testing.assert_array_equal(streamed.parts[PLAIN_SUM].arrays[k], held.sums[k])
+
+
+def test_the_description_counts_travel_in_the_smallest_unsigned_dtype():
+    from fedtab.federation.workflows.election.site import compact_counts
+
+    fed = LocalFederation(_sites())
+    counts: list[np.dtype] = []
+    orig = fed._replies
+
+    def spy(requests):
+        for name, reply in orig(requests):
+            if reply.kind == "set_mask":
+                counts.append(reply.arrays["count"].dtype)
+            yield name, reply
+
+    fed._replies = spy
+    run_election(fed, 0.5, describe="train")
+    assert counts and all(d == np.uint8 for d in counts)  # ~100 training rows per site
+    assert compact_counts(np.array([0, 70_000])).dtype == np.uint32
+    noisy = np.array([1.5, 2.0])
+    assert compact_counts(noisy) is noisy and compact_counts(np.array([-1, 3])).dtype == np.int64
+
+
+def test_a_large_header_travels_compressed_and_a_hostile_one_is_refused():
+    import struct
+    import zlib
+
+    from fedtab.federation.protocol.messages import COMPRESS_AT, Limits, MessageError
+
+    names = [f"f{i:05d}" for i in range(10_000)]
+    m = Message("ballot", {"scores": np.arange(4.0)}, {"names": names})
+    raw = m.to_bytes()
+    assert len(raw) < len(str(names)) / 3  # 10,000 names: ~22 kB instead of ~90 kB
+    back = Message.from_bytes(raw)
+    assert back.meta == m.meta and np.array_equal(back.arrays["scores"], m.arrays["scores"])
+    small = Message("x", meta={"a": 1}).to_bytes()
+    assert struct.unpack(">I", small[:4])[0] < COMPRESS_AT  # small headers as they were: no flag
+    limits = Limits(max_header=10**5)
+    bomb = zlib.compress(b" " * 10**7)  # 10 MB of blanks in ~10 kB
+    cases = {
+        "inflates beyond": struct.pack(">I", len(bomb) | 0x8000_0000) + bomb,
+        "not a valid zlib": struct.pack(">I", 5 | 0x8000_0000) + b"abcde",
+        "truncated": struct.pack(">I", 10 | 0x8000_0000) + zlib.compress(b'{"kind": "x"}' * 50)[:10],
+        "out of range": struct.pack(">I", 0xFFFF_FFFF),
+    }
+    for match, data in cases.items():
+        with pytest.raises(MessageError, match=match):
+            Message.from_bytes(data, limits)
