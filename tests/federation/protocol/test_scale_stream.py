@@ -204,3 +204,48 @@ def test_a_large_header_travels_compressed_and_a_hostile_one_is_refused():
     for match, data in cases.items():
         with pytest.raises(MessageError, match=match):
             Message.from_bytes(data, limits)
+
+
+@pytest.mark.parametrize("order", ["reversed", "middle_first"])
+def test_streamed_sums_are_the_same_bits_whatever_order_the_replies_arrive_in(order):
+    """Running sums add in request order (a reply that overtakes an earlier site's waits), so an
+    engine delivering replies out of order gives exactly the sums of the held replies."""
+    _, parts = classification_parts(600, 6, 3, 1, [0.2] * 5, seed=4)
+    sites = make_sites(parts, names="s{i}")
+    fed = LocalFederation(sites)
+    run_election(fed, 0.5)
+    feats = fed.schema.columns
+    request = Message("describe", meta={"part": "train", "features": list(feats)})
+    spec = {k: 0 for k in DESCRIBE_FIELDS}
+    held = PlainSums().exchange(fed, {s: request for s in fed.sites}, SumSpec(spec), None, kind="describe", step=None)
+    orig = fed._replies
+
+    def shuffled(requests):
+        got = list(orig(requests))
+        yield from (got[::-1] if order == "reversed" else [got[2], got[0], got[4], got[1], got[3]])
+
+    fed._replies = shuffled
+    streamed = PlainSums().exchange(fed, {s: request for s in fed.sites}, SumSpec(spec, stream=True), None,
+                                    kind="describe", step=None)
+    assert streamed.sites == held.sites  # request order
+    for k in DESCRIBE_FIELDS:
+        assert streamed.sums[k].tobytes() == held.sums[k].tobytes()
+
+
+def test_a_failing_site_in_the_middle_does_not_hold_back_the_sum_of_the_others():
+    _, parts = classification_parts(600, 6, 3, 1, [0.2] * 5, seed=4)
+    fed = LocalFederation(make_sites(parts, names="s{i}"), min_sites=3)
+    run_election(fed, 0.5)
+    request = Message("describe", meta={"part": "train", "features": list(fed.schema.columns)})
+    spec = {k: 0 for k in DESCRIBE_FIELDS}
+
+    def check(site, reply):
+        if site == "s1":
+            raise ValueError("rejected")
+
+    streamed = PlainSums().exchange(fed, {s: request for s in fed.sites}, SumSpec(spec, stream=True), check,
+                                    kind="describe", step=None)
+    assert streamed.sites == ["s0", "s2", "s3", "s4"] and "s1" in fed.dropped
+    own = _own_moments([fed.site(s) for s in streamed.sites], fed.schema.columns)
+    np.testing.assert_allclose(streamed.sums["count"], own["count"])
+    np.testing.assert_allclose(streamed.sums["sum"], own["sum"], rtol=1e-12, atol=1e-9)

@@ -59,10 +59,12 @@ class SumSpec:
         weight: the reply meta key of the weight (e.g. ``"n_samples"``), or ``None``.
         drop_meta: reply meta keys the sites must not send when the sums are secure (a
             per-site detail that would defeat the sum, e.g. a per-site sample count).
-        stream: plain sums are running sums: each reply's arrays are added as it passes its
-            check and not kept (:attr:`Summed.replies` without them; :attr:`Summed.parts` the one
-            total, as with secure sums), so the server holds one reply's arrays, not K. For a
-            step whose reduction needs only the total; the robust wrapper turns it off.
+        stream: plain sums are running sums: each reply's arrays are added once it has passed
+            its check and every earlier site's reply is in (request order: the same float sums as
+            without streaming, on every engine), and not kept (:attr:`Summed.replies` without them;
+            :attr:`Summed.parts` the one total, as with secure sums), so the server holds the
+            replies that arrived early, not K. For a step whose reduction needs only the total;
+            the robust wrapper turns it off.
     """
 
     fields: Mapping[str, int | None]
@@ -154,19 +156,43 @@ class PlainSums(SummingStrategy):
             replies = exchange(federation, dict(requests), checked, kind=kind, step=step, on_error=on_error)
             sums, weight = _plain_sums(replies, spec)
             return Summed(sums, weight, dict(replies), list(replies))
-        running: dict[str, np.ndarray] = {}
-        total = [0.0]
+        sums = _InOrder(list(requests), spec)
+        replies = exchange(federation, dict(requests), checked, kind=kind, step=step, on_error=on_error,
+                           fold=sums.fold)
+        sums.flush()
+        return Summed(sums.running, sums.weight if spec.weight is not None else None, dict(replies), list(replies),
+                      parts={PLAIN_SUM: Message(PLAIN_SUM, dict(sums.running))})
 
-        def fold(site: str, reply: Message) -> Message:  # add, then keep the reply without the summed arrays
-            total[0] += _add_reply(running, reply, spec)
-            out = Message.__new__(Message)
-            out.kind, out.meta = reply.kind, reply.meta
-            out.arrays = {k: v for k, v in reply.arrays.items() if k not in spec.fields}
-            return out
 
-        replies = exchange(federation, dict(requests), checked, kind=kind, step=step, on_error=on_error, fold=fold)
-        return Summed(running, total[0] if spec.weight is not None else None, dict(replies), list(replies),
-                      parts={PLAIN_SUM: Message(PLAIN_SUM, dict(running))})
+class _InOrder:
+    """Running sums of streamed replies, added in request order whatever order they arrive in (the
+    same float operations as summing the held replies, so the same bits on every engine): a reply
+    that arrives before an earlier site's waits until that one is added or the exchange ends; a
+    failing site's place is skipped at :meth:`flush`."""
+
+    def __init__(self, order: list[str], spec: SumSpec) -> None:
+        self.order, self.spec, self.next = order, spec, 0
+        self.waiting: dict[str, Message] = {}
+        self.running: dict[str, np.ndarray] = {}
+        self.weight = 0.0
+
+    def fold(self, site: str, reply: Message) -> Message:
+        """Take ``reply`` (checked); return it without the summed arrays."""
+        self.waiting[site] = reply
+        while self.next < len(self.order) and self.order[self.next] in self.waiting:
+            self.weight += _add_reply(self.running, self.waiting.pop(self.order[self.next]), self.spec)
+            self.next += 1
+        out = Message.__new__(Message)
+        out.kind, out.meta = reply.kind, reply.meta
+        out.arrays = {k: v for k, v in reply.arrays.items() if k not in self.spec.fields}
+        return out
+
+    def flush(self) -> None:
+        """Add the replies still waiting (behind sites that failed), in request order."""
+        for site in self.order[self.next:]:
+            if site in self.waiting:
+                self.weight += _add_reply(self.running, self.waiting.pop(site), self.spec)
+        self.next = len(self.order)
 
 
 class SecureSums(SummingStrategy):
