@@ -51,6 +51,7 @@ def exchange(
     kind: str | None = None,
     step: str | None = None,
     on_error: Literal["raise", "skip"] | None = None,
+    fold: Callable[[str, Message], Message] | None = None,
 ) -> dict[str, Message]:
     """One request/reply exchange on the protocol path; every workflow step goes through it.
 
@@ -64,9 +65,13 @@ def exchange(
         on_error: ``"skip"`` drops failing sites for this call even without a quorum
             (the old per-call behaviour); ``"raise"`` or ``None`` follow the federation's
             policy (:attr:`Federation.min_sites`).
+        fold: ``fold(site, reply) -> kept`` is called on each reply that passed ``check``, as it
+            passes (arrival order), and what it returns is kept in its place: a streaming
+            reduction adds the reply's arrays into running sums and keeps the reply without them,
+            so the server never holds all K replies' arrays.
 
     Returns:
-        ``{site: reply}`` of the sites whose reply passed, in request order.
+        ``{site: reply}`` of the sites whose reply passed (as ``fold`` returned it), in request order.
 
     Raises:
         SiteError: a site failed or was rejected and no quorum lets the run go on
@@ -83,7 +88,8 @@ def exchange(
     # declaration parsed (names kept once, in the shared declared tuple) and validated before the
     # next is held -- never all K decoded replies with their names at once
     sorting = _Sorting(check, expected, declaring,
-                       (getattr(federation, "schema_limits", None) or _schema.SchemaLimits()) if declaring else None)
+                       (getattr(federation, "schema_limits", None) or _schema.SchemaLimits()) if declaring else None,
+                       fold)
     seen: set[str] = set()
     for site, reply in federation.ask_each(requests):
         if site not in requests or site in seen:
@@ -160,6 +166,7 @@ class _Sorting:
     expected: str
     declaring: bool
     limits: Any  # the run's SchemaLimits when declaring, else None
+    fold: Callable[[str, Message], Message] | None = None  # see exchange()
     good: dict[str, Message] = field(default_factory=dict)
     bad: dict[str, str] = field(default_factory=dict)
     refusals: dict[str, str] = field(default_factory=dict)
@@ -183,7 +190,7 @@ class _Sorting:
         elif _schema.DECLARED in reply.meta:
             self.bad[site] = "sent a schema declaration in a later message (column names go only in the first exchange)"
         else:
-            _check_one(self.check, site, reply, self.good, self.bad)
+            _check_one(self.check, site, reply, self.good, self.bad, self.fold)
 
     def _hold(self, site: str, reply: Message) -> None:
         """Parse a declaring reply's schema declaration and hold the reply without it (its names
@@ -209,7 +216,7 @@ class _Sorting:
         for site in list(self.held):
             reply = self.held.pop(site)
             if site in self.declarations:
-                _check_one(self.check, site, reply, self.good, self.bad)
+                _check_one(self.check, site, reply, self.good, self.bad, self.fold)
 
 
 def _apply_failure_policy(federation: Federation, expected: str, good: Mapping[str, Message],
@@ -248,20 +255,20 @@ def _without(reply: Message, key: str) -> Message:
 
 
 def _check_one(check: Validator | None, site: str, reply: Message, good: dict[str, Message],
-               bad: dict[str, str]) -> None:
-    """Validate one reply into ``good`` or its reason into ``bad`` (the site named once, by the caller)."""
-    if check is None:
-        good[site] = reply
-        return
-    try:
-        check(site, reply)
-    except SiteError as exc:
-        bad[site] = str(exc).removeprefix(f"site {site!r}: ")
-    except _REPLY_FAULTS as exc:
-        text = str(exc).removeprefix(f"site {site!r}: ")
-        bad[site] = text if isinstance(exc, (FederationError, ValueError)) else f"{type(exc).__name__}: {text}"
-    else:
-        good[site] = reply
+               bad: dict[str, str], fold: Callable[[str, Message], Message] | None = None) -> None:
+    """Validate one reply into ``good`` (through ``fold``, see :func:`exchange`) or its reason into
+    ``bad`` (the site named once, by the caller)."""
+    if check is not None:
+        try:
+            check(site, reply)
+        except SiteError as exc:
+            bad[site] = str(exc).removeprefix(f"site {site!r}: ")
+            return
+        except _REPLY_FAULTS as exc:
+            text = str(exc).removeprefix(f"site {site!r}: ")
+            bad[site] = text if isinstance(exc, (FederationError, ValueError)) else f"{type(exc).__name__}: {text}"
+            return
+    good[site] = fold(site, reply) if fold is not None else reply
 
 
 def exchange_sums(

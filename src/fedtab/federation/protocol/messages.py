@@ -6,7 +6,10 @@ numpy arrays and a dict of JSON-able metadata. That is all an engine ever moves.
 Wire format (:meth:`Message.to_bytes`): a 4-byte big-endian header length, a UTF-8
 JSON header (kind, meta, array names, dtypes, shapes, byte lengths), then the raw
 array buffers. Decoding never unpickles and rejects object dtypes, so a server
-never executes what a site sends.
+never executes what a site sends. A header of :data:`COMPRESS_AT` bytes or more (a
+schema declaration's column names, the bulk of a first reply at 10,000 columns) travels
+zlib-compressed, flagged by the length field's top bit; it is inflated no further than
+:attr:`Limits.max_header` bytes.
 
 Decoding is bounded (:class:`Limits`, module default :data:`LIMITS`): message and
 header size, JSON nesting depth, integers beyond 64 bits, non-finite floats, the
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -70,6 +74,11 @@ class Limits:
 
 #: The limits :meth:`Message.from_bytes` and :func:`decode_meta` apply by default.
 LIMITS = Limits()
+
+#: headers of at least this many bytes travel zlib-compressed (smaller ones gain too little)
+COMPRESS_AT = 16 * 2**10
+#: the header length field's top bit: the header is zlib-compressed
+_ZLIB_FLAG = 0x8000_0000
 
 
 def _check_json(value: Any, path: str, limits: Limits = LIMITS) -> None:
@@ -207,7 +216,12 @@ class Message:
             specs.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "nbytes": len(raw)})
             buffers.append(raw)
         header = json.dumps({"kind": self.kind, "meta": self.meta, "arrays": specs}).encode()
-        return struct.pack(">I", len(header)) + header + b"".join(buffers)
+        flag = 0
+        if len(header) >= COMPRESS_AT:
+            packed = zlib.compress(header, 6)
+            if len(packed) < len(header):
+                header, flag = packed, _ZLIB_FLAG
+        return struct.pack(">I", len(header) | flag) + header + b"".join(buffers)
 
     @classmethod
     def from_bytes(cls, data: bytes, limits: Limits = LIMITS) -> "Message":
@@ -222,11 +236,15 @@ class Message:
             raise MessageError(f"message of {len(data)} bytes exceeds the {limits.max_bytes}-byte limit")
         if len(data) < 4:
             raise MessageError("message shorter than its header length field")
-        (hlen,) = struct.unpack(">I", data[:4])
+        (word,) = struct.unpack(">I", data[:4])
+        hlen = word & ~_ZLIB_FLAG
         if hlen > limits.max_header or 4 + hlen > len(data):
             raise MessageError("message header length is out of range")
+        raw = bytes(data[4 : 4 + hlen])
+        if word & _ZLIB_FLAG:
+            raw = _inflate(raw, limits.max_header)
         try:
-            text = bytes(data[4 : 4 + hlen]).decode()
+            text = raw.decode()
         except UnicodeDecodeError:
             raise MessageError("message header is not UTF-8") from None
         header = decode_meta(text, limits)
@@ -281,6 +299,24 @@ class Message:
     def nbytes(self) -> int:
         """Size of the serialised message in bytes (what crosses the wire)."""
         return len(self.to_bytes())
+
+
+def _inflate(packed: bytes, limit: int) -> bytes:
+    """A zlib-compressed header, inflated to at most ``limit`` bytes (a bomb stops there).
+
+    Raises:
+        MessageError: not one complete zlib stream, or more than ``limit`` bytes inflated.
+    """
+    z = zlib.decompressobj()
+    try:
+        out = z.decompress(packed, limit + 1)
+    except zlib.error:
+        raise MessageError("message header is not a valid zlib stream") from None
+    if len(out) > limit or z.unconsumed_tail:
+        raise MessageError(f"message header inflates beyond the {limit}-byte limit")
+    if not z.eof or z.unused_data:
+        raise MessageError("message header is a truncated zlib stream or has trailing bytes")
+    return out
 
 
 def _to_builtin(value: Any) -> Any:

@@ -203,7 +203,8 @@ class RobustSums(RunStrategy):
         robust = step.robust
         if robust is None:
             raise ValueError(f"the {step.kind or step.request.kind} step has no robust reducer")
-        plain = replace(step, aggregate=lambda summed: robust(summed))  # the pair (result, left out)
+        # the pair (result, left out), over each site's values: never a streamed total
+        plain = replace(step, aggregate=lambda summed: robust(summed), spec=replace(step.spec, stream=False))
         out = self.inner.run(federation, plain, on_error=on_error)
         result, left_out = out.result  # type: ignore[misc]
         out.measurements.left_out.update(left_out)

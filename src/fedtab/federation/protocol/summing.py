@@ -32,12 +32,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from .federation import Federation
     from .secure_aggregator import SecureAggregator
 
-__all__ = ["SumSpec", "Summed", "SummingStrategy", "PlainSums", "SecureSums", "strategy_for", "SECURE_SUM"]
+__all__ = ["SumSpec", "Summed", "SummingStrategy", "PlainSums", "SecureSums", "strategy_for", "SECURE_SUM", "PLAIN_SUM"]
 
 log = logging.getLogger("fedtab.federation")
 
 #: the key under which a securely summed reply stands in for the per-site replies
 SECURE_SUM = "(secure sum)"
+#: the key under which a streamed plain sum stands in for the per-site replies (:attr:`SumSpec.stream`)
+PLAIN_SUM = "(plain sum)"
 
 #: ``check(site, reply)``: raises to reject one site's reply (its contents sent in the clear)
 Check = Callable[[str, Message], Any]
@@ -57,12 +59,19 @@ class SumSpec:
         weight: the reply meta key of the weight (e.g. ``"n_samples"``), or ``None``.
         drop_meta: reply meta keys the sites must not send when the sums are secure (a
             per-site detail that would defeat the sum, e.g. a per-site sample count).
+        stream: plain sums are running sums: each reply's arrays are added once it has passed
+            its check and every earlier site's reply is in (request order: the same float sums as
+            without streaming, on every engine), and not kept (:attr:`Summed.replies` without them;
+            :attr:`Summed.parts` the one total, as with secure sums), so the server holds the
+            replies that arrived early, not K. For a step whose reduction needs only the total;
+            the robust wrapper turns it off.
     """
 
     fields: Mapping[str, int | None]
     weighted: tuple[str, ...] = ()
     weight: str | None = None
     drop_meta: tuple[str, ...] = ()
+    stream: bool = False
 
 
 @dataclass
@@ -104,19 +113,24 @@ class SummingStrategy(ABC):
         """One exchange whose ``spec`` arrays are summed (see :func:`exchange_sums`)."""
 
 
+def _add_reply(sums: dict[str, np.ndarray], reply: Message, spec: SumSpec) -> float:
+    """Add ``reply``'s ``spec`` arrays into ``sums`` (float64; weighted ones times its weight);
+    returns its weight (1.0 without one)."""
+    w = float(reply.meta[spec.weight]) if spec.weight is not None else 1.0
+    for name in spec.fields:
+        value = np.asarray(reply.arrays[name], dtype=np.float64)
+        value = value * w if name in spec.weighted else value
+        sums[name] = value if name not in sums else sums[name] + value
+    return w
+
+
 def _plain_sums(replies: Mapping[str, Message], spec: SumSpec) -> tuple[dict[str, np.ndarray], float | None]:
     sums: dict[str, np.ndarray] = {}
     total = 0.0 if spec.weight is not None else None
-    weighted = set(spec.weighted)
     for reply in replies.values():
-        w = 1.0
-        if spec.weight is not None:
-            w = float(reply.meta[spec.weight])
-            total += w  # type: ignore[operator]
-        for name in spec.fields:
-            value = np.asarray(reply.arrays[name], dtype=np.float64)
-            value = value * w if name in weighted else value
-            sums[name] = value if name not in sums else sums[name] + value
+        w = _add_reply(sums, reply, spec)
+        if total is not None:
+            total += w
     return sums, total
 
 
@@ -138,9 +152,47 @@ class PlainSums(SummingStrategy):
             if check is not None:
                 check(site, reply)
 
-        replies = exchange(federation, dict(requests), checked, kind=kind, step=step, on_error=on_error)
-        sums, weight = _plain_sums(replies, spec)
-        return Summed(sums, weight, dict(replies), list(replies))
+        if not spec.stream:
+            replies = exchange(federation, dict(requests), checked, kind=kind, step=step, on_error=on_error)
+            sums, weight = _plain_sums(replies, spec)
+            return Summed(sums, weight, dict(replies), list(replies))
+        sums = _InOrder(list(requests), spec)
+        replies = exchange(federation, dict(requests), checked, kind=kind, step=step, on_error=on_error,
+                           fold=sums.fold)
+        sums.flush()
+        return Summed(sums.running, sums.weight if spec.weight is not None else None, dict(replies), list(replies),
+                      parts={PLAIN_SUM: Message(PLAIN_SUM, dict(sums.running))})
+
+
+class _InOrder:
+    """Running sums of streamed replies, added in request order whatever order they arrive in (the
+    same float operations as summing the held replies, so the same bits on every engine): a reply
+    that arrives before an earlier site's waits until that one is added or the exchange ends; a
+    failing site's place is skipped at :meth:`flush`."""
+
+    def __init__(self, order: list[str], spec: SumSpec) -> None:
+        self.order, self.spec, self.next = order, spec, 0
+        self.waiting: dict[str, Message] = {}
+        self.running: dict[str, np.ndarray] = {}
+        self.weight = 0.0
+
+    def fold(self, site: str, reply: Message) -> Message:
+        """Take ``reply`` (checked); return it without the summed arrays."""
+        self.waiting[site] = reply
+        while self.next < len(self.order) and self.order[self.next] in self.waiting:
+            self.weight += _add_reply(self.running, self.waiting.pop(self.order[self.next]), self.spec)
+            self.next += 1
+        out = Message.__new__(Message)
+        out.kind, out.meta = reply.kind, reply.meta
+        out.arrays = {k: v for k, v in reply.arrays.items() if k not in self.spec.fields}
+        return out
+
+    def flush(self) -> None:
+        """Add the replies still waiting (behind sites that failed), in request order."""
+        for site in self.order[self.next:]:
+            if site in self.waiting:
+                self.weight += _add_reply(self.running, self.waiting.pop(site), self.spec)
+        self.next = len(self.order)
 
 
 class SecureSums(SummingStrategy):

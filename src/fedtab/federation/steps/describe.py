@@ -170,7 +170,7 @@ class Description:
     Attributes:
         features: the columns described; classes: the agreed class labels (sorted union).
         count / total / sumsq: ``(d,)`` pooled per-feature moments.
-        per_site: ``{site: (count, sum, sumsq)}`` (empty when the sums were secure).
+        per_site: ``{site: (count, sum, sumsq)}`` (empty when the sums were secure or streamed).
         sites: the sites whose values are in the pool.
         noisy: the moments are DP releases (not exact counts).
     """
@@ -262,10 +262,12 @@ def _description_of(federation: Federation, summed: Any, unpack: Callable[[Messa
 def describe_step(federation: Federation, features: list[str] | None, part: str, *, kind: str = "describe",
                   meta: Mapping[str, Any] | None = None, unpack: Callable[[Message], Message] | None = None,
                   step: str = "training.describe", check_reply: Callable[[str, Message], Any] | None = None,
-                  request_arrays: Mapping[str, Any] | None = None) -> SumStep[Description]:
+                  request_arrays: Mapping[str, Any] | None = None, stream: bool = False) -> SumStep[Description]:
     """The description's configure/aggregate pair (see :func:`describe`); its DP release is 3
     releases of ``step``'s budget, its robust reduction the same description (the moments are
-    screened when standardising: :func:`standardisation`)."""
+    screened when standardising: :func:`standardisation`). ``stream``: plain sums are running sums
+    (:attr:`~fedtab.federation.protocol.summing.SumSpec.stream`: no per-site moments kept, ``per_site``
+    empty, unless the run is robust)."""
     body: dict[str, Any] = dict(meta or {})
     if kind == "describe":
         body.update({"part": part, **({"features": list(features)} if features is not None else {})})
@@ -281,7 +283,7 @@ def describe_step(federation: Federation, features: list[str] | None, part: str,
         def aggregate(summed: Summed) -> Description:
             return _description_of(federation, summed, unpack, noisy)
 
-        return SumStep(Message(kind, dict(request_arrays or {}), meta=body), SumSpec(dict(bits)), checked,
+        return SumStep(Message(kind, dict(request_arrays or {}), meta=body), SumSpec(dict(bits), stream=stream), checked,
                        aggregate, robust=lambda summed: (aggregate(summed), {}), kind=kind)
 
     exact = pair(exact_moments, DESCRIBE_FIELDS, False)
@@ -295,7 +297,7 @@ class Carrier:
     ``"describe"`` exchange; the election's ``"set_mask"`` carries it instead with ``kind``, its
     request ``meta`` and ``arrays`` (added to the request), ``unpack`` (finds the description in a
     reply), ``check_reply`` (validates the rest of a reply) and the budget ``step`` it is paid from
-    under DP."""
+    under DP; ``stream``: the moments are running sums (:func:`describe_step`)."""
 
     kind: str = "describe"
     meta: Mapping[str, Any] | None = None
@@ -303,6 +305,7 @@ class Carrier:
     unpack: Callable[[Message], Message] | None = None
     check_reply: Callable[[str, Message], Any] | None = None
     step: str = "training.describe"
+    stream: bool = False
 
 
 def describe(federation: Federation, features: list[str] | None, part: str, ledger: PrivacyLedger | None = None,
@@ -316,7 +319,7 @@ def describe(federation: Federation, features: list[str] | None, part: str, ledg
     """
     c = carrier or Carrier()
     pair = describe_step(federation, features, part, kind=c.kind, meta=c.meta, unpack=c.unpack, step=c.step,
-                         check_reply=c.check_reply, request_arrays=c.arrays)
+                         check_reply=c.check_reply, request_arrays=c.arrays, stream=c.stream)
     return run_strategy(federation, ledger).run(federation, pair, on_error=on_error).result
 
 

@@ -79,12 +79,18 @@ STOUFFER_ELECTION_MODES = declare_modes("election.stouffer", "secure", "robust")
 
 
 
-def _described_from(reply: Message) -> Message:
-    """The ``"describe"`` reply folded into a ``"set_mask"`` reply (see :func:`broadcast_mask`)."""
+def _described_from(reply: Message, features: list[str]) -> Message:
+    """The ``"describe"`` reply folded into a ``"set_mask"`` reply (see :func:`broadcast_mask`), over
+    the elected ``features``: the site does not echo their names (a reply that does must name exactly
+    them; the describe check rejects any other list)."""
     meta = reply.meta.get("describe")
     if not isinstance(meta, dict):
         raise ValueError("the set_mask reply carries no description")
-    return Message("describe", dict(reply.arrays), meta)
+    if "features" not in meta:
+        meta = {**meta, "features": features}  # the server's own list, shared: no per-site copy
+    out = Message.__new__(Message)  # parts of a decoded reply, already within the limits: not walked again
+    out.kind, out.arrays, out.meta = "describe", dict(reply.arrays), meta
+    return out
 
 
 def _selector_request(selector: Any) -> dict[str, Any]:
@@ -423,7 +429,9 @@ def broadcast_mask(federation: Federation, features: list[str], *, describe: str
         describe: a row part (``"train"``...): in the same exchange each site also
             answers the training workflow's ``"describe"`` step over ``features`` on that
             part (class labels and per-feature count/sum/sum of squares), summed on the run's
-            strategy (plain or secure) and noised under the run's DP (``ledger`` pays).
+            strategy (plain or secure) and noised under the run's DP (``ledger`` pays). Plain sums
+            are running sums: each reply's moments are added as it passes its check, the server
+            keeps no site's (the description's ``per_site`` is empty unless the run is robust).
 
     Returns:
         ``None`` without ``describe``; with it the
@@ -444,9 +452,11 @@ def broadcast_mask(federation: Federation, features: list[str], *, describe: str
         return None
     from fedtab.federation.steps.describe import Carrier, describe as describe_step
 
+    elected = list(features)
     return describe_step(federation, list(features), str(describe), ledger,
                          carrier=Carrier(kind="set_mask", meta={**meta, "describe": str(describe)}, arrays=arrays,
-                                         unpack=_described_from, check_reply=check_mask, step="election.describe"))
+                                         unpack=lambda reply: _described_from(reply, elected), check_reply=check_mask,
+                                         step="election.describe", stream=True))
 
 
 def _mask_request(federation: Federation, features: list[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -19,7 +19,8 @@ from fedtab.federation.site.registry import Handler, handler
 
 
 
-__all__ = ["abstention_reason", "ballot_reply", "dp_ballot", "dp_described", "pack_mask", "unpack_mask", "BALLOT_RELEASES"]
+__all__ = ["abstention_reason", "ballot_reply", "dp_ballot", "dp_described", "pack_mask", "unpack_mask",
+           "compact_counts", "BALLOT_RELEASES"]
 
 def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
     """Why a site with labels ``y`` should not vote, or ``None`` if it can.
@@ -178,7 +179,10 @@ def _set_mask(site: Site, request: Message) -> Message:
     from fedtab.federation.steps.describe import describe_site  # the training workflow's "describe" answer, same exchange
 
     described = describe_site(site, list(features), str(part), **site_params(request))
-    return Message("set_mask", described.arrays, {**meta, "describe": described.meta})
+    # the server knows the features it elected: the description does not echo their names
+    described_meta = {k: v for k, v in described.meta.items() if k != "features"}
+    return Message("set_mask", {**described.arrays, "count": compact_counts(described.arrays["count"])},
+                   {**meta, "describe": described_meta})
 
 
 def dp_described(site: Site, request: Message, call_next: Handler) -> Message:
@@ -190,5 +194,14 @@ def dp_described(site: Site, request: Message, call_next: Handler) -> Message:
     reply = call_next(site, with_params(request, **description_params(spec)))
     if "count" not in reply.arrays:  # nothing described (a DP request always asks for it: dp_terms)
         return reply
-    feats = list(reply.meta["describe"]["features"])
+    feats = list(site.state["features"])  # the elected features the handler stored (no names echoed)
     return Message(reply.kind, noised_moments(site, reply.arrays, feats, spec), reply.meta)
+
+
+def compact_counts(count: np.ndarray) -> np.ndarray:
+    """Exact counts (non-negative integers) in the smallest unsigned dtype that holds them (``uint16``
+    for a site of fewer than 65,536 rows: a quarter of ``int64``'s bytes); anything else as it is."""
+    c = np.asarray(count)
+    if c.dtype.kind not in "iu" or not c.size or c.min() < 0:
+        return c
+    return c.astype(np.min_scalar_type(int(c.max())), copy=False)
