@@ -152,13 +152,13 @@ class SiteLedger:
                 yield lambda: None
                 return
             accepted = []
-            before = json.dumps(self._read(), sort_keys=True)
-            self._pending = json.loads(before)
+            before = self._read()  # not changed inside the block: the charges go to the copy
+            self._pending = _copy(before)
             try:
                 yield lambda: accepted.append(True)
             finally:
                 data, self._pending = self._pending, None
-            if accepted and json.dumps(data, sort_keys=True) != before:
+            if accepted and data != before:  # equal JSON data: nothing charged, nothing to write
                 self._write(data)
 
     def _window(self, data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -373,6 +373,18 @@ class SiteLedger:
             data["days"].setdefault(_today(self._clock), {}).setdefault("fixed", {})[key] = value
             self._store(data)
             return json.loads(json.dumps(value))
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of JSON data (dicts, lists, scalars); a list of scalars is copied in one step."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return list(value) if set(map(type, value)) <= _SCALARS else [_copy(v) for v in value]
+    return value
 
 
 #: "nothing recorded" for :func:`_recorded` (a recorded value may itself be ``None``)
