@@ -247,9 +247,13 @@ def release_level(hist: np.ndarray, counts: np.ndarray, sibling_counts: np.ndarr
     """
     own = node_counts(counts, layout)
     small = small_nodes(own, sibling_counts, min_rows)
-    out = smooth_bins(hist, counts, layout, min_rows)
+    out = smooth_bins(hist, counts, layout, min_rows)  # a new array: rounded in place (quantize's numbers)
     out[small] = 0.0
-    return quantize(out, bits), int(small.sum())
+    scale = float(2**bits)
+    out *= scale
+    np.round(out, out=out)
+    out /= scale
+    return out, int(small.sum())
 
 
 def pack_level(hist: np.ndarray, bits: int = GRID_BITS) -> tuple[np.ndarray, np.ndarray]:
