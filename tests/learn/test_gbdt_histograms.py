@@ -44,3 +44,24 @@ def test_sparse_histograms_equal_the_dense_ones(seed, n, K, n_nodes, widths, int
     np.testing.assert_array_equal(sparse.histograms(g, h, positions, nodes), hist)
     _, every = sparse.histograms(g, h, positions, nodes, with_counts=True)  # no weight: every row counts 1
     np.testing.assert_array_equal(every, level_histograms(slots, ones, ones, positions, nodes, layout.n_slots)[..., 0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.lists(st.integers(0, 9), min_size=1, max_size=6))
+def test_binning_by_comparisons_equals_a_search(seed, n_edges):
+    """Features with few edges are binned by counting the edges ≤ x; the bins equal a
+    ``searchsorted(side="right")`` per column (values on the edges, NaN, float32 rounding)."""
+    rng = np.random.default_rng(seed)
+    edges = [np.unique(rng.normal(size=k).astype(np.float32)) for k in n_edges]
+    layout = BinLayout(edges)
+    X = rng.normal(size=(300, len(edges))) * 1.5
+    for j, e in enumerate(edges):  # some cells exactly on an edge, some missing
+        if e.size:
+            on = rng.random(300) < 0.2
+            X[on, j] = rng.choice(e, on.sum())
+    X[rng.random(X.shape) < 0.1] = np.nan
+    want = np.empty(X.shape, dtype=np.uint16)
+    for j, e in enumerate(edges):
+        col = X[:, j].astype(np.float32)
+        want[:, j] = np.where(np.isnan(col), e.size + 1, np.searchsorted(e, col, side="right"))
+    assert np.array_equal(layout.bin(X), want)

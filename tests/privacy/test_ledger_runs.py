@@ -136,3 +136,28 @@ def test_a_ledger_file_with_a_malformed_run_record_is_refused(tmp_path):
     (tmp_path / "ledger.json").write_text(json.dumps({"version": 1, "runs": {}, "days": {}, "run_days": []}))
     with pytest.raises(LedgerError, match="not a fedtab site ledger"):
         SiteLedger(tmp_path / "ledger.json").run_count("x", "fit")
+
+
+@pytest.mark.parametrize("where", ["file", "store", "memory"])
+def test_a_pending_block_keeps_only_accepted_charges_and_never_touches_the_stored_ledger_inside(where, tmp_path):
+    """Check before apply: the charges of a block go to a copy (nested lists included), written
+    only when accepted; a block that never looks at the ledger changes nothing."""
+    box: dict = {}
+    ledger = (SiteLedger(tmp_path / "ledger.json") if where == "file" else
+              SiteLedger(store=lambda: box.setdefault("l", {})) if where == "store" else SiteLedger())
+    assert ledger.fixed_release("grid", lambda: [[0.0, 1.0], ["a", "b"]]) == [[0.0, 1.0], ["a", "b"]]
+    with ledger.pending():
+        assert ledger.charge_run("r", "k", 5, "what") is None
+        ledger._load()["days"][next(iter(ledger._load()["days"]))]["fixed"]["grid"][1].append("c")  # a nested change
+        assert ledger.run_count("r", "k") == 1  # the block sees its own charges
+    assert ledger.run_count("r", "k") == 0  # not accepted: nothing kept, the nested list included
+    assert ledger.fixed_value("grid") == [[0.0, 1.0], ["a", "b"]]
+    with ledger.pending() as accept:
+        accept()  # accepted without a look at the ledger: nothing to write
+    assert ledger.run_count("r", "k") == 0
+    with ledger.pending() as accept:
+        assert ledger.charge_run("r", "k", 5, "what") is None
+        accept()
+    assert ledger.run_count("r", "k") == 1
+    if where == "file":
+        assert json.loads((tmp_path / "ledger.json").read_text())["runs"]["r"]["k"] == 1

@@ -84,6 +84,7 @@ class SiteLedger:
         self._clock = clock or time.time
         self._lock = threading.RLock()
         self._pending: dict[str, Any] | None = None
+        self._before: dict[str, Any] | None = None  # the stored ledger a pending block copied
         self._memory: dict[str, Any] = self._empty()
         self._store_fn = store
 
@@ -93,6 +94,9 @@ class SiteLedger:
 
     # ----- storage ------------------------------------------------------------------
     def _load(self) -> dict[str, Any]:
+        if self._pending is _UNREAD:  # a pending block's first look: its copy of the ledger
+            self._before = self._read()
+            self._pending = _copy(self._before)
         if self._pending is not None:
             return self._pending
         return self._read()
@@ -152,13 +156,14 @@ class SiteLedger:
                 yield lambda: None
                 return
             accepted = []
-            before = json.dumps(self._read(), sort_keys=True)
-            self._pending = json.loads(before)
+            self._pending = _UNREAD  # copied on the block's first look (most requests charge nothing)
             try:
                 yield lambda: accepted.append(True)
             finally:
                 data, self._pending = self._pending, None
-            if accepted and json.dumps(data, sort_keys=True) != before:
+            # the stored ledger is not changed inside the block (the charges go to the copy)
+            before, self._before = self._before, None
+            if accepted and data is not _UNREAD and data != before:
                 self._write(data)
 
     def _window(self, data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -373,6 +378,20 @@ class SiteLedger:
             data["days"].setdefault(_today(self._clock), {}).setdefault("fixed", {})[key] = value
             self._store(data)
             return json.loads(json.dumps(value))
+
+
+#: a pending block's ledger before its first look (:meth:`SiteLedger.pending`)
+_UNREAD: Any = object()
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of JSON data (dicts, lists, scalars); a list of scalars is copied in one step."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return list(value) if set(map(type, value)) <= _SCALARS else [_copy(v) for v in value]
+    return value
 
 
 #: "nothing recorded" for :func:`_recorded` (a recorded value may itself be ``None``)

@@ -24,16 +24,22 @@ _F32_MAX = np.float32(np.finfo(np.float32).max)
 
 
 def _finite_or_nan(X: np.ndarray, what: str) -> np.ndarray:
+    """``X`` as float32 (NaN kept), checked: 2-d, no ±inf, nothing outside the float32 range."""
     A = np.asarray(X, dtype=np.float64)
     if A.ndim != 2:
         raise ValueError(f"{what} must be a 2-d array (rows, features), got shape {A.shape}")
     with np.errstate(over="ignore"):
-        bad = np.isinf(A) | (np.isfinite(A) & np.isinf(A.astype(np.float32)))
+        F = A.astype(np.float32)  # ±inf, and a finite value beyond the float32 range, become ±inf
+    bad = np.isinf(F)
     if bad.any():
         r, c = map(int, np.argwhere(bad)[0])
         raise ValueError(f"{what}: row {r + 1}, column {c + 1} is infinite or outside the float32 range "
                          "(NaN marks a missing cell)")
-    return A
+    return F
+
+
+#: features with at most this many edges are binned by comparisons instead of a search
+_FEW_EDGES = 4
 
 
 class BinLayout:
@@ -92,8 +98,13 @@ class BinLayout:
             raise ValueError(f"X has {A.shape[1]} columns, the bin layout {self.n_features}")
         out = np.empty(A.shape, dtype=np.uint16)
         for cols, e in self._edge_groups():  # columns with the same edges (one-hot columns) in one call
-            block = A[:, cols].astype(np.float32)
-            b = np.searchsorted(e, block, side="right")
+            block = A[:, cols]
+            if e.size <= _FEW_EDGES:  # the edges ≤ x, counted (a search's answer, side="right")
+                b = np.zeros(block.shape, dtype=np.uint16)
+                for edge in e.tolist():
+                    b += block >= np.float32(edge)
+            else:
+                b = np.searchsorted(e, block, side="right")
             b[np.isnan(block)] = e.size + 1
             out[:, cols] = b
         return out

@@ -94,7 +94,9 @@ class GrowingTree:
     value: list[float] = field(default_factory=lambda: [0.0])
     depth: list[int] = field(default_factory=lambda: [0])
 
-    def add_child(self, sums: np.ndarray, depth: int, params: GBDTParams) -> int:
+    def add_child(self, sums: np.ndarray, depth: int, params: GBDTParams, value: float | None = None) -> int:
+        """Append a leaf of pooled ``sums`` ``(G, H)``; ``value``: its :func:`~.split.leaf_values`
+        when the caller computed it already (for all of a level's children at once)."""
         G, H = float(sums[0]), float(sums[1])
         self.left.append(-1)
         self.right.append(-1)
@@ -103,7 +105,7 @@ class GrowingTree:
         self.default_left.append(False)
         self.gain.append(0.0)
         self.sums.append((G, H))
-        self.value.append(float(leaf_values(G, H, params)))
+        self.value.append(float(leaf_values(G, H, params)) if value is None else float(value))
         self.base_weight.append(self.value[-1])  # as XGBoost: a new leaf's base weight is its value
         self.depth.append(depth)
         return len(self.left) - 1
@@ -181,6 +183,12 @@ class RoundGrower:
             off = np.abs(own - totals) > 1e-6 * (np.abs(totals) + 1.0)
             totals = np.where(off.any(axis=1, keepdims=True), own, totals)
         best = find_splits(hist, totals, self.layout, self.params)
+        ls, rs = best["left_sum"], best["right_sum"]
+        # the level's new leaves and split nodes, elementwise as one node at a time (float64, then float32)
+        left_value = leaf_values(ls[:, 0], ls[:, 1], self.params).tolist()
+        right_value = leaf_values(rs[:, 0], rs[:, 1], self.params).tolist()
+        parents = ls + rs  # XGBoost re-derives the split node's stats
+        parent_weight = node_weight(parents[:, 0], parents[:, 1], self.params).tolist()
         msg: dict[str, list] = {k: [] for k in SPLIT_MESSAGE}
         next_open, next_build, derive, parent_hist = [], [], {}, {}
         grow_on = self.level + 1 < self.params.max_depth
@@ -188,18 +196,18 @@ class RoundGrower:
             if not best["split"][i]:
                 continue
             t = self.trees[k]
-            left = t.add_child(best["left_sum"][i], self.level + 1, self.params)
-            right = t.add_child(best["right_sum"][i], self.level + 1, self.params)
+            left = t.add_child(ls[i], self.level + 1, self.params, left_value[i])
+            right = t.add_child(rs[i], self.level + 1, self.params, right_value[i])
             t.left[node], t.right[node] = left, right
-            parent = best["left_sum"][i] + best["right_sum"][i]  # XGBoost re-derives the split node's stats
+            parent = parents[i]
             t.sums[node] = (float(parent[0]), float(parent[1]))
-            t.base_weight[node] = float(node_weight(parent[0], parent[1], self.params))
+            t.base_weight[node] = parent_weight[i]
             t.feature[node], t.bin[node] = int(best["feature"][i]), int(best["bin"][i])
             t.default_left[node], t.gain[node] = bool(best["default_left"][i]), float(best["gain"][i])
             for key, v in zip(SPLIT_MESSAGE, (k, node, t.feature[node], t.bin[node], t.default_left[node], left, right)):
                 msg[key].append(v)
             if grow_on:
-                small, large = (left, right) if best["left_sum"][i][1] <= best["right_sum"][i][1] else (right, left)
+                small, large = (left, right) if ls[i][1] <= rs[i][1] else (right, left)
                 next_open += [(k, left), (k, right)]
                 next_build.append((k, small))
                 derive[(k, large)] = ((k, small), (k, node))

@@ -165,16 +165,21 @@ class GBDTModel:
         """``(n, n_trees)`` int64 global node index of the leaf each row reaches in each tree."""
         A = self._check_X(X)
         thr, dl = self.nodes["threshold"], self.nodes["default_left"]
+        # node i's children at 2i (left) and 2i + 1 (right); a leaf's are itself
+        child = np.stack([self._go_left, self._go_right], axis=1).reshape(-1)
         out = np.empty((A.shape[0], self.n_trees), dtype=np.int64)
+        d = A.shape[1]
         for s in range(0, A.shape[0], _ROWS_PER_CHUNK):
-            chunk = A[s:s + _ROWS_PER_CHUNK]
-            idx = np.broadcast_to(self.tree_ptr[:-1], (chunk.shape[0], self.n_trees)).copy()
-            rows = np.arange(chunk.shape[0])[:, None]
+            chunk = np.ascontiguousarray(A[s:s + _ROWS_PER_CHUNK]).reshape(-1)
+            c = chunk.size // d  # a layout has at least one feature
+            idx = np.broadcast_to(self.tree_ptr[:-1], (c, self.n_trees)).copy()
+            row_start = (np.arange(c) * d)[:, None]
             for _ in range(self._depth):
-                x = chunk[rows, self._feature[idx]]
-                left = np.where(np.isnan(x), dl[idx], x < thr[idx])
-                idx = np.where(left, self._go_left[idx], self._go_right[idx])
-            out[s:s + chunk.shape[0]] = idx
+                x = chunk.take(row_start + self._feature.take(idx))  # (c, n_trees) the nodes' feature values
+                # x < t is False for NaN: a missing value goes left iff its node's default is left
+                right = ~((x < thr.take(idx)) | (np.isnan(x) & dl.take(idx)))
+                idx = child.take(2 * idx + right)
+            out[s:s + c] = idx
         return out
 
     def predict_margin(self, X: np.ndarray) -> np.ndarray:

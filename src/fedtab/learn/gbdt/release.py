@@ -176,8 +176,8 @@ def _groups(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, min_rows: int) 
 
     A run opens at a small slot and closes at the first position where its rows reach
     ``min_rows`` (found by a search in the prefix sums); the next run opens at the next small
-    slot. The chain of run openings is followed by pointer doubling (``log2`` of the longest
-    sequence steps), so no step loops over positions.
+    slot. The chain of run openings is followed by pointer doubling (``log2`` of the most runs a
+    sequence can hold, by its rows and its small slots, steps), so no step loops over positions.
     """
     N = c.size
     idx = np.arange(N)
@@ -198,7 +198,11 @@ def _groups(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, min_rows: int) 
     opened[nxt[starts]] = True  # every sequence has a small slot
     jump = follow
     reach = 1
-    longest = int((ends - starts).max())
+    # a sequence holds at most (its rows / min_rows) closed runs and one open one, and at most one
+    # run per small slot: the longest chain of openings bounds the doubling steps
+    seq_rows = csum[ends - 1] - before[starts]
+    seq_small = np.add.reduceat(small.astype(np.int64), starts)
+    longest = int(np.minimum(seq_rows // min_rows + 1, seq_small).max())
     while reach < longest:  # after this step, openings up to 2·reach runs along the chain are marked
         opened[jump[opened]] = True
         jump = jump[jump]
@@ -243,9 +247,13 @@ def release_level(hist: np.ndarray, counts: np.ndarray, sibling_counts: np.ndarr
     """
     own = node_counts(counts, layout)
     small = small_nodes(own, sibling_counts, min_rows)
-    out = smooth_bins(hist, counts, layout, min_rows)
+    out = smooth_bins(hist, counts, layout, min_rows)  # a new array: rounded in place (quantize's numbers)
     out[small] = 0.0
-    return quantize(out, bits), int(small.sum())
+    scale = float(2**bits)
+    out *= scale
+    np.round(out, out=out)
+    out /= scale
+    return out, int(small.sum())
 
 
 def pack_level(hist: np.ndarray, bits: int = GRID_BITS) -> tuple[np.ndarray, np.ndarray]:

@@ -43,7 +43,7 @@ def node_score(G: np.ndarray, H: np.ndarray, params: GBDTParams) -> np.ndarray:
     den = (H + params.reg_lambda).astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = num / den
-    return np.where(H > 0, out, np.float32(0)).astype(np.float32)
+    return np.where(H > 0, out, np.float32(0)).astype(np.float32, copy=False)
 
 
 def node_weight(G: np.ndarray, H: np.ndarray, params: GBDTParams) -> np.ndarray:
@@ -104,7 +104,7 @@ def _groups(layout: BinLayout) -> list[tuple[np.ndarray, np.ndarray, np.ndarray 
 
 def _gain(left: np.ndarray, right: np.ndarray, root: np.ndarray, params: GBDTParams) -> np.ndarray:
     s = node_score(left[..., 0], left[..., 1], params) + node_score(right[..., 0], right[..., 1], params)
-    return (s.astype(np.float32) - root).astype(np.float32)
+    return (s.astype(np.float32, copy=False) - root).astype(np.float32, copy=False)
 
 
 def _best_in_group(hist: np.ndarray, totals: np.ndarray, root: np.ndarray, feats: np.ndarray, slots: np.ndarray,
@@ -140,7 +140,7 @@ def _best_in_group(hist: np.ndarray, totals: np.ndarray, root: np.ndarray, feats
         ok_b &= valid[None, :, ::-1]  # backward index k is bin nb − 1 − k
     bwd = np.where(ok_b, _gain(Lb, Rb, r, params), -np.inf)
 
-    cand = np.concatenate([fwd, bwd], axis=2).astype(np.float32).reshape(m, g * 2 * nb)
+    cand = np.concatenate([fwd, bwd], axis=2).astype(np.float32, copy=False).reshape(m, g * 2 * nb)
     best = np.argmax(cand, axis=1)
     rows = np.arange(m)
     fi, pos = np.divmod(best, 2 * nb)
