@@ -1,0 +1,185 @@
+"""Piggy-backing: one exchange carrying a second kind's request (issue 31: fewer exchanges).
+
+A step whose request does not wait on the reply of the next one *rides* on it: it is packed
+into the next request that goes out (:func:`ride`), the site answers the parts one after the
+other, each exactly as if it had come alone, and one reply carries every part's answer. Engines
+only move messages, so every engine gets it without a change.
+
+Wire form (both sides):
+
+* a fused request is the primary request with meta ``ride:parts`` = ``[{"kind", "meta"}, ...]``
+  (the riders, answered *before* the primary, in order) and each rider's arrays under
+  ``ride<i>:<name>``;
+* its reply is the primary's reply with meta ``ride:replies`` = ``[{"kind", "meta"}, ...]`` and
+  each rider reply's arrays under ``ride<i>:<name>``.
+
+Privacy: the site answers each part through its one release path (``Site.handle``: policy, part
+floors, ledger and caps, DP terms, release gate, secure masking), so a fused request is refused,
+charged and released exactly as its parts sent one by one, and a curious server gains nothing by
+fusing. A part that fails or is refused stops the parts after it (they may depend on it: a ballot
+over a table an imputation was to fill first); those get an error naming the failed part. A part
+may not itself carry riders.
+
+Server side: :func:`ride` queues ``(requests, check, on_replies)``; the next
+:func:`~fedtab.federation.protocol.exchange` takes the queue, fuses it into its requests, sorts each
+rider's replies by its own validator and the federation's failure policy, and calls
+``on_replies({site: reply})`` before the primary's replies are returned. :func:`flush` sends what
+is still queued on its own (one exchange): a step that needs a rider's result before the next
+exchange, or the end of a job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from fedtab.federation.protocol.messages import Message
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .exchange import Validator
+    from .federation import Federation
+
+__all__ = ["PARTS", "REPLIES", "Rider", "answer_parts", "flush", "fuse", "pending", "ride", "split_reply",
+           "split_request"]
+
+#: request meta: the riders' headers (answered before the primary)
+PARTS = "ride:parts"
+#: reply meta: the riders' replies' headers
+REPLIES = "ride:replies"
+#: the most riders one request may carry (a site refuses more)
+MAX_PARTS = 8
+
+
+def _prefix(i: int) -> str:
+    return f"ride{i}:"
+
+
+def _pack(primary: Message, parts: list[Message], key: str) -> Message:
+    arrays = dict(primary.arrays)
+    headers = []
+    for i, p in enumerate(parts):
+        headers.append({"kind": p.kind, "meta": dict(p.meta)})
+        arrays.update({_prefix(i) + k: v for k, v in p.arrays.items()})
+    return Message(primary.kind, arrays, {**primary.meta, key: headers})
+
+
+def _unpack(message: Message, key: str) -> tuple[Message, list[Message]]:
+    """``(primary, parts)`` of a packed message.
+
+    Raises:
+        ValueError: malformed headers, more than :data:`MAX_PARTS` parts, or arrays of no part.
+    """
+    headers = message.meta.get(key)
+    if not isinstance(headers, list) or not 1 <= len(headers) <= MAX_PARTS:
+        raise ValueError(f"{key} must be a list of 1 to {MAX_PARTS} parts")
+    parts = []
+    for i, h in enumerate(headers):
+        if not isinstance(h, dict) or not isinstance(h.get("kind"), str) or not isinstance(h.get("meta"), dict):
+            raise ValueError(f"{key}[{i}] must be an object with a kind and a meta object")
+        if PARTS in h["meta"] or REPLIES in h["meta"]:
+            raise ValueError("a riding part may not carry riders of its own")
+        pre = _prefix(i)
+        parts.append(Message(h["kind"], {k[len(pre):]: v for k, v in message.arrays.items() if k.startswith(pre)},
+                             h["meta"]))
+    own = {k: v for k, v in message.arrays.items() if not k.startswith("ride")}
+    if len(own) + sum(len(p.arrays) for p in parts) != len(message.arrays):
+        raise ValueError("arrays that belong to no part")
+    return Message(message.kind, own, {k: v for k, v in message.meta.items() if k != key}), parts
+
+
+def fuse(primary: Message, riders: list[Message]) -> Message:
+    """``primary`` carrying ``riders`` (answered before it, in order)."""
+    return _pack(primary, riders, PARTS) if riders else primary
+
+
+def split_request(request: Message) -> tuple[Message, list[Message]]:
+    """``(primary, riders)`` of a fused request (``ValueError`` when malformed)."""
+    return _unpack(request, PARTS)
+
+
+def split_reply(reply: Message, n: int) -> tuple[Message, list[Message | None]]:
+    """``(primary reply, [rider reply or None])`` of the reply to a request with ``n`` riders; a
+    missing or malformed rider reply is ``None`` (the site is then at fault for that part)."""
+    if n == 0 or REPLIES not in reply.meta:
+        return reply, [None] * n
+    try:
+        primary, parts = _unpack(reply, REPLIES)
+    except ValueError:
+        return reply, [None] * n
+    return primary, [*parts[:n], *[None] * (n - len(parts))][:n]
+
+
+def answer_parts(request: Message, handle: Callable[[Message], Message]) -> Message:
+    """The site side: answer a fused ``request`` part by part with ``handle`` (the site's one
+    release path), riders first; a failed or refused part stops the parts after it. Never raises."""
+    from fedtab.federation.protocol.schema import AGREED
+
+    try:
+        primary, riders = split_request(request)
+    except ValueError as exc:
+        return Message.error(f"malformed fused request: {exc}")
+    if AGREED in primary.meta:  # the agreed schema is stored by the first part answered
+        riders[0] = Message(riders[0].kind, riders[0].arrays, {**riders[0].meta, AGREED: primary.meta[AGREED]})
+        primary = Message(primary.kind, primary.arrays, {k: v for k, v in primary.meta.items() if k != AGREED})
+    replies: list[Message] = []
+    for part in riders:
+        reply = handle(part)
+        replies.append(reply)
+        if reply.is_error or reply.is_refusal:
+            failed = Message.error(f"not answered: the riding {part.kind[:80]!r} part before it failed")
+            return _pack(failed, replies, REPLIES)
+    return _pack(handle(primary), replies, REPLIES)
+
+
+@dataclass
+class Rider:
+    """A request riding on the next exchange: ``requests`` ``{site: message}``, its validator
+    ``check(site, reply)`` and ``on_replies({site: validated reply})``; ``kind``/``step`` name it
+    in errors and the participation record."""
+
+    requests: Mapping[str, Message]
+    check: "Validator | None"
+    on_replies: Callable[[dict[str, Message]], Any]
+    kind: str
+    step: str | None = None
+
+
+def _queue(federation: "Federation") -> list[Rider]:
+    return federation.__dict__.setdefault("_riders", [])
+
+
+def ride(federation: "Federation", requests: Message | Mapping[str, Message], check: "Validator | None",
+         on_replies: Callable[[dict[str, Message]], Any], *, step: str | None = None) -> None:
+    """Queue ``requests`` (one message for every active site, or ``{site: message}``) to ride on the
+    next exchange; ``on_replies`` gets the validated replies right after it (see the module docstring)."""
+    if isinstance(requests, Message):
+        requests = {s: requests for s in federation.active}
+    if not requests:
+        raise ValueError("nothing to ride: no site to ask")
+    kind = next(iter(requests.values())).kind
+    _queue(federation).append(Rider(dict(requests), check, on_replies, kind, step))
+
+
+def pending(federation: "Federation") -> bool:
+    """Whether requests are queued to ride on the next exchange."""
+    return bool(federation.__dict__.get("_riders"))
+
+
+def take(federation: "Federation") -> list[Rider]:
+    """The queued riders (the queue is emptied)."""
+    riders = list(_queue(federation))
+    federation.__dict__["_riders"] = []
+    return riders
+
+
+def flush(federation: "Federation") -> None:
+    """Send the queued riders now, in one exchange (the last one as the primary, the others riding
+    on it); nothing when none is queued."""
+    riders = take(federation)
+    if not riders:
+        return
+    from .exchange import exchange
+
+    last = riders.pop()
+    _queue(federation).extend(riders)
+    last.on_replies(exchange(federation, dict(last.requests), last.check, step=last.step))
