@@ -86,6 +86,7 @@ def exchange(
         requests = {s: piggyback.fuse(m, [r.requests[s] for r in riders if s in r.requests])
                     for s, m in requests.items()}
     parts: dict[str, list[Message | None]] = {}
+    held: list[tuple[str, Message]] = []
     # replies are taken one at a time as the engine decodes them: each is classified, its
     # declaration parsed (names kept once, in the shared declared tuple) and validated before the
     # next is held -- never all K decoded replies with their names at once
@@ -101,14 +102,19 @@ def exchange(
             reply, parts[site] = piggyback.split_reply(reply, len(asked))
         if not declaring and not reply.is_error:
             federation._schema_pending.discard(site)
-        sorting.sort(site, reply)
+        if riders and not declaring:  # the riders' replies are reduced first: the primary's validator may use them
+            held.append((site, reply))
+        else:
+            sorting.sort(site, reply)
     for site in requests:
         if site not in seen:
             sorting.bad[site] = "no reply"
-    if declaring:
-        sorting.agree_schema(federation)
     for i, rider in enumerate(riders):
         _rider_replies(federation, rider, i, riders, parts, on_error)
+    for site, reply in held:
+        sorting.sort(site, reply)
+    if declaring:
+        sorting.agree_schema(federation)
     good = {s: sorting.good[s] for s in requests if s in sorting.good}
     bad = {s: sorting.bad[s] for s in requests if s in sorting.bad}
     if bad:

@@ -183,3 +183,33 @@ def flush(federation: "Federation") -> None:
     last = riders.pop()
     _queue(federation).extend(riders)
     last.on_replies(exchange(federation, dict(last.requests), last.check, step=last.step))
+
+
+def ride_step(federation: "Federation", step: Any, on_result: Callable[[Any], Any]) -> bool:
+    """Queue a summed step (:class:`~fedtab.federation.protocol.modes.SumStep`) to ride on the next
+    exchange in its per-site plain form: each reply checked as the plain summing strategy checks it,
+    then summed and reduced by the step's ``aggregate``; ``on_result(result)`` gets the reduction.
+
+    Returns ``False`` (nothing queued) when the run's strategy is not plain sums (secure sums, DP or
+    robust reducers move or reduce the values otherwise: the step then needs its own exchange)."""
+    from .modes import BaseSums, run_strategy
+    from .summing import PlainSums, Summed, _plain_sums
+
+    if federation.options.dp is not None or type(run_strategy(federation)) is not BaseSums \
+            or type(federation.summing) is not PlainSums:
+        return False
+    fields = step.spec.fields
+
+    def check(site: str, reply: Message) -> None:
+        missing = [n for n in fields if n not in reply.arrays]
+        if missing:
+            raise ValueError(f"reply lacks the summed array(s) {missing[:3]}")
+        if step.check is not None:
+            step.check(site, reply)
+
+    def reduce(replies: dict[str, Message]) -> None:
+        sums, weight = _plain_sums(replies, step.spec)
+        on_result(step.aggregate(Summed(sums, weight, dict(replies), list(replies))))
+
+    ride(federation, step.request, check, reduce, step=step.kind or step.request.kind)
+    return True

@@ -3,7 +3,8 @@ short loop over the steps of :mod:`.steps`.
 
 Exchanges: ``impute_schema`` (the first of a run also agrees the federation's schema; with
 secure sums or DP a second one sums the moments over the global schema), ``impute_stats``,
-``impute_setup``, ``impute_fit`` × rounds, ``impute_eval`` (twice when an earlier round's
+``impute_setup`` (riding on the first ``impute_fit`` when there are rounds,
+:mod:`fedtab.federation.protocol.piggyback`), ``impute_fit`` × rounds, ``impute_eval`` (twice when an earlier round's
 model is kept; none under DP). :func:`~fedtab.federation.workflows.imputation.steps.apply_imputation`
 (``impute_apply``) is a separate step: the sites fill their tables. The run's options
 (``federation.options``: secure sums, DP, robust reducers and ``max_site_share``) apply to
@@ -91,7 +92,7 @@ def run_imputation(
     glob, f = columns.columns, len(columns.columns)
     pooled, left_out = pooled_statistics(federation, columns, centring(federation, columns), ledger)
     model = model_inputs(cfg, pooled, glob)
-    site_rows = setup_step(federation, cfg, glob, model)
+    site_rows = setup_step(federation, cfg, glob, model, ride=cfg.rounds > 0)  # rides on the first round
     weights, history, best = _rounds(federation, cfg, model, site_rows, f, ledger, max_param_abs, progress)
     weights, ev, best_round = _final_evaluation(federation, cfg, weights, best, f)
     down1, up1 = federation.traffic.total()
