@@ -83,7 +83,8 @@ def exchange(
 
     riders = piggyback.take(federation)  # queued requests ride on this one (answered before it)
     if riders:
-        requests = {s: piggyback.fuse(m, [r.requests[s] for r in riders if s in r.requests])
+        requests = {s: piggyback.fuse(m, [r.requests[s] for r in riders if s in r.requests],
+                                      [r.independent for r in riders if s in r.requests])
                     for s, m in requests.items()}
     parts: dict[str, list[Message | None]] = {}
     held: list[tuple[str, Message]] = []

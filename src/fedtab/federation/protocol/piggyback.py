@@ -8,8 +8,8 @@ only move messages, so every engine gets it without a change.
 Wire form (both sides):
 
 * a fused request is the primary request with meta ``ride:parts`` = ``[{"kind", "meta"}, ...]``
-  (the riders, answered *before* the primary, in order) and each rider's arrays under
-  ``ride<i>:<name>``;
+  (the riders, answered *before* the primary, in order; ``"independent": true`` in a header marks
+  a part nothing after it depends on) and each rider's arrays under ``ride<i>:<name>``;
 * its reply is the primary's reply with meta ``ride:replies`` = ``[{"kind", "meta"}, ...]`` and
   each rider reply's arrays under ``ride<i>:<name>``.
 
@@ -17,7 +17,9 @@ Privacy: the site answers each part through its one release path (``Site.handle`
 floors, ledger and caps, DP terms, release gate, secure masking), so a fused request is refused,
 charged and released exactly as its parts sent one by one, and a curious server gains nothing by
 fusing. A part that fails or is refused stops the parts after it (they may depend on it: a ballot
-over a table an imputation was to fill first); those get an error naming the failed part. A part
+over a table an imputation was to fill first); those get an error naming the failed part. An
+*independent* part (a local baseline riding on a Newton iteration) stops nothing: its failure is
+its own reply only. A part
 may not itself carry riders.
 
 Server side: :func:`ride` queues ``(requests, check, on_replies)``; the next
@@ -54,17 +56,19 @@ def _prefix(i: int) -> str:
     return f"ride{i}:"
 
 
-def _pack(primary: Message, parts: list[Message], key: str) -> Message:
+def _pack(primary: Message, parts: list[Message], key: str, independent: list[bool] | None = None) -> Message:
     arrays = dict(primary.arrays)
     headers = []
     for i, p in enumerate(parts):
-        headers.append({"kind": p.kind, "meta": dict(p.meta)})
+        headers.append({"kind": p.kind, "meta": dict(p.meta), **({"independent": True} if independent and independent[i]
+                                                                 else {})})
         arrays.update({_prefix(i) + k: v for k, v in p.arrays.items()})
     return Message(primary.kind, arrays, {**primary.meta, key: headers})
 
 
-def _unpack(message: Message, key: str) -> tuple[Message, list[Message]]:
-    """``(primary, parts)`` of a packed message.
+def _unpack(message: Message, key: str, flags: list[bool] | None = None) -> tuple[Message, list[Message]]:
+    """``(primary, parts)`` of a packed message (``flags``, when given, gets each part's
+    ``independent`` flag).
 
     Raises:
         ValueError: malformed headers, more than :data:`MAX_PARTS` parts, or arrays of no part.
@@ -78,6 +82,10 @@ def _unpack(message: Message, key: str) -> tuple[Message, list[Message]]:
             raise ValueError(f"{key}[{i}] must be an object with a kind and a meta object")
         if PARTS in h["meta"] or REPLIES in h["meta"]:
             raise ValueError("a riding part may not carry riders of its own")
+        if h.get("independent", False) not in (True, False):
+            raise ValueError(f"{key}[{i}].independent must be true or false")
+        if flags is not None:
+            flags.append(bool(h.get("independent", False)))
         pre = _prefix(i)
         parts.append(Message(h["kind"], {k[len(pre):]: v for k, v in message.arrays.items() if k.startswith(pre)},
                              h["meta"]))
@@ -87,14 +95,16 @@ def _unpack(message: Message, key: str) -> tuple[Message, list[Message]]:
     return Message(message.kind, own, {k: v for k, v in message.meta.items() if k != key}), parts
 
 
-def fuse(primary: Message, riders: list[Message]) -> Message:
-    """``primary`` carrying ``riders`` (answered before it, in order)."""
-    return _pack(primary, riders, PARTS) if riders else primary
+def fuse(primary: Message, riders: list[Message], independent: list[bool] | None = None) -> Message:
+    """``primary`` carrying ``riders`` (answered before it, in order; ``independent[i]``: rider ``i``
+    failing stops nothing after it)."""
+    return _pack(primary, riders, PARTS, independent) if riders else primary
 
 
-def split_request(request: Message) -> tuple[Message, list[Message]]:
-    """``(primary, riders)`` of a fused request (``ValueError`` when malformed)."""
-    return _unpack(request, PARTS)
+def split_request(request: Message, flags: list[bool] | None = None) -> tuple[Message, list[Message]]:
+    """``(primary, riders)`` of a fused request (``ValueError`` when malformed); ``flags`` gets the
+    riders' ``independent`` flags."""
+    return _unpack(request, PARTS, flags)
 
 
 def split_reply(reply: Message, n: int) -> tuple[Message, list[Message | None]]:
@@ -114,18 +124,19 @@ def answer_parts(request: Message, handle: Callable[[Message], Message]) -> Mess
     release path), riders first; a failed or refused part stops the parts after it. Never raises."""
     from fedtab.federation.protocol.schema import AGREED
 
+    flags: list[bool] = []
     try:
-        primary, riders = split_request(request)
+        primary, riders = split_request(request, flags)
     except ValueError as exc:
         return Message.error(f"malformed fused request: {exc}")
     if AGREED in primary.meta:  # the agreed schema is stored by the first part answered
         riders[0] = Message(riders[0].kind, riders[0].arrays, {**riders[0].meta, AGREED: primary.meta[AGREED]})
         primary = Message(primary.kind, primary.arrays, {k: v for k, v in primary.meta.items() if k != AGREED})
     replies: list[Message] = []
-    for part in riders:
+    for part, independent in zip(riders, flags):
         reply = handle(part)
         replies.append(reply)
-        if reply.is_error or reply.is_refusal:
+        if (reply.is_error or reply.is_refusal) and not independent:
             failed = Message.error(f"not answered: the riding {part.kind[:80]!r} part before it failed")
             return _pack(failed, replies, REPLIES)
     return _pack(handle(primary), replies, REPLIES)
@@ -142,6 +153,7 @@ class Rider:
     on_replies: Callable[[dict[str, Message]], Any]
     kind: str
     step: str | None = None
+    independent: bool = False
 
 
 def _queue(federation: "Federation") -> list[Rider]:
@@ -149,15 +161,17 @@ def _queue(federation: "Federation") -> list[Rider]:
 
 
 def ride(federation: "Federation", requests: Message | Mapping[str, Message], check: "Validator | None",
-         on_replies: Callable[[dict[str, Message]], Any], *, step: str | None = None) -> None:
+         on_replies: Callable[[dict[str, Message]], Any], *, step: str | None = None,
+         independent: bool = False) -> None:
     """Queue ``requests`` (one message for every active site, or ``{site: message}``) to ride on the
-    next exchange; ``on_replies`` gets the validated replies right after it (see the module docstring)."""
+    next exchange; ``on_replies`` gets the validated replies right after it (see the module docstring).
+    ``independent``: nothing after it depends on it (its failure at a site stops no later part there)."""
     if isinstance(requests, Message):
         requests = {s: requests for s in federation.active}
     if not requests:
         raise ValueError("nothing to ride: no site to ask")
     kind = next(iter(requests.values())).kind
-    _queue(federation).append(Rider(dict(requests), check, on_replies, kind, step))
+    _queue(federation).append(Rider(dict(requests), check, on_replies, kind, step, independent))
 
 
 def pending(federation: "Federation") -> bool:

@@ -72,6 +72,9 @@ class TrainingSettings:
         min_sites: quorum (``None`` keeps the federation's). max_param_abs: largest accepted ``|entry|``.
         task: ``"binary"``, ``"multiclass"``, ``"regression"`` or ``None`` (read from the schema).
         newton_tol: Newton–Raphson stops once a step's L2 norm is below it.
+        before_rounds: ``fn(setup)`` called once the setup (``features``, ``classes``, ``model`` spec,
+            ``part``) is known, right before the first round's exchange: a caller may queue a request
+            to ride on it (:func:`fedtab.federation.protocol.piggyback.ride`).
     """
 
     model: Any = "logistic"
@@ -89,6 +92,7 @@ class TrainingSettings:
     max_param_abs: float = validate.MAX_PARAM_ABS
     task: str | None = None
     newton_tol: float = NEWTON_TOL
+    before_rounds: Callable[[Mapping[str, Any]], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -254,6 +258,8 @@ def _run_rounds(federation: Federation, features: list[str] | None, fm: Federate
     params = _initial_params(fm, len(feats), len(class_list), o.seed)
     steps: list[float] = []
     detail = None
+    if o.before_rounds is not None:
+        o.before_rounds(ctx.setup)
     if _is_newton(fm):  # logistic: federated Newton–Raphson, at most `rounds` iterations
         final = functools.partial(evaluate_step, federation, n_classes=len(class_list), part=o.eval_part,
                                   bins=o.score_bins, has_proba=has_proba)
