@@ -78,6 +78,19 @@ def gbdt_exchanges(params: Mapping[str, Any], *, plain: bool, dp: bool = False) 
     return int(params["n_trees"]) * int(params["max_depth"]) + 4 + int(plain) + (0 if dp else 2)
 
 
+def _newton_model(model: Any) -> bool:
+    """Whether a training ``model`` spec names a logistic model trained by Newton–Raphson."""
+    from ..learn.models import LogisticRegressionModel, make_model
+
+    fm = make_model(model)
+    return isinstance(fm, LogisticRegressionModel) and fm.newton
+
+
+def _robust(spec: "JobSpec") -> bool:
+    """Whether the job's ``[trust]`` asks for robust reducers."""
+    return bool(getattr(getattr(spec, "trust", None), "robust", False))
+
+
 def _linear_model(model: Any) -> bool:
     """Whether a training ``model`` spec names the exact linear regression (one round)."""
     from ..learn.models import LinearRegressionModel, make_model
@@ -91,8 +104,14 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     Exact for schema, election, imputation, FedAvg training and baselines as the job folds them
     (checked against the in-process engine's exchange count); an upper bound for a logistic model
     trained by Newton–Raphson (the default), whose ``rounds`` are its most iterations: it stops
-    once a step is shorter than :data:`~fedtab.learn.newton.NEWTON_TOL` (the heart job: 5–6 of 10),
-    and the estimate lines then count exchanges the run does not make. The column profile 1,
+    once a step is shorter than :data:`~fedtab.learn.newton.NEWTON_TOL` (the heart job: 6 of 10,
+    its final evaluation riding on the last), and the estimate lines then count exchanges the run
+    does not make. In a *plain* run (no secure sums, DP or robust reducers) requests ride on the
+    next exchange (:mod:`fedtab.federation.protocol.piggyback`): imputation ``rounds + 3`` (schema,
+    statistics, the rounds with the setup on the first, one evaluation with the kept best round's
+    riding on it; ``4`` with no rounds), its ``impute_apply`` on the election's ballot, and for a
+    Newton model the baselines 0 (on the first iteration; 1 more exchange when the run stops at
+    its cap unconverged). Otherwise the steps keep their own exchanges: the column profile 1,
     imputation ``rounds + 5`` (``+ 1`` with the column profile), election 2 (``ballot``, ``set_mask``), training ``rounds + 1``
     after an election (its ``describe`` rides on ``set_mask``) else ``rounds + 2`` (``+ 1`` when no earlier step
     agreed the schema: the training step agrees it to read the task),
@@ -113,11 +132,18 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     out: dict[str, int] = {}
     private = spec.privacy.private
     secure = bool(spec.privacy.secure_aggregation)
+    # a plain run: riders travel on the next exchange (:mod:`fedtab.federation.protocol.piggyback`)
+    plain = not private and not secure and spec.privacy.dp is None and not _robust(spec)
     profile = spec.schema.profile if spec.schema.profile is not None else not private
     if profile:
         out["schema"] = 1
     if spec.impute is not None:
-        out["imputation"] = spec.impute.rounds + 5 + int(profile) + (4 * spec.impute.rounds + 4 if secure else 0)
+        r = spec.impute.rounds
+        if plain:  # fused (issue 31): schema, stats, the rounds (the setup rides on the first), one
+            # evaluation (the kept best round's rides on it); impute_apply rides on the next step's exchange
+            out["imputation"] = r + 3 + int(r == 0)
+        else:
+            out["imputation"] = r + 5 + int(profile) + (4 * r + 4 if secure else 0)
     el = spec.election
     voting = el is not None and el.method == "vote"
     linear = spec.training is not None and _linear_model(spec.training.model)
@@ -155,7 +181,9 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
         if secure:
             out["training"] += 2 * summed + (0 if voting else 1)
         if not regression and (spec.evaluation.baselines if spec.evaluation.baselines is not None else not private):
-            out["baselines"] = 1
+            # plain Newton: the baselines ride on the first iteration (asked again only when the run
+            # stops at its cap unconverged)
+            out["baselines"] = 0 if plain and _newton_model(spec.training.model) else 1
     return out
 
 
