@@ -79,3 +79,20 @@ def test_a_queued_rider_costs_no_exchange_of_its_own(parts):
     piggyback.ride(fed, Message("impute_schema"), None, got.update)
     piggyback.flush(fed)  # nothing to ride on: sent alone
     assert fed.exchange_count == 2 and not piggyback.pending(fed)
+
+
+def test_an_independent_refused_part_stops_nothing_after_it(parts):
+    # the same refusal as above, marked independent (a local baseline riding on a Newton iteration):
+    # the part is refused exactly as alone, and the primary is still answered as alone
+    alone, fused = _site(parts[0], max_releases_per_part=1), _site(parts[0], max_releases_per_part=1)
+    first, second = Message("impute_schema"), Message("impute_schema")
+    alone.handle(first)
+    refused, profile = alone.handle(second), alone.handle(Message("job_profile"))
+    reply = fused.handle(piggyback.fuse(Message("job_profile"), [first, second], [False, True]))
+    primary, riders = piggyback.split_reply(reply, 2)
+    _same(riders[1], refused)
+    _same(primary, profile)
+    assert fused.ledger.snapshot() == alone.ledger.snapshot()
+    bad = piggyback.fuse(Message("job_profile"), [first], [True])
+    bad.meta[piggyback.PARTS][0]["independent"] = "yes"
+    assert fused.handle(bad).is_error  # a flag is true or false, nothing else

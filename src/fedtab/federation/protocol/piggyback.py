@@ -41,8 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .exchange import Validator
     from .federation import Federation
 
-__all__ = ["PARTS", "REPLIES", "Rider", "answer_parts", "flush", "fuse", "pending", "ride", "split_reply",
-           "split_request"]
+__all__ = ["PARTS", "REPLIES", "Rider", "answer_parts", "flush", "fuse", "pending", "plain_run", "ride",
+           "split_reply", "split_request"]
 
 #: request meta: the riders' headers (answered before the primary)
 PARTS = "ride:parts"
@@ -199,6 +199,16 @@ def flush(federation: "Federation") -> None:
     last.on_replies(exchange(federation, dict(last.requests), last.check, step=last.step))
 
 
+def plain_run(federation: "Federation") -> bool:
+    """Whether the run sums in plain (no secure sums, no DP, no robust reducers): only then may a
+    summed or per-site scored step ride on another exchange (else it keeps its own)."""
+    from .modes import BaseSums, run_strategy
+    from .summing import PlainSums
+
+    return federation.options.dp is None and type(run_strategy(federation)) is BaseSums \
+        and type(federation.summing) is PlainSums
+
+
 def ride_step(federation: "Federation", step: Any, on_result: Callable[[Any], Any]) -> bool:
     """Queue a summed step (:class:`~fedtab.federation.protocol.modes.SumStep`) to ride on the next
     exchange in its per-site plain form: each reply checked as the plain summing strategy checks it,
@@ -206,11 +216,9 @@ def ride_step(federation: "Federation", step: Any, on_result: Callable[[Any], An
 
     Returns ``False`` (nothing queued) when the run's strategy is not plain sums (secure sums, DP or
     robust reducers move or reduce the values otherwise: the step then needs its own exchange)."""
-    from .modes import BaseSums, run_strategy
-    from .summing import PlainSums, Summed, _plain_sums
+    from .summing import Summed, _plain_sums
 
-    if federation.options.dp is not None or type(run_strategy(federation)) is not BaseSums \
-            or type(federation.summing) is not PlainSums:
+    if not plain_run(federation):
         return False
     fields = step.spec.fields
 

@@ -159,12 +159,9 @@ def ride_baselines(federation: Federation, features: list[str], classes: list[st
     through their one release path exactly as the exchange of its own. Returns ``None`` (nothing
     queued) for another model, or when the run's options are not plain (secure sums, DP, robust
     reducers: the baselines keep their own exchange). Pass the holder to :func:`run_baselines`."""
-    from fedtab.federation.protocol.modes import BaseSums, run_strategy
-    from fedtab.federation.protocol.piggyback import ride
-    from fedtab.federation.protocol.summing import PlainSums
+    from fedtab.federation.protocol.piggyback import plain_run, ride
 
-    if not _newton(make_model(model_spec)) or federation.options.dp is not None \
-            or type(run_strategy(federation)) is not BaseSums or type(federation.summing) is not PlainSums:
+    if not _newton(make_model(model_spec)) or not plain_run(federation):
         return None
     held = RiddenBaselines(baseline_meta(features, classes, model_spec, NEWTON_MAX_ITER, seed, score_bins))
     check, reduce = _baseline_checks(federation, len(classes), score_bins)
