@@ -78,14 +78,6 @@ def gbdt_exchanges(params: Mapping[str, Any], *, plain: bool, dp: bool = False) 
     return int(params["n_trees"]) * int(params["max_depth"]) + 4 + int(plain) + (0 if dp else 2)
 
 
-def _newton_model(model: Any) -> bool:
-    """Whether a training ``model`` spec names a logistic model trained by Newton–Raphson."""
-    from ..learn.models import LogisticRegressionModel, make_model
-
-    fm = make_model(model)
-    return isinstance(fm, LogisticRegressionModel) and fm.newton
-
-
 def _robust(spec: "JobSpec") -> bool:
     """Whether the job's ``[trust]`` asks for robust reducers."""
     return bool(getattr(getattr(spec, "trust", None), "robust", False))
@@ -109,9 +101,10 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     does not make. In a *plain* run (no secure sums, DP or robust reducers) requests ride on the
     next exchange (:mod:`fedtab.federation.protocol.piggyback`): imputation ``rounds + 3`` (schema,
     statistics, the rounds with the setup on the first, one evaluation with the kept best round's
-    riding on it; ``4`` with no rounds), its ``impute_apply`` on the election's ballot, and for a
-    Newton model the baselines 0 (on the first iteration; 1 more exchange when the run stops at
-    its cap unconverged). Otherwise the steps keep their own exchanges: the column profile 1,
+    riding on it; ``4`` with no rounds), its ``impute_apply`` on the election's ballot; for a Newton
+    model the count assumes the run stops at its cap (training ``rounds + 1``, baselines 1): a
+    converging run makes ``iterations`` (its evaluation rides on the last) and no baselines exchange
+    (they ride on the first iteration). Otherwise the steps keep their own exchanges: the column profile 1,
     imputation ``rounds + 5`` (``+ 1`` with the column profile), election 2 (``ballot``, ``set_mask``), training ``rounds + 1``
     after an election (its ``describe`` rides on ``set_mask``) else ``rounds + 2`` (``+ 1`` when no earlier step
     agreed the schema: the training step agrees it to read the task),
@@ -181,9 +174,9 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
         if secure:
             out["training"] += 2 * summed + (0 if voting else 1)
         if not regression and (spec.evaluation.baselines if spec.evaluation.baselines is not None else not private):
-            # plain Newton: the baselines ride on the first iteration (asked again only when the run
-            # stops at its cap unconverged)
-            out["baselines"] = 0 if plain and _newton_model(spec.training.model) else 1
+            # (plain Newton: they ride on the first iteration and cost none of their own when the run
+            # converges; counted as when it stops at its cap, the bound the training's count assumes too)
+            out["baselines"] = 1
     return out
 
 
