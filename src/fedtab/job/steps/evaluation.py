@@ -14,20 +14,13 @@ from typing import TYPE_CHECKING
 
 from ..outputs import Outputs
 from .step import Step
+from .training import wants_baselines
 
 if TYPE_CHECKING:
     from ...federation.protocol import Federation
     from ..spec import JobSpec
 
 __all__ = ["ALL_COLUMNS", "BASELINES", "wants_baselines"]
-
-
-def wants_baselines(spec: "JobSpec", out: Outputs) -> bool:
-    if spec.training is None:
-        return False
-    if getattr(out.outcomes.get("training"), "task", None) == "regression":
-        return False  # the local-only baselines score classes; `python -m benchmarks.regression` compares RMSE
-    return spec.evaluation.baselines if spec.evaluation.baselines is not None else not spec.privacy.private
 
 
 def _baselines(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:

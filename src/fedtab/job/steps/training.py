@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from fedtab.federation.workflows.training import TrainingOutcome
     from ..spec import JobSpec
 
-__all__ = ["STEP", "summary", "train"]
+__all__ = ["STEP", "summary", "train", "wants_baselines"]
 
 
 def train(federation: "Federation", spec: "JobSpec", out: Outputs, features: list[str] | None,
@@ -49,12 +49,18 @@ def summary(tr: "TrainingOutcome") -> dict[str, Any]:
             **({"importance": tr.importance} if tr.importance is not None else {})}
 
 
+def wants_baselines(spec: "JobSpec", out: Outputs) -> bool:
+    if spec.training is None:
+        return False
+    if getattr(out.outcomes.get("training"), "task", None) == "regression":
+        return False  # the local-only baselines score classes; `python -m benchmarks.regression` compares RMSE
+    return spec.evaluation.baselines if spec.evaluation.baselines is not None else not spec.privacy.private
+
+
 def _ride_baselines(federation: "Federation", spec: "JobSpec", out: Outputs) -> Any:
     """``before_rounds`` of the job's training: when the baselines step follows, the local baselines
     ride on the first Newton iteration (:func:`~fedtab.federation.steps.baselines.ride_baselines`;
     the baselines step reuses them when the run converged, else asks again with its budget)."""
-    from .evaluation import wants_baselines
-
     def before(setup: Any) -> None:
         from fedtab.federation.steps.baselines import ride_baselines
 
