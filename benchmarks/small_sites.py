@@ -209,20 +209,20 @@ def direct_auroc(sites: list[Site], model: dict[str, Any], personalised: bool) -
     return float(roc_auc_score(np.concatenate(ys), np.concatenate(ps)))
 
 
-def _impute(fed: LocalFederation, rounds: int, seed: int) -> None:
+def _impute(fed: LocalFederation, rounds: int, seed: int, local_epochs: int = 2) -> None:
     from fedtab.federation.workflows.imputation import ImputeConfig, apply_imputation, run_imputation
     from fedtab.federation.steps.profile import pooled_ranges, profile_sites
 
     ranges = pooled_ranges(profile_sites(fed))
-    im = run_imputation(fed, ImputeConfig(rounds=rounds, local_epochs=2, seed=seed))
+    im = run_imputation(fed, ImputeConfig(rounds=rounds, local_epochs=local_epochs, seed=seed))
     low = np.array([ranges[c]["low"] for c in im.columns])
     high = np.array([ranges[c]["high"] for c in im.columns])
     is_int = np.array([bool(ranges[c]["integer"]) for c in im.columns])
     apply_imputation(fed, im, low, high, is_int)
 
 
-def run_case(case: str, seed: int, *, rounds: int = 10, impute_rounds: int = 10, impute: bool = True
-             ) -> dict[str, Any]:
+def run_case(case: str, seed: int, *, rounds: int = 10, impute_rounds: int = 10, impute: bool = True,
+             impute_epochs: int = 2) -> dict[str, Any]:
     """One consortium and seed: every variant's pooled test AUROC, the exchanges and times."""
     tables, target = site_tables(case, seed)
     columns = list(dict.fromkeys(c for t in tables.values() for c in t.columns if c != target))
@@ -231,7 +231,7 @@ def run_case(case: str, seed: int, *, rounds: int = 10, impute_rounds: int = 10,
     fed = LocalFederation(sites)
     t0 = time.process_time()
     if impute:
-        _impute(fed, impute_rounds, seed)
+        _impute(fed, impute_rounds, seed, impute_epochs)
     n_impute = fed.exchange_count
     t1 = time.process_time()
     out = select_model(fed, selector="lasso", rounds=rounds, local_epochs=5, seed=seed, l2_grid=L2_GRID)
@@ -341,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", nargs="+", default=["heart", "adult"], choices=["heart", "adult", "icu"])
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--no-impute", action="store_true")
+    ap.add_argument("--impute-rounds", type=int, default=10, help="FedHF-Impute's FedAvg rounds")
+    ap.add_argument("--impute-epochs", type=int, default=2, help="FedHF-Impute's local epochs per round")
     ap.add_argument("--quick", action="store_true", help="one seed, heart, 3 rounds, no imputation (tests)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--plan", action="store_true",
@@ -356,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for case in args.cases:
         for seed in args.seeds:
-            row = run_case(case, seed, rounds=args.rounds, impute=not args.no_impute)
+            row = run_case(case, seed, rounds=args.rounds, impute=not args.no_impute,
+                           impute_rounds=args.impute_rounds, impute_epochs=args.impute_epochs)
             row["reference"] = max(row["centralised"], row["local_only"])
             rows.append(row)
             print(f"{case} seed {seed}: tuned {row['tuned']:.4f} (global {row['tuned_global']:.4f}, "

@@ -29,9 +29,27 @@ def test_the_heart_job_counts_its_exchanges_and_fits_the_pooled_logistic_model(t
     tr = out.outcomes["training"]
     kinds = [p["step"] for p in out.result["participation"]["exchanges"]]
     assert kinds.count("newton") == tr.rounds and "fit" not in kinds
-    assert steps["training"] == tr.rounds + 1 <= 7  # Newton iterations (5-6 here, by the imputed table) and the evaluation (FedAvg: rounds + 1 = 11)
-    assert sum(steps.values()) == fed.exchange_count <= 16  # 20 with FedAvg before
-    assert all(steps[k] <= n for k, n in planned_exchanges(spec).items())  # the plan is an upper bound
+    # Newton iterations (5-6 here, by the imputed table); the evaluation rides on the last one (issue 31)
+    assert steps["training"] == tr.rounds <= 6 and "evaluate" in kinds
+    assert tr.steps[-1] < 1e-7  # the evaluated iterate is the fit: its own Newton step is below NEWTON_FINAL_TOL
+    assert kinds[kinds.index("impute_apply") + 1] == "ballot"  # rode on the ballot: no exchange of its own
+    # the local baselines rode on the first Newton iteration (reused: the run converged)
+    assert kinds[kinds.index("local_baseline") + 1] == "newton" and steps["baselines"] == 0
+    assert sum(steps.values()) == fed.exchange_count == 13  # 14 with the baselines' own exchange, 16 before the riders
+    plan = planned_exchanges(spec)
+    assert plan.keys() == steps.keys()
+    # the plan is exact but for Newton's convergence: it counts the run stopping at its cap (`rounds`
+    # iterations, the evaluation and the baselines each on an exchange of their own)
+    newton = ("training", "baselines")
+    assert {k: n for k, n in plan.items() if k not in newton} == {k: n for k, n in steps.items() if k not in newton}
+    assert plan["training"] - steps["training"] == spec.training.rounds + 1 - tr.rounds
+    assert (plan["baselines"], steps["baselines"]) == (1, 0)
+    # the ridden baselines are what an exchange of their own gives
+    from fedtab.federation.steps.baselines import run_baselines
+
+    alone = run_baselines(fed, tr)
+    assert out.result["baselines"]["local_only"]["pooled"] == alone["local_only"]["pooled"]
+    assert out.result["baselines"]["majority"] == alone["majority"]
     X, y = zip(*(s.state["train_setup"]["_cache"]["train"] for s in sites))
     X, y = np.vstack(X), np.concatenate(y)
     sk = LogisticRegression(C=1 / (1e-3 * len(y)), tol=1e-12, max_iter=10_000).fit(X, y)

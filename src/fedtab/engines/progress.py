@@ -78,6 +78,11 @@ def gbdt_exchanges(params: Mapping[str, Any], *, plain: bool, dp: bool = False) 
     return int(params["n_trees"]) * int(params["max_depth"]) + 4 + int(plain) + (0 if dp else 2)
 
 
+def _robust(spec: "JobSpec") -> bool:
+    """Whether the job's ``[trust]`` asks for robust reducers."""
+    return bool(getattr(getattr(spec, "trust", None), "robust", False))
+
+
 def _linear_model(model: Any) -> bool:
     """Whether a training ``model`` spec names the exact linear regression (one round)."""
     from ..learn.models import LinearRegressionModel, make_model
@@ -91,8 +96,15 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     Exact for schema, election, imputation, FedAvg training and baselines as the job folds them
     (checked against the in-process engine's exchange count); an upper bound for a logistic model
     trained by Newton–Raphson (the default), whose ``rounds`` are its most iterations: it stops
-    once a step is shorter than :data:`~fedtab.learn.newton.NEWTON_TOL` (the heart job: 5–6 of 10),
-    and the estimate lines then count exchanges the run does not make. The column profile 1,
+    once a step is shorter than :data:`~fedtab.learn.newton.NEWTON_TOL` (the heart job: 6 of 10,
+    its final evaluation riding on the last), and the estimate lines then count exchanges the run
+    does not make. In a *plain* run (no secure sums, DP or robust reducers) requests ride on the
+    next exchange (:mod:`fedtab.federation.protocol.piggyback`): imputation ``rounds + 3`` (schema,
+    statistics, the rounds with the setup on the first, one evaluation with the kept best round's
+    riding on it; ``4`` with no rounds), its ``impute_apply`` on the election's ballot; for a Newton
+    model the count assumes the run stops at its cap (training ``rounds + 1``, baselines 1): a
+    converging run makes ``iterations`` (its evaluation rides on the last) and no baselines exchange
+    (they ride on the first iteration). Otherwise the steps keep their own exchanges: the column profile 1,
     imputation ``rounds + 5`` (``+ 1`` with the column profile), election 2 (``ballot``, ``set_mask``), training ``rounds + 1``
     after an election (its ``describe`` rides on ``set_mask``) else ``rounds + 2`` (``+ 1`` when no earlier step
     agreed the schema: the training step agrees it to read the task),
@@ -113,11 +125,18 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     out: dict[str, int] = {}
     private = spec.privacy.private
     secure = bool(spec.privacy.secure_aggregation)
+    # a plain run: riders travel on the next exchange (:mod:`fedtab.federation.protocol.piggyback`)
+    plain = not private and not secure and spec.privacy.dp is None and not _robust(spec)
     profile = spec.schema.profile if spec.schema.profile is not None else not private
     if profile:
         out["schema"] = 1
     if spec.impute is not None:
-        out["imputation"] = spec.impute.rounds + 5 + int(profile) + (4 * spec.impute.rounds + 4 if secure else 0)
+        r = spec.impute.rounds
+        if plain:  # fused (issue 31): schema, stats, the rounds (the setup rides on the first), one
+            # evaluation (the kept best round's rides on it); impute_apply rides on the next step's exchange
+            out["imputation"] = r + 3 + int(r == 0)
+        else:
+            out["imputation"] = r + 5 + int(profile) + (4 * r + 4 if secure else 0)
     el = spec.election
     voting = el is not None and el.method == "vote"
     linear = spec.training is not None and _linear_model(spec.training.model)
@@ -155,6 +174,8 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
         if secure:
             out["training"] += 2 * summed + (0 if voting else 1)
         if not regression and (spec.evaluation.baselines if spec.evaluation.baselines is not None else not private):
+            # (plain Newton: they ride on the first iteration and cost none of their own when the run
+            # converges; counted as when it stops at its cap, the bound the training's count assumes too)
             out["baselines"] = 1
     return out
 

@@ -36,6 +36,8 @@ class Outputs:
         privacy: the DP reports (:meth:`PrivacyLedger.report`): ``"imputation"``'s, and
             ``"run"``, the run's accountant that pays for the election and training steps.
         accountant: whether the run's accountant is planned (:func:`fedtab.job.guarantees.use_run_accountant`).
+        ridden_baselines: the local baselines asked ahead on the first Newton iteration
+            (:func:`fedtab.federation.steps.baselines.ride_baselines`), or ``None``.
         hooks: the caller's callbacks; ``"imputation"``: ``fn(round, rounds, info)``.
     """
 
@@ -51,3 +53,4 @@ class Outputs:
     privacy: dict[str, Any] = field(default_factory=dict)
     accountant: bool = False
     hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    ridden_baselines: Any = None

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..federation.protocol import Federation
+from ..federation.protocol.piggyback import flush, pending
 from .guarantees import apply_options, apply_trust, participation_record, privacy_record, trust_record
 from .outputs import Outputs
 from .spec import JobError, JobSpec, spec_from_plan
@@ -77,6 +78,13 @@ def run_workflow(federation: Federation, spec: JobSpec, *, progress: Callable[[s
         rows.append({"step": step.name, "seconds": time.perf_counter() - t0, "bytes_down": d1 - d0,
                      "bytes_up": u1 - u0, "exchanges": federation.exchange_count - x0})
         from_declaration(federation, spec, out)  # without a profile: the schema the sites declared
+    if pending(federation):  # requests still waiting for an exchange to ride on: sent now, in one
+        d0, u0 = federation.traffic.total()
+        x0, t0 = federation.exchange_count, time.perf_counter()
+        flush(federation)
+        d1, u1 = federation.traffic.total()
+        rows.append({"step": "riders", "seconds": time.perf_counter() - t0, "bytes_down": d1 - d0,
+                     "bytes_up": u1 - u0, "exchanges": federation.exchange_count - x0})
     out.result["steps"] = rows
     out.result["privacy"] = privacy_record(spec, out.privacy)
     out.result["trust"] = trust_record(spec)

@@ -92,7 +92,9 @@ def test_workflow_runs_through_the_federation_interface_and_only_sends_aggregate
     fed = LocalFederation([Site(f"s{i}", t, test_size=0.1, seed=0) for i, t in enumerate(sites)])
     res = run_imputation(fed, ImputeConfig(rounds=2, hidden_dim=8, n_layers=1))
     kinds = {r.kind for r in fed.traffic.records}
-    assert kinds == {"impute_schema", "impute_stats", "impute_setup", "impute_fit", "impute_eval"}
+    # the setup rides on the first round's impute_fit exchange (issue 31): answered, with no exchange of its own
+    assert kinds == {"impute_schema", "impute_stats", "impute_fit", "impute_eval"}
+    assert "impute_setup" in {p["step"] for p in fed.participation}
     assert res.bytes[1] > 0 and res.graph.n_edges > 0
     assert set(res.site_columns) == {"s0", "s1", "s2", "s3"}
     # the mean-fill baseline on the same validation cells (pooled mean = 0 in z-space)
@@ -177,3 +179,25 @@ def test_sparse_and_edge_index_paths_agree():
     sparse, dense = conv(x, *graph_tensors(g)), conv(x, ei, edge_weight=w)
     # float32 sums over <= k=3 neighbours in another order: a few ulps of the largest output
     assert torch.allclose(sparse, dense, rtol=0, atol=8 * torch.finfo(torch.float32).eps * float(dense.abs().max()))
+
+
+def test_the_kept_best_rounds_evaluation_rides_on_the_last_ones():
+    """keep_best with an earlier round better: in a plain run both evaluations travel in one
+    impute_eval exchange, and the kept round's evaluation is what an exchange of its own gives
+    (issue 31)."""
+    from fedtab.federation.workflows.imputation.server import _final_evaluation
+    from fedtab.federation.workflows.imputation.steps import evaluate
+
+    sites, _, _ = correlated_sites(n=1200)
+    fed = LocalFederation([Site(f"s{i}", t, test_size=0.2, seed=0) for i, t in enumerate(sites)])
+    cfg = ImputeConfig(rounds=1, hidden_dim=8, n_layers=1, seed=0)
+    res = run_imputation(fed, cfg)
+    f = len(res.columns)
+    earlier = {k: 0.5 * v for k, v in res.weights.items()}  # other weights, claimed better (-1 < any RMSE)
+    n0, e0 = fed.exchange_count, len(fed.participation)
+    kept, ev, rnd = _final_evaluation(fed, cfg, res.weights, (-1.0, 0, earlier), f)
+    assert fed.exchange_count == n0 + 1 and rnd == 0 and kept is earlier  # one exchange for both
+    assert [p["step"] for p in fed.participation[e0:]] == ["impute_eval", "impute_eval"]
+    alone = evaluate(fed, earlier, f)
+    assert ev.overall == pytest.approx(alone.overall, rel=1e-12)
+    assert ev.overall != pytest.approx(evaluate(fed, res.weights, f).overall, rel=1e-6)

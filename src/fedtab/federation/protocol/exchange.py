@@ -84,6 +84,15 @@ def exchange(
     expected = kind or next(iter(requests.values())).kind
     declaring = federation.schema is None
     requests = _with_schema_flags(federation, requests, declaring)
+    from . import piggyback
+
+    riders = piggyback.take(federation)  # queued requests ride on this one (answered before it)
+    if riders:
+        requests = {s: piggyback.fuse(m, [r.requests[s] for r in riders if s in r.requests],
+                                      [r.independent for r in riders if s in r.requests])
+                    for s, m in requests.items()}
+    parts: dict[str, list[Message | None]] = {}
+    held: list[tuple[str, Message]] = []
     # replies are taken one at a time as the engine decodes them: each is classified, its
     # declaration parsed (names kept once, in the shared declared tuple) and validated before the
     # next is held -- never all K decoded replies with their names at once
@@ -95,12 +104,22 @@ def exchange(
         if site not in requests or site in seen:
             continue
         seen.add(site)
+        if riders:
+            asked = [r for r in riders if site in r.requests]
+            reply, parts[site] = piggyback.split_reply(reply, len(asked))
         if not declaring and not reply.is_error:
             federation._schema_pending.discard(site)
-        sorting.sort(site, reply)
+        if riders and not declaring:  # the riders' replies are reduced first: the primary's validator may use them
+            held.append((site, reply))
+        else:
+            sorting.sort(site, reply)
     for site in requests:
         if site not in seen:
             sorting.bad[site] = "no reply"
+    for i, rider in enumerate(riders):
+        _rider_replies(federation, rider, i, riders, parts, on_error)
+    for site, reply in held:
+        sorting.sort(site, reply)
     if declaring:
         sorting.agree_schema(federation)
     good = {s: sorting.good[s] for s in requests if s in sorting.good}
@@ -111,6 +130,31 @@ def exchange(
         raise QuorumError(f"{expected} step: no site replied successfully")
     federation.participation.append({"step": step or expected, "sites": list(good)})
     return good
+
+
+def _rider_replies(federation: Federation, rider: Any, i: int, riders: list[Any],
+                   parts: Mapping[str, list[Message | None]], on_error: Literal["raise", "skip"] | None) -> None:
+    """Sort rider ``i``'s replies (out of ``parts``, ``{site: [reply per rider it was sent]}``) by its
+    own validator and the failure policy, record its participation, hand the good ones to it."""
+    sorting = _Sorting(rider.check, rider.kind, False, None)
+    for site in rider.requests:
+        if site not in parts:
+            sorting.bad[site] = "no reply"
+            continue
+        j = sum(1 for r in riders[:i] if site in r.requests)
+        reply = parts[site][j]
+        if reply is None:
+            sorting.bad[site] = f"sent no reply to the riding {rider.kind!r} part"
+        else:
+            sorting.sort(site, reply)
+    good = {s: sorting.good[s] for s in rider.requests if s in sorting.good}
+    bad = {s: sorting.bad[s] for s in rider.requests if s in sorting.bad}
+    if bad:
+        _apply_failure_policy(federation, rider.kind, good, bad, sorting.refusals, on_error)
+    if not good:
+        raise QuorumError(f"{rider.kind} step: no site replied successfully")
+    federation.participation.append({"step": rider.step or rider.kind, "sites": list(good)})
+    rider.on_replies(good)
 
 
 def _addressed(federation: Federation, requests: Message | Mapping[str, Message]) -> Mapping[str, Message]:

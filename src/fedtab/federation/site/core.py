@@ -409,7 +409,10 @@ class Site:
         """
         from fedtab.federation.protocol.schema import AGREED, DECLARE, DECLARED, SCHEMA_HASH
         from fedtab.federation.site.schema import check_request_hash, declare, received_schema, remember_declaration
+        from fedtab.federation.protocol.piggyback import PARTS, answer_parts
 
+        if PARTS in request.meta:  # a fused request: each part on this same path, as if sent alone
+            return answer_parts(request, self.handle)
         fn = find_handler(request.kind)
         if fn is None:
             return Message.error(f"site {self.name!r} has no handler for {request.kind[:80]!r}")

@@ -41,7 +41,7 @@ from fedtab.federation.site.matrices import class_indices, requested_bins, site_
 if TYPE_CHECKING:  # the outcome a baseline repeats the settings of
     from fedtab.federation.workflows.training.outcome import TrainingOutcome
 
-__all__ = ["run_baselines", "majority_sums"]
+__all__ = ["RiddenBaselines", "baseline_meta", "majority_sums", "newton_budget", "ride_baselines", "run_baselines"]
 
 
 def _standardise(X: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
@@ -122,9 +122,62 @@ def majority_sums(train_counts: np.ndarray, test_counts: np.ndarray, bins: int |
     return cm, hist, brier, pairs
 
 
+def baseline_meta(features: list[str], classes: list[str], model_spec: Any, epochs: int, seed: int,
+                  score_bins: int | None = SCORE_BINS) -> dict[str, Any]:
+    """The ``local_baseline`` request's meta: the federated run's ``features``, ``classes`` and model
+    spec, the local budget ``epochs`` (FedAvg epochs, or the most Newton iterations) and ``seed``."""
+    meta: dict[str, Any] = {"features": list(features), "classes": list(classes), "model": model_spec,
+                            "epochs": int(epochs), "seed": int(seed)}
+    if score_bins is not None:
+        meta["score_bins"] = int(score_bins)
+    return meta
+
+
+def newton_budget(trained: TrainingOutcome) -> int:
+    """A Newton-trained run's local baseline budget: up to :data:`~fedtab.learn.newton.NEWTON_MAX_ITER`
+    iterations when the federated run converged, else the ``rounds`` it ran."""
+    converged = bool(trained.steps) and trained.steps[-1] < NEWTON_TOL
+    return NEWTON_MAX_ITER if converged else max(1, trained.rounds)
+
+
+class RiddenBaselines:
+    """The local baselines asked ahead, riding on the next exchange (:func:`ride_baselines`):
+    ``meta`` is the request sent; ``result`` is :func:`run_baselines`' result once the replies
+    arrived (``None`` before, or when the riding part failed)."""
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        self.meta = meta
+        self.result: dict[str, Any] | None = None
+
+
+def ride_baselines(federation: Federation, features: list[str], classes: list[str], model_spec: Any, *,
+                   seed: int, score_bins: int | None = SCORE_BINS) -> RiddenBaselines | None:
+    """Queue the local baselines of a Newton-trained logistic model with a converged budget
+    (:data:`~fedtab.learn.newton.NEWTON_MAX_ITER` local iterations, what :func:`run_baselines` asks
+    when the federated run converges) to ride on the next exchange — the first Newton iteration —
+    as an independent part (:func:`fedtab.federation.protocol.piggyback.ride`): the sites answer it
+    through their one release path exactly as the exchange of its own. Returns ``None`` (nothing
+    queued) for another model, or when the run's options are not plain (secure sums, DP, robust
+    reducers: the baselines keep their own exchange). Pass the holder to :func:`run_baselines`."""
+    from fedtab.federation.protocol.piggyback import plain_run, ride
+
+    if not _newton(make_model(model_spec)) or not plain_run(federation):
+        return None
+    held = RiddenBaselines(baseline_meta(features, classes, model_spec, NEWTON_MAX_ITER, seed, score_bins))
+    check, reduce = _baseline_checks(federation, len(classes), score_bins)
+
+    def keep(replies: dict[str, Message]) -> None:
+        held.result = reduce(replies, list(classes), "newton_iterations", NEWTON_MAX_ITER)
+
+    ride(federation, Message("local_baseline", meta=held.meta), check, keep, step="local_baseline", independent=True)
+    return held
+
+
 def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epochs: int | None = None,
-                  seed: int | None = None, score_bins: int | None = SCORE_BINS) -> dict[str, Any]:
-    """Score the majority-class predictor and each site's local-only model (one exchange).
+                  seed: int | None = None, score_bins: int | None = SCORE_BINS,
+                  ridden: RiddenBaselines | None = None) -> dict[str, Any]:
+    """Score the majority-class predictor and each site's local-only model (one exchange, none
+    when ``ridden`` answered the same request ahead: :func:`ride_baselines`).
 
     Args:
         trained: the federated run to compare with; its features, classes, model and
@@ -133,6 +186,8 @@ def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epo
             iterations when the federated run converged, else the ``rounds`` it ran.
         local_epochs / seed: override the values stored in ``trained`` (``local_epochs``: FedAvg only).
         score_bins: grid of the score histograms (None: no AUROC/PR-AUC/Brier).
+        ridden: the baselines asked ahead; their result is returned when they were answered with
+            exactly the request this call would send (else the exchange is made).
 
     Returns:
         ``{"majority": {"class", "pooled", "per_site"}, "local_only": {"pooled", "per_site",
@@ -145,18 +200,21 @@ def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epo
     """
     newton = _newton(make_model(trained.model_spec or trained.model))
     if newton:  # the run's solver: to the local MLE, or the federated run's iterations when it stopped unconverged
-        converged = bool(trained.steps) and trained.steps[-1] < NEWTON_TOL
-        epochs = NEWTON_MAX_ITER if converged else max(1, trained.rounds)
+        epochs = newton_budget(trained)
     else:
         epochs = max(1, trained.rounds * int(local_epochs if local_epochs is not None else trained.local_epochs or 1))
-    meta: dict[str, Any] = {
-        "features": list(trained.features), "classes": list(trained.classes),
-        "model": trained.model_spec or {"name": trained.model, "params": {}},
-        "epochs": epochs, "seed": int(seed if seed is not None else trained.seed),
-    }
-    if score_bins is not None:
-        meta["score_bins"] = int(score_bins)
-    c = len(trained.classes)
+    meta = baseline_meta(trained.features, trained.classes, trained.model_spec or {"name": trained.model, "params": {}},
+                         epochs, int(seed if seed is not None else trained.seed), score_bins)
+    if ridden is not None and ridden.result is not None and ridden.meta == meta:
+        return ridden.result
+    check, reduce = _baseline_checks(federation, len(trained.classes), score_bins)
+    replies = exchange(federation, Message("local_baseline", meta=meta), check)
+    return reduce(replies, list(trained.classes), "newton_iterations" if newton else "epochs", epochs)
+
+
+def _baseline_checks(federation: Federation, c: int, score_bins: int | None) -> tuple[Any, Any]:
+    """``(check, reduce)``: the validator of ``local_baseline`` replies (keeping their sums) and
+    ``reduce(replies, classes, budget name, budget)`` -> :func:`run_baselines`' result."""
     sums, train_counts = {}, {}
 
     def check(name: str, reply: Message) -> None:
@@ -171,21 +229,22 @@ def run_baselines(federation: Federation, trained: TrainingOutcome, *, local_epo
             raise ValueError("training class counts add up to more than its n_train")
         train_counts[name] = counts.astype(np.int64)
 
-    replies = exchange(federation, Message("local_baseline", meta=meta), check)
-    sums = {name: sums[name] for name in replies}
-    train_counts = {name: train_counts[name] for name in replies}
-    pooled_train = sum(train_counts.values())
-    if pooled_train.sum() == 0:
-        raise FederationError("no site has training rows for the majority-class baseline")
-    majority = pool_evaluations({name: majority_sums(pooled_train, s[0].sum(axis=1), score_bins)
-                                 for name, s in sums.items()})
-    if majority["pooled"].get("auroc") is not None:  # one score for every row of every site: pooled, all pairs tie
-        totals = sum(s[0].sum(axis=1) for s in sums.values())
-        majority["pooled"].update(pooled_ranking([majority_sums(pooled_train, totals, score_bins)[1]],
-                                                 [0.5 * float(totals[1]) * float(totals[0])]))
-    local = pool_evaluations(sums, smoothed=smoothed_sites(replies))
-    return {
-        "majority": {"class": trained.classes[int(np.argmax(pooled_train))], **majority},
-        "local_only": {**local, ("newton_iterations" if newton else "epochs"): epochs},
-    }
+    def reduce(replies: dict[str, Message], classes: list[str], budget: str, epochs: int) -> dict[str, Any]:
+        got = {name: sums[name] for name in replies}
+        counts = {name: train_counts[name] for name in replies}
+        pooled_train = sum(counts.values())
+        if pooled_train.sum() == 0:
+            raise FederationError("no site has training rows for the majority-class baseline")
+        majority = pool_evaluations({name: majority_sums(pooled_train, s[0].sum(axis=1), score_bins)
+                                     for name, s in got.items()})
+        if majority["pooled"].get("auroc") is not None:  # one score for every row of every site: pooled, all pairs tie
+            totals = sum(s[0].sum(axis=1) for s in got.values())
+            majority["pooled"].update(pooled_ranking([majority_sums(pooled_train, totals, score_bins)[1]],
+                                                     [0.5 * float(totals[1]) * float(totals[0])]))
+        local = pool_evaluations(got, smoothed=smoothed_sites(replies))
+        return {
+            "majority": {"class": classes[int(np.argmax(pooled_train))], **majority},
+            "local_only": {**local, budget: epochs},
+        }
 
+    return check, reduce

@@ -1,6 +1,7 @@
 """Step 7, the comparisons (``[evaluation]``): what the federated model is measured against.
 
-* ``baselines`` (one exchange): the majority class and each site's local-only model of the
+* ``baselines`` (one exchange; none when they rode on the first Newton iteration of a converged
+  logistic run in a plain run, :func:`fedtab.federation.steps.baselines.ride_baselines`): the majority class and each site's local-only model of the
   same kind, scored on the same test rows (:func:`fedtab.federation.steps.baselines.run_baselines`);
   by default on, except in a private run (they release each site's own scores).
 * ``all_columns``: the model trained on every column too (a second training run, with its own
@@ -13,26 +14,19 @@ from typing import TYPE_CHECKING
 
 from ..outputs import Outputs
 from .step import Step
+from .training import wants_baselines
 
 if TYPE_CHECKING:
     from ...federation.protocol import Federation
     from ..spec import JobSpec
 
-__all__ = ["ALL_COLUMNS", "BASELINES"]
-
-
-def _wants_baselines(spec: "JobSpec", out: Outputs) -> bool:
-    if spec.training is None:
-        return False
-    if getattr(out.outcomes.get("training"), "task", None) == "regression":
-        return False  # the local-only baselines score classes; `python -m benchmarks.regression` compares RMSE
-    return spec.evaluation.baselines if spec.evaluation.baselines is not None else not spec.privacy.private
+__all__ = ["ALL_COLUMNS", "BASELINES", "wants_baselines"]
 
 
 def _baselines(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
     from fedtab.federation.steps.baselines import run_baselines
 
-    out.result["baselines"] = run_baselines(federation, out.outcomes["training"])
+    out.result["baselines"] = run_baselines(federation, out.outcomes["training"], ridden=out.ridden_baselines)
 
 
 def _all_columns(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
@@ -46,6 +40,6 @@ def _all_columns(federation: "Federation", spec: "JobSpec", out: Outputs) -> Non
     out.result["all_columns"] = summary(tr)
 
 
-BASELINES = Step("baselines", _wants_baselines, _baselines)
+BASELINES = Step("baselines", wants_baselines, _baselines)
 ALL_COLUMNS = Step("all_columns", lambda spec, out: spec.training is not None and spec.evaluation.all_columns,
                    _all_columns)

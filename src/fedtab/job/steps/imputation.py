@@ -1,6 +1,7 @@
 """Step 3, the imputation (``[impute]``): FedHF-Impute over the feature columns, never the label.
 
-When later steps follow, every site then fills its own table (missing cells and unavailable
+When later steps follow, every site then fills its own table (the ``impute_apply`` request rides
+on the next step's first exchange, :mod:`fedtab.federation.protocol.piggyback`) (missing cells and unavailable
 columns) so that the election and the model work on the imputed data: values clipped to the
 pooled coarse range of the schema step and integer columns rounded — an integer-coded column
 (at most 20 values, ``schema.levels``) to the nearest value of its agreed set, and a categorical
@@ -89,9 +90,12 @@ def _run(federation: "Federation", spec: "JobSpec", out: "Outputs") -> None:
     levels, groups = finishing(out.result["schema"], list(im.columns))
     summary["levels"] = {im.columns[j]: v for j, v in levels.items()}
     if spec.election is not None or spec.training is not None:  # the later steps work on the filled tables
-        counts = apply_imputation(federation, im, low, high, is_int, levels, groups)
-        summary["imputed_cells"] = {s: c["imputed"] for s, c in counts.items()}
-        summary["clipped_cells"] = {s: c["clipped"] for s, c in counts.items()}
+        def counted(counts: dict[str, dict[str, int]]) -> None:
+            summary["imputed_cells"] = {s: c["imputed"] for s, c in counts.items()}
+            summary["clipped_cells"] = {s: c["clipped"] for s, c in counts.items()}
+
+        # rides on the next step's first exchange (answered before it: that step sees the filled tables)
+        apply_imputation(federation, im, low, high, is_int, levels, groups, ride=True, then=counted)
     out.result["imputation"] = summary
     out.imputer = {
         "columns": list(im.columns), "mean": im.mean.tolist(), "std": im.std.tolist(),

@@ -26,13 +26,14 @@ if TYPE_CHECKING:
     from fedtab.federation.workflows.training import TrainingOutcome
     from ..spec import JobSpec
 
-__all__ = ["STEP", "summary", "train"]
+__all__ = ["STEP", "summary", "train", "wants_baselines"]
 
 
 def train(federation: "Federation", spec: "JobSpec", out: Outputs, features: list[str] | None,
-          described: Any = None) -> "TrainingOutcome":
+          described: Any = None, before_rounds: Any = None) -> "TrainingOutcome":
     """:func:`~fedtab.federation.workflows.training.run_training` with the job's model and guarantees
-    (robust mode, ``max_site_share`` and secure sums: the run's options; DP: the run's accountant)."""
+    (robust mode, ``max_site_share`` and secure sums: the run's options; DP: the run's accountant);
+    ``before_rounds(setup)`` runs before the first round's exchange."""
     from fedtab.federation.workflows.training import run_training
 
     tr = spec.training
@@ -40,7 +41,7 @@ def train(federation: "Federation", spec: "JobSpec", out: Outputs, features: lis
     use_run_accountant(federation, spec, out)
     return run_training(federation, features, model=tr.model, rounds=tr.rounds, local_epochs=tr.local_epochs,
                         seed=spec.run.seed, described=described, task=tr.task,
-                        bounds=spec.columns.public_bounds() or None)
+                        bounds=spec.columns.public_bounds() or None, before_rounds=before_rounds)
 
 
 def summary(tr: "TrainingOutcome") -> dict[str, Any]:
@@ -51,8 +52,30 @@ def summary(tr: "TrainingOutcome") -> dict[str, Any]:
             **({"importance": tr.importance} if tr.importance is not None else {})}
 
 
+def wants_baselines(spec: "JobSpec", out: Outputs) -> bool:
+    if spec.training is None:
+        return False
+    if getattr(out.outcomes.get("training"), "task", None) == "regression":
+        return False  # the local-only baselines score classes; `python -m benchmarks.regression` compares RMSE
+    return spec.evaluation.baselines if spec.evaluation.baselines is not None else not spec.privacy.private
+
+
+def _ride_baselines(federation: "Federation", spec: "JobSpec", out: Outputs) -> Any:
+    """``before_rounds`` of the job's training: when the baselines step follows, the local baselines
+    ride on the first Newton iteration (:func:`~fedtab.federation.steps.baselines.ride_baselines`;
+    the baselines step reuses them when the run converged, else asks again with its budget)."""
+    def before(setup: Any) -> None:
+        from fedtab.federation.steps.baselines import ride_baselines
+
+        if wants_baselines(spec, out):  # a classification run (setup: the rounds of a classifier)
+            out.ridden_baselines = ride_baselines(federation, list(setup["features"]), list(setup["classes"]),
+                                                  setup["model"], seed=spec.run.seed)
+
+    return before
+
+
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
-    tr = train(federation, spec, out, out.features, out.described)
+    tr = train(federation, spec, out, out.features, out.described, before_rounds=_ride_baselines(federation, spec, out))
     out.outcomes["training"] = tr
     out.privacy["run"] = tr.privacy
     out.result["training"] = summary(tr)

@@ -3,8 +3,10 @@ short loop over the steps of :mod:`.steps`.
 
 Exchanges: ``impute_schema`` (the first of a run also agrees the federation's schema; with
 secure sums or DP a second one sums the moments over the global schema), ``impute_stats``,
-``impute_setup``, ``impute_fit`` × rounds, ``impute_eval`` (twice when an earlier round's
-model is kept; none under DP). :func:`~fedtab.federation.workflows.imputation.steps.apply_imputation`
+``impute_setup`` (riding on the first ``impute_fit`` when there are rounds,
+:mod:`fedtab.federation.protocol.piggyback`), ``impute_fit`` × rounds, ``impute_eval`` (in a plain run the earlier best round's evaluation rides
+on it; with secure sums or robust reducers a second one when an earlier round's model is kept; none
+under DP). :func:`~fedtab.federation.workflows.imputation.steps.apply_imputation`
 (``impute_apply``) is a separate step: the sites fill their tables. The run's options
 (``federation.options``: secure sums, DP, robust reducers and ``max_site_share``) apply to
 every step; with DP, the run's one accountant (:func:`fedtab.federation.protocol.run_ledger`)
@@ -25,7 +27,7 @@ from fedtab.federation.protocol import validate
 from fedtab.federation.protocol import Federation, run_ledger, set_quorum
 from fedtab.federation.workflows.imputation.config import ImputationResult, ImputeConfig
 from fedtab.federation.workflows.imputation.site import DP_STEPS_PER_ROUND
-from fedtab.federation.workflows.imputation.steps import (Evaluation, centring, evaluate, fit_round, model_inputs,
+from fedtab.federation.workflows.imputation.steps import (Evaluation, centring, evaluate, evaluate_step, fit_round, model_inputs,
                                                           pooled_statistics, schema_step, setup_step, validation_report)
 
 __all__ = ["run_imputation", "dp_plan"]
@@ -91,7 +93,7 @@ def run_imputation(
     glob, f = columns.columns, len(columns.columns)
     pooled, left_out = pooled_statistics(federation, columns, centring(federation, columns), ledger)
     model = model_inputs(cfg, pooled, glob)
-    site_rows = setup_step(federation, cfg, glob, model)
+    site_rows = setup_step(federation, cfg, glob, model, ride=cfg.rounds > 0)  # rides on the first round
     weights, history, best = _rounds(federation, cfg, model, site_rows, f, ledger, max_param_abs, progress)
     weights, ev, best_round = _final_evaluation(federation, cfg, weights, best, f)
     down1, up1 = federation.traffic.total()
@@ -142,8 +144,16 @@ def _rounds(federation: Federation, cfg: ImputeConfig, model: Any, site_rows: di
 def _final_evaluation(federation: Federation, cfg: ImputeConfig, weights: dict[str, np.ndarray], best: Best, f: int
                       ) -> tuple[dict[str, np.ndarray], Evaluation, int]:
     """``(weights kept, their evaluation, their round)``: the last round's, or with ``keep_best``
-    an earlier round's that scored better (evaluated again)."""
+    an earlier round's that scored better (evaluated again). In a plain run the earlier round's
+    evaluation rides on the last one's exchange (one exchange for both,
+    :func:`fedtab.federation.protocol.piggyback.ride_step`; the sites evaluate both, each charged as
+    alone); with secure sums, DP or robust reducers it is an exchange of its own when needed."""
+    from fedtab.federation.protocol.piggyback import ride_step
+
+    ridden: list[Evaluation] = []
+    if cfg.keep_best and np.isfinite(best[0]):
+        ride_step(federation, evaluate_step(federation, best[2], f), ridden.append)
     ev = evaluate(federation, weights, f)
     if cfg.keep_best and ev.overall is not None and best[0] < ev.overall:
-        return best[2], evaluate(federation, best[2], f), best[1]
+        return best[2], (ridden[0] if ridden else evaluate(federation, best[2], f)), best[1]
     return weights, ev, cfg.rounds

@@ -494,8 +494,11 @@ def model_inputs(cfg: ImputeConfig, pooled: PooledStats, glob: list[str]) -> Mod
     return Model(graph, prior, mean, std, mcfg, unobserved)
 
 
-def setup_step(federation: Federation, cfg: ImputeConfig, glob: list[str], model: Model) -> dict[str, int]:
-    """Step 3: every site builds the model; returns ``{site: training rows}``.
+def setup_step(federation: Federation, cfg: ImputeConfig, glob: list[str], model: Model, *,
+               ride: bool = False) -> dict[str, int]:
+    """Step 3: every site builds the model; returns ``{site: training rows}``. With ``ride`` the
+    setup rides on the next exchange (:func:`fedtab.federation.protocol.piggyback.ride`: the first
+    round's, answered before it) and the dict is filled when its replies arrive.
 
     Raises:
         FederationError: a site failed, refused or replied other row counts than it declared.
@@ -511,8 +514,18 @@ def setup_step(federation: Federation, cfg: ImputeConfig, glob: list[str], model
         validate.integer(r.meta.get("n_train"), "training rows", equal=federation.schema.rows(s, "train"))
         validate.integer(r.meta.get("n_valid"), "validation rows", equal=federation.schema.rows(s, "test"))
 
-    replies = exchange(federation, setup, check)
-    return {s: int(r.meta["n_train"]) for s, r in replies.items()}
+    rows: dict[str, int] = {}
+
+    def keep(replies: Mapping[str, Message]) -> None:
+        rows.update({s: int(r.meta["n_train"]) for s, r in replies.items()})
+
+    if ride:
+        from fedtab.federation.protocol.piggyback import ride as ride_on
+
+        ride_on(federation, setup, check, keep, step="impute_setup")
+    else:
+        keep(exchange(federation, setup, check))
+    return rows
 
 
 # ----------------------------------------------------------------------------- 4. FedAvg rounds
@@ -703,8 +716,12 @@ def validation_report(glob: list[str], ev: Evaluation) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- 6. apply
 def apply_imputation(federation: Federation, result: Any, low: np.ndarray, high: np.ndarray,
                      integer: np.ndarray, levels: dict[int, list[float]] | None = None,
-                     groups: list[list[int]] | None = None) -> dict[str, dict[str, int]]:
-    """Let every site fill its table with the imputer of ``result`` (one exchange).
+                     groups: list[list[int]] | None = None, *, ride: bool = False,
+                     then: Callable[[dict[str, dict[str, int]]], Any] | None = None) -> dict[str, dict[str, int]]:
+    """Let every site fill its table with the imputer of ``result`` (one exchange; with ``ride``
+    none of its own: it rides on the next exchange, answered before it, and the returned dict is
+    filled when its replies arrive — :func:`fedtab.federation.protocol.piggyback.ride`); ``then(counts)``
+    is called once they are known.
 
     Args:
         result: an :class:`~fedtab.federation.workflows.imputation.ImputationResult`.
@@ -735,8 +752,22 @@ def apply_imputation(federation: Federation, result: Any, low: np.ndarray, high:
 
     meta = {"levels": {str(j): [float(x) for x in v] for j, v in (levels or {}).items()},
             "groups": [[int(j) for j in g] for g in groups or ()]}
-    replies = exchange(federation, Message("impute_apply", {**weight_arrays(result.weights), **arrays}, meta), check)
-    out = {s: {k: int(r.meta[k]) for k in ("imputed", "clipped")} for s, r in replies.items()}
+    out: dict[str, dict[str, int]] = {}
+
+    def keep(replies: Mapping[str, Message]) -> None:
+        out.update({s: {k: int(r.meta[k]) for k in ("imputed", "clipped")} for s, r in replies.items()})
+        if then is not None:
+            then(out)
+
+    request = Message("impute_apply", {**weight_arrays(result.weights), **arrays}, meta)
+    if ride:
+        from fedtab.federation.protocol.piggyback import ride as ride_on
+
+        ride_on(federation, request, check, keep, step="impute_apply")
+    else:
+        keep(exchange(federation, request, check))
     if getattr(federation, "schema", None) is not None:
-        federation.schema = None  # the tables gained columns: the next exchange declares them again
+        # the tables gained columns (with ride: before the next request is answered), so the next
+        # exchange declares them again
+        federation.schema = None
     return out

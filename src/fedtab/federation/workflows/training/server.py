@@ -12,6 +12,7 @@ run's one accountant (:func:`fedtab.federation.protocol.run_ledger`) pays for ev
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
@@ -31,7 +32,7 @@ from fedtab.federation.workflows.training.outcome import TrainingOutcome, histor
 from fedtab.federation.workflows.training.trainers import trainer_for
 from fedtab.federation.workflows.training.steps import EXACT_TRAINING_MODES, LINEAR_MODES, TRAINING_MODES, dp_fit_release, dp_plan, FitRound, fit_request, fit_round, newton_request, newton_round
 from fedtab.federation.steps.describe import as_description, describe, standardisation
-from fedtab.federation.steps.evaluate import evaluate
+from fedtab.federation.steps.evaluate import evaluate, evaluate_step
 
 log = logging.getLogger("fedtab.training")
 
@@ -74,6 +75,9 @@ class TrainingSettings:
         bounds: the public data dictionary ``{column: [low, high]}`` (a job's ``[columns] bounds``):
             boosted trees bin those columns on the equal-width grid of their bounds (no sketch);
             other models do not use it (their DP releases read the DP settings' bounds).
+        before_rounds: ``fn(setup)`` called once the setup (``features``, ``classes``, ``model`` spec,
+            ``part``) is known, right before the first round's exchange: a caller may queue a request
+            to ride on it (:func:`fedtab.federation.protocol.piggyback.ride`).
     """
 
     model: Any = "logistic"
@@ -92,6 +96,7 @@ class TrainingSettings:
     task: str | None = None
     newton_tol: float = NEWTON_TOL
     bounds: Mapping[str, Any] | None = None
+    before_rounds: Callable[[Mapping[str, Any]], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -257,15 +262,22 @@ def _run_rounds(federation: Federation, features: list[str] | None, fm: Federate
                   has_proba=has_proba)
     params = _initial_params(fm, len(feats), len(class_list), o.seed)
     steps: list[float] = []
+    detail = None
+    if o.before_rounds is not None:
+        o.before_rounds(ctx.setup)
     if _is_newton(fm):  # logistic: federated Newton–Raphson, at most `rounds` iterations
-        params, history, traffic, steps = _newton_rounds(federation, fm, params, o.rounds, ctx, tol=o.newton_tol)
+        final = functools.partial(evaluate_step, federation, n_classes=len(class_list), part=o.eval_part,
+                                  bins=o.score_bins, has_proba=has_proba)
+        params, history, traffic, steps, detail = _newton_rounds(federation, fm, params, o.rounds, ctx,
+                                                                 tol=o.newton_tol, final=final)
         n_rounds = len(steps)
     else:
         n_rounds = 1 if fm.exact else o.rounds
         params, history, traffic = _fedavg_rounds(federation, fm, params, n_rounds, ctx, local_epochs=o.local_epochs,
                                                   seed=o.seed, dp_fit=dp_fit, max_param_abs=o.max_param_abs)
-    detail = evaluate(federation, params, len(class_list), o.eval_part, o.score_bins, has_proba=has_proba,
-                      ledger=ledger, on_error=o.on_error)
+    if detail is None:  # no evaluation rode on the last Newton iteration
+        detail = evaluate(federation, params, len(class_list), o.eval_part, o.score_bins, has_proba=has_proba,
+                          ledger=ledger, on_error=o.on_error)
     pooled, per_site = historic_scores(detail)
     # every fit exchange of the rounds, a secure sum's key exchange and unmasking included
     bytes_down, bytes_up = sum(t["bytes_down"] for t in traffic), sum(t["bytes_up"] for t in traffic)
@@ -410,17 +422,33 @@ def _is_newton(fm: FederatedModel) -> bool:
     return isinstance(fm, LogisticRegressionModel) and fm.newton
 
 
+#: an iterate whose Newton step is shorter than this is returned as the fit itself (it is within about
+#: that L2 distance of the pooled penalised maximum-likelihood fit)
+NEWTON_FINAL_TOL = 1e-7
+#: once a step is shorter than this, the next iterate's evaluation rides on its Newton exchange
+#: (quadratic convergence: its own step is then about the square, often below NEWTON_FINAL_TOL)
+NEWTON_RIDE_TOL = 1e-3
+
+
 def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: Params, max_iter: int,
-                   ctx: _Rounds, *, tol: float,
-                   ) -> tuple[Params, list[dict[str, float]], list[dict[str, Any]], list[float]]:
+                   ctx: _Rounds, *, tol: float, final: Callable[..., Any] | None = None,
+                   ) -> tuple[Params, list[dict[str, float]], list[dict[str, Any]], list[float], Any]:
     """Federated Newton–Raphson from ``params``: each iteration one ``"newton"`` exchange (the setup
     rides on the first) whose summed gradient and Hessian give the next point
     (:func:`fedtab.learn.newton.newton_update`); stops after ``max_iter`` iterations or once a step's
     norm is below ``tol``; adds the sites each iteration left out to ``ctx.left_out``.
 
+    With ``final`` (``final(params)`` builds the final evaluation's summed step) and plain sums,
+    once the last step is below :data:`NEWTON_RIDE_TOL` the evaluation of the iterate sent rides
+    on its Newton exchange (:func:`fedtab.federation.protocol.piggyback.ride_step`); when that
+    iterate's own step is below :data:`NEWTON_FINAL_TOL` it is returned, evaluated, and the run
+    needs no evaluation exchange of its own.
+
     Returns:
-        ``(params, history, traffic, step norms)`` (one norm per iteration run).
+        ``(params, history, traffic, step norms, final evaluation or None)`` (one norm per iteration run).
     """
+    from fedtab.federation.protocol.piggyback import ride_step
+
     d = len(ctx.setup["features"])
     theta = as_theta(params)
     k = theta.shape[0]
@@ -431,6 +459,9 @@ def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: 
     r = 0
     for r in range(1, max_iter + 1):
         request = newton_request(theta, round_=r, setup=ctx.setup if r == 1 else None, mean=ctx.mean, std=ctx.std)
+        sent, evaluated = theta, []
+        rides = (final is not None and not ctx.eval_every and bool(steps) and steps[-1] < NEWTON_RIDE_TOL
+                 and ride_step(federation, final(from_theta(theta)), evaluated.append))
         n_log = len(federation.traffic.records)
         sums, dropped = newton_round(federation, request, k, d, ctx.train_part, round_=r, ledger=ctx.ledger,
                                      on_error=ctx.on_error, l2=fm.l2)
@@ -440,8 +471,12 @@ def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: 
                                                     if k_.startswith("param:")}, n_up)
         traffic += rows
         steps.append(step)
+        if rides and evaluated and step < NEWTON_FINAL_TOL:  # the iterate sent is the fit, and it is evaluated
+            if ctx.on_round:
+                ctx.on_round(r, None)
+            return from_theta(sent), history, traffic, steps, evaluated[0]
         converged = step < tol
         ctx.evaluate_round(federation, from_theta(theta), r, r == max_iter or converged, history)
         if converged:
             break
-    return from_theta(theta), history, traffic, steps
+    return from_theta(theta), history, traffic, steps, None
