@@ -24,7 +24,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..federation.protocol import Federation
-from ..federation.protocol.piggyback import flush, pending
+from ..federation.protocol.piggyback import pending
+from ..federation.protocol.riders import flush
 from .guarantees import apply_options, apply_trust, participation_record, privacy_record, trust_record
 from .outputs import Outputs
 from .spec import JobError, JobSpec, spec_from_plan

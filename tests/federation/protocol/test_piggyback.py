@@ -10,7 +10,7 @@ import pytest
 from fedtab import LocalFederation, Site
 from fedtab.federation import Message
 from fedtab.federation.protocol import exchange
-from fedtab.federation.protocol import piggyback
+from fedtab.federation.protocol import piggyback, riders
 from tests.builders import classification_parts
 
 
@@ -50,7 +50,7 @@ def test_a_refused_part_is_refused_as_alone_and_stops_the_parts_after_it(parts):
     refused = alone.handle(second)
     reply = fused.handle(piggyback.fuse(Message("job_profile"), [first, second]))
     primary, riders = piggyback.split_reply(reply, 2)
-    assert refused.is_error and "max_releases_per_part" in refused.meta["error"]
+    assert refused.is_refusal and "max_releases_per_part" in refused.meta["reason"]  # refused before its handler
     _same(riders[1], refused)
     assert primary.is_error and "impute_schema" in primary.meta["error"]  # the primary was never answered
     assert fused.ledger.snapshot() == alone.ledger.snapshot()
@@ -77,7 +77,7 @@ def test_a_queued_rider_costs_no_exchange_of_its_own(parts):
     steps = [p["step"] for p in fed.participation]
     assert steps == ["impute_schema", "job_profile"]
     piggyback.ride(fed, Message("impute_schema"), None, got.update)
-    piggyback.flush(fed)  # nothing to ride on: sent alone
+    riders.flush(fed)  # nothing to ride on: sent alone
     assert fed.exchange_count == 2 and not piggyback.pending(fed)
 
 

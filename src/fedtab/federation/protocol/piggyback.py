@@ -25,9 +25,11 @@ may not itself carry riders.
 Server side: :func:`ride` queues ``(requests, check, on_replies)``; the next
 :func:`~fedtab.federation.protocol.exchange` takes the queue, fuses it into its requests, sorts each
 rider's replies by its own validator and the federation's failure policy, and calls
-``on_replies({site: reply})`` before the primary's replies are returned. :func:`flush` sends what
-is still queued on its own (one exchange): a step that needs a rider's result before the next
-exchange, or the end of a job.
+``on_replies({site: reply})`` before the primary's replies are returned.
+:func:`fedtab.federation.protocol.riders.flush` sends what is still queued on its own (one
+exchange): a step that needs a rider's result before the next exchange, or the end of a job. This
+module is the wire form and the queue (the exchange imports it); :mod:`~fedtab.federation.protocol.riders`
+holds what sends or sums (it imports the exchange and the summing strategies).
 """
 
 from __future__ import annotations
@@ -41,8 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .exchange import Validator
     from .federation import Federation
 
-__all__ = ["PARTS", "REPLIES", "Rider", "answer_parts", "flush", "fuse", "pending", "plain_run", "ride",
-           "split_reply", "split_request"]
+__all__ = ["PARTS", "REPLIES", "Rider", "answer_parts", "fuse", "pending", "ride", "split_reply", "split_request", "take"]
 
 #: request meta: the riders' headers (answered before the primary)
 PARTS = "ride:parts"
@@ -184,54 +185,3 @@ def take(federation: "Federation") -> list[Rider]:
     riders = list(_queue(federation))
     federation.__dict__["_riders"] = []
     return riders
-
-
-def flush(federation: "Federation") -> None:
-    """Send the queued riders now, in one exchange (the last one as the primary, the others riding
-    on it); nothing when none is queued."""
-    riders = take(federation)
-    if not riders:
-        return
-    from .exchange import exchange
-
-    last = riders.pop()
-    _queue(federation).extend(riders)
-    last.on_replies(exchange(federation, dict(last.requests), last.check, step=last.step))
-
-
-def plain_run(federation: "Federation") -> bool:
-    """Whether the run sums in plain (no secure sums, no DP, no robust reducers): only then may a
-    summed or per-site scored step ride on another exchange (else it keeps its own)."""
-    from .modes import BaseSums, run_strategy
-    from .summing import PlainSums
-
-    return federation.options.dp is None and type(run_strategy(federation)) is BaseSums \
-        and type(federation.summing) is PlainSums
-
-
-def ride_step(federation: "Federation", step: Any, on_result: Callable[[Any], Any]) -> bool:
-    """Queue a summed step (:class:`~fedtab.federation.protocol.modes.SumStep`) to ride on the next
-    exchange in its per-site plain form: each reply checked as the plain summing strategy checks it,
-    then summed and reduced by the step's ``aggregate``; ``on_result(result)`` gets the reduction.
-
-    Returns ``False`` (nothing queued) when the run's strategy is not plain sums (secure sums, DP or
-    robust reducers move or reduce the values otherwise: the step then needs its own exchange)."""
-    from .summing import Summed, _plain_sums
-
-    if not plain_run(federation):
-        return False
-    fields = step.spec.fields
-
-    def check(site: str, reply: Message) -> None:
-        missing = [n for n in fields if n not in reply.arrays]
-        if missing:
-            raise ValueError(f"reply lacks the summed array(s) {missing[:3]}")
-        if step.check is not None:
-            step.check(site, reply)
-
-    def reduce(replies: dict[str, Message]) -> None:
-        sums, weight = _plain_sums(replies, step.spec)
-        on_result(step.aggregate(Summed(sums, weight, dict(replies), list(replies))))
-
-    ride(federation, step.request, check, reduce, step=step.kind or step.request.kind)
-    return True

@@ -377,9 +377,15 @@ class Site:
         request's state (``state``, table, applied steps) is snapshot before its handler and put
         back on a late refusal (:func:`fedtab.federation.site.rollback.snapshot`). A plain request
         has no late refusal of its own: its checks (policy, floors, release cap) all run first.
+        A fused request (:mod:`fedtab.federation.protocol.piggyback`) is answered part by part
+        through this method: each part is charged, refused or rolled back on its own, so a part
+        that was answered stays charged whatever happens to the parts after it.
         """
+        from fedtab.federation.protocol.piggyback import PARTS, answer_parts
         from fedtab.federation.site.rollback import restore, snapshot
 
+        if PARTS in request.meta:  # a fused request: each part on this same path, charged and rolled back alone
+            return answer_parts(request, self.handle)
         with self.ledger.pending() as accept:  # the inner checks' block joins this one
             saved = snapshot(self, request)
             reply = self._answer(request)
@@ -409,10 +415,7 @@ class Site:
         """
         from fedtab.federation.protocol.schema import AGREED, DECLARE, DECLARED, SCHEMA_HASH
         from fedtab.federation.site.schema import check_request_hash, declare, received_schema, remember_declaration
-        from fedtab.federation.protocol.piggyback import PARTS, answer_parts
 
-        if PARTS in request.meta:  # a fused request: each part on this same path, as if sent alone
-            return answer_parts(request, self.handle)
         fn = find_handler(request.kind)
         if fn is None:
             return Message.error(f"site {self.name!r} has no handler for {request.kind[:80]!r}")

@@ -159,7 +159,8 @@ def ride_baselines(federation: Federation, features: list[str], classes: list[st
     through their one release path exactly as the exchange of its own. Returns ``None`` (nothing
     queued) for another model, or when the run's options are not plain (secure sums, DP, robust
     reducers: the baselines keep their own exchange). Pass the holder to :func:`run_baselines`."""
-    from fedtab.federation.protocol.piggyback import plain_run, ride
+    from fedtab.federation.protocol.piggyback import ride
+    from fedtab.federation.protocol.riders import plain_run
 
     if not _newton(make_model(model_spec)) or not plain_run(federation):
         return None

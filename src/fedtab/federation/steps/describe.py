@@ -259,15 +259,17 @@ def _description_of(federation: Federation, summed: Any, unpack: Callable[[Messa
                        per_site=per_site, sites=list(summed.sites), noisy=noisy)
 
 
-def describe_step(federation: Federation, features: list[str] | None, part: str, *, kind: str = "describe",
-                  meta: Mapping[str, Any] | None = None, unpack: Callable[[Message], Message] | None = None,
-                  step: str = "training.describe", check_reply: Callable[[str, Message], Any] | None = None,
-                  request_arrays: Mapping[str, Any] | None = None, stream: bool = False) -> SumStep[Description]:
-    """The description's configure/aggregate pair (see :func:`describe`); its DP release is 3
-    releases of ``step``'s budget, its robust reduction the same description (the moments are
-    screened when standardising: :func:`standardisation`). ``stream``: plain sums are running sums
-    (:attr:`~fedtab.federation.protocol.summing.SumSpec.stream`: no per-site moments kept, ``per_site``
-    empty, unless the run is robust)."""
+def describe_step(federation: Federation, features: list[str] | None, part: str,
+                  carrier: "Carrier | None" = None) -> SumStep[Description]:
+    """The description's configure/aggregate pair (see :func:`describe`), carried by ``carrier``
+    (default: its own ``"describe"`` exchange, :class:`Carrier`); its DP release is 3 releases of
+    the carrier's budget ``step``, its robust reduction the same description (the moments are
+    screened when standardising: :func:`standardisation`). ``carrier.stream``: plain sums are
+    running sums (:attr:`~fedtab.federation.protocol.summing.SumSpec.stream`: no per-site moments
+    kept, ``per_site`` empty, unless the run is robust)."""
+    c = carrier or Carrier()
+    kind, meta, unpack, step, check_reply, request_arrays, stream = (c.kind, c.meta, c.unpack, c.step, c.check_reply,
+                                                                     c.arrays, c.stream)
     body: dict[str, Any] = dict(meta or {})
     if kind == "describe":
         body.update({"part": part, **({"features": list(features)} if features is not None else {})})
@@ -317,9 +319,7 @@ def describe(federation: Federation, features: list[str] | None, part: str, ledg
         FederationError: a site failed or sent an implausible description (naming it).
         ValueError: DP without the run's accountant (``ledger``).
     """
-    c = carrier or Carrier()
-    pair = describe_step(federation, features, part, kind=c.kind, meta=c.meta, unpack=c.unpack, step=c.step,
-                         check_reply=c.check_reply, request_arrays=c.arrays, stream=c.stream)
+    pair = describe_step(federation, features, part, carrier)
     return run_strategy(federation, ledger).run(federation, pair, on_error=on_error).result
 
 

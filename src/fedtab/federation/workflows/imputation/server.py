@@ -146,9 +146,9 @@ def _final_evaluation(federation: Federation, cfg: ImputeConfig, weights: dict[s
     """``(weights kept, their evaluation, their round)``: the last round's, or with ``keep_best``
     an earlier round's that scored better (evaluated again). In a plain run the earlier round's
     evaluation rides on the last one's exchange (one exchange for both,
-    :func:`fedtab.federation.protocol.piggyback.ride_step`; the sites evaluate both, each charged as
+    :func:`fedtab.federation.protocol.riders.ride_step`; the sites evaluate both, each charged as
     alone); with secure sums, DP or robust reducers it is an exchange of its own when needed."""
-    from fedtab.federation.protocol.piggyback import ride_step
+    from fedtab.federation.protocol.riders import ride_step
 
     ridden: list[Evaluation] = []
     if cfg.keep_best and np.isfinite(best[0]):

@@ -440,14 +440,14 @@ def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: 
 
     With ``final`` (``final(params)`` builds the final evaluation's summed step) and plain sums,
     once the last step is below :data:`NEWTON_RIDE_TOL` the evaluation of the iterate sent rides
-    on its Newton exchange (:func:`fedtab.federation.protocol.piggyback.ride_step`); when that
+    on its Newton exchange (:func:`fedtab.federation.protocol.riders.ride_step`); when that
     iterate's own step is below :data:`NEWTON_FINAL_TOL` it is returned, evaluated, and the run
     needs no evaluation exchange of its own.
 
     Returns:
         ``(params, history, traffic, step norms, final evaluation or None)`` (one norm per iteration run).
     """
-    from fedtab.federation.protocol.piggyback import ride_step
+    from fedtab.federation.protocol.riders import ride_step
 
     d = len(ctx.setup["features"])
     theta = as_theta(params)
