@@ -76,9 +76,11 @@ def write_csvs(parts: Sequence[pd.DataFrame], root: Path, stem: str = "site{i}",
 def write_site_configs(parts: Sequence[pd.DataFrame], root: Path, *, first: int = 1, target: str = "target",
                        **config: Any) -> list[dict]:
     """The parts as ``root/site<k>.csv`` and their engine site configs ``{"name": "site-<k>",
-    "data-path", "target", **config}``, ``k`` counting from ``first``."""
+    "data-path", "target", "seed": 0, **config}``, ``k`` counting from ``first``. The seed is the
+    sites' operators' choice (a real site without one draws a secret seed of its own,
+    :func:`fedtab.engines.site_config.own_split`): every engine then draws the local engine's parts."""
     paths = write_csvs(parts, root, first=first)
-    return [{"name": f"site-{k}", "data-path": str(p), "target": target, **config}
+    return [{"name": f"site-{k}", "data-path": str(p), "target": target, "seed": 0, **config}
             for k, p in enumerate(paths, start=first)]
 
 

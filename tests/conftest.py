@@ -22,7 +22,7 @@ def imputation_site_configs(tmp_path):
     table = classification_table(400, 8, 4, 2, seed=6).drop(columns=["target"])
     table = table.mask(np.random.default_rng(0).random(table.shape) < 0.1)
     paths = write_csvs(split_rows(table, [0.5, 0.5], seed=0), tmp_path, "imp{i}")
-    return [{"name": f"site-{i + 1}", "data-path": str(p), "target": ""} for i, p in enumerate(paths)]
+    return [{"name": f"site-{i + 1}", "data-path": str(p), "target": "", "seed": 0} for i, p in enumerate(paths)]
 
 
 def pytest_configure(config):

@@ -8,15 +8,22 @@ import numpy as np
 import pytest
 
 
-def test_a_site_takes_only_label_split_and_selector_from_the_job():
-    """A server may not choose which file a site reads nor relax its policy; the node's own keys win."""
+def test_a_site_takes_only_label_and_selector_from_the_job(caplog):
+    """A server may not choose which file a site reads, relax its policy or split its rows (issue 28:
+    two runs with two seeds would give two test parts to difference); the node's own keys win."""
     from fedtab.engines.site_config import with_job_settings
 
     node = {"name": "a", "data-path": "/site/a.csv", "selector": "mutual_info"}
     settings = json.dumps({"a": {"target": "y", "na-values": '["?"]', "selector": "lasso", "test-size": 0.3,
-                                 "seed": 4}, "b": {"data-path": "/etc/passwd"}})
-    got = with_job_settings(node, settings)
-    assert got == {**node, "target": "y", "na-values": '["?"]', "test-size": 0.3, "seed": 4}
+                                 "seed": 4, "folds": 2}, "b": {"data-path": "/etc/passwd"}})
+    with caplog.at_level("WARNING", logger="fedtab.site"):
+        got = with_job_settings(node, settings)
+    assert got == {**node, "target": "y", "na-values": '["?"]'}  # the split is not the job's
+    assert "test-size, seed, folds are ignored" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fedtab.site"):  # a value equal to the node's own: nothing to say
+        assert with_job_settings({**node, "seed": 4}, json.dumps({"a": {"seed": 4}})) == {**node, "seed": 4}
+    assert "ignored" not in caplog.text
     assert with_job_settings(node, "") == node
     for hostile in ({"a": {"data-path": "/etc/passwd"}}, {"a": {"test_path": "/x.csv"}}, {"a": {"min-rows": 1}},
                     {"a": {"policy": "{}"}}):

@@ -41,7 +41,7 @@ def site_configs(tmp_path_factory) -> list[dict]:
         train.to_csv(train_path, index=False)
         test.to_csv(test_path, index=False)
         configs.append({"name": f"site-{i + 1}", "data-path": str(train_path), "test-path": str(test_path),
-                        "target": "target", "selector": "nvflare-lasso"})
+                        "target": "target", "selector": "nvflare-lasso", "seed": 0})
     return configs
 
 
@@ -82,19 +82,24 @@ def test_simulator_matches_local_engine(nvflare, site_configs, reference, tmp_pa
 # engine's in tests/job/test_job.py::test_the_job_gives_the_same_columns_and_predictions_on_every_engine
 
 
-def test_a_sites_split_settings_travel_in_the_flare_job_and_build_its_site(nvflare, site_configs, jobs, tmp_path):
+def test_a_sites_split_travels_in_the_flare_job_but_the_site_draws_its_own(nvflare, site_configs, jobs, tmp_path):
     """``test-size``, ``seed`` and ``folds`` become the executor's :class:`RowSplit`: FLARE writes it
-    into the job as a component of its own, builds it back at the site, and the site is drawn with it."""
+    into the job as a component of its own and builds it back at the site. The job is the server's
+    side's, so the site draws its parts from its own ``local/`` file's split, else its defaults and a
+    secret seed kept in its state folder (issue 28: two jobs with two seeds would give two test parts
+    to difference)."""
     import json
     from types import SimpleNamespace
 
     from nvflare.fuel.utils.component_builder import ComponentBuilder
 
+    from fedtab.engines.site_config import kept_seed
+
     class Builder(ComponentBuilder):  # FLARE's builder of job components (no module scanner needed)
         def get_module_scanner(self):
             return None
 
-    plain = {k: v for k, v in site_configs[0].items() if k != "test-path"}
+    plain = {k: v for k, v in site_configs[0].items() if k not in ("test-path", "seed")}
     sites = [dict(plain, name="split", **{"test-size": 0.3, "seed": 7, "folds": 3}), dict(plain, name="default")]
     nvflare.build_job(sites, jobs.config(jobs.plan(**JOB))).export_job(str(tmp_path / "jobs"))
     built = {}
@@ -108,11 +113,16 @@ def test_a_sites_split_settings_travel_in_the_flare_job_and_build_its_site(nvfla
     ws = SimpleNamespace(get_site_config_dir=lambda: str(tmp_path / "local"), get_run_dir=lambda job: str(tmp_path))
     ctx = SimpleNamespace(get_identity_name=lambda: "split", get_job_id=lambda: "split-job",
                           get_engine=lambda: SimpleNamespace(get_workspace=lambda: ws))
+    site, _ = built["split"]._site(ctx)  # no local/ file: the site's defaults and its own secret seed
+    own_seed = kept_seed(tmp_path / "local" / nvflare.STATE_FOLDER)
+    assert (site.test_size, site.seed, site.folds) == (0.2, own_seed, 5)
+    nvflare.write_site_files(tmp_path, sites)  # the site's operator sets the split in its own file
+    ctx.get_job_id = lambda: "split-job-2"
     site, _ = built["split"]._site(ctx)
     assert (site.test_size, site.seed, site.folds) == (0.3, 7, 3)
     ctx.get_identity_name, ctx.get_job_id = (lambda: "default"), (lambda: "default-job")
     site, _ = built["default"]._site(ctx)
-    assert (site.test_size, site.seed, site.folds) == (0.2, 0, 5)
+    assert (site.test_size, site.seed, site.folds) == (0.2, own_seed, 5)
 
 
 def test_a_sites_policy_given_as_json_text_travels_in_the_flare_job_as_an_object(nvflare, site_configs, jobs, tmp_path):

@@ -74,6 +74,9 @@ _ARRAYS, _HEADER = "fedtab.arrays", "fedtab.header"
 _STATE_ARRAYS, _STATE_HEADER = "fedtab.state.arrays", "fedtab.state.header"
 #: set in ``Context.state`` once a node without a state folder said so in this run
 _WARNED = "fedtab.warned-no-state-dir"
+#: the secret seed of a node's row parts in a run, in ``Context.state``, when its node config sets
+#: neither a seed nor a state folder (:func:`_run_seed`)
+_RUN_SEED = "fedtab.run-seed"
 #: the ClientApp's per-message timing (seconds per stage), a ConfigRecord beside the reply
 _TIMING = "fedtab.timing"
 _STAGES = ("before_fedtab", "fedtab_import", "flower_until_handler", "restore", "work", "store")
@@ -121,12 +124,37 @@ def from_records(content: RecordDict, arrays_key: str = _ARRAYS, header_key: str
 
 
 # ----------------------------------------------------------------------------- client side
+def _run_seed(context: Context) -> int | None:
+    """The secret seed of the node's row parts for this run when its node config sets neither a
+    ``seed`` nor a ``state-dir`` (``None`` otherwise: :func:`~fedtab.engines.site_config.own_split`
+    takes those). A ClientApp is a new process per message, so the seed is drawn once per run and
+    kept in the node's ``Context.state`` (kept by the SuperNode across the run's messages, never
+    sent to the server); the next run draws another (the start-of-run warning says so)."""
+    from .site_config import draw_secret_seed, site_config
+
+    own = site_config(context.node_config)
+    if own.get("seed") not in (None, "") or own.get("state_dir") not in (None, ""):
+        return None
+    if _RUN_SEED not in context.state:
+        context.state[_RUN_SEED] = ConfigRecord({"seed": draw_secret_seed()})
+    return int(context.state[_RUN_SEED]["seed"])
+
+
+def _site_config(context: Context) -> dict[str, Any]:
+    """The node's site config: its node config, what the run config's ``site-settings`` may add
+    (never its split: :func:`~fedtab.engines.site_config.with_job_settings`), its own split and
+    seed (:func:`~fedtab.engines.site_config.own_split`, :func:`_run_seed`)."""
+    from .site_config import own_split, with_job_settings
+
+    config = with_job_settings(context.node_config, context.run_config.get("site-settings", ""))
+    return own_split(config, seed=_run_seed(context))
+
+
 def _site_for(context: Context):
-    from .site_config import build_lazy_site, warn_without_state_dir, with_job_settings  # the table when needed
+    from .site_config import build_lazy_site, warn_without_state_dir  # the table when needed
 
     key = (context.run_id, context.node_id)
-    site, fresh = _SITES.get(key, lambda: build_lazy_site(with_job_settings(
-        context.node_config, context.run_config.get("site-settings", ""))))
+    site, fresh = _SITES.get(key, lambda: build_lazy_site(_site_config(context)))
     if fresh and _STATE_HEADER in context.state:
         site.state = decode_state(from_records(context.state, _STATE_ARRAYS, _STATE_HEADER))
     elif fresh and _WARNED not in context.state:  # the run's first message to this node: warn once per run

@@ -45,7 +45,8 @@ from fedtab.federation.protocol.messages import Message, MessageError
 from ..federation.protocol import Federation, FederationError, Traffic
 from ..federation.site.core import RowSplit
 from .errors import RunError
-from .site_config import IDENTITY_KEYS, build_site, own_over_job, site_config
+from .site_config import (IDENTITY_KEYS, SPLIT_KEYS, build_site, own_over_job, own_split, site_config,
+                          split_differs)
 from .site_state import SiteCache, decode_state, encode_state
 
 __all__ = ["allow_fedtab_components", "FLARE_COMPONENTS", "FedtabController", "FedtabExecutor", "FlareFederation",
@@ -245,9 +246,9 @@ class FedtabController(Controller):
 FLARE_COMPONENTS = ("fedtab.engines.", f"{RowSplit.__module__}.{RowSplit.__qualname__}")
 
 #: the site config keys :class:`FedtabExecutor` takes as one :class:`~fedtab.federation.site.core.RowSplit`
-#: (FLARE writes it into the job as a component of its own, ``{"path", "args"}``, which the site builds
-#: back: its class path is on a fedtab site's allow list, :data:`FLARE_COMPONENTS`)
-SPLIT_KEYS = ("test_size", "seed", "folds")
+#: (:data:`fedtab.engines.site_config.SPLIT_KEYS`; FLARE writes it into the job as a component of its
+#: own, ``{"path", "args"}``, which the site builds back: its class path is on a fedtab site's allow
+#: list, :data:`FLARE_COMPONENTS`). The site ignores it unless it equals its own split.
 
 
 class FedtabExecutor(Executor):
@@ -257,8 +258,12 @@ class FedtabExecutor(Executor):
         data_path: the site's CSV/Parquet file. target: label column ("" = none).
         test_path: optional held-out rows (then no random split).
         selector: the site's selector (name, ``{"name", "params"}`` dict or alias).
-        split: the random split when there is no ``test_path`` (``test_size``, ``seed``) and the
-            site's ``folds``: a :class:`RowSplit`; ``None``: its defaults (0.2, 0, 5).
+        split: the job's :class:`RowSplit` (``test_size``, ``seed``, ``folds``): ignored, and logged
+            when it differs from the site's own. How a site draws its row parts is its own
+            (:func:`~fedtab.engines.site_config.own_split`): the ``test-size``, ``seed`` and ``folds``
+            of its ``local/`` :data:`SITE_FILE`, else 0.2, 5 folds and a secret seed it draws once and
+            keeps in its state folder (a server that varied the seed or test size between two jobs
+            could otherwise difference releases over two test parts that differ by a few rows).
         na_values: strings read as missing (see :func:`~fedtab.engines.site_config.parse_na_values`).
         min_rows, policy: settings that may only *tighten* the site's own disclosure policy (see
             below); a job asking for less (a lower ``min_rows``, ``allow_server_row_sets``, a
@@ -304,16 +309,17 @@ class FedtabExecutor(Executor):
         return site, state_file
 
     def _job_config(self, name: str) -> dict[str, Any]:
-        """What the job (written by the server's side) says of this site, as a site config."""
-        split = self.split or RowSplit()
+        """What the job (written by the server's side) says of this site, as a site config (its
+        split aside: :meth:`_config` never takes it)."""
         return {"name": name, "data_path": self.data_path, "target": self.target, "test_path": self.test_path,
-                "selector": self.selector, "test_size": split.test_size, "seed": split.seed,
-                "na_values": self.na_values, "min_rows": self.min_rows, "policy": self.policy, "folds": split.folds}
+                "selector": self.selector, "na_values": self.na_values, "min_rows": self.min_rows,
+                "policy": self.policy}
 
     def _config(self, fl_ctx: FLContext, name: str) -> dict[str, Any]:
         """The site's config: its own (``local/`` :data:`SITE_FILE`, :data:`IDENTITY_FILE`) over the
         job's (:func:`~fedtab.engines.site_config.own_over_job`: the job may only tighten the policy),
-        its state folder always its own; what of the job's was ignored is logged, naming it."""
+        its state folder and its split always its own (:func:`~fedtab.engines.site_config.own_split`);
+        what of the job's was ignored is logged, naming it."""
         local_dir = Path(fl_ctx.get_engine().get_workspace().get_site_config_dir())
         own = local_site_config(local_dir, name)
         own["state_dir"] = str(site_state_dir(own, local_dir))
@@ -322,10 +328,13 @@ class FedtabExecutor(Executor):
             log.warning("site %r: the job's state_dir %r is ignored; the site keeps its ledger in %s (its own "
                         "local/ configuration)", name, self.state_dir, own["state_dir"])
         config, ignored = own_over_job(own, job)
+        config = own_split(config)  # its own split; its seed the secret kept in its state folder
+        sent = {} if self.split is None else {key: getattr(self.split, key) for key in SPLIT_KEYS}
+        ignored += split_differs(sent, config)
         config["name"] = name
         if ignored:
             log.warning("site %r: the job's %s ignored: the site's own configuration (local/%s) is stricter or "
-                        "sets it (a job may only tighten a site's policy)", name,
+                        "sets it (a job may only tighten a site's policy; its row split is its own)", name,
                         ", ".join(ignored) + (" is" if len(ignored) == 1 else " are"), SITE_FILE)
         return config
 
@@ -507,13 +516,15 @@ def provision_identities(site_root: str | Path, sites: Sequence[str], keys_folde
 def write_site_files(site_root: str | Path, sites: Sequence[Mapping[str, Any]]) -> Path:
     """Write ``site_root/local/`` :data:`SITE_FILE` with each site's own keys (the simulator copies
     ``local/`` into every simulated site; a provisioned kit's ``local/`` holds one site's): its
-    files, ``policy`` and ``min-rows`` from ``sites`` (site configs). Their owner writes the job too,
-    so there the two agree; the file is what the sites read (a job can only tighten it). Returns
-    the file."""
+    files, ``policy``, ``min-rows`` and split (``test-size``, ``seed``, ``folds``, when given) from
+    ``sites`` (site configs). Their owner writes the job too, so there the two agree; the file is
+    what the sites read (a job can only tighten it; a site without a seed here draws a secret one
+    of its own). Returns the file."""
     own = {}
     for site in sites:
         cfg = site_config(site)
-        entry = {k.replace("_", "-"): cfg[k] for k in ("data_path", "test_path", "min_rows") if cfg.get(k) not in (None, "")}
+        entry = {k.replace("_", "-"): cfg[k] for k in ("data_path", "test_path", "min_rows", *SPLIT_KEYS)
+                 if cfg.get(k) not in (None, "")}
         if cfg.get("policy") not in (None, ""):
             policy = cfg["policy"]
             entry["policy"] = policy.to_dict() if hasattr(policy, "to_dict") else (

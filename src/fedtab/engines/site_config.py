@@ -14,7 +14,8 @@ Keys (hyphens and underscores are interchangeable)::
                 data-path is a training row and every row of test-path a test row
                 (no random split)
     test-size   fraction held out when there is no test-path (default 0.2)
-    seed        seed of that split (default 0)
+    seed        seed of that split and of the site's other draws (default 0 for a site built
+                directly; on Flower and FLARE the site's own, see "The site's split" below)
     na-values   strings read as missing: a list, a JSON list ('["?", "NA"]') or one
                 comma-separated string ("?,NA") (default: none beyond pandas' own)
     sep         the CSV field separator (default: sniffed: ",", ";", tab or "|")
@@ -52,13 +53,29 @@ Secure aggregation (the site's own configuration, never the job's or the server'
 
 A site with none of them refuses secure aggregation; one with some but not all refuses it
 naming what is missing (see :mod:`fedtab.privacy.identity`).
+
+The site's split (``test-size``, ``seed``, ``folds``: :data:`SPLIT_KEYS`) is the site's own on
+Flower and FLARE, whose run config or job the server's side writes (issue 28: a server that ran a
+job twice with two seeds or test sizes would get two test parts that differ by a few rows, and the
+difference of two honest releases over them isolates those rows). :func:`own_split` takes each key
+from the site's own configuration (node config, ``local/fedtab-site.json``), else the defaults
+(0.2, 5 folds) and, for the seed, a secret the site draws once with :mod:`secrets` and keeps in
+its state folder (:func:`kept_seed`, so every run of the site draws the same parts); a site without
+a state folder uses a secret its engine keeps for the run (Flower: the node's ``Context.state``,
+which the SuperNode keeps across the run's ClientApp processes and never sends), else one drawn
+for the process, and says so (:func:`warn_without_state_dir`). A job's or run config's values for
+these keys are ignored and logged. In-process (``engine = "local"``) the job is the whole
+consortium, and its seed is the sites' own.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import secrets
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 
@@ -70,10 +87,13 @@ from fedtab.federation.site.core import Site, site_ledger
 if TYPE_CHECKING:  # pandas when a table is read (not for a step answered from the site's state)
     import pandas as pd
 
-__all__ = ["FixedSplitSite", "IDENTITY_KEYS", "JOB_SITE_KEYS", "NVFLARE_LASSO", "POLICY_STRICTER", "SELECTOR_ALIASES",
-           "SITE_OWNED_KEYS", "build_lazy_site", "build_site", "own_over_job", "parse_na_values", "parse_selector",
-           "site_config", "site_identity", "site_policy", "stricter_policy", "warn_without_state_dir",
+__all__ = ["FixedSplitSite", "IDENTITY_KEYS", "JOB_SITE_KEYS", "NVFLARE_LASSO", "POLICY_STRICTER", "SEED_FILE",
+           "SELECTOR_ALIASES", "SITE_OWNED_KEYS", "SPLIT_KEYS", "build_lazy_site", "build_site", "draw_secret_seed",
+           "kept_seed", "own_over_job", "own_split", "parse_na_values", "parse_selector", "site_config",
+           "site_identity", "site_policy", "split_differs", "stricter_policy", "warn_without_state_dir",
            "with_job_settings"]
+
+log = logging.getLogger("fedtab.site")
 
 #: FLARE 2.9's ``FeatureElectionExecutor(fs_method="lasso")``: ``Lasso(alpha=0.01)`` regression
 #: on standardised X with the class labels as a continuous target, kept where ``|coef| > 1e-6``.
@@ -166,8 +186,13 @@ def parse_na_values(value: Any) -> list[str]:
 
 
 #: keys a job may set for a site that its own (node) config leaves out; never where the
-#: site's data is (``data-path``, ``test-path``) or its disclosure policy.
-JOB_SITE_KEYS = ("target", "na_values", "selector", "test_size", "seed", "sep", "decimal", "label_map", "task")
+#: site's data is (``data-path``, ``test-path``), its disclosure policy or how it draws its row
+#: parts (:data:`SPLIT_KEYS`: a job's values for those are ignored, :func:`with_job_settings`).
+JOB_SITE_KEYS = ("target", "na_values", "selector", "sep", "decimal", "label_map", "task")
+
+#: the (normalised) site-config keys of how a site draws its row parts
+#: (:class:`~fedtab.federation.site.core.RowSplit`): the site's own on Flower and FLARE (:func:`own_split`)
+SPLIT_KEYS = ("test_size", "seed", "folds")
 
 
 def _decoded(value: Any, what: str) -> Any:
@@ -191,7 +216,10 @@ def with_job_settings(node_config: Mapping[str, Any], site_settings: Any) -> dic
     ``site_settings`` is the run config's ``site-settings``: ``{site: {key: value}}`` (or
     the same as JSON text; empty = nothing to add), keys from :data:`JOB_SITE_KEYS`. The
     entry of the node's declared ``name`` fills the keys the node config does not set; a
-    key the node sets wins (a site may pin its own label column or selector).
+    key the node sets wins (a site may pin its own label column or selector). Values for the
+    split (:data:`SPLIT_KEYS`: ``test-size``, ``seed``, ``folds``) are the site's own and are
+    dropped here, with a warning naming them when they differ from the node's
+    (:func:`own_split` completes the node's split).
 
     Raises:
         ValueError: ``site_settings`` is not a JSON object of objects, or it sets a key
@@ -206,14 +234,138 @@ def with_job_settings(node_config: Mapping[str, Any], site_settings: Any) -> dic
         raise ValueError("run config site-settings must map site names to objects of settings")
     name = str(node_config.get("name", ""))
     mine = site_config(settings.get(name, {}))
+    own = site_config(node_config)
+    sent = {k: mine.pop(k) for k in SPLIT_KEYS if k in mine}
+    ignored = [k.replace("_", "-") for k, v in sent.items() if str(v) != str(own.get(k))]
+    if ignored:
+        log.warning("site %r: the run config's %s ignored: a site draws its row parts from its own split and "
+                    "secret seed (its node config), never the server's", name,
+                    ", ".join(ignored) + (" is" if len(ignored) == 1 else " are"))
     refused = sorted(set(mine) - set(JOB_SITE_KEYS))
     if refused:
         raise ValueError(f"site {name!r} refuses job settings {', '.join(k.replace('_', '-') for k in refused)} "
                          f"(a job may set only {', '.join(k.replace('_', '-') for k in JOB_SITE_KEYS)})")
-    own = site_config(node_config)
     for key, value in mine.items():
         if key not in own:
             out[key.replace("_", "-")] = value
+    return out
+
+
+# ----------------------------------------------------------------------------- the site's own split
+#: the file in a site's state folder that keeps the secret seed it drew once (:func:`kept_seed`)
+SEED_FILE = "split-seed"
+#: the split of a site whose own configuration sets none of its keys (the seed excepted)
+_SPLIT_DEFAULTS = {"test_size": 0.2, "folds": 5}
+
+
+def draw_secret_seed() -> int:
+    """A fresh secret seed in ``[0, 2**32)`` (:mod:`secrets`: no one can predict or replay it)."""
+    return secrets.randbelow(2**32)
+
+
+def _read_seed(path: Path) -> int:
+    text = path.read_text().strip()
+    try:
+        seed = int(text)
+    except ValueError:
+        raise ValueError(f"{path}: the site's seed file is damaged (not an integer); restore it from a backup, or "
+                         "delete it to draw a new seed (the site's row parts then change)") from None
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"{path}: the site's seed must be in [0, 2**32), got {seed}")
+    return seed
+
+
+def kept_seed(state_dir: str | Path) -> int:
+    """The site's secret seed kept in ``state_dir/``:data:`SEED_FILE`: read, or (first use) drawn
+    with :func:`draw_secret_seed` and written (mode 0600). Two processes drawing at once keep the
+    first file written (a hard link never replaces an existing file), so both read the same seed.
+
+    Raises:
+        ValueError: the file exists but holds no seed (naming it).
+        OSError: the state folder cannot be created or written.
+    """
+    path = Path(state_dir, SEED_FILE)
+    if path.is_file():
+        return _read_seed(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{SEED_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(f"{draw_secret_seed()}\n")
+    try:
+        os.link(tmp, path)
+    except FileExistsError:  # another process drew first: its seed is the site's
+        pass
+    except OSError:  # a file system without hard links
+        if not path.exists():
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return _read_seed(path)
+
+
+def _split_value(key: str, value: Any) -> Any:
+    """``value`` of split key ``key`` as a number (``test_size`` float, ``seed``/``folds`` int).
+
+    Raises:
+        ValueError: not a number of that kind (naming the key).
+    """
+    if key == "folds":
+        return _folds({"folds": value})
+    try:
+        number = float(value) if key == "test_size" else int(str(value).strip())
+    except (TypeError, ValueError):
+        kind = "a number" if key == "test_size" else "an integer"
+        raise ValueError(f"site config: {key.replace('_', '-')} must be {kind}, got {value!r}") from None
+    return number
+
+
+def own_split(config: Mapping[str, Any], *, seed: int | None = None) -> dict[str, Any]:
+    """The site config ``config`` (the site's own keys, and what a job may add: its split keys are
+    never a job's) with its split (:data:`SPLIT_KEYS`) the site's own, as numbers:
+
+    * ``test_size`` and ``folds``: the config's, else 0.2 and 5;
+    * ``seed``: the config's; else the secret kept in its ``state_dir`` (:func:`kept_seed`: drawn
+      once, so every run of the site draws the same parts); else ``seed`` (a secret the engine
+      keeps for the run, e.g. in a Flower node's ``Context.state``); else a fresh secret for this
+      call, with a warning that another process or run draws other parts.
+
+    Raises:
+        ValueError: a split value that is not a number of its kind, or a damaged seed file.
+        OSError: the state folder cannot be written.
+    """
+    cfg = site_config(config)
+    out = dict(cfg)
+    for key, default in _SPLIT_DEFAULTS.items():
+        out[key] = _split_value(key, cfg[key]) if cfg.get(key) not in (None, "") else default
+    if cfg.get("seed") not in (None, ""):
+        out["seed"] = _split_value("seed", cfg["seed"])
+    elif cfg.get("state_dir") not in (None, ""):
+        out["seed"] = kept_seed(cfg["state_dir"])
+    elif seed is not None:
+        out["seed"] = int(seed)
+    else:
+        out["seed"] = draw_secret_seed()
+        log.warning("site %r has neither a seed nor a state folder (state-dir): it drew a secret seed for this "
+                    "process only, so another process or run draws other row parts (and a server could "
+                    "difference releases over them); set state-dir in the site's own configuration",
+                    str(cfg.get("name", "")))
+    return out
+
+
+def split_differs(sent: Mapping[str, Any], own: Mapping[str, Any]) -> list[str]:
+    """The split keys (hyphenated) where what a job ``sent`` differs from the site's ``own``
+    split (:func:`own_split`'s output); a value that is not a number of its kind differs."""
+    out = []
+    for key in SPLIT_KEYS:
+        if key not in sent or sent[key] in (None, ""):
+            continue
+        try:
+            same = _split_value(key, sent[key]) == own.get(key)
+        except ValueError:
+            same = False
+        if not same:
+            out.append(key.replace("_", "-"))
     return out
 
 
@@ -361,13 +513,20 @@ def site_identity(config: Mapping[str, Any]) -> SiteIdentity | None:
 def warn_without_state_dir(site: Site, config: Mapping[str, Any], engine: str) -> bool:
     """Log a warning naming ``site`` when its (node) ``config`` sets no ``state-dir``: its
     ledger then lives only as long as the ``engine``'s run or process, so the budgets it
-    keeps per period (ε) reset with them. Returns whether it warned."""
-    if site_config(config).get("state_dir") not in (None, ""):
+    keeps per period (ε) reset with them; and unless the config sets a ``seed``, so does the
+    secret seed of its row parts (:func:`own_split`), so the next run draws other parts.
+    Returns whether it warned."""
+    cfg = site_config(config)
+    if cfg.get("state_dir") not in (None, ""):
         return False
+    parts = "" if cfg.get("seed") not in (None, "") else (
+        "; and its row parts (test part, folds) come from a secret seed kept only for this run, so the next run "
+        "draws other parts, and a curious server can difference two runs' releases over parts that differ by a "
+        "few rows")
     logging.getLogger("fedtab.site").warning(
         "site %r has no state folder (state-dir): its ledger lives only as long as this %s run or process, so "
-        "its budgets reset with it (epsilon_budget and every cap start afresh in the next run); set state-dir in "
-        "the site's own configuration (fedtab deploy writes one)", site.name, engine)
+        "its budgets reset with it (epsilon_budget and every cap start afresh in the next run)%s; set state-dir in "
+        "the site's own configuration (fedtab deploy writes one)", site.name, engine, parts)
     return True
 
 

@@ -124,12 +124,18 @@ def _site_task(spec: JobSpec) -> str | None:
 
 
 def site_settings(configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``{site: settings}``: what the job sets for each site besides where its table is.
+    """``{site: settings}``: what the job sets for each site besides where its table is and how
+    it draws its row parts (``test-size``, ``seed``: each site's own, drawn from its own secret
+    seed; a SuperNode ignores them, :func:`fedtab.engines.site_config.own_split`).
 
     The Flower run config's ``site-settings``: a SuperNode started with only ``name`` and
     ``data-path`` takes the rest from it (:func:`fedtab.engines.site_config.with_job_settings`).
     """
-    return {c["name"]: {k: v for k, v in c.items() if k not in ("name", "data-path")} for c in configs}
+    return {c["name"]: {k: v for k, v in c.items() if k not in ("name", "data-path", *_SPLIT)} for c in configs}
+
+
+#: the site-config keys of a site's row split (its own on a deployment, never the run config's)
+_SPLIT = ("test-size", "seed", "folds")
 
 
 def _superlink_run_config(spec: JobSpec, plan: dict[str, Any], site_keys: Any, insecure: bool) -> dict[str, Any]:
@@ -336,8 +342,10 @@ def _run_flower(spec: JobSpec, target: EngineTarget, configs: list[dict[str, Any
         from ..engines.flower_deploy import LoopbackDeployment
 
         progress("starting a Flower SuperLink and SuperNodes on 127.0.0.1")
-        # each SuperNode knows only its name, table and own floor, as at a real site; the job brings the rest
-        nodes = [{k: c[k] for k in ("name", "data-path", "min-rows") if k in c} for c in configs]
+        # each SuperNode knows only its name, table, own floor and split, as at a real site; the job brings
+        # the rest. fedtab plays every site's operator here, so it gives each the job's seed and test size
+        # (a real site draws its own secret seed): the loopback run then draws the parts the other engines do
+        nodes = [{k: c[k] for k in ("name", "data-path", "min-rows", *_SPLIT) if k in c} for c in configs]
         with LoopbackDeployment(nodes, workdir / "flower") as dep:
             link = SuperLink(dep.address, dep.keys.ca_cert, site_keys=dep.keys.site_keys, timeout=target.timeout)
             return _run_on_superlink(spec, plan, link, workdir, progress)
