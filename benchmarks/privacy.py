@@ -33,8 +33,12 @@
   correlations the secure sums produce — the GNN's drift is in the notes). The plain
   imputation run is the ε = ∞ row's.
 
-* ``steps`` rows — per step (``election``, ``training`` on the seed demo; ``imputation`` on
-  AirQuality) and mode (``plain``, ``secure``, ``dp`` at ε = 8): the guarantee, read from the
+* ``steps`` rows — per step (``election``, ``training``, ``training_fedavg``, ``gbdt``,
+  ``selection`` on the seed demo; ``imputation`` on AirQuality) and mode (``plain``, ``secure``,
+  ``dp`` at ε = 8; GBDT also ``plain_opt_in`` / ``plain_bounds`` — the sites' policy
+  ``allow_server_row_sets``, with and without public bounds — and ``dp_sketch``, the bin edges
+  from the DP quantile sketch; a refused or unavailable mode is a row without a value and its
+  reason in ``note``): the guarantee, read from the
   declarations of the message kinds the step sent (:mod:`fedtab.report.guarantees`), and its
   measured cost: seconds (wall, one run), bytes (both directions), exchanges (requests the
   server made; not recorded for the imputer, which builds its own federation) and the utility
@@ -70,10 +74,11 @@ Z_BOUNDS = [-5.0, 5.0]
 RESULTS = Path(__file__).parent / "results"
 
 
-def _demo_federation(cfg: DemoConfig) -> tuple[LocalFederation, list[str]]:
+def _demo_federation(cfg: DemoConfig, policy: dict[str, Any] | None = None) -> tuple[LocalFederation, list[str]]:
+    """The seed demo's three sites (``policy``: every site's policy settings; ``None`` the default)."""
     table = classification_table(cfg.n_samples, 100, 12, 8, 0, shuffle=False, seed=cfg.seed)
     parts = split_rows(table, cfg.fractions, stratify="target", seed=cfg.seed)
-    sites = [Site(f"site-{i + 1}", p, "target", seed=cfg.seed, selector=sel)
+    sites = [Site(f"site-{i + 1}", p, "target", seed=cfg.seed, selector=sel, policy=policy)
              for i, (p, sel) in enumerate(zip(parts, cfg.selectors))]
     return LocalFederation(sites), [c for c in table.columns if c != "target"]
 
@@ -283,11 +288,13 @@ def _imputation_kinds() -> list[str]:
 
 
 def step_row(step: str, mode: str, dataset: str, seconds: float, nbytes: int, exchanges: int | None, metric: str,
-             value: float, kinds: list[str]) -> dict[str, Any]:
-    """One row of the step × mode table (``kinds``: the message kinds the step sent, first use first)."""
-    return {"step": step, "mode": mode, "dataset": dataset, "epsilon": STEP_EPSILON if mode == "dp" else None,
+             value: float | None, kinds: list[str], note: str | None = None) -> dict[str, Any]:
+    """One row of the step × mode table (``kinds``: the message kinds the step sent, first use first;
+    ``value`` ``None`` and ``note`` the reason when the mode was refused or is not available)."""
+    return {"step": step, "mode": mode, "dataset": dataset,
+            "epsilon": STEP_EPSILON if mode.startswith("dp") else None,
             "seconds": float(seconds), "bytes": int(nbytes), "exchanges": exchanges, "metric": metric,
-            "value": float(value), "kinds": list(kinds)}
+            "value": None if value is None else float(value), "kinds": list(kinds), "note": note}
 
 
 def demo_steps(cfg: DemoConfig, log) -> list[dict[str, Any]]:
@@ -322,19 +329,112 @@ def demo_steps(cfg: DemoConfig, log) -> list[dict[str, Any]]:
     return out
 
 
+#: GBDT of the step table: small enough for the shared box, deep enough to exercise every kind
+GBDT_STEP_PARAMS = {"n_trees": 10, "max_depth": 3}
+#: the GBDT modes of the step table: ``(mode, federation options, run_gbdt keywords, site policy)``.
+#: ``plain`` is the default policy (the sites refuse tree-node histograms in the clear, issue 28);
+#: ``plain_opt_in`` the sites' ``allow_server_row_sets``; ``plain_bounds`` the same with public
+#: bounds for every column (no sketch); ``dp`` bins on the DP settings' public bounds, ``dp_sketch``
+#: gives no bounds to the DP settings, so the edges come from the DP quantile sketch.
+GBDT_MODES = (
+    ("plain", {}, {}, None),
+    ("plain_opt_in", {}, {}, {"allow_server_row_sets": True}),
+    ("plain_bounds", {}, {"bounds": "demo"}, {"allow_server_row_sets": True}),
+    ("secure", {"secure_aggregation": True}, {}, None),
+    ("dp", {"dp": "bounds"}, {}, None),
+    ("dp_sketch", {"dp": "sketch"}, {}, None),
+)
+
+
+def _gbdt_options(opts: dict[str, Any], kw: dict[str, Any], features: list[str]) -> tuple[dict, dict]:
+    dp = opts.get("dp")
+    if dp is not None:
+        dp = _dp(STEP_EPSILON, DEMO_BOUNDS) if dp == "bounds" else {**_dp(STEP_EPSILON, DEMO_BOUNDS), "bounds": {}}
+        opts = {**opts, "dp": dp}
+    if kw.get("bounds") == "demo":
+        kw = {**kw, "bounds": {f: DEMO_BOUNDS for f in features}}
+    return opts, kw
+
+
+def _run_mode(cfg: DemoConfig, step: str, mode: str, opts: dict[str, Any], policy: dict | None, run, log
+              ) -> dict[str, Any]:
+    """One step × mode row: ``run(fed) -> (metric, value)`` on a fresh demo federation with ``opts``;
+    a refusal or an unavailable mode becomes a row without a value, its reason in ``note``."""
+    from fedtab.federation.protocol import FederationError
+
+    fed, _ = _demo_federation(cfg, policy=policy)
+    t0 = time.perf_counter()
+    try:
+        set_options(fed, **opts)
+        metric, value, note = *run(fed), None
+    except (FederationError, ValueError) as exc:
+        metric, value, note = "refused", None, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    seconds = time.perf_counter() - t0
+    kinds = list(dict.fromkeys(r.kind for r in fed.traffic.records))
+    row = step_row(step, mode, "seed_demo", seconds, sum(fed.traffic.total()), fed.exchange_count, metric, value,
+                   kinds, note)
+    log(f"{step} {mode}: {seconds:.2f}s, {row['bytes']} bytes, {fed.exchange_count} exchanges, "
+        + (f"{metric} {value:.4f}" if value is not None else f"refused ({note})"))
+    return row
+
+
+def gbdt_steps(cfg: DemoConfig, log) -> list[dict[str, Any]]:
+    """Federated GBDT (:data:`GBDT_STEP_PARAMS`) on the demo's 20 signal columns per :data:`GBDT_MODES`:
+    the bin edges from the quantile sketch (``gbdt_sketch``, plain/secure/DP) or public bounds;
+    utility the pooled test weighted F1."""
+    from fedtab.federation.workflows.gbdt.server import run_gbdt
+
+    _, features = _demo_federation(cfg)
+    features = features[:SIGNAL_FEATURES]
+    out = []
+    for mode, opts, kw, policy in GBDT_MODES:
+        opts, kw = _gbdt_options(opts, kw, features)
+
+        def run(fed, kw=kw):
+            res = run_gbdt(fed, features, params=dict(GBDT_STEP_PARAMS), **kw)
+            return "f1", res.metrics["pooled"]["weighted_f1"]
+
+        out.append(_run_mode(cfg, "gbdt", mode, opts, policy, run, log))
+    return out
+
+
+#: model selection of the step table: one freedom degree and no personalisation, 3 FedAvg rounds
+SELECTION_STEP = {"grid": (0.5,), "modes": ("none",), "rounds": 3, "contributions": False}
+
+
+def selection_steps(cfg: DemoConfig, log) -> list[dict[str, Any]]:
+    """Model selection (:func:`~fedtab.federation.workflows.selection.server.select_model`,
+    :data:`SELECTION_STEP`) per mode; utility the refit's pooled test weighted F1. It runs with plain
+    sums only: the secure and DP rows record the refusal."""
+    from fedtab.federation.workflows.selection.server import select_model
+
+    def run(fed):
+        res = select_model(fed, **SELECTION_STEP)
+        return "f1", res.test["modes"]["none"]["pooled"]["weighted_f1"]
+
+    return [_run_mode(cfg, "selection", mode, {"secure_aggregation": mode == "secure",
+                                               "dp": _dp(STEP_EPSILON, DEMO_BOUNDS) if mode == "dp" else None},
+                      None, run, log) for mode in MODES]
+
+
 def step_guarantee(kinds: list[str], mode: str) -> str:
     """What the declarations of ``kinds`` guarantee in ``mode`` (:func:`fedtab.report.guarantees.guarantee_of`),
-    one clause per kind over rows (key exchanges and acknowledgements left out)."""
+    one clause per kind over rows (key exchanges and acknowledgements left out). A variant mode
+    (``plain_opt_in``, ``dp_sketch``, ...) reads its base mode's text; the opt-in modes under the
+    policy ``allow_server_row_sets = true``."""
     from fedtab.federation.protocol.kinds import KINDS
+    from fedtab.privacy.policy import DisclosurePolicy
     from fedtab.report.guarantees import guarantee_of
 
+    base = mode.split("_", 1)[0]
+    policy = DisclosurePolicy(allow_server_row_sets=True) if mode in ("plain_opt_in", "plain_bounds") else None
     parts = []
     for name in kinds:
         kind = KINDS.get(name)
         if kind is None or kind.releases.part is None:
             continue
-        text = guarantee_of(kind)[mode]
-        parts.append(f"`{name}`: {text.split(' — ', 1)[-1] if mode == 'plain' else text}")
+        text = guarantee_of(kind, policy)[base]
+        parts.append(f"`{name}`: {text.split(' — ', 1)[-1] if base == 'plain' else text}")
     return "; ".join(parts).replace("|", "\\|")
 
 
@@ -414,8 +514,11 @@ def summarise(result: dict[str, Any], notes: list[str], command: str, seconds: f
               "|---|---|---|---|---|---|---|---|"]
     for r in result.get("steps", []):
         ex = "—" if r["exchanges"] is None else str(r["exchanges"])
+        utility = (f"{r['metric']} {r['value']:.4f}" if r.get("value") is not None
+                   else "**refused**: " + str(r.get("note")).replace("|", "\\|"))
+        guarantee = step_guarantee(r["kinds"], r["mode"]) or "nothing released"
         lines.append(f"| {r['step']} | {r['mode']} | {r['dataset']} | {r['seconds']:.2f} | {r['bytes']} | {ex} | "
-                     f"{r['metric']} {r['value']:.4f} | {step_guarantee(r['kinds'], r['mode'])} |")
+                     f"{utility} | {guarantee} |")
     lines += ["", *guarantee_lines(), "## Differential privacy: utility against ε (δ = 1e-5)", "",
               "| task | dataset | metric | " + " | ".join("∞" if math.isinf(e) else f"ε={e:g}" for e in EPSILONS) + " |",
               "|---|---|---|" + "---|" * len(EPSILONS)]
@@ -451,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     epsilons = (8.0, math.inf) if args.quick else EPSILONS
     dp_rows, notes = dp_election_and_training(cfg, epsilons, 1 if args.quick else REPEATS, print)
     demo_row = secure_demo(cfg, print)
-    steps = demo_steps(cfg, print)
+    steps = demo_steps(cfg, print) + gbdt_steps(cfg, print) + selection_steps(cfg, print)
     rows, more, impute_row, impute_steps = imputation(epsilons, args.quick, print)
     result = {"dp": dp_rows + rows, "secure_aggregation": [demo_row, impute_row], "steps": steps + impute_steps}
     args.out.mkdir(parents=True, exist_ok=True)

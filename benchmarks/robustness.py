@@ -48,6 +48,7 @@ from fedtab.data.impute_datasets import SchemaSplit, load_impute_dataset
 from fedtab.data.synthetic import classification_table, split_rows
 from fedtab.engines.local import LocalFederation
 from fedtab.federation import Site, run_election, run_training
+from fedtab.federation.protocol import FederationError
 from fedtab.federation.site.matrices import label_key, site_matrix
 from fedtab.learn.metrics import confusion, scores_from_confusion
 from fedtab.learn.models import make_model
@@ -80,7 +81,12 @@ def demo_f1(n_hostile: int, robust: bool, seed: int, quick: bool) -> dict:
     fed = LocalFederation(sites)
     set_options(fed, robust=robust)
     election = run_election(fed, 0.5)
-    outcome = run_training(fed, rounds=rounds, local_epochs=5, seed=seed)
+    signal = set([c for c in table.columns if c != "target"][:20]) & set(election.result.selected_names)
+    try:
+        outcome = run_training(fed, rounds=rounds, local_epochs=5, seed=seed)
+    except FederationError as exc:  # e.g. every site refuses the coefficients a liar's sums drove out of range
+        return {"f1": None, "reported_f1": None, "kept": len(election.result.selected_names),
+                "signal_kept": len(signal), "left_out": [], "failed": f"{type(exc).__name__}: {exc}"}
     model = make_model(outcome.model)
     index = {c: i for i, c in enumerate(outcome.classes)}
     total = np.zeros((len(index), len(index)), dtype=np.int64)
@@ -90,7 +96,6 @@ def demo_f1(n_hostile: int, robust: bool, seed: int, quick: bool) -> dict:
         X, y_raw = site_matrix(site, outcome.features, "test")
         Z = np.nan_to_num((X - outcome.mean) / outcome.std)
         total += confusion([index[label_key(v)] for v in y_raw], model.predict(outcome.params, Z), len(index))
-    signal = set([c for c in table.columns if c != "target"][:20]) & set(election.result.selected_names)
     return {"f1": scores_from_confusion(total)["weighted_f1"], "reported_f1": outcome.pooled["weighted_f1"],
             "kept": len(election.result.selected_names), "signal_kept": len(signal),
             "left_out": sorted(outcome.left_out)}
@@ -141,13 +146,21 @@ def run(seeds: list[int], quick: bool, log=print, partial: Path | None = None) -
                              "demo_seconds": t1 - t0, "airquality_seconds": t2 - t1})
                 if partial is not None:
                     partial.write_text(json.dumps(rows, indent=1))
-                log(f"seed {seed} hostile {n_hostile} robust {robust!s:5}: F1 {d['f1']:.3f} (reported "
-                    f"{d['reported_f1']:.3f}), AirQuality RMSE {a['observed_rmse']:.4f} / {a['structural_rmse']:.4f}"
+                log(f"seed {seed} hostile {n_hostile} robust {robust!s:5}: F1 {_f(d['f1'], 3)} (reported "
+                    f"{_f(d['reported_f1'], 3)}), AirQuality RMSE {a['observed_rmse']:.4f} / {a['structural_rmse']:.4f}"
                     f"  [{t1 - t0:.0f}s + {t2 - t1:.0f}s]")
     return rows
 
 
-def _ms(values: list[float], digits: int) -> str:
+def _f(value: float | None, digits: int) -> str:
+    return "failed" if value is None else f"{value:.{digits}f}"
+
+
+def _ms(values: list[float | None], digits: int) -> str:
+    """Mean (± std over seeds); ``failed`` when a run failed (no model: ``None``), ``failed in k of n``."""
+    failed = sum(x is None for x in values)
+    if failed:
+        return "failed" if failed == len(values) else f"failed in {failed} of {len(values)}"
     v = np.asarray(values, dtype=float)
     return f"{v.mean():.{digits}f}" if v.size == 1 else f"{v.mean():.{digits}f} ± {v.std(ddof=0):.{digits}f}"
 
@@ -189,6 +202,11 @@ def summarise(rows: list[dict], command: str, seconds: float) -> str:
         dstr = np.mean(rob["str"]) / np.mean(plain["str"]) - 1
         lines += ["", f"Cost of `robust=True` with no hostile site: demo F1 {df1:+.3f}, AirQuality RMSE observed "
                       f"{dobs:+.1%}, structural {dstr:+.1%}."]
+    failures = [r for r in rows if r["demo"].get("failed")]
+    if failures:
+        lines += ["", "Training runs that failed (no model; the error the run raised):", ""]
+        lines += [f"- seed {r['seed']}, {r['hostile']} hostile, robust {'yes' if r['robust'] else 'no'}: "
+                  f"{r['demo']['failed'][:300]}" for r in failures]
     return "\n".join(lines) + "\n"
 
 

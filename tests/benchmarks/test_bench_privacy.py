@@ -8,7 +8,7 @@ import pytest
 pytestmark = pytest.mark.requires("dp_accounting", "torch")
 
 DP_KEYS = {"task", "dataset", "epsilon", "delta", "metric", "value"}
-STEP_KEYS = {"step", "mode", "dataset", "epsilon", "seconds", "bytes", "exchanges", "metric", "value", "kinds"}
+STEP_KEYS = {"step", "mode", "dataset", "epsilon", "seconds", "bytes", "exchanges", "metric", "value", "kinds", "note"}
 SECURE_KEYS = {"task", "dataset", "seconds_plain", "seconds_secure", "bytes_plain", "bytes_secure", "max_rel_diff"}
 
 
@@ -34,10 +34,22 @@ def test_quick_run_writes_results(tmp_path):
     # per step and mode: the guarantee (from the declarations of the kinds sent) and the measured cost
     steps = {(r["step"], r["mode"]): r for r in doc["steps"]}
     assert all(set(r) == STEP_KEYS for r in doc["steps"])
-    assert set(steps) == {(s, m) for s in ("election", "training", "training_fedavg", "imputation")
-                          for m in ("plain", "secure", "dp")}
-    for r in doc["steps"]:
+    assert set(steps) == {(s, m) for s in ("election", "training", "training_fedavg", "imputation", "selection")
+                          for m in ("plain", "secure", "dp")} | {
+        ("gbdt", m) for m in ("plain", "plain_opt_in", "plain_bounds", "secure", "dp", "dp_sketch")}
+    refused = {("gbdt", "plain"), ("selection", "secure"), ("selection", "dp")}
+    for key, r in steps.items():
+        if key in refused:  # the default policy refuses plain tree nodes; selection runs plain only
+            assert r["value"] is None and r["metric"] == "refused" and r["note"], r
+            continue
         assert r["seconds"] > 0 and r["bytes"] > 0 and math.isfinite(r["value"]) and r["kinds"], r
+    assert "allow_server_row_sets" in steps[("gbdt", "plain")]["note"]
+    # GBDT's bin edges: the quantile sketch (plain, secure, DP sketch) or public bounds (no sketch)
+    for m in ("plain_opt_in", "secure", "dp_sketch"):
+        assert "gbdt_sketch" in steps[("gbdt", m)]["kinds"] and "gbdt_level" in steps[("gbdt", m)]["kinds"], m
+    for m in ("plain_bounds", "dp"):
+        assert "gbdt_sketch" not in steps[("gbdt", m)]["kinds"] and "gbdt_level" in steps[("gbdt", m)]["kinds"], m
+    assert {"select_fit", "select_evaluate"} <= set(steps[("selection", "plain")]["kinds"])
     for s in ("election", "training", "training_fedavg"):
         assert steps[(s, "secure")]["exchanges"] > steps[(s, "plain")]["exchanges"] > 0  # masking costs exchanges
         assert steps[(s, "secure")]["bytes"] > steps[(s, "plain")]["bytes"]
@@ -53,5 +65,8 @@ def test_quick_run_writes_results(tmp_path):
     assert f"`fit`: {guarantee_of(KINDS['fit'])['secure']}" in md  # the guarantee is the declarations' text
     assert f"`newton`: {guarantee_of(KINDS['newton'])['dp']}" in md
     assert f"`ballot`: {guarantee_of(KINDS['ballot'])['dp']}" in md
+    assert f"`gbdt_sketch`: {guarantee_of(KINDS['gbdt_sketch'])['dp']}" in md  # the DP sketch's guarantee
+    assert f"`gbdt_level`: {guarantee_of(KINDS['gbdt_level'])['secure']}" in md
+    assert "| gbdt | plain | seed_demo |" in md and "**refused**" in md
     assert "python -m benchmarks.privacy --quick" in md
     assert "| goal | measured | met |" in md and "secure aggregation ≤ 2× plain time" in md
