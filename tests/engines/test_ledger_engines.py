@@ -154,6 +154,6 @@ def test_flare_per_run_caps_count_per_job(sites, tmp_path):
     for job in ("cap-job-1", "cap-job-2"):  # job ids of its own: live sites are cached per (job, site)
         site, _ = executor._site(_fl_ctx(tmp_path, job))
         kinds.append([site.handle(plain).kind for _ in range(4)])
-    assert kinds == [["describe"] * 3 + ["error"]] * 2
+    assert kinds == [["describe"] * 3 + ["refused"]] * 2  # the release cap refuses before the handler
     runs = json.loads((tmp_path / "local" / nvflare.STATE_FOLDER / "ledger.json").read_text())["runs"]
     assert set(runs) == {"flare:cap-job-1", "flare:cap-job-2"}
