@@ -522,7 +522,13 @@ def test_flare_project_job_matches_local_engine(sites, tmp_path):
     local = run_job({**_job(sites, **elect), "run": {"out": str(tmp_path / "local")}}, engine="local")
     doc = {**_job(sites, **elect), "run": {"out": str(tmp_path / "flare")}}
     (tmp_path / "job.toml").write_text(_toml(doc))
-    project = LoopbackProject(HEART_SITE_NAMES, tmp_path / "project", start_timeout=180)
+    # each kit's local/ holds its site's own file (floor, split seed, table), as a real site keeps it: a
+    # job may only tighten it. 'va' keeps no table path of its own, so the job's path reaches it below.
+    from fedtab.job.run import site_configs
+
+    own = [{k: v for k, v in c.items() if not (c["name"] == "va" and k == "data-path")}
+           for c in site_configs(load_job(doc))]
+    project = LoopbackProject(own, tmp_path / "project", start_timeout=180)
     try:
         project.start()
         res = runner.invoke(app, ["run", str(tmp_path / "job.toml"), "--engine", "nvflare",
