@@ -136,6 +136,28 @@ def dp_election_and_training(cfg: DemoConfig, epsilons, repeats: int, log) -> tu
     return rows, notes
 
 
+def dp_training_rows(cfg: DemoConfig, epsilons, repeats: int, log) -> tuple[list[dict], list[str]]:
+    """Only the ``training`` rows of :func:`dp_election_and_training` (the same runs: DP logistic
+    regression on the columns a plain election elects at fd 0.5, ``repeats`` noise draws per finite ε),
+    each note naming the solver that ran and why (a DP run trains logistic by FedAvg: issue 31)."""
+    rows, notes = [], []
+    fed, _ = _demo_federation(cfg)
+    plain_features = run_election(fed, 0.5).result.selected_names
+    for eps in epsilons:
+        f1s, solvers = [], set()
+        for _ in range(1 if math.isinf(eps) else repeats):
+            fed, _ = _demo_federation(cfg)
+            set_options(fed, dp=_dp(eps, DEMO_BOUNDS))
+            tr = run_training(fed, plain_features, rounds=cfg.rounds, local_epochs=cfg.local_epochs, seed=cfg.seed)
+            f1s.append(tr.pooled["weighted_f1"])
+            solvers.add(f"{tr.solver}" + (f" ({tr.solver_reason})" if tr.solver_reason else ""))
+        rows.append(_row("training", "seed_demo", eps, "f1", np.mean(f1s)))
+        notes.append(f"training ε = {eps}: F1 {np.mean(f1s):.4f} ± {np.std(f1s):.4f} over {len(f1s)} run(s); "
+                     f"solver {'; '.join(sorted(solvers))}")
+        log(notes[-1])
+    return rows, notes
+
+
 def _airquality(quick: bool):
     from benchmarks.impute import load, prepare
 
@@ -297,7 +319,8 @@ def step_row(step: str, mode: str, dataset: str, seconds: float, nbytes: int, ex
             "value": None if value is None else float(value), "kinds": list(kinds), "note": note}
 
 
-def demo_steps(cfg: DemoConfig, log) -> list[dict[str, Any]]:
+def demo_steps(cfg: DemoConfig, log, steps: tuple[str, ...] = ("election", "training", "training_fedavg")
+               ) -> list[dict[str, Any]]:
     """The election and the training of the seed demo, once per mode, each on a fresh federation:
     seconds, bytes, exchanges, utility and the kinds sent (from the federation's traffic). The
     training runs twice: ``training`` with the logistic default (federated Newton–Raphson, kind
@@ -306,7 +329,7 @@ def demo_steps(cfg: DemoConfig, log) -> list[dict[str, Any]]:
     signal = set(features[:SIGNAL_FEATURES])
     plain_features = run_election(fed, 0.5).result.selected_names
     out = []
-    for step in ("election", "training", "training_fedavg"):
+    for step in steps:
         for mode in MODES:
             fed, _ = _demo_federation(cfg)
             set_options(fed, secure_aggregation=mode == "secure",
@@ -548,10 +571,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: small demo, tiny imputation, ε ∈ {8, ∞}")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--only", choices=("training",), default=None,
+                    help="training: only the DP training rows (every ε) and the training steps per mode; "
+                         "writes privacy_training.{json,md}")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     cfg = DemoConfig(n_samples=600, rounds=2, local_epochs=1) if args.quick else DemoConfig()
     epsilons = (8.0, math.inf) if args.quick else EPSILONS
+    if args.only == "training":
+        return _training_only(cfg, epsilons, 1 if args.quick else REPEATS, args, t0)
     dp_rows, notes = dp_election_and_training(cfg, epsilons, 1 if args.quick else REPEATS, print)
     demo_row = secure_demo(cfg, print)
     steps = demo_steps(cfg, print) + gbdt_steps(cfg, print) + selection_steps(cfg, print)
@@ -562,6 +590,31 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.privacy" + (" --quick" if args.quick else "")
     (args.out / "privacy.md").write_text(summarise(result, notes + more, command, time.perf_counter() - t0))
     print((args.out / "privacy.md").read_text())
+    return 0
+
+
+def _training_only(cfg: DemoConfig, epsilons, repeats: int, args: argparse.Namespace, t0: float) -> int:
+    """``--only training``: the DP training rows and the training steps per mode, in
+    ``privacy_training.{json,md}`` (the full results files are left as they are)."""
+    dp_rows, notes = dp_training_rows(cfg, epsilons, repeats, print)
+    steps = [r for r in demo_steps(cfg, print, ("training", "training_fedavg"))]
+    result = {"dp": dp_rows, "steps": steps}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "privacy_training.json").write_text(json.dumps(result, indent=2) + "\n")
+    command = "python -m benchmarks.privacy --only training" + (" --quick" if args.quick else "")
+    lines = ["# Privacy benchmark: training rows", "", f"Command: `{command}` "
+             f"({(time.perf_counter() - t0) / 60:.1f} min on the shared 2-core box).", "",
+             "| task | metric | " + " | ".join("∞" if math.isinf(e) else f"ε={e:g}" for e in epsilons) + " |",
+             "|---|---|" + "---|" * len(epsilons)]
+    vals = {r["epsilon"]: r["value"] for r in dp_rows}
+    lines.append("| training (seed demo) | F1 | " + " | ".join(
+        f"{vals[None if math.isinf(e) else e]:.4f}" for e in epsilons) + " |")
+    lines += ["", "| step | mode | seconds | bytes | exchanges | utility | kinds |", "|---|---|---:|---:|---:|---|---|"]
+    lines += [f"| {r['step']} | {r['mode']} | {r['seconds']:.2f} | {r['bytes']} | {r['exchanges']} | "
+              f"{r['metric']} {r['value']:.4f} | {', '.join(r['kinds'])} |" for r in steps]
+    lines += ["", *[f"- {n}" for n in notes]]
+    (args.out / "privacy_training.md").write_text("\n".join(lines) + "\n")
+    print((args.out / "privacy_training.md").read_text())
     return 0
 
 

@@ -11,11 +11,10 @@ shows the pooled F1 the run reports.
 * **Seed demo** (:mod:`fedtab.cli.demo`'s table: 2,000 rows, 100 features of which 20 carry
   signal) split into 5 equal stratified sites voting with the demo's selectors in turn
   (Lasso C=0.05, random forest, mutual information, ...); election at fd 0.5, then
-  logistic regression with its default solver, federated Newton–Raphson (at most 10
-  iterations; robust mode caps each site's share of the gradient and Hessian sums, it takes
-  no median — tables measured before the Newton default were FedAvg, 10 rounds × 5 epochs,
-  robust by coordinate-wise median). Metric: weighted F1 on the honest sites'
-  test rows (20 % of each site).
+  logistic regression with its default solver: federated Newton–Raphson (at most 10
+  iterations) in a plain run; in robust mode FedAvg, 10 rounds × 5 epochs, robust by the
+  coordinate-wise median (Newton–Raphson serves plain and secure sums only: the run's
+  ``training.solver_reason``). Metric: weighted F1 on the honest sites' test rows (20 % of each site).
 * **AirQuality** (UCI, 9,357 × 13) with ``benchmarks.impute``'s protocol over 5 sites:
   rows shuffled and split equally, each site keeps a random 60 % of the columns (every
   column held somewhere), 80/20 train/test, z-scored with the training rows; each site

@@ -70,3 +70,17 @@ def test_quick_run_writes_results(tmp_path):
     assert "| gbdt | plain | seed_demo |" in md and "**refused**" in md
     assert "python -m benchmarks.privacy --quick" in md
     assert "| goal | measured | met |" in md and "secure aggregation ≤ 2× plain time" in md
+
+
+def test_only_training_writes_the_dp_training_rows_by_fedavg(tmp_path):
+    from benchmarks import privacy
+
+    privacy.main(["--quick", "--only", "training", "--out", str(tmp_path)])
+    doc = json.loads((tmp_path / "privacy_training.json").read_text())
+    assert {(r["task"], r["epsilon"]) for r in doc["dp"]} == {("training", 8.0), ("training", None)}
+    steps = {(r["step"], r["mode"]): r for r in doc["steps"]}
+    assert set(steps) == {(s, m) for s in ("training", "training_fedavg") for m in ("plain", "secure", "dp")}
+    # the default logistic model: Newton with plain and secure sums, FedAvg (kind fit) under DP
+    assert "newton" in steps[("training", "plain")]["kinds"] and "newton" in steps[("training", "secure")]["kinds"]
+    assert "fit" in steps[("training", "dp")]["kinds"] and "newton" not in steps[("training", "dp")]["kinds"]
+    assert "solver fedavg" in (tmp_path / "privacy_training.md").read_text()

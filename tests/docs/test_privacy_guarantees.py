@@ -137,3 +137,14 @@ def test_the_command_checks_and_rewrites_a_page(tmp_path, capsys):
     page.write_text("# no markers\n")
     with pytest.raises(ValueError, match="markers"):
         main(["--check", "--doc", str(page)])
+
+
+def test_an_opted_in_policy_reads_as_the_sites_opt_in_not_a_changed_default():
+    row_set = [k for k in _own().values() if k.plain_bound == "allow_server_row_sets"]
+    assert row_set
+    for kind in row_set:
+        default = guarantee_of(kind)["plain"]
+        opted = guarantee_of(kind, DisclosurePolicy(allow_server_row_sets=True))["plain"]
+        assert "**refused** unless the site opts in" in default and "default off" in default
+        assert "default on" not in opted and "refused" not in opted
+        assert "the site opted in (`allow_server_row_sets = true`, off by default)" in opted

@@ -55,3 +55,23 @@ def test_the_heart_job_counts_its_exchanges_and_fits_the_pooled_logistic_model(t
     sk = LogisticRegression(C=1 / (1e-3 * len(y)), tol=1e-12, max_iter=10_000).fit(X, y)
     np.testing.assert_allclose(tr.params["coef"], sk.coef_, atol=1e-6)
     np.testing.assert_allclose(tr.params["intercept"], sk.intercept_, atol=1e-6)
+
+
+def test_a_robust_heart_job_trains_logistic_by_fedavg_within_its_planned_exchanges(tmp_path):
+    """``[trust] robust``: the training step trains the logistic model by FedAvg (Newton serves plain and
+    secure sums only), result.json says so, and the plan's exchange count stays an upper bound."""
+    paths = write_heart_sites(tmp_path / "sites")
+    spec = load_job({"target": "disease", "na_values": ["?"], "sites": {p.stem: {"path": str(p)} for p in paths},
+                     "election": {"selector": "lasso"}, "training": {"model": "logistic", "rounds": 3,
+                                                                      "local_epochs": 1},
+                     "trust": {"robust": True}, "run": {"seed": 0, "out": str(tmp_path / "out")}})
+    fed = LocalFederation([build_site(c) for c in site_configs(spec)])
+    out = run_workflow(fed, spec)
+    kinds = [p["step"] for p in out.result["participation"]["exchanges"]]
+    assert kinds.count("fit") == 3 and "newton" not in kinds
+    tr = out.result["training"]
+    assert tr["solver"] == "fedavg" and "robust mode" in tr["solver_reason"]
+    assert out.result["model"]["model"]["params"]["solver"] == "fedavg"
+    steps = {s["step"]: s["exchanges"] for s in out.result["steps"]}
+    plan = planned_exchanges(spec)
+    assert all(steps[k] <= plan[k] for k in steps) and fed.exchange_count <= sum(plan.values())

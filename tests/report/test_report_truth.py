@@ -475,3 +475,17 @@ def test_a_one_class_site_is_named_in_the_verdict_and_the_sites_section_with_wha
     assert "holds one class" not in render_report(plain)
     hostile = Page(render_report(_one_class_result(HOSTILE)))
     assert "script" not in hostile.tags and f"Site {HOSTILE} holds one class only" in hostile.text["sites"]
+
+
+def test_the_model_section_says_why_logistic_trained_by_fedavg():
+    from fedtab.report.model import model_section
+
+    why = "trained by FedAvg (robust mode: a <lying> site's Newton step is hard to screen)"
+    result = {"model": {"model": {"name": "logistic", "params": {"solver": "fedavg"}}, "features": ["a"]},
+              "training": {"model": "logistic", "rounds": 3, "local_epochs": 2, "solver": "fedavg",
+                           "solver_reason": why}}
+    html = model_section(result)
+    assert "3 FedAvg round(s) of 2 local epoch(s)" in html and "robust mode" in html and "&lt;lying&gt;" in html
+    newton = {"model": {"model": {"name": "logistic", "params": {"solver": "newton"}}, "features": ["a"]},
+              "training": {"model": "logistic", "rounds": 5, "solver": "newton", "solver_reason": None}}
+    assert "5 Newton–Raphson iteration(s)" in model_section(newton) and "FedAvg" not in model_section(newton)

@@ -74,8 +74,10 @@ def _plain(kind: Any, policy: Any) -> str:
     if not kind.server_row_set:
         rules.append("no difference isolates fewer than `min_rows` rows" + (" of a class" if r.per_class else ""))
     elif kind.plain_bound == "allow_server_row_sets":
-        rules.append(f"**refused** unless the site opts in (`allow_server_row_sets`, default "
-                     f"{'on' if policy.allow_server_row_sets else 'off'}); opted in, two answers can differ by one row")
+        rules.append("answered: the site opted in (`allow_server_row_sets = true`, off by default); two answers "
+                     "can differ by one row" if policy.allow_server_row_sets else
+                     "**refused** unless the site opts in (`allow_server_row_sets`, default off); opted in, two "
+                     "answers can differ by one row")
     elif kind.plain_bound == "max_evaluations":
         rules.append(f"answered: differencing evaluations of crafted models can localise rows, each request one "
                      f"evaluation, ≤ `max_evaluations` ({policy.max_evaluations}) per part per run")

@@ -122,7 +122,8 @@ def model_section(result: Mapping[str, Any]) -> str:
 
 def _training_rounds(name: Any, params: Mapping[str, Any], tr: Mapping[str, Any]) -> str:
     """``", N Newton–Raphson iteration(s)"`` / ``", N FedAvg round(s) of E local epoch(s)"`` (nothing
-    for boosted trees or a run without rounds)."""
+    for boosted trees or a run without rounds), then why a logistic model trained by FedAvg when the
+    result says (``solver_reason``: a run mode Newton–Raphson does not serve, or a model too wide)."""
     rounds = tr.get("rounds")
     if not rounds or name == "gbdt":
         return ""
@@ -130,4 +131,5 @@ def _training_rounds(name: Any, params: Mapping[str, Any], tr: Mapping[str, Any]
         return f", {num(rounds)} Newton–Raphson iteration(s)"
     if not tr.get("local_epochs"):
         return ""
-    return f", {num(rounds)} FedAvg round(s) of {num(tr.get('local_epochs'))} local epoch(s)"
+    why = f" — {esc(tr['solver_reason'])}" if isinstance(tr.get("solver_reason"), str) else ""
+    return f", {num(rounds)} FedAvg round(s) of {num(tr.get('local_epochs'))} local epoch(s){why}"

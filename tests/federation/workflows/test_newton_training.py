@@ -1,6 +1,6 @@
 """Logistic regression by federated Newton–Raphson: the pooled penalised maximum-likelihood fit
 itself (scikit-learn's ``LogisticRegression`` on the pooled rows, ``C = 1/(l2·N)``), in few
-exchanges, through the one summing strategy (plain, secure, robust, DP)."""
+exchanges, with plain or secure sums; a DP or robust run trains the logistic model by FedAvg and says so."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,10 @@ from sklearn.linear_model import LogisticRegression
 from fedtab.federation import Message
 from fedtab.federation.protocol import FederationError, set_options
 from fedtab.federation.workflows.training import run_training
+from fedtab.federation.workflows.training.steps import dp_plan, newton_request, newton_round
+from fedtab.learn.models import LogisticRegressionModel
 from fedtab.learn.newton import NEWTON_TOL, dp_logistic_sums, hessian_sensitivity, logistic_sums, newton_update
+from fedtab.privacy.dp import DP_GD_STEPS_PER_EPOCH
 from tests.builders import classification_parts, federation
 
 L2 = 1e-3
@@ -72,15 +75,44 @@ def test_secure_sums_give_the_same_model():
     for k in plain.params:
         np.testing.assert_allclose(secure.params[k], plain.params[k], atol=1e-6)
     assert secure.per_site == {}
+    assert secure.solver == plain.solver == "newton" and secure.solver_reason is None
+    assert "newton" in _kinds(fed2) and "fit" not in _kinds(fed2)
 
 
-def test_dp_charges_epsilon_for_two_releases_per_iteration():
+def _kinds(fed):
+    return {r.kind for r in fed.traffic.records}
+
+
+def test_dp_run_trains_logistic_by_fedavg_and_says_so():
+    """Newton declares plain and secure only: under DP the logistic model trains by DP gradient descent
+    (kind ``fit``), its accountant pays FedAvg's releases, and the outcome says which solver ran and why."""
     fed, feats = _fed()
     set_options(fed, dp={"epsilon": 4.0, "bounds": [-6, 6]})
-    out = run_training(fed, feats, rounds=3)
+    out = run_training(fed, feats, rounds=2, local_epochs=1)
+    assert "fit" in _kinds(fed) and "newton" not in _kinds(fed)
+    assert out.solver == "fedavg" and out.model_spec["params"]["solver"] == "fedavg"
+    assert out.solver_reason is not None and "dp mode" in out.solver_reason and "robust" not in out.solver_reason
     assert out.privacy is not None and 0 < out.privacy["epsilon"] <= 4.0 + 1e-9
-    assert out.privacy["releases"]["training.fit"] == 2 * out.rounds
-    assert all(np.isfinite(v).all() for v in out.params.values())
+    assert out.privacy["releases"]["training.fit"] == 2 * DP_GD_STEPS_PER_EPOCH
+    assert out.steps == [] and all(np.isfinite(v).all() for v in out.params.values())
+
+
+def test_the_dp_plan_of_a_newton_logistic_model_is_fedavgs():
+    newton, fedavg = LogisticRegressionModel(), LogisticRegressionModel(solver="fedavg")
+    assert dp_plan(newton, 4, 2, 0, False) == dp_plan(fedavg, 4, 2, 0, False)
+    assert dp_plan(newton, 4, 2, 0, False)[0]["training.fit"] == 4 * 2 * DP_GD_STEPS_PER_EPOCH
+
+
+def test_the_newton_step_refuses_a_mode_it_did_not_declare():
+    for options in ({"robust": True}, {"dp": {"epsilon": 1.0, "bounds": [-6, 6]}}):
+        fed, feats = _fed()
+        set_options(fed, **options)
+        mode = "robust" if "robust" in options else "dp"
+        with pytest.raises(ValueError, match=f"{mode} is not available for federated Newton-Raphson"):
+            newton_round(fed, newton_request(np.zeros((1, len(feats) + 1)), round_=1, setup=None,
+                                             mean=np.zeros(len(feats)), std=np.ones(len(feats))), 1, len(feats),
+                         "train", round_=1)
+        assert fed.traffic.records == []  # refused before anything is sent
 
 
 def test_dp_sums_are_clipped_to_their_sensitivity():
@@ -109,32 +141,46 @@ def test_newton_update_solves_the_penalised_pooled_objective_from_split_sums():
         newton_update(theta, np.full(4, np.nan), np.eye(4), 200, 0.01)
 
 
-def test_robust_mode_caps_a_site_that_claims_most_of_the_rows():
+def test_robust_run_trains_logistic_by_fedavg_and_says_so():
+    """Under robust mode the logistic model trains by FedAvg with the coordinate-wise median: a site
+    whose replies negate its parameters (×10) moves it little."""
     fed, feats = _fed()
-    set_options(fed, robust=True, max_site_share=0.4)
-    capped = run_training(fed, feats, rounds=25)
-    fed2, _ = _fed()
-    plain = run_training(fed2, feats, rounds=25)
-    # the largest site (half the rows) is capped to 40 %: another weighted fit, still converged
-    assert capped.steps[-1] < NEWTON_TOL and _diff(capped, _pooled_fit(fed2)) > 1e-4
-    assert all(np.isfinite(v).all() for v in capped.params.values()) and plain.steps[-1] < NEWTON_TOL
+    set_options(fed, robust=True)
+    _Lying(fed.site("s2"), None, kind="fit")
+    out = run_training(fed, feats, rounds=3, local_epochs=2)
+    assert "fit" in _kinds(fed) and "newton" not in _kinds(fed)
+    assert out.solver == "fedavg" and out.model_spec["params"]["solver"] == "fedavg" and out.robust
+    assert out.solver_reason is not None and "robust mode" in out.solver_reason
+    honest, _ = _fed()
+    plain = run_training(honest, feats, rounds=25)
+    assert plain.solver == "newton" and plain.solver_reason is None
+    # the median of 3 sites' parameters, one of them negated: the sign of every clear coefficient holds
+    big = np.abs(plain.params["coef"]) > 0.3
+    assert big.any() and (np.sign(out.params["coef"][big]) == np.sign(plain.params["coef"][big])).all()
 
 
 class _Lying:
-    """Wraps a site's ``handle``: its Newton replies are tampered with."""
+    """Wraps a site's ``handle``: its replies of ``kind`` are tampered with by ``how(arrays, meta)``
+    (``None``: every parameter negated and scaled ×10)."""
 
-    def __init__(self, site, how):
-        self.site, self.how, self.handle0 = site, how, site.handle
+    def __init__(self, site, how, kind="newton"):
+        self.site, self.how, self.kind, self.handle0 = site, how, kind, site.handle
         site.handle = self
 
     def __call__(self, request):
         reply = self.handle0(request)
-        if request.kind != "newton" or reply.is_error:
+        if request.kind != self.kind or reply.is_error:
             return reply
         arrays = {k: np.array(v, dtype=np.float64) for k, v in reply.arrays.items()}
         meta = dict(reply.meta)
-        self.how(arrays, meta)
+        (self.how or _reversed)(arrays, meta)
         return Message(reply.kind, arrays, meta)
+
+
+def _reversed(arrays, meta):
+    for k in arrays:
+        if k.startswith("param:"):
+            arrays[k] = -10.0 * arrays[k]
 
 
 @pytest.mark.parametrize("how", [

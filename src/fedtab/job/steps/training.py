@@ -49,6 +49,7 @@ def summary(tr: "TrainingOutcome") -> dict[str, Any]:
     return {"model": tr.model, "task": tr.task, "rounds": tr.rounds, "local_epochs": tr.local_epochs, "features": list(tr.features),
             "classes": list(tr.classes), "n_params": tr.n_params, "history": tr.history, "metrics": tr.metrics,
             "robust": tr.robust, "left_out": dict(tr.left_out), "privacy": tr.privacy,
+            **({"solver": tr.solver, "solver_reason": tr.solver_reason} if tr.solver is not None else {}),
             **({"importance": tr.importance} if tr.importance is not None else {})}
 
 

@@ -73,6 +73,11 @@ class TrainingOutcome:
     importance: dict[str, Any] | None = None
     #: ``"binary"``, ``"multiclass"`` or ``"regression"`` (:func:`training_task`)
     task: str = "binary"
+    #: logistic regression only: the solver that ran (``"newton"`` or ``"fedavg"``; ``None`` for other models)
+    solver: str | None = None
+    #: why a logistic model asked for Newton–Raphson trained by FedAvg (a run mode Newton does not serve:
+    #: DP, robust; or a model too wide), ``None`` when it ran as asked
+    solver_reason: str | None = None
 
 
 def historic_scores(detail: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:

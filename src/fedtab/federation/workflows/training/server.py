@@ -30,7 +30,7 @@ from fedtab.federation.protocol.modes import run_strategy
 from fedtab.federation.site.matrices import check_part
 from fedtab.federation.workflows.training.outcome import TrainingOutcome, historic_scores
 from fedtab.federation.workflows.training.trainers import trainer_for
-from fedtab.federation.workflows.training.steps import EXACT_TRAINING_MODES, LINEAR_MODES, TRAINING_MODES, dp_fit_release, dp_plan, FitRound, fit_request, fit_round, newton_request, newton_round
+from fedtab.federation.workflows.training.steps import EXACT_TRAINING_MODES, solver_for_modes, LINEAR_MODES, TRAINING_MODES, dp_fit_release, dp_plan, FitRound, fit_request, fit_round, newton_request, newton_round
 from fedtab.federation.steps.describe import as_description, describe, standardisation
 from fedtab.federation.steps.evaluate import evaluate, evaluate_step
 
@@ -210,7 +210,8 @@ def run_training(
                              **({"bounds": o.bounds} if o.bounds else {}))
     if o.rounds < 1 or o.local_epochs < 1:
         raise ValueError("rounds and local_epochs must be at least 1")
-    return _run_rounds(federation, features, _solver_for_width(make_model(model), federation, features), o, task)
+    fm, why = _solver_for_run(make_model(model), federation, features)
+    return _run_rounds(federation, features, fm, o, task, why)
 
 
 #: the widest logistic model (``k·(d+1)`` coefficients) that trains by Newton–Raphson: a Newton round
@@ -219,27 +220,34 @@ def run_training(
 NEWTON_MAX_PARAMS = 500
 
 
-def _solver_for_width(fm: FederatedModel, federation: Federation, features: list[str] | None) -> FederatedModel:
-    """``fm``, or the same logistic model trained by FedAvg when it is wider than
-    :data:`NEWTON_MAX_PARAMS` (width from ``features``, else the agreed schema's columns, and the
-    agreed classes)."""
+def _solver_for_run(fm: FederatedModel, federation: Federation, features: list[str] | None
+                    ) -> tuple[FederatedModel, str | None]:
+    """``(model, why)``: ``fm`` (``why`` ``None``), or the same logistic model trained by FedAvg with the
+    reason — when the run has a mode the Newton step does not serve (:func:`~.steps.solver_for_modes`,
+    from the run's strategy: DP, robust), or when the model is wider than :data:`NEWTON_MAX_PARAMS`
+    (width from ``features``, else the agreed schema's columns, and the agreed classes)."""
+    fm, why = solver_for_modes(fm, run_strategy(federation).modes)
+    if why is not None:
+        log.warning("logistic regression %s", why)
+        return fm, why
     if not _is_newton(fm) or federation.schema is None:
-        return fm
+        return fm, None
     d = len(features) if features is not None else len(federation.schema.columns)
     n_classes = len(federation.schema.classes)
     width = (1 if n_classes <= 2 else n_classes) * (d + 1)
     if width <= NEWTON_MAX_PARAMS:
-        return fm
-    log.warning("logistic regression with %d coefficients trains by FedAvg: a Newton round's Hessian would "
-                "carry %d sums per site (at most %d coefficients by Newton-Raphson)", width, width * width,
-                NEWTON_MAX_PARAMS)
-    return LogisticRegressionModel(l2=fm.l2, mu=fm.mu, solver="fedavg")
+        return fm, None
+    why = (f"trained by FedAvg ({width} coefficients: a Newton round's Hessian would carry {width * width} sums per "
+           f"site; at most {NEWTON_MAX_PARAMS} coefficients by Newton-Raphson)")
+    log.warning("logistic regression %s", why)
+    return LogisticRegressionModel(l2=fm.l2, mu=fm.mu, solver="fedavg"), why
 
 
 def _run_rounds(federation: Federation, features: list[str] | None, fm: FederatedModel, o: TrainingSettings,
-                task: str) -> TrainingOutcome:
+                task: str, solver_reason: str | None = None) -> TrainingOutcome:
     """A classification run of a FedAvg, exact or Newton model: describe (unless ``o.described``),
-    standardise, the rounds, the final evaluation; the outcome with its traffic and participation."""
+    standardise, the rounds, the final evaluation; the outcome with its traffic and participation
+    (``solver_reason``: why a logistic model trains by FedAvg, :func:`_solver_for_run`)."""
     spec = {"name": fm.name, "params": fm.get_params()}
     check_part(o.train_part), check_part(o.eval_part)
     set_quorum(federation, o.min_sites)
@@ -288,6 +296,8 @@ def _run_rounds(federation: Federation, features: list[str] | None, fm: Federate
         local_epochs=int(o.local_epochs), seed=o.seed, model_spec=spec, participation=federation.participation[p0:],
         dropped={s: why for s, why in federation.dropped.items() if s not in dropped0}, robust=opts.robust,
         left_out=left_out, privacy=ledger.report() if ledger is not None else None, task=task,
+        solver=("newton" if _is_newton(fm) else "fedavg") if fm.name == "logistic" else None,
+        solver_reason=solver_reason,
     )
 
 

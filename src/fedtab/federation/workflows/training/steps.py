@@ -17,13 +17,13 @@ run's options (``federation.options``), read once per step:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Collection, Literal, Mapping
 
 import numpy as np
 
 from fedtab.federation.protocol import Federation, FederationError, Summed, SumSpec, validate
 from fedtab.federation.protocol.messages import Message
-from fedtab.federation.protocol.modes import NoisyRelease, SumStep, declare_modes, run_strategy
+from fedtab.federation.protocol.modes import MODES, NoisyRelease, SumStep, declare_modes, run_strategy
 from fedtab.federation.protocol.reduce import (
     cap_weights,
     moment_summaries,
@@ -32,7 +32,6 @@ from fedtab.federation.protocol.reduce import (
     usable_counts,
 )
 from fedtab.federation.workflows.training.trainers import trainer_for
-from fedtab.learn.newton import as_theta, screen_steps
 from fedtab.federation.steps.params import PARAM, SETUP, params_from, params_to
 from fedtab.learn.models import FederatedModel, LogisticRegressionModel, Params
 from fedtab.privacy.accountant import PrivacyLedger
@@ -45,7 +44,7 @@ from fedtab.privacy.dp import (
 )
 from fedtab.privacy.secagg import MOMENT_BITS
 
-__all__ = ["TRAINING_MODES", "EXACT_TRAINING_MODES", "LINEAR_MODES", "fit_step", "dp_fit_release", "FitRound", "fit_round", "dp_plan", "exact_statistics_checker", "fit_request", "dp_fit_settings", "NEWTON_FIELDS", "newton_request", "newton_step", "newton_round", "NewtonSums"]
+__all__ = ["TRAINING_MODES", "NEWTON_MODES", "NEWTON_UNSERVED", "solver_for_modes", "EXACT_TRAINING_MODES", "LINEAR_MODES", "fit_step", "dp_fit_release", "FitRound", "fit_round", "dp_plan", "exact_statistics_checker", "fit_request", "dp_fit_settings", "NEWTON_FIELDS", "newton_request", "newton_step", "newton_round", "NewtonSums"]
 
 #: the modes the training steps support (an exact-aggregation model: no DP release)
 TRAINING_MODES = declare_modes("training", "secure", "dp", "robust")
@@ -53,6 +52,31 @@ EXACT_TRAINING_MODES = declare_modes("training.exact", "secure", "robust")
 #: the modes of an exact regression model (``linear``): its evaluation has no DP release and its
 #: statistics no robust screen
 LINEAR_MODES = declare_modes("training.linear", "secure")
+#: the modes federated Newton–Raphson serves (plain and secure sums); in another mode a logistic model
+#: trains by FedAvg with that mode's own machinery (:func:`solver_for_modes`)
+NEWTON_MODES = declare_modes("training.newton", "secure")
+#: why Newton–Raphson does not serve a mode (benchmarks/README.md, "Robust mode under poisoning" and
+#: "Privacy", has the measurements)
+NEWTON_UNSERVED: dict[str, str] = {
+    "dp": "a DP Newton release noises the Hessian sum with a sensitivity of the squared row bound, which "
+          "swamps the curvature; DP gradient descent clips each row's gradient instead",
+    "robust": "a lying site's Newton step is hard to screen against honest sites' own steps and its claimed rows "
+              "weight the pooled sums; the coordinate-wise median of the sites' FedAvg parameters bounds it",
+}
+
+
+def solver_for_modes(fm: FederatedModel, modes: Collection[str]) -> tuple[FederatedModel, str | None]:
+    """``(model, why)``: ``fm`` and ``None`` when its solver serves every mode in ``modes`` (names of
+    :data:`~fedtab.federation.protocol.modes.MODES`); a logistic model by Newton–Raphson in a mode
+    outside :data:`NEWTON_MODES` is returned as the same model by FedAvg (``solver = "fedavg"``, same
+    ``l2``/``mu``), with the one-line reason. Pure: no exchange."""
+    if not (isinstance(fm, LogisticRegressionModel) and fm.newton):
+        return fm, None
+    unserved = [m for m in modes if m in MODES and m not in NEWTON_MODES]
+    if not unserved:
+        return fm, None
+    why = "; ".join(f"{m} mode: {NEWTON_UNSERVED.get(m, 'not declared by the Newton step')}" for m in unserved)
+    return LogisticRegressionModel(l2=fm.l2, mu=fm.mu, solver="fedavg"), f"trained by FedAvg ({why})"
 
 
 
@@ -60,19 +84,16 @@ def dp_plan(fm: FederatedModel, rounds: int, local_epochs: int, eval_every: int,
             ) -> tuple[dict[str, int], dict[str, float]]:
     """``(releases per step, noise scale per step)`` of one DP training run, for the accountant.
 
-    Logistic regression by Newton–Raphson: 2 releases (gradient, Hessian) per iteration, at most
-    ``rounds``; by FedAvg: DP gradient descent (``DP_GD_STEPS_PER_EPOCH`` releases per
-    local epoch, each at ``DP_GD_NOISE_SCALE`` × the base multiplier); other FedAvg models by
-    DP-FedAvg (one release per round); the description is 3 releases (unless it came with the
-    election), each evaluation one.
+    Logistic regression (by FedAvg under DP whatever its solver: :func:`solver_for_modes`) by DP
+    gradient descent (``DP_GD_STEPS_PER_EPOCH`` releases per local epoch, each at
+    ``DP_GD_NOISE_SCALE`` × the base multiplier); other FedAvg models by DP-FedAvg (one release per
+    round); the description is 3 releases (unless it came with the election), each evaluation one.
     """
     trainer = trainer_for(fm)
     if trainer is not None:  # e.g. boosted trees: releases per depth level, not per FedAvg round
         return trainer.dp_plan(fm)
+    fm = solver_for_modes(fm, ("dp",))[0]
     n_evals = 1 + (sum(1 for r in range(1, rounds + 1) if r % eval_every == 0 or r == rounds) if eval_every else 0)
-    if isinstance(fm, LogisticRegressionModel) and fm.newton:  # a gradient and a Hessian per iteration
-        return ({"training.describe": 0 if described else 3, "training.fit": 2 * rounds, "training.evaluate": n_evals},
-                {"training.fit": 1.0})
     steps = DP_GD_STEPS_PER_EPOCH * int(local_epochs) if isinstance(fm, LogisticRegressionModel) else 1
     plan = {"training.describe": 0 if described else 3, "training.fit": rounds * steps, "training.evaluate": n_evals}
     return plan, {"training.fit": DP_GD_NOISE_SCALE if steps > 1 else 1.0}
@@ -299,68 +320,39 @@ def _newton_checker(federation: Federation, size: int, k: int, part: str, exact:
     return check
 
 
-def _psd_hessian(message: Message) -> tuple[Message, int]:
-    """Post-processing of a noisy Hessian: symmetrised, negative eigenvalues set to 0 (``(message,
-    eigenvalues floored)``)."""
-    H = np.asarray(message.arrays["hess"], dtype=np.float64)
-    w, V = np.linalg.eigh(0.5 * (H + H.T))
-    arrays = dict(message.arrays)
-    arrays["hess"] = (V * np.maximum(w, 0.0)) @ V.T
-    return Message(message.kind, arrays, dict(message.meta)), int((w < 0).sum())
-
-
 def newton_step(federation: Federation, request: Message, k: int, n_features: int, part: str, *, round_: int,
                 l2: float = 0.0) -> SumStep[NewtonSums]:
     """One Newton iteration's configure/aggregate pair: ``request`` (:func:`newton_request`), the
-    summed gradient and Hessian over the rows of the sites in the sum; robust: the sites whose own
-    Newton step lies far from the others' are left out (:func:`fedtab.learn.newton.screen_steps`;
-    ``l2`` the model's penalty), the rest summed with capped site shares; DP: two Gaussian
-    releases of ``"training.fit"``, checked for shape and finiteness, the Hessian made positive
-    semi-definite (:func:`_psd_hessian`)."""
+    summed gradient and Hessian over the rows of the sites in the sum (plain or secure sums; the step
+    has no robust reducer and no DP release: :data:`NEWTON_MODES`, :func:`solver_for_modes`)."""
     size = k * (n_features + 1)
     schema = federation.schema
     assert schema is not None
+    accepted: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
 
-    def pair(exact: bool) -> SumStep[NewtonSums]:
-        accepted: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
+    def aggregate(summed: Summed) -> NewtonSums:
+        n = float(sum(schema.rows(s, part) for s in summed.sites))
+        if not n > 0:
+            raise FederationError("the Newton sums cover no training rows")
+        g, H = summed.sums["grad"], summed.sums["hess"]
+        if g.shape != (size,) or H.shape != (size, size):
+            raise FederationError("the summed Newton sums do not have the model's shapes")
+        return NewtonSums(g, H, n)
 
-        def aggregate(summed: Summed) -> NewtonSums:
-            n = float(sum(schema.rows(s, part) for s in summed.sites))
-            if not n > 0:
-                raise FederationError("the Newton sums cover no training rows")
-            g, H = summed.sums["grad"], summed.sums["hess"]
-            if g.shape != (size,) or H.shape != (size, size):
-                raise FederationError("the summed Newton sums do not have the model's shapes")
-            return NewtonSums(g, H, n)
-
-        def robust(summed: Summed) -> tuple[NewtonSums, dict[str, str]]:
-            names = [s for s in summed.replies if s in accepted]
-            if not names:
-                raise FederationError("no site's Newton sums to reduce")
-            keep = screen_steps(as_theta(params_from(request)), [accepted[s] for s in names], l2)
-            screened = {s: "its Newton step lies far from the other sites' (screened)"
-                        for s, k in zip(names, keep) if not k}
-            names = [s for s, k in zip(names, keep) if k]
-            rows = np.array([float(accepted[s][2]) for s in names])
-            share = cap_weights(rows, federation.options.max_site_share)
-            n = float(rows.sum())
-            g = sum(w * accepted[s][0] / accepted[s][2] for w, s in zip(share, names)) * n
-            H = sum(w * accepted[s][1] / accepted[s][2] for w, s in zip(share, names)) * n
-            return NewtonSums(np.asarray(g), np.asarray(H), n), screened
-
-        return SumStep(request, SumSpec(dict(NEWTON_FIELDS)), _newton_checker(federation, size, k, part, exact,
-                                                                                accepted),
-                       aggregate, robust, kind="newton")
-
-    exact = pair(True)
-    exact.noisy = NoisyRelease(pair(False), "training.fit", 2, denoise=_psd_hessian)
-    return exact
+    return SumStep(request, SumSpec(dict(NEWTON_FIELDS)), _newton_checker(federation, size, k, part, True, accepted),
+                   aggregate, kind="newton")
 
 
 def newton_round(federation: Federation, request: Message, k: int, n_features: int, part: str, *, round_: int,
                  ledger: PrivacyLedger | None = None, on_error: Literal["raise", "skip"] | None = None,
                  l2: float = 0.0) -> tuple[NewtonSums, dict[str, str]]:
-    """One Newton exchange on the run's strategy: ``(sums, left out)`` (see :func:`newton_step`)."""
+    """One Newton exchange on the run's strategy: ``(sums, left out)`` (see :func:`newton_step`).
+
+    Raises:
+        ValueError: the run has a mode outside :data:`NEWTON_MODES` (train by FedAvg then).
+    """
+    strategy = run_strategy(federation, ledger)
+    strategy.check_supported(NEWTON_MODES, "federated Newton-Raphson")
     pair = newton_step(federation, request, k, n_features, part, round_=round_, l2=l2)
-    out = run_strategy(federation, ledger).run(federation, pair, on_error=on_error)
+    out = strategy.run(federation, pair, on_error=on_error)
     return out.result, {s: f"newton round {round_}: {why}" for s, why in out.measurements.left_out.items()}
