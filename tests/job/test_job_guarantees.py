@@ -320,7 +320,11 @@ def test_a_loopback_deployment_runs_the_job_on_its_superlink_with_sites_that_kno
     target = job_run.EngineTarget("flower", "loopback", timeout=123.0)
     raw = job_run._run_engine(spec, target, configs, spec.plan(), lambda _m: None, tmp_path)
     assert raw == {"engine": "flower"} and seen["stopped"]
-    assert seen["nodes"] == [{"name": c["name"], "data-path": c["data-path"], "min-rows": 5} for c in site_files]
+    # each node knows its name, table, floor and (fedtab plays its operator here) its own split; nothing else
+    split = ("test-size", "seed", "folds")
+    assert seen["nodes"] == [{"name": c["name"], "data-path": c["data-path"], "min-rows": 5,
+                              **{k: c[k] for k in split if k in c}} for c in site_files]
+    assert all("selector" not in n and "policy" not in n for n in seen["nodes"])
     link = seen["link"]
     assert (link.address, link.root_certificates, link.site_keys, link.timeout) == (
         "127.0.0.1:9999", tmp_path / "ca.pem", tmp_path / "keys.json", 123.0)
