@@ -258,8 +258,10 @@ class HostileSite(Site):
         self.attack = attack
 
     def handle(self, request: Message) -> Message:
+        from fedtab.federation.protocol.piggyback import PARTS
+
         reply = super().handle(request)
-        if reply.is_error:
+        if reply.is_error or PARTS in request.meta:  # a fused request's parts were each answered (and lied about) here
             return reply
         lies_about_rows = self.attack in ("rows", "rows_reversed")
         if request.kind in STEPS[self.step] and request.kind != "impute_setup":
