@@ -26,7 +26,7 @@ def imputation_site_configs(tmp_path):
 
 
 #: Test files that take a worker for minutes (real Flower deployments, long trainings) and the
-#: seconds each took alone, one file at a time, on the shared 2-core machine (load 6-20, so about
+#: seconds each took alone, one file at a time, on the shared 2-core machine (load 4-20, so about
 #: 2-4x an idle machine's; only their order matters here). ``make test`` runs ``-n 3 --dist
 #: loadfile``: xdist hands out whole files in collection order, by default re-sorted by test count,
 #: which queued these few-test files last (the killed-SuperNode file 164th of 169): they started
@@ -37,7 +37,10 @@ HEAVY_FILES = {
     "tests/engines/test_ledger_flower_runs.py": 188,
     "tests/engines/test_flower_guide_loopback.py": 187,
     "tests/engines/test_trust_dropouts_flower.py": 143,
-    "tests/impute/test_impute_prior.py": 128,
+    "tests/job/test_job.py": 76,
+    "tests/federation/workflows/test_hostile_matrix.py": 62,
+    "tests/engines/test_lean_client.py": 54,
+    "tests/engines/test_engine_nvflare.py": 50,
     "tests/engines/test_flower_fab_guard.py": 46,
 }
 #: quick files of many tests (alone: 111 tests in 8 s, 60 in 7 s, 32 in 5 s) that go behind a heavy
