@@ -39,6 +39,7 @@ HEAVY_FILES = {
     "tests/engines/test_trust_dropouts_flower.py": 143,
     "tests/job/test_job.py": 76,
     "tests/federation/workflows/test_hostile_matrix.py": 62,
+    "tests/job/test_job_guarantees.py": 53,
     "tests/engines/test_lean_client.py": 54,
     "tests/engines/test_engine_nvflare.py": 50,
     "tests/engines/test_flower_fab_guard.py": 46,
