@@ -42,6 +42,8 @@ HEAVY_FILES = {
     "tests/job/test_job_guarantees.py": 53,
     "tests/engines/test_lean_client.py": 54,
     "tests/engines/test_engine_nvflare.py": 50,
+    "tests/cli/test_robust_cli.py": 48,
+    "tests/benchmarks/test_bench_vs_nvflare.py": 47,
     "tests/engines/test_flower_fab_guard.py": 46,
 }
 #: quick files of many tests (alone: 111 tests in 8 s, 60 in 7 s, 32 in 5 s) that go behind a heavy
