@@ -37,6 +37,7 @@ HEAVY_FILES = {
     "tests/engines/test_ledger_flower_runs.py": 188,
     "tests/engines/test_flower_guide_loopback.py": 187,
     "tests/engines/test_trust_dropouts_flower.py": 143,
+    "tests/federation/protocol/test_summing.py": 99,
     "tests/job/test_job.py": 76,
     "tests/federation/workflows/test_hostile_matrix.py": 62,
     "tests/job/test_job_guarantees.py": 53,
@@ -44,6 +45,7 @@ HEAVY_FILES = {
     "tests/engines/test_engine_nvflare.py": 50,
     "tests/cli/test_robust_cli.py": 48,
     "tests/benchmarks/test_bench_vs_nvflare.py": 47,
+    "tests/estimators/test_input_contract.py": 46,
     "tests/engines/test_flower_fab_guard.py": 46,
 }
 #: quick files of many tests (alone: 111 tests in 8 s, 60 in 7 s, 32 in 5 s) that go behind a heavy
