@@ -153,7 +153,9 @@ def rank4_sites(n=1200, f=12, seed=0):
 
 
 def test_prior_gnn_beats_the_plain_gnn_on_a_rank4_table():
-    sites, truth, cols = rank4_sites()
+    # 600 rows (150 a site) keep the margins of 1200 at half the training (imputer seeds 0-3: RMSE
+    # 0.648-0.658 with the prior, 0.68-0.79x the plain GNN's; 1200 rows, seed 0: 0.649, 0.79x)
+    sites, truth, cols = rank4_sites(n=600)
     rng = np.random.default_rng(1)
     queries = [s.mask(rng.random(s.shape) < 0.5) for s in sites]
     scores = {}
