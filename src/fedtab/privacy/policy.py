@@ -1015,19 +1015,20 @@ def _select_fit(policy: DisclosurePolicy, site: "Site", request: "Message") -> s
                   or _models_per_request(policy, request, shapes["M"], "selection chains")
                   or _models_work(policy, site, shapes, shapes["M"] * epochs))
     reason = reason or _charge_run(policy, site, "fit", "fit rounds")
-    if reason is None and shapes is not None:
+    if reason is None and shapes is not None and isinstance(setup, dict):  # new chains: a setup of its own
         reason = _charge_chains(policy, site, setup, shapes)
     return reason
 
 
 def _charge_chains(policy: DisclosurePolicy, site: "Site", setup: Any, shapes: Mapping[str, Any]) -> str | None:
-    """Every chain a ``select_fit`` request trains here is one evaluation of the part it trains on
+    """Every chain a ``select_fit`` request sets up here is one evaluation of the part it trains on
     (``fit:k``, ``train`` for the refit and for folds the site lacks; ``max_evaluations`` per part per
     run: a chain's update is the server's model answered over those rows) and one trained model
-    (:data:`CHAIN_KEY`, counted only by ``select_evaluate``'s distinct models); its work is counted
-    with the request's (:func:`_models_work`)."""
-    stored = site.state.get(_SELECT_SETUP)
-    without = setup.get("without") if isinstance(setup, dict) else (stored or {}).get("without", [])
+    (:data:`CHAIN_KEY`, counted only by ``select_evaluate``'s distinct models), once: the request
+    that carries the chains' setup. Its later rounds (the stored setup) are fit rounds of the same
+    chains, each charged as one of ``max_rounds`` with its work (:func:`_models_work`): an honest
+    cross-validation runs several rounds of a few hundred chains within the default caps."""
+    without = setup.get("without")
     name, n_folds = getattr(site, "name", None), site.parts.n_folds
     counts: dict[str, int] = {}
     for w, fold in zip(without, np.asarray(shapes["fold"]).tolist()):
