@@ -102,6 +102,11 @@ def guide(tmp_path_factory):
     try:
         for i, (who, argv) in enumerate(commands[:-1]):
             argv, env = _env(list(argv), work)
+            if "--node-config" in argv:  # each site's operator pins the job's split seed in its own node
+                # config (a site's choice: without it the site draws a secret one, and the model could
+                # not be compared with the local engine's)
+                at = argv.index("--node-config") + 1
+                argv[at] = f"{argv[at]} seed=0"
             if argv[0].endswith("flwr"):  # registration: one-shot
                 done = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True, timeout=120,
                                       start_new_session=True)
