@@ -161,6 +161,22 @@ def range_from_counts(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
+def _grid_counts_checked(grid: np.ndarray, counts: np.ndarray, max_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(grid as float32, counts as float64)`` once ``max_bins`` is in 2..65535 and the counts
+    cover the grid's ``g + 1`` bins.
+
+    Raises:
+        ValueError: naming what is wrong.
+    """
+    if not 2 <= int(max_bins) <= 65535:
+        raise ValueError(f"max_bins must be in 2..65535, got {max_bins}")
+    g = np.asarray(grid, dtype=np.float32)
+    c = np.asarray(counts, dtype=np.float64)
+    if c.ndim != 1 or c.size < g.size + 1:
+        raise ValueError(f"counts must cover the grid's {g.size + 1} bins, got shape {c.shape}")
+    return g, c
+
+
 def quantile_edges(counts: np.ndarray, grid: np.ndarray, max_bins: int) -> np.ndarray:
     """At most ``max_bins − 1`` float32 edges, points of ``grid`` ``(g,)``, from pooled counts
     ``(≥ g + 1,)`` over its bins: every edge between two bins holding rows when at most
@@ -170,12 +186,7 @@ def quantile_edges(counts: np.ndarray, grid: np.ndarray, max_bins: int) -> np.nd
     Raises:
         ValueError: ``max_bins`` outside 2..65535, counts shorter than the grid's bins.
     """
-    if not 2 <= int(max_bins) <= 65535:
-        raise ValueError(f"max_bins must be in 2..65535, got {max_bins}")
-    g = np.asarray(grid, dtype=np.float32)
-    c = np.asarray(counts, dtype=np.float64)
-    if c.ndim != 1 or c.size < g.size + 1:
-        raise ValueError(f"counts must cover the grid's {g.size + 1} bins, got shape {c.shape}")
+    g, c = _grid_counts_checked(grid, counts, max_bins)
     c = np.where(c > 0, c, 0.0)[:g.size + 1]
     cum = np.cumsum(c)[:-1]  # rows below grid point i (the rank of the edge g[i])
     total = float(c.sum())
@@ -323,12 +334,7 @@ def noisy_quantile_edges(counts: np.ndarray, grid: np.ndarray, max_bins: int) ->
     Raises:
         ValueError: as :func:`quantile_edges`.
     """
-    if not 2 <= int(max_bins) <= 65535:
-        raise ValueError(f"max_bins must be in 2..65535, got {max_bins}")
-    g = np.asarray(grid, dtype=np.float32)
-    c = np.asarray(counts, dtype=np.float64)
-    if c.ndim != 1 or c.size < g.size + 1:
-        raise ValueError(f"counts must cover the grid's {g.size + 1} bins, got shape {c.shape}")
+    g, c = _grid_counts_checked(grid, counts, max_bins)
     c = np.clip(np.nan_to_num(c[:g.size + 1], nan=0.0), 0.0, None)  # negatives clipped: a monotone CDF
     cdf = np.cumsum(c)[:-1]  # rows below grid point i
     total = float(c.sum())
