@@ -123,3 +123,26 @@ class Hostile(Site):
         if request.kind == self.kind and self.tamper is not None and not reply.is_error:
             reply = self.tamper(reply)
         return reply
+
+
+def flare_context(workspace: Path, job_id: str, name: str = "site-1") -> Any:
+    """The parts of an NVIDIA FLARE ``FLContext`` the fedtab executor reads: the client's name, the
+    job id and the workspace folders (``workspace/local`` the site's own config folder,
+    ``workspace/<job_id>`` the job's run folder, created)."""
+    from types import SimpleNamespace
+
+    ws = SimpleNamespace(get_site_config_dir=lambda: str(workspace / "local"),
+                         get_run_dir=lambda job: str(workspace / job))
+    engine = SimpleNamespace(get_workspace=lambda: ws)
+    (workspace / job_id).mkdir(parents=True, exist_ok=True)
+    return SimpleNamespace(get_identity_name=lambda: name, get_job_id=lambda: job_id, get_engine=lambda: engine)
+
+
+def write_flare_site_file(workspace: Path, own: dict[str, Any]) -> Path:
+    """``own`` as the site's own ``workspace/local/fedtab-site.json`` (what a FLARE site keeps)."""
+    import json
+
+    path = workspace / "local" / "fedtab-site.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(own))
+    return path

@@ -13,7 +13,6 @@ import json
 import logging
 from dataclasses import fields
 from pathlib import Path
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -21,7 +20,17 @@ import pytest
 from fedtab.engines.site_config import POLICY_STRICTER, own_over_job, stricter_policy
 from fedtab.federation.protocol.messages import Message
 from fedtab.privacy.policy import DisclosurePolicy
-from tests.builders import write_classification_sites
+from tests.builders import write_classification_sites, flare_context, write_flare_site_file
+
+
+def _fl_ctx(workspace: Path, job: str, name: str = "site-1"):
+    """A FLARE context whose job id names the workspace (live sites are cached per job and site)."""
+    return flare_context(workspace, f"{workspace.name}-{job}", name)
+
+
+def _local(workspace: Path, own: dict) -> None:
+    write_flare_site_file(workspace, own)
+
 
 nvflare = pytest.importorskip("fedtab.engines.nvflare")
 
@@ -37,20 +46,8 @@ def sites(tmp_path_factory) -> list[dict]:
                                       split_seed=0)[:2]
 
 
-def _fl_ctx(workspace: Path, job: str, name: str = "site-1"):
-    """The parts of an ``FLContext`` the executor reads: client name, job id, workspace folders
-    (the job id names the workspace: live sites are cached per job and site in this process)."""
-    job_id = f"{workspace.name}-{job}"
-    ws = SimpleNamespace(get_site_config_dir=lambda: str(workspace / "local"),
-                         get_run_dir=lambda job: str(workspace / job))
-    engine = SimpleNamespace(get_workspace=lambda: ws)
-    (workspace / job_id).mkdir(parents=True, exist_ok=True)
-    return SimpleNamespace(get_identity_name=lambda: name, get_job_id=lambda: job_id, get_engine=lambda: engine)
 
 
-def _local(workspace: Path, own: dict) -> None:
-    (workspace / "local").mkdir(parents=True, exist_ok=True)
-    (workspace / "local" / nvflare.SITE_FILE).write_text(json.dumps(own))
 
 
 def _answer(executor, workspace: Path, job: str, request: Message = DESCRIBE) -> Message:

@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from fedtab.federation.protocol.messages import Message
-from tests.builders import write_classification_sites
+from tests.builders import write_classification_sites, flare_context
+
+def _fl_ctx(workspace: Path, job_id: str, name: str = "site-1"):
+    return flare_context(workspace, job_id, name)
+
 
 flower = pytest.importorskip("fedtab.engines.flower")
 
@@ -112,13 +115,6 @@ def test_a_clientapp_takes_the_run_id_of_its_context(sites):
 
 
 # ----------------------------------------------------------------------------- NVIDIA FLARE
-def _fl_ctx(workspace: Path, job_id: str, name: str = "site-1"):
-    """The parts of an ``FLContext`` the executor reads: client name, job id, workspace folders."""
-    ws = SimpleNamespace(get_site_config_dir=lambda: str(workspace / "local"),
-                         get_run_dir=lambda job: str(workspace / job))
-    engine = SimpleNamespace(get_workspace=lambda: ws)
-    (workspace / job_id).mkdir(parents=True, exist_ok=True)
-    return SimpleNamespace(get_identity_name=lambda: name, get_job_id=lambda: job_id, get_engine=lambda: engine)
 
 
 def test_flare_job_id_reaches_the_site_and_its_state_folder_is_its_own(sites, tmp_path, caplog):

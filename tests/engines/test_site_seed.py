@@ -14,14 +14,23 @@ import json
 import logging
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from fedtab.engines import site_config as sc
 from fedtab.federation.protocol.messages import Message
-from tests.builders import write_classification_sites
+from tests.builders import write_classification_sites, flare_context, write_flare_site_file
+
+
+def _fl_ctx(workspace: Path, job: str, name: str = "site-1"):
+    """A FLARE context whose job id names the workspace (live sites are cached per job and site)."""
+    return flare_context(workspace, f"{workspace.name}-{job}", name)
+
+
+def _local(workspace: Path, own: dict) -> None:
+    write_flare_site_file(workspace, own)
+
 
 flower = pytest.importorskip("fedtab.engines.flower")
 
@@ -119,20 +128,8 @@ def test_the_run_seed_lives_in_the_nodes_context_state(sites):
 
 
 # ----------------------------------------------------------------------------- NVIDIA FLARE
-def _fl_ctx(workspace: Path, job: str, name: str = "site-1"):
-    """An ``FLContext``'s parts the executor reads (the job id names the workspace: live sites are
-    cached per job and site in this process)."""
-    job_id = f"{workspace.name}-{job}"
-    ws = SimpleNamespace(get_site_config_dir=lambda: str(workspace / "local"),
-                         get_run_dir=lambda job: str(workspace / job))
-    engine = SimpleNamespace(get_workspace=lambda: ws)
-    (workspace / job_id).mkdir(parents=True, exist_ok=True)
-    return SimpleNamespace(get_identity_name=lambda: name, get_job_id=lambda: job_id, get_engine=lambda: engine)
 
 
-def _local(workspace: Path, own: dict) -> None:
-    (workspace / "local").mkdir(parents=True, exist_ok=True)
-    (workspace / "local" / "fedtab-site.json").write_text(json.dumps(own))
 
 
 def test_a_flare_job_cannot_reseed_or_resize_a_sites_parts(sites, tmp_path, caplog):
