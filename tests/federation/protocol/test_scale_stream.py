@@ -6,21 +6,15 @@ sender, before anything of it enters a sum."""
 import numpy as np
 import pytest
 
-from fedtab import LocalFederation, Site, run_election
+from fedtab import LocalFederation, run_election
 from fedtab.federation import Message, SiteError, gather_ballots
 from fedtab.federation.protocol import set_options
 from fedtab.federation.protocol.schema import DECLARED, parse_declaration
 from fedtab.federation.protocol.summing import PLAIN_SUM, PlainSums, SumSpec
 from fedtab.federation.steps.describe import DESCRIBE_FIELDS, describe_site
-from tests.builders import Hostile, classification_parts, make_sites
+from tests.builders import classification_parts, make_sites
+from tests.federation.protocol.test_scale_wire import _sites  # the same three sites, one hostile
 
-
-def _sites(hostile=None, kind="ballot", n_features=12):
-    _, parts = classification_parts(300, n_features, 3, 2, [0.4, 0.3, 0.3], seed=1, class_sep=1.5)
-    out = make_sites(parts[:2], names="h{i}", selector="anova")
-    cls = (lambda *a, **k: Hostile(*a, tamper=hostile, kind=kind, **k)) if hostile else Site
-    out.append(cls("evil" if hostile else "h2", parts[2], "target", selector="anova"))
-    return out
 
 
 def _own_moments(sites, features):
