@@ -63,7 +63,8 @@ def test_quick_run_writes_results(tmp_path):
     from fedtab.report.guarantees import guarantee_of
 
     assert f"`fit`: {guarantee_of(KINDS['fit'])['secure']}" in md  # the guarantee is the declarations' text
-    assert f"`newton`: {guarantee_of(KINDS['newton'])['dp']}" in md
+    assert f"`newton`: {guarantee_of(KINDS['newton'])['secure']}" in md  # secure sums: Newton
+    assert f"`fit`: {guarantee_of(KINDS['fit'])['dp']}" in md  # DP: logistic trains by FedAvg
     assert f"`ballot`: {guarantee_of(KINDS['ballot'])['dp']}" in md
     assert f"`gbdt_sketch`: {guarantee_of(KINDS['gbdt_sketch'])['dp']}" in md  # the DP sketch's guarantee
     assert f"`gbdt_level`: {guarantee_of(KINDS['gbdt_level'])['secure']}" in md
