@@ -75,3 +75,19 @@ def test_a_robust_heart_job_trains_logistic_by_fedavg_within_its_planned_exchang
     steps = {s["step"]: s["exchanges"] for s in out.result["steps"]}
     plan = planned_exchanges(spec)
     assert all(steps[k] <= plan[k] for k in steps) and fed.exchange_count <= sum(plan.values())
+
+
+def test_the_default_heart_job_stops_its_imputation_rounds_on_the_validation_plateau(tmp_path):
+    """``[impute]`` at its defaults (20 rounds, patience 3): the rounds stop once the median site's
+    validation RMSE plateaus — 16 exchanges in all here (32 with every round) — and the plan, which
+    counts every round, stays an upper bound (issue 31)."""
+    spec = _heart_job(tmp_path, {})
+    assert (spec.impute.rounds, spec.impute.patience) == (20, 3)
+    fed = LocalFederation([build_site(c) for c in site_configs(spec)])
+    out = run_workflow(fed, spec)
+    steps = {s["step"]: s["exchanges"] for s in out.result["steps"]}
+    rounds = out.result["imputation"]["rounds"]
+    assert 3 < rounds < 20 and steps["imputation"] == rounds + 3
+    assert fed.exchange_count == sum(steps.values()) == 16
+    plan = planned_exchanges(spec)
+    assert plan["imputation"] == 23 and all(steps[k] <= plan[k] for k in steps)

@@ -93,13 +93,14 @@ def _linear_model(model: Any) -> bool:
 def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     """``{step: exchanges}`` the job's plan makes (an estimate), in step order.
 
-    Exact for schema, election, imputation, FedAvg training and baselines as the job folds them
+    Exact for schema, election, FedAvg training and baselines as the job folds them, an upper bound
+    for the imputation (its rounds stop early on a validation plateau, ``[impute] patience``)
     (checked against the in-process engine's exchange count); an upper bound for a logistic model
     trained by Newton–Raphson (the default), whose ``rounds`` are its most iterations: it stops
     once a step is shorter than :data:`~fedtab.learn.newton.NEWTON_TOL` (the heart job: 6 of 10,
     its final evaluation riding on the last), and the estimate lines then count exchanges the run
     does not make. In a *plain* run (no secure sums, DP or robust reducers) requests ride on the
-    next exchange (:mod:`fedtab.federation.protocol.piggyback`): imputation ``rounds + 3`` (schema,
+    next exchange (:mod:`fedtab.federation.protocol.piggyback`): imputation at most ``rounds + 3`` (schema,
     statistics, the rounds with the setup on the first, one evaluation with the kept best round's
     riding on it; ``4`` with no rounds), its ``impute_apply`` on the election's ballot; for a Newton
     model the count assumes the run stops at its cap (training ``rounds + 1``, baselines 1): a

@@ -55,6 +55,9 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         validation_fraction: share of each site's rows held out for validation
             (0 = none; then no validation report and no best-round selection).
         validation_mask_fraction, keep_best: validation.
+        patience, tolerance: early stopping (the rounds stop once the median site's validation
+            RMSE has not improved by more than ``tolerance``, relative, for ``patience`` rounds;
+            0 = every round runs; not under secure sums or DP).
         block_unavailable: ablation (reference behaviour, no messages into unavailable nodes).
         use_prior, prior_rank, prior_max_rank: the linear (factor-model) prior the GNN
             corrects; ``use_prior=False`` is the plain GNN (ablation).
@@ -108,6 +111,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         validation_fraction: float = 0.2,
         validation_mask_fraction: float = 0.2,
         keep_best: bool = True,
+        patience: int = 3,
+        tolerance: float = 0.005,
         block_unavailable: bool = False,
         use_prior: bool = True,
         prior_rank: int | None = None,
@@ -140,6 +145,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         self.validation_fraction = validation_fraction
         self.validation_mask_fraction = validation_mask_fraction
         self.keep_best = keep_best
+        self.patience = patience
+        self.tolerance = tolerance
         self.block_unavailable = block_unavailable
         self.use_prior = use_prior
         self.prior_rank = prior_rank

@@ -129,8 +129,15 @@ class ImputeSpec:
     max_steps_per_round: int | None = None
     validation_mask_fraction: float = 0.2
     keep_best: bool = True
+    patience: int = 3
+    tolerance: float = 0.005
     block_unavailable: bool = False
     n_threads: int | None = None
+
+    _constraints: ClassVar[dict] = {
+        "patience": Interval(0, None, integer=True, text="a non-negative integer (0 = no early stopping)"),
+        "tolerance": Interval(0, 1, "left"),
+    }
 
 
 @dataclass

@@ -16,7 +16,7 @@ from fedtab.impute.graph import build_feature_graph
 # torch (and fedtab.impute.model/train, which import it) inside the tests: collection stays fast
 pytestmark = pytest.mark.requires("torch")
 
-FAST = dict(rounds=8, local_epochs=2, hidden_dim=16, n_layers=2, seed=0)
+FAST = dict(rounds=8, local_epochs=2, hidden_dim=16, n_layers=2, seed=0, patience=0)  # every round runs
 
 
 def correlated_sites(n=800, f=8, seed=0, missing=0.1):
@@ -201,3 +201,108 @@ def test_the_kept_best_rounds_evaluation_rides_on_the_last_ones():
     alone = evaluate(fed, earlier, f)
     assert ev.overall == pytest.approx(alone.overall, rel=1e-12)
     assert ev.overall != pytest.approx(evaluate(fed, res.weights, f).overall, rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- early stopping (issue 31)
+def _scripted_rounds(monkeypatch, medians):
+    """``run_imputation``'s rounds return ``medians[rnd - 1]`` as the median site's RMSE (the real
+    round runs; only what the server reads of it is scripted). Returns the list of rounds run."""
+    from fedtab.federation.workflows.imputation import server
+
+    ran, real = [], server.fit_round
+
+    def fit_round(fed, weights, rnd, *a, **kw):
+        new, val, loss, median = real(fed, weights, rnd, *a, **kw)
+        ran.append(rnd)
+        return new, val, loss, (medians[rnd - 1] if median is not None else None)
+
+    monkeypatch.setattr(server, "fit_round", fit_round)
+    return ran
+
+
+def _small_fed(**options):
+    from fedtab.federation.protocol import set_options
+
+    sites, _, _ = correlated_sites(n=400)  # 20 validation rows a site: each site's errors are released
+    fed = LocalFederation([Site(f"s{i}", t, test_size=0.2, seed=0) for i, t in enumerate(sites)])
+    if options:
+        set_options(fed, **options)
+    return fed
+
+
+TINY = dict(hidden_dim=4, n_layers=1, seed=0)
+# best at round 3 (0.5), then no round beats it by more than 1 %
+PLATEAU = [1.0, 0.8, 0.5, 0.499, 0.5, 0.498, 0.497, 0.499, 0.5, 0.5]
+
+
+@pytest.mark.parametrize("patience", [1, 2, 4])
+def test_the_rounds_stop_patience_rounds_after_the_best_one(monkeypatch, patience):
+    ran = _scripted_rounds(monkeypatch, PLATEAU)
+    fed = _small_fed()
+    res = run_imputation(fed, ImputeConfig(rounds=10, patience=patience, tolerance=0.01, **TINY))
+    assert ran == list(range(1, 3 + patience + 1))  # best at round 3, then `patience` rounds without a gain
+    assert len(res.history) == 3 + patience and res.best_round <= 3 + patience
+    # schema, statistics, the rounds (the setup rode on the first), one evaluation
+    assert fed.exchange_count == 3 + patience + 3
+
+
+def test_a_smaller_tolerance_counts_a_small_gain_as_one():
+    from fedtab.federation.workflows.imputation.stopping import Plateau
+
+    # tolerance 1 %: nothing after round 3 beats 0.5 enough; 0: 0.499, 0.498, 0.497 are each a new best
+    for tol, stop in [(0.01, 5), (0.0, 9)]:
+        p = Plateau(2, tol)
+        got = next(r for r, v in enumerate(PLATEAU, 1) if p.update(r, v))
+        assert got == stop, tol
+
+
+def test_patience_zero_runs_every_round(monkeypatch):
+    ran = _scripted_rounds(monkeypatch, [1.0] * 6)
+    res = run_imputation(_small_fed(), ImputeConfig(rounds=6, patience=0, **TINY))
+    assert ran == list(range(1, 7)) and len(res.history) == 6
+
+
+def test_secure_sums_run_every_round(monkeypatch):
+    """Under secure sums the server learns only the summed errors, no median site: the plateau
+    (the same flat script that stops a plain run) never stops the rounds."""
+    ran = _scripted_rounds(monkeypatch, [1.0] * 5)
+    res = run_imputation(_small_fed(secure_aggregation=True), ImputeConfig(rounds=5, patience=1, **TINY))
+    assert ran == list(range(1, 6)) and len(res.history) == 5
+    assert all(h["val_rmse"] is not None for h in res.history)  # the pooled error is known, the median site's not
+    ran.clear()
+    run_imputation(_small_fed(), ImputeConfig(rounds=5, patience=1, **TINY))
+    assert ran == [1, 2]
+
+
+def test_a_real_run_stops_on_its_own_plateau():
+    """No script: the median site's validation RMSE of a real run, recomputed from a patience-0 run's
+    rounds, predicts the round an early-stopping run ends at, and the two agree up to it."""
+    from fedtab.federation.workflows.imputation import server
+    from fedtab.federation.workflows.imputation.stopping import Plateau
+
+    medians = []
+    real = server.fit_round
+
+    def spy(*a, **kw):
+        out = real(*a, **kw)
+        medians.append(out[3])
+        return out
+
+    server.fit_round = spy
+    try:
+        full = run_imputation(_small_fed(), ImputeConfig(rounds=12, patience=0, **TINY))
+    finally:
+        server.fit_round = real
+    assert len(medians) == 12 and all(m is not None for m in medians) and len(full.history) == 12
+    p = Plateau(2, 0.02)
+    expected = next((r for r, v in enumerate(medians, 1) if p.update(r, v)), 12)
+    early = run_imputation(_small_fed(), ImputeConfig(rounds=12, patience=2, tolerance=0.02, **TINY))
+    assert expected < 12 and len(early.history) == expected  # it did stop early
+    assert early.history == full.history[:expected]
+
+
+@pytest.mark.parametrize("settings", [dict(patience=-1), dict(patience=1.5), dict(patience=True),
+                                      dict(tolerance=-0.1), dict(tolerance=1.0)])
+def test_bad_stopping_settings_are_refused(settings):
+    with pytest.raises(ValueError, match=next(iter(settings))):
+        ImputeConfig(**settings).validate()

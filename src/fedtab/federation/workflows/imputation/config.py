@@ -32,7 +32,11 @@ class ImputeConfig:
     AirQuality for the same error (``python -m benchmarks.impute``, issue 31).
     Validation: ``validation_mask_fraction`` of observed cells hidden in each site's
     validation rows (the rows come from ``Site.test_size``); ``keep_best`` returns the
-    round with the lowest validation RMSE instead of the last one.
+    round with the lowest validation RMSE instead of the last one. Early stopping: the rounds
+    stop once the median site's validation RMSE has not improved by more than ``tolerance``
+    (relative) for ``patience`` rounds (``patience = 0``: every round runs); ``rounds`` stays the
+    cap. It needs the sites' validation errors one by one: under secure sums or DP (errors
+    summed or not released) every round runs.
     The run's modes are not settings of the imputation: secure sums, DP and the robust
     reducers (with ``max_site_share``) are the run's options
     (:func:`fedtab.federation.protocol.set_options`, ``federation.options``), see
@@ -58,6 +62,8 @@ class ImputeConfig:
     max_steps_per_round: int | None = None
     validation_mask_fraction: float = 0.2
     keep_best: bool = True
+    patience: int = 3
+    tolerance: float = 0.005
     seed: int = 0
     n_threads: int | None = None
 
@@ -79,6 +85,8 @@ class ImputeConfig:
             "mask_fraction": 0 < self.mask_fraction <= 1,
             "structural_share": 0 <= self.structural_share <= 1,
             "validation_mask_fraction": 0 < self.validation_mask_fraction <= 1,
+            "patience": not isinstance(self.patience, bool) and isinstance(self.patience, int) and self.patience >= 0,
+            "tolerance": 0 <= self.tolerance < 1,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:

@@ -6,7 +6,8 @@ secure sums or DP a second one sums the moments over the global schema), ``imput
 ``impute_setup`` (riding on the first ``impute_fit`` when there are rounds,
 :mod:`fedtab.federation.protocol.piggyback`), ``impute_fit`` × rounds, ``impute_eval`` (in a plain run the earlier best round's evaluation rides
 on it; with secure sums or robust reducers a second one when an earlier round's model is kept; none
-under DP). :func:`~fedtab.federation.workflows.imputation.steps.apply_imputation`
+under DP). The rounds stop early when the median site's validation RMSE plateaus (``patience``,
+``tolerance``; only where the server learns per-site errors: not under secure sums or DP). :func:`~fedtab.federation.workflows.imputation.steps.apply_imputation`
 (``impute_apply``) is a separate step: the sites fill their tables. The run's options
 (``federation.options``: secure sums, DP, robust reducers and ``max_site_share``) apply to
 every step; with DP, the run's one accountant (:func:`fedtab.federation.protocol.run_ledger`)
@@ -27,6 +28,7 @@ from fedtab.federation.protocol import validate
 from fedtab.federation.protocol import Federation, run_ledger, set_quorum
 from fedtab.federation.workflows.imputation.config import ImputationResult, ImputeConfig
 from fedtab.federation.workflows.imputation.site import DP_STEPS_PER_ROUND
+from fedtab.federation.workflows.imputation.stopping import Plateau
 from fedtab.federation.workflows.imputation.steps import (Evaluation, centring, evaluate, evaluate_step, fit_round, model_inputs,
                                                           pooled_statistics, schema_step, setup_step, validation_report)
 
@@ -95,7 +97,7 @@ def run_imputation(
     model = model_inputs(cfg, pooled, glob)
     site_rows = setup_step(federation, cfg, glob, model, ride=cfg.rounds > 0)  # rides on the first round
     weights, history, best = _rounds(federation, cfg, model, site_rows, f, ledger, max_param_abs, progress)
-    weights, ev, best_round = _final_evaluation(federation, cfg, weights, best, f)
+    weights, ev, best_round = _final_evaluation(federation, cfg, weights, best, f, len(history))
     down1, up1 = federation.traffic.total()
     prior = model.prior
     return ImputationResult(
@@ -120,7 +122,11 @@ def _rounds(federation: Federation, cfg: ImputeConfig, model: Any, site_rows: di
             progress: Callable[[int, int, dict[str, Any]], None] | None,
             ) -> tuple[dict[str, np.ndarray], list[dict], Best]:
     """The FedAvg rounds from the seeded initial weights: ``(final weights, history, best)``;
-    each round scores the weights it sends (``val_rmse``: ``None`` when not released)."""
+    each round scores the weights it sends (``val_rmse``: ``None`` when not released). At most
+    ``cfg.rounds`` rounds: they stop early once the median site's validation RMSE has not
+    improved by more than ``cfg.tolerance`` (relative) for ``cfg.patience`` rounds
+    (:class:`~fedtab.federation.workflows.imputation.stopping.Plateau`); a round that returns
+    no median site's RMSE (the errors only summed) never stops them."""
     import torch
 
     from fedtab.impute.model import GNNImputer, state_to_numpy
@@ -129,21 +135,25 @@ def _rounds(federation: Federation, cfg: ImputeConfig, model: Any, site_rows: di
     weights = state_to_numpy(GNNImputer(model.config))
     history: list[dict] = []
     best: Best = (np.inf, 0, weights)
+    plateau = Plateau(cfg.patience, cfg.tolerance)
     for rnd in range(1, cfg.rounds + 1):
-        new, val, train_loss = fit_round(federation, weights, rnd, site_rows, f, max_param_abs=max_param_abs,
-                                         ledger=ledger)
+        new, val, train_loss, median = fit_round(federation, weights, rnd, site_rows, f,
+                                                 max_param_abs=max_param_abs, ledger=ledger)
         if val is not None and val < best[0]:
             best = (val, rnd - 1, weights)
         weights = new
         history.append({"round": rnd, "train_loss": train_loss, "val_rmse": val})
         if progress is not None:
             progress(rnd, cfg.rounds, history[-1])
+        if plateau.update(rnd, median):
+            break
     return weights, history, best
 
 
-def _final_evaluation(federation: Federation, cfg: ImputeConfig, weights: dict[str, np.ndarray], best: Best, f: int
-                      ) -> tuple[dict[str, np.ndarray], Evaluation, int]:
-    """``(weights kept, their evaluation, their round)``: the last round's, or with ``keep_best``
+def _final_evaluation(federation: Federation, cfg: ImputeConfig, weights: dict[str, np.ndarray], best: Best, f: int,
+                      rounds: int | None = None) -> tuple[dict[str, np.ndarray], Evaluation, int]:
+    """``(weights kept, their evaluation, their round)``: the last round's (``rounds``, the rounds
+    run; ``None``: ``cfg.rounds``), or with ``keep_best``
     an earlier round's that scored better (evaluated again). In a plain run the earlier round's
     evaluation rides on the last one's exchange (one exchange for both,
     :func:`fedtab.federation.protocol.riders.ride_step`; the sites evaluate both, each charged as
@@ -156,4 +166,4 @@ def _final_evaluation(federation: Federation, cfg: ImputeConfig, weights: dict[s
     ev = evaluate(federation, weights, f)
     if cfg.keep_best and ev.overall is not None and best[0] < ev.overall:
         return best[2], (ridden[0] if ridden else evaluate(federation, best[2], f)), best[1]
-    return weights, ev, cfg.rounds
+    return weights, ev, cfg.rounds if rounds is None else rounds

@@ -552,16 +552,18 @@ def _median_rmse(per_site: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> float
     return float(site_median(np.array(rmse))) if rmse else None
 
 
-#: one round's result: (new weights, validation RMSE of the weights sent, mean training loss)
-Round = tuple[dict[str, np.ndarray], "float | None", "float | None"]
+#: one round's result: (new weights, validation RMSE of the weights sent, mean training loss, the median
+#: site's validation RMSE of those weights — ``None`` when the sites' errors arrive only as sums)
+Round = tuple[dict[str, np.ndarray], "float | None", "float | None", "float | None"]
 
 
 def fit_step(federation: Federation, weights: dict[str, np.ndarray], rnd: int, site_rows: Mapping[str, int],
              f: int, *, max_param_abs: float) -> SumStep[Round]:
     """Step 4's pair, one round: ``(new weights, validation RMSE of the weights sent, mean training
-    loss)``. Per site: FedAvg by training rows (robust: the coordinate-wise median of the weights,
-    the median site's RMSE). Summed form: the sums of the row-weighted weights (no per-site
-    losses); DP: ``DP_STEPS_PER_ROUND`` releases of ``"imputation.fit"`` (gradient steps)."""
+    loss, median site's validation RMSE)``. Per site: FedAvg by training rows (robust: the
+    coordinate-wise median of the weights, the median site's RMSE). Summed form: the sums of the
+    row-weighted weights (no per-site losses, no median site: its last entry is ``None``); DP:
+    ``DP_STEPS_PER_ROUND`` releases of ``"imputation.fit"`` (gradient steps)."""
     from fedtab.impute.train import fedavg
 
     shapes = {k: v.shape for k, v in weights.items()}
@@ -584,11 +586,13 @@ def fit_step(federation: Federation, weights: dict[str, np.ndarray], rnd: int, s
 
     def per_site(summed: Summed) -> Round:
         new = fedavg([fitted[s][0] for s in summed.replies], [site_rows[s] for s in summed.replies])
-        return new, _pooled_rmse({s: fitted[s][1] for s in summed.replies}), train_loss(summed.replies)
+        errors = {s: fitted[s][1] for s in summed.replies}
+        return new, _pooled_rmse(errors), train_loss(summed.replies), _median_rmse(errors)
 
     def robust(summed: Summed) -> tuple[Round, dict[str, str]]:
         new = robust_params([fitted[s][0] for s in summed.replies])
-        return (new, _median_rmse({s: fitted[s][1] for s in summed.replies}), train_loss(summed.replies)), {}
+        median = _median_rmse({s: fitted[s][1] for s in summed.replies})
+        return (new, median, train_loss(summed.replies), median), {}
 
     def summed_round(summed: Summed) -> Round:
         sums, n = summed.sums, summed.weight
@@ -597,7 +601,7 @@ def fit_step(federation: Federation, weights: dict[str, np.ndarray], rnd: int, s
         new = {k: (sums[f"w/{k}"] / n).astype(weights[k].dtype) for k in shapes}
         cnt = float(np.sum(sums["val_count"]))
         val = float(np.sqrt(max(float(np.sum(sums["val_sse"])), 0.0) / cnt)) if cnt > 0 else None
-        return new, val, None
+        return new, val, None, None
 
     def form(count_bits: int | None, bound: bool) -> SumStep[Round]:
         clear = _clear_arrays({"val_sse": (f,), "val_count": (f,)}, bound)
