@@ -77,11 +77,12 @@ def test_a_robust_heart_job_trains_logistic_by_fedavg_within_its_planned_exchang
     assert all(steps[k] <= plan[k] for k in steps) and fed.exchange_count <= sum(plan.values())
 
 
-def test_the_default_heart_job_stops_its_imputation_rounds_on_the_validation_plateau(tmp_path):
-    """``[impute]`` at its defaults (20 rounds, patience 3): the rounds stop once the median site's
-    validation RMSE plateaus — 16 exchanges in all here (32 with every round) — and the plan, which
-    counts every round, stays an upper bound (issue 31)."""
-    spec = _heart_job(tmp_path, {})
+def test_the_heart_job_with_patience_stops_its_imputation_rounds_on_the_validation_plateau(tmp_path):
+    """``[impute] patience = 3`` (off by default) on the default 20 rounds: the rounds stop once the
+    median site's validation RMSE plateaus — 16 exchanges in all here (32 with every round) — and
+    the plan, which counts every round, stays an upper bound (issue 31)."""
+    assert _heart_job(tmp_path, {}).impute.patience == 0  # every round runs by default
+    spec = _heart_job(tmp_path, {"patience": 3})
     assert (spec.impute.rounds, spec.impute.patience) == (20, 3)
     fed = LocalFederation([build_site(c) for c in site_configs(spec)])
     out = run_workflow(fed, spec)

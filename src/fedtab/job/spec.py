@@ -129,7 +129,7 @@ class ImputeSpec:
     max_steps_per_round: int | None = None
     validation_mask_fraction: float = 0.2
     keep_best: bool = True
-    patience: int = 3
+    patience: int = 0
     tolerance: float = 0.005
     block_unavailable: bool = False
     n_threads: int | None = None
