@@ -287,11 +287,16 @@ def test_a_guarded_job_gives_the_same_model_on_the_flare_simulator(guarded_runs,
 
 def test_a_loopback_deployment_runs_the_job_on_its_superlink_with_sites_that_know_only_their_table(
         site_files, tmp_path, monkeypatch):
-    """``fedtab run --deployment loopback`` (Flower): the SuperNodes get only their name, table and
-    floor; the job goes to the deployment's SuperLink with its CA and key list; the deployment
+    """``fedtab run --deployment loopback`` (Flower): the SuperNodes get only their name, table,
+    floor, split and their own disclosure policy (a site's ``allow_server_row_sets`` opt-in reaches
+    its node, as FLARE loopback's site files carry it; a site that opted in to nothing gets no
+    policy); the job goes to the deployment's SuperLink with its CA and key list; the deployment
     is stopped after the run (a stand-in deployment and run: the real ones are tested above)."""
     import fedtab.engines.flower_deploy as flower_deploy
     import fedtab.job.run as job_run
+    from fedtab.engines.flower_deploy import supernode_args
+    from fedtab.engines.site_config import site_config, site_policy, with_job_settings
+    from flwr.common.config import parse_config_args
 
     seen: dict = {}
 
@@ -315,16 +320,35 @@ def test_a_loopback_deployment_runs_the_job_on_its_superlink_with_sites_that_kno
 
     monkeypatch.setattr(flower_deploy, "LoopbackDeployment", Deployment)
     monkeypatch.setattr(job_run, "_run_on_superlink", on_superlink)
-    configs = [{**c, "min-rows": 5, "selector": "lasso", "policy": "{}"} for c in site_files]
+    # the first site opted in to plain answers over server-chosen row sets (JSON text, as site_configs
+    # writes it), the second sets its policy as an object, the rest opted in to nothing
+    policies = ['{"allow_server_row_sets": true}', {"max_rounds": 7, "allow_server_row_sets": True}]
+    configs = [{**c, "min-rows": 5, "selector": "lasso", **({"policy": policies[i]} if i < len(policies) else {})}
+               for i, c in enumerate(site_files)]
+    assert len(configs) > len(policies)
     spec = load_job(_job(site_files, tmp_path / "out", **GUARDED))
     target = job_run.EngineTarget("flower", "loopback", timeout=123.0)
     raw = job_run._run_engine(spec, target, configs, spec.plan(), lambda _m: None, tmp_path)
     assert raw == {"engine": "flower"} and seen["stopped"]
-    # each node knows its name, table, floor and (fedtab plays its operator here) its own split; nothing else
+    # each node knows its name, table, floor, own policy and (fedtab plays its operator here) its own split
     split = ("test-size", "seed", "folds")
-    assert seen["nodes"] == [{"name": c["name"], "data-path": c["data-path"], "min-rows": 5,
-                              **{k: c[k] for k in split if k in c}} for c in site_files]
-    assert all("selector" not in n and "policy" not in n for n in seen["nodes"])
+    assert [{k: v for k, v in n.items() if k != "policy"} for n in seen["nodes"]] == [
+        {"name": c["name"], "data-path": c["data-path"], "min-rows": 5, **{k: c[k] for k in split if k in c}}
+        for c in site_files]
+    assert all("selector" not in n for n in seen["nodes"])
+    assert [n.get("policy") for n in seen["nodes"]] == [
+        policies[0], '{"allow_server_row_sets": true, "max_rounds": 7}', *[None] * (len(configs) - 2)]
+    # the node's policy survives Flower's --node-config parsing and is the one its site answers under
+    # (a job's site-settings cannot set or relax it: with_job_settings refuses a policy key)
+    for node, opted in zip(seen["nodes"], [True, True, *[False] * (len(configs) - 2)]):
+        argv = supernode_args("127.0.0.1:9999", node, 9100, root_certificates=None, private_key=None)
+        parsed = parse_config_args([argv[argv.index("--node-config") + 1]])
+        policy = site_policy(site_config(parsed))
+        assert policy.allow_server_row_sets is opted and policy.min_rows == 5
+        with pytest.raises(ValueError, match="policy"):
+            with_job_settings(parsed, {node["name"]: {"policy": '{"allow_server_row_sets": true}'}})
+    assert site_policy(site_config(parse_config_args([
+        supernode_args("x:1", seen["nodes"][1], 9100, root_certificates=None, private_key=None)[-1]]))).max_rounds == 7
     link = seen["link"]
     assert (link.address, link.root_certificates, link.site_keys, link.timeout) == (
         "127.0.0.1:9999", tmp_path / "ca.pem", tmp_path / "keys.json", 123.0)

@@ -342,10 +342,11 @@ def _run_flower(spec: JobSpec, target: EngineTarget, configs: list[dict[str, Any
         from ..engines.flower_deploy import LoopbackDeployment
 
         progress("starting a Flower SuperLink and SuperNodes on 127.0.0.1")
-        # each SuperNode knows only its name, table, own floor and split, as at a real site; the job brings
-        # the rest. fedtab plays every site's operator here, so it gives each the job's seed and test size
-        # (a real site draws its own secret seed): the loopback run then draws the parts the other engines do
-        nodes = [{k: c[k] for k in ("name", "data-path", "min-rows", *_SPLIT) if k in c} for c in configs]
+        # each SuperNode knows only its name, table, own floor, policy and split, as at a real site; the job
+        # brings the rest. fedtab plays every site's operator here, so it gives each the job's seed and test size
+        # (a real site draws its own secret seed): the loopback run then draws the parts the other engines do,
+        # and each site's own policy (e.g. its allow_server_row_sets opt-in), as FLARE loopback's site files do
+        nodes = [_loopback_node(c) for c in configs]
         with LoopbackDeployment(nodes, workdir / "flower") as dep:
             link = SuperLink(dep.address, dep.keys.ca_cert, site_keys=dep.keys.site_keys, timeout=target.timeout)
             return _run_on_superlink(spec, plan, link, workdir, progress)
@@ -353,6 +354,19 @@ def _run_flower(spec: JobSpec, target: EngineTarget, configs: list[dict[str, Any
 
     progress("running on Flower (ServerApp and ClientApps in this process)")
     return run_in_process(configs, engine_config(plan))
+
+
+#: the keys of a site config that a loopback SuperNode gets as its own node config (the rest the job sends)
+_NODE_KEYS = ("name", "data-path", "min-rows", "policy", *_SPLIT)
+
+
+def _loopback_node(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The node config of a loopback SuperNode for the site config ``config``: its name, table,
+    floor, disclosure policy (JSON text, as a SuperNode's ``--node-config`` carries it) and split."""
+    node = {k: config[k] for k in _NODE_KEYS if k in config and config[k] is not None}
+    if isinstance(node.get("policy"), Mapping):
+        node["policy"] = json.dumps(dict(node["policy"]), sort_keys=True)
+    return node
 
 
 def _run_flare(target: EngineTarget, configs: list[dict[str, Any]], plan: dict[str, Any],

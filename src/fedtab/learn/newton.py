@@ -211,28 +211,3 @@ def newton_update(theta: np.ndarray, grad: np.ndarray, hess: np.ndarray, n: floa
         H_J = (V * np.maximum(w, min_curvature)) @ V.T
     step = -np.linalg.lstsq(H_J, g_J, rcond=None)[0]
     return theta + step.reshape(k, m), float(np.linalg.norm(step))
-
-
-
-def screen_steps(theta: np.ndarray, per_site: list[tuple[np.ndarray, np.ndarray, float]], l2: float,
-                 spread: float = 3.0) -> np.ndarray:
-    """Which sites' own Newton steps lie near the others': ``(sites,)`` bool, robust mode's screen.
-
-    Each site's step is the Newton step of its own ``(grad, hess, n)`` from ``theta``. A site is kept
-    when its step's distance to the coordinate-wise median of the steps is at most ``spread`` × the
-    median of those distances (every site when fewer than three answer, or when all the steps
-    agree). A site that reverses or inflates its gradient moves its own step far from the honest
-    sites' and is left out; the honest sites' pooled sums then give the pooled fit over them.
-
-    Raises:
-        ValueError: no site, or shapes that do not fit ``theta`` (as :func:`newton_update`).
-    """
-    if not per_site:
-        raise ValueError("robust Newton step: no site's sums")
-    theta = np.asarray(theta, dtype=np.float64)
-    if len(per_site) < 3:
-        return np.ones(len(per_site), dtype=bool)
-    steps = np.stack([(newton_update(theta, g, H, n, l2)[0] - theta).ravel() for g, H, n in per_site])
-    dist = np.linalg.norm(steps - np.median(steps, axis=0), axis=1)
-    scale = float(np.median(dist))
-    return dist <= spread * scale + 1e-12 * (1.0 + float(np.abs(steps).max(initial=0.0)))

@@ -584,7 +584,8 @@ GBDT_SKETCH_GRID = "gbdt sketch grid of "
 
 
 def _gbdt_sketch(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """A sketch request (:mod:`fedtab.learn.gbdt.sketch`): the agreed columns; the range stage
+    """A sketch request (:mod:`fedtab.learn.gbdt.sketch`): refused in a plain run whose levels the
+    site would refuse (:func:`_gbdt_refused_run`); the agreed columns; the range stage
     (one constant public grid) always; a fine stage only over ends that are points of the range
     grid, and per column only the fine grid the site answered first in the period (recorded in
     the ledger, all columns or none): a second grid, whose edges could fall between two rows of
@@ -594,7 +595,7 @@ def _gbdt_sketch(policy: DisclosurePolicy, site: "Site", request: "Message") -> 
     from .dp import DP_META
 
     features = request.meta.get("features")
-    reason = _check_features(site, features)
+    reason = _gbdt_refused_run(policy, request) or _check_features(site, features)
     if reason is not None or not isinstance(features, list):
         return reason
     if request.meta.get("stage") != "fine":
@@ -718,9 +719,24 @@ def _dp_grids(site: "Site", features: list[str], dp: Mapping[str, Any], params: 
 
 
 def _gbdt_start(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:
-    """The setup checks, the class labels (:func:`_gbdt_classes`), then the grid (:func:`_gbdt_grid`, charged last)."""
-    return (_gbdt_setup(policy, site, request) or _gbdt_classes(policy, site, request)
-            or _gbdt_grid(policy, site, request))
+    """A run whose every level this site would refuse (:func:`_gbdt_refused_run`), the setup
+    checks, the class labels (:func:`_gbdt_classes`), then the grid (:func:`_gbdt_grid`, charged last)."""
+    return (_gbdt_refused_run(policy, request) or _gbdt_setup(policy, site, request)
+            or _gbdt_classes(policy, site, request) or _gbdt_grid(policy, site, request))
+
+
+def _gbdt_refused_run(policy: DisclosurePolicy, request: "Message") -> str | None:
+    """Refusal of a boosting run's setup (``gbdt_sketch``, ``gbdt_start``) when the site would
+    refuse every ``gbdt_level`` of that run, else ``None``: a run's mode is chosen once, so a
+    setup request in the clear (no secure-aggregation meta, no DP release) belongs to a plain
+    run, whose tree-node histograms this site answers only with ``allow_server_row_sets``
+    (:func:`_gbdt_level`). Refusing at the first summed exchange spares the sketch, the binning and
+    the start of a run that cannot grow a tree. It protects nothing by itself (the level's own
+    check does) and changes no state."""
+    if server_row_set_refusal(policy, request, GBDT_ROW_SETS) is None:
+        return None
+    return (f"this site refuses the {request.kind!r} of a plain boosting run: it answers tree-node histograms "
+            "(gbdt_level) only inside a secure sum or with differential privacy (allow_server_row_sets is off)")
 
 
 def _gbdt_setup(policy: DisclosurePolicy, site: "Site", request: "Message") -> str | None:

@@ -48,14 +48,36 @@ def _around(x: float) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- split / bin-edge differencing
+#: the policy of a site that opted in to plain answers over server-chosen row sets
+OPT_IN = {"allow_server_row_sets": True}
+
+
+def _secure_start_check(site: Site, edges: list, policy=None, **meta) -> str | None:
+    """The policy check (``policy``, default the site's) of a ``gbdt_start`` of a secure run at
+    ``site``: the request's secure-aggregation meta is what the check sees (the gate verifies
+    its peers before it, tested elsewhere). A default site refuses a plain start outright."""
+    from fedtab.privacy.policy import _gbdt_start
+    from fedtab.privacy.secagg import SECAGG_META
+
+    request = Message("gbdt_start", BinLayout(edges).to_arrays(),
+                      {"features": FEATS, "part": "train", "classes": ["0", "1"], "params": GBDTParams().to_dict(),
+                       SECAGG_META: {}, **meta})
+    return _gbdt_start(policy or site.policy, site, request)
+
+
 def test_split_and_bin_edge_differencing_against_a_default_site_is_refused():
     """The probe: a crafted grid isolating one row, then the root's histogram. A default site
-    (min_rows 10, no opt-in) refuses the level: no histogram, no count, nothing to difference."""
+    (min_rows 10, no opt-in) refuses the plain start already (it would refuse every level of the
+    run), the level too: no histogram, no count, nothing to difference; in a secure run it
+    refuses the crafted grid (an edge from no public bounds and no sketch grid)."""
     table = _table()
     site = Site("s", table, "target")
     x0 = np.sort(site.rows("train")["f0"].to_numpy())
-    start = _start(site, [_around(x0[150]), np.array([0.0], np.float32), np.array([0.0], np.float32)])
-    assert start.is_refusal and "no public bounds and no sketch grid" in start.meta["reason"]
+    crafted = [_around(x0[150]), np.array([0.0], np.float32), np.array([0.0], np.float32)]
+    start = _start(site, crafted)
+    assert start.is_refusal and "allow_server_row_sets" in start.meta["reason"] and not start.arrays
+    assert "gbdt" not in site.state
+    assert "no public bounds and no sketch grid" in _secure_start_check(site, crafted)
     for nodes in ([[0, 0]], [[0, 1]]):
         reply = _level(site, nodes)
         assert reply.is_refusal and "allow_server_row_sets" in reply.meta["reason"]
@@ -66,12 +88,50 @@ def test_split_and_bin_edge_differencing_against_a_default_site_is_refused():
     assert reply.is_refusal and not reply.arrays
 
 
-def test_a_plain_run_on_sites_that_did_not_opt_in_fails_in_one_line_naming_the_setting():
+class _Counting(LocalFederation):
+    """The kinds of the requests the server sent (in order)."""
+
+    def __init__(self, sites) -> None:
+        super().__init__(sites)
+        self.kinds: list[str] = []
+
+    def ask(self, requests):
+        self.kinds += [q.kind for q in requests.values()]
+        return super().ask(requests)
+
+
+@pytest.mark.parametrize("bounds", [None, {f: [-6.0, 6.0] for f in FEATS}], ids=["sketch", "public_bounds"])
+def test_a_plain_run_on_sites_that_did_not_opt_in_fails_in_one_line_naming_the_setting(bounds):
+    """A plain run under the default policy fails at its first summed exchange (the sketch, or the
+    start when public bounds bin every column), before any histogram work: no site binned its rows,
+    no level was sent, and the one line names the setting and the ways out."""
+    fed = _Counting(make_sites(gbdt_parts(4)))
     with pytest.raises(SiteRefused) as info:
-        run_gbdt(LocalFederation(make_sites(gbdt_parts(4))), None, params=FAST)
+        run_gbdt(fed, FEATS, params=FAST, bounds=bounds)
     text = str(info.value)
     assert "\n" not in text and "allow_server_row_sets" in text and "secure aggregation" in text
     assert set(info.value.refusals) == {"s0", "s1", "s2"}
+    assert all("allow_server_row_sets" in r for r in info.value.refusals.values())
+    gbdt = list(dict.fromkeys(k for k in fed.kinds if k.startswith("gbdt_")))
+    assert gbdt == (["gbdt_summary", "gbdt_sketch"] if bounds is None else ["gbdt_summary", "gbdt_start"])
+    assert fed.kinds.count(gbdt[-1]) == 3  # the first stage of the sketch, or the start: once per site
+    assert all("gbdt" not in fed.site(s).state for s in ("s0", "s1", "s2"))
+
+
+def test_opted_in_and_secure_runs_still_grow_their_trees_past_the_start():
+    """The early refusal is the plain run's only: a site that opted in, and a default site in a
+    secure run, answer the sketch, the start and every level (the same trees both ways)."""
+    parts = gbdt_parts(4)
+    opted = _Counting(make_sites(parts, policy={"allow_server_row_sets": True}))
+    plain = run_gbdt(opted, FEATS, params=FAST)
+    secure = _Counting(make_sites(parts))
+    set_options(secure, secure_aggregation=True)
+    masked = run_gbdt(secure, FEATS, params=FAST)
+    for fed in (opted, secure):
+        assert {"gbdt_sketch", "gbdt_start", "gbdt_level", "gbdt_evaluate"} <= set(fed.kinds)
+    A, B = plain.model.to_arrays(), masked.model.to_arrays()
+    for k in A:
+        np.testing.assert_array_equal(A[k], B[k], err_msg=k)
 
 
 def test_the_same_probe_under_secure_aggregation_gives_only_pooled_sums_and_the_same_trees():
@@ -261,9 +321,10 @@ def test_a_second_fine_grid_in_the_period_is_refused_also_after_a_restart(tmp_pa
     12/1024 steps): the rows below an edge of one grid minus those below a nearby edge of the
     other would count a row or two. The site answers the first grid, the same grid again (the
     same counts), and refuses any other grid for that column in the period, also after a
-    restart on its state folder."""
+    restart on its state folder (a site that opted in: a default one answers the sketch of a secure
+    run only, under the same rule)."""
     table = _table()
-    site = Site("s", table, "target", state_dir=tmp_path)
+    site = Site("s", table, "target", state_dir=tmp_path, policy=OPT_IN)
     assert _sketch(site, "range").kind == "gbdt_sketch"
     first = _sketch(site, **_grid(-4.0, 4.0))
     assert first.kind == "gbdt_sketch", first.meta
@@ -272,10 +333,10 @@ def test_a_second_fine_grid_in_the_period_is_refused_also_after_a_restart(tmp_pa
     for lo, hi in ((-4.0, 8.0), (-8.0, 4.0), (0.0, 4.0)):
         other = _sketch(site, **_grid(lo, hi))
         assert other.is_refusal and "another fine grid" in other.meta["reason"] and not other.arrays
-    restarted = Site("s", table, "target", state_dir=tmp_path)
+    restarted = Site("s", table, "target", state_dir=tmp_path, policy=OPT_IN)
     assert _sketch(restarted, **_grid(-4.0, 8.0)).is_refusal
     # an end that is not a point of the public range grid (between two rows) is refused outright
-    fresh = Site("t", table, "target")
+    fresh = Site("t", table, "target", policy=OPT_IN)
     x0 = np.sort(fresh.rows("train")["f0"].to_numpy())
     off = _sketch(fresh, lo=[float((x0[100] + x0[101]) / 2)] * 3, hi=[4.0] * 3)
     assert off.is_refusal and "public range grid" in off.meta["reason"]
@@ -285,7 +346,7 @@ def test_a_fine_grid_count_release_in_plain_mode_has_no_bin_under_min_rows():
     """Whatever the request says (a floor of 1, the fit part): the site counts its training
     part in runs of >= its own min_rows (25) rows; the runs tile the line."""
     table = _table()
-    site = Site("s", table, "target", policy={"min_rows": 25})
+    site = Site("s", table, "target", policy={"min_rows": 25, **OPT_IN})
     reply = _sketch(site, min_rows=1, part="fit", **_grid(-4.0, 4.0))
     assert reply.kind == "gbdt_sketch", reply.meta
     counts = reply.arrays["counts"]
@@ -299,11 +360,14 @@ def test_a_fine_grid_count_release_in_plain_mode_has_no_bin_under_min_rows():
 
 
 def test_start_edges_between_two_rows_are_refused_after_the_sketch():
-    """The grid of the sketch is the only one a default site bins at: edges that are points of
-    it are accepted, an edge placed between two of the site's rows (the probe's grid, from an
-    earlier release) is refused before anything is binned or charged."""
+    """The grid of the sketch is the only one a site bins at once it answered one (a site that
+    opted in, and a default site in a secure run): edges that are points of it are accepted, an
+    edge placed between two of the site's rows (the probe's grid, from an earlier release) is
+    refused before anything is binned or charged."""
+    from fedtab.privacy.policy import DisclosurePolicy
+
     table = _table()
-    site = Site("s", table, "target")
+    site = Site("s", table, "target", policy=OPT_IN)
     assert _sketch(site, "range").kind == "gbdt_sketch"
     assert _sketch(site, **_grid(-4.0, 4.0)).kind == "gbdt_sketch"
     from fedtab.learn.gbdt.sketch import fine_grid
@@ -314,6 +378,8 @@ def test_start_edges_between_two_rows_are_refused_after_the_sketch():
     bad = _start(site, [np.array([between], np.float32), grid[500:501], grid[500:501]])
     assert bad.is_refusal and "not a point of the public grid" in bad.meta["reason"]
     assert "gbdt" not in site.state
+    assert "not a point of the public grid" in _secure_start_check(
+        site, [np.array([between], np.float32), grid[500:501], grid[500:501]], DisclosurePolicy())
     good = _start(site, [grid[[100, 500, 900]], grid[500:501], grid[500:501]])
     assert good.kind == "gbdt_start", good.meta
 
@@ -329,6 +395,6 @@ def test_public_bounds_bin_every_column_without_a_sketch():
     assert "gbdt_sketch" not in [e["step"] for e in out.exchanges]
     for f, e in zip(out.features, out.model.layout.edges):
         np.testing.assert_array_equal(e, public_grid([-6.0], [6.0], FAST["max_bins"])[0], err_msg=f)
-    site = Site("s", _table(), "target")
-    outside = _start(site, [np.array([7.0], np.float32)] * 3, bounds={f: [-6.0, 6.0] for f in FEATS})
-    assert outside.is_refusal and "outside the public bounds" in outside.meta["reason"]
+    site = Site("s", _table(), "target")  # a default site, in a secure run
+    outside = _secure_start_check(site, [np.array([7.0], np.float32)] * 3, bounds={f: [-6.0, 6.0] for f in FEATS})
+    assert "outside the public bounds" in outside

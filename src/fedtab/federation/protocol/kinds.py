@@ -282,6 +282,9 @@ _EVALUATE = Releases(part="part", default_part="test", per_class=True,
 # rank-pair count moves by up to the other class's size, no Δ of √2 bounds it)
 _EVALUATE_NOISED = replace(_EVALUATE, dp_noise={"confusion": math.sqrt(2.0)})
 _DP_EVALUATE = "per test part: the confusion matrix (per class) only — no score histogram, Brier sum or rank pairs"
+# a boosting run's setup: a site that would refuse every level of a plain run refuses its setup already
+_GBDT_PLAIN_SETUP = (" (refused in a plain run by a site that did not opt in to `allow_server_row_sets`: it would "
+                     "refuse every `gbdt_level` of it)")
 
 
 
@@ -424,7 +427,7 @@ for _kind in (
                          dp_noise={"counts": _in_home(_GBDT, "_sketch_sensitivity")}),
                 "per feature: counts of the training rows over a public grid (signed powers of two, then "
                 "1024 equal steps inside the agreed range, one such grid per column and period), in runs of at "
-                "least {floor} rows; the bin edges are quantiles of the pooled counts",
+                "least {floor} rows; the bin edges are quantiles of the pooled counts" + _GBDT_PLAIN_SETUP,
                 description_dp="per feature: counts of the training rows over a public grid (signed powers of two, "
                 "then 1024 equal steps inside the noisy range) with Gaussian noise (sensitivity √features per "
                 "request, each request charged); the bin edges are quantiles of the pooled noisy counts",
@@ -433,7 +436,8 @@ for _kind in (
     MessageKind("gbdt_start", _GBDT,
                 Releases(part=_in_home(_GBDT, "_start_part"), aggregates=("label_sums",), meta={"n": COUNT},
                          dp=True, dp_releases=1),
-                "sums of the labels over the training rows", summed=True, check=_policy._gbdt_start,
+                "sums of the labels over the training rows" + _GBDT_PLAIN_SETUP, summed=True,
+                check=_policy._gbdt_start,
                 rows="the part the request names (default `train`)", mods=(("dp", _DP_NOISE_PARAM),)),
     MessageKind("gbdt_level", _GBDT,
                 Releases(part=_in_home(_GBDT, "_level_part"), aggregates=("hist", "hist_nz", "val_loss"),

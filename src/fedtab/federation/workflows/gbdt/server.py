@@ -271,8 +271,12 @@ def run_gbdt(
     run = _prepare(federation, features, target, as_params(params), opts)
     run.bounds = _public_bounds(opts.bounds)
     run.packed = bool(opts.packed_levels)
-    classes = _agree_bins(run)
-    booster = _start(run, classes)
+    try:  # a site that would refuse every level of a plain run refuses its sketch or start already
+        classes = _agree_bins(run)
+        booster = _start(run, classes)
+    except FederationError as exc:
+        _explain_row_set_refusals(federation, exc)
+        raise
     _boost(run, booster, opts.on_round)
     model = booster.model()
     imp = importance_step(run, model) if opts.importance else None
@@ -677,7 +681,8 @@ def importance_step(run: _Run, model: GBDTModel) -> dict[str, Any]:
 
 
 def _explain_row_set_refusals(federation: Federation, exc: FederationError) -> None:
-    """Raise one clear line when sites refused a level because they answer the server's tree
+    """Raise one clear line when sites refused a level (or, already, the sketch or start of a plain
+    run: :func:`fedtab.privacy.policy._gbdt_refused_run`) because they answer the server's tree
     nodes only securely (their policy's ``allow_server_row_sets`` is off); else return."""
     reasons = getattr(exc, "sites", None) or federation.dropped
     off = sorted(s for s, r in reasons.items() if "allow_server_row_sets" in str(r))
