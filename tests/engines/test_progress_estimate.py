@@ -54,16 +54,17 @@ def _replay(spec, exchanges):
 
 
 def test_the_heart_job_on_flower_is_estimated_within_1_5x_at_every_estimate():
-    """Every estimate line, the first one (timed on the schema's single exchange, before any GNN
-    round ran) included, is within 1.5× of the time the run really had left."""
+    """Every estimate line, the first one (timed on the imputation's first exchange, before any GNN
+    round ran) included, is within 1.5× of the time the run really had left; the run's first
+    exchange (the schema's, for which every site reads its table) prints none."""
     spec = parse_job(HEART, sites_required=False)
     estimates, lines = _replay(spec, FLOWER_HEART)
     assert parse_event(lines[0])["exchanges"] == len(FLOWER_HEART) == 17
-    assert len(estimates) == 6
+    assert len(estimates) == 5
     for t, left, guess, real in estimates:
         assert real / 1.5 <= guess <= real * 1.5, (t, left, guess, real)
     # the exchanges left are the run's, exactly: the converging Newton fit and no baselines exchange
-    assert [e[1] for e in estimates] == [16, 15, 12, 7, 5, 2]
+    assert [e[1] for e in estimates] == [15, 12, 7, 5, 2]
 
 
 def test_expected_exchanges_counts_a_plain_newton_fit_converging_and_keeps_every_other_plan():
@@ -88,12 +89,23 @@ def test_expected_exchanges_counts_a_plain_newton_fit_converging_and_keeps_every
 def test_a_steps_first_exchange_does_not_set_its_rate_once_a_second_has_run():
     """A step whose first exchange carries a rider (30 s) and whose others cost 5 s: from its 4th
     exchange on its rate is 5 s, not the average with the first."""
-    spec = parse_job({"target": "y", "training": {"model": "mlp", "rounds": 8}, "schema": {"profile": False},
-                      "evaluation": {"baselines": False}}, sites_required=False)
-    assert expected_exchanges(spec) == {"training": 11}  # schema agreement, describe, 8 rounds, evaluate
-    estimates, _ = _replay(spec, [("training", "describe", 30.0)] + [("training", "fit", 5.0)] * 10)
-    assert [(e[1], e[2]) for e in estimates] == [(10, pytest.approx(300.0)), (7, pytest.approx(35.0))]
+    spec = parse_job({"target": "y", "training": {"model": "mlp", "rounds": 8}, "evaluation": {"baselines": False}},
+                     sites_required=False)
+    assert expected_exchanges(spec) == {"schema": 1, "training": 10}  # describe, 8 rounds, evaluate
+    estimates, _ = _replay(spec, [("schema", "job_profile", 1.0), ("training", "describe", 30.0)]
+                           + [("training", "fit", 5.0)] * 9)
+    assert [(e[1], e[2]) for e in estimates] == [(9, pytest.approx(270.0)), (6, pytest.approx(30.0))]
     assert estimates[1][2] == pytest.approx(estimates[1][3])  # the real seconds left
+
+
+def test_the_runs_first_exchange_prints_no_estimate_and_sets_no_rate():
+    """The run's first exchange (every site reads its table: 20 s here) times nothing: the first
+    estimate comes at the next step's first exchange, at its own rate (1 s), not 20 s."""
+    spec = parse_job({"target": "y", "training": {"model": "mlp", "rounds": 3}, "evaluation": {"baselines": False}},
+                     sites_required=False)
+    estimates, lines = _replay(spec, [("schema", "job_profile", 20.0)] + [("training", "fit", 1.0)] * 5)
+    assert [(e[1], e[2]) for e in estimates] == [(4, pytest.approx(4.0)), (1, pytest.approx(1.0))]
+    assert sum("seconds_per_exchange" in parse_event(x) for x in lines[:3]) == 0
 
 
 def test_later_steps_are_timed_at_the_cheapest_steps_rate_and_heavy_kinds_by_their_weight():

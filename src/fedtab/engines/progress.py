@@ -19,7 +19,8 @@ Before the job's first step the server prints the count :func:`expected_exchange
 comes from the job's own exchanges: at the 1st, 4th, 16th, … exchange of each step an estimate
 line gives the exchanges left and their mean expected seconds (``training: about 590 exchanges
 left × 4.1 s ≈ 40.3 min``) — this step's at its own rate (from its 2nd exchange on, the exchanges
-after its first, which carries the riders of the step before), every later step's at the
+after its first, which carries the riders of the step before; nothing from the run's first
+exchange, for which every site reads its table), every later step's at the
 cheapest step's rate, a GNN round of the imputation as :data:`GNN_ROUND_WEIGHT` exchanges — so
 no step is timed on the site-naming exchange (whose cost says nothing of a fit round's or a tree
 level's) nor on another step's dear work (the heart job on Flower: within 1.5× at every estimate,
@@ -255,7 +256,7 @@ def describe(event: dict[str, Any]) -> str:
         return f"{event.get('step', 'job')}: {estimate_text(event['exchanges'], event['seconds_per_exchange'], True)}"
     if "exchanges" in event:
         return (f"{event.get('asked', '?')} site(s) joined; the job makes about {event['exchanges']} exchanges "
-                "(timed once its first step has run one)")
+                "(timed on its exchanges after the first)")
     sites = f"({event.get('answered', '?')}/{event.get('asked', '?')} sites)"
     step = event.get("step") or "exchange"
     if "round" in event:
@@ -309,13 +310,16 @@ class ProgressLog:
     * this step's left at this step's own rate — from its 2nd exchange on, the seconds since its
       first exchange ended over the exchanges made since (the first exchange of a step is not
       representative: it carries the riders of the step before, e.g. the imputation's
-      ``impute_apply`` on the election's ballot, or reads the table); at its 1st, that exchange's;
+      ``impute_apply`` on the election's ballot); at its 1st, that exchange's;
     * every later step's at the *lowest* rate a step has run at so far: a step's own work (the
       imputation's GNN rounds, a torch import per Flower ClientApp) says nothing of the next
       step's, while the cheapest step's rate is the engine's cost of an exchange (Flower's
       process per message and 3 s poll, FLARE's 0.2 s task poll).
 
-    A step whose exchanges outrun its count counts 0 left of its own.
+    The run's first exchange times nothing and prints no estimate: every site reads its table for
+    it and the engine starts the job's processes (on FLARE loopback the heart GBDT job's schema
+    exchange took 2.0 s, its tree levels 0.3 s: an estimate timed on it was 2.7× high). A step
+    whose exchanges outrun its count counts 0 left of its own.
 
     Args:
         spec: the job (for the rounds of its round steps and :func:`expected_exchanges`);
@@ -342,6 +346,7 @@ class ProgressLog:
         self._step_units = 0.0  # the current step's exchanges so far, in ordinary exchanges
         self._first_units = 0.0  # its first exchange's
         self._rates: dict[str, float] = {}  # seconds per ordinary exchange of every step that made one
+        self._made = 0  # exchanges of the run so far
 
     def _write(self, event: dict[str, Any]) -> None:
         self._seq += 1
@@ -393,7 +398,11 @@ class ProgressLog:
         weight = kind_weight(kind)
         self._step_done += 1
         self._step_units += weight
+        self._made += 1
         if self.current is None:
+            return
+        if self._made == 1:  # the run's first: every site reads its table, the engine starts its job
+            self._first_end, self._first_units = now, weight
             return
         if self._step_done == 1:
             self._first_end, self._first_units = now, weight
