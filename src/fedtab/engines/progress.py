@@ -101,8 +101,8 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     (checked against the in-process engine's exchange count); an upper bound for a logistic model
     trained by Newton–Raphson (the default), whose ``rounds`` are its most iterations: it stops
     once a step is shorter than :data:`~fedtab.learn.newton.NEWTON_TOL` (the heart job: 6 of 10,
-    its final evaluation riding on the last), and the estimate lines then count exchanges the run
-    does not make. In a *plain* run (no secure sums, DP or robust reducers) requests ride on the
+    its final evaluation riding on the last; :func:`expected_exchanges`, what the estimate counts,
+    counts a plain run converging). In a *plain* run (no secure sums, DP or robust reducers) requests ride on the
     next exchange (:mod:`fedtab.federation.protocol.piggyback`): imputation ``rounds + 3`` (schema,
     statistics, the rounds with the setup on the first, one evaluation with the kept best round's
     riding on it; ``4`` with no rounds), its ``impute_apply`` on the election's ballot; for a Newton
