@@ -14,13 +14,17 @@ messages), so a line is accepted only as a JSON object of known keys, short stri
 plain characters and bounded numbers; anything else is ignored — a forged line can at
 worst print a wrong progress line, never run anything or end the wait.
 
-Before the job's first step the server prints the plan's count, :func:`planned_exchanges`
-(what the job's plan makes, step by step); the time comes from the job's own exchanges: at
-the 1st, 4th, 16th, … exchange of each step an estimate line gives the exchanges the plan has
-left at the seconds per exchange that step has taken so far (``training: about 590 exchanges
-left × 4.1 s ≈ 40.3 min``), so every step is timed on a representative exchange of its own and
-never on the site-naming exchange alone (whose cost says nothing of a fit round's or a tree
-level's). The analyst's side uses the standard library only (the server's :class:`ProgressLog`
+Before the job's first step the server prints the count :func:`expected_exchanges` makes
+(the plan's, :func:`planned_exchanges`, with a plain Newton fit counted converging); the time
+comes from the job's own exchanges: at the 1st, 4th, 16th, … exchange of each step an estimate
+line gives the exchanges left and their mean expected seconds (``training: about 590 exchanges
+left × 4.1 s ≈ 40.3 min``) — this step's at its own rate (from its 2nd exchange on, the exchanges
+after its first, which carries the riders of the step before; nothing from the run's first
+exchange, for which every site reads its table), every later step's at the
+cheapest step's rate, a GNN round of the imputation as :data:`GNN_ROUND_WEIGHT` exchanges — so
+no step is timed on the site-naming exchange (whose cost says nothing of a fit round's or a tree
+level's) nor on another step's dear work (the heart job on Flower: within 1.5× at every estimate,
+docs/deployment.md). The analyst's side uses the standard library only (the server's :class:`ProgressLog`
 reads the progress kinds from the kind registry, :func:`round_kinds`, and a GBDT model's
 ``n_trees`` and ``max_depth`` for :func:`planned_exchanges`).
 """
@@ -36,8 +40,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 if TYPE_CHECKING:  # pragma: no cover
     from ..job.spec import JobSpec
 
-__all__ = ["MARKER", "ProgressLog", "describe", "estimate_text", "gbdt_exchanges", "parse_event", "planned_exchanges",
-           "round_kinds"]
+__all__ = ["GNN_ROUND_WEIGHT", "MARKER", "NEWTON_EXPECTED", "ProgressLog", "describe", "estimate_text", "expected_exchanges",
+           "gbdt_exchanges", "kind_weight", "parse_event", "planned_exchanges", "round_kinds"]
 
 MARKER = "fedtab-progress"
 
@@ -98,8 +102,8 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     (checked against the in-process engine's exchange count); an upper bound for a logistic model
     trained by Newton–Raphson (the default), whose ``rounds`` are its most iterations: it stops
     once a step is shorter than :data:`~fedtab.learn.newton.NEWTON_TOL` (the heart job: 6 of 10,
-    its final evaluation riding on the last), and the estimate lines then count exchanges the run
-    does not make. In a *plain* run (no secure sums, DP or robust reducers) requests ride on the
+    its final evaluation riding on the last; :func:`expected_exchanges`, what the estimate counts,
+    counts a plain run converging). In a *plain* run (no secure sums, DP or robust reducers) requests ride on the
     next exchange (:mod:`fedtab.federation.protocol.piggyback`): imputation at most ``rounds + 3`` (schema,
     statistics, the rounds with the setup on the first, one evaluation with the kept best round's
     riding on it; ``4`` with no rounds), its ``impute_apply`` on the election's ballot; for a Newton
@@ -181,6 +185,63 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     return out
 
 
+#: Newton–Raphson iterations a plain logistic fit is expected to make before it converges (its
+#: ``rounds`` are a cap): 6 on the heart job (measured: ``tests/job/test_job_exchanges.py`` and the
+#: deployments of docs/deployment.md), where counting the cap of 10 put the estimate 1.6× high
+NEWTON_EXPECTED = 6
+
+
+def _plain_newton(spec: "JobSpec") -> bool:
+    """Whether the job trains a logistic model by federated Newton–Raphson with plain sums (no
+    secure sums, DP or robust reducers), the case whose converging run :func:`expected_exchanges` counts."""
+    from ..learn.models import LogisticRegressionModel, make_model
+
+    if spec.training is None or spec.privacy.private or spec.privacy.secure_aggregation:
+        return False
+    if spec.privacy.dp is not None or _robust(spec):
+        return False
+    fm = make_model(spec.training.model)
+    return isinstance(fm, LogisticRegressionModel) and bool(fm.newton)
+
+
+def expected_exchanges(spec: "JobSpec") -> dict[str, int]:
+    """``{step: exchanges}`` the estimate counts: :func:`planned_exchanges`, but a plain Newton
+    logistic fit whose ``rounds`` exceed :data:`NEWTON_EXPECTED` is counted as converging after
+    ``NEWTON_EXPECTED`` iterations — ``rounds + 1 − NEWTON_EXPECTED`` fewer training exchanges
+    (its evaluation rides on the last iteration) and no baselines exchange (they ride on the first
+    iteration). A run that needs more iterations counts none left of its own once past the
+    expected ones (the step's estimate then says ≈ 0 s until it ends)."""
+    out = planned_exchanges(spec)
+    if "training" in out and _plain_newton(spec) and "selection" not in out:
+        rounds = spec.training.rounds
+        if rounds > NEWTON_EXPECTED:
+            out["training"] -= rounds + 1 - NEWTON_EXPECTED
+            out.pop("baselines", None)
+    return out
+
+
+#: what a GNN round of the imputation (its round kind, :func:`round_kinds`: torch at every site) costs
+#: in ordinary exchanges. Measured on the heart job (docs/deployment.md): 20.7 s against 7.3 s for an
+#: ordinary exchange on a Flower loopback deployment (2.8×), about 2.5× on FLARE
+GNN_ROUND_WEIGHT = 2.5
+
+
+def kind_weight(kind: str) -> float:
+    """What an exchange of message kind ``kind`` costs in ordinary exchanges: :data:`GNN_ROUND_WEIGHT`
+    for the imputation's rounds, 1 for every other kind."""
+    return GNN_ROUND_WEIGHT if round_kinds().get(kind, (None,))[0] == "imputation" else 1.0
+
+
+def _units(spec: "JobSpec", plan: Mapping[str, int]) -> dict[str, float]:
+    """``{step: cost}`` of the plan's steps in ordinary exchanges (:func:`kind_weight`): the
+    imputation's ``rounds`` GNN rounds weigh :data:`GNN_ROUND_WEIGHT`, every other exchange 1."""
+    out = {k: float(n) for k, n in plan.items()}
+    if "imputation" in out and spec.impute is not None:
+        heavy = min(spec.impute.rounds, plan["imputation"])
+        out["imputation"] += (GNN_ROUND_WEIGHT - 1.0) * heavy
+    return out
+
+
 def estimate_text(exchanges: int, seconds_per_exchange: float, left: bool = False) -> str:
     """``about 12 exchanges × 2.1 s ≈ 25 s`` (``exchanges left`` with ``left``; minutes past 120 s)."""
     total = exchanges * seconds_per_exchange
@@ -196,7 +257,7 @@ def describe(event: dict[str, Any]) -> str:
         return f"{event.get('step', 'job')}: {estimate_text(event['exchanges'], event['seconds_per_exchange'], True)}"
     if "exchanges" in event:
         return (f"{event.get('asked', '?')} site(s) joined; the job makes about {event['exchanges']} exchanges "
-                "(timed once its first step has run one)")
+                "(timed on its exchanges after the first)")
     sites = f"({event.get('answered', '?')}/{event.get('asked', '?')} sites)"
     step = event.get("step") or "exchange"
     if "round" in event:
@@ -242,14 +303,27 @@ class ProgressLog:
     """The server side: one marked line per exchange (and the estimates), through ``emit``.
 
     The estimate is timed on the job's own exchanges, never on the site-naming one: before the
-    first step :meth:`estimate` prints the plan's count only; then at the 1st, 4th, 16th, 64th, …
-    exchange of each step an estimate event ``{"step", "exchanges", "seconds_per_exchange"}``
-    gives the exchanges left in the plan (this step's planned ones not yet made, and every later
-    step's) at the seconds per exchange this step has taken so far (its elapsed time over its
-    exchanges). A step whose exchanges outrun its plan counts 0 left of its own.
+    first step :meth:`estimate` prints the count :func:`expected_exchanges` makes; then at the 1st,
+    4th, 16th, 64th, … exchange of each step an estimate event ``{"step", "exchanges",
+    "seconds_per_exchange"}`` gives the exchanges left (this step's not yet made, and every later
+    step's) and the seconds per exchange they are expected to take on average, weighted by step:
+
+    * this step's left at this step's own rate — from its 2nd exchange on, the seconds since its
+      first exchange ended over the exchanges made since (the first exchange of a step is not
+      representative: it carries the riders of the step before, e.g. the imputation's
+      ``impute_apply`` on the election's ballot); at its 1st, that exchange's;
+    * every later step's at the *lowest* rate a step has run at so far: a step's own work (the
+      imputation's GNN rounds, a torch import per Flower ClientApp) says nothing of the next
+      step's, while the cheapest step's rate is the engine's cost of an exchange (Flower's
+      process per message and 3 s poll, FLARE's 0.2 s task poll).
+
+    The run's first exchange times nothing and prints no estimate: every site reads its table for
+    it and the engine starts the job's processes (on FLARE loopback the heart GBDT job's schema
+    exchange took 2.0 s, its tree levels 0.3 s: an estimate timed on it was 2.7× high). A step
+    whose exchanges outrun its count counts 0 left of its own.
 
     Args:
-        spec: the job (for the rounds of its round steps and :func:`planned_exchanges`);
+        spec: the job (for the rounds of its round steps and :func:`expected_exchanges`);
             ``None`` for a workflow that is not a job (no rounds, no estimate).
         emit: where a line goes (default: ``print(..., flush=True)``: the ServerApp's log).
         clock: seconds, monotonic (default :func:`time.perf_counter`; tests pass a fake one).
@@ -264,10 +338,16 @@ class ProgressLog:
         self.current: str | None = None
         self._seq = 0
         self._rounds: dict[str, int] = {}
-        self._plan: dict[str, int] = planned_exchanges(spec) if spec is not None else {}
+        self._plan: dict[str, int] = expected_exchanges(spec) if spec is not None else {}
         self._started: set[str] = set()
         self._step_t0 = self.t0
         self._step_done = 0
+        self._first_end = self.t0  # when the current step's first exchange ended
+        self._units: dict[str, float] = _units(spec, self._plan) if spec is not None else {}
+        self._step_units = 0.0  # the current step's exchanges so far, in ordinary exchanges
+        self._first_units = 0.0  # its first exchange's
+        self._rates: dict[str, float] = {}  # seconds per ordinary exchange of every step that made one
+        self._made = 0  # exchanges of the run so far
 
     def _write(self, event: dict[str, Any]) -> None:
         self._seq += 1
@@ -278,18 +358,33 @@ class ProgressLog:
         """The job's step ``name`` starts (:func:`fedtab.job.workflow.run_workflow`'s ``progress``)."""
         self.current = name
         self._started.add(name)
-        self._step_t0, self._step_done = self.clock(), 0
+        self._step_t0, self._step_done, self._step_units = self.clock(), 0, 0.0
 
     def estimate(self, sites: int) -> None:
-        """Before the first step: the plan's exchanges (no time yet: the site-naming exchange is
+        """Before the first step: the expected exchanges (no time yet: the site-naming exchange is
         no measure of a step's)."""
         if self.spec is not None:
             self._write({"asked": sites, "exchanges": sum(self._plan.values())})
 
     def left(self) -> int:
         """Exchanges the plan has left: the current step's not yet made, and every step's not yet started."""
-        mine = max(self._plan.get(self.current, 0) - self._step_done, 0) if self.current is not None else 0
-        return mine + sum(n for s, n in self._plan.items() if s not in self._started)
+        return self._mine_left() + self._later_left()
+
+    def _mine_left(self) -> int:
+        return max(self._plan.get(self.current, 0) - self._step_done, 0) if self.current is not None else 0
+
+    def _later_left(self) -> int:
+        return sum(n for s, n in self._plan.items() if s not in self._started)
+
+    def seconds_left(self) -> float:
+        """Seconds the exchanges :meth:`left` are expected to take, each weighed by its kind
+        (:func:`kind_weight`): this step's at its own rate, the later steps' at the lowest rate of a
+        step so far (see the class); 0 before any exchange."""
+        if self.current not in self._rates:
+            return 0.0
+        mine = 0.0 if self._mine_left() == 0 else max(self._units.get(self.current, 0.0) - self._step_units, 0.0)
+        later = sum(u for s, u in self._units.items() if s not in self._started)
+        return mine * self._rates[self.current] + later * min(self._rates.values())
 
     def exchange(self, kind: str, answered: int, asked: int) -> None:
         """An exchange of message kind ``kind`` ended: ``answered`` of ``asked`` sites replied without error."""
@@ -300,7 +395,22 @@ class ProgressLog:
             self._rounds[kind] = self._rounds.get(kind, 0) + 1
             event.update(step=step, round=self._rounds[kind], rounds=rounds(self.spec))
         self._write(event)
+        now = self.clock()
+        weight = kind_weight(kind)
         self._step_done += 1
-        if self.spec is not None and self.current is not None and _retime(self._step_done):
-            rate = (self.clock() - self._step_t0) / self._step_done
-            self._write({"step": self.current, "exchanges": self.left(), "seconds_per_exchange": round(rate, 2)})
+        self._step_units += weight
+        self._made += 1
+        if self.current is None:
+            return
+        if self._made == 1:  # the run's first: every site reads its table, the engine starts its job
+            self._first_end, self._first_units = now, weight
+            return
+        if self._step_done == 1:
+            self._first_end, self._first_units = now, weight
+            self._rates[self.current] = (now - self._step_t0) / weight
+        else:  # from the 2nd on: the exchanges after the first (which carries riders, reads tables)
+            self._rates[self.current] = (now - self._first_end) / (self._step_units - self._first_units)
+        if self.spec is not None and _retime(self._step_done):
+            n = self.left()
+            rate = self.seconds_left() / n if n else self._rates[self.current]
+            self._write({"step": self.current, "exchanges": n, "seconds_per_exchange": round(rate, 2)})
