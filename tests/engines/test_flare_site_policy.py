@@ -46,10 +46,6 @@ def sites(tmp_path_factory) -> list[dict]:
                                       split_seed=0)[:2]
 
 
-
-
-
-
 def _answer(executor, workspace: Path, job: str, request: Message = DESCRIBE) -> Message:
     site, _ = executor._site(_fl_ctx(workspace, job))
     return site.handle(request)
@@ -180,3 +176,18 @@ def test_the_file_fedtab_deploy_writes_is_what_the_site_reads(sites, tmp_path):
     assert len(site.table) == len(pd.read_csv(cfg["data-path"]))
     assert site.ledger.path == kit / "local" / "fedtab-state" / "ledger.json"
     assert site.identity is not None and site.identity.problem is None
+
+
+def test_a_job_that_maps_labels_and_names_its_task_builds_on_flare(sites, tmp_path):
+    """The job's per-site reading keys (``label-map``, ``sep``, ``decimal``, ``task``: what a job may
+    set for a site) are executor arguments: a job with ``[labels] map`` or a task builds, and the
+    site reads its table with them."""
+    import pandas as pd
+
+    cfg = {**sites[0], "label-map": '{"0": "no", "1": "yes"}', "task": "classes", "sep": ",", "decimal": "."}
+    job = nvflare.build_job([{"name": "site-1", **{k: v for k, v in cfg.items() if k != "name"}}], {})
+    assert job is not None
+    executor = nvflare.FedtabExecutor(data_path=cfg["data-path"], target=cfg["target"],
+                                      label_map={"0": "no", "1": "yes"}, task="classes", sep=",", decimal=".")
+    site, _ = executor._site(_fl_ctx(tmp_path, "labels"))
+    assert set(pd.unique(site.table[cfg["target"]].astype(str))) == {"no", "yes"}

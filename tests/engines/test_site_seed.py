@@ -130,8 +130,6 @@ def test_the_run_seed_lives_in_the_nodes_context_state(sites):
 # ----------------------------------------------------------------------------- NVIDIA FLARE
 
 
-
-
 def test_a_flare_job_cannot_reseed_or_resize_a_sites_parts(sites, tmp_path, caplog):
     nvflare = pytest.importorskip("fedtab.engines.nvflare")
     cfg = sites[0]

@@ -272,6 +272,9 @@ class FedtabExecutor(Executor):
             which must not choose where a site keeps its ledger (a fresh folder per job would reset
             its ε budget). The site's state folder is the ``state-dir`` of its own ``local/``
             :data:`SITE_FILE` (or :data:`IDENTITY_FILE`), by default ``local/``:data:`STATE_FOLDER`.
+        label_map, sep, decimal, task: how the job reads the site's table (``label-map``, the CSV's
+            separator and decimal mark, ``classes``/``regression``; keys a job may set,
+            :data:`~fedtab.engines.site_config.JOB_SITE_KEYS`); the site's own file wins where it sets them.
 
     Every argument is what the *job* says, and the job is written by whoever submits it. The site's
     own configuration is its ``local/`` :data:`SITE_FILE` (:func:`local_site_config`): each key it sets
@@ -287,9 +290,11 @@ class FedtabExecutor(Executor):
 
     def __init__(self, data_path: str, target: str = "", test_path: str = "", selector: Any = "lasso",
                  split: RowSplit | None = None, na_values: Any = None, min_rows: Any = None,
-                 policy: Any = None, state_dir: str = "") -> None:
+                 policy: Any = None, state_dir: str = "", label_map: Any = None, sep: Any = None,
+                 decimal: Any = None, task: Any = None) -> None:
         super().__init__()
         # FLARE writes the job from these attributes: each keeps its parameter's name
+        self.label_map, self.sep, self.decimal, self.task = label_map, sep, decimal, task
         self.na_values = na_values
         self.min_rows, self.policy, self.state_dir = min_rows, policy, state_dir
         self.data_path = data_path
@@ -313,7 +318,9 @@ class FedtabExecutor(Executor):
         split aside: :meth:`_config` never takes it)."""
         return {"name": name, "data_path": self.data_path, "target": self.target, "test_path": self.test_path,
                 "selector": self.selector, "na_values": self.na_values, "min_rows": self.min_rows,
-                "policy": self.policy}
+                "policy": self.policy, **{k: v for k, v in (("label_map", self.label_map), ("sep", self.sep),
+                                                            ("decimal", self.decimal), ("task", self.task))
+                                          if v not in (None, "")}}
 
     def _config(self, fl_ctx: FLContext, name: str) -> dict[str, Any]:
         """The site's config: its own (``local/`` :data:`SITE_FILE`, :data:`IDENTITY_FILE`) over the
@@ -450,13 +457,13 @@ def build_job(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | No
     job.to_server(FedtabController(config=dict(config or {}), min_sites=len(sites),
                                    timeout=timeout, result_path=result_path))
     allowed = {"data_path", "target", "test_path", "selector", "test_size", "seed", "na_values", "min_rows", "policy",
-               "folds", "state_dir"}
+               "folds", "state_dir", "label_map", "sep", "decimal", "task"}
     for site in sites:
         args = {str(k).replace("-", "_"): v for k, v in site.items() if k != "name"}
         unknown = set(args) - allowed
         if unknown:
             raise ValueError(f"site {site['name']!r}: unknown executor arguments {sorted(unknown)}")
-        for key in ("selector", "policy"):  # JSON text as the site config allows; FLARE needs the object
+        for key in ("selector", "policy", "label_map"):  # JSON text as the site config allows; FLARE needs the object
             if isinstance(args.get(key), str) and args[key].strip().startswith("{"):
                 args[key] = json.loads(args[key])
         if any(key in args for key in SPLIT_KEYS):
