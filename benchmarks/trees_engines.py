@@ -161,8 +161,8 @@ def run(engines: tuple[str, ...], *, n_trees: int, max_depth: int, flower_trees:
 
 
 def planned_exchanges(n_trees: int, max_depth: int) -> int:
-    """The exchanges the job's plan makes (:func:`fedtab.engines.progress.planned_exchanges`)."""
-    from fedtab.engines.progress import planned_exchanges as plan_count
+    """The exchanges the job's plan makes (:func:`fedtab.job.exchange_plan.planned_exchanges`)."""
+    from fedtab.job.exchange_plan import planned_exchanges as plan_count
     from fedtab.job.spec import spec_from_plan
 
     return int(sum(plan_count(spec_from_plan(json.loads(job_config(n_trees, max_depth)["job"]))).values()))

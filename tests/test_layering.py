@@ -60,7 +60,6 @@ TYPE_ONLY_EXCEPTIONS = {
     ("fedtab.privacy.secagg", "fedtab.federation"): "annotations name the Site and Message the site side masks",
     ("fedtab.federation.steps.baselines", "fedtab.federation.workflows"): "an annotation names the training outcome "
                                                                            "whose settings the baselines repeat",
-    ("fedtab.engines.progress", "fedtab.job"): "an annotation names the JobSpec whose steps are shown",
 }
 
 #: the import circles of today as ``(modules, imports between them)``: none is left (issue 29's "done

@@ -8,7 +8,7 @@ import json
 
 def test_quick_mode_runs_the_gbdt_job_and_writes_its_rows(tmp_path, capsys):
     from benchmarks.trees_engines import job_config, main  # imported here: collection stays fast
-    from fedtab.engines.progress import planned_exchanges
+    from fedtab.job.exchange_plan import planned_exchanges
     from fedtab.job.spec import spec_from_plan
 
     out = tmp_path / "rows.json"

@@ -156,13 +156,14 @@ def test_progress_lines_arrive_once_each_as_the_run_goes_and_forged_ones_are_ign
     formatted as the CLI prints it; lines a hostile site could get logged are dropped whole."""
     from fedtab.engines.progress import ProgressLog, parse_event
     from fedtab.engines.result_log import encode_result
+    from fedtab.job.exchange_plan import exchange_plan
     from fedtab.job.spec import parse_job
 
     spec = parse_job({"target": "y", "training": {"rounds": 2}, "schema": {"profile": False},
                       "evaluation": {"baselines": False}}, sites_required=False)
     lines: list[str] = []
     clock = _Clock()  # fake: no real timing
-    server = ProgressLog(spec, emit=lines.append, clock=clock)
+    server = ProgressLog(exchange_plan(spec), emit=lines.append, clock=clock)
     server.estimate(3)
     server.step("training")
     for kind, answered, seconds in (("describe", 3, 2.0), ("fit", 3, 3.0), ("fit", 2, 3.0), ("evaluate", 2, 4.0)):
@@ -212,7 +213,8 @@ def test_the_estimate_is_timed_on_each_steps_own_exchanges_never_on_the_site_nam
     estimate of a dear step. With a fake clock: the profile costs 0.5 s, each training exchange
     10 s; the estimate printed at the training step's first exchange is the plan's exchanges left
     × 10 s (what the rest really took), re-timed at the step's 4th exchange."""
-    from fedtab.engines.progress import ProgressLog, describe, parse_event, planned_exchanges
+    from fedtab.engines.progress import ProgressLog, describe, parse_event
+    from fedtab.job.exchange_plan import exchange_plan, planned_exchanges
     from fedtab.job.spec import parse_job
 
     spec = parse_job({"target": "y", "training": {"rounds": 6}, "evaluation": {"baselines": False}},
@@ -220,7 +222,7 @@ def test_the_estimate_is_timed_on_each_steps_own_exchanges_never_on_the_site_nam
     assert planned_exchanges(spec) == {"schema": 1, "training": 8}
     clock = _Clock()
     lines: list[str] = []
-    server = ProgressLog(spec, emit=lines.append, clock=clock)
+    server = ProgressLog(exchange_plan(spec), emit=lines.append, clock=clock)
     server.estimate(3)
     first = parse_event(lines[-1])
     assert first["exchanges"] == 9 and "seconds_per_exchange" not in first
@@ -243,7 +245,8 @@ def test_the_estimate_follows_a_step_whose_exchanges_grow_dearer_and_stays_withi
     """A GBDT step whose first exchange (the bin summary) is cheap and whose tree levels cost 5×
     more: re-timed at its 4th, 16th and 64th exchange (its 1st is the run's first: no estimate), each
     estimate is within 1.5× of what the rest of the step really took (fake clock)."""
-    from fedtab.engines.progress import ProgressLog, parse_event, planned_exchanges
+    from fedtab.engines.progress import ProgressLog, parse_event
+    from fedtab.job.exchange_plan import exchange_plan, planned_exchanges
     from fedtab.job.spec import parse_job
 
     spec = parse_job({"target": "y", "schema": {"profile": False}, "evaluation": {"baselines": False},
@@ -255,7 +258,7 @@ def test_the_estimate_follows_a_step_whose_exchanges_grow_dearer_and_stays_withi
     cost = [1.0] + [5.0] * (total - 1)
     clock = _Clock()
     lines: list[str] = []
-    server = ProgressLog(spec, emit=lines.append, clock=clock)
+    server = ProgressLog(exchange_plan(spec), emit=lines.append, clock=clock)
     server.estimate(4)
     server.step("training")
     seen = []
@@ -273,12 +276,13 @@ def test_the_estimate_follows_a_step_whose_exchanges_grow_dearer_and_stays_withi
 
 def test_exchanges_beyond_the_plan_count_none_left_and_no_spec_prints_no_estimate():
     from fedtab.engines.progress import ProgressLog, parse_event
+    from fedtab.job.exchange_plan import exchange_plan
     from fedtab.job.spec import parse_job
 
     spec = parse_job({"target": "y", "training": {"rounds": 1}, "schema": {"profile": False},
                       "evaluation": {"baselines": False}}, sites_required=False)
     lines: list[str] = []
-    server = ProgressLog(spec, emit=lines.append, clock=_fake_clock([0.0, *range(1, 80)]))
+    server = ProgressLog(exchange_plan(spec), emit=lines.append, clock=_fake_clock([0.0, *range(1, 80)]))
     server.step("training")
     for _ in range(16):  # the plan says 4 (schema agreement, describe, fit, evaluate)
         server.exchange("fit", 2, 2)
@@ -339,7 +343,7 @@ def test_attach_follows_a_submitted_run_without_submitting_and_writes_the_output
 def test_the_plans_exchange_count_is_what_the_in_process_engine_makes(tmp_path):
     """planned_exchanges (the estimate's count) against the real exchange count of each step."""
     from fedtab.engines.local import LocalFederation
-    from fedtab.engines.progress import planned_exchanges
+    from fedtab.job.exchange_plan import planned_exchanges
     from fedtab.job.spec import parse_job
     from fedtab.job.workflow import run_workflow
     from tests.builders import classification_parts, make_sites
@@ -380,7 +384,7 @@ def test_the_plans_exchange_count_of_a_regression_is_what_the_in_process_engine_
     import pandas as pd
 
     from fedtab.engines.local import LocalFederation
-    from fedtab.engines.progress import planned_exchanges
+    from fedtab.job.exchange_plan import planned_exchanges
     from fedtab.federation.site.core import Site
     from fedtab.job.spec import parse_job
     from fedtab.job.workflow import run_workflow

@@ -188,6 +188,7 @@ def test_a_job_that_maps_labels_and_names_its_task_builds_on_flare(sites, tmp_pa
     job = nvflare.build_job([{"name": "site-1", **{k: v for k, v in cfg.items() if k != "name"}}], {})
     assert job is not None
     executor = nvflare.FedtabExecutor(data_path=cfg["data-path"], target=cfg["target"],
-                                      label_map={"0": "no", "1": "yes"}, task="classes", sep=",", decimal=".")
+                                      reading={"label_map": {"0": "no", "1": "yes"}, "task": "classes", "sep": ",",
+                                               "decimal": "."})
     site, _ = executor._site(_fl_ctx(tmp_path, "labels"))
     assert set(pd.unique(site.table[cfg["target"]].astype(str))) == {"no", "yes"}

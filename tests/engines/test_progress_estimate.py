@@ -6,8 +6,8 @@ deployment with TLS + SuperNode authentication (docs/deployment.md, "How good th
 
 import pytest
 
-from fedtab.engines.progress import (GNN_ROUND_WEIGHT, NEWTON_EXPECTED, ProgressLog, expected_exchanges, parse_event,
-                                     planned_exchanges)
+from fedtab.engines.progress import GNN_ROUND_WEIGHT, ProgressLog, parse_event
+from fedtab.job.exchange_plan import NEWTON_EXPECTED, exchange_plan, expected_exchanges, planned_exchanges
 from fedtab.job.spec import parse_job
 
 HEART = {"target": "disease", "impute": {"rounds": 5}, "election": {"freedom_degree": 0.5}}
@@ -36,7 +36,7 @@ def _replay(spec, exchanges):
     """Run ``exchanges`` through a ProgressLog on a fake clock; ``(estimates, lines)`` where each
     estimate is ``(time, exchanges left, estimated seconds left, real seconds left)``."""
     clock, lines = _Clock(), []
-    log = ProgressLog(spec, emit=lines.append, clock=clock)
+    log = ProgressLog(exchange_plan(spec), emit=lines.append, clock=clock)
     log.estimate(3)
     total = sum(d for *_, d in exchanges)
     out, current = [], None

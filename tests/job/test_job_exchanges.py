@@ -6,7 +6,7 @@ from sklearn.linear_model import LogisticRegression
 
 from fedtab.data.example_sites import write_heart_sites
 from fedtab.engines.local import LocalFederation
-from fedtab.engines.progress import planned_exchanges
+from fedtab.job.exchange_plan import planned_exchanges
 from fedtab.engines.site_config import build_site
 from fedtab.job import load_job
 from fedtab.job.run import site_configs

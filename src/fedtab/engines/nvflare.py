@@ -54,6 +54,8 @@ __all__ = ["allow_fedtab_components", "FLARE_COMPONENTS", "FedtabController", "F
            "SimulatorError", "STATE_FOLDER", "build_job", "flare_run_id", "provision_identities", "run_simulator", "site_state_dir"]
 
 TASK_NAME = "fedtab"
+#: how a job reads a site's table: the executor's ``reading`` argument (``{key: value}``)
+READING_KEYS = ("na_values", "label_map", "sep", "decimal", "task")
 _PAYLOAD = "fedtab"
 _RESULT_FILE = "fedtab_result.json"
 #: written to the server's run directory when the workflow raises (the exception's type and text)
@@ -264,7 +266,6 @@ class FedtabExecutor(Executor):
             of its ``local/`` :data:`SITE_FILE`, else 0.2, 5 folds and a secret seed it draws once and
             keeps in its state folder (a server that varied the seed or test size between two jobs
             could otherwise difference releases over two test parts that differ by a few rows).
-        na_values: strings read as missing (see :func:`~fedtab.engines.site_config.parse_na_values`).
         min_rows, policy: settings that may only *tighten* the site's own disclosure policy (see
             below); a job asking for less (a lower ``min_rows``, ``allow_server_row_sets``, a
             require flag off) changes nothing at the site, and the site logs what it ignored.
@@ -272,9 +273,12 @@ class FedtabExecutor(Executor):
             which must not choose where a site keeps its ledger (a fresh folder per job would reset
             its ε budget). The site's state folder is the ``state-dir`` of its own ``local/``
             :data:`SITE_FILE` (or :data:`IDENTITY_FILE`), by default ``local/``:data:`STATE_FOLDER`.
-        label_map, sep, decimal, task: how the job reads the site's table (``label-map``, the CSV's
-            separator and decimal mark, ``classes``/``regression``; keys a job may set,
-            :data:`~fedtab.engines.site_config.JOB_SITE_KEYS`); the site's own file wins where it sets them.
+        reading: how the job reads the site's table, ``{key: value}`` of :data:`READING_KEYS`
+            (``na_values``, the strings read as missing, see
+            :func:`~fedtab.engines.site_config.parse_na_values`; ``label_map``; the CSV's ``sep`` and
+            ``decimal`` mark; ``task`` ``classes``/``regression``;
+            keys a job may set, :data:`~fedtab.engines.site_config.JOB_SITE_KEYS`); the site's own
+            file wins where it sets them.
 
     Every argument is what the *job* says, and the job is written by whoever submits it. The site's
     own configuration is its ``local/`` :data:`SITE_FILE` (:func:`local_site_config`): each key it sets
@@ -289,13 +293,11 @@ class FedtabExecutor(Executor):
     """
 
     def __init__(self, data_path: str, target: str = "", test_path: str = "", selector: Any = "lasso",
-                 split: RowSplit | None = None, na_values: Any = None, min_rows: Any = None,
-                 policy: Any = None, state_dir: str = "", label_map: Any = None, sep: Any = None,
-                 decimal: Any = None, task: Any = None) -> None:
+                 split: RowSplit | None = None, min_rows: Any = None,
+                 policy: Any = None, state_dir: str = "", reading: Any = None) -> None:
         super().__init__()
         # FLARE writes the job from these attributes: each keeps its parameter's name
-        self.label_map, self.sep, self.decimal, self.task = label_map, sep, decimal, task
-        self.na_values = na_values
+        self.reading = reading
         self.min_rows, self.policy, self.state_dir = min_rows, policy, state_dir
         self.data_path = data_path
         self.target = target
@@ -317,10 +319,9 @@ class FedtabExecutor(Executor):
         """What the job (written by the server's side) says of this site, as a site config (its
         split aside: :meth:`_config` never takes it)."""
         return {"name": name, "data_path": self.data_path, "target": self.target, "test_path": self.test_path,
-                "selector": self.selector, "na_values": self.na_values, "min_rows": self.min_rows,
-                "policy": self.policy, **{k: v for k, v in (("label_map", self.label_map), ("sep", self.sep),
-                                                            ("decimal", self.decimal), ("task", self.task))
-                                          if v not in (None, "")}}
+                "selector": self.selector, "min_rows": self.min_rows,
+                "policy": self.policy, **{k: v for k, v in dict(self.reading or {}).items()
+                                          if k in READING_KEYS and v not in (None, "")}}
 
     def _config(self, fl_ctx: FLContext, name: str) -> dict[str, Any]:
         """The site's config: its own (``local/`` :data:`SITE_FILE`, :data:`IDENTITY_FILE`) over the
@@ -457,7 +458,7 @@ def build_job(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | No
     job.to_server(FedtabController(config=dict(config or {}), min_sites=len(sites),
                                    timeout=timeout, result_path=result_path))
     allowed = {"data_path", "target", "test_path", "selector", "test_size", "seed", "na_values", "min_rows", "policy",
-               "folds", "state_dir", "label_map", "sep", "decimal", "task"}
+               "folds", "state_dir", *READING_KEYS}
     for site in sites:
         args = {str(k).replace("-", "_"): v for k, v in site.items() if k != "name"}
         unknown = set(args) - allowed
@@ -466,6 +467,8 @@ def build_job(sites: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | No
         for key in ("selector", "policy", "label_map"):  # JSON text as the site config allows; FLARE needs the object
             if isinstance(args.get(key), str) and args[key].strip().startswith("{"):
                 args[key] = json.loads(args[key])
+        if any(key in args for key in READING_KEYS):
+            args["reading"] = {key: args.pop(key) for key in READING_KEYS if key in args}
         if any(key in args for key in SPLIT_KEYS):
             args["split"] = RowSplit(**{key: args.pop(key) for key in SPLIT_KEYS if key in args})
         job.to(FedtabExecutor(**args), str(site["name"]), tasks=[TASK_NAME])

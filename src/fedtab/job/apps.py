@@ -39,13 +39,14 @@ def server_app(federation: Federation, run_config: Mapping[str, Any],
     if emit is None:
         return engine_workflow(federation, run_config)
     from ..engines.progress import ProgressLog
+    from .exchange_plan import exchange_plan
     from .spec import JobError, spec_from_plan
 
     try:
         spec = spec_from_plan(run_config.get("job") or "")
     except JobError:
         spec = None  # engine_workflow reports the bad plan itself
-    progress = ProgressLog(spec, emit=emit)
+    progress = ProgressLog(None if spec is None else exchange_plan(spec), emit=emit)
     federation.on_exchange = progress.exchange  # type: ignore[attr-defined]
     progress.estimate(len(federation.sites))
     return engine_workflow(federation, run_config, progress=progress.step)

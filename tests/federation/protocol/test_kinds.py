@@ -131,10 +131,11 @@ def test_a_toy_kind_declared_once_appears_in_every_derived_table(toy):
     # the progress line of an exchange of it counts the step's rounds
     lines: list[str] = []
 
+    from fedtab.job.exchange_plan import exchange_plan
     from fedtab.job.spec import parse_job
 
     spec = parse_job({"target": "y", "training": {"rounds": 7}}, sites_required=False)
-    log = ProgressLog(spec, emit=lines.append)
+    log = ProgressLog(exchange_plan(spec), emit=lines.append)
     log.exchange("toy_sums", 1, 1)
     assert '"round": 1, "rounds": 7' in lines[-1] and '"step": "toy step"' in lines[-1]
 
