@@ -185,7 +185,7 @@ def test_the_guides_trial_reports_progress_attaches_and_stops_runs(guide):
     run_id = int(re.search(r"submitted as Flower run (\d+)", text).group(1))
     rounds = [before for line, before in lines if re.search(r"training round \d/2 \(2/2 sites\)", line)]
     assert len(rounds) == 2 and all(rounds), text  # both rounds printed before the outputs existed
-    assert re.search(r"2 site\(s\) joined; the job makes about 5 exchanges \(timed once", text), text
+    assert re.search(r"2 site\(s\) joined; the job makes about 5 exchanges \(timed on its exchanges after the first\)", text), text
     # the time comes from the job's own exchanges, one line at a step's first exchange
     assert re.search(r"(schema|training): about [0-4] exchanges left × [\d.]+ s ≈", text), text
     first = json.loads((out / "result.json").read_text())
