@@ -88,3 +88,33 @@ def test_a_job_interrupted_or_past_its_timeout_is_aborted_on_the_server():
     with pytest.raises(RunError, match="did not finish within 60 s \\(aborted\\)"):
         _wait(session, "job-2", timeout=60)
     assert session.aborted == ["job-2"]
+
+
+class _Dropping(_Waiting):
+    """A stand-in Session whose first ``drops`` monitoring calls lose the admin connection."""
+
+    def __init__(self, drops):
+        super().__init__(polls=2)
+        self.drops, self.calls = drops, 0
+
+    def monitor_job_and_return_job_meta(self, job_id, timeout, poll_interval, cb):
+        self.calls += 1
+        if self.calls <= self.drops:
+            raise ConnectionError("cannot connect to server: ERROR_SERVER_CONNECTION")
+        return super().monitor_job_and_return_job_meta(job_id, timeout, poll_interval, cb)
+
+
+def test_a_dropped_admin_connection_is_retried_and_the_job_is_never_aborted_for_it(monkeypatch):
+    """A busy FLARE server can drop one status query: the wait reconnects (the job runs on at the
+    server) and gives up, naming the job, only after MONITOR_RETRIES drops."""
+    from fedtab.engines import nvflare_remote
+    from fedtab.engines.errors import RunError
+
+    monkeypatch.setattr(nvflare_remote.time, "sleep", lambda s: None)
+    session = _Dropping(drops=2)
+    assert nvflare_remote._wait(session, "job-3", timeout=60)["status"] == "FINISHED:COMPLETED"
+    assert session.calls == 3 and session.aborted == []
+    session = _Dropping(drops=nvflare_remote.MONITOR_RETRIES + 1)
+    with pytest.raises(RunError, match=r"lost the FLARE admin connection while job job-4 ran \(6 time"):
+        nvflare_remote._wait(session, "job-4", timeout=60)
+    assert session.calls == nvflare_remote.MONITOR_RETRIES + 1 and session.aborted == []

@@ -149,6 +149,11 @@ def _wait_for_sites(session, names: Sequence[str], timeout: float) -> None:  # n
                        "clients, check their names against the project)")
 
 
+#: how many times the job's monitoring may lose the admin connection (a busy server can drop one
+#: status query: ``ERROR_SERVER_CONNECTION``) before the wait gives up; the job runs on meanwhile
+MONITOR_RETRIES = 5
+
+
 def _wait(session, job_id: str, timeout: float,  # noqa: ANN001 - FLARE's Session
           progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Wait until the job is final and return its meta; abort it on timeout and on Ctrl-C.
@@ -157,8 +162,12 @@ def _wait(session, job_id: str, timeout: float,  # noqa: ANN001 - FLARE's Sessio
     :class:`~fedtab.engines.nvflare.FedtabController`) go to ``progress`` once each, as
     :func:`fedtab.engines.progress.describe` words them.
 
+    A dropped admin connection while monitoring is retried (:data:`MONITOR_RETRIES` times, 2 s
+    apart, within ``timeout``): the job runs on at the server whatever the admin's session does.
+
     Raises:
-        RunError: not final within ``timeout`` seconds (the job is aborted).
+        RunError: not final within ``timeout`` seconds (the job is aborted), or the connection lost
+            more than :data:`MONITOR_RETRIES` times.
     """
     from nvflare.fuel.flare_api.api_spec import MonitorReturnCode
 
@@ -174,13 +183,23 @@ def _wait(session, job_id: str, timeout: float,  # noqa: ANN001 - FLARE's Sessio
 
     from .progress import describe
 
-    try:
-        rc, meta = session.monitor_job_and_return_job_meta(job_id, timeout=timeout, poll_interval=1.0, cb=report)
-    except KeyboardInterrupt:  # Ctrl-C: the job must not go on running on the server
+    deadline, lost = time.monotonic() + timeout, 0
+    while True:
         try:
-            session.abort_job(job_id)
-        finally:
-            raise
+            rc, meta = session.monitor_job_and_return_job_meta(
+                job_id, timeout=max(deadline - time.monotonic(), 1.0), poll_interval=1.0, cb=report)
+            break
+        except KeyboardInterrupt:  # Ctrl-C: the job must not go on running on the server
+            try:
+                session.abort_job(job_id)
+            finally:
+                raise
+        except Exception as exc:  # noqa: BLE001 - a dropped admin connection: the job runs on at the server
+            lost += 1
+            if lost > MONITOR_RETRIES or time.monotonic() >= deadline:
+                raise RunError(f"lost the FLARE admin connection while job {job_id} ran ({lost} time(s)): "
+                               f"{type(exc).__name__}: {exc}") from None
+            time.sleep(2.0)
     if rc == MonitorReturnCode.TIMEOUT:
         try:
             session.abort_job(job_id)
