@@ -1,6 +1,7 @@
 """Selection chains buy no evaluation allowance (issue 28 item 5): a curious server mixing
-``select_fit`` chain requests with evaluations of its own crafted models. Every chain a site trains
-is one evaluation of the part it trains on and one model's work; the chains it trained widen only
+``select_fit`` chain requests with evaluations of its own crafted models. Every chain a site sets up
+is one evaluation of the part it trains on (once) and one model's work per round; its later rounds are
+fit rounds (``max_rounds``) of the same chains; the chains it trained widen only
 ``select_evaluate``'s distinct-model count, never ``evaluate``'s."""
 
 from __future__ import annotations
@@ -90,3 +91,37 @@ def test_every_chain_is_one_evaluation_of_the_part_it_trains_on():
     # chains on other folds count against their own parts
     assert _answered(site.handle(_chains(site, 8, fold=1)))
     assert site.ledger.snapshot()["runs"][site.run_id]["evaluate:fit:1"] == 8
+
+
+def _next_round(m: int, seed: int, scale: float = 1.0) -> Message:
+    """A later round of the stored chains: the server's (possibly crafted) coefficients, no setup."""
+    rng = np.random.default_rng(seed)
+    return Message("select_fit", {"param:coef": scale * rng.normal(size=(m, 1, D)), "param:intercept": np.zeros((m, 1))},
+                   {"epochs": 1})
+
+
+def test_later_rounds_of_the_chains_are_fit_rounds_bounded_by_max_rounds():
+    """A curious server re-sending crafted coefficients for the chains it set up: each request is one
+    fit round (``max_rounds``), no new evaluation and no new trained model; it cannot grow the chains
+    without a setup (then counted again), nor send coefficients beyond ``max_model_abs``."""
+    site = _site(max_rounds=4, max_evaluations=20, max_model_abs=100.0)
+    assert _answered(site.handle(_chains(site, 8, fold=0)))  # the setup: 8 evaluations of fit:0, round 2
+    runs = site.ledger.snapshot()["runs"][site.run_id]
+    assert (runs["evaluate:fit:0"], runs["select_chains"]) == (8, 8)
+    answered = 0
+    for seed in range(6):
+        reply = site.handle(_next_round(8, seed))
+        if not _answered(reply):
+            assert "max_rounds=4" in reply.meta["reason"], reply.meta
+            break
+        answered += 1
+    assert answered == 2  # the honest fit round, the setup's round, then 2 more: max_rounds = 4
+    runs = site.ledger.snapshot()["runs"][site.run_id]
+    assert (runs["evaluate:fit:0"], runs["select_chains"]) == (8, 8)  # rounds buy no allowance either
+    fresh = _site(max_evaluations=20, max_model_abs=100.0)
+    assert _answered(fresh.handle(_chains(fresh, 8, fold=0)))
+    before = fresh.ledger.snapshot()
+    for bad in (_next_round(9, 0), _next_round(8, 0, scale=1e4)):  # more chains than set up; beyond the bound
+        reply = fresh.handle(bad)
+        assert reply.is_refusal, reply.meta
+        assert fresh.ledger.snapshot() == before  # refused before anything is charged
