@@ -146,3 +146,14 @@ def write_flare_site_file(workspace: Path, own: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(own))
     return path
+
+
+def trio_sites(hostile: str | None = None, kind: str = "ballot", n_features: int = 12) -> list[Site]:
+    """Three sites of one 300-row classification table (``anova`` selectors): ``h0``, ``h1`` and
+    ``h2``, or with ``hostile`` a tampering ``evil`` third site (:class:`Hostile` of that attack on
+    replies of ``kind``)."""
+    _, parts = classification_parts(300, n_features, 3, 2, [0.4, 0.3, 0.3], seed=1, class_sep=1.5)
+    out = make_sites(parts[:2], names="h{i}", selector="anova")
+    cls = (lambda *a, **k: Hostile(*a, tamper=hostile, kind=kind, **k)) if hostile else Site
+    out.append(cls("evil" if hostile else "h2", parts[2], "target", selector="anova"))
+    return out

@@ -12,8 +12,7 @@ from fedtab.federation.protocol import set_options
 from fedtab.federation.protocol.schema import DECLARED, parse_declaration
 from fedtab.federation.protocol.summing import PLAIN_SUM, PlainSums, SumSpec
 from fedtab.federation.steps.describe import DESCRIBE_FIELDS, describe_site
-from tests.builders import classification_parts, make_sites
-from tests.federation.protocol.test_scale_wire import _sites  # the same three sites, one hostile
+from tests.builders import classification_parts, make_sites, trio_sites
 
 
 
@@ -28,7 +27,7 @@ def _own_moments(sites, features):
 
 
 def test_the_description_on_set_mask_is_the_sum_of_the_sites_own_and_echoes_no_names():
-    sites = _sites()
+    sites = trio_sites()
     fed = LocalFederation(sites)
     described: list[dict] = []
     orig = fed._replies
@@ -52,7 +51,7 @@ def test_the_description_on_set_mask_is_the_sum_of_the_sites_own_and_echoes_no_n
 
 
 def test_a_robust_run_keeps_each_sites_moments():
-    fed = LocalFederation(_sites())
+    fed = LocalFederation(trio_sites())
     set_options(fed, robust=True)
     out = run_election(fed, 0.5, describe="train")
     assert set(out.described.per_site) == {"h0", "h1", "h2"}  # the screening needs them
@@ -70,12 +69,12 @@ def test_a_robust_run_keeps_each_sites_moments():
     (lambda r: Message(r.kind, {**r.arrays, "sum": np.full_like(r.arrays["sum"], np.nan)}, r.meta), ""),
 ])
 def test_a_hostile_description_is_refused_naming_the_sender_and_never_enters_the_sum(tamper, match):
-    sites = _sites(hostile=tamper, kind="set_mask")
+    sites = trio_sites(hostile=tamper, kind="set_mask")
     with pytest.raises(SiteError, match=f"set_mask step failed at 1 site\\(s\\): site 'evil': .*{match}") as exc:
         run_election(LocalFederation(sites), 0.5, describe="train")
     assert set(exc.value.sites) == {"evil"} and "\n" not in str(exc.value)
     # with a quorum the run goes on without it, and the sum holds only the other two sites' moments
-    fed = LocalFederation(_sites(hostile=tamper, kind="set_mask"))
+    fed = LocalFederation(trio_sites(hostile=tamper, kind="set_mask"))
     out = run_election(fed, 0.5, describe="train", min_sites=2)
     assert "evil" in fed.dropped and out.described.sites == ["h0", "h1"]
     own = _own_moments([fed.site("h0"), fed.site("h1")], out.result.selected_names)
@@ -95,7 +94,7 @@ def _ballot_hostile(edit):
     (lambda r: Message(r.kind, r.arrays, {**r.meta, "n_features": 11}), "n_features is 11"),
 ])
 def test_a_hostile_ballot_is_refused_naming_only_the_sender(tamper, match):
-    fed = LocalFederation(_sites(hostile=tamper))
+    fed = LocalFederation(trio_sites(hostile=tamper))
     with pytest.raises(SiteError, match=f"ballot step failed at 1 site\\(s\\): site 'evil': .*{match}") as exc:
         gather_ballots(fed)
     assert set(exc.value.sites) == {"evil"} and "\n" not in str(exc.value)
@@ -106,14 +105,14 @@ def test_a_declaration_whose_columns_are_not_names_is_refused_naming_the_sender(
     def bad_declaration(r):
         return Message(r.kind, r.arrays, {**r.meta, DECLARED: {**r.meta[DECLARED], "columns": columns}})
 
-    fed = LocalFederation(_sites(hostile=bad_declaration))
+    fed = LocalFederation(trio_sites(hostile=bad_declaration))
     with pytest.raises(SiteError, match="site 'evil': invalid schema declaration: declared columns") as exc:
         gather_ballots(fed)
     assert set(exc.value.sites) == {"evil"}
 
 
 def test_equal_declarations_share_one_column_tuple_one_kinds_tuple_and_one_column_set():
-    fed = LocalFederation(_sites())
+    fed = LocalFederation(trio_sites())
     run_election(fed, 0.5)
     decl = [fed.schema.declaration(s) for s in fed.sites]
     assert decl[0].columns is decl[1].columns is decl[2].columns
@@ -135,7 +134,7 @@ def test_equal_declarations_share_one_column_tuple_one_kinds_tuple_and_one_colum
 
 
 def test_a_streamed_plain_sum_keeps_no_reply_arrays_and_equals_the_held_sum():
-    fed = LocalFederation(_sites())
+    fed = LocalFederation(trio_sites())
     run_election(fed, 0.5)  # agrees the schema
     feats = fed.schema.columns[:5]
     request = Message("describe", meta={"part": "train", "features": list(feats)})
@@ -155,7 +154,7 @@ def test_a_streamed_plain_sum_keeps_no_reply_arrays_and_equals_the_held_sum():
 def test_the_description_counts_travel_in_the_smallest_unsigned_dtype():
     from fedtab.federation.workflows.election.site import compact_counts
 
-    fed = LocalFederation(_sites())
+    fed = LocalFederation(trio_sites())
     counts: list[np.dtype] = []
     orig = fed._replies
 

@@ -7,22 +7,16 @@ import json
 import numpy as np
 import pytest
 
-from fedtab import LocalFederation, Site, run_election
+from fedtab import LocalFederation, run_election
 from fedtab.federation import Message, SiteError, gather_ballots
 from fedtab.federation.workflows.election.site import pack_mask, unpack_mask
 from fedtab.federation.protocol import exchange
 from fedtab.federation.protocol.schema import AGREED, DECLARED, SCHEMA_HASH, columns_hash
-from tests.builders import Hostile, classification_parts, make_sites
+from tests.builders import classification_parts, make_sites, trio_sites
 
 
 
 
-def _sites(hostile=None, kind="ballot", n_features=12):
-    _, parts = classification_parts(300, n_features, 3, 2, [0.4, 0.3, 0.3], seed=1, class_sep=1.5)
-    out = make_sites(parts[:2], names="h{i}", selector="anova")
-    cls = (lambda *a, **k: Hostile(*a, tamper=hostile, kind=kind, **k)) if hostile else Site
-    out.append(cls("evil" if hostile else "h2", parts[2], "target", selector="anova"))
-    return out
 
 
 class Curious(LocalFederation):
@@ -58,7 +52,7 @@ def test_pack_and_unpack_round_trip_and_refuse_bad_lengths_and_padding():
 
 
 def test_ballots_and_masks_carry_no_names_and_the_result_matches_the_rule_on_the_sites_own_ballots():
-    sites = _sites()
+    sites = trio_sites()
     fed = LocalFederation(sites)
     sent: list[tuple[Message, Message]] = []
     declared: list[int] = []  # names in each reply's declaration, as it arrived (exchange strips it)
@@ -102,7 +96,7 @@ def test_ballots_and_masks_carry_no_names_and_the_result_matches_the_rule_on_the
 
 
 def test_a_ballot_over_a_subset_names_its_columns_by_position():
-    sites = _sites()
+    sites = trio_sites()
     fed = LocalFederation(sites)
     run_election(fed, 0.5)  # agrees the schema
     keep = fed.schema.columns[::3]
@@ -114,7 +108,7 @@ def test_a_ballot_over_a_subset_names_its_columns_by_position():
 
 def test_a_site_refuses_a_curious_servers_schema_hash_naming_itself():
     wrong = lambda r: Message(r.kind, r.arrays, {**r.meta, SCHEMA_HASH: "0" * 32})  # noqa: E731
-    fed = Curious(_sites(), "set_mask", wrong)
+    fed = Curious(trio_sites(), "set_mask", wrong)
     with pytest.raises(SiteError, match=r"set_mask step failed at 3 site\(s\): site 'h0': .*schema hash") as exc:
         run_election(fed, 0.5)
     assert set(exc.value.sites) == {"h0", "h1", "h2"}
@@ -128,7 +122,7 @@ def test_a_site_refuses_an_agreed_schema_that_does_not_hash_to_its_columns():
             return r
         return Message(r.kind, r.arrays, {**r.meta, AGREED: {**agreed, "columns": [f"x{i}" for i in range(12)]}})
 
-    fed = Curious(_sites(), "set_mask", swap)
+    fed = Curious(trio_sites(), "set_mask", swap)
     with pytest.raises(SiteError, match="site 'h0'.*does not match its columns") as exc:
         run_election(fed, 0.5)
     assert set(exc.value.sites) == {"h0", "h1", "h2"}
@@ -142,7 +136,7 @@ def test_a_site_refuses_an_agreed_schema_that_does_not_hash_to_its_columns():
     (lambda r: Message(r.kind, {**r.arrays, "scores": np.ones(2_000_000)}, r.meta), "scores have 2000000"),
 ])
 def test_a_hostile_ballot_is_refused_in_one_line_naming_only_the_sender(tamper, match):
-    fed = LocalFederation(_sites(hostile=tamper))
+    fed = LocalFederation(trio_sites(hostile=tamper))
     with pytest.raises(SiteError, match=f"ballot step failed at 1 site\\(s\\): site 'evil': .*{match}") as exc:
         gather_ballots(fed)
     assert set(exc.value.sites) == {"evil"} and "\n" not in str(exc.value)
@@ -152,14 +146,14 @@ def test_names_sent_again_in_a_later_message_are_refused():
     def redeclare(r):
         return Message(r.kind, r.arrays, {**r.meta, DECLARED: {"columns": ["f0"], "rows": {}}})
 
-    fed = LocalFederation(_sites(hostile=redeclare, kind="set_mask"))
+    fed = LocalFederation(trio_sites(hostile=redeclare, kind="set_mask"))
     with pytest.raises(SiteError, match="site 'evil'.*schema declaration in a later message") as exc:
         run_election(fed, 0.5)
     assert set(exc.value.sites) == {"evil"}
 
 
 def test_exchange_validates_each_reply_before_the_engine_yields_the_next():
-    fed = LocalFederation(_sites())
+    fed = LocalFederation(trio_sites())
     events: list[str] = []
     orig = fed._replies
 

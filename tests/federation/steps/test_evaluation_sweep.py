@@ -153,10 +153,9 @@ def test_a_regression_model_sweep_is_capped_like_the_classification_one():
     assert refused and all("allow_server_row_sets" in r for r in refused)
 
 
-def _regression_sweep(table: pd.DataFrame, opted: bool) -> tuple[int, list[str]]:
-    """One fit round of a linear model, then 20 steep one-feature models scored on the test part:
-    ``(answered, refusal reasons)``."""
-    site = Site("s", table, "target", policy={"min_rows": MIN_ROWS, "allow_server_row_sets": opted})
+def _fitted_linear(table: pd.DataFrame, policy: dict) -> Site:
+    """A regression site (``x``, ``z`` -> ``target``) that answered one fit round of a linear model."""
+    site = Site("s", table, "target", policy=policy)
     assert site.target_kind == "regression"
     setup = {"features": ["x", "z"], "classes": [], "model": {"name": "linear", "params": {}}, "part": "train",
              "task": "regression"}
@@ -164,6 +163,13 @@ def _regression_sweep(table: pd.DataFrame, opted: bool) -> tuple[int, list[str]]
                                       "param:coef": np.zeros(2), "param:intercept": np.zeros(1)},
                               {"setup": setup, "epochs": 1}))
     assert not fit.is_refusal and not fit.is_error, fit.meta
+    return site
+
+
+def _regression_sweep(table: pd.DataFrame, opted: bool) -> tuple[int, list[str]]:
+    """One fit round of a linear model, then 20 steep one-feature models scored on the test part:
+    ``(answered, refusal reasons)``."""
+    site = _fitted_linear(table, {"min_rows": MIN_ROWS, "allow_server_row_sets": opted})
     answered, refused = 0, []
     for t in np.linspace(-1.0, 1.0, 20):
         reply = site.handle(Message("regression_evaluate",
@@ -182,13 +188,7 @@ def _linear_site(policy: dict) -> tuple[Site, Callable[[int], Message]]:
     rng = np.random.default_rng(2)
     x = rng.normal(size=300)
     table = pd.DataFrame({"x": x, "z": rng.normal(size=300), "target": 2.0 * x + rng.normal(size=300)})
-    site = Site("s", table, "target", policy=policy)
-    setup = {"features": ["x", "z"], "classes": [], "model": {"name": "linear", "params": {}}, "part": "train",
-             "task": "regression"}
-    fit = site.handle(Message("fit", {"setup:mean": np.zeros(2), "setup:std": np.ones(2),
-                                      "param:coef": np.zeros(2), "param:intercept": np.zeros(1)},
-                              {"setup": setup, "epochs": 1}))
-    assert not fit.is_refusal and not fit.is_error, fit.meta
+    site = _fitted_linear(table, policy)
     return site, lambda i: Message("regression_evaluate", {"param:coef": np.array([1e3, 0.0]),
                                                           "param:intercept": np.array([-10.0 * i])}, {"part": "test"})
 

@@ -270,23 +270,16 @@ class _Poison(Site):
         return reply
 
 
-def test_a_poisoned_secure_sum_is_a_federation_error_naming_the_level_step():
-    parts = gbdt_parts(4)
-    fed = LocalFederation([*make_sites(parts[:2]), _Poison("evil", parts[2], "target")])
-    set_options(fed, secure_aggregation=True)
-    with pytest.raises(FederationError, match="gbdt_level step: the summed values are implausible"):
-        run_gbdt(fed, None, params=FAST)
-
-
 class _PoisonedSketch(_Poison):
     kind = "gbdt_sketch"
 
 
-def test_a_poisoned_secure_sketch_sum_is_a_federation_error_naming_the_sketch_step():
+@pytest.mark.parametrize("poison", [_Poison, _PoisonedSketch], ids=["level", "sketch"])
+def test_a_poisoned_secure_sum_is_a_federation_error_naming_the_summing_step(poison):
     parts = gbdt_parts(4)
-    fed = LocalFederation([*make_sites(parts[:2]), _PoisonedSketch("evil", parts[2], "target")])
+    fed = LocalFederation([*make_sites(parts[:2]), poison("evil", parts[2], "target")])
     set_options(fed, secure_aggregation=True)
-    with pytest.raises(FederationError, match="gbdt_sketch step: the summed values are implausible"):
+    with pytest.raises(FederationError, match=f"{poison.kind} step: the summed values are implausible"):
         run_gbdt(fed, None, params=FAST)
 
 
