@@ -43,7 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .exchange import Validator
     from .federation import Federation
 
-__all__ = ["PARTS", "REPLIES", "Rider", "answer_parts", "fuse", "pending", "ride", "split_reply", "split_request", "take"]
+__all__ = ["PARTS", "REPLIES", "Rider", "answer_parts", "fuse", "pending", "requeue", "ride", "split_reply", "split_request",
+           "take"]
 
 #: request meta: the riders' headers (answered before the primary)
 PARTS = "ride:parts"
@@ -185,3 +186,8 @@ def take(federation: "Federation") -> list[Rider]:
     riders = list(_queue(federation))
     federation.__dict__["_riders"] = []
     return riders
+
+
+def requeue(federation: "Federation", riders: list[Rider]) -> None:
+    """Put ``riders`` (from :func:`take`) back at the front of the queue, in their order."""
+    federation.__dict__["_riders"] = [*riders, *_queue(federation)]

@@ -13,7 +13,7 @@ from fedtab.federation.protocol.messages import Message
 
 from .exchange import exchange
 from .modes import BaseSums, run_strategy
-from .piggyback import _queue, ride, take
+from .piggyback import requeue, ride, take
 from .summing import PlainSums, Summed, _plain_sums
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,7 +29,7 @@ def flush(federation: "Federation") -> None:
     if not riders:
         return
     last = riders.pop()
-    _queue(federation).extend(riders)
+    requeue(federation, riders)  # they ride on the last one's exchange
     last.on_replies(exchange(federation, dict(last.requests), last.check, step=last.step))
 
 

@@ -80,8 +80,6 @@ def _strings(meta: Mapping[str, Any], depth: int = 3) -> set[str]:
     return out
 
 
-
-
 @dataclass(frozen=True)
 class RowSplit:
     """How a site draws its row parts (:mod:`fedtab.federation.site.parts`): ``test_size``, the
