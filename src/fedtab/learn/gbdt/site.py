@@ -103,6 +103,24 @@ class SparseSlots:
             self._ptr = np.r_[0, np.cumsum(np.bincount(self.entry_row, minlength=self.n_rows))].astype(np.int64)
         return self._ptr
 
+    def _root(self, out: np.ndarray, tot: np.ndarray, g: np.ndarray, h: np.ndarray, cw: np.ndarray | None) -> None:
+        """Add one node holding every row (``out`` ``(3, n_slots)``, ``tot`` ``(3, 1)``): every entry,
+        each weighted by its row's value; the counts of every row (``cw`` None) are the same every
+        round, counted once."""
+        rows, slots = self.entry_row, self.entry_slot
+        for i, w in enumerate((g.astype(np.float64), h.astype(np.float64))):
+            tot[i] += np.bincount(np.zeros(w.size, np.intp), weights=w, minlength=1)
+            out[i] += np.bincount(slots, weights=w[rows], minlength=out.shape[1])
+        if cw is None:
+            kept = self.__dict__.get("_root_counts")
+            if kept is None:
+                kept = self._root_counts = np.bincount(slots, minlength=out.shape[1]).astype(np.float64)
+            out[2] += kept
+            tot[2] += self.n_rows
+        else:
+            tot[2] += np.bincount(np.zeros(cw.size, np.intp), weights=cw, minlength=1)
+            out[2] += np.bincount(slots, weights=cw[rows], minlength=out.shape[1])
+
     def histograms(self, grad: np.ndarray, hess: np.ndarray, positions: np.ndarray, nodes: np.ndarray, *,
                    count_weight: np.ndarray | None = None, with_counts: bool = False
                    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
@@ -124,20 +142,20 @@ class SparseSlots:
         if cw is not None and cw.shape == (n,) and (cw == 1.0).all():
             cw = None  # every row counts 1: integer counts, the same numbers
         ptr = self.entry_ptr
-        for k in np.unique(req[:, 0]).tolist():
+        trees = [int(req[0, 0])] if m and (req[:, 0] == req[0, 0]).all() else np.unique(req[:, 0]).tolist()
+        for k in trees:
             where = _node_index(req, k, positions[k])
+            if m == 1 and where.size and where.min() == 0:  # one node holding every row (a root): every entry, in order
+                self._root(out, tot, grad[:, k], hess[:, k], cw)
+                continue
             rows = np.flatnonzero(where >= 0)
             if not rows.size:
                 continue
             # the entries of those rows, in row order (CSR by row): no pass over the other rows' entries
-            if rows.size == n:  # every row (a root): every entry, in order
-                cnt = np.diff(ptr)
-                idx = self.entry_slot if m == 1 else np.repeat(where * S, cnt) + self.entry_slot
-            else:
-                cnt = ptr[rows + 1] - ptr[rows]
-                ends = np.cumsum(cnt)
-                ent = np.arange(int(ends[-1])) + np.repeat(ptr[rows] - (ends - cnt), cnt)
-                idx = np.repeat(where[rows] * S, cnt) + self.entry_slot[ent]
+            cnt = ptr[rows + 1] - ptr[rows]
+            ends = np.cumsum(cnt)
+            ent = np.arange(int(ends[-1])) + np.repeat(ptr[rows] - (ends - cnt), cnt)
+            idx = np.repeat(where[rows] * S, cnt) + self.entry_slot[ent]
             for i, w in enumerate((grad[rows, k].astype(np.float64), hess[rows, k].astype(np.float64),
                                    None if cw is None else cw[rows])):
                 tot[i] += np.bincount(where[rows], weights=w, minlength=m)
