@@ -206,8 +206,11 @@ def apply_splits(positions: np.ndarray, bins: np.ndarray, layout: BinLayout, spl
     by_feature = bins.flags.f_contiguous and not bins.flags.c_contiguous
     flat = bins.T.reshape(-1) if by_feature else np.ascontiguousarray(bins).reshape(-1)
     n, d = bins.shape
-    missing = layout.n_bins
-    for k in np.unique(tree).tolist():
+    # per split: its missing bin, and the bin a missing value is compared as (−1: left, the missing
+    # bin: right, as ``x ≤ bin`` is then false) so that one comparison routes every row
+    miss = layout.n_bins[feat].astype(np.int64)
+    as_bin = np.where(dleft, -1, miss)
+    for k in (np.unique(tree).tolist() if (tree != tree[0]).any() else [int(tree[0])]):
         s = np.flatnonzero(tree == k)
         lookup = np.full(max(int(node[s].max()), int(positions[k].max(initial=0))) + 1, -1, dtype=np.int64)
         lookup[node[s]] = s
@@ -217,9 +220,13 @@ def apply_splits(positions: np.ndarray, bins: np.ndarray, layout: BinLayout, spl
             continue
         sp = which[rows]
         fs = feat[sp]
-        x = flat.take(fs * n + rows if by_feature else rows * d + fs)  # bins[rows, fs], one flat gather
-        go_left = np.where(x == missing[fs], dleft[sp], x <= b[sp])
-        positions[k, rows] = np.where(go_left, left[sp], right[sp])
+        x = flat.take(fs * n + rows if by_feature else rows * d + fs).astype(np.int64)  # bins[rows, fs]
+        x = np.where(x == miss[sp], as_bin[sp], x)
+        go_right = x > b[sp]
+        if (right == left + 1).all():  # the children of a split are allocated in pairs (the grower's numbering)
+            positions[k, rows] = left[sp] + go_right
+        else:
+            positions[k, rows] = np.where(go_right, right[sp], left[sp])
 
 
 def subsample_rows(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
