@@ -329,7 +329,8 @@ class SiteBooster:
         every slot (what a site's release rules need, :mod:`.release`)."""
         if self.grad is None:
             raise RuntimeError("start_round() first")
-        return self.slots.histograms(self.grad, self.hess, self.positions, nodes, count_weight=self.keep,
+        keep = None if self.keep is None or self.keep.all() else self.keep  # every row drawn: integer counts
+        return self.slots.histograms(self.grad, self.hess, self.positions, nodes, count_weight=keep,
                                      with_counts=True)
 
     def apply(self, splits: Mapping[str, np.ndarray]) -> None:
