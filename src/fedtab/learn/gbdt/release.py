@@ -118,16 +118,21 @@ def _plan(cnt: np.ndarray, layout: BinLayout, min_rows: int
     """What :func:`smooth_bins` does for these counts, whatever the sums: ``(flat, gid, share,
     n_groups)`` — the flat ``node · n_slots + slot`` positions that change, each one's group and
     share of its group's sum — or ``None`` when no slot is small. It depends on the counts only
-    (a node's counts are the same every round when every row is drawn: the root's), so the
-    last few are kept on the layout, keyed by the counts' bytes."""
-    key = (min_rows, cnt.shape, cnt.tobytes())
+    (a node's counts are the same every round when every row is drawn: the roots'), so the
+    first few plans of a layout are kept on it, keyed by the counts' bytes, and never replaced:
+    the first round's root plan stays (deeper nodes' counts do not come back), and counts of a
+    shape no kept plan has are not even hashed."""
     kept = layout.__dict__.setdefault("_smooth_plans", {})
-    if key in kept:
-        return kept[key]
+    shapes = layout.__dict__.setdefault("_smooth_plan_shapes", set())
+    key = None
+    if cnt.shape in shapes or len(kept) < _PLANS_KEPT:
+        key = (min_rows, cnt.shape, cnt.tobytes())
+        if key in kept:
+            return kept[key]
     plan = _make_plan(cnt, layout, min_rows)
-    if len(kept) >= _PLANS_KEPT:
-        kept.pop(next(iter(kept)))
-    kept[key] = plan
+    if key is not None and len(kept) < _PLANS_KEPT:
+        kept[key] = plan
+        shapes.add(cnt.shape)
     return plan
 
 
