@@ -131,18 +131,14 @@ def _best_in_group(hist: np.ndarray, totals: np.ndarray, root: np.ndarray, feats
         ok_f &= valid[None]
     fwd = np.where(ok_f, _gain(L, R, r, params), -np.inf)
 
+    Rb = np.cumsum(V[:, :, ::-1, :], axis=2)              # backward: k ↔ bin i = nb−1−k; bins ≥ i right
+    Lb = P - Rb                                           # missing left
     last = L[:, :, -1, :]                                 # sums of the value bins
     has_missing = (last[..., 0] != totals[:, None, 0]) | (last[..., 1] != totals[:, None, 1])
-    if has_missing.any():
-        Rb = np.cumsum(V[:, :, ::-1, :], axis=2)          # backward: k ↔ bin i = nb−1−k; bins ≥ i right
-        Lb = P - Rb                                       # missing left
-        ok_b = has_missing[:, :, None] & (Lb[..., 1] >= mcw) & (Rb[..., 1] >= mcw)
-        if valid is not None:
-            ok_b &= valid[None, :, ::-1]  # backward index k is bin nb − 1 − k
-        bwd = np.where(ok_b, _gain(Lb, Rb, r, params), -np.inf)
-    else:  # no node has a missing value of these features: no backward candidate (none is scanned)
-        Lb = Rb = None
-        bwd = np.full(fwd.shape, -np.inf, dtype=fwd.dtype)
+    ok_b = has_missing[:, :, None] & (Lb[..., 1] >= mcw) & (Rb[..., 1] >= mcw)
+    if valid is not None:
+        ok_b &= valid[None, :, ::-1]  # backward index k is bin nb − 1 − k
+    bwd = np.where(ok_b, _gain(Lb, Rb, r, params), -np.inf)
 
     cand = np.concatenate([fwd, bwd], axis=2).astype(np.float32, copy=False).reshape(m, g * 2 * nb)
     best = np.argmax(cand, axis=1)
@@ -153,8 +149,8 @@ def _best_in_group(hist: np.ndarray, totals: np.ndarray, root: np.ndarray, feats
     fb = np.where(backward, 0, pos)
     return {"gain": cand[rows, best], "feature": feats[fi], "bin": np.where(backward, nb - 2 - k, pos),
             "default_left": backward,
-            "left_sum": L[rows, fi, fb] if Lb is None else np.where(backward[:, None], Lb[rows, fi, k], L[rows, fi, fb]),
-            "right_sum": R[rows, fi, fb] if Rb is None else np.where(backward[:, None], Rb[rows, fi, k], R[rows, fi, fb])}
+            "left_sum": np.where(backward[:, None], Lb[rows, fi, k], L[rows, fi, fb]),
+            "right_sum": np.where(backward[:, None], Rb[rows, fi, k], R[rows, fi, fb])}
 
 
 def _chunk(hist: np.ndarray, totals: np.ndarray, groups: list, params: GBDTParams) -> dict:
