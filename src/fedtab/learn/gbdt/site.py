@@ -152,10 +152,14 @@ class SparseSlots:
             if not rows.size:
                 continue
             # the entries of those rows, in row order (CSR by row): no pass over the other rows' entries
-            cnt = ptr[rows + 1] - ptr[rows]
-            ends = np.cumsum(cnt)
-            ent = np.arange(int(ends[-1])) + np.repeat(ptr[rows] - (ends - cnt), cnt)
-            idx = np.repeat(where[rows] * S, cnt) + self.entry_slot[ent]
+            if rows.size == n:  # every row in some requested node (a softmax round's roots): every entry
+                cnt = np.diff(ptr)
+                idx = np.repeat(where * S, cnt) + self.entry_slot
+            else:
+                cnt = ptr[rows + 1] - ptr[rows]
+                ends = np.cumsum(cnt)
+                ent = np.arange(int(ends[-1])) + np.repeat(ptr[rows] - (ends - cnt), cnt)
+                idx = np.repeat(where[rows] * S, cnt) + self.entry_slot[ent]
             for i, w in enumerate((grad[rows, k].astype(np.float64), hess[rows, k].astype(np.float64),
                                    None if cw is None else cw[rows])):
                 tot[i] += np.bincount(where[rows], weights=w, minlength=m)
