@@ -65,3 +65,61 @@ def test_binning_by_comparisons_equals_a_search(seed, n_edges):
         col = X[:, j].astype(np.float32)
         want[:, j] = np.where(np.isnan(col), e.size + 1, np.searchsorted(e, col, side="right"))
     assert np.array_equal(layout.bin(X), want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 80), widths=st.lists(st.integers(0, 6), min_size=1, max_size=4),
+       subsample=st.booleans())
+def test_a_root_holding_every_row_equals_the_dense_histogram_every_round(seed, n, widths, subsample):
+    """A request for one node holding every row (a round's root) sums every entry without the
+    row gather and counts the rows once per booster: each round's result still equals the dense one."""
+    rng = np.random.default_rng(seed)
+    layout = BinLayout([np.arange(w, dtype=np.float32) for w in widths])
+    bins = np.column_stack([np.where(rng.random(n) < 0.6, 0, rng.integers(0, w + 2, n)) for w in widths])
+    slots = layout.slots(bins)
+    sparse = SparseSlots(slots, layout)
+    positions = np.zeros((1, n), np.int32)
+    ones = np.ones((n, 1), np.float32)
+    for _ in range(2):  # the kept root counts serve the second round
+        g = rng.integers(-3, 4, (n, 1)).astype(np.float32)
+        h = rng.integers(0, 3, (n, 1)).astype(np.float32)
+        weight = (rng.random(n) < 0.7).astype(np.float64) if subsample else np.ones(n)
+        g[weight == 0], h[weight == 0] = 0, 0
+        hist, counts = sparse.histograms(g, h, positions, np.array([[0, 0]]), count_weight=weight, with_counts=True)
+        np.testing.assert_array_equal(hist, level_histograms(slots, g, h, positions, np.array([[0, 0]]), layout.n_slots))
+        want = level_histograms(slots, ones * weight[:, None].astype(np.float32), ones, positions, np.array([[0, 0]]),
+                                layout.n_slots)[..., 0]
+        np.testing.assert_array_equal(counts, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60), K=st.integers(1, 3), paired=st.booleans(),
+       by_feature=st.booleans())
+def test_routing_rows_equals_the_split_rule_row_by_row(seed, n, K, paired, by_feature):
+    """apply_splits moves each row of a split node to ``left`` iff its bin ≤ the split's bin, a
+    missing value to the default side (bin −1: only missing values left), whether the children
+    come in the grower's pairs (``right = left + 1``) or as any ids a message names."""
+    from fedtab.learn.gbdt.site import apply_splits
+
+    rng = np.random.default_rng(seed)
+    widths = [2, 5, 1]
+    layout = BinLayout([np.arange(w - 1, dtype=np.float32) for w in widths])
+    bins = np.column_stack([rng.integers(0, w + 1, n) for w in widths]).astype(np.uint16)  # w = missing
+    bins = np.asfortranarray(bins) if by_feature else bins
+    positions = rng.integers(0, 4, (K, n)).astype(np.int32)
+    tree, node = np.divmod(rng.permutation(K * 4)[: rng.integers(1, K * 4 + 1)], 4)
+    s = tree.size
+    feat = rng.integers(0, len(widths), s)
+    split_bin = np.array([rng.integers(-1, widths[f]) for f in feat])
+    left = 10 + 2 * np.arange(s) if paired else rng.permutation(50)[:s] + 10
+    right = left + 1 if paired else rng.permutation(50)[:s] + 70
+    splits = {"tree": tree, "node": node, "feature": feat, "bin": split_bin,
+              "default_left": rng.random(s) < 0.5, "left": left, "right": right}
+    want = positions.copy()
+    for i in range(s):
+        for r in np.flatnonzero(positions[tree[i]] == node[i]):
+            x = int(bins[r, feat[i]])
+            go_left = splits["default_left"][i] if x == widths[feat[i]] else x <= split_bin[i]
+            want[tree[i], r] = left[i] if go_left else right[i]
+    apply_splits(positions, bins, layout, splits)
+    np.testing.assert_array_equal(positions, want)

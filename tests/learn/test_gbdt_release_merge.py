@@ -155,3 +155,25 @@ def test_vectorised_merging_equals_the_loop_on_wide_features(seed):
     for min_rows in (2, 10, 50, 10_000):
         np.testing.assert_allclose(smooth_bins(hist, counts, layout, min_rows),
                                    loop_smooth_bins(hist, counts, layout, min_rows), rtol=1e-12, atol=1e-12)
+
+
+def test_a_roots_merging_plan_is_kept_whatever_deeper_nodes_come_after(monkeypatch):
+    """The root's counts repeat every round: its plan, made once, is still kept after many deeper
+    nodes' plans (which never come back), and serves any sums over the same counts."""
+    from fedtab.learn.gbdt import release
+
+    rng = np.random.default_rng(0)
+    layout = BinLayout([np.arange(k, dtype=np.float32) for k in (30, 2, 60)])
+    root = (rng.integers(0, 14, (1, layout.n_slots))).astype(np.float64)
+    smooth_bins(np.stack([root, root], axis=2), root, layout, 10)
+    for m in (2, 4, 8, 16) * 5:  # a run's deeper levels: new counts every time
+        deep = rng.integers(0, 14, (m, layout.n_slots)).astype(np.float64)
+        smooth_bins(np.stack([deep, deep], axis=2), deep, layout, 10)
+    hist = np.stack([root * rng.normal(size=root.shape), root * 0.2], axis=2)
+
+    def no_new_plan(*args):
+        raise AssertionError("the root's plan was made again")
+
+    monkeypatch.setattr(release, "_make_plan", no_new_plan)
+    np.testing.assert_allclose(smooth_bins(hist, root, layout, 10), loop_smooth_bins(hist, root, layout, 10),
+                               rtol=1e-12, atol=1e-12)

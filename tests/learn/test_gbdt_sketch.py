@@ -134,3 +134,27 @@ def test_the_tail_above_the_last_cut_is_a_bound_and_nothing_more():
         rel2 = merge_counts(grid_counts(X2, [RANGE_EDGES], RANGE_WIDTH), min_rows)
         np.testing.assert_array_equal(rel2, rel)
         np.testing.assert_array_equal(merge_counts(grid_counts(X2, [grid], FINE_WIDTH), min_rows), fine)
+
+
+def test_columns_of_zeros_and_ones_are_counted_as_a_search_per_cell_would():
+    """grid_counts counts a column holding only 0, 1 and NaN by two sums: the counts equal a
+    ``searchsorted(side="right")`` per cell on grids with an edge exactly at 0 or 1, at −0.0, and
+    next to a column with another value (searched)."""
+    rng = np.random.default_rng(4)
+    X = (rng.random((400, 4)) < 0.3).astype(np.float64)
+    X[rng.random(X.shape) < 0.1] = np.nan
+    X[:7, 1] = -0.0
+    X[0, 3] = 2.0  # not a 0/1 column
+    grids = [RANGE_EDGES, np.array([0.0, 1.0], np.float32), np.array([-1.0, 0.5], np.float32),
+             np.array([0.0, 0.5, 1.0, 2.0], np.float32)]
+    want = np.zeros((4, 6))
+    for j, g in enumerate(grids):
+        col = X[:, j][~np.isnan(X[:, j])].astype(np.float32)
+        c = np.bincount(np.searchsorted(g, col, side="right"), minlength=g.size + 1)
+        want[j, :c.size] = c if j else 0
+    got = grid_counts(X, grids, RANGE_WIDTH)
+    np.testing.assert_array_equal(got[1:, :6], want[1:])
+    col0 = X[:, 0][~np.isnan(X[:, 0])].astype(np.float32)
+    np.testing.assert_array_equal(got[0], np.bincount(np.searchsorted(RANGE_EDGES, col0, side="right"),
+                                                      minlength=RANGE_WIDTH))
+    assert got.sum() == (~np.isnan(X)).sum()

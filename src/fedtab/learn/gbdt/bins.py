@@ -100,11 +100,12 @@ class BinLayout:
         for cols, e in self._edge_groups():  # columns with the same edges (one-hot columns) in one call
             block = A[:, cols]
             if e.size <= _FEW_EDGES:  # the edges ≤ x, counted (a search's answer, side="right")
-                b = np.zeros(block.shape, dtype=np.uint16)
+                b = np.zeros(block.shape, dtype=np.uint8)  # at most _FEW_EDGES + 1: one byte a cell
                 for edge in e.tolist():
-                    b += block >= np.float32(edge)
-            else:
-                b = np.searchsorted(e, block, side="right")
+                    b = b + (block >= np.float32(edge)).view(np.uint8)
+                out[:, cols] = np.where(np.isnan(block), np.uint8(e.size + 1), b)
+                continue
+            b = np.searchsorted(e, block, side="right")
             b[np.isnan(block)] = e.size + 1
             out[:, cols] = b
         return out

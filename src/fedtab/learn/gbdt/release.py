@@ -91,7 +91,7 @@ def smooth_bins(hist: np.ndarray, counts: np.ndarray, layout: BinLayout, min_row
     the large neighbour: the least distortion of the split gains). ``min_rows <= 1`` returns a copy.
 
     ``counts`` are row counts (whole numbers). Vectorised over every (node, feature) sequence at
-    once: no Python loop over slots (:func:`_groups`).
+    once, over the occupied slots only: no Python loop over slots (:func:`_runs`).
     """
     h = np.asarray(hist, dtype=np.float64)
     out = h.copy()
@@ -118,71 +118,95 @@ def _plan(cnt: np.ndarray, layout: BinLayout, min_rows: int
     """What :func:`smooth_bins` does for these counts, whatever the sums: ``(flat, gid, share,
     n_groups)`` — the flat ``node · n_slots + slot`` positions that change, each one's group and
     share of its group's sum — or ``None`` when no slot is small. It depends on the counts only
-    (a node's counts are the same every round when every row is drawn: the root's), so the
-    last few are kept on the layout, keyed by the counts' bytes."""
-    key = (min_rows, cnt.shape, cnt.tobytes())
+    (a node's counts are the same every round when every row is drawn: the roots'), so the
+    first few plans of a layout are kept on it, keyed by the counts' bytes, and never replaced:
+    the first round's root plan stays (deeper nodes' counts do not come back), and counts of a
+    shape no kept plan has are not even hashed."""
     kept = layout.__dict__.setdefault("_smooth_plans", {})
-    if key in kept:
-        return kept[key]
+    shapes = layout.__dict__.setdefault("_smooth_plan_shapes", set())
+    key = None
+    if cnt.shape in shapes or len(kept) < _PLANS_KEPT:
+        key = (min_rows, cnt.shape, cnt.tobytes())
+        if key in kept:
+            return kept[key]
     plan = _make_plan(cnt, layout, min_rows)
-    if len(kept) >= _PLANS_KEPT:
-        kept.pop(next(iter(kept)))
-    kept[key] = plan
+    if key is not None and len(kept) < _PLANS_KEPT:
+        kept[key] = plan
+        shapes.add(cnt.shape)
     return plan
 
 
 def _make_plan(cnt: np.ndarray, layout: BinLayout, min_rows: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
-    S = layout.n_slots
+    """:func:`_plan` computed over the occupied slots of the sequences that change only.
+
+    A run's bounds, its closing slot and every group's largest slot are occupied slots (an empty
+    slot adds no row), so the runs are found on the ``(count > 0)`` slots laid end to end
+    (:func:`_runs`) and only then spread back over the slots they span (empty slots inside a
+    run are part of it; the slots after a sequence's last counted one are not, unless the
+    sequence's only run is still open at its end). Deep nodes leave most of a wide feature's
+    slots empty: the work follows the rows, not the bins."""
+    m, S = cnt.shape
     small_slot = (cnt > 0) & (cnt < min_rows)
     needy = np.add.reduceat(small_slot, layout.offsets[:-1], axis=1) > 0  # (m, d): sequences with a small slot
     if not needy.any():
         return None
-    node, feat = np.nonzero(needy)  # only these sequences change
-    width = (layout.n_bins + 1)[feat]
-    ends = np.cumsum(width)
-    starts = ends - width
-    # flat index (node * n_slots + slot) of every position of every needy sequence, in order
-    pos = np.arange(int(ends[-1])) - np.repeat(starts - (node * S + layout.offsets[feat]), width)
-    c = cnt.reshape(-1)[pos]
-    label = _groups(c, starts, ends, min_rows)
-    sel = np.flatnonzero(label >= 0)
-    key = label[sel]  # non-decreasing: groups come in slot order
-    flat, cs = pos[sel], c[sel]
-    bounds = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1]
-    length = np.diff(np.r_[bounds, key.size])
-    gid = np.repeat(np.arange(bounds.size), length)
+    slot_feature = layout.__dict__.get("_slot_feature")
+    if slot_feature is None:
+        slot_feature = layout.__dict__["_slot_feature"] = np.repeat(np.arange(layout.n_features), layout.n_bins + 1)
+    node, slot = np.nonzero(needy[:, slot_feature] & (cnt > 0))  # occupied slots of the needy sequences, in order
+    at = node * S + slot  # flat position of each
+    c = cnt[node, slot]
+    seq_key = node * layout.n_features + slot_feature[slot]
+    starts = np.flatnonzero(np.concatenate([[True], seq_key[1:] != seq_key[:-1]]))
+    ends = np.append(starts[1:], c.size)
+    seq_last = node[starts] * S + layout.offsets[slot_feature[slot[starts]] + 1] - 1  # each sequence's last slot
+    first, last, label, open_alone = _runs(c, starts, ends, min_rows)
+    last_at = np.where(open_alone >= 0, seq_last[np.maximum(open_alone, 0)], at[last])
+    first_at = at[first]
+    length = last_at - first_at + 1
+    total = int(length.sum())
+    flat = np.arange(total) + np.repeat(first_at - (np.cumsum(length) - length), length)
+    seg_group = np.cumsum(np.concatenate([[True], label[1:] != label[:-1]])) - 1  # a joined tail continues its group
+    gid = np.repeat(seg_group, length)
+    cs = cnt.reshape(-1)[flat]
+    bounds = np.flatnonzero(np.concatenate([[True], gid[1:] != gid[:-1]]))
+    glen = np.diff(np.append(bounds, total))
     gmax = np.maximum.reduceat(cs, bounds)
     # a group with a large slot puts its sums on that slot (its first largest), the others release 0;
     # a group of small slots only spreads them evenly
     at_max = np.flatnonzero(cs == gmax[gid])
-    first = at_max[np.unique(gid[at_max], return_index=True)[1]]
-    share = np.where((gmax >= min_rows)[gid], (np.arange(key.size) == first[gid]).astype(np.float64),
-                     1.0 / length[gid])
+    first_max = at_max[np.unique(gid[at_max], return_index=True)[1]]
+    share = np.where((gmax >= min_rows)[gid], (np.arange(total) == first_max[gid]).astype(np.float64),
+                     1.0 / glen[gid])
     return flat, gid, share, int(bounds.size)
 
 
-def _groups(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, min_rows: int) -> np.ndarray:
-    """The group of every position of count sequences laid end to end (see :func:`smooth_bins`).
+def _runs(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, min_rows: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The segments of occupied-slot sequences laid end to end (see :func:`smooth_bins`).
 
     Args:
-        c: ``(N,)`` counts (≥ 0, whole numbers) of sequences ``c[starts[i]:ends[i]]`` (consecutive,
+        c: ``(N,)`` counts (> 0, whole numbers) of sequences ``c[starts[i]:ends[i]]`` (consecutive,
             each holding a small count).
         starts, ends: ``(S,)`` the sequences' bounds.
 
     Returns:
-        ``(N,)`` int64: each position's group, named by a position of that group (unique across
-        sequences, non-decreasing over the positions in a group), −1 for a slot left as 0.
+        ``(first, last, label, open_alone)``, one entry per segment in order: its first and last
+        position, its group (named by a position of that group; a run still open at its
+        sequence's end has the group before it), and for a run open at its sequence's end with
+        no group before it, that sequence's index (it spans to the sequence's last slot), else −1.
 
     A run opens at a small slot and closes at the first position where its rows reach
     ``min_rows`` (found by a search in the prefix sums); the next run opens at the next small
     slot. The chain of run openings is followed by pointer doubling (``log2`` of the most runs a
     sequence can hold, by its rows and its small slots, steps), so no step loops over positions.
+    Every position not in a run holds a large count and is a segment of its own.
     """
     N = c.size
     idx = np.arange(N)
     seq_end = np.repeat(ends, ends - starts)  # (N,) end of each position's sequence
-    small, big = (c > 0) & (c < min_rows), c >= min_rows
+    small = c < min_rows
     csum = np.cumsum(c)
     before = csum - c  # rows before each position
     # the next small slot at or after each position (N where none in the sequence)
@@ -198,8 +222,6 @@ def _groups(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, min_rows: int) 
     opened[nxt[starts]] = True  # every sequence has a small slot
     jump = follow
     reach = 1
-    # a sequence holds at most (its rows / min_rows) closed runs and one open one, and at most one
-    # run per small slot: the longest chain of openings bounds the doubling steps
     seq_rows = csum[ends - 1] - before[starts]
     seq_small = np.add.reduceat(small.astype(np.int64), starts)
     longest = int(np.minimum(seq_rows // min_rows + 1, seq_small).max())
@@ -209,25 +231,27 @@ def _groups(c: np.ndarray, starts: np.ndarray, ends: np.ndarray, min_rows: int) 
         reach *= 2
     opened[jump[opened]] = True
     run_start = np.flatnonzero(opened)
-    run_end = np.minimum(close[run_start], seq_end[run_start] - 1)  # inclusive
-    depth = np.bincount(run_start, minlength=N + 1) - np.bincount(run_end + 1, minlength=N + 1)
+    run_closed = closed[run_start]
+    run_last = np.where(run_closed, close[run_start], seq_end[run_start] - 1)  # inclusive
+    depth = np.bincount(run_start, minlength=N + 1) - np.bincount(run_last + 1, minlength=N + 1)
     in_run = np.cumsum(depth[:N]) > 0  # runs never overlap
-    label = np.where(in_run, np.maximum.accumulate(np.where(opened, idx, -1)), np.where(big, idx, -1))
-    # a run still open at its sequence's end holds fewer than min_rows rows: it joins the group before
-    # it (if any) up to its last counted slot; its trailing empty slots go back to 0
-    tail = run_start[~closed[run_start]]
-    if tail.size:
-        seq = np.searchsorted(ends, tail, side="right")  # the sequence of each open run
-        seen = np.maximum.accumulate(np.where(label >= 0, label, -1))
-        prev = np.where(tail > 0, seen[np.maximum(tail - 1, 0)], -1)  # the group before it
-        joins = prev >= starts[seq]
-        tail, seq, prev = tail[joins], seq[joins], prev[joins]
-        if tail.size:
-            last_nz = np.maximum.accumulate(np.where(c > 0, idx, -1))[ends[seq] - 1]
-            span = ends[seq] - tail
-            at = np.arange(int(span.sum())) - np.repeat(np.cumsum(span) - span - tail, span)
-            label[at] = np.where(at <= np.repeat(last_nz, span), np.repeat(prev, span), -1)
-    return label
+    alone = np.flatnonzero(~in_run)  # large slots outside every run
+    first = np.concatenate([run_start, alone])
+    last = np.concatenate([run_last, alone])
+    order = np.argsort(first, kind="stable")
+    first, last = first[order], last[order]
+    label = first.copy()
+    open_alone = np.full(first.size, -1, dtype=np.int64)
+    # a run still open at its sequence's end holds fewer than min_rows rows: it joins the group
+    # before it in its sequence, if any, else it spans to the sequence's last slot on its own
+    is_open = np.flatnonzero(np.concatenate([~run_closed, np.zeros(alone.size, bool)])[order])
+    if is_open.size:
+        seq = np.searchsorted(ends, first[is_open], side="right")
+        joins = first[is_open] > starts[seq]  # an occupied slot before it in its sequence: in a group
+        j = is_open[joins]
+        label[j] = label[j - 1]  # segments are in order, the one before is that group's last
+        open_alone[is_open[~joins]] = seq[~joins]
+    return first, last, label, open_alone
 
 
 def quantize(hist: np.ndarray, bits: int = GRID_BITS) -> np.ndarray:

@@ -103,6 +103,24 @@ class SparseSlots:
             self._ptr = np.r_[0, np.cumsum(np.bincount(self.entry_row, minlength=self.n_rows))].astype(np.int64)
         return self._ptr
 
+    def _root(self, out: np.ndarray, tot: np.ndarray, g: np.ndarray, h: np.ndarray, cw: np.ndarray | None) -> None:
+        """Add one node holding every row (``out`` ``(3, n_slots)``, ``tot`` ``(3, 1)``): every entry,
+        each weighted by its row's value; the counts of every row (``cw`` None) are the same every
+        round, counted once."""
+        rows, slots = self.entry_row, self.entry_slot
+        for i, w in enumerate((g.astype(np.float64), h.astype(np.float64))):
+            tot[i] += np.bincount(np.zeros(w.size, np.intp), weights=w, minlength=1)
+            out[i] += np.bincount(slots, weights=w[rows], minlength=out.shape[1])
+        if cw is None:
+            kept = self.__dict__.get("_root_counts")
+            if kept is None:
+                kept = self._root_counts = np.bincount(slots, minlength=out.shape[1]).astype(np.float64)
+            out[2] += kept
+            tot[2] += self.n_rows
+        else:
+            tot[2] += np.bincount(np.zeros(cw.size, np.intp), weights=cw, minlength=1)
+            out[2] += np.bincount(slots, weights=cw[rows], minlength=out.shape[1])
+
     def histograms(self, grad: np.ndarray, hess: np.ndarray, positions: np.ndarray, nodes: np.ndarray, *,
                    count_weight: np.ndarray | None = None, with_counts: bool = False
                    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
@@ -124,15 +142,19 @@ class SparseSlots:
         if cw is not None and cw.shape == (n,) and (cw == 1.0).all():
             cw = None  # every row counts 1: integer counts, the same numbers
         ptr = self.entry_ptr
-        for k in np.unique(req[:, 0]).tolist():
+        trees = [int(req[0, 0])] if m and (req[:, 0] == req[0, 0]).all() else np.unique(req[:, 0]).tolist()
+        for k in trees:
             where = _node_index(req, k, positions[k])
+            if m == 1 and where.size and where.min() == 0:  # one node holding every row (a root): every entry, in order
+                self._root(out, tot, grad[:, k], hess[:, k], cw)
+                continue
             rows = np.flatnonzero(where >= 0)
             if not rows.size:
                 continue
             # the entries of those rows, in row order (CSR by row): no pass over the other rows' entries
-            if rows.size == n:  # every row (a root): every entry, in order
+            if rows.size == n:  # every row in some requested node (a softmax round's roots): every entry
                 cnt = np.diff(ptr)
-                idx = self.entry_slot if m == 1 else np.repeat(where * S, cnt) + self.entry_slot
+                idx = np.repeat(where * S, cnt) + self.entry_slot
             else:
                 cnt = ptr[rows + 1] - ptr[rows]
                 ends = np.cumsum(cnt)
@@ -188,8 +210,11 @@ def apply_splits(positions: np.ndarray, bins: np.ndarray, layout: BinLayout, spl
     by_feature = bins.flags.f_contiguous and not bins.flags.c_contiguous
     flat = bins.T.reshape(-1) if by_feature else np.ascontiguousarray(bins).reshape(-1)
     n, d = bins.shape
-    missing = layout.n_bins
-    for k in np.unique(tree).tolist():
+    # per split: its missing bin, and the bin a missing value is compared as (−1: left, the missing
+    # bin: right, as ``x ≤ bin`` is then false) so that one comparison routes every row
+    miss = layout.n_bins[feat].astype(np.int64)
+    as_bin = np.where(dleft, -1, miss)
+    for k in (np.unique(tree).tolist() if (tree != tree[0]).any() else [int(tree[0])]):
         s = np.flatnonzero(tree == k)
         lookup = np.full(max(int(node[s].max()), int(positions[k].max(initial=0))) + 1, -1, dtype=np.int64)
         lookup[node[s]] = s
@@ -199,9 +224,13 @@ def apply_splits(positions: np.ndarray, bins: np.ndarray, layout: BinLayout, spl
             continue
         sp = which[rows]
         fs = feat[sp]
-        x = flat.take(fs * n + rows if by_feature else rows * d + fs)  # bins[rows, fs], one flat gather
-        go_left = np.where(x == missing[fs], dleft[sp], x <= b[sp])
-        positions[k, rows] = np.where(go_left, left[sp], right[sp])
+        x = flat.take(fs * n + rows if by_feature else rows * d + fs).astype(np.int64)  # bins[rows, fs]
+        x = np.where(x == miss[sp], as_bin[sp], x)
+        go_right = x > b[sp]
+        if (right == left + 1).all():  # the children of a split are allocated in pairs (the grower's numbering)
+            positions[k, rows] = left[sp] + go_right
+        else:
+            positions[k, rows] = np.where(go_right, right[sp], left[sp])
 
 
 def subsample_rows(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
@@ -304,7 +333,8 @@ class SiteBooster:
         every slot (what a site's release rules need, :mod:`.release`)."""
         if self.grad is None:
             raise RuntimeError("start_round() first")
-        return self.slots.histograms(self.grad, self.hess, self.positions, nodes, count_weight=self.keep,
+        keep = None if self.keep is None or self.keep.all() else self.keep  # every row drawn: integer counts
+        return self.slots.histograms(self.grad, self.hess, self.positions, nodes, count_weight=keep,
                                      with_counts=True)
 
     def apply(self, splits: Mapping[str, np.ndarray]) -> None:

@@ -104,7 +104,15 @@ def grid_counts(X: np.ndarray, grids: Sequence[np.ndarray], width: int | None = 
     if longest > width:
         raise ValueError(f"a grid has {longest} bins, more than the width {width}")
     out = np.zeros((A.shape[1], width))
+    # a column holding only 0, 1 and NaN (a one-hot column) is counted without a search per cell
+    zeros, ones = (A == 0).sum(axis=0), (A == 1).sum(axis=0)
+    binary = (zeros + ones + np.isnan(A).sum(axis=0)) == A.shape[0]
     for j, g in enumerate(grids):
+        if binary[j]:
+            at = np.searchsorted(np.asarray(g, dtype=np.float32), np.array([0.0, 1.0], dtype=np.float32), side="right")
+            out[j, at[0]] += zeros[j]
+            out[j, at[1]] += ones[j]
+            continue
         col = A[:, j]
         col = col[~np.isnan(col)]
         if col.size:

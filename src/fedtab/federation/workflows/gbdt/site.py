@@ -251,7 +251,7 @@ def _sibling_counts(booster: SiteBooster, nodes: np.ndarray, splits: Mapping[str
     sib: dict[tuple[int, int], int] = {}
     for k, a, b in zip(*(np.asarray(splits[x]).tolist() for x in ("tree", "left", "right"))):
         sib[(k, a)], sib[(k, b)] = b, a
-    keep = booster.keep.astype(np.float64)
+    keep = None if booster.keep.all() else booster.keep.astype(np.float64)  # None: every row drawn
     per_node: dict[int, np.ndarray] = {}  # tree -> subsampled rows of each of its nodes (one pass per tree)
     for i, (k, node) in enumerate(nodes.tolist()):
         other = sib.get((k, node))
