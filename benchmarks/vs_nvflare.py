@@ -224,6 +224,52 @@ def bare_plan(result: dict[str, Any]) -> list[list[int]]:
     return [[0, 0]] + [[int(e.get("bytes_down", 0)), int(e.get("bytes_up", 0))] for e in result["exchanges"]]
 
 
+def trace_runs(folder: Path) -> list[dict[str, Any]]:
+    """Per ServerApp process of a traced deployment (``FEDTAB_FLOWER_TRACE``, one per run, in run
+    order): ``server_cpu`` (the ServerApp's whole CPU seconds), ``clientapp_cpu`` (CPU seconds of
+    each ``flwr-clientapp`` process of the run, whole process: Python, Flower, fedtab, the push of
+    its reply), ``rounds`` (per request in order: its ``kind`` and the ``cpu`` of the processes that
+    answered it), ``first_push`` (seconds from the ServerApp's start to its first request) and
+    ``gaps`` (seconds from each exchange's last reply to the next request)."""
+    from fedtab.engines.flower_trace import read_trace
+
+    events = read_trace(folder)
+    servers: dict[int, list[dict[str, Any]]] = {}
+    for e in events:
+        if e.get("role") == "serverapp":
+            servers.setdefault(e["pid"], []).append(e)
+    clients: dict[int, list[dict[str, Any]]] = {}
+    for e in events:
+        if e.get("role") == "clientapp":
+            clients.setdefault(e["pid"], []).append(e)
+    out = []
+    for evs in sorted(servers.values(), key=lambda v: v[0]["t"]):
+        start, end = evs[0]["t"], evs[-1]["t"]
+        pushes = [e for e in evs if e["event"] == "push"]
+        last_pull = {}
+        for e in evs:
+            if e["event"] == "pulled":
+                last_pull[e["round"]] = e["t"]
+        cpus, by_round = [], [[] for _ in pushes]
+        for cev in clients.values():
+            handler = next((e for e in cev if e["event"] == "handler_start"), None)
+            if handler is None or not start <= handler["t"] <= end:
+                continue
+            done = next((e for e in cev if e["event"] == "exit"), None) or next(
+                (e for e in cev if e["event"] == "handler_end"), handler)
+            cpus.append(float(done["cpu"]))
+            index = sum(p["t"] <= handler["t"] for p in pushes) - 1  # the request this process answered
+            if index >= 0:
+                by_round[index].append(float(done["cpu"]))
+        exit_ = next((e for e in evs if e["event"] == "exit"), evs[-1])
+        out.append({"server_cpu": float(exit_["cpu"]), "clientapp_cpu": cpus,
+                    "rounds": [{"kind": p.get("kind", ""), "cpu": c} for p, c in zip(pushes, by_round)],
+                    "first_push": pushes[0]["t"] - start if pushes else float("nan"),
+                    "gaps": [b["t"] - last_pull[a["round"]] for a, b in zip(pushes, pushes[1:])
+                             if a["round"] in last_pull]})
+    return out
+
+
 def run_fedtab_flower(configs: list[dict[str, Any]], cfg: dict[str, Any], workdir: Path, *,
                       bare: bool = True, pairs: int = 1, isolation: str = "subprocess") -> tuple[float, dict, dict | None]:
     """(d) fedtab on a loopback deployment with TLS + SuperNode auth, then (e) ``flower-bare``
@@ -235,7 +281,11 @@ def run_fedtab_flower(configs: list[dict[str, Any]], cfg: dict[str, Any], workdi
     pair's ``flwr run`` seconds (a load change on a shared machine hits both runs of a pair).
     ``isolation``: the SuperNodes' ClientApp isolation (:class:`LoopbackDeployment`)."""
     from fedtab.engines.flower_deploy import LoopbackDeployment
+    from fedtab.engines.flower_trace import ENV as TRACE_ENV
 
+    trace = workdir / "trace"
+    saved = os.environ.get(TRACE_ENV)
+    os.environ[TRACE_ENV] = str(trace)  # inherited by the SuperLink, SuperNodes and their app processes
     dep = LoopbackDeployment(configs, workdir, start_timeout=120, isolation=isolation)
     t0 = time.perf_counter()
     bare_result = None
@@ -257,7 +307,14 @@ def run_fedtab_flower(configs: list[dict[str, Any]], cfg: dict[str, Any], workdi
                 result["pairs"].append([again, dep.run(plan, timeout=900, app=BARE_APP)["run_seconds"]])
     finally:
         dep.stop()
+        if saved is None:
+            os.environ.pop(TRACE_ENV, None)
+        else:
+            os.environ[TRACE_ENV] = saved
     result["deployment_start_seconds"] = started
+    runs = trace_runs(trace) if trace.is_dir() else []
+    if bare and len(runs) == 2 * len(result.get("pairs", [])):  # fedtab, bare, fedtab, bare...
+        result["trace_pairs"] = [[runs[i], runs[i + 1]] for i in range(0, len(runs), 2)]
     return seconds, result, bare_result
 
 
@@ -301,6 +358,39 @@ def _flower_lines(notes: dict[str, Any]) -> list[str]:
         + f". First pair inside the ServerApp: {res['seconds_total'] / bare['seconds_total']:.2f}× "
         f"(first pair `flwr run`: {ratio:.2f}×).",
         "",
+    ]
+    traced = res.get("trace_pairs") or []
+    if traced:
+        def per_message(run: dict[str, Any]) -> float:
+            return float(np.mean(run["clientapp_cpu"])) if run["clientapp_cpu"] else float("nan")
+
+        def first_step(run: dict[str, Any]) -> float:  # the request after the naming hello (the ballot)
+            rounds = run.get("rounds") or []
+            return float(np.mean(rounds[1]["cpu"])) if len(rounds) > 1 and rounds[1]["cpu"] else float("nan")
+
+        def later(run: dict[str, Any]) -> float:  # every request after the first step
+            cpu = [c for r in (run.get("rounds") or [])[2:] for c in r["cpu"]]
+            return float(np.mean(cpu)) if cpu else float("nan")
+
+        cpu_ratios = [per_message(f) / per_message(b) for f, b in traced]
+        lines += [
+            f"**CPU per site message (load-independent): fedtab / bare = {float(np.median(cpu_ratios)):.2f}×** "
+            f"(median over the pairs; whole `flwr-clientapp` processes, from `FEDTAB_FLOWER_TRACE`). Pairs "
+            "(fedtab / bare CPU-s per message; ServerApp CPU-s; ServerApp start to first request, s; largest gap "
+            "from an exchange's last reply to the next request, s): "
+            + ", ".join(f"{per_message(f):.3f} / {per_message(b):.3f} = {per_message(f) / per_message(b):.2f}× "
+                        f"(server {f['server_cpu']:.2f} / {b['server_cpu']:.2f}; first request "
+                        f"{f['first_push']:.2f} / {b['first_push']:.2f}; gap {max(f['gaps'], default=0):.2f} / "
+                        f"{max(b['gaps'], default=0):.2f})" for f, b in traced) + ".",
+            "",
+            "Per message kind, CPU-s per `flwr-clientapp` process, fedtab / bare, each pair: the first step (the "
+            "ballot) " + ", ".join(f"{first_step(f):.3f} / {first_step(b):.3f} = {first_step(f) / first_step(b):.2f}×"
+                                   for f, b in traced)
+            + "; every later message " + ", ".join(f"{later(f):.3f} / {later(b):.3f} = {later(f) / later(b):.2f}×"
+                                                   for f, b in traced) + ".",
+            "",
+        ]
+    lines += [
         "Per exchange (seconds; ClientApp stages are means over the 3 sites, measured inside fedtab's ClientApp "
         "process: *before fedtab* = process start, Python, Flower's imports, FAB install; *until handler* = Flower "
         "pulling the message):",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 
 _IMPORT_STARTED = time.time()  # a ClientApp process reports how long importing fedtab took
+_IMPORT_CPU = time.process_time()
 
 import functools  # noqa: E402
 import json  # noqa: E402
@@ -47,9 +48,11 @@ from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
 from fedtab.federation.protocol.messages import LIMITS, Message, MessageError, decode_meta  # noqa: E402
 from ..federation.protocol import Federation, FederationError, Traffic  # noqa: E402
+from .flower_trace import process_started, tracer  # noqa: E402
 from .site_state import SiteCache, decode_state, encode_state  # noqa: E402
 
 _IMPORT_SECONDS = time.time() - _IMPORT_STARTED
+_IMPORTED_CPU = time.process_time()
 
 __all__ = [
     "FlowerFederation",
@@ -190,16 +193,6 @@ def _check_fab_guard(node_config: Mapping[str, Any]) -> None:
                            "start the SuperNode with the guard's folder first on PATH (fedtab deploy prints it)")
 
 
-def _process_started() -> float:
-    """Epoch seconds at which this process started (Linux ``/proc``; ``nan`` elsewhere)."""
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError, AttributeError):
-        return float("nan")
-
-
 def handle_message(message: FlwrMessage, context: Context) -> FlwrMessage:
     """The ClientApp's body: decode, let the site answer, persist its state, reply.
 
@@ -211,11 +204,18 @@ def handle_message(message: FlwrMessage, context: Context) -> FlwrMessage:
     its state), ``work`` (the site's handler), ``store`` (save its state).
     """
     entered = time.time()
-    timing = {"fedtab_import": _IMPORT_SECONDS, "before_fedtab": _IMPORT_STARTED - _process_started(),
+    trace = tracer("clientapp")  # FEDTAB_FLOWER_TRACE: this process's timeline (fedtab.engines.flower_trace)
+    if trace is not None:
+        trace.event("fedtab_import", t=_IMPORT_STARTED, cpu=_IMPORT_CPU)
+        trace.event("fedtab_imported", t=_IMPORT_STARTED + _IMPORT_SECONDS, cpu=_IMPORTED_CPU)
+        trace.event("handler_start")
+    timing = {"fedtab_import": _IMPORT_SECONDS, "before_fedtab": _IMPORT_STARTED - process_started(),
               "flower_until_handler": max(0.0, entered - _IMPORT_STARTED - _IMPORT_SECONDS)}
+    kind = "?"
     try:
         _check_fab_guard(context.node_config)
         request = from_records(message.content)
+        kind = request.kind
         site = _site_for(context)
         timing["restore"] = time.time() - entered
         if request.kind == _HELLO:
@@ -234,6 +234,8 @@ def handle_message(message: FlwrMessage, context: Context) -> FlwrMessage:
     content = to_records(reply)
     timing["store"] = time.time() - entered - timing.get("restore", 0.0) - timing.get("work", 0.0)
     content[_TIMING] = ConfigRecord({k: float(v) for k, v in timing.items()})
+    if trace is not None:
+        trace.event("handler_end", kind=kind, error=reply.is_error, bytes=reply.nbytes())
     return FlwrMessage(content, reply_to=message)
 
 
@@ -408,7 +410,8 @@ class FlowerFederation(Federation):
             sent[node] = FlwrMessage(to_records(req), dst_node_id=node, message_type=MESSAGE_TYPE,
                                      group_id=str(self._round))
         t0 = time.monotonic()
-        replies = self._exchange(list(sent.values()), enough, stretch)
+        kinds = {req.kind for req in requests.values()}
+        replies = self._exchange(list(sent.values()), enough, stretch, "+".join(sorted(kinds)))
         waited = time.monotonic() - t0
         node_of_id = {m.metadata.message_id: node for node, m in sent.items()}
         self.last_timing = {}
@@ -433,9 +436,14 @@ class FlowerFederation(Federation):
         return out
 
     def _exchange(self, messages: list[FlwrMessage], enough: Callable[[list[FlwrMessage]], bool] | None = None,
-                  stretch: bool = False) -> list[FlwrMessage]:
+                  stretch: bool = False, kind: str = "") -> list[FlwrMessage]:
         # Grid.send_and_receive sleeps 3 s between pulls on a deployment; poll faster.
+        trace = tracer("serverapp")  # FEDTAB_FLOWER_TRACE (fedtab.engines.flower_trace)
+        if trace is not None:
+            trace.event("push", kind=kind, round=self._round, nodes=[int(m.metadata.dst_node_id) for m in messages])
         pending = set(self.grid.push_messages(messages))
+        if trace is not None:
+            trace.event("pushed", kind=kind, round=self._round)
         started = time.monotonic()
         deadline = started + self.timeout
         out: list[FlwrMessage] = []
@@ -443,6 +451,8 @@ class FlowerFederation(Federation):
         while pending and time.monotonic() < deadline:
             got = self._pull(list(pending), min(deadline, time.monotonic() + max(self.grace, time.monotonic() - started)))
             out.extend(got)
+            if trace is not None and got:
+                trace.event("pulled", kind=kind, round=self._round, nodes=[int(r.metadata.src_node_id) for r in got])
             pending.difference_update(r.metadata.reply_to_message_id for r in got)
             if pending and not graced and enough is not None and enough(out):
                 # enough sites: the others get a grace (a slow ClientApp start), not the full timeout
@@ -577,18 +587,29 @@ def make_server_app(workflow: Workflow | None = None) -> ServerApp:
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
-        from .server_apps import SERVER_APP_KEY, load_server_app, workflow_app  # the server's side only
+        from .server_apps import SERVER_APP_KEY, load_server_app, start_prepare, workflow_app  # the server's side only
 
+        trace = tracer("serverapp")  # FEDTAB_FLOWER_TRACE (fedtab.engines.flower_trace)
+        if trace is not None:
+            trace.event("main_start")
         cfg = dict(context.run_config)
         t0 = time.perf_counter()
         # named before any node is waited for: a bad name fails the run at once
         app = workflow_app(workflow) if workflow is not None else load_server_app(cfg.get(SERVER_APP_KEY))
+        if trace is not None:
+            trace.event("app_loaded")
+        # the app's own preparation (for a job: parsing its plan, which imports the selectors' libraries)
+        # runs while the ClientApps start for the site-naming hello, not between its replies and the first step
+        prepared = start_prepare(app, cfg)
         keys = str(cfg.get("site-keys", "") or "")
         fed = FlowerFederation(grid, min_sites=int(cfg.get("min-sites", 1)), timeout=float(cfg.get("timeout", 600)),
                                site_keys=_site_keys(keys) if keys else None,
                                poll_interval=_poll_interval(cfg.get("poll-interval", 0.05)))
         # an analyst following the log (result-log) gets a progress line per exchange (print: the ServerApp's log)
         emit = (lambda line: print(line, flush=True)) if _truthy(cfg.get("result-log", False)) else None
+        prepared()
+        if trace is not None:
+            trace.event("prepared")
         result = dict(app(fed, cfg, emit))
         result["engine"] = "flower"
         result["seconds_total"] = time.perf_counter() - t0
@@ -602,6 +623,8 @@ def make_server_app(workflow: Workflow | None = None) -> ServerApp:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(json.dumps(result, indent=2))
         context.state["fedtab.result"] = ConfigRecord({"json": json.dumps(result)})
+        if trace is not None:
+            trace.event("main_end")
         if _truthy(cfg.get("result-log", False)):  # for an analyst who reads it back with `flwr log`
             from .result_log import encode_result
 

@@ -31,13 +31,15 @@ from ..federation.protocol import FederationError
 if TYPE_CHECKING:  # pragma: no cover
     from ..federation.protocol import Federation
 
-__all__ = ["SERVER_APP_KEY", "ServerApp", "load_server_app", "server_app", "workflow_app"]
+__all__ = ["SERVER_APP_KEY", "ServerApp", "load_server_app", "prepare_of", "server_app", "start_prepare",
+           "workflow_app"]
 
 #: the run-configuration key naming the server app (``"module:function"``)
 SERVER_APP_KEY = "server-app"
 #: ``fedtab.<public module path>:<public name>`` (no part starting with ``_``: no ``__main__``, no private module)
 _NAME = re.compile(r"fedtab(?:\.[A-Za-z][A-Za-z0-9_]*)+:[A-Za-z][A-Za-z0-9_]*")
 _MARK = "__fedtab_server_app__"
+_PREPARE = "__fedtab_server_prepare__"
 
 
 class ServerApp(Protocol):
@@ -47,10 +49,50 @@ class ServerApp(Protocol):
                  emit: Callable[[str], None] | None = None) -> dict[str, Any]: ...
 
 
-def server_app(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-    """Declare ``fn`` a server app that a run configuration may name (returns ``fn``, marked)."""
-    setattr(fn, _MARK, True)
-    return fn
+def server_app(fn: Callable[..., dict[str, Any]] | None = None, *,
+               prepare: Callable[[Mapping[str, Any]], None] | None = None) -> Any:
+    """Declare ``fn`` a server app that a run configuration may name (returns ``fn``, marked).
+
+    ``prepare(run_config)``: optional work the engine may run in a background thread while it
+    waits for the sites to connect and name themselves, before it calls the app (e.g. parsing
+    the run's plan, whose checks import modules the app would otherwise import between the
+    sites' first replies and its first request: :func:`prepare_of`). It must have no effect
+    beyond warming the process (imports, caches); its errors are ignored (the app reports them).
+    Usable bare (``@server_app``) or with arguments (``@server_app(prepare=...)``).
+    """
+    def mark(f: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        setattr(f, _MARK, True)
+        if prepare is not None:
+            setattr(f, _PREPARE, prepare)
+        return f
+
+    return mark if fn is None else mark(fn)
+
+
+def prepare_of(app: Any) -> Callable[[Mapping[str, Any]], None] | None:
+    """The ``prepare`` a server app was declared with (:func:`server_app`), or ``None``."""
+    fn = getattr(app, _PREPARE, None)
+    return fn if callable(fn) else None
+
+
+def start_prepare(app: Any, run_config: Mapping[str, Any]) -> Callable[[], None]:
+    """Run ``app``'s ``prepare(run_config)`` in a daemon thread; returns ``join()``, which waits for it
+    (at once when the app declared none). The thread's errors are swallowed: ``prepare`` only warms."""
+    import threading
+
+    prepare = prepare_of(app)
+    if prepare is None:
+        return lambda: None
+
+    def run() -> None:
+        try:
+            prepare(dict(run_config))
+        except Exception:  # noqa: BLE001 - warming only: the app itself reports a bad run config
+            pass
+
+    thread = threading.Thread(target=run, name="fedtab-server-prepare", daemon=True)
+    thread.start()
+    return thread.join
 
 
 def load_server_app(name: Any) -> ServerApp:

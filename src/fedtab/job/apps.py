@@ -20,7 +20,16 @@ from ..federation.protocol import Federation
 __all__ = ["SERVER_APP", "engine_config", "server_app"]
 
 
-@declare_server_app
+def _prepare(run_config: Mapping[str, Any]) -> None:
+    """Parse the run's plan (its checks import what the job's first steps need: the selectors'
+    libraries): the engine runs this while the sites connect (:func:`~fedtab.engines.server_apps.server_app`)."""
+    from . import workflow  # noqa: F401 - the step loop and its steps, imported here rather than after the hello
+    from .spec import spec_from_plan
+
+    spec_from_plan(run_config.get("job") or "")
+
+
+@declare_server_app(prepare=_prepare)
 def server_app(federation: Federation, run_config: Mapping[str, Any],
                emit: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the job of ``run_config["job"]`` (the plan, JSON text or a dict) on ``federation``.
