@@ -200,3 +200,30 @@ def test_the_election_and_description_are_the_same_with_arrays_packed_or_raw(mon
     assert packed.result.rank.tobytes() == raw.result.rank.tobytes()
     for key in ("count", "total", "sumsq"):
         assert getattr(packed.described, key).tobytes() == getattr(raw.described, key).tobytes()
+
+
+def test_packed_arrays_cannot_unpack_beyond_the_message_limit():
+    """A few kB of deflated zeros declaring gigabytes is refused on the declared sizes, before any
+    inflating; the encoder itself sends what is beyond the limit unpacked."""
+    from fedtab.federation.protocol import messages
+
+    zeros = zlib.compress(b"\0" * 8_000)
+    raw = _rewrite(_packed_scores_message(), "scores",
+                   lambda s: s.update(shape=[2**27], nbytes=2**30), zeros)  # 1 GiB declared in 24 bytes
+    with pytest.raises(MessageError, match="unpack beyond the 268435456-byte limit"):
+        Message.from_bytes(raw)
+    small = Limits(max_unpacked=10_000)
+    two = Message("x", {"a": np.zeros(1_000), "b": np.zeros(1_000)}).to_bytes()
+    with pytest.raises(MessageError, match="unpack beyond the 10000-byte limit .*'b'"):
+        Message.from_bytes(two, small)
+    import dataclasses
+
+    old = messages.LIMITS
+    messages.LIMITS = dataclasses.replace(old, max_unpacked=10_000)
+    try:
+        raw = Message("x", {"a": np.zeros(1_000), "b": np.zeros(1_000)}).to_bytes()
+    finally:
+        messages.LIMITS = old
+    codecs = [s.get("codec") for s in _specs(raw)[0]["arrays"]]
+    assert codecs == [ARRAY_CODEC, None]  # the second would pass the budget: sent raw
+    assert Message.from_bytes(raw, small).arrays["b"].size == 1_000

@@ -75,6 +75,9 @@ class Limits:
             anything near 10**309 would overflow floats downstream).
         max_arrays: arrays per message. max_ndim: rank of one array.
         max_elements: elements of one array. max_str: characters of a string dtype.
+        max_unpacked: bytes all of a message's packed arrays may unpack to (checked on their
+            declared sizes before any is inflated: a few kB of deflated zeros cannot make the
+            server allocate gigabytes; the encoder sends arrays beyond it unpacked).
     """
 
     max_bytes: int = 2**31
@@ -85,6 +88,7 @@ class Limits:
     max_ndim: int = 8
     max_elements: int = 2**28
     max_str: int = 4096
+    max_unpacked: int = 256 * 2**20
 
 
 #: The limits :meth:`Message.from_bytes` and :func:`decode_meta` apply by default.
@@ -240,10 +244,13 @@ class Message:
     def to_bytes(self) -> bytes:
         """Serialise without pickle (see module docstring)."""
         specs, buffers = [], []
+        budget = LIMITS.max_unpacked  # what a decoder lets packed arrays unpack to
         for name, arr in self.arrays.items():
             a = np.ascontiguousarray(arr)
             spec: dict[str, Any] = {"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "nbytes": a.nbytes}
-            packed = _pack(a)
+            packed = _pack(a) if a.nbytes <= budget else None
+            if packed is not None:
+                budget -= a.nbytes
             if packed is None:
                 buffers.append(a.tobytes())
             else:
@@ -297,6 +304,7 @@ class Message:
             raise MessageError(f"message has {len(specs)} arrays (limit {limits.max_arrays})")
         offset = 4 + hlen
         arrays = {}
+        unpacked = 0
         for spec in specs:
             if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
                 raise MessageError("array spec is not an object with a string name")
@@ -325,6 +333,10 @@ class Message:
                     raise MessageError(f"array {name[:80]!r} has unknown codec {str(codec)[:40]!r}")
                 if not isinstance(wire, int) or isinstance(wire, bool) or wire < 0:
                     raise MessageError(f"array {name[:80]!r} has an invalid packed length")
+                unpacked += nbytes
+                if unpacked > limits.max_unpacked:
+                    raise MessageError(f"packed arrays unpack beyond the {limits.max_unpacked}-byte limit "
+                                       f"(at {name[:80]!r})")
             if offset + wire > len(data):
                 raise MessageError(f"array {name[:80]!r} is truncated")
             if name in arrays:
