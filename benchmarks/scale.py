@@ -177,6 +177,16 @@ def _step(fed: LocalFederation, a: tuple, b: tuple, k: int, kinds: set[str] | No
             "server_cpu_seconds": (b[1] - a[1]) - (b[3] - a[3]), "bytes_per_site": moved / k}
 
 
+def _bytes_by_kind(fed: LocalFederation, a: tuple, b: tuple, k: int) -> dict[str, dict[str, float]]:
+    """``{kind: {"down": bytes, "up": bytes}}`` per site between two marks (where the bytes go)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in fed.traffic.records[a[4]:b[4]]:
+        row = out.setdefault(r.kind, {"down": 0.0, "up": 0.0})
+        row["down"] += r.bytes_down / k
+        row["up"] += r.bytes_up / k
+    return out
+
+
 class Recording(LocalFederation):
     """A LocalFederation that keeps the last reply of each kind from each site."""
 
@@ -248,7 +258,9 @@ def grid_point(k: int, d: int, rounds: int, seed: int = 0) -> list[dict[str, Any
 
     a = _mark(fed)
     outcome = run_election(fed, FD, describe="train")
-    election = _step(fed, a, _mark(fed), k)
+    b = _mark(fed)
+    election = _step(fed, a, b, k)
+    election["bytes_by_kind"] = _bytes_by_kind(fed, a, b, k)
     replay = Replay(fed.recorded)
     election["peak_server_mb"] = peak_mb(lambda: run_election(replay, FD, describe="train"))
 
@@ -501,6 +513,12 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{r['server_seconds']:.3f} | {r['server_cpu_seconds']:.3f} | {r['site_seconds']:.3f} | "
                      f"{r['peak_server_mb']:.1f} | "
                      f"{r['bytes_per_site']:,.0f} |")
+    biggest = max((r for r in result["election"] if "bytes_by_kind" in r), default=None,
+                  key=lambda r: (r["sites"] * r["features"], r["sites"]))
+    if biggest is not None:
+        lines += ["", f"Where the election's bytes go at {biggest['sites']} sites × {biggest['features']:,} features "
+                  "(per site, request down / reply up): " + "; ".join(
+                      f"`{kind}` {v['down']:,.0f} / {v['up']:,.0f}" for kind, v in biggest["bytes_by_kind"].items()) + "."]
     lines += ["", f"## Non-IID, K = {meta['config']['noniid_sites']} sites, "
               f"d = {meta['config']['noniid_features']}", "",
               f"ANOVA F with 5 % FDR (SelectFdr) per site, fd = {NONIID_FD}, one-class sites abstain; pooled = the same "

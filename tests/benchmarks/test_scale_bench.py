@@ -44,6 +44,7 @@ def test_quick_run_writes_json_md_png(tmp_path):
     for row in result["imputation"]:
         assert IMPUTE_KEYS <= set(row) and row["seconds"] > 0 and 0 < row["rmse"] < 2
     md = (tmp_path / "scale.md").read_text()
+    assert "Where the election's bytes go at 10 sites × 100 features" in md and "`set_mask`" in md
     assert "## Goals" in md and "Jaccard" in md and "| label_skew | 0.1 | stouffer |" in md and "| label_skew | 0.1 | score_test |" in md
     assert (tmp_path / "scale.png").stat().st_size > 10_000
     # the pooled ANOVA from per-class sums is the pooled selector's own test: full agreement
@@ -71,3 +72,15 @@ def test_partitions_give_every_site_rows_and_keep_every_row_once():
     assert sizes.sum() == 1000 and sizes.min() >= scale.MIN_ROWS and sizes.max() > 5 * sizes.min()
     parts = scale.covariate_shift(rng.normal(size=(1000, 5)), 10, rng)
     assert sorted(np.concatenate(parts).tolist()) == list(range(1000))
+
+
+def test_the_election_row_breaks_its_bytes_down_by_kind_and_direction():
+    from benchmarks import scale
+
+    election, _ = scale.grid_point(3, 300, 2)
+    by_kind = election["bytes_by_kind"]
+    assert set(by_kind) == {"ballot", "set_mask"}
+    total = sum(v["down"] + v["up"] for v in by_kind.values())
+    assert abs(total - election["bytes_per_site"]) < 1e-6 * total
+    # the ballot reply carries 300 float64 scores, packed losslessly but still most of its 2.4 kB
+    assert by_kind["ballot"]["up"] > by_kind["ballot"]["down"] and by_kind["ballot"]["up"] > 2_000

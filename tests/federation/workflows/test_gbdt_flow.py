@@ -88,7 +88,8 @@ def test_one_exchange_per_depth_level_and_bytes_reported():
     root = levels[0]
     n_slots = out.model.layout.n_slots
     assert root["nodes"] == 1 and root["bytes_up"] == 3 * n_slots * 2 * 8
-    assert root["bytes_up"] <= root["wire_up"] < root["bytes_up"] + 3 * 4096  # the engine's wire: arrays + framing
+    # the engine's wire: arrays (losslessly packed where they compress) + framing
+    assert 0 < root["wire_up"] < root["bytes_up"] + 3 * 4096
 
 
 def test_multiclass_and_regression():

@@ -55,7 +55,8 @@ def test_packed_levels_grow_the_same_trees_in_fewer_bytes():
     p = [e for e in packed.level_exchanges if e["nodes"]]
     assert len(d) == len(p)
     assert sum(e["bytes_up"] for e in p) < 0.7 * sum(e["bytes_up"] for e in d)
-    assert sum(e["wire_up"] for e in p) < 0.7 * sum(e["wire_up"] for e in d)  # what the engine moved
+    # what the engine moved: the wire packs every compressible array losslessly, dense levels too
+    assert sum(e["wire_up"] for e in p) < sum(e["wire_up"] for e in d)
 
 
 def test_a_secure_run_sends_dense_histograms_even_when_packing_is_asked():

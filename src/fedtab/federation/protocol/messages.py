@@ -8,8 +8,19 @@ JSON header (kind, meta, array names, dtypes, shapes, byte lengths), then the ra
 array buffers. Decoding never unpickles and rejects object dtypes, so a server
 never executes what a site sends. A header of :data:`COMPRESS_AT` bytes or more (a
 schema declaration's column names, the bulk of a first reply at 10,000 columns) travels
-zlib-compressed, flagged by the length field's top bit; it is inflated no further than
-:attr:`Limits.max_header` bytes.
+compressed: xz (LZMA, ``preset 0``: 10,000 names ``f0000…`` in 3 kB where zlib needs 22 kB),
+flagged by the length field's second bit (the top bit flags zlib, still decoded); it is
+inflated no further than :attr:`Limits.max_header` bytes, within :data:`XZ_MEMLIMIT` of
+decoder memory.
+
+An array of :data:`PACK_AT` bytes or more whose bytes compress (a sample of its first
+elements, and then the whole, must lose 5 % of its bytes) travels losslessly packed (:data:`ARRAY_CODEC`): its bytes
+shuffled by byte position (the 8 bytes of a float64 become 8 planes, so exponents and
+zero bits sit together, as Blosc's shuffle filter does) and deflated; its spec then holds
+``codec`` and the ``packed`` length next to ``nbytes``. Decoding inflates to exactly
+``nbytes`` (anything more, less or trailing is refused) and un-shuffles: the decoded array is
+bit for bit the one encoded. Exact counts of a site's rows (``uint8``/``uint16``, mostly
+equal), sums of few-digit values and float64 scores lose 99 %, ~30 % and ~10 % of their bytes.
 
 Decoding is bounded (:class:`Limits`, module default :data:`LIMITS`): message and
 header size, JSON nesting depth, integers beyond 64 bits, non-finite floats, the
@@ -25,6 +36,10 @@ import json
 import math
 import struct
 import zlib
+try:
+    import lzma
+except ImportError:  # a Python built without liblzma: headers go as zlib (xz headers then cannot be read)
+    lzma = None  # type: ignore[assignment]
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -60,6 +75,9 @@ class Limits:
             anything near 10**309 would overflow floats downstream).
         max_arrays: arrays per message. max_ndim: rank of one array.
         max_elements: elements of one array. max_str: characters of a string dtype.
+        max_unpacked: bytes all of a message's packed arrays may unpack to (checked on their
+            declared sizes before any is inflated: a few kB of deflated zeros cannot make the
+            server allocate gigabytes; the encoder sends arrays beyond it unpacked).
     """
 
     max_bytes: int = 2**31
@@ -70,6 +88,7 @@ class Limits:
     max_ndim: int = 8
     max_elements: int = 2**28
     max_str: int = 4096
+    max_unpacked: int = 256 * 2**20
 
 
 #: The limits :meth:`Message.from_bytes` and :func:`decode_meta` apply by default.
@@ -79,6 +98,21 @@ LIMITS = Limits()
 COMPRESS_AT = 16 * 2**10
 #: the header length field's top bit: the header is zlib-compressed
 _ZLIB_FLAG = 0x8000_0000
+#: the header length field's second bit: the header is xz-compressed
+_XZ_FLAG = 0x4000_0000
+#: most memory an xz header's decoder may use (``preset 0`` needs about 1 MB; a hostile
+#: stream asking for a larger dictionary is refused)
+XZ_MEMLIMIT = 16 * 2**20
+#: arrays of at least this many bytes are tried for packing (:data:`ARRAY_CODEC`)
+PACK_AT = 1024
+#: the one array codec: bytes shuffled by position within an element, then deflated
+ARRAY_CODEC = "shuffle+zlib"
+#: bytes of an array's leading elements compressed first: packing goes on only if they shrink
+_PACK_SAMPLE = 8192
+#: the least share of its bytes an array must lose to travel packed (float64 scores lose ~11 %)
+_PACK_GAIN = 0.05
+#: deflate level of packed arrays (3: within 1 % of level 6's bytes on float64 scores, a GBDT run 4 % less CPU)
+_PACK_LEVEL = 3
 
 
 def _check_json(value: Any, path: str, limits: Limits = LIMITS) -> None:
@@ -210,17 +244,28 @@ class Message:
     def to_bytes(self) -> bytes:
         """Serialise without pickle (see module docstring)."""
         specs, buffers = [], []
+        budget = LIMITS.max_unpacked  # what a decoder lets packed arrays unpack to
         for name, arr in self.arrays.items():
             a = np.ascontiguousarray(arr)
-            raw = a.tobytes()
-            specs.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "nbytes": len(raw)})
-            buffers.append(raw)
+            spec: dict[str, Any] = {"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "nbytes": a.nbytes}
+            packed = _pack(a) if a.nbytes <= budget else None
+            if packed is not None:
+                budget -= a.nbytes
+            if packed is None:
+                buffers.append(a.tobytes())
+            else:
+                spec.update(codec=ARRAY_CODEC, packed=len(packed))
+                buffers.append(packed)
+            specs.append(spec)
         header = json.dumps({"kind": self.kind, "meta": self.meta, "arrays": specs}).encode()
         flag = 0
         if len(header) >= COMPRESS_AT:
-            packed = zlib.compress(header, 6)
+            if lzma is not None:
+                packed, how = lzma.compress(header, format=lzma.FORMAT_XZ, check=lzma.CHECK_NONE, preset=0), _XZ_FLAG
+            else:
+                packed, how = zlib.compress(header, 6), _ZLIB_FLAG
             if len(packed) < len(header):
-                header, flag = packed, _ZLIB_FLAG
+                header, flag = packed, how
         return struct.pack(">I", len(header) | flag) + header + b"".join(buffers)
 
     @classmethod
@@ -237,12 +282,14 @@ class Message:
         if len(data) < 4:
             raise MessageError("message shorter than its header length field")
         (word,) = struct.unpack(">I", data[:4])
-        hlen = word & ~_ZLIB_FLAG
-        if hlen > limits.max_header or 4 + hlen > len(data):
+        hlen = word & ~(_ZLIB_FLAG | _XZ_FLAG)
+        if hlen > limits.max_header or 4 + hlen > len(data) or (word & _ZLIB_FLAG and word & _XZ_FLAG):
             raise MessageError("message header length is out of range")
         raw = bytes(data[4 : 4 + hlen])
         if word & _ZLIB_FLAG:
             raw = _inflate(raw, limits.max_header)
+        elif word & _XZ_FLAG:
+            raw = _unxz(raw, limits.max_header)
         try:
             text = raw.decode()
         except UnicodeDecodeError:
@@ -257,6 +304,7 @@ class Message:
             raise MessageError(f"message has {len(specs)} arrays (limit {limits.max_arrays})")
         offset = 4 + hlen
         arrays = {}
+        unpacked = 0
         for spec in specs:
             if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
                 raise MessageError("array spec is not an object with a string name")
@@ -278,14 +326,28 @@ class Message:
                 raise MessageError(f"array {name[:80]!r} has {size} elements (limit {limits.max_elements})")
             if not isinstance(nbytes, int) or nbytes != size * dtype.itemsize:
                 raise MessageError(f"array {name[:80]!r}: shape and byte length disagree")
-            if offset + nbytes > len(data):
+            codec, wire = spec.get("codec"), nbytes
+            if codec is not None:
+                wire = spec.get("packed")
+                if codec != ARRAY_CODEC:
+                    raise MessageError(f"array {name[:80]!r} has unknown codec {str(codec)[:40]!r}")
+                if not isinstance(wire, int) or isinstance(wire, bool) or wire < 0:
+                    raise MessageError(f"array {name[:80]!r} has an invalid packed length")
+                unpacked += nbytes
+                if unpacked > limits.max_unpacked:
+                    raise MessageError(f"packed arrays unpack beyond the {limits.max_unpacked}-byte limit "
+                                       f"(at {name[:80]!r})")
+            if offset + wire > len(data):
                 raise MessageError(f"array {name[:80]!r} is truncated")
             if name in arrays:
                 raise MessageError(f"array {name[:80]!r} appears twice")
-            arr = np.frombuffer(data, dtype=dtype, count=size, offset=offset).reshape(shape).copy()
+            if codec is None:
+                arr = np.frombuffer(data, dtype=dtype, count=size, offset=offset).reshape(shape).copy()
+            else:
+                arr = _unpack(bytes(data[offset:offset + wire]), dtype, size, name).reshape(shape)
             _check_array(name, arr, limits)
             arrays[name] = arr
-            offset += nbytes
+            offset += wire
         if offset != len(data):
             raise MessageError("message has trailing bytes")
         if not isinstance(kind, str) or not kind:
@@ -317,6 +379,70 @@ def _inflate(packed: bytes, limit: int) -> bytes:
     if not z.eof or z.unused_data:
         raise MessageError("message header is a truncated zlib stream or has trailing bytes")
     return out
+
+
+def _unxz(packed: bytes, limit: int) -> bytes:
+    """An xz-compressed header, decoded to at most ``limit`` bytes within :data:`XZ_MEMLIMIT`.
+
+    Raises:
+        MessageError: xz unavailable, not one complete xz stream, a decoder needing more memory,
+            or more than ``limit`` bytes decoded.
+    """
+    if lzma is None:
+        raise MessageError("message header is xz-compressed and this Python has no lzma module")
+    z = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=XZ_MEMLIMIT)
+    try:
+        out = z.decompress(packed, limit + 1)
+    except lzma.LZMAError as exc:
+        raise MessageError(f"message header is not a valid xz stream: {str(exc)[:80]}") from None
+    if len(out) > limit or (not z.eof and z.needs_input is False):
+        raise MessageError(f"message header inflates beyond the {limit}-byte limit")
+    if not z.eof or z.unused_data:
+        raise MessageError("message header is a truncated xz stream or has trailing bytes")
+    return out
+
+
+def _shuffle(a: np.ndarray) -> bytes:
+    """The bytes of contiguous ``a`` grouped by their position within an element (byte 0 of every
+    element, then byte 1, ...)."""
+    if a.dtype.itemsize == 1:
+        return a.tobytes()
+    return np.ascontiguousarray(a.reshape(-1).view(np.uint8).reshape(-1, a.dtype.itemsize).T).tobytes()
+
+
+def _pack(a: np.ndarray) -> bytes | None:
+    """``a`` (contiguous) packed by :data:`ARRAY_CODEC`, or ``None`` when it is small or does not
+    compress (its first :data:`_PACK_SAMPLE` bytes must shrink by :data:`_PACK_GAIN`, and the whole too)."""
+    if a.nbytes < PACK_AT or a.dtype.itemsize == 0:
+        return None
+    flat = a.reshape(-1)
+    head = flat[: max(1, _PACK_SAMPLE // a.dtype.itemsize)]
+    if head.nbytes < a.nbytes and len(zlib.compress(_shuffle(head), 1)) > (1 - _PACK_GAIN) * head.nbytes:
+        return None
+    packed = zlib.compress(_shuffle(flat), _PACK_LEVEL)
+    return packed if len(packed) <= (1 - _PACK_GAIN) * a.nbytes else None
+
+
+def _unpack(packed: bytes, dtype: np.dtype, size: int, name: str) -> np.ndarray:
+    """The ``(size,)`` array of ``dtype`` that :func:`_pack` packed into ``packed``.
+
+    Raises:
+        MessageError: not one complete zlib stream of exactly ``size * itemsize`` bytes.
+    """
+    nbytes = size * dtype.itemsize
+    z = zlib.decompressobj()
+    try:
+        raw = z.decompress(packed, nbytes + 1)
+    except zlib.error:
+        raise MessageError(f"array {name[:80]!r} is not a valid packed stream") from None
+    if len(raw) > nbytes or z.unconsumed_tail:
+        raise MessageError(f"array {name[:80]!r} unpacks beyond its {nbytes} bytes")
+    if len(raw) != nbytes or not z.eof or z.unused_data:
+        raise MessageError(f"array {name[:80]!r} is a truncated packed stream or has trailing bytes")
+    planes = np.frombuffer(raw, dtype=np.uint8)
+    if dtype.itemsize > 1:
+        planes = np.ascontiguousarray(planes.reshape(dtype.itemsize, size).T)
+    return planes.view(dtype).copy() if dtype.itemsize == 1 else planes.reshape(-1).view(dtype)
 
 
 def _to_builtin(value: Any) -> Any:
