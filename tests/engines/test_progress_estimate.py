@@ -116,10 +116,10 @@ def test_later_steps_are_timed_at_the_cheapest_steps_rate_and_heavy_kinds_by_the
                       "training": {"model": "mlp", "rounds": 2}, "evaluation": {"baselines": False}},
                      sites_required=False)
     plan = expected_exchanges(spec)
-    assert plan == {"schema": 1, "imputation": 5, "election": 2, "training": 3}
+    assert plan == {"schema": 1, "imputation": 4, "election": 2, "training": 3}
     w = GNN_ROUND_WEIGHT
     ex = ([("schema", "job_profile", 4.0)]
-          + [("imputation", "impute_schema", 4.0), ("imputation", "impute_stats", 4.0)]
+          + [("imputation", "impute_stats", 4.0)]  # the column moments ride on it
           + [("imputation", "impute_fit", 4.0 * w)] * 2 + [("imputation", "impute_eval", 4.0)]
           + [("election", "ballot", 4.0), ("election", "set_mask", 4.0)] + [("training", "fit", 4.0)] * 3)
     estimates, _ = _replay(spec, ex)
