@@ -172,7 +172,12 @@ def _final_evaluation(federation: Federation, cfg: ImputeConfig, weights: dict[s
     an earlier round's that scored better (evaluated again). In a plain run the earlier round's
     evaluation rides on the last one's exchange (one exchange for both,
     :func:`fedtab.federation.protocol.riders.ride_step`; the sites evaluate both, each charged as
-    alone); with secure sums, DP or robust reducers it is an exchange of its own when needed."""
+    alone); with secure sums, DP or robust reducers it is an exchange of its own when needed.
+
+    This exchange cannot ride on the next one (a job's ballot, which carries ``impute_apply``): the
+    weights the sites fill their tables with are chosen from it. Every round already scores the
+    weights it receives, so only the last round's are unscored here; keeping the best of the
+    scored ones instead would be the same as one round fewer (a default, not a fusion)."""
     from fedtab.federation.protocol.riders import ride_step
 
     ridden: list[Evaluation] = []
