@@ -59,9 +59,13 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     once a step is shorter than :data:`~fedtab.learn.newton.NEWTON_TOL` (the heart job: 6 of 10,
     its final evaluation riding on the last; :func:`expected_exchanges`, what the estimate counts,
     counts a plain run converging). In a *plain* run (no secure sums, DP or robust reducers) requests ride on the
-    next exchange (:mod:`fedtab.federation.protocol.piggyback`): imputation at most ``rounds + 3`` (schema,
-    statistics, the rounds with the setup on the first, one evaluation with the kept best round's
-    riding on it; ``4`` with no rounds), its ``impute_apply`` on the election's ballot; for a Newton
+    next exchange (:mod:`fedtab.federation.protocol.piggyback`): imputation ``rounds + 2`` with the column
+    profile (the statistics taken about the profile's coarse ranges' midpoints with the column moments
+    riding on them, the rounds with the setup on the first, one evaluation with the kept best round's
+    riding on it; ``3`` with no rounds), ``+ 1`` without the profile or when ``[columns] ignore`` or
+    ``categorical`` make the sites declare their schema again (the moments then come first: schema,
+    statistics) — also, not counted, when the profile flags a row identifier or leaves a column
+    without a coarse range; its ``impute_apply`` rides on the election's ballot; for a Newton
     model the count assumes the run stops at its cap (training ``rounds + 1``, baselines 1): a
     converging run makes ``iterations`` (its evaluation rides on the last) and no baselines exchange
     (they ride on the first iteration). Otherwise the steps keep their own exchanges: the column profile 1,
@@ -92,9 +96,12 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
         out["schema"] = 1
     if spec.impute is not None:
         r = spec.impute.rounds
-        if plain:  # fused (issue 31): schema, stats, the rounds (the setup rides on the first), one
-            # evaluation (the kept best round's rides on it); impute_apply rides on the next step's exchange
-            out["imputation"] = r + 3 + int(r == 0)
+        if plain:  # fused (issue 31): the statistics (the column moments riding on them when the profile's
+            # ranges give every column a public centre and no column roles made the sites declare their schema
+            # again), the rounds (the setup rides on the first), one evaluation (the kept best round's rides
+            # on it); impute_apply rides on the next step's exchange
+            roles = bool(spec.columns.ignore or spec.columns.categorical)
+            out["imputation"] = r + 2 + int(r == 0) + int(not profile or roles)
         else:
             out["imputation"] = r + 5 + int(profile) + (4 * r + 4 if secure else 0)
     el = spec.election

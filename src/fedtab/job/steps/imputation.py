@@ -76,7 +76,10 @@ def _run(federation: "Federation", spec: "JobSpec", out: "Outputs") -> None:
     from .schema import from_declaration
 
     set_step_dp(federation, dp_for(spec, "imputation"))  # robust, max_site_share, secure sums: the run's options
-    im = run_imputation(federation, impute_config(spec), progress=out.hooks.get("imputation"))
+    # the profile's coarse ranges are public: about their midpoints the statistics need no pooled mean
+    # first, so in a plain run the column moments ride on the statistics' exchange (one, not two)
+    centre = {c: 0.5 * (float(lo) + float(hi)) for c, (lo, hi) in out.ranges.items()} if out.ranges else None
+    im = run_imputation(federation, impute_config(spec), progress=out.hooks.get("imputation"), centre=centre)
     out.outcomes["imputation"] = im
     out.privacy["imputation"] = im.privacy
     from_declaration(federation, spec, out)  # before the filled tables change the declared schema

@@ -2,7 +2,9 @@
 short loop over the steps of :mod:`.steps`.
 
 Exchanges: ``impute_schema`` (the first of a run also agrees the federation's schema; with
-secure sums or DP a second one sums the moments over the global schema), ``impute_stats``,
+secure sums or DP a second one sums the moments over the global schema), ``impute_stats`` (in a
+plain run given a public ``centre`` per column — a job's profile ranges — one exchange for both:
+``impute_stats`` about the centre with ``impute_schema`` riding on it),
 ``impute_setup`` (riding on the first ``impute_fit`` when there are rounds,
 :mod:`fedtab.federation.protocol.piggyback`), ``impute_fit`` × rounds, ``impute_eval`` (in a plain run the earlier best round's evaluation rides
 on it; with secure sums or robust reducers a second one when an earlier round's model is kept; none
@@ -17,7 +19,7 @@ pays for every release.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -29,7 +31,8 @@ from fedtab.federation.protocol import Federation, run_ledger, set_quorum
 from fedtab.federation.workflows.imputation.config import ImputationResult, ImputeConfig
 from fedtab.federation.workflows.imputation.site import DP_STEPS_PER_ROUND
 from fedtab.federation.workflows.imputation.stopping import Plateau
-from fedtab.federation.workflows.imputation.steps import (Evaluation, centring, evaluate, evaluate_step, fit_round, model_inputs,
+from fedtab.federation.workflows.imputation.steps import (Evaluation, centred_on, centring, evaluate, evaluate_step,
+                                                          fit_round, model_inputs, moments_with_statistics,
                                                           pooled_statistics, schema_step, setup_step, validation_report)
 
 __all__ = ["run_imputation", "dp_plan"]
@@ -51,6 +54,7 @@ def run_imputation(
     *,
     min_sites: int | None = None,
     max_param_abs: float = validate.MAX_PARAM_ABS,
+    centre: Mapping[str, float] | None = None,
 ) -> ImputationResult:
     """Run FedHF-Impute over ``federation`` and return the learned imputer state.
 
@@ -74,6 +78,12 @@ def run_imputation(
             rejected sites are dropped while this many remain; ``None`` keeps the
             federation's policy (by default every site must answer).
         max_param_abs: largest ``|entry|`` accepted in a site's model weights.
+        centre: a *public* centre per column (the job profile's coarse ranges' midpoints, which the
+            server already holds): in a plain run whose schema is agreed and whose every site column
+            has one, the statistics are taken about it and the column moments ride on their exchange
+            (:func:`~fedtab.federation.workflows.imputation.steps.moments_with_statistics`: one
+            exchange for both, the same quantities released); otherwise (or ``None``) the moments
+            come first and the statistics are taken about the pooled mean.
 
     Raises:
         FederationError: a site failed (the message names it), a reply was malformed,
@@ -91,9 +101,14 @@ def run_imputation(
     p0, dropped0 = len(federation.participation), set(federation.dropped)
     ledger = run_ledger(federation, *dp_plan(cfg))
 
-    columns = schema_step(federation, ledger)
+    shift = centred_on(federation, centre)
+    if shift is not None:  # plain run: the moments ride on the statistics' exchange (one, not two)
+        columns, pooled = moments_with_statistics(federation, centre, shift)
+        left_out: dict[str, str] = {}
+    else:
+        columns = schema_step(federation, ledger)
+        pooled, left_out = pooled_statistics(federation, columns, centring(federation, columns), ledger)
     glob, f = columns.columns, len(columns.columns)
-    pooled, left_out = pooled_statistics(federation, columns, centring(federation, columns), ledger)
     model = model_inputs(cfg, pooled, glob)
     site_rows = setup_step(federation, cfg, glob, model, ride=cfg.rounds > 0)  # rides on the first round
     weights, history, best = _rounds(federation, cfg, model, site_rows, f, ledger, max_param_abs, progress)
@@ -157,7 +172,12 @@ def _final_evaluation(federation: Federation, cfg: ImputeConfig, weights: dict[s
     an earlier round's that scored better (evaluated again). In a plain run the earlier round's
     evaluation rides on the last one's exchange (one exchange for both,
     :func:`fedtab.federation.protocol.riders.ride_step`; the sites evaluate both, each charged as
-    alone); with secure sums, DP or robust reducers it is an exchange of its own when needed."""
+    alone); with secure sums, DP or robust reducers it is an exchange of its own when needed.
+
+    This exchange cannot ride on the next one (a job's ballot, which carries ``impute_apply``): the
+    weights the sites fill their tables with are chosen from it. Every round already scores the
+    weights it receives, so only the last round's are unscored here; keeping the best of the
+    scored ones instead would be the same as one round fewer (a default, not a fusion)."""
     from fedtab.federation.protocol.riders import ride_step
 
     ridden: list[Evaluation] = []

@@ -53,8 +53,9 @@ from fedtab.federation.protocol.reduce import cap_weights, robust_params, screen
 from fedtab.federation.workflows.imputation.config import ImputeConfig
 from fedtab.federation.workflows.imputation.site import DP_STEPS_PER_ROUND
 
-__all__ = ["Columns", "Evaluation", "Model", "apply_imputation", "centring", "columns_step", "evaluate",
-           "evaluate_step", "fit_round", "fit_step", "model_inputs", "moments_step", "pooled_statistics",
+__all__ = ["Columns", "Evaluation", "Model", "apply_imputation", "centred_on", "centring", "columns_step", "evaluate",
+           "evaluate_step", "fit_round", "fit_step", "model_inputs", "moments_step", "moments_with_statistics",
+           "pooled_statistics",
            "schema_step", "setup_step", "statistics_step", "strategy", "validation_report", "weight_arrays",
            "IMPUTATION_MODES"]
 
@@ -311,9 +312,11 @@ def centring(federation: Federation, columns: Columns) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- 2. statistics
-def _stats_checker(federation: Federation, columns: Columns, shift: np.ndarray, out: dict[str, SiteStats]):
-    """Validator of per-site ``impute_stats`` replies (see the module docstring); keeps them in ``out``."""
-    pos = {c: i for i, c in enumerate(columns.columns)}
+def _stats_checker(federation: Federation, columns: Columns, shift: np.ndarray, out: dict[str, SiteStats],
+                   pos: Mapping[str, int] | None = None):
+    """Validator of per-site ``impute_stats`` replies (see the module docstring); keeps them in ``out``
+    (``pos``: column -> index into ``shift``; default: ``columns.columns``' order)."""
+    pos = {c: i for i, c in enumerate(columns.columns)} if pos is None else pos
 
     def check(s: str, r: Message) -> None:
         cols = columns.site_columns[s]
@@ -455,6 +458,60 @@ def pooled_statistics(federation: Federation, columns: Columns, shift: np.ndarra
     """
     out = strategy(federation, ledger).run(federation, statistics_step(federation, columns, shift))
     return out.result, dict(out.measurements.left_out)
+
+
+def centred_on(federation: Federation, centre: Mapping[str, float] | None) -> np.ndarray | None:
+    """The public per-column centre as an ``(F,)`` array over ``list(centre)`` when the column moments
+    may ride on the statistics' exchange (:func:`moments_with_statistics`), else ``None``: only in a
+    plain run (:func:`~fedtab.federation.protocol.riders.plain_run`) whose schema is agreed (the
+    riding moments are checked against it) and whose every site's columns have a finite centre."""
+    from fedtab.federation.protocol.riders import plain_run
+
+    if not centre or federation.schema is None or not plain_run(federation):
+        return None
+    shift = np.array([float(centre[c]) for c in centre], dtype=np.float64)
+    if not np.all(np.isfinite(shift)):
+        return None
+    held = set(centre)
+    if any(not set(federation.schema.site_columns(s)) <= held for s in federation.active):
+        return None
+    return shift
+
+
+def moments_with_statistics(federation: Federation, centre: Mapping[str, float], shift: np.ndarray
+                            ) -> tuple[Columns, PooledStats]:
+    """Steps 1 and 2 in one exchange (a plain run, :func:`centred_on`): the statistics taken about a
+    *public* centre (``shift``, ``(F,)`` over ``list(centre)``: the job profile's coarse ranges'
+    midpoints) as the primary request, the column moments (:func:`columns_step`, per-site form)
+    riding on it (:mod:`fedtab.federation.protocol.piggyback`). Each part is answered by the site as
+    if alone; the server learns what the two exchanges release (the moments, and the statistics
+    about a public shift, which determine those about any other public shift, the pooled mean
+    included). Every reply is validated as in the two exchanges (the statistics' counts equal the
+    moments' counts of the same site).
+
+    Raises:
+        FederationError: a site failed or was rejected (naming it), the sites' schemas are
+            disjoint, a column has no observed value, or pooling failed.
+    """
+    from fedtab.federation.protocol.piggyback import ride
+
+    pair = columns_step(federation)
+    got: list[Columns] = []
+    ride(federation, pair.request, pair.check,
+         lambda replies: got.append(pair.aggregate(Summed({}, None, dict(replies), list(replies)))),
+         step="impute_schema")
+    names = list(centre)
+    pos = {c: i for i, c in enumerate(names)}
+    stats: dict[str, SiteStats] = {}
+
+    def check(s: str, r: Message) -> None:  # the riding moments are reduced before this runs
+        if not got or s not in got[0].site_columns:
+            raise ValueError("statistics from a site whose column moments were not accepted")
+        _stats_checker(federation, got[0], shift, stats, pos)(s, r)
+
+    replies = exchange(federation, Message("impute_stats", {"shift": shift}, {"columns": names}), check)
+    columns = got[0]
+    return columns, _pooled(lambda: pool_stats([stats[s] for s in replies], columns.columns))
 
 
 # ----------------------------------------------------------------------------- 3. setup
