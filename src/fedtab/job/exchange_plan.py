@@ -68,7 +68,8 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
     without a coarse range; its ``impute_apply`` rides on the election's ballot; for a Newton
     model the count assumes the run stops at its cap (training ``rounds + 1``, baselines 1): a
     converging run makes ``iterations`` (its evaluation rides on the last) and no baselines exchange
-    (they ride on the first iteration). Otherwise the steps keep their own exchanges: the column profile 1,
+    (they ride on the first iteration of its own); after a voting election the first Newton iteration
+    rides on ``set_mask`` (training ``rounds``, a converging run ``iterations − 1``). Otherwise the steps keep their own exchanges: the column profile 1,
     imputation ``rounds + 5`` (``+ 1`` with the column profile), election 2 (``ballot``, ``set_mask``), training ``rounds + 1``
     after an election (its ``describe`` rides on ``set_mask``) else ``rounds + 2`` (``+ 1`` when no earlier step
     agreed the schema: the training step agrees it to read the task),
@@ -137,7 +138,8 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
             regression = linear
             rounds = 1 if linear else spec.training.rounds  # an exact linear model: one round
             summed = rounds + (1 if voting else 2)  # (describe,) fit rounds or at most `rounds` Newton steps, evaluate
-            out["training"] = summed + (0 if agreed else 1)
+            # a plain Newton fit after an election: its first iteration rides on set_mask
+            out["training"] = summed + (0 if agreed else 1) - int(_first_newton_on_mask(spec, plain, voting))
         if secure:
             out["training"] += 2 * summed + (0 if voting else 1)
         if not regression and (spec.evaluation.baselines if spec.evaluation.baselines is not None else not private):
@@ -149,8 +151,22 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
 
 #: Newton–Raphson iterations a plain logistic fit is expected to make before it converges (its
 #: ``rounds`` are a cap): 6 on the heart job (measured: ``tests/job/test_job_exchanges.py`` and the
-#: deployments of docs/deployment.md), where counting the cap of 10 put the estimate 1.6× high
+#: deployments of docs/deployment.md), where counting the cap of 10 put the estimate 1.6× high. After
+#: an election the first of them rides on ``set_mask`` (:func:`_first_newton_on_mask`): 5 training
+#: exchanges, the evaluation riding on the last
 NEWTON_EXPECTED = 6
+
+
+def _first_newton_on_mask(spec: "JobSpec", plain: bool, voting: bool) -> bool:
+    """Whether a plain Newton logistic fit's first iteration rides on the election's ``set_mask``
+    (:func:`fedtab.job.steps.training.ride_first_iteration`): a plain run, a voting election, a
+    logistic model trained by Newton–Raphson for a classification task."""
+    if not (plain and voting and spec.training is not None and spec.training.task != "regression"):
+        return False
+    from ..learn.models import LogisticRegressionModel, make_model
+
+    fm = make_model(spec.training.model)
+    return isinstance(fm, LogisticRegressionModel) and bool(fm.newton)
 
 
 def _plain_newton(spec: "JobSpec") -> bool:
@@ -171,12 +187,13 @@ def expected_exchanges(spec: "JobSpec") -> dict[str, int]:
     logistic fit whose ``rounds`` exceed :data:`NEWTON_EXPECTED` is counted as converging after
     ``NEWTON_EXPECTED`` iterations — ``rounds + 1 − NEWTON_EXPECTED`` fewer training exchanges
     (its evaluation rides on the last iteration) and no baselines exchange (they ride on the first
-    iteration). A run that needs more iterations counts none left of its own once past the
+    iteration; after an election the first iteration rides on ``set_mask``, so the heart job's training
+    counts 5). A run that needs more iterations counts none left of its own once past the
     expected ones (the step's estimate then says ≈ 0 s until it ends)."""
     out = planned_exchanges(spec)
     if "training" in out and _plain_newton(spec) and "selection" not in out:
         rounds = spec.training.rounds
-        if rounds > NEWTON_EXPECTED:
+        if rounds > NEWTON_EXPECTED:  # the plan's `rounds` iterations (and evaluate) become NEWTON_EXPECTED
             out["training"] -= rounds + 1 - NEWTON_EXPECTED
             out.pop("baselines", None)
     return out

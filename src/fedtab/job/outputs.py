@@ -39,6 +39,8 @@ class Outputs:
         ridden_baselines: the local baselines asked ahead on the first Newton iteration
             (:func:`fedtab.federation.steps.baselines.ride_baselines`), or ``None``.
         hooks: the caller's callbacks; ``"imputation"``: ``fn(round, rounds, info)``.
+        newton_ahead: the first Newton iteration asked on the election's ``set_mask``
+            (:func:`fedtab.job.steps.training.ride_first_iteration`), or ``None``.
     """
 
     result: dict[str, Any] = field(default_factory=lambda: dict.fromkeys(RESULT_KEYS))
@@ -54,3 +56,4 @@ class Outputs:
     accountant: bool = False
     hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)
     ridden_baselines: Any = None
+    newton_ahead: Any = None

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 import numpy as np
 
 __all__ = ["as_theta", "from_theta", "logistic_sums", "dp_logistic_sums", "newton_update", "hessian_sensitivity",
-           "row_bound", "NEWTON_TOL", "NEWTON_MAX_ITER"]
+           "restandardise", "row_bound", "NEWTON_TOL", "NEWTON_MAX_ITER"]
 
 #: stop when the Newton step's L2 norm (standardised coefficients) falls below this. The point
 #: returned is the one *after* that step: Newton's convergence is quadratic near the optimum of this
@@ -211,3 +211,46 @@ def newton_update(theta: np.ndarray, grad: np.ndarray, hess: np.ndarray, n: floa
         H_J = (V * np.maximum(w, min_curvature)) @ V.T
     step = -np.linalg.lstsq(H_J, g_J, rcond=None)[0]
     return theta + step.reshape(k, m), float(np.linalg.norm(step))
+
+
+def restandardise(theta: np.ndarray, grad: np.ndarray, hess: np.ndarray, mean_from: np.ndarray, std_from: np.ndarray,
+                  mean_to: np.ndarray, std_to: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The point ``theta`` and the :func:`logistic_sums` taken there, all over columns standardised
+    with ``(mean_from, std_from)``, rewritten for columns standardised with ``(mean_to, std_to)``.
+
+    A row's ``[z_to, 1] = A·[z_from, 1]`` with ``A = [[diag(s_from/s_to), (μ_from − μ_to)/s_to], [0, 1]]``,
+    so the same model is ``θ_to = θ_from·A⁻¹``, its gradient sums ``(I_k ⊗ A)·g`` and its Hessian sums
+    ``(I_k ⊗ A)·H·(I_k ⊗ A)ᵀ``: exact for every observed cell. A missing cell is ``z = 0`` in either
+    standardisation (the mean of each), so rows with missing cells make the rewritten sums approximate
+    (they stand for the value ``μ_from``, not ``μ_to``).
+
+    Args:
+        theta: ``(k, d + 1)``. grad: ``(k·(d+1),)``. hess: ``(k·(d+1), k·(d+1))``.
+        mean_from / std_from / mean_to / std_to: ``(d,)``; the stds positive.
+
+    Returns:
+        ``(theta_to, grad_to, hess_to)`` of the same shapes.
+
+    Raises:
+        ValueError: shapes that do not match, or a std that is not positive and finite.
+    """
+    theta = np.asarray(theta, dtype=np.float64)
+    k, m = theta.shape
+    d = m - 1
+    cols = [np.asarray(a, dtype=np.float64).reshape(-1) for a in (mean_from, std_from, mean_to, std_to)]
+    if any(c.shape != (d,) for c in cols):
+        raise ValueError(f"restandardise: standardisations of {[c.shape for c in cols]} do not fit coefficients "
+                         f"{theta.shape}")
+    mu_f, s_f, mu_t, s_t = cols
+    if not (np.isfinite(s_f).all() and np.isfinite(s_t).all() and (s_f > 0).all() and (s_t > 0).all()
+            and np.isfinite(mu_f).all() and np.isfinite(mu_t).all()):
+        raise ValueError("restandardise: means must be finite and stds positive and finite")
+    g = np.asarray(grad, dtype=np.float64).reshape(-1)
+    H = np.asarray(hess, dtype=np.float64)
+    if g.shape != (k * m,) or H.shape != (k * m, k * m):
+        raise ValueError(f"restandardise: gradient {g.shape} and Hessian {H.shape} do not fit coefficients {theta.shape}")
+    A = np.eye(m)
+    A[:d, :d] = np.diag(s_f / s_t)
+    A[:d, d] = (mu_f - mu_t) / s_t
+    B = np.kron(np.eye(k), A)
+    return np.linalg.solve(A.T, theta.T).T, B @ g, B @ H @ B.T

@@ -141,14 +141,14 @@ def test_a_stand_alone_setup_request_is_still_answered():
 
 def test_a_job_of_election_and_training_takes_rounds_plus_three_exchanges(jobs):
     """Steps a job does not need cost no exchange: without the column profile and the baselines, an
-    election and training is ballot, set_mask (which also describes), at most `rounds` Newton
-    iterations (logistic), evaluate."""
+    election and training is ballot, set_mask (which also describes and carries the first Newton
+    iteration), the other Newton iterations (logistic, at most `rounds` in all), evaluate."""
     from fedtab.job.spec import spec_from_plan
     from fedtab.job.workflow import run_workflow
 
     fed, _ = make_fed()
     out = run_workflow(fed, spec_from_plan(jobs.plan(election={}, training={"rounds": 4, "local_epochs": 2}))).result
     r = out["training"]["rounds"]
-    assert 1 <= r <= 4 and _exchanges(fed) == ["ballot", "set_mask"] + ["newton"] * r + ["evaluate"]
+    assert 2 <= r <= 4 and _exchanges(fed) == ["ballot", "set_mask"] + ["newton"] * (r - 1) + ["evaluate"]
     assert out["training"]["features"] == out["election"]["selected"]
     assert [s["step"] for s in out["steps"]] == ["election", "training"]

@@ -40,10 +40,12 @@ def plain_run(federation: "Federation") -> bool:
         and type(federation.summing) is PlainSums
 
 
-def ride_step(federation: "Federation", step: Any, on_result: Callable[[Any], Any]) -> bool:
+def ride_step(federation: "Federation", step: Any, on_result: Callable[[Any], Any], *, independent: bool = False) -> bool:
     """Queue a summed step (:class:`~fedtab.federation.protocol.modes.SumStep`) to ride on the next
     exchange in its per-site plain form: each reply checked as the plain summing strategy checks it,
     then summed and reduced by the step's ``aggregate``; ``on_result(result)`` gets the reduction.
+
+    ``independent``: its failure at a site stops no later part there (:func:`~.piggyback.ride`).
 
     Returns ``False`` (nothing queued) when the run's strategy is not plain sums (secure sums, DP or
     robust reducers move or reduce the values otherwise: the step then needs its own exchange)."""
@@ -62,5 +64,5 @@ def ride_step(federation: "Federation", step: Any, on_result: Callable[[Any], An
         sums, weight = _plain_sums(replies, step.spec)
         on_result(step.aggregate(Summed(sums, weight, dict(replies), list(replies))))
 
-    ride(federation, step.request, check, reduce, step=step.kind or step.request.kind)
+    ride(federation, step.request, check, reduce, step=step.kind or step.request.kind, independent=independent)
     return True

@@ -26,14 +26,15 @@ if TYPE_CHECKING:
     from fedtab.federation.workflows.training import TrainingOutcome
     from ..spec import JobSpec
 
-__all__ = ["STEP", "summary", "train", "wants_baselines"]
+__all__ = ["STEP", "ride_first_iteration", "summary", "train", "wants_baselines"]
 
 
 def train(federation: "Federation", spec: "JobSpec", out: Outputs, features: list[str] | None,
-          described: Any = None, before_rounds: Any = None) -> "TrainingOutcome":
+          described: Any = None, before_rounds: Any = None, ahead: Any = None) -> "TrainingOutcome":
     """:func:`~fedtab.federation.workflows.training.run_training` with the job's model and guarantees
     (robust mode, ``max_site_share`` and secure sums: the run's options; DP: the run's accountant);
-    ``before_rounds(setup)`` runs before the first round's exchange."""
+    ``before_rounds(setup)`` runs before the first round's exchange; ``ahead``: the first Newton
+    iteration asked on the election's ``set_mask`` (:func:`ride_first_iteration`)."""
     from fedtab.federation.workflows.training import run_training
 
     tr = spec.training
@@ -41,7 +42,7 @@ def train(federation: "Federation", spec: "JobSpec", out: Outputs, features: lis
     use_run_accountant(federation, spec, out)
     return run_training(federation, features, model=tr.model, rounds=tr.rounds, local_epochs=tr.local_epochs,
                         seed=spec.run.seed, described=described, task=tr.task,
-                        bounds=spec.columns.public_bounds() or None, before_rounds=before_rounds)
+                        bounds=spec.columns.public_bounds() or None, before_rounds=before_rounds, ahead=ahead)
 
 
 def summary(tr: "TrainingOutcome") -> dict[str, Any]:
@@ -75,8 +76,37 @@ def _ride_baselines(federation: "Federation", spec: "JobSpec", out: Outputs) -> 
     return before
 
 
+def ride_first_iteration(federation: "Federation", spec: "JobSpec", out: Outputs) -> Any:
+    """``before_mask`` of the job's election when a classifier is trained next: the first Newton
+    iteration of a logistic model rides on ``set_mask``
+    (:func:`~fedtab.federation.workflows.training.ahead.ride_first_newton`, plain runs only), over the
+    reference standardisation the server holds — the imputation's pooled means and standard
+    deviations, else the profile's ranges (centre, half width) — kept in ``out.newton_ahead`` for the
+    training step (which uses it only when it trains exactly that setup)."""
+    def before(features: list[str]) -> None:
+        from fedtab.federation.protocol.schema import sort_labels
+        from fedtab.federation.workflows.training.ahead import reference_standardisation, ride_first_newton
+
+        tr, schema = spec.training, federation.schema
+        out.newton_ahead = None
+        if tr is None or schema is None or tr.task == "regression" or not features:
+            return
+        if any(d.target is not None and not d.classes for d in schema.sites.values()):
+            return  # a site reads the target as a number: not a classifier's run
+        known = {c: (0.5 * (lo + hi), 0.5 * (hi - lo)) for c, (lo, hi) in out.ranges.items()}
+        if out.imputer is not None:
+            known.update({c: (m, s) for c, m, s in zip(out.imputer["columns"], out.imputer["mean"],
+                                                        out.imputer["std"])})
+        mean, std = reference_standardisation(features, known)
+        out.newton_ahead = ride_first_newton(federation, features, sort_labels(schema.classes), tr.model,
+                                             mean=mean, std=std, seed=spec.run.seed)
+
+    return before
+
+
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
-    tr = train(federation, spec, out, out.features, out.described, before_rounds=_ride_baselines(federation, spec, out))
+    tr = train(federation, spec, out, out.features, out.described, before_rounds=_ride_baselines(federation, spec, out),
+               ahead=out.newton_ahead)
     out.outcomes["training"] = tr
     out.privacy["run"] = tr.privacy
     out.result["training"] = summary(tr)

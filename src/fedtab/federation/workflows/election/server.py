@@ -38,7 +38,7 @@ Benjamini-Hochberg (see :mod:`fedtab.election.evidence`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
 
@@ -543,6 +543,7 @@ def run_election(
     min_site_rows: int = 0,
     rule: RuleSettings | None = None,
     quorum: Quorum | None = None,
+    before_mask: Callable[[list[str]], Any] | None = None,
     **settings: Any,
 ) -> ElectionOutcome:
     """Gather ballots (unless given), elect, and send the mask to every site.
@@ -587,6 +588,10 @@ def run_election(
             single site's can make a feature consensus (the top contributor is left out of
             each feature's test).
         consensus_alpha: the false discovery rate of that consensus (default 0.05).
+        before_mask: ``fn(elected names)`` called once the election is decided, right before the
+            ``set_mask`` exchange: a caller may queue a request that depends only on the mask to ride
+            on it (:func:`fedtab.federation.protocol.piggyback.ride`; e.g. the first Newton iteration,
+            :func:`fedtab.federation.workflows.training.ahead.ride_first_newton`).
 
     Raises:
         TypeError: an unknown keyword, or ``rule``/``quorum`` together with their fields.
@@ -614,6 +619,8 @@ def run_election(
     reduction = election_reduction(ballots, freedom_degree, rule.aggregation, rule.normalization, rule.compat,
                                    min_holders, consensus=rule.consensus, consensus_alpha=rule.consensus_alpha)
     result = run_strategy(federation).reduce(reduction).result
+    if before_mask is not None:
+        before_mask(list(result.selected_names))
     described = broadcast_mask(federation, result.selected_names, describe=describe, ledger=ledger)
     return ElectionOutcome(ballots, result, described, abstained,
                            privacy=ledger.report() if ledger is not None else None)

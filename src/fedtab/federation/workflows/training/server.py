@@ -78,6 +78,10 @@ class TrainingSettings:
         before_rounds: ``fn(setup)`` called once the setup (``features``, ``classes``, ``model`` spec,
             ``part``) is known, right before the first round's exchange: a caller may queue a request
             to ride on it (:func:`fedtab.federation.protocol.piggyback.ride`).
+        ahead: the first Newton iteration asked ahead (a
+            :class:`~fedtab.federation.workflows.training.ahead.NewtonAhead`, e.g. riding on the
+            election's ``set_mask``): used, rewritten for the pooled standardisation, when it was asked
+            for this run's setup, start and sites (one exchange fewer); ignored otherwise.
     """
 
     model: Any = "logistic"
@@ -97,6 +101,7 @@ class TrainingSettings:
     newton_tol: float = NEWTON_TOL
     bounds: Mapping[str, Any] | None = None
     before_rounds: Callable[[Mapping[str, Any]], None] | None = None
+    ahead: Any = None
 
 
 @dataclass(frozen=True)
@@ -277,7 +282,7 @@ def _run_rounds(federation: Federation, features: list[str] | None, fm: Federate
         final = functools.partial(evaluate_step, federation, n_classes=len(class_list), part=o.eval_part,
                                   bins=o.score_bins, has_proba=has_proba)
         params, history, traffic, steps, detail = _newton_rounds(federation, fm, params, o.rounds, ctx,
-                                                                 tol=o.newton_tol, final=final)
+                                                                 tol=o.newton_tol, final=final, ahead=o.ahead)
         n_rounds = len(steps)
     else:
         n_rounds = 1 if fm.exact else o.rounds
@@ -441,7 +446,7 @@ NEWTON_RIDE_TOL = 1e-3
 
 
 def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: Params, max_iter: int,
-                   ctx: _Rounds, *, tol: float, final: Callable[..., Any] | None = None,
+                   ctx: _Rounds, *, tol: float, final: Callable[..., Any] | None = None, ahead: Any = None,
                    ) -> tuple[Params, list[dict[str, float]], list[dict[str, Any]], list[float], Any]:
     """Federated Newton–Raphson from ``params``: each iteration one ``"newton"`` exchange (the setup
     rides on the first) whose summed gradient and Hessian give the next point
@@ -454,10 +459,17 @@ def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: 
     iterate's own step is below :data:`NEWTON_FINAL_TOL` it is returned, evaluated, and the run
     needs no evaluation exchange of its own.
 
+    With ``ahead`` answered for this run (:func:`~fedtab.federation.workflows.training.ahead.first_sums`)
+    the first iteration is taken from its sums without an exchange, and the first exchange (iteration 2)
+    carries the setup with the pooled standardisation. A start is never trusted blindly: when the step
+    from that first iterate is longer than the step that led to it (the rewritten sums were too far off,
+    e.g. many missing cells), the iteration falls back to the start point and goes on from there.
+
     Returns:
         ``(params, history, traffic, step norms, final evaluation or None)`` (one norm per iteration run).
     """
     from fedtab.federation.protocol.riders import ride_step
+    from fedtab.federation.workflows.training.ahead import first_sums
 
     d = len(ctx.setup["features"])
     theta = as_theta(params)
@@ -466,12 +478,27 @@ def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: 
     history: list[dict[str, float]] = []
     traffic: list[dict[str, Any]] = []
     steps: list[float] = []
-    r = 0
-    for r in range(1, max_iter + 1):
-        request = newton_request(theta, round_=r, setup=ctx.setup if r == 1 else None, mean=ctx.mean, std=ctx.std)
+    start, warm = theta, False
+    # the ahead iterate is used when an exchange follows that carries the pooled setup (the sites hold the
+    # reference one until then) and no periodic evaluation comes before it
+    usable = max_iter >= 2 and not ctx.eval_every
+    first = first_sums(ahead, ctx.setup, theta, ctx.mean, ctx.std, federation.active) if usable else None
+    if first is not None:  # iteration 1 rode ahead: its sums, rewritten for the pooled standardisation
+        theta1, step = newton_update(theta, first.grad, first.hess, first.n, fm.l2)
+        if np.isfinite(theta1).all():
+            theta, warm = theta1, True
+            steps.append(step)
+            if ctx.on_round:
+                ctx.on_round(1, None)
+    setup_sent = False
+    for r in range(len(steps) + 1, max_iter + 1):
+        request = newton_request(theta, round_=r, setup=None if setup_sent else ctx.setup, mean=ctx.mean,
+                                 std=ctx.std)
         sent, evaluated = theta, []
-        rides = (final is not None and not ctx.eval_every and bool(steps) and steps[-1] < NEWTON_RIDE_TOL
+        # a rider is answered before the request it rides on: never on the one that carries the setup
+        rides = (setup_sent and final is not None and not ctx.eval_every and bool(steps) and steps[-1] < NEWTON_RIDE_TOL
                  and ride_step(federation, final(from_theta(theta)), evaluated.append))
+        setup_sent = True
         n_log = len(federation.traffic.records)
         sums, dropped = newton_round(federation, request, k, d, ctx.train_part, round_=r, ledger=ctx.ledger,
                                      on_error=ctx.on_error, l2=fm.l2)
@@ -481,6 +508,11 @@ def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: 
                                                     if k_.startswith("param:")}, n_up)
         traffic += rows
         steps.append(step)
+        if warm and r == 2 and not step <= steps[0]:  # the warm iterate is worse than the start: back to it
+            warm, theta = False, start
+            if ctx.on_round:
+                ctx.on_round(r, None)
+            continue
         if rides and evaluated and step < NEWTON_FINAL_TOL:  # the iterate sent is the fit, and it is evaluated
             if ctx.on_round:
                 ctx.on_round(r, None)
