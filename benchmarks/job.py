@@ -8,8 +8,8 @@ Data: UCI Adult (``adult.data``), a seeded random sample of ``--rows`` rows (def
 its rows as its test split (the job's ``[run] test_size``, stratified, seeded).
 
 Federated: :func:`fedtab.run_job` on the in-process engine with the job of
-:func:`job_document` — schema and federated categories, FedHF-Impute (10 rounds;
-``--no-impute`` skips it), Lasso election at freedom degree 1 (every column some site
+:func:`job_document` — schema and federated categories, FedHF-Impute (the job's own
+``[impute]`` defaults; ``--impute-rounds N`` sets its rounds, ``--no-impute`` skips it), Lasso election at freedom degree 1 (every column some site
 selects; ``--tune`` tunes it by grid on validation rows instead), logistic regression by
 FedAvg (10 rounds × 5 local epochs) and the baselines (majority class, each site's
 local-only model); wall time and traffic per step from ``result.json``, and the job's
@@ -25,7 +25,7 @@ site configs (:func:`fedtab.job.run.site_configs`, :func:`fedtab.engines.site_co
 Small heterogeneous sites THROUGH THE JOB (issue 22): ``--small-sites`` runs, per case
 (``--cases heart adult icu``, the consortia of :mod:`benchmarks.small_sites`: unequal sites lacking
 different columns, 25 % test rows per site, ``min_rows = 5``) and seed, two jobs with FedHF-Impute
-(10 rounds) and 10 FedAvg rounds × 5 local epochs: ``tuned`` (``[election] tune = "cv"``, L2 grid
+(the job's ``[impute]`` defaults, or ``--impute-rounds``) and 10 FedAvg rounds × 5 local epochs: ``tuned`` (``[election] tune = "cv"``, L2 grid
 of :data:`benchmarks.small_sites.L2_GRID`) and ``no_election`` (no ``[election]``). Every model is
 scored from its model file's predictions on every site's raw test rows (the model file's imputer
 fills them, as ``fedtab predict`` would): ``tuned`` with each site's personalised model (``predict
@@ -90,11 +90,11 @@ def adult_site_files(directory: Path, rows: int, seed: int) -> tuple[list[Path],
     return paths, data.target
 
 
-def job_document(paths: list[Path], target: str, *, seed: int, impute: bool, impute_rounds: int, rounds: int,
+def job_document(paths: list[Path], target: str, *, seed: int, impute: bool, impute_rounds: int | None, rounds: int,
                  tune: bool, out: Path, tolerance: float = 0.01, freedom_degree: float = 0.5,
                  min_rows: int | None = None) -> dict[str, Any]:
     """The job (as the dict form of a job file) the benchmark runs (``min_rows``: every site's
-    disclosure floor, default the sites' own: 10)."""
+    disclosure floor, default the sites' own: 10; ``impute_rounds``: ``None`` = the job's default)."""
     floor = {} if min_rows is None else {"min_rows": min_rows}
     job: dict[str, Any] = {
         "target": target, "na_values": ["?"],
@@ -104,7 +104,7 @@ def job_document(paths: list[Path], target: str, *, seed: int, impute: bool, imp
         "run": {"seed": seed, "out": str(out)},
     }
     if impute:
-        job["impute"] = {"rounds": impute_rounds}
+        job["impute"] = {} if impute_rounds is None else {"rounds": impute_rounds}
     return job
 
 
@@ -139,7 +139,7 @@ def _centralised(train: pd.DataFrame, test: pd.DataFrame, target: str, seed: int
 
 
 def run(dataset: str = "adult", rows: int | None = None, seed: int = 0, impute: bool = True, rounds: int = 10,
-        impute_rounds: int = 10, tune: bool = False, tolerance: float = 0.01, freedom_degree: float = 1.0,
+        impute_rounds: int | None = None, tune: bool = False, tolerance: float = 0.01, freedom_degree: float = 1.0,
         workdir: Path = Path("benchmark-job"), min_rows: int | None = None, newton: bool = False) -> dict[str, Any]:
     """One job, its baselines and the centralised reference; a JSON-able summary (``newton``: also
     :func:`newton_check`)."""
@@ -228,7 +228,7 @@ def _site_files(case: str, seed: int, directory: Path) -> tuple[list[Path], str]
 
 
 def _small_job(paths: list[Path], target: str, seed: int, out: Path, *, tune: bool, rounds: int,
-               impute_rounds: int) -> dict[str, Any]:
+               impute_rounds: int | None) -> dict[str, Any]:
     from .small_sites import L2_GRID, POLICY, TEST_SIZE
 
     job: dict[str, Any] = {
@@ -236,7 +236,8 @@ def _small_job(paths: list[Path], target: str, seed: int, out: Path, *, tune: bo
         "training": {"model": "logistic", "rounds": rounds, "local_epochs": 5},
         "run": {"seed": seed, "out": str(out), "test_size": TEST_SIZE},
     }
-    job["impute"] = {"rounds": impute_rounds}  # 0: the linear prior alone (it still fills absent columns)
+    # None: the job's default rounds; 0: the linear prior alone (it still fills absent columns)
+    job["impute"] = {} if impute_rounds is None else {"rounds": impute_rounds}
     if tune:
         job["election"] = {"selector": "lasso", "tune": "cv", "l2_grid": list(L2_GRID)}
     return job
@@ -259,7 +260,7 @@ def _model_auroc(model_path: Path, sites: list[Any], personalised: bool) -> floa
     return float(roc_auc_score(np.concatenate(ys), np.concatenate(ps)))
 
 
-def small_sites_run(case: str, seed: int, workdir: Path, *, rounds: int = 10, impute_rounds: int = 10
+def small_sites_run(case: str, seed: int, workdir: Path, *, rounds: int = 10, impute_rounds: int | None = None
                     ) -> dict[str, Any]:
     """One consortium and seed through the job (see the module docstring)."""
     from fedtab.engines.site_config import build_site
@@ -394,7 +395,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--quick", action="store_true", help="heart, 150 rows, 3 rounds, no tuning, no imputation")
     ap.add_argument("--newton", action="store_true",
                     help="re-run the job in-process and compare its logistic model with the pooled scikit-learn fit")
-    ap.add_argument("--impute-rounds", type=int, default=10, help="FedHF-Impute rounds (0: its linear prior alone)")
+    ap.add_argument("--impute-rounds", type=int, default=None,
+                    help="FedHF-Impute rounds (default: the job's own [impute] rounds; 0: its linear prior alone)")
     ap.add_argument("--small-sites", action="store_true",
                     help="the small heterogeneous consortia of benchmarks.small_sites through the job (issue 22)")
     ap.add_argument("--cases", nargs="+", default=["heart", "adult"], choices=["heart", "adult", "icu"],
@@ -423,7 +425,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 def _small_sites_main(args: argparse.Namespace, work: Path, command: str) -> list[dict[str, Any]]:
-    rounds, impute_rounds = (3, 0) if args.quick else (10, 10)
+    rounds, impute_rounds = (3, 0) if args.quick else (10, args.impute_rounds)
     cases = ["heart"] if args.quick else args.cases
     rows = []
     for case in cases:

@@ -25,7 +25,8 @@ draws 5 folds of the rest; the disclosure floor is ``min_rows = 5`` (small sites
 
 Per seed and consortium, on the same held-out rows:
 
-* **tuned** — FedHF-Impute (10 rounds), then :func:`fedtab.federation.workflows.selection.select_model`
+* **tuned** — FedHF-Impute (the job's defaults, :class:`ImputeConfig`; ``--impute-rounds``,
+  ``--impute-epochs`` and ``--impute-params KEY=VALUE`` change them), then :func:`fedtab.federation.workflows.selection.select_model`
   (Lasso ballots on measured cells, fd grid + all columns, 5-fold federated CV by pooled
   log-loss, one-SE rule, L2 strength in :data:`L2_GRID` and personalisation chosen by the
   same CV, refit on all training rows, 10 FedAvg rounds × 5 local epochs) — ``tuned`` is the shipped model (its chosen
@@ -209,21 +210,23 @@ def direct_auroc(sites: list[Site], model: dict[str, Any], personalised: bool) -
     return float(roc_auc_score(np.concatenate(ys), np.concatenate(ps)))
 
 
-def _impute(fed: LocalFederation, rounds: int, seed: int, local_epochs: int = 2) -> None:
+def _impute(fed: LocalFederation, seed: int, settings: dict[str, Any] | None = None) -> None:
+    """FedHF-Impute with the job's defaults (:class:`ImputeConfig`) except ``settings``, then fill."""
     from fedtab.federation.workflows.imputation import ImputeConfig, apply_imputation, run_imputation
     from fedtab.federation.steps.profile import pooled_ranges, profile_sites
 
     ranges = pooled_ranges(profile_sites(fed))
-    im = run_imputation(fed, ImputeConfig(rounds=rounds, local_epochs=local_epochs, seed=seed))
+    im = run_imputation(fed, ImputeConfig(**{**(settings or {}), "seed": seed}))
     low = np.array([ranges[c]["low"] for c in im.columns])
     high = np.array([ranges[c]["high"] for c in im.columns])
     is_int = np.array([bool(ranges[c]["integer"]) for c in im.columns])
     apply_imputation(fed, im, low, high, is_int)
 
 
-def run_case(case: str, seed: int, *, rounds: int = 10, impute_rounds: int = 10, impute: bool = True,
-             impute_epochs: int = 2) -> dict[str, Any]:
-    """One consortium and seed: every variant's pooled test AUROC, the exchanges and times."""
+def run_case(case: str, seed: int, *, rounds: int = 10, impute: bool = True,
+             impute_settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One consortium and seed: every variant's pooled test AUROC, the exchanges and times.
+    ``impute_settings``: :class:`ImputeConfig` fields other than the job's defaults."""
     tables, target = site_tables(case, seed)
     columns = list(dict.fromkeys(c for t in tables.values() for c in t.columns if c != target))
     sites = _sites(tables, target, seed)
@@ -231,7 +234,7 @@ def run_case(case: str, seed: int, *, rounds: int = 10, impute_rounds: int = 10,
     fed = LocalFederation(sites)
     t0 = time.process_time()
     if impute:
-        _impute(fed, impute_rounds, seed, impute_epochs)
+        _impute(fed, seed, impute_settings)
     n_impute = fed.exchange_count
     t1 = time.process_time()
     out = select_model(fed, selector="lasso", rounds=rounds, local_epochs=5, seed=seed, l2_grid=L2_GRID)
@@ -335,14 +338,39 @@ def release_plans(case: str, seed: int) -> list[str]:
     return out
 
 
+def impute_settings(rounds: int | None, epochs: int | None, params: list[str]) -> dict[str, Any]:
+    """The command line's imputation settings (``None`` = the job's default) as
+    :class:`ImputeConfig` fields; raises ``ValueError`` naming a ``KEY=VALUE`` item that is not a
+    number or ``None`` or names no setting."""
+    from dataclasses import fields
+
+    from benchmarks.impute import parse_params
+    from fedtab.federation.workflows.imputation import ImputeConfig
+
+    out = parse_params(params)
+    known = {f.name for f in fields(ImputeConfig)} - {"seed"}
+    unknown = sorted(set(out) - known)
+    if unknown:
+        raise ValueError(f"--impute-params: no imputation setting {', '.join(unknown)}")
+    if rounds is not None:
+        out["rounds"] = rounds
+    if epochs is not None:
+        out["local_epochs"] = epochs
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--cases", nargs="+", default=["heart", "adult"], choices=["heart", "adult", "icu"])
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--no-impute", action="store_true")
-    ap.add_argument("--impute-rounds", type=int, default=10, help="FedHF-Impute's FedAvg rounds")
-    ap.add_argument("--impute-epochs", type=int, default=2, help="FedHF-Impute's local epochs per round")
+    ap.add_argument("--impute-rounds", type=int, default=None,
+                    help="FedHF-Impute's FedAvg rounds (default: the job's, ImputeConfig.rounds)")
+    ap.add_argument("--impute-epochs", type=int, default=None,
+                    help="FedHF-Impute's local epochs per round (default: the job's, ImputeConfig.local_epochs)")
+    ap.add_argument("--impute-params", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="other ImputeConfig settings, e.g. lr=0.01 patience=2 (numbers or None)")
     ap.add_argument("--quick", action="store_true", help="one seed, heart, 3 rounds, no imputation (tests)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--plan", action="store_true",
@@ -355,11 +383,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.seeds, args.cases, args.rounds, args.no_impute = [0], ["heart"], 3, True
+    settings = impute_settings(args.impute_rounds, args.impute_epochs, args.impute_params)
     rows = []
     for case in args.cases:
         for seed in args.seeds:
-            row = run_case(case, seed, rounds=args.rounds, impute=not args.no_impute,
-                           impute_rounds=args.impute_rounds, impute_epochs=args.impute_epochs)
+            row = run_case(case, seed, rounds=args.rounds, impute=not args.no_impute, impute_settings=settings)
             row["reference"] = max(row["centralised"], row["local_only"])
             rows.append(row)
             print(f"{case} seed {seed}: tuned {row['tuned']:.4f} (global {row['tuned_global']:.4f}, "

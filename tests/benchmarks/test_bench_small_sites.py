@@ -50,3 +50,21 @@ def test_plan_prints_each_sites_release_plan(capsys):
     assert [ln.split(":")[0] for ln in lines] == [f"heart seed 0 h{k}" for k in (1, 2, 3, 4)]
     h1 = lines[0]
     assert "missing cells {'ca': 2}" in h1 and "suppressed 0 []" in h1 and "'Σage|ca'" in h1
+
+
+def test_imputation_settings_default_to_the_jobs_and_refuse_unknown_names():
+    """No option: the job's own imputation defaults (an empty override); the options override the
+    named ImputeConfig fields; a misspelt setting or a value that is not a number is refused."""
+    import pytest
+
+    from benchmarks import small_sites
+
+    assert small_sites.impute_settings(None, None, []) == {}
+    assert small_sites.impute_settings(3, 2, ["lr=0.01", "batch_size=None"]) == {
+        "rounds": 3, "local_epochs": 2, "lr": 0.01, "batch_size": None}
+    with pytest.raises(ValueError, match="no imputation setting ronuds"):
+        small_sites.impute_settings(None, None, ["ronuds=3"])
+    with pytest.raises(ValueError, match="seed"):  # the seed is the benchmark's, per run
+        small_sites.impute_settings(None, None, ["seed=1"])
+    with pytest.raises(ValueError, match="not a number"):
+        small_sites.impute_settings(None, None, ["lr=fast"])

@@ -1,5 +1,5 @@
 """The imputer's default batches (issue 31): about 8 optimiser steps per epoch at a site, in
-batches of 64 to 256 rows, so a big site pays for few large steps and a small one keeps enough."""
+batches of 32 to 256 rows, so a big site pays for few large steps and a small one keeps enough."""
 
 import numpy as np
 import pytest
@@ -9,11 +9,13 @@ from fedtab.federation.workflows.imputation.config import ImputeConfig
 pytestmark = pytest.mark.requires("torch")
 
 
-def test_auto_batch_size_aims_at_eight_steps_within_64_to_256_rows():
+def test_auto_batch_size_aims_at_eight_steps_within_32_to_256_rows():
     from fedtab.impute.train import auto_batch_size
 
-    assert auto_batch_size(0) == 64
-    assert auto_batch_size(250) == 64      # a SECOM-sized site: 4 steps of 64 rows, not 1 of 250
+    assert auto_batch_size(0) == 32
+    assert auto_batch_size(60) == 32       # a heart small site: 2 steps of 32 rows, not 1 of 60
+    assert auto_batch_size(250) == 32      # a SECOM-sized site: 8 steps of 32 rows, not 1 of 250
+    assert auto_batch_size(313) == 40      # 8 steps
     assert auto_batch_size(640) == 80      # PhysioNet-sized: 8 steps
     assert auto_batch_size(1497) == 188    # AirQuality-sized: 8 steps, not 24 of 64 rows
     assert auto_batch_size(10_000) == 256
@@ -38,7 +40,7 @@ def _site(n, f=6, seed=0):
     return model, opt, values, np.ones(f, bool), graph_tensors(graph)
 
 
-@pytest.mark.parametrize("n, steps", [(1000, 8), (200, 4), (3000, 12)])
+@pytest.mark.parametrize("n, steps", [(1000, 8), (200, 7), (3000, 12)])
 def test_local_train_without_batch_size_takes_the_auto_batches(n, steps):
     from fedtab.impute.train import Schedule, local_train
 
@@ -60,7 +62,29 @@ def test_an_explicit_batch_size_is_kept():
 
 def test_config_defaults_are_the_auto_batches_and_bad_sizes_are_refused():
     cfg = ImputeConfig()
-    assert (cfg.batch_size, cfg.local_epochs, cfg.lr) == (None, 1, 6e-3)
+    assert (cfg.batch_size, cfg.rounds, cfg.local_epochs, cfg.lr) == (None, 4, 6, 6e-3)
     cfg.validate()
     with pytest.raises(ValueError, match="batch_size=0"):
         ImputeConfig(batch_size=0).validate()
+
+
+def test_the_imputation_defaults_agree_everywhere_they_are_declared():
+    """``[impute]`` (ImputeSpec), the workflow's ImputeConfig, FederatedImputer and ``fedtab impute``
+    declare the same training defaults: 4 rounds of 6 local epochs (issue 31: 20 rounds of one epoch
+    before), so a job, the estimator and the command line impute alike."""
+    import inspect
+    from dataclasses import fields
+
+    from fedtab.cli.impute import impute_command
+    from fedtab.estimators.imputer import FederatedImputer
+    from fedtab.job.spec import ImputeSpec
+
+    config = {f.name: f.default for f in fields(ImputeConfig)}
+    spec = {f.name: f.default for f in fields(ImputeSpec) if not f.name.startswith("_")}
+    shared = set(spec) - {"prior"}
+    assert {k: spec[k] for k in shared} == {k: config[k] for k in shared} and spec["prior"] == config["use_prior"]
+    estimator = inspect.signature(FederatedImputer).parameters
+    assert all(estimator[k].default == config[k] for k in shared if k in estimator)
+    command = inspect.signature(impute_command).parameters
+    assert (command["rounds"].default, command["local_epochs"].default) == (config["rounds"], config["local_epochs"])
+    assert (config["rounds"], config["local_epochs"], config["batch_size"]) == (4, 6, None)

@@ -83,13 +83,28 @@ def test_a_robust_heart_job_trains_logistic_by_fedavg_within_its_planned_exchang
     assert all(steps[k] <= plan[k] for k in steps) and fed.exchange_count <= sum(plan.values())
 
 
+def test_the_default_heart_job_imputes_in_four_rounds(tmp_path):
+    """The job's default ``[impute]`` (issue 31: 4 rounds of 6 local epochs, 20 rounds of one before):
+    imputation 6 exchanges (statistics with the moments riding, the 4 rounds with the setup on the first, one
+    evaluation), 14 in all where 20 rounds made 32; the plan counts the imputation exactly."""
+    spec = _heart_job(tmp_path, {})
+    assert (spec.impute.rounds, spec.impute.local_epochs, spec.impute.patience) == (4, 6, 0)
+    fed = LocalFederation([build_site(c) for c in site_configs(spec)])
+    out = run_workflow(fed, spec)
+    steps = {s["step"]: s["exchanges"] for s in out.result["steps"]}
+    kinds = [p["step"] for p in out.result["participation"]["exchanges"]]
+    assert kinds.count("impute_fit") == 4 and out.result["imputation"]["rounds"] == 4
+    assert steps["imputation"] == 6 == planned_exchanges(spec)["imputation"]
+    assert fed.exchange_count == sum(steps.values()) == 14
+
+
 def test_the_heart_job_with_patience_stops_its_imputation_rounds_on_the_validation_plateau(tmp_path):
-    """``[impute] patience = 3`` (off by default) on the default 20 rounds: the rounds stop once the
+    """``[impute] patience = 3`` (off by default) on 20 rounds of one epoch: the rounds stop once the
     median site's validation RMSE plateaus — 14 exchanges in all here (16 before the moments rode on
-    the statistics and the first Newton iteration on the election's set_mask; 31 with every round) — and
+    the statistics and the first Newton iteration on the election's set_mask; 30 with every round) — and
     the plan, which counts every round, stays an upper bound (issue 31)."""
     assert _heart_job(tmp_path, {}).impute.patience == 0  # every round runs by default
-    spec = _heart_job(tmp_path, {"patience": 3})
+    spec = _heart_job(tmp_path, {"rounds": 20, "local_epochs": 1, "patience": 3})
     assert (spec.impute.rounds, spec.impute.patience) == (20, 3)
     fed = LocalFederation([build_site(c) for c in site_configs(spec)])
     out = run_workflow(fed, spec)

@@ -36,17 +36,20 @@ def set_threads(n: int | None = None) -> None:
 #: ``batch_size=None``: a site makes about this many optimiser steps per epoch ...
 AUTO_STEPS_PER_EPOCH = 8
 #: ... in batches of this many rows at least and at most.
-AUTO_BATCH_RANGE = (64, 256)
+AUTO_BATCH_RANGE = (32, 256)
 
 
 def auto_batch_size(n_rows: int) -> int:
     """Rows per batch when none is given: ``n_rows / AUTO_STEPS_PER_EPOCH`` rounded up, within
-    :data:`AUTO_BATCH_RANGE` (64 to 256 rows).
+    :data:`AUTO_BATCH_RANGE` (32 to 256 rows).
 
     A step on a few rows costs mostly autograd and optimiser overhead, not arithmetic (on
     AirQuality's 13 columns a 64-row step took a third of the CPU of a 256-row one), so a big
-    site takes big batches; a small site (a few hundred rows) keeps 64-row batches, because
-    with one or two steps per round the model stops improving (SECOM, issue 31).
+    site takes big batches; a small site keeps small ones, because with one or two steps per
+    round the model stops improving (SECOM, issue 31). The floor is 32 rows (64 before the
+    default became 4 rounds of 6 epochs): a site of a few dozen rows (the heart small sites)
+    then takes 2 or 3 steps per epoch instead of 1, which is what lets the 4 rounds match the
+    earlier 20 (issue 31, ``benchmarks/README.md``).
 
     Raises:
         ValueError: ``n_rows`` is negative.
