@@ -62,7 +62,7 @@ def test_an_explicit_batch_size_is_kept():
 
 def test_config_defaults_are_the_auto_batches_and_bad_sizes_are_refused():
     cfg = ImputeConfig()
-    assert (cfg.batch_size, cfg.rounds, cfg.local_epochs, cfg.lr) == (None, 4, 6, 6e-3)
+    assert (cfg.batch_size, cfg.rounds, cfg.local_epochs, cfg.lr) == (None, 3, 8, 6e-3)
     cfg.validate()
     with pytest.raises(ValueError, match="batch_size=0"):
         ImputeConfig(batch_size=0).validate()
@@ -70,7 +70,7 @@ def test_config_defaults_are_the_auto_batches_and_bad_sizes_are_refused():
 
 def test_the_imputation_defaults_agree_everywhere_they_are_declared():
     """``[impute]`` (ImputeSpec), the workflow's ImputeConfig, FederatedImputer and ``fedtab impute``
-    declare the same training defaults: 4 rounds of 6 local epochs (issue 31: 20 rounds of one epoch
+    declare the same training defaults: 3 rounds of 8 local epochs (issue 31: 20 rounds of one epoch
     before), so a job, the estimator and the command line impute alike."""
     import inspect
     from dataclasses import fields
@@ -87,4 +87,4 @@ def test_the_imputation_defaults_agree_everywhere_they_are_declared():
     assert all(estimator[k].default == config[k] for k in shared if k in estimator)
     command = inspect.signature(impute_command).parameters
     assert (command["rounds"].default, command["local_epochs"].default) == (config["rounds"], config["local_epochs"])
-    assert (config["rounds"], config["local_epochs"], config["batch_size"]) == (4, 6, None)
+    assert (config["rounds"], config["local_epochs"], config["batch_size"]) == (3, 8, None)

@@ -83,19 +83,19 @@ def test_a_robust_heart_job_trains_logistic_by_fedavg_within_its_planned_exchang
     assert all(steps[k] <= plan[k] for k in steps) and fed.exchange_count <= sum(plan.values())
 
 
-def test_the_default_heart_job_imputes_in_four_rounds(tmp_path):
-    """The job's default ``[impute]`` (issue 31: 4 rounds of 6 local epochs, 20 rounds of one before):
-    imputation 6 exchanges (statistics with the moments riding, the 4 rounds with the setup on the first, one
-    evaluation), 14 in all where 20 rounds made 32; the plan counts the imputation exactly."""
+def test_the_default_heart_job_imputes_in_three_rounds(tmp_path):
+    """The job's default ``[impute]`` (issue 31: 3 rounds of 8 local epochs, 20 rounds of one before):
+    imputation 5 exchanges (statistics with the moments riding, the 3 rounds with the setup on the first, one
+    evaluation), 13 in all where 20 rounds made 32; the plan counts the imputation exactly."""
     spec = _heart_job(tmp_path, {})
-    assert (spec.impute.rounds, spec.impute.local_epochs, spec.impute.patience) == (4, 6, 0)
+    assert (spec.impute.rounds, spec.impute.local_epochs, spec.impute.patience) == (3, 8, 0)
     fed = LocalFederation([build_site(c) for c in site_configs(spec)])
     out = run_workflow(fed, spec)
     steps = {s["step"]: s["exchanges"] for s in out.result["steps"]}
     kinds = [p["step"] for p in out.result["participation"]["exchanges"]]
-    assert kinds.count("impute_fit") == 4 and out.result["imputation"]["rounds"] == 4
-    assert steps["imputation"] == 6 == planned_exchanges(spec)["imputation"]
-    assert fed.exchange_count == sum(steps.values()) == 14
+    assert kinds.count("impute_fit") == 3 and out.result["imputation"]["rounds"] == 3
+    assert steps["imputation"] == 5 == planned_exchanges(spec)["imputation"]
+    assert fed.exchange_count == sum(steps.values()) == 13
 
 
 def test_the_heart_job_with_patience_stops_its_imputation_rounds_on_the_validation_plateau(tmp_path):

@@ -276,8 +276,8 @@ def impute_command(
     files: Annotated[list[Path], typer.Argument(help="One CSV or Parquet file per site (numeric columns; empty cell "
                                                 "= missing).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (created if needed).")] = Path("fedtab-impute"),
-    rounds: Annotated[int, typer.Option(help="FedAvg rounds.")] = 4,
-    local_epochs: Annotated[int, typer.Option(help="Local epochs per round.")] = 6,
+    rounds: Annotated[int, typer.Option(help="FedAvg rounds.")] = 3,
+    local_epochs: Annotated[int, typer.Option(help="Local epochs per round.")] = 8,
     k_neighbors: Annotated[int, typer.Option(help="Neighbours per feature in the graph.")] = 10,
     min_abs_corr: Annotated[float, typer.Option(help="Minimum |r| for a graph edge.")] = 0.05,
     hidden_dim: Annotated[int, typer.Option(help="GNN hidden size.")] = 32,

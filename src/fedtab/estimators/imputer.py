@@ -51,8 +51,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         hidden_dim, n_layers, dropout: GNN size.
         rounds, local_epochs, lr, weight_decay, batch_size, mask_fraction,
         structural_share, max_steps_per_round: training (``batch_size=None``: about 8
-            steps per epoch at each site, in batches of 32 to 256 rows; the defaults, 4 rounds
-            of 6 local epochs, are 4 exchanges where 20 rounds of one epoch were 20, at equal
+            steps per epoch at each site, in batches of 32 to 256 rows; the defaults, 3 rounds
+            of 8 local epochs, are 3 exchanges where 20 rounds of one epoch were 20, at equal
             error, issue 31).
         validation_fraction: share of each site's rows held out for validation
             (0 = none; then no validation report and no best-round selection).
@@ -102,8 +102,8 @@ class FederatedImputer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=("
         hidden_dim: int = 32,
         n_layers: int = 3,
         dropout: float = 0.0,
-        rounds: int = 4,
-        local_epochs: int = 6,
+        rounds: int = 3,
+        local_epochs: int = 8,
         lr: float = 6e-3,
         weight_decay: float = 1e-5,
         batch_size: int | None = None,

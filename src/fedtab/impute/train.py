@@ -47,8 +47,8 @@ def auto_batch_size(n_rows: int) -> int:
     AirQuality's 13 columns a 64-row step took a third of the CPU of a 256-row one), so a big
     site takes big batches; a small site keeps small ones, because with one or two steps per
     round the model stops improving (SECOM, issue 31). The floor is 32 rows (64 before the
-    default became 4 rounds of 6 epochs): a site of a few dozen rows (the heart small sites)
-    then takes 2 or 3 steps per epoch instead of 1, which is what lets the 4 rounds match the
+    default became 3 rounds of 8 epochs): a site of a few dozen rows (the heart small sites)
+    then takes 2 or 3 steps per epoch instead of 1, which is what lets the 3 rounds match the
     earlier 20 (issue 31, ``benchmarks/README.md``).
 
     Raises:

@@ -111,8 +111,8 @@ class ImputeSpec:
     (``prior`` is its ``use_prior``; the seed is ``[run] seed``; robust mode, secure aggregation
     and DP come from ``[trust]`` and ``[privacy]``)."""
 
-    rounds: int = 4
-    local_epochs: int = 6
+    rounds: int = 3
+    local_epochs: int = 8
     hidden_dim: int = 32
     n_layers: int = 3
     k_neighbors: int = 10

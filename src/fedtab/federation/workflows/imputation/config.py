@@ -27,10 +27,10 @@ class ImputeConfig:
     batch, ``structural_share`` of those flagged unavailable, ``max_steps_per_round``
     (cap on local optimiser steps, ``None`` = no cap). ``batch_size=None`` (the default):
     each site takes about 8 steps per epoch, in batches of 32 to 256 rows
-    (:func:`fedtab.impute.train.auto_batch_size`). The defaults, 4 rounds of 6 local epochs at
-    ``lr`` 6e-3, cost 4 exchanges where the earlier 20 rounds of one epoch cost 20, for the same
-    heart small-site AUROCs (within 0.005 per seed) and AirQuality / PhysioNet z-RMSE (within
-    3 %); on AirQuality they take about 1.08x the CPU of those 20 rounds, which took 0.39x that of
+    (:func:`fedtab.impute.train.auto_batch_size`). The defaults, 3 rounds of 8 local epochs at
+    ``lr`` 6e-3, cost 3 exchanges where the earlier 20 rounds of one epoch cost 20, for the same
+    heart small-site AUROCs (within 0.005 per seed) and AirQuality z-RMSE (within 3 %); they take
+    as many optimiser steps as 4 rounds of 6 epochs, which took about 1.08x the CPU of those 20 rounds on AirQuality, which took 0.39x that of
     the defaults before them (64-row batches, two epochs, 3e-3; ``benchmarks/README.md``, issue 31).
     Validation: ``validation_mask_fraction`` of observed cells hidden in each site's
     validation rows (the rows come from ``Site.test_size``); ``keep_best`` returns the
@@ -54,8 +54,8 @@ class ImputeConfig:
     use_prior: bool = True
     prior_rank: int | None = None
     prior_max_rank: int = 20
-    rounds: int = 4
-    local_epochs: int = 6
+    rounds: int = 3
+    local_epochs: int = 8
     lr: float = 6e-3
     weight_decay: float = 1e-5
     batch_size: int | None = None
