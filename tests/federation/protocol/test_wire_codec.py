@@ -63,7 +63,7 @@ def test_packed_arrays_decode_bit_for_bit_in_every_dtype_and_layout():
         "small": np.arange(3.0),
         "empty": np.zeros((0, 4)),
     }
-    raw = Message("x", arrays).to_bytes()
+    raw = Message("x", arrays).to_bytes(pack=True)
     header, _ = _specs(raw)
     codec = {s["name"]: s.get("codec") for s in header["arrays"]}
     assert {n for n, c in codec.items() if c == ARRAY_CODEC} == {"scores", "counts", "sums", "negzero", "mask",
@@ -110,7 +110,7 @@ def test_a_zlib_header_from_before_still_decodes():
 
 
 def _packed_scores_message() -> bytes:
-    raw = Message("x", {"scores": np.zeros(1_000), "n": np.arange(3)}).to_bytes()
+    raw = Message("x", {"scores": np.zeros(1_000), "n": np.arange(3)}).to_bytes(pack=True)
     assert _specs(raw)[0]["arrays"][0]["codec"] == ARRAY_CODEC
     return raw
 
@@ -213,7 +213,7 @@ def test_packed_arrays_cannot_unpack_beyond_the_message_limit():
     with pytest.raises(MessageError, match="unpack beyond the 268435456-byte limit"):
         Message.from_bytes(raw)
     small = Limits(max_unpacked=10_000)
-    two = Message("x", {"a": np.zeros(1_000), "b": np.zeros(1_000)}).to_bytes()
+    two = Message("x", {"a": np.zeros(1_000), "b": np.zeros(1_000)}).to_bytes(pack=True)
     with pytest.raises(MessageError, match="unpack beyond the 10000-byte limit .*'b'"):
         Message.from_bytes(two, small)
     import dataclasses
@@ -221,9 +221,27 @@ def test_packed_arrays_cannot_unpack_beyond_the_message_limit():
     old = messages.LIMITS
     messages.LIMITS = dataclasses.replace(old, max_unpacked=10_000)
     try:
-        raw = Message("x", {"a": np.zeros(1_000), "b": np.zeros(1_000)}).to_bytes()
+        raw = Message("x", {"a": np.zeros(1_000), "b": np.zeros(1_000)}).to_bytes(pack=True)
     finally:
         messages.LIMITS = old
     codecs = [s.get("codec") for s in _specs(raw)[0]["arrays"]]
     assert codecs == [ARRAY_CODEC, None]  # the second would pass the budget: sent raw
     assert Message.from_bytes(raw, small).arrays["b"].size == 1_000
+
+
+def test_only_kinds_declared_packed_pack_their_arrays_by_default():
+    """The ballot's scores and the column sums travel packed; a kind not declared ``packed`` (a GBDT
+    level, sent hundreds of times a run) goes raw unless the caller asks, and both decode the same."""
+    from fedtab.federation.protocol import kinds
+    from fedtab.federation.protocol.messages import PACKED_KINDS
+
+    assert {"ballot", "set_mask", "describe"} <= PACKED_KINDS
+    assert PACKED_KINDS == {k.name for k in kinds.KINDS.values() if k.packed}
+    assert not any(name.startswith("gbdt") for name in PACKED_KINDS)
+    counts = {"n": np.full(4_000, 7, dtype=np.int64)}  # compresses ~99 % when packed
+    for kind, packed in (("ballot", True), ("gbdt_level", False)):
+        raw = Message(kind, counts).to_bytes()
+        assert (len(raw) < 4_000) is packed
+        np.testing.assert_array_equal(Message.from_bytes(raw).arrays["n"], counts["n"])
+    assert len(Message("gbdt_level", counts).to_bytes(pack=True)) < 4_000
+    assert len(Message("ballot", counts).to_bytes(pack=False)) > 32_000

@@ -119,6 +119,10 @@ class MessageKind:
         mods: ``((mode, mod), ...)``: the site-side wrappers of its handler under a mode
             (:mod:`fedtab.federation.site.mods`; e.g. ``("dp", the DP release)``), applied by
             ``Site.handle`` to a request in that mode, the first listed outermost.
+        packed: its messages' arrays travel losslessly packed
+            (:data:`fedtab.federation.protocol.messages.PACKED_KINDS`): for kinds whose replies are
+            bytes-bound at scale (a ballot's scores at 10,000 columns, column sums), not for kinds
+            sent hundreds of times per run whose CPU matters more (GBDT levels: 20 % of a run).
     """
 
     name: str
@@ -138,6 +142,7 @@ class MessageKind:
     plain_bound: str | None = None
     models: Callable[[Any, Any], Any] | None = None
     mods: tuple[tuple[str, Callable[..., Any]], ...] = ()
+    packed: bool = False
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.summary if p not in SUMMARY_PHRASES]
@@ -198,6 +203,10 @@ def declare(kind: MessageKind) -> MessageKind:
     if old is not None and old != kind:
         raise ValueError(f"message kind {kind.name!r} is already declared")
     KINDS[kind.name] = kind
+    if kind.packed:
+        from .messages import PACKED_KINDS
+
+        PACKED_KINDS.add(kind.name)
     return kind
 
 
@@ -317,7 +326,7 @@ for _kind in (
     # ----- election and tuning
     MessageKind("ballot", f"{_F}.workflows.election.site", _BALLOT,
                 "a ballot: which columns the site's selector chose, a score (and p-value) per column, the sample "
-                "count", check=_policy._ballot, summary=(_BALLOTS,), mods=(("dp", _DP_BALLOT),)),
+                "count", check=_policy._ballot, summary=(_BALLOTS,), mods=(("dp", _DP_BALLOT),), packed=True),
     MessageKind("ballot_fit", f"{_F}.workflows.tuning.site", replace(_BALLOT, part="=fit"),
                 "a ballot on a tuning part of the training rows (mask and scores per column)",
                 check=_policy._ballot, summary=(_BALLOTS,), mods=(("dp", _DP_BALLOT),)),
@@ -327,7 +336,8 @@ for _kind in (
                          dp_releases=lambda r: 3 if r.meta.get("describe") is not None else 0),
                 "per elected column: count, sum and sum of squares over the training rows",
                 summed=True, summed_when=lambda meta: meta.get("describe") is not None, check=_policy._describe,
-                summary=(_MOMENTS,), mods=(("dp", _in_home(f"{_F}.workflows.election.site", "dp_described")),)),
+                summary=(_MOMENTS,), mods=(("dp", _in_home(f"{_F}.workflows.election.site", "dp_described")),),
+                packed=True),
     MessageKind("class_moments", f"{_F}.workflows.pooled_anova.site",
                 Releases(part="part", default_part="train", per_class=True, cells={"count": ("sum", "sumsq")},
                          aggregates=("n_class",), meta={"classes": LABELS, "feature_names": NAMES, "n": COUNT}),
@@ -345,7 +355,8 @@ for _kind in (
                 Releases(part="part", default_part="train", cells={"count": ("sum", "sumsq")}, meta=_MOMENT_META,
                          dp=True, dp_releases=3),
                 "per column: count, sum and sum of squares over the training rows", summed=True,
-                check=_policy._describe, summary=(_MOMENTS,), mods=(("dp", _in_home(f"{_F}.steps.describe", "dp_moments")),)),
+                check=_policy._describe, summary=(_MOMENTS,), mods=(("dp", _in_home(f"{_F}.steps.describe", "dp_moments")),),
+                packed=True),
     MessageKind("setup", _TRAINING, Releases(part=None, meta={"ok": FLAG}), "an acknowledgement",
                 check=_policy._training_setup),
     MessageKind("fit", _TRAINING,
@@ -353,7 +364,7 @@ for _kind in (
                          dp_releases=_in_home(_TRAINING, "_fit_releases")),
                 "model parameters after local training and the number of training rows (one update per round)",
                 summed=True, check=_policy._fit, summary=(_MODELS,), progress=Progress("training", "training.rounds"),
-                rows="the part the training setup named (default `train`)", mods=(("dp", _DP_NOISE_PARAM),)),
+                rows="the part the training setup named (default `train`)", mods=(("dp", _DP_NOISE_PARAM),), packed=True),
     # federated Newton–Raphson (logistic): the server chooses a *model*, the site its rows. Each reply
     # is the log-loss gradient and Hessian summed over the site's whole fixed training part (≥ min_rows
     # rows) at coefficients the server picks. Two replies at two points are sums of the same rows with

@@ -13,7 +13,10 @@ flagged by the length field's second bit (the top bit flags zlib, still decoded)
 inflated no further than :attr:`Limits.max_header` bytes, within :data:`XZ_MEMLIMIT` of
 decoder memory.
 
-An array of :data:`PACK_AT` bytes or more whose bytes compress (a sample of its first
+A message of a kind in :data:`PACKED_KINDS` (declared with ``packed=True`` in
+:mod:`fedtab.federation.protocol.kinds`: the kinds whose replies are bytes-bound at scale, the
+ballot's scores and the column sums; not a GBDT level, sent hundreds of times per run, where
+packing cost a fifth of the run's CPU) packs its arrays: an array of :data:`PACK_AT` bytes or more whose bytes compress (a sample of its first
 elements, and then the whole, must lose 5 % of its bytes) travels losslessly packed (:data:`ARRAY_CODEC`): its bytes
 shuffled by byte position (the 8 bytes of a float64 become 8 planes, so exponents and
 zero bits sit together, as Blosc's shuffle filter does) and deflated; its spec then holds
@@ -105,6 +108,9 @@ _XZ_FLAG = 0x4000_0000
 XZ_MEMLIMIT = 16 * 2**20
 #: arrays of at least this many bytes are tried for packing (:data:`ARRAY_CODEC`)
 PACK_AT = 1024
+#: the message kinds whose arrays :meth:`Message.to_bytes` packs by default (filled by
+#: :func:`fedtab.federation.protocol.kinds.declare` from ``MessageKind.packed``)
+PACKED_KINDS: set[str] = set()
 #: the one array codec: bytes shuffled by position within an element, then deflated
 ARRAY_CODEC = "shuffle+zlib"
 #: bytes of an array's leading elements compressed first: packing goes on only if they shrink
@@ -241,14 +247,16 @@ class Message:
         """The reply of a site whose disclosure policy refuses the request (nothing computed)."""
         return cls(REFUSED_KIND, meta={"reason": str(reason)})
 
-    def to_bytes(self) -> bytes:
-        """Serialise without pickle (see module docstring)."""
+    def to_bytes(self, pack: bool | None = None) -> bytes:
+        """Serialise without pickle (see module docstring); ``pack``: try packing the arrays
+        (default: when the kind is in :data:`PACKED_KINDS`). Decoding reads either form."""
         specs, buffers = [], []
-        budget = LIMITS.max_unpacked  # what a decoder lets packed arrays unpack to
+        # what a decoder lets packed arrays unpack to (0: nothing is packed)
+        budget = LIMITS.max_unpacked if (self.kind in PACKED_KINDS if pack is None else pack) else 0
         for name, arr in self.arrays.items():
             a = np.ascontiguousarray(arr)
             spec: dict[str, Any] = {"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "nbytes": a.nbytes}
-            packed = _pack(a) if a.nbytes <= budget else None
+            packed = _pack(a) if 0 < a.nbytes <= budget else None
             if packed is not None:
                 budget -= a.nbytes
             if packed is None:
@@ -279,24 +287,7 @@ class Message:
             raise MessageError(f"a message must be bytes, got {type(data).__name__}")
         if len(data) > limits.max_bytes:
             raise MessageError(f"message of {len(data)} bytes exceeds the {limits.max_bytes}-byte limit")
-        if len(data) < 4:
-            raise MessageError("message shorter than its header length field")
-        (word,) = struct.unpack(">I", data[:4])
-        hlen = word & ~(_ZLIB_FLAG | _XZ_FLAG)
-        if hlen > limits.max_header or 4 + hlen > len(data) or (word & _ZLIB_FLAG and word & _XZ_FLAG):
-            raise MessageError("message header length is out of range")
-        raw = bytes(data[4 : 4 + hlen])
-        if word & _ZLIB_FLAG:
-            raw = _inflate(raw, limits.max_header)
-        elif word & _XZ_FLAG:
-            raw = _unxz(raw, limits.max_header)
-        try:
-            text = raw.decode()
-        except UnicodeDecodeError:
-            raise MessageError("message header is not UTF-8") from None
-        header = decode_meta(text, limits)
-        if not isinstance(header, dict):
-            raise MessageError("message header is not a JSON object")
+        header, hlen = _read_header(data, limits)
         kind, meta, specs = header.get("kind"), header.get("meta"), header.get("arrays")
         if not isinstance(kind, str) or not isinstance(meta, dict) or not isinstance(specs, list):
             raise MessageError("message header lacks kind (string), meta (object) or arrays (list)")
@@ -379,6 +370,34 @@ def _inflate(packed: bytes, limit: int) -> bytes:
     if not z.eof or z.unused_data:
         raise MessageError("message header is a truncated zlib stream or has trailing bytes")
     return out
+
+
+def _read_header(data: bytes | bytearray | memoryview, limits: Limits) -> tuple[dict[str, Any], int]:
+    """The JSON header of an encoded message (inflated if compressed) and its length on the wire.
+
+    Raises:
+        MessageError: too short, a header length out of range, a bad compressed stream, not UTF-8
+            or not a JSON object within ``limits``.
+    """
+    if len(data) < 4:
+        raise MessageError("message shorter than its header length field")
+    (word,) = struct.unpack(">I", data[:4])
+    hlen = word & ~(_ZLIB_FLAG | _XZ_FLAG)
+    if hlen > limits.max_header or 4 + hlen > len(data) or (word & _ZLIB_FLAG and word & _XZ_FLAG):
+        raise MessageError("message header length is out of range")
+    raw = bytes(data[4 : 4 + hlen])
+    if word & _ZLIB_FLAG:
+        raw = _inflate(raw, limits.max_header)
+    elif word & _XZ_FLAG:
+        raw = _unxz(raw, limits.max_header)
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise MessageError("message header is not UTF-8") from None
+    header = decode_meta(text, limits)
+    if not isinstance(header, dict):
+        raise MessageError("message header is not a JSON object")
+    return header, hlen
 
 
 def _unxz(packed: bytes, limit: int) -> bytes:
