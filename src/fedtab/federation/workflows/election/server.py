@@ -544,6 +544,7 @@ def run_election(
     rule: RuleSettings | None = None,
     quorum: Quorum | None = None,
     before_mask: Callable[[list[str]], Any] | None = None,
+    before_ballot: Callable[[list[str] | None], Any] | None = None,
     **settings: Any,
 ) -> ElectionOutcome:
     """Gather ballots (unless given), elect, and send the mask to every site.
@@ -592,6 +593,12 @@ def run_election(
             ``set_mask`` exchange: a caller may queue a request that depends only on the mask to ride
             on it (:func:`fedtab.federation.protocol.piggyback.ride`; e.g. the first Newton iteration,
             :func:`fedtab.federation.workflows.training.ahead.ride_first_newton`).
+        before_ballot: ``fn(candidate names)`` called right before the ``ballot`` exchange (only when
+            the ballots are gathered here) with the columns the election votes on (the agreed schema's
+            feature columns; ``None`` when the ballot is the exchange that agrees it): a caller may queue a request that depends only on them to ride on the
+            ballot (e.g. the Newton iteration at zero over every candidate,
+            :func:`fedtab.federation.workflows.training.ahead.ride_candidates`); it is answered after
+            the requests queued before it (e.g. the imputation's ``impute_apply``).
 
     Raises:
         TypeError: an unknown keyword, or ``rule``/``quorum`` together with their fields.
@@ -612,6 +619,8 @@ def run_election(
     abstained: dict[str, str] = {}
     ledger = run_ledger(federation, *dp_plan(ballots is None, describe is not None))
     if ballots is None:
+        if before_ballot is not None:
+            before_ballot(list(federation.schema.columns) if federation.schema is not None else None)
         ballot, selector_meta = ballot_step(federation, selector, selectors=selectors, min_site_rows=min_site_rows,
                                             abstained=abstained, pvalues=stouffer)
         ballots = run_strategy(federation, ledger, base=BallotExchange(selector_meta)).run(
