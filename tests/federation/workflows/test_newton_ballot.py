@@ -36,7 +36,7 @@ def _ballot_ride(fed, feats, elected):
 
     classes = list(fed.schema.classes)
     mean, std = np.full(len(feats), 0.1), np.full(len(feats), 1.3)
-    held = ride_candidates(fed, feats, classes, "logistic", mean=mean, std=std)
+    held = ride_candidates(fed, feats, classes, "logistic", mean=mean, std=std, max_params=500)
     describe(fed, feats, "train")  # the exchange it rides on
     settle(fed, held)
     pos = [feats.index(f) for f in elected]
@@ -86,7 +86,7 @@ def test_sums_for_other_classes_columns_or_sites_give_no_start():
     fed, feats = _fed()
     classes = list(fed.schema.classes)
     mean, std = np.zeros(len(feats)), np.ones(len(feats))
-    held = ride_candidates(fed, feats, classes, "logistic", mean=mean, std=std)
+    held = ride_candidates(fed, feats, classes, "logistic", mean=mean, std=std, max_params=500)
     from fedtab.federation.steps.describe import describe
 
     describe(fed, feats, "train")
@@ -127,6 +127,6 @@ def test_secure_runs_and_too_wide_candidates_ask_nothing_on_the_ballot():
     fed, feats = _fed()
     classes = list(fed.schema.classes)
     wide = [f"c{i}" for i in range(600)]
-    assert ride_candidates(fed, wide, classes, "logistic", mean=np.zeros(600), std=np.ones(600)) is None
+    assert ride_candidates(fed, wide, classes, "logistic", mean=np.zeros(600), std=np.ones(600), max_params=500) is None
     set_options(fed, secure_aggregation=True)
-    assert ride_candidates(fed, feats, classes, "logistic", mean=np.zeros(6), std=np.ones(6)) is None
+    assert ride_candidates(fed, feats, classes, "logistic", mean=np.zeros(6), std=np.ones(6), max_params=500) is None

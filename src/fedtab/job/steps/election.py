@@ -42,7 +42,7 @@ def _jsonable(value: Any) -> Any:
 
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
     from fedtab.election.rule import RuleSettings
-    from fedtab.federation.workflows.election.server import run_election
+    from fedtab.federation.workflows.election.server import ElectionHooks, run_election
     from ...federation.protocol import FederationError
 
     e = spec.election
@@ -55,8 +55,8 @@ def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
     from .training import ride_ballot_iteration, ride_first_iteration
 
     outcome = run_election(federation, fd, ballots=out.ballots, describe="train" if spec.training is not None else None,
-                           rule=rule, before_mask=ride_first_iteration(federation, spec, out),
-                           before_ballot=ride_ballot_iteration(federation, spec, out))
+                           rule=rule, hooks=ElectionHooks(before_ballot=ride_ballot_iteration(federation, spec, out),
+                                                          before_mask=ride_first_iteration(federation, spec, out)))
     res = outcome.result
     if spec.training is not None and not res.selected_names:
         raise FederationError(f"the election at freedom degree {fd:g} kept no column; lower the selectors' "

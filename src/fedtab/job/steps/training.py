@@ -118,6 +118,7 @@ def ride_ballot_iteration(federation: "Federation", spec: "JobSpec", out: Output
     elected sub-block into θ1); kept in ``out.newton_ballot``."""
     def before(candidates: list[str] | None) -> None:
         from fedtab.federation.workflows.training.ahead import ride_candidates
+        from fedtab.federation.workflows.training.server import NEWTON_MAX_PARAMS
 
         out.newton_ballot = None
         if candidates is None and federation.schema is None and out.result.get("schema") is not None:
@@ -129,7 +130,7 @@ def ride_ballot_iteration(federation: "Federation", spec: "JobSpec", out: Output
         assert spec.training is not None
         mean, std = _reference(out, candidates)
         out.newton_ballot = ride_candidates(federation, candidates, classes, spec.training.model, mean=mean, std=std,
-                                            seed=spec.run.seed)
+                                            max_params=NEWTON_MAX_PARAMS, seed=spec.run.seed)
 
     return before
 

@@ -137,25 +137,26 @@ def ride_first_newton(federation: Federation, features: Sequence[str], classes: 
 
 
 def ride_candidates(federation: Federation, candidates: Sequence[str], classes: Sequence[str], model: Any, *,
-                    mean: np.ndarray, std: np.ndarray, seed: int = 0, part: str = "train") -> NewtonAhead | None:
+                    mean: np.ndarray, std: np.ndarray, max_params: int, seed: int = 0, part: str = "train"
+                    ) -> NewtonAhead | None:
     """Queue the Newton iteration at zero over all the election's ``candidates`` to ride on the ballot,
     standardised with the reference ``mean``/``std`` ``(len(candidates),)``; ``classes`` as the training
-    will sort them. Only a logistic model trained by Newton that starts at zero, a width over the
-    candidates within :data:`~fedtab.federation.workflows.training.server.NEWTON_MAX_PARAMS`, and a plain
-    run; ``None`` when nothing was queued.
+    will sort them. Only a logistic model trained by Newton that starts at zero, a width ``k·(d + 1)`` over
+    the candidates within ``max_params`` (the Newton width,
+    :data:`~fedtab.federation.workflows.training.server.NEWTON_MAX_PARAMS`), and a plain run; ``None`` when
+    nothing was queued.
 
     The ballot may be the exchange that agrees the schema, whose row counts the replies are checked
     against: the replies are kept as they come (a site's error reply follows the exchange's failure
     policy, as any rider's) and checked and summed by :func:`settle` once the schema is agreed."""
     from fedtab.federation.protocol.piggyback import ride
     from fedtab.federation.protocol.riders import plain_run
-    from fedtab.federation.workflows.training.server import NEWTON_MAX_PARAMS
 
     fm = make_model(model)
     if not (isinstance(fm, LogisticRegressionModel) and fm.newton) or len(classes) < 2 or not candidates:
         return None
     k = 1 if len(classes) <= 2 else len(classes)
-    if k * (len(candidates) + 1) > NEWTON_MAX_PARAMS or not plain_run(federation):
+    if k * (len(candidates) + 1) > max_params or not plain_run(federation):
         return None
     theta = as_theta(fm.init(len(candidates), len(classes), seed))
     if np.any(theta != 0):
