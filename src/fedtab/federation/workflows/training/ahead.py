@@ -12,7 +12,7 @@ missing cell (after imputation), otherwise a start that later iterations correct
 :func:`ride_first_newton` queues the request (:func:`fedtab.federation.protocol.riders.ride_step`,
 plain runs only: under secure sums the first iteration keeps its own exchange) as an independent
 part (its failure at a site does not stop the part it rides on); the training loop
-uses the answer (:func:`first_sums`) only when it was asked for exactly the run's setup, start point
+uses the answer (:func:`ahead_point`) only when it was asked for exactly the run's setup, start point
 and sites, and starts from zero as before otherwise.
 
 The iteration at zero rides one exchange earlier still, on the **ballot**
