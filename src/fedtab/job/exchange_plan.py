@@ -138,8 +138,11 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
             regression = linear
             rounds = 1 if linear else spec.training.rounds  # an exact linear model: one round
             summed = rounds + (1 if voting else 2)  # (describe,) fit rounds or at most `rounds` Newton steps, evaluate
-            # a plain Newton fit after an election: its first iteration rides on set_mask
-            out["training"] = summed + (0 if agreed else 1) - int(_first_newton_on_mask(spec, plain, voting))
+            # a plain Newton fit after an election: its iteration at zero (over every candidate column) rides on
+            # the ballot and the next one on set_mask (with at least 3 iterations: one exchange of its own must
+            # follow; a job whose candidates exceed the Newton width asks the zero start on set_mask: one more)
+            ahead = _first_newton_on_mask(spec, plain, voting)
+            out["training"] = summed + (0 if agreed else 1) - int(ahead) - int(ahead and rounds >= 3)
         if secure:
             out["training"] += 2 * summed + (0 if voting else 1)
         if not regression and (spec.evaluation.baselines if spec.evaluation.baselines is not None else not private):
@@ -152,14 +155,15 @@ def planned_exchanges(spec: "JobSpec") -> dict[str, int]:
 #: Newton–Raphson iterations a plain logistic fit is expected to make before it converges (its
 #: ``rounds`` are a cap): 6 on the heart job (measured: ``tests/job/test_job_exchanges.py`` and the
 #: deployments of docs/deployment.md), where counting the cap of 10 put the estimate 1.6× high. After
-#: an election the first of them rides on ``set_mask`` (:func:`_first_newton_on_mask`): 5 training
-#: exchanges, the evaluation riding on the last
+#: an election the first of them rides on the ballot and the second on ``set_mask``
+#: (:func:`_first_newton_on_mask`): 4 training exchanges, the evaluation riding on the last
 NEWTON_EXPECTED = 6
 
 
 def _first_newton_on_mask(spec: "JobSpec", plain: bool, voting: bool) -> bool:
-    """Whether a plain Newton logistic fit's first iteration rides on the election's ``set_mask``
-    (:func:`fedtab.job.steps.training.ride_first_iteration`): a plain run, a voting election, a
+    """Whether a plain Newton logistic fit's first iterations ride on the election: at zero on the ballot,
+    the next on ``set_mask`` (:func:`fedtab.job.steps.training.ride_ballot_iteration`,
+    :func:`~fedtab.job.steps.training.ride_first_iteration`): a plain run, a voting election, a
     logistic model trained by Newton–Raphson for a classification task."""
     if not (plain and voting and spec.training is not None and spec.training.task != "regression"):
         return False
@@ -187,8 +191,8 @@ def expected_exchanges(spec: "JobSpec") -> dict[str, int]:
     logistic fit whose ``rounds`` exceed :data:`NEWTON_EXPECTED` is counted as converging after
     ``NEWTON_EXPECTED`` iterations — ``rounds + 1 − NEWTON_EXPECTED`` fewer training exchanges
     (its evaluation rides on the last iteration) and no baselines exchange (they ride on the first
-    iteration; after an election the first iteration rides on ``set_mask``, so the heart job's training
-    counts 5). A run that needs more iterations counts none left of its own once past the
+    iteration; after an election the first two iterations ride on the ballot and ``set_mask``, so the
+    heart job's training counts 4). A run that needs more iterations counts none left of its own once past the
     expected ones (the step's estimate then says ≈ 0 s until it ends)."""
     out = planned_exchanges(spec)
     if "training" in out and _plain_newton(spec) and "selection" not in out:

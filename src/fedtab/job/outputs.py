@@ -41,6 +41,8 @@ class Outputs:
         hooks: the caller's callbacks; ``"imputation"``: ``fn(round, rounds, info)``.
         newton_ahead: the first Newton iteration asked on the election's ``set_mask``
             (:func:`fedtab.job.steps.training.ride_first_iteration`), or ``None``.
+        newton_ballot: the Newton iteration at zero over every candidate column asked on the ballot
+            (:func:`fedtab.job.steps.training.ride_ballot_iteration`), or ``None``.
     """
 
     result: dict[str, Any] = field(default_factory=lambda: dict.fromkeys(RESULT_KEYS))
@@ -57,3 +59,4 @@ class Outputs:
     hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)
     ridden_baselines: Any = None
     newton_ahead: Any = None
+    newton_ballot: Any = None

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 import numpy as np
 
 __all__ = ["as_theta", "from_theta", "logistic_sums", "dp_logistic_sums", "newton_update", "hessian_sensitivity",
-           "restandardise", "row_bound", "NEWTON_TOL", "NEWTON_MAX_ITER"]
+           "restandardise", "row_bound", "sub_block", "NEWTON_TOL", "NEWTON_MAX_ITER"]
 
 #: stop when the Newton step's L2 norm (standardised coefficients) falls below this. The point
 #: returned is the one *after* that step: Newton's convergence is quadratic near the optimum of this
@@ -254,3 +254,44 @@ def restandardise(theta: np.ndarray, grad: np.ndarray, hess: np.ndarray, mean_fr
     A[:d, d] = (mu_f - mu_t) / s_t
     B = np.kron(np.eye(k), A)
     return np.linalg.solve(A.T, theta.T).T, B @ g, B @ H @ B.T
+
+
+def sub_block(theta: np.ndarray, grad: np.ndarray, hess: np.ndarray, columns: Any
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The point ``theta`` and the :func:`logistic_sums` taken there over ``d`` columns, cut down to the
+    columns at positions ``columns`` (and the intercept), per output.
+
+    Exact whenever ``theta``'s coefficients on the columns left out are zero — above all at ``θ = 0``,
+    where every logit is 0 whatever the columns (``g = Xᵀ(y − ½)``, ``H = ¼·XᵀX`` with the intercept
+    column for two classes): the sums over a column subset are then sub-blocks of those over all columns.
+
+    Args:
+        theta: ``(k, d + 1)``. grad: ``(k·(d+1),)``. hess: ``(k·(d+1), k·(d+1))``.
+        columns: ``(d',)`` distinct positions in ``0..d-1``, in the order wanted.
+
+    Returns:
+        ``(theta' (k, d'+1), grad' (k·(d'+1),), hess' (k·(d'+1), k·(d'+1)))``.
+
+    Raises:
+        ValueError: shapes that do not match, a position out of range or repeated, or a left-out column
+            with a non-zero coefficient (the cut sums would not be the sums over the kept columns).
+    """
+    theta = np.asarray(theta, dtype=np.float64)
+    if theta.ndim != 2:
+        raise ValueError(f"sub_block: coefficients of shape {theta.shape}, expected (k, d + 1)")
+    k, m = theta.shape
+    d = m - 1
+    cols = np.asarray(columns, dtype=np.int64).reshape(-1)
+    if len(set(cols.tolist())) != len(cols) or (len(cols) and (cols.min() < 0 or cols.max() >= d)):
+        raise ValueError(f"sub_block: column positions must be distinct and within 0..{d - 1}")
+    g = np.asarray(grad, dtype=np.float64).reshape(-1)
+    H = np.asarray(hess, dtype=np.float64)
+    if g.shape != (k * m,) or H.shape != (k * m, k * m):
+        raise ValueError(f"sub_block: gradient {g.shape} and Hessian {H.shape} do not fit coefficients {theta.shape}")
+    dropped = np.ones(d, dtype=bool)
+    dropped[cols] = False
+    if np.any(theta[:, :-1][:, dropped] != 0):
+        raise ValueError("sub_block: a column left out has a non-zero coefficient")
+    keep = np.concatenate([cols, [d]])
+    idx = (np.arange(k)[:, None] * m + keep[None, :]).ravel()
+    return theta[:, keep].copy(), g[idx].copy(), H[np.ix_(idx, idx)].copy()

@@ -4,8 +4,9 @@ Each site votes with its own selector (``[election] selector`` or its ``[sites.x
 set where the site is built); the server elects at the given or tuned freedom degree and
 sends the mask. With training next, the ``set_mask`` exchange also gathers the training's
 description of the elected columns, so training needs no describe exchange of its own, and a
-logistic model's first Newton iteration rides on it (plain runs:
-:func:`fedtab.job.steps.training.ride_first_iteration`).
+logistic model's Newton iteration at zero over every candidate column rides on the ballot and the
+iteration at the θ1 it gives rides on ``set_mask`` (plain runs:
+:func:`fedtab.job.steps.training.ride_ballot_iteration`, :func:`~fedtab.job.steps.training.ride_first_iteration`).
 Robust mode and ``min_holders`` come from ``[trust]``, secure aggregation of the
 description and the step's DP share from ``[privacy]``.
 """
@@ -41,7 +42,7 @@ def _jsonable(value: Any) -> Any:
 
 def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
     from fedtab.election.rule import RuleSettings
-    from fedtab.federation.workflows.election.server import run_election
+    from fedtab.federation.workflows.election.server import ElectionHooks, run_election
     from ...federation.protocol import FederationError
 
     e = spec.election
@@ -51,10 +52,11 @@ def _run(federation: "Federation", spec: "JobSpec", out: Outputs) -> None:
     use_run_accountant(federation, spec, out)  # min_holders, robust, secure sums: the run's options
     rule = RuleSettings(aggregation=e.aggregation, normalization=e.normalization, compat=e.compat,
                         consensus=e.consensus, consensus_alpha=e.consensus_alpha)
-    from .training import ride_first_iteration
+    from .training import ride_ballot_iteration, ride_first_iteration
 
     outcome = run_election(federation, fd, ballots=out.ballots, describe="train" if spec.training is not None else None,
-                           rule=rule, before_mask=ride_first_iteration(federation, spec, out))
+                           rule=rule, hooks=ElectionHooks(before_ballot=ride_ballot_iteration(federation, spec, out),
+                                                          before_mask=ride_first_iteration(federation, spec, out)))
     res = outcome.result
     if spec.training is not None and not res.selected_names:
         raise FederationError(f"the election at freedom degree {fd:g} kept no column; lower the selectors' "

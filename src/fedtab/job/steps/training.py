@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from fedtab.federation.workflows.training import TrainingOutcome
     from ..spec import JobSpec
 
-__all__ = ["STEP", "ride_first_iteration", "summary", "train", "wants_baselines"]
+__all__ = ["STEP", "ride_ballot_iteration", "ride_first_iteration", "summary", "train", "wants_baselines"]
 
 
 def train(federation: "Federation", spec: "JobSpec", out: Outputs, features: list[str] | None,
@@ -76,30 +76,86 @@ def _ride_baselines(federation: "Federation", spec: "JobSpec", out: Outputs) -> 
     return before
 
 
-def ride_first_iteration(federation: "Federation", spec: "JobSpec", out: Outputs) -> Any:
-    """``before_mask`` of the job's election when a classifier is trained next: the first Newton
-    iteration of a logistic model rides on ``set_mask``
-    (:func:`~fedtab.federation.workflows.training.ahead.ride_first_newton`, plain runs only), over the
-    reference standardisation the server holds — the imputation's pooled means and standard
-    deviations, else the profile's ranges (centre, half width) — kept in ``out.newton_ahead`` for the
-    training step (which uses it only when it trains exactly that setup)."""
-    def before(features: list[str]) -> None:
-        from fedtab.federation.protocol.schema import sort_labels
-        from fedtab.federation.workflows.training.ahead import reference_standardisation, ride_first_newton
+def _newton_classes(federation: "Federation", spec: "JobSpec") -> list[str] | None:
+    """The sorted class labels when the job trains a classifier next (``None`` otherwise)."""
+    from fedtab.federation.protocol.schema import sort_labels
 
-        tr, schema = spec.training, federation.schema
-        out.newton_ahead = None
-        if tr is None or schema is None or tr.task == "regression" or not features:
+    tr, schema = spec.training, federation.schema
+    if tr is None or schema is None or tr.task == "regression":
+        return None
+    if any(d.target is not None and not d.classes for d in schema.sites.values()):
+        return None  # a site reads the target as a number: not a classifier's run
+    return sort_labels(schema.classes)
+
+
+def _profiled(spec: "JobSpec", out: Outputs) -> tuple[list[str], list[str] | None]:
+    """``(columns, sorted classes or None)`` from the job's column profile (before a schema is agreed)."""
+    from fedtab.federation.protocol.schema import sort_labels
+
+    schema = out.result["schema"]
+    tr = spec.training
+    if tr is None or tr.task == "regression" or len(schema.get("classes") or ()) < 2:
+        return list(out.features or ()), None
+    return list(out.features or ()), sort_labels([str(c) for c in schema["classes"]])
+
+
+def _reference(out: Outputs, features: list[str]) -> Any:
+    """``(mean, std)`` ``(d,)`` of ``features`` in the reference standardisation the server holds: the
+    imputation's pooled means and standard deviations, else the profile's ranges (centre, half width)."""
+    from fedtab.federation.workflows.training.ahead import reference_standardisation
+
+    known = {c: (0.5 * (lo + hi), 0.5 * (hi - lo)) for c, (lo, hi) in out.ranges.items()}
+    if out.imputer is not None:
+        known.update({c: (m, s) for c, m, s in zip(out.imputer["columns"], out.imputer["mean"], out.imputer["std"])})
+    return reference_standardisation(features, known)
+
+
+def ride_ballot_iteration(federation: "Federation", spec: "JobSpec", out: Outputs) -> Any:
+    """``before_ballot`` of the job's election when a classifier is trained next: the Newton iteration
+    at zero over every candidate column rides on the ballot
+    (:func:`~fedtab.federation.workflows.training.ahead.ride_candidates`: plain runs, candidates within
+    the Newton width), over the reference standardisation (:func:`ride_first_iteration` turns its
+    elected sub-block into θ1); kept in ``out.newton_ballot``."""
+    def before(candidates: list[str] | None) -> None:
+        from fedtab.federation.workflows.training.ahead import ride_candidates
+        from fedtab.federation.workflows.training.server import NEWTON_MAX_PARAMS
+
+        out.newton_ballot = None
+        if candidates is None and federation.schema is None and out.result.get("schema") is not None:
+            candidates, classes = _profiled(spec, out)  # the ballot agrees the schema: the profile's columns
+        else:
+            classes = _newton_classes(federation, spec)
+        if classes is None or not candidates:
             return
-        if any(d.target is not None and not d.classes for d in schema.sites.values()):
-            return  # a site reads the target as a number: not a classifier's run
-        known = {c: (0.5 * (lo + hi), 0.5 * (hi - lo)) for c, (lo, hi) in out.ranges.items()}
-        if out.imputer is not None:
-            known.update({c: (m, s) for c, m, s in zip(out.imputer["columns"], out.imputer["mean"],
-                                                        out.imputer["std"])})
-        mean, std = reference_standardisation(features, known)
-        out.newton_ahead = ride_first_newton(federation, features, sort_labels(schema.classes), tr.model,
-                                             mean=mean, std=std, seed=spec.run.seed)
+        assert spec.training is not None
+        mean, std = _reference(out, candidates)
+        out.newton_ballot = ride_candidates(federation, candidates, classes, spec.training.model, mean=mean, std=std,
+                                            max_params=NEWTON_MAX_PARAMS, seed=spec.run.seed)
+
+    return before
+
+
+def ride_first_iteration(federation: "Federation", spec: "JobSpec", out: Outputs) -> Any:
+    """``before_mask`` of the job's election when a classifier is trained next: a Newton iteration of a
+    logistic model rides on ``set_mask``
+    (:func:`~fedtab.federation.workflows.training.ahead.ride_first_newton`, plain runs only), over the
+    reference standardisation the server holds (:func:`_reference`) — at θ1 from the ballot's sums at
+    zero (``out.newton_ballot``, :func:`~fedtab.federation.workflows.training.ahead.elected_start`) when
+    they were answered by the sites active now, else at the model's start — kept in ``out.newton_ahead``
+    for the training step (which uses it only when it trains exactly that setup)."""
+    def before(features: list[str]) -> None:
+        from fedtab.federation.workflows.training.ahead import elected_start, ride_first_newton, settle
+
+        out.newton_ahead = None
+        settle(federation, out.newton_ballot)  # the ballot's sums, checked against the agreed schema
+        classes = _newton_classes(federation, spec)
+        if classes is None or not features:
+            return
+        assert spec.training is not None
+        mean, std = _reference(out, features)
+        theta1 = elected_start(out.newton_ballot, features, classes, mean, std, federation.active)
+        out.newton_ahead = ride_first_newton(federation, features, classes, spec.training.model,
+                                             mean=mean, std=std, seed=spec.run.seed, theta=theta1)
 
     return before
 

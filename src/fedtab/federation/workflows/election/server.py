@@ -59,7 +59,7 @@ from fedtab.federation.protocol.reduce import robust_votes
 
 from fedtab.federation.workflows.election.site import _min_rows, pack_mask, unpack_mask
 
-__all__ = ["ElectionOutcome", "ballot_columns", "ballots_from_replies", "gather_ballots", "ballot_step", "BallotExchange", "elect_from_ballots", "election_reduction", "election_modes", "ELECTION_MODES", "COMPAT_ELECTION_MODES", "STOUFFER_ELECTION_MODES", "run_election", "Quorum", "election_settings", "broadcast_mask"]
+__all__ = ["ElectionHooks", "ElectionOutcome", "ballot_columns", "ballots_from_replies", "gather_ballots", "ballot_step", "BallotExchange", "elect_from_ballots", "election_reduction", "election_modes", "ELECTION_MODES", "COMPAT_ELECTION_MODES", "STOUFFER_ELECTION_MODES", "run_election", "Quorum", "election_settings", "broadcast_mask"]
 
 
 #: the election's modes: under secure sums the ballots travel in the clear (the rule needs each site's
@@ -532,6 +532,27 @@ def election_settings(rule: RuleSettings | None, quorum: Quorum | None, settings
     return rule, quorum
 
 
+@dataclass(frozen=True)
+class ElectionHooks:
+    """Calls :func:`run_election` makes so a caller can queue requests to ride on its exchanges
+    (:func:`fedtab.federation.protocol.piggyback.ride`).
+
+    Attributes:
+        before_ballot: ``fn(candidate names)`` called right before the ``ballot`` exchange (only when the
+            ballots are gathered there) with the columns the election votes on (the agreed schema's
+            feature columns; ``None`` when the ballot is the exchange that agrees it); what it queues is
+            answered after the requests queued before it (e.g. the imputation's ``impute_apply``): e.g.
+            the Newton iteration at zero over every candidate,
+            :func:`fedtab.federation.workflows.training.ahead.ride_candidates`.
+        before_mask: ``fn(elected names)`` called once the election is decided, right before the
+            ``set_mask`` exchange: e.g. a Newton iteration over the elected columns,
+            :func:`fedtab.federation.workflows.training.ahead.ride_first_newton`.
+    """
+
+    before_ballot: Callable[[list[str] | None], Any] | None = None
+    before_mask: Callable[[list[str]], Any] | None = None
+
+
 def run_election(
     federation: Federation,
     freedom_degree: float = 0.5,
@@ -543,7 +564,7 @@ def run_election(
     min_site_rows: int = 0,
     rule: RuleSettings | None = None,
     quorum: Quorum | None = None,
-    before_mask: Callable[[list[str]], Any] | None = None,
+    hooks: ElectionHooks | None = None,
     **settings: Any,
 ) -> ElectionOutcome:
     """Gather ballots (unless given), elect, and send the mask to every site.
@@ -588,10 +609,7 @@ def run_election(
             single site's can make a feature consensus (the top contributor is left out of
             each feature's test).
         consensus_alpha: the false discovery rate of that consensus (default 0.05).
-        before_mask: ``fn(elected names)`` called once the election is decided, right before the
-            ``set_mask`` exchange: a caller may queue a request that depends only on the mask to ride
-            on it (:func:`fedtab.federation.protocol.piggyback.ride`; e.g. the first Newton iteration,
-            :func:`fedtab.federation.workflows.training.ahead.ride_first_newton`).
+        hooks: :class:`ElectionHooks` — calls that queue requests to ride on the ballot and on ``set_mask``.
 
     Raises:
         TypeError: an unknown keyword, or ``rule``/``quorum`` together with their fields.
@@ -612,6 +630,8 @@ def run_election(
     abstained: dict[str, str] = {}
     ledger = run_ledger(federation, *dp_plan(ballots is None, describe is not None))
     if ballots is None:
+        if hooks is not None and hooks.before_ballot is not None:
+            hooks.before_ballot(list(federation.schema.columns) if federation.schema is not None else None)
         ballot, selector_meta = ballot_step(federation, selector, selectors=selectors, min_site_rows=min_site_rows,
                                             abstained=abstained, pvalues=stouffer)
         ballots = run_strategy(federation, ledger, base=BallotExchange(selector_meta)).run(
@@ -619,8 +639,8 @@ def run_election(
     reduction = election_reduction(ballots, freedom_degree, rule.aggregation, rule.normalization, rule.compat,
                                    min_holders, consensus=rule.consensus, consensus_alpha=rule.consensus_alpha)
     result = run_strategy(federation).reduce(reduction).result
-    if before_mask is not None:
-        before_mask(list(result.selected_names))
+    if hooks is not None and hooks.before_mask is not None:
+        hooks.before_mask(list(result.selected_names))
     described = broadcast_mask(federation, result.selected_names, describe=describe, ledger=ledger)
     return ElectionOutcome(ballots, result, described, abstained,
                            privacy=ledger.report() if ledger is not None else None)

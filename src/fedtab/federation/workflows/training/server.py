@@ -459,17 +459,18 @@ def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: 
     iterate's own step is below :data:`NEWTON_FINAL_TOL` it is returned, evaluated, and the run
     needs no evaluation exchange of its own.
 
-    With ``ahead`` answered for this run (:func:`~fedtab.federation.workflows.training.ahead.first_sums`)
-    the first iteration is taken from its sums without an exchange, and the first exchange (iteration 2)
-    carries the setup with the pooled standardisation. A start is never trusted blindly: when the step
-    from that first iterate is longer than the step that led to it (the rewritten sums were too far off,
-    e.g. many missing cells), the iteration falls back to the start point and goes on from there.
+    With ``ahead`` answered for this run (:func:`~fedtab.federation.workflows.training.ahead.ahead_point`:
+    asked at the start, or at θ1 from the ballot's sums at zero) the iterations up to its point and the
+    one from its sums are taken without an exchange, and the first exchange carries the setup with the
+    pooled standardisation. A start is never trusted blindly: when the step from the first point sent is
+    longer than the step that led to it (the rewritten sums were too far off, e.g. many missing cells),
+    the iteration falls back to the start point and goes on from there.
 
     Returns:
         ``(params, history, traffic, step norms, final evaluation or None)`` (one norm per iteration run).
     """
     from fedtab.federation.protocol.riders import ride_step
-    from fedtab.federation.workflows.training.ahead import first_sums
+    from fedtab.federation.workflows.training.ahead import ahead_point
 
     d = len(ctx.setup["features"])
     theta = as_theta(params)
@@ -481,15 +482,16 @@ def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: 
     start, warm = theta, False
     # the ahead iterate is used when an exchange follows that carries the pooled setup (the sites hold the
     # reference one until then) and no periodic evaluation comes before it
-    usable = max_iter >= 2 and not ctx.eval_every
-    first = first_sums(ahead, ctx.setup, theta, ctx.mean, ctx.std, federation.active) if usable else None
-    if first is not None:  # iteration 1 rode ahead: its sums, rewritten for the pooled standardisation
-        theta1, step = newton_update(theta, first.grad, first.hess, first.n, fm.l2)
+    point = None if ctx.eval_every else ahead_point(ahead, ctx.setup, theta, ctx.mean, ctx.std, federation.active)
+    if point is not None and max_iter >= len(point.steps) + 2:  # rode ahead: the sums at that point (the start,
+        theta1, step = newton_update(point.theta, point.sums.grad, point.sums.hess, point.sums.n, fm.l2)  # or θ1)
         if np.isfinite(theta1).all():
             theta, warm = theta1, True
-            steps.append(step)
-            if ctx.on_round:
-                ctx.on_round(1, None)
+            steps += [*point.steps, step]
+            for r in range(1, len(steps) + 1):
+                if ctx.on_round:
+                    ctx.on_round(r, None)
+    n_ahead = len(steps)
     setup_sent = False
     for r in range(len(steps) + 1, max_iter + 1):
         request = newton_request(theta, round_=r, setup=None if setup_sent else ctx.setup, mean=ctx.mean,
@@ -508,7 +510,8 @@ def _newton_rounds(federation: Federation, fm: LogisticRegressionModel, params: 
                                                     if k_.startswith("param:")}, n_up)
         traffic += rows
         steps.append(step)
-        if warm and r == 2 and not step <= steps[0]:  # the warm iterate is worse than the start: back to it
+        if warm and r == n_ahead + 1 and not step <= steps[-2]:  # the warm iterate's step is longer than the
+            # step that led to it: worse than the start, back to it
             warm, theta = False, start
             if ctx.on_round:
                 ctx.on_round(r, None)
