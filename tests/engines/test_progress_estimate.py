@@ -65,11 +65,7 @@ def test_the_heart_job_on_flower_is_estimated_within_1_5x_at_every_estimate():
     assert parse_event(lines[0])["exchanges"] == len(FLOWER_HEART) == 14
     assert len(estimates) == 5
     for t, left, guess, real in estimates:
-        # the estimate after the ballot (5 left: set_mask and 4 Newton exchanges at ~6.5 s, priced at the
-        # run's earlier ~10 s rate) is 1.53× since the iteration at zero rides on the ballot (issue 31):
-        # an estimator matter (fedtab.engines.progress), reported; every other estimate is within 1.5×
-        bound = 1.55 if left == 5 else 1.5
-        assert real / bound <= guess <= real * bound, (t, left, guess, real)
+        assert real / 1.5 <= guess <= real * 1.5, (t, left, guess, real)
     # the exchanges left are the run's, exactly: the converging Newton fit and no baselines exchange
     assert [e[1] for e in estimates] == [12, 9, 5, 3, 0]
 

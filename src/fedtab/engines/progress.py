@@ -154,7 +154,9 @@ class ProgressLog:
     * this step's left at this step's own rate — from its 2nd exchange on, the seconds since its
       first exchange ended over the exchanges made since (the first exchange of a step is not
       representative: it carries the riders of the step before, e.g. the imputation's
-      ``impute_apply`` on the election's ballot); at its 1st, that exchange's;
+      ``impute_apply`` on the election's ballot, and since issue 31 the Newton iteration at zero); at
+      its 1st, the lower of that exchange's and the lowest rate of an earlier step (that exchange's
+      alone when there is none);
     * every later step's at the *lowest* rate a step has run at so far: a step's own work (the
       imputation's GNN rounds, a torch import per Flower ClientApp) says nothing of the next
       step's, while the cheapest step's rate is the engine's cost of an exchange (Flower's
@@ -228,7 +230,10 @@ class ProgressLog:
             return 0.0
         mine = 0.0 if self._mine_left() == 0 else max(self._units.get(self.current, 0.0) - self._step_units, 0.0)
         later = sum(u for s, u in self._units.items() if s not in self._started)
-        return mine * self._rates[self.current] + later * min(self._rates.values())
+        own = self._rates[self.current]
+        if self._step_done == 1:  # a step's first exchange carries the step before's riders: no measure of its own
+            own = min([own] + [r for s, r in self._rates.items() if s != self.current])
+        return mine * own + later * min(self._rates.values())
 
     def exchange(self, kind: str, answered: int, asked: int) -> None:
         """An exchange of message kind ``kind`` ended: ``answered`` of ``asked`` sites replied without error."""

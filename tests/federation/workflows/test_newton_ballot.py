@@ -113,12 +113,21 @@ def test_a_hostile_sites_sums_on_the_ballot_are_rejected_naming_it():
         _ballot_ride(fed, feats, feats[:3])
 
 
-def test_a_site_whose_policy_refuses_so_wide_a_model_still_refuses():
+def test_a_site_whose_policy_refuses_so_wide_a_model_still_refuses_and_the_run_starts_at_zero(caplog):
+    """The wide request is answered under the kind's own rules: a site whose ``max_size`` is below the
+    candidates' width refuses it (nothing computed). The part was only asked ahead, so the run goes on
+    without it (no site dropped, no start point) and its training still reaches the same fit."""
     fed, feats = _fed()
-    fed.site("s0").policy = DisclosurePolicy(max_size=4)  # fewer numbers than the candidates' model holds
-    with pytest.raises(FederationError, match="site 's0' refused: model 'logistic' .*max_size=4"):
-        _ballot_ride(fed, feats, feats[:3])
+    fed.site("s0").policy = DisclosurePolicy(max_size=30)  # the 3 elected columns fit (~20), the 6 candidates do not (~56)
+    with caplog.at_level("WARNING", logger="fedtab.federation"):
+        held, ahead, theta1 = _ballot_ride(fed, feats, feats[:3])
+    assert "site 's0'" in caplog.text and "max_size=30" in caplog.text
     assert "train_setup" not in fed.site("s0").state  # refused before anything was computed
+    assert held.replies is None and held.sums is None and theta1 is None
+    assert set(fed.active) == {"s0", "s1", "s2"}
+    fed0, _ = _fed()
+    want = run_training(fed0, feats[:3], rounds=25).params["coef"]
+    np.testing.assert_allclose(run_training(fed, feats[:3], rounds=25, ahead=ahead).params["coef"], want, atol=1e-6)
 
 
 def test_secure_runs_and_too_wide_candidates_ask_nothing_on_the_ballot():

@@ -156,6 +156,7 @@ class Rider:
     kind: str
     step: str | None = None
     independent: bool = False
+    optional: bool = False
 
 
 def _queue(federation: "Federation") -> list[Rider]:
@@ -164,16 +165,20 @@ def _queue(federation: "Federation") -> list[Rider]:
 
 def ride(federation: "Federation", requests: Message | Mapping[str, Message], check: "Validator | None",
          on_replies: Callable[[dict[str, Message]], Any], *, step: str | None = None,
-         independent: bool = False) -> None:
+         independent: bool = False, optional: bool = False) -> None:
     """Queue ``requests`` (one message for every active site, or ``{site: message}``) to ride on the
     next exchange; ``on_replies`` gets the validated replies right after it (see the module docstring).
-    ``independent``: nothing after it depends on it (its failure at a site stops no later part there)."""
+    ``independent``: nothing after it depends on it (its failure at a site stops no later part there).
+    ``optional``: the run does not need it (a request asked ahead to save an exchange): when any site
+    refuses it, fails it or sends no answer to it, its answers are dropped with a warning naming the
+    sites and ``on_replies`` is not called — no failure policy applies, no site is dropped."""
     if isinstance(requests, Message):
         requests = {s: requests for s in federation.active}
     if not requests:
         raise ValueError("nothing to ride: no site to ask")
     kind = next(iter(requests.values())).kind
-    _queue(federation).append(Rider(dict(requests), check, on_replies, kind, step, independent))
+    _queue(federation).append(Rider(dict(requests), check, on_replies, kind, step, independent or optional,
+                                    optional))
 
 
 def pending(federation: "Federation") -> bool:

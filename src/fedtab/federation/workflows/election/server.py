@@ -563,7 +563,6 @@ def run_election(
     describe: str | None = None,
     min_site_rows: int = 0,
     rule: RuleSettings | None = None,
-    quorum: Quorum | None = None,
     hooks: ElectionHooks | None = None,
     **settings: Any,
 ) -> ElectionOutcome:
@@ -614,7 +613,8 @@ def run_election(
     Raises:
         TypeError: an unknown keyword, or ``rule``/``quorum`` together with their fields.
     """
-    rule, quorum = election_settings(rule, quorum, settings)
+    # ``quorum`` (a Quorum) travels in ``settings``: the function keeps under ten named parameters
+    rule, quorum = election_settings(rule, settings.pop("quorum", None), settings)
     check_profile(rule.compat, rule.normalization)
     stouffer = check_consensus(rule.consensus) == "stouffer"
     check_consensus_alpha(rule.consensus_alpha)

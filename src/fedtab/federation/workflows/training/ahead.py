@@ -147,8 +147,10 @@ def ride_candidates(federation: Federation, candidates: Sequence[str], classes: 
     nothing was queued.
 
     The ballot may be the exchange that agrees the schema, whose row counts the replies are checked
-    against: the replies are kept as they come (a site's error reply follows the exchange's failure
-    policy, as any rider's) and checked and summed by :func:`settle` once the schema is agreed."""
+    against: the replies are kept as they come and checked and summed by :func:`settle` once the schema
+    is agreed. The part is optional (:func:`~fedtab.federation.protocol.piggyback.ride`): when a site
+    refuses it (a policy's ``max_size`` below the candidates' width), fails it or does not answer it,
+    nothing is kept and the training starts at zero as it would without it."""
     from fedtab.federation.protocol.piggyback import ride
     from fedtab.federation.protocol.riders import plain_run
 
@@ -170,7 +172,8 @@ def ride_candidates(federation: Federation, candidates: Sequence[str], classes: 
     def keep(replies: dict[str, Any]) -> None:
         held.replies = dict(replies)
 
-    ride(federation, request, None, keep, step="newton", independent=True)
+    # optional: a site whose policy refuses so wide a model (or fails it) leaves the run on the zero start
+    ride(federation, request, None, keep, step="newton", optional=True)
     return held
 
 
