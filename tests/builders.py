@@ -157,3 +157,20 @@ def trio_sites(hostile: str | None = None, kind: str = "ballot", n_features: int
     cls = (lambda *a, **k: Hostile(*a, tamper=hostile, kind=kind, **k)) if hostile else Site
     out.append(cls("evil" if hostile else "h2", parts[2], "target", selector="anova"))
     return out
+
+
+def lie_in_newton_hessians(site: Site, shift: float) -> None:
+    """Make ``site`` a hostile one: every ``newton`` reply it sends has ``shift`` added to its Hessian."""
+
+    from fedtab.federation import Message
+
+    handle = site.handle
+
+    def lying(request: Any) -> Any:
+        reply = handle(request)
+        if request.kind != "newton" or reply.is_error:
+            return reply
+        return Message("newton", {"grad": reply.arrays["grad"], "hess": reply.arrays["hess"] + shift},
+                       dict(reply.meta))
+
+    site.handle = lying  # type: ignore[method-assign]

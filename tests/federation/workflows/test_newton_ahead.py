@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from fedtab.federation import Message
 from fedtab.federation.protocol import FederationError, set_options
 from fedtab.federation.protocol.agreement import agree_schema
 from fedtab.federation.workflows.training import run_training
 from fedtab.federation.workflows.training.ahead import reference_standardisation, ride_first_newton
-from tests.builders import classification_parts, federation
+from tests.builders import lie_in_newton_hessians, classification_parts, federation
 
 L2 = 1e-3
 
@@ -106,16 +105,7 @@ def test_a_secure_run_asks_nothing_ahead():
 
 def test_a_hostile_site_in_the_iteration_asked_ahead_is_named():
     fed, feats = _fed()
-    site = fed.site("s1")
-    handle = site.handle
-
-    def lying(request):
-        reply = handle(request)
-        if request.kind != "newton" or reply.is_error:
-            return reply
-        return Message("newton", {"grad": reply.arrays["grad"], "hess": reply.arrays["hess"] + 1e6}, dict(reply.meta))
-
-    site.handle = lying
+    lie_in_newton_hessians(fed.site("s1"), 1e6)
     mean, std = _near(len(feats))
     ride_first_newton(fed, feats, list(fed.schema.classes), "logistic", mean=mean, std=std)
     with pytest.raises(FederationError, match="s1"):

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from fedtab.federation import Message
 from fedtab.federation.protocol import FederationError
 from fedtab.federation.protocol.agreement import agree_schema
 from fedtab.federation.workflows.training import run_training
@@ -16,7 +15,7 @@ from fedtab.federation.workflows.training.ahead import (elected_start, ride_cand
                                                         settle)
 from fedtab.learn.newton import logistic_sums, sub_block
 from fedtab.privacy.policy import DisclosurePolicy
-from tests.builders import classification_parts, federation
+from tests.builders import lie_in_newton_hessians, classification_parts, federation
 
 L2 = 1e-3
 
@@ -99,16 +98,7 @@ def test_sums_for_other_classes_columns_or_sites_give_no_start():
 
 def test_a_hostile_sites_sums_on_the_ballot_are_rejected_naming_it():
     fed, feats = _fed()
-    site = fed.site("s1")
-    handle = site.handle
-
-    def lying(request):
-        reply = handle(request)
-        if request.kind != "newton" or reply.is_error:
-            return reply
-        return Message("newton", {"grad": reply.arrays["grad"], "hess": reply.arrays["hess"] - 1e6}, dict(reply.meta))
-
-    site.handle = lying
+    lie_in_newton_hessians(fed.site("s1"), -1e6)
     with pytest.raises(FederationError, match="s1"):
         _ballot_ride(fed, feats, feats[:3])
 
