@@ -159,6 +159,19 @@ def trio_sites(hostile: str | None = None, kind: str = "ballot", n_features: int
     return out
 
 
+def assert_hostile_ballot_refused(hostile: Any, match: str) -> None:
+    """Gathering ballots from :func:`trio_sites` with ``hostile`` fails in one line naming only the
+    tampering site ``evil``, with a reason matching ``match``."""
+    import pytest
+
+    from fedtab.federation import SiteError, gather_ballots
+
+    fed = LocalFederation(trio_sites(hostile=hostile))
+    with pytest.raises(SiteError, match=f"ballot step failed at 1 site\\(s\\): site 'evil': .*{match}") as exc:
+        gather_ballots(fed)
+    assert set(exc.value.sites) == {"evil"} and "\n" not in str(exc.value)
+
+
 def lie_in_newton_hessians(site: Site, shift: float) -> None:
     """Make ``site`` a hostile one: every ``newton`` reply it sends has ``shift`` added to its Hessian."""
 

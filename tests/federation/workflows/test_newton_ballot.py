@@ -129,3 +129,27 @@ def test_secure_runs_and_too_wide_candidates_ask_nothing_on_the_ballot():
     assert ride_candidates(fed, wide, classes, "logistic", mean=np.zeros(600), std=np.ones(600), max_params=500) is None
     set_options(fed, secure_aggregation=True)
     assert ride_candidates(fed, feats, classes, "logistic", mean=np.zeros(6), std=np.ones(6), max_params=500) is None
+
+
+def test_a_curious_server_learns_nothing_new_by_asking_the_elected_columns_again_at_zero():
+    """A curious server combines the ballot's answer with a second one at zero over a column subset (the
+    same standardisation, as set_mask's would be): the second is exactly the first's sub-block, so their
+    difference is zero — no new sum — and both are sums over every training row of each site (at least
+    its ``min_rows``), never over a row set the server picked."""
+    from fedtab.federation.steps.describe import describe
+
+    fed, feats = _fed()
+    classes = list(fed.schema.classes)
+    mean, std = np.full(len(feats), 0.1), np.full(len(feats), 1.3)
+    held = ride_candidates(fed, feats, classes, "logistic", mean=mean, std=std, max_params=500)
+    describe(fed, feats, "train")
+    settle(fed, held)
+    again = ride_first_newton(fed, feats[:3], classes, "logistic", mean=mean[:3], std=std[:3])
+    describe(fed, feats[:3], "train")
+    _, grad, hess = sub_block(held.theta, held.sums.grad, held.sums.hess, [0, 1, 2])
+    scale = np.abs(held.sums.hess).max()
+    np.testing.assert_allclose(again.sums.grad - grad, 0, atol=1e-12 * scale)
+    np.testing.assert_allclose(again.sums.hess - hess, 0, atol=1e-12 * scale)
+    rows = {name: len(s.state["train_setup"]["_cache"]["train"][1]) for name, s in fed._sites.items()}
+    assert held.sums.n == again.sums.n == sum(rows.values())
+    assert all(n >= fed.site(name).policy.min_rows for name, n in rows.items())

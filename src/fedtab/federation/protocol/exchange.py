@@ -149,7 +149,7 @@ def _rider_replies(federation: Federation, rider: Any, i: int, riders: list[Any]
             sorting.sort(site, reply)
     good = {s: sorting.good[s] for s in rider.requests if s in sorting.good}
     bad = {s: sorting.bad[s] for s in rider.requests if s in sorting.bad}
-    if bad and getattr(rider, "optional", False):  # asked ahead only to save an exchange: go on without it
+    if bad and rider.optional:  # asked ahead only to save an exchange: go on without it
         log.warning("the riding %r part is not used: %s", rider.kind,
                     "; ".join(f"site {s!r}: {why}" for s, why in bad.items()))
         return

@@ -92,11 +92,11 @@ def _profiled(spec: "JobSpec", out: Outputs) -> tuple[list[str], list[str] | Non
     """``(columns, sorted classes or None)`` from the job's column profile (before a schema is agreed)."""
     from fedtab.federation.protocol.schema import sort_labels
 
-    schema = out.result["schema"]
-    tr = spec.training
-    if tr is None or tr.task == "regression" or len(schema.get("classes") or ()) < 2:
-        return list(out.features or ()), None
-    return list(out.features or ()), sort_labels([str(c) for c in schema["classes"]])
+    classes = out.result["schema"].get("classes") or ()
+    tr, columns = spec.training, list(out.features or ())
+    if tr is None or tr.task == "regression" or len(classes) < 2:
+        return columns, None
+    return columns, sort_labels([str(c) for c in classes])
 
 
 def _reference(out: Outputs, features: list[str]) -> Any:

@@ -94,6 +94,30 @@ def reference_standardisation(features: Sequence[str], known: Mapping[str, tuple
     return mean, std
 
 
+def _asked(model: Any, features: Sequence[str], classes: Sequence[str], mean: np.ndarray, std: np.ndarray, *,
+           seed: int, part: str, theta: np.ndarray | None = None
+           ) -> tuple[LogisticRegressionModel, NewtonAhead, Any] | None:
+    """``(model, holder, request)`` of a Newton iteration of a logistic ``model`` over ``features`` and
+    ``classes`` at ``theta`` (default: the model's start point), standardised with ``mean``/``std``;
+    ``None`` for a model that does not train by Newton, fewer than two classes or no feature.
+
+    Raises:
+        ValueError: a ``theta`` that does not have the model's shape ``(k, d + 1)`` or is not finite.
+    """
+    fm = make_model(model)
+    if not (isinstance(fm, LogisticRegressionModel) and fm.newton) or len(classes) < 2 or not features:
+        return None
+    start = as_theta(fm.init(len(features), len(classes), seed))
+    theta = start if theta is None else np.asarray(theta, dtype=np.float64)
+    if theta.shape != start.shape or not np.isfinite(theta).all():
+        raise ValueError(f"a Newton point of shape {theta.shape}, expected finite {start.shape}")
+    setup = {"features": list(features), "classes": list(classes), "model": {"name": fm.name, "params": fm.get_params()},
+             "part": str(part)}
+    held = NewtonAhead(setup, theta, np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64),
+                       start=start)
+    return fm, held, newton_request(theta, round_=1, setup=setup, mean=held.mean, std=held.std)
+
+
 def ride_first_newton(federation: Federation, features: Sequence[str], classes: Sequence[str], model: Any, *,
                       mean: np.ndarray, std: np.ndarray, seed: int = 0, part: str = "train",
                       theta: np.ndarray | None = None) -> NewtonAhead | None:
@@ -109,22 +133,11 @@ def ride_first_newton(federation: Federation, features: Sequence[str], classes: 
     """
     from fedtab.federation.protocol.riders import ride_step
 
-    fm = make_model(model)
-    if not (isinstance(fm, LogisticRegressionModel) and fm.newton) or len(classes) < 2 or not features:
+    asked = _asked(model, features, classes, mean, std, seed=seed, part=part, theta=theta)
+    if asked is None:
         return None
-    d = len(features)
-    spec = {"name": fm.name, "params": fm.get_params()}
-    start = as_theta(fm.init(d, len(classes), seed))
-    if theta is None:
-        theta = start
-    theta = np.asarray(theta, dtype=np.float64)
-    if theta.shape != start.shape or not np.isfinite(theta).all():
-        raise ValueError(f"a Newton point of shape {theta.shape}, expected finite {start.shape}")
-    setup = {"features": list(features), "classes": list(classes), "model": spec, "part": str(part)}
-    held = NewtonAhead(setup, theta, np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64),
-                       start=start)
-    request = newton_request(theta, round_=1, setup=setup, mean=held.mean, std=held.std)
-    step = newton_step(federation, request, theta.shape[0], d, str(part), round_=1, l2=fm.l2)
+    fm, held, request = asked
+    step = newton_step(federation, request, held.theta.shape[0], len(features), str(part), round_=1, l2=fm.l2)
 
     def keep(sums: NewtonSums) -> None:
         held.sums = sums
@@ -154,20 +167,13 @@ def ride_candidates(federation: Federation, candidates: Sequence[str], classes: 
     from fedtab.federation.protocol.piggyback import ride
     from fedtab.federation.protocol.riders import plain_run
 
-    fm = make_model(model)
-    if not (isinstance(fm, LogisticRegressionModel) and fm.newton) or len(classes) < 2 or not candidates:
-        return None
     k = 1 if len(classes) <= 2 else len(classes)
     if k * (len(candidates) + 1) > max_params or not plain_run(federation):
         return None
-    theta = as_theta(fm.init(len(candidates), len(classes), seed))
-    if np.any(theta != 0):
+    asked = _asked(model, candidates, classes, mean, std, seed=seed, part=part)
+    if asked is None or np.any(asked[1].theta != 0):
         return None  # the sub-blocks are exact only at zero
-    spec = {"name": fm.name, "params": fm.get_params()}
-    setup = {"features": list(candidates), "classes": list(classes), "model": spec, "part": str(part)}
-    held = NewtonAhead(setup, theta, np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64),
-                       start=theta)
-    request = newton_request(theta, round_=1, setup=setup, mean=held.mean, std=held.std)
+    _, held, request = asked
 
     def keep(replies: dict[str, Any]) -> None:
         held.replies = dict(replies)
@@ -235,8 +241,8 @@ def elected_start(held: NewtonAhead | None, elected: Sequence[str], classes: Seq
         return None
     fm = make_model(held.setup["model"])
     assert isinstance(fm, LogisticRegressionModel)
-    theta, grad, hess = sub_block(held.theta, held.sums.grad, held.sums.hess, [pos[f] for f in elected])
     cols = [pos[f] for f in elected]
+    theta, grad, hess = sub_block(held.theta, held.sums.grad, held.sums.hess, cols)
     theta, grad, hess = restandardise(theta, grad, hess, held.mean[cols], held.std[cols], mean, std)
     if not (np.isfinite(grad).all() and np.isfinite(hess).all()):
         return None
