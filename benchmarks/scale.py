@@ -432,6 +432,9 @@ def goals(result: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         s, c = el[0]["server_seconds"], el[0]["server_cpu_seconds"]
         out.append(("election, 300 sites × 10,000 features: server < 5 s (judged on CPU: the machine is shared)",
                     f"{c:.2f} s CPU, {s:.2f} s wall", c < 5))
+        mb, sent = el[0].get("peak_server_mb"), el[0]["bytes_per_site"]
+        out.append(("… issue 31: server < 1 CPU-s, peak server memory < 50 MB, ≤ 120 kB per site both ways",
+                    f"{c:.2f} CPU-s, {mb:.1f} MB, {sent:,.0f} B", c < 1 and mb is not None and mb < 50 and sent <= 120_000))
     else:
         out.append(("election, 300 sites × 10,000 features: server < 5 s", "not run", None))
     ds = sorted({r["features"] for r in result["election"]})

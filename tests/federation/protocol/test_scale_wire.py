@@ -51,6 +51,20 @@ def test_pack_and_unpack_round_trip_and_refuse_bad_lengths_and_padding():
         unpack_mask(np.zeros(2, np.int64), 9)
 
 
+def _own_ballots(sites):
+    """Each site's float64 ANOVA ballot over its training rows, computed off the wire."""
+    from fedtab.election.ballot import Ballot
+    from fedtab.election.selectors import make_selector
+    from fedtab.federation.site.data import fill_with_column_means, numeric_matrix
+
+    own = []
+    for s in sites:
+        frame, y = s.xy("train")
+        sel = make_selector("anova").select(fill_with_column_means(numeric_matrix(frame, s.name)), y)
+        own.append(Ballot.build(sel.mask, sel.scores, len(y), list(frame.columns), site=s.name))
+    return own
+
+
 def test_ballots_and_masks_carry_no_names_and_the_result_matches_the_rule_on_the_sites_own_ballots():
     sites = trio_sites()
     fed = LocalFederation(sites)
@@ -79,17 +93,9 @@ def test_ballots_and_masks_carry_no_names_and_the_result_matches_the_rule_on_the
             assert request.meta[AGREED]["columns"] == "declared"  # not echoed: every site declared these
             assert _names_in(request) == 0
     # the server decoded the same ballots the sites computed: re-elect from the sites' own selections
-    from fedtab.election.selectors import make_selector
     from fedtab.federation.workflows.election.server import elect_from_ballots
-    from fedtab.election.ballot import Ballot
-    from fedtab.federation.site.data import fill_with_column_means, numeric_matrix
 
-    own = []
-    for s in sites:
-        frame, y = s.xy("train")
-        sel = make_selector("anova").select(fill_with_column_means(numeric_matrix(frame, s.name)), y)
-        own.append(Ballot.build(sel.mask, sel.scores, len(y), list(frame.columns), site=s.name))
-    ref = elect_from_ballots(own, 0.5)
+    ref = elect_from_ballots(_own_ballots(sites), 0.5)
     assert np.array_equal(out.result.mask, ref.mask)
     assert out.result.selected_names == ref.selected_names
     assert all(s.state["features"] == ref.selected_names for s in sites)
@@ -182,3 +188,59 @@ def test_a_schema_sent_as_declared_resolves_to_the_declaration_with_its_hash_aft
         == later
     with pytest.raises(ValueError, match="does not match its columns"):
         received_schema(site, {"columns": "declared", "holders_all": 2, "hash": columns_hash(["zz"])})
+
+
+# ---------------------------------------------------------------- float32 scores on the wire
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra.numpy import arrays  # noqa: E402
+
+from fedtab.election.tally import normalise_scores  # noqa: E402
+from fedtab.federation.workflows.election.site import SCORE_TOLERANCE, wire_scores  # noqa: E402
+
+
+def test_selector_scores_travel_as_float32_and_elect_what_the_float64_ballots_elect():
+    from fedtab.federation.workflows.election.server import elect_from_ballots
+
+    sites = trio_sites()
+    fed = LocalFederation(sites)
+    sent = []
+    orig = fed._replies
+
+    def spy(requests):
+        for name, reply in orig(requests):
+            if "scores" in reply.arrays:
+                sent.append(reply)
+            yield name, reply
+
+    fed._replies = spy
+    outcome = run_election(fed, 0.5)
+    assert len(sent) == 3 and all(r.arrays["scores"].dtype == np.float32 for r in sent)
+    exact = _own_ballots(sites)
+    assert any(not np.array_equal(b.scores, b.scores.astype(np.float32)) for b in exact)  # float32 did round
+    ref = elect_from_ballots(exact, 0.5)
+    assert ref.selected_names == outcome.result.selected_names
+    assert np.abs(ref.votes - outcome.result.votes).max() <= SCORE_TOLERANCE  # a weighted mean of normalised scores
+
+
+@pytest.mark.parametrize("scores, why", [
+    (np.array([1e300, 1.0, 2.0, 3.0]), "beyond float32's range"),
+    (np.array([1e8, 1e8 + 1, 1e8 + 2, 1e8 + 3]), "float32 merges them (spacing 8 at 1e8)"),
+    (np.array([1e-50, 2e-50, 3e-50]), "float32 flushes them to zero"),
+])
+def test_scores_float32_cannot_carry_travel_as_float64_unchanged(scores, why):
+    out = wire_scores(scores, np.array([True, False, True, False][: scores.size]))
+    assert out.dtype == np.float64, why
+    assert np.array_equal(out, scores)
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrays(np.float64, st.integers(1, 40), elements=st.floats(-1e40, 1e40, allow_nan=False)),
+       st.data())
+def test_wire_scores_never_move_a_normalised_score_by_more_than_the_tolerance(scores, data):
+    mask = data.draw(arrays(np.bool_, scores.size))
+    out = wire_scores(scores, mask)
+    assert out.dtype in (np.float32, np.float64)
+    wide = out.astype(np.float64)
+    for how in ("all", "selected"):
+        assert np.abs(normalise_scores(mask, wide, how) - normalise_scores(mask, scores, how)).max() <= SCORE_TOLERANCE

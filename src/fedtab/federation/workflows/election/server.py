@@ -150,7 +150,9 @@ class BallotExchange(BaseSums):
     def exchange(self, federation: Federation, step: SumStep[Any], *, on_error: str | None = None) -> Summed:
         requests = {s: Message(step.request.kind, step.request.arrays,
                                {**self.selector_meta.get(s, {}), **step.request.meta}) for s in federation.active}
-        replies = exchange(federation, requests, step.check, on_error=on_error)  # type: ignore[arg-type]
+        # a checked ballot is held as its Ballot (float64 scores): the reply is kept without its arrays
+        replies = exchange(federation, requests, step.check, on_error=on_error,  # type: ignore[arg-type]
+                           fold=lambda site, reply: Message(reply.kind, meta=reply.meta))
         return Summed({}, None, dict(replies), list(replies))
 
 

@@ -20,7 +20,10 @@ from fedtab.federation.site.registry import Handler, handler
 
 
 __all__ = ["abstention_reason", "ballot_reply", "dp_ballot", "dp_described", "pack_mask", "unpack_mask",
-           "compact_counts", "BALLOT_RELEASES"]
+           "compact_counts", "wire_scores", "BALLOT_RELEASES", "SCORE_TOLERANCE"]
+
+#: the most a ballot's scores may move any per-site min-max-normalised score by travelling as float32
+SCORE_TOLERANCE = 1e-6
 
 def abstention_reason(y: np.ndarray, min_site_rows: int = 0) -> str | None:
     """Why a site with labels ``y`` should not vote, or ``None`` if it can.
@@ -71,7 +74,7 @@ def ballot_reply(site: Site, kind: str, spec: Any, frame: Any, y: np.ndarray, mi
     X = fill_with_column_means(X)
     sel = selector.select(X, y)
     mask, scores = np.asarray(sel.mask, dtype=bool), np.asarray(sel.scores, dtype=np.float64)
-    arrays = {"mask": mask, "scores": scores}
+    arrays = {"mask": mask, "scores": wire_scores(scores, mask)}
     extra: dict[str, Any] = {}
     if pvalues:
         if no_pvalues is not None:
@@ -103,7 +106,33 @@ def dp_ballot(site: Site, request: Message, call_next: Handler) -> Message:
     if "scores" not in reply.arrays:
         return reply
     mask, scores = noisy_scores(reply.arrays["scores"], request.meta[DP_META], noise_rng())
-    return Message(reply.kind, {**reply.arrays, "mask": pack_mask(mask), "scores": scores}, reply.meta)
+    return Message(reply.kind, {**reply.arrays, "mask": pack_mask(mask), "scores": wire_scores(scores, mask)},
+                   reply.meta)
+
+
+def wire_scores(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """A ballot's ``(d,)`` scores as they travel: float32 (half the bytes of float64) when that moves
+    no per-site min-max-normalised ``|score|`` (over all features, and over the kept ones as FLARE
+    normalises) by more than :data:`SCORE_TOLERANCE`, else the float64 scores unchanged.
+
+    The vote reads only normalised scores (:func:`~fedtab.election.tally.normalise_scores`), so a
+    float32 ballot elects what the float64 one would, up to features whose weighted votes lie within
+    ``SCORE_TOLERANCE`` of each other. Scores beyond float32's range, or spread so that float32
+    merges distinct values, stay float64.
+    """
+    from fedtab.election.tally import normalise_scores
+
+    s = np.asarray(scores, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        s32 = s.astype(np.float32)
+    if not np.isfinite(s32).all():
+        return s
+    m = np.asarray(mask, dtype=bool)
+    wide = s32.astype(np.float64)
+    for how in ("all", "selected"):
+        if np.abs(normalise_scores(m, wide, how) - normalise_scores(m, s, how)).max(initial=0.0) > SCORE_TOLERANCE:
+            return s
+    return s32
 
 
 def pack_mask(mask: Any) -> np.ndarray:
