@@ -146,11 +146,18 @@ def test_a_pending_block_keeps_only_accepted_charges_and_never_touches_the_store
     ledger = (SiteLedger(tmp_path / "ledger.json") if where == "file" else
               SiteLedger(store=lambda: box.setdefault("l", {})) if where == "store" else SiteLedger())
     assert ledger.fixed_release("grid", lambda: [[0.0, 1.0], ["a", "b"]]) == [[0.0, 1.0], ["a", "b"]]
+    assert ledger.charge_dp(2.0, 1, 1e-5, 10.0) is None
+    assert ledger.charge_distinct({"edges": ["a", "b"]}, 3, "edges") is None
     with ledger.pending():
         assert ledger.charge_run("r", "k", 5, "what") is None
-        ledger._load()["days"][next(iter(ledger._load()["days"]))]["fixed"]["grid"][1].append("c")  # a nested change
-        assert ledger.run_count("r", "k") == 1  # the block sees its own charges
+        assert ledger.charge_dp(2.0, 3, 1e-5, 10.0) is None  # changes the day's [z, releases] entry in place
+        assert ledger.fixed_release("other", lambda: [1.0]) == [1.0]
+        assert ledger.charge_distinct({"edges": ["c"]}, 3, "edges") is None
+        assert ledger.charge_distinct({"edges": ["d"]}, 3, "edges") is not None  # a, b, c and now d: over the cap
+        assert ledger.run_count("r", "k") == 1 and ledger.dp_releases(1e-5) == {2.0: 4}  # the block sees its own
     assert ledger.run_count("r", "k") == 0  # not accepted: nothing kept, the nested list included
+    assert ledger.dp_releases(1e-5) == {2.0: 1} and ledger.fixed_value("other") is None
+    assert ledger.charge_distinct({"edges": ["d"]}, 3, "edges") is None  # "c" was not kept: a, b, d
     assert ledger.fixed_value("grid") == [[0.0, 1.0], ["a", "b"]]
     with ledger.pending() as accept:
         accept()  # accepted without a look at the ledger: nothing to write
@@ -161,3 +168,18 @@ def test_a_pending_block_keeps_only_accepted_charges_and_never_touches_the_store
     assert ledger.run_count("r", "k") == 1
     if where == "file":
         assert json.loads((tmp_path / "ledger.json").read_text())["runs"]["r"]["k"] == 1
+
+
+def test_a_fixed_release_is_recorded_as_its_own_copy_and_read_back_as_a_copy():
+    """A pending block's copy shares the recorded fixed releases (they are never changed in place):
+    what ``make`` returned, or what a reader got, can change without changing the record."""
+    ledger = SiteLedger()
+    made = [[0.0, 1.0], ["a", "b"]]
+    got = ledger.fixed_release("grid", lambda: made)
+    made[1].append("c")
+    got[0].append(9.0)
+    assert ledger.fixed_value("grid") == [[0.0, 1.0], ["a", "b"]]
+    with ledger.pending() as accept:
+        ledger.fixed_value("grid")[1].append("d")
+        accept()
+    assert ledger.fixed_release("grid", lambda: None) == [[0.0, 1.0], ["a", "b"]]

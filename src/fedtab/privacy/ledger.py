@@ -96,7 +96,7 @@ class SiteLedger:
     def _load(self) -> dict[str, Any]:
         if self._pending is _UNREAD:  # a pending block's first look: its copy of the ledger
             self._before = self._read()
-            self._pending = _copy(self._before)
+            self._pending = _copy_ledger(self._before)
         if self._pending is not None:
             return self._pending
         return self._read()
@@ -374,10 +374,10 @@ class SiteLedger:
             recorded = _recorded(data, key, _MISSING)
             if recorded is not _MISSING:
                 return recorded
-            value = make()
-            data["days"].setdefault(_today(self._clock), {}).setdefault("fixed", {})[key] = value
+            value = json.dumps(make())  # recorded as its own copy: never changed in place after this
+            data["days"].setdefault(_today(self._clock), {}).setdefault("fixed", {})[key] = json.loads(value)
             self._store(data)
-            return json.loads(json.dumps(value))
+            return json.loads(value)
 
 
 #: a pending block's ledger before its first look (:meth:`SiteLedger.pending`)
@@ -392,6 +392,26 @@ def _copy(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return list(value) if set(map(type, value)) <= _SCALARS else [_copy(v) for v in value]
     return value
+
+
+#: a day's records whose values are replaced, never changed in place: a pending block's copy shares them
+_REPLACED_ONLY = frozenset({"fixed", "distinct"})
+
+
+def _copy_ledger(data: Any) -> Any:
+    """A pending block's copy of a ledger: :func:`_copy`, except that each day's fixed releases and
+    distinct released values are shared with ``data`` (their dicts are copied, their values are
+    not). A fixed release is recorded once (:meth:`SiteLedger.fixed_release`; readers get a copy)
+    and a key's distinct values are replaced by a new sorted list (:meth:`SiteLedger.charge_distinct`):
+    neither is changed in place. Together they are most of a GBDT run's ledger (a sketch grid and
+    the released edges per column), which a pending block copied on every level request."""
+    days = data.get("days") if isinstance(data, dict) else None
+    if not isinstance(days, dict) or not all(isinstance(d, dict) for d in days.values()):
+        return _copy(data)
+    out = {k: _copy(v) for k, v in data.items() if k != "days"}
+    out["days"] = {day: {k: (dict(v) if k in _REPLACED_ONLY and isinstance(v, dict) else _copy(v))
+                         for k, v in rec.items()} for day, rec in days.items()}
+    return out
 
 
 #: "nothing recorded" for :func:`_recorded` (a recorded value may itself be ``None``)
