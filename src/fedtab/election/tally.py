@@ -28,7 +28,12 @@ def normalise_scores(mask: np.ndarray, scores: np.ndarray, normalization: str = 
         if not hi > lo:
             return np.zeros_like(s)
         out = s - lo
-        out *= 1.0 / (hi - lo)
+        with np.errstate(over="ignore"):
+            inverse = 1.0 / (hi - lo)
+        if np.isfinite(inverse):
+            out *= inverse
+        else:  # a subnormal range (a hostile or degenerate ballot): its reciprocal overflows, divide instead
+            out /= hi - lo
         return out
     out = np.zeros_like(s)
     if not mask.any():

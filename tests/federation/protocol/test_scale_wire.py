@@ -234,6 +234,14 @@ def test_scores_float32_cannot_carry_travel_as_float64_unchanged(scores, why):
     assert np.array_equal(out, scores)
 
 
+def test_scores_of_a_subnormal_range_normalise_to_finite_votes_and_travel_as_float64():
+    # found by the property below: 1 / 2.2e-309 overflows, so the reciprocal gave inf and NaN (0 · inf)
+    scores = np.array([2.2250738585072014e-309, 0.0, 1e-309])
+    mask = np.array([True, False, True])
+    assert normalise_scores(mask, scores, "all").tolist() == pytest.approx([1.0, 0.0, 0.4494], abs=1e-4)
+    assert wire_scores(scores, mask).dtype == np.float64  # float32 flushes them to zero
+
+
 @settings(max_examples=200, deadline=None)
 @given(arrays(np.float64, st.integers(1, 40), elements=st.floats(-1e40, 1e40, allow_nan=False)),
        st.data())
