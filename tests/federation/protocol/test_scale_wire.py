@@ -6,10 +6,14 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from fedtab import LocalFederation, run_election
 from fedtab.federation import Message, SiteError
-from fedtab.federation.workflows.election.site import pack_mask, unpack_mask
+from fedtab.election.tally import normalise_scores
+from fedtab.federation.workflows.election.site import SCORE_TOLERANCE, pack_mask, unpack_mask, wire_scores
 from fedtab.federation.protocol import exchange
 from fedtab.federation.protocol.schema import AGREED, DECLARED, SCHEMA_HASH, columns_hash
 from tests.builders import assert_hostile_ballot_refused, classification_parts, make_sites, trio_sites
@@ -191,12 +195,6 @@ def test_a_schema_sent_as_declared_resolves_to_the_declaration_with_its_hash_aft
 
 
 # ---------------------------------------------------------------- float32 scores on the wire
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from hypothesis.extra.numpy import arrays  # noqa: E402
-
-from fedtab.election.tally import normalise_scores  # noqa: E402
-from fedtab.federation.workflows.election.site import SCORE_TOLERANCE, wire_scores  # noqa: E402
 
 
 def test_selector_scores_travel_as_float32_and_elect_what_the_float64_ballots_elect():
