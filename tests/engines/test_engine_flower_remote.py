@@ -151,6 +151,54 @@ def test_superlink_client_gives_up_after_its_timeout(tmp_path):
         client.run({"min-sites": 1}, timeout=1, status_every=0.2)
 
 
+def test_waiting_asks_the_status_less_and_less_often_but_at_once_when_the_result_is_there(tmp_path, monkeypatch):
+    """`wait` (the loopback deployment's): each `flwr ls` is a Python process of about a CPU second
+    taken from the run it watches, so the interval doubles from `status_every` up to 30 s; a run that
+    fails early is still seen at the first check, and a result file is followed by a check at once."""
+    from types import SimpleNamespace
+
+    from fedtab.engines import flower_remote
+    from fedtab.engines.errors import RunError
+
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(flower_remote, "time", SimpleNamespace(
+        monotonic=lambda: clock.now, sleep=lambda s: setattr(clock, "now", clock.now + s)))
+    client = _fake_client(tmp_path, [], "")
+    asked: list[float] = []
+
+    def status_after(finish_at: float):
+        def status(run_id: int) -> str:
+            asked.append(clock.now)
+            return "finished:completed" if clock.now >= finish_at else "running"
+        return status
+
+    monkeypatch.setattr(client, "status", status_after(1000.0))
+    assert client.wait(7, timeout=2000, poll=0.5, status_every=5.0) == "finished:completed"
+    gaps = [round(b - a) for a, b in zip([0.0, *asked], asked)]
+    assert gaps[:4] == [5, 10, 20, 30] and set(gaps[4:]) == {30}, gaps  # 1000 s: 36 checks, not 200
+    assert len(asked) == 36 and asked[-1] == 1025.0
+
+    asked.clear()
+    clock.now = 0.0
+    monkeypatch.setattr(client, "status", lambda run_id: asked.append(clock.now) or "finished:failed")
+    assert client.wait(7, timeout=2000, poll=0.5, status_every=5.0) == "finished:failed"
+    assert asked == [5.0]  # a run failing at once: seen at the first check
+
+    asked.clear()
+    clock.now = 0.0
+    monkeypatch.setattr(client, "status", status_after(100.0))
+    assert client.wait(7, timeout=2000, poll=0.5, status_every=5.0, done=lambda: clock.now >= 99.0) == \
+        "finished:completed"
+    assert asked[-1] == 100.0 and all(b - a == 0.5 for a, b in zip(asked[-3:], asked[-2:]))  # checked each poll
+
+    asked.clear()
+    clock.now = 0.0
+    monkeypatch.setattr(client, "status", status_after(1e9))
+    with pytest.raises(RunError, match="did not finish within 100 s"):
+        client.wait(7, timeout=100, poll=0.5, status_every=5.0)
+    assert asked == [5.0, 15.0, 35.0, 65.0, 95.0]
+
+
 def test_progress_lines_arrive_once_each_as_the_run_goes_and_forged_ones_are_ignored(tmp_path):
     """The stream (restarted once, so repeated) delivers each progress event once, in order,
     formatted as the CLI prints it; lines a hostile site could get logged are dropped whole."""

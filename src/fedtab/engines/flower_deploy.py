@@ -276,8 +276,10 @@ class LoopbackDeployment(ProcessOwner):
         ``workdir``); ``min-sites`` defaults to the number of SuperNodes.
 
         Waiting: the result file is looked for every ``poll`` seconds (cheap); the run's
-        status is asked with ``flwr ls`` only every ``status_every`` seconds, to notice a
-        failed run, and once the result exists (see :meth:`SuperLinkClient.wait`).
+        status is asked with ``flwr ls``, to notice a failed run, first after ``status_every``
+        seconds and then at doubling intervals up to 30 s (each ``flwr ls`` is a Python process
+        of about a CPU second, taken from the run it watches), and once the result exists
+        (see :meth:`SuperLinkClient.wait`).
 
         Raises:
             DeploymentError: ``flwr run`` failed, the run ended in another state than

@@ -175,25 +175,30 @@ class SuperLinkClient:
         return text
 
     def wait(self, run_id: int, *, timeout: float, poll: float = 0.2, status_every: float = 5.0,
-             done: Callable[[], bool] | None = None) -> str:
+             done: Callable[[], bool] | None = None, max_status_every: float = 30.0) -> str:
         """Wait until the run is final; returns its status (``finished:completed`` on success).
 
         The status is asked with ``flwr ls`` (a new Python process each time, about a CPU
-        second on a small machine, which would slow the run it watches) every
-        ``status_every`` seconds, and at once whenever ``done()`` turns true (e.g. the
-        run's result file appeared); ``done`` is checked every ``poll`` seconds.
+        second on a small machine, which would slow the run it watches): first after
+        ``status_every`` seconds, then at twice the previous interval each time the run is
+        still going, up to ``max_status_every`` seconds (a run that fails at once is noticed
+        at once, a long run costs a few processes instead of one every ``status_every``
+        seconds); and at once whenever ``done()`` turns true (e.g. the run's result file
+        appeared). ``done`` is checked every ``poll`` seconds.
 
         Raises:
             RunError: the run was not final within ``timeout`` seconds.
         """
         deadline = time.monotonic() + timeout
-        next_status = time.monotonic() + status_every
+        every = status_every
+        next_status = time.monotonic() + every
         while time.monotonic() < deadline:
             if time.monotonic() >= next_status or (done is not None and done()):
                 status = self.status(run_id)
                 if status.startswith("finished"):
                     return status
-                next_status = time.monotonic() + status_every
+                every = min(2 * every, max(status_every, max_status_every))
+                next_status = time.monotonic() + every
             time.sleep(poll)
         raise RunError(f"Flower run {run_id} on {self.address} did not finish within {timeout:g} s")
 
