@@ -22,7 +22,8 @@ install: $(STAMP) bytecode
 # fedtab's own bytecode, as a wheel install compiles it (pip compiles every dependency; the
 # editable install of src/ compiles nothing). Without it, every process that imports fedtab
 # compiles its modules again when Python may not write them (PYTHONDONTWRITEBYTECODE, set on
-# these machines): each Flower ClientApp process, one per message, paid 0.1-0.2 CPU-s for it.
+# these machines): a Flower ClientApp process (one per message) answering a ballot paid up to
+# 0.2 s for it (its 87 fedtab modules: 2.00 s to import without bytecode, 1.80 s with).
 # Only changed files are compiled again (under a second when none).
 bytecode: $(STAMP)
 	@$(BIN)/python -m compileall -q src
