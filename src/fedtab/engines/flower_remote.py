@@ -182,8 +182,8 @@ class SuperLinkClient:
         second on a small machine, which would slow the run it watches): first after
         ``status_every`` seconds, then at twice the previous interval each time the run is
         still going, up to ``max_status_every`` seconds (a run that fails at once is noticed
-        at once, a long run costs a few processes instead of one every ``status_every``
-        seconds); and at once whenever ``done()`` turns true (e.g. the run's result file
+        at the first check, a long run costs a few processes instead of one every
+        ``status_every`` seconds); and at once whenever ``done()`` turns true (e.g. the run's result file
         appeared). ``done`` is checked every ``poll`` seconds.
 
         Raises:
