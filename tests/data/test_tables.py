@@ -41,6 +41,20 @@ def test_check_finite_names_column_and_row_never_the_value(value):
     check_finite(pd.DataFrame({"x": [1e99, np.nan], "t": ["a", "b"]}), "site.csv")  # large but fine
 
 
+@pytest.mark.parametrize("block_cells", [4_000_000, 5, 1])
+def test_check_finite_names_the_first_bad_column_in_table_order_whatever_the_blocks(monkeypatch, block_cells):
+    import fedtab.data.tables as tables
+
+    monkeypatch.setattr(tables, "CHECK_BLOCK_CELLS", block_cells)  # blocks of 1, 2 or all columns of 3 rows
+    frame = pd.DataFrame({"t": ["a", "b", "c"], "flag": [True, False, True], "n": pd.array([1, None, 3], dtype="Int64"),
+                          "a": [0.0, 1.0, 2.0], "late": [1.0, np.inf, -np.inf], "later": [np.inf, 0.0, 0.0]})
+    with pytest.raises(TableError) as exc:
+        check_finite(frame, "s.csv")
+    assert "column late" in str(exc.value) and "row 2 (2 such cell(s))" in str(exc.value)
+    check_finite(frame.drop(columns=["late", "later"]), "s.csv")  # text, bool, nullable ints: nothing to refuse
+    check_finite(frame.iloc[:0], "s.csv")
+
+
 def test_map_labels_maps_text_and_keeps_the_rest():
     frame = pd.DataFrame({"y": ["yes", "no", None, "yes"], "x": [1, 2, 3, 4]})
     out = map_labels(frame, "y", {"yes": 1, "no": 0})

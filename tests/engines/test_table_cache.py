@@ -132,21 +132,31 @@ def _rewrite_parts_outside(entry: Path) -> None:
     (entry / "manifest.json").write_text(json.dumps(manifest))
 
 
+def _same_row_twice(entry: Path) -> None:
+    """A manifest whose two float columns name one row of their block (hashes intact)."""
+    manifest = json.loads((entry / "manifest.json").read_text())
+    floats = [c for c in manifest["table"]["columns"] if c.get("block") == "t.f8.npy"]
+    floats[1]["row"] = floats[0]["row"]
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+
+
 def _escape_name(entry: Path) -> None:
     manifest = json.loads((entry / "manifest.json").read_text())
-    manifest["files"]["../../escape.npy"] = manifest["files"].pop("t0.npy")
+    manifest["files"]["../../escape.npy"] = manifest["files"].pop("t.f8.npy")
     (entry / "manifest.json").write_text(json.dumps(manifest))
 
 
 @pytest.mark.parametrize("damage", [
-    lambda e: _flip_byte(e / "t0.npy"),
+    lambda e: _flip_byte(e / "t.f8.npy"),
     lambda e: _flip_byte(e / "p.test.npy"),
-    lambda e: (e / "t1.npy").unlink(),
+    lambda e: (e / "t.i8.npy").unlink(),
     lambda e: (e / "manifest.json").write_text("{not json"),
     lambda e: (e / "manifest.json").write_text(json.dumps({"format": "other", "files": {}})),
     _rewrite_parts_outside,
+    _same_row_twice,
     _escape_name,
-], ids=["flipped-column", "flipped-part", "missing-array", "bad-json", "other-format", "parts-outside", "escape"])
+], ids=["flipped-column", "flipped-part", "missing-array", "bad-json", "other-format", "parts-outside", "same-row",
+        "escape"])
 def test_a_damaged_cache_is_refused_and_the_file_read_again(config, reads, damage):
     first = build_site(config)
     damage(_entries(config)[0])
@@ -171,6 +181,34 @@ def test_no_state_dir_no_cache_and_an_uncacheable_column_is_read_every_time(tmp_
                                                      CachedTables(table, None, site.parts))
     with pytest.raises(ValueError, match="not a cache key"):
         TableCache(config["state-dir"]).load("../../x")
+
+
+def test_columns_of_every_kind_come_back_in_their_order_from_one_file_per_dtype(tmp_path):
+    from fedtab.engines.table_cache import CachedTables, _frame, _frame_arrays
+
+    n = 7
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"a": rng.normal(size=n), "flag": rng.random(n) > 0.5, "k": np.arange(n, dtype=np.int64),
+                          "word": ["x", None, "yy", "z", "x", None, "w"], "b": rng.normal(size=n).astype(np.float32),
+                          "c": rng.normal(size=n), "j": np.arange(n, dtype=np.int32) * 3})
+    specs, arrays = _frame_arrays(table, "t")
+    assert sorted(arrays) == ["t.b1.npy", "t.f4.npy", "t.f8.npy", "t.i4.npy", "t.i8.npy", "t3.na.npy", "t3.npy"]
+    assert arrays["t.f8.npy"].shape == (2, n)  # a and c: one file
+    back = _frame(specs, arrays, "t", n)
+    pd.testing.assert_frame_equal(back, table)
+    with pytest.raises(ValueError, match="no block of this table"):
+        _frame([{**specs[0], "block": "h.f8.npy"}, *specs[1:]], arrays, "t", n)
+    with pytest.raises(ValueError, match="text column 3 is malformed"):
+        _frame(specs, arrays, "t", n + 1)
+    numbers = [s for s in specs if s["kind"] == "numeric"]
+    with pytest.raises(ValueError, match=r"t.f8.npy has shape \(2, 7\), expected \(columns, 8\)"):
+        _frame(numbers, arrays, "t", n + 1)
+    cache = TableCache(tmp_path)
+    from fedtab.federation.site.parts import RowParts
+
+    parts = RowParts(n_rows=n, train=np.arange(5), test=np.arange(5, n), folds=())
+    assert cache.store("0" * 64, CachedTables(table, None, parts))
+    pd.testing.assert_frame_equal(cache.load("0" * 64).table, table)
 
 
 # A fresh interpreter, as a restarted ClientApp: builds the lazy site and answers with its table's

@@ -14,8 +14,9 @@ is a SHA-256 over
   :data:`FORMAT` (bumped whenever the layout or the way parts are drawn changes).
 
 Storage is numpy ``.npy`` files read with ``allow_pickle=False`` and one JSON manifest:
-numeric and boolean columns as they are, text columns as a fixed-width unicode array
-plus a missing-value mask. A table with a column of any other kind (mixed objects,
+the numeric and boolean columns of one dtype as one ``(columns, rows)`` array (a table of
+numbers is one file per table to read, which is faster than parsing its CSV), each text
+column as a fixed-width unicode array plus a missing-value mask. A table with a column of any other kind (mixed objects,
 dates...) is not cached (it is read from its file every time). The manifest holds the
 SHA-256 of every array file; an entry whose manifest or any array is missing, malformed or
 does not match is refused (:meth:`TableCache.load` returns ``None``, the caller reads the
@@ -49,7 +50,7 @@ log = logging.getLogger("fedtab.engines.table_cache")
 #: folder of the cache inside the site's state folder
 CACHE_DIR = "table-cache"
 #: layout version, part of every key
-FORMAT = "fedtab-table-cache-1"
+FORMAT = "fedtab-table-cache-2"
 #: the settings (normalised site-config keys) that shape the prepared table or its parts
 SHAPING_KEYS = ("target", "label_map", "na_values", "sep", "decimal", "seed", "test_size", "folds", "min_rows",
                 "policy", "task")
@@ -92,17 +93,26 @@ def cache_key(cfg: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------- frames <-> arrays
 def _frame_arrays(frame: "pd.DataFrame", prefix: str) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]] | None:
     """``(column specs, {file name: array})`` of ``frame``; ``None`` when a column has a kind
-    the cache does not store."""
+    the cache does not store.
+
+    Numeric and boolean columns of one dtype share one file, ``<prefix>.<dtype>.npy`` of shape
+    ``(columns, rows)`` (a spec names its ``block`` and ``row``): a site's table of a hundred
+    numeric columns is one file to read, not a hundred. A text column is its own file
+    ``<prefix><i>.npy`` (fixed-width unicode, as wide as its longest cell) with its missing-value
+    mask ``<prefix><i>.na.npy``."""
     import pandas as pd
 
-    specs, arrays = [], {}
+    specs: list[dict[str, Any]] = []
+    arrays: dict[str, np.ndarray] = {}
+    blocks: dict[str, list[np.ndarray]] = {}
     for i, name in enumerate(frame.columns):
         col = frame[name]
         dtype = col.dtype
-        file = f"{prefix}{i}.npy"
         if isinstance(dtype, np.dtype) and dtype.kind in "biuf":
-            arrays[file] = col.to_numpy()
-            specs.append({"name": str(name), "kind": "numeric", "dtype": dtype.str})
+            block = f"{prefix}.{dtype.str.lstrip('<>|=')}.npy"
+            rows = blocks.setdefault(block, [])
+            specs.append({"name": str(name), "kind": "numeric", "dtype": dtype.str, "block": block, "row": len(rows)})
+            rows.append(col.to_numpy())
             continue
         if pd.api.types.is_string_dtype(dtype) or dtype == object:
             missing = col.isna().to_numpy()
@@ -111,41 +121,67 @@ def _frame_arrays(frame: "pd.DataFrame", prefix: str) -> tuple[list[dict[str, An
             if not all(type(v) is str for v in present):
                 return None
             text = np.where(missing, "", values).astype(str) if len(values) else np.zeros(0, dtype="<U1")
-            arrays[file] = text
+            arrays[f"{prefix}{i}.npy"] = text
             arrays[f"{prefix}{i}.na.npy"] = missing
             specs.append({"name": str(name), "kind": "text", "dtype": str(dtype)})
             continue
         return None
+    for block, rows in blocks.items():
+        arrays[block] = np.stack(rows)
     return specs, arrays
 
 
 def _frame(specs: Sequence[Mapping[str, Any]], arrays: Mapping[str, np.ndarray], prefix: str, n_rows: int) -> "pd.DataFrame":
+    """The table :func:`_frame_arrays` stored, its columns in their order.
+
+    Raises:
+        ValueError: a block or column of the wrong shape or dtype, a spec that names a file of
+            another table or a row outside its block, an unknown kind, repeated names.
+    """
     import pandas as pd
 
-    columns = {}
+    names = [str(spec["name"]) for spec in specs]
+    if len(set(names)) != len(names):
+        raise ValueError("column names repeat")
+    by_block: dict[str, list[tuple[int, int]]] = {}  # block file -> [(row in block, column position)]
+    text: list[tuple[int, pd.Series]] = []
     for i, spec in enumerate(specs):
-        values = arrays[f"{prefix}{i}.npy"]
-        if values.shape != (n_rows,):
-            raise ValueError(f"column {i} has shape {values.shape}, expected ({n_rows},)")
         if spec["kind"] == "numeric":
-            if values.dtype.str != spec["dtype"]:
-                raise ValueError(f"column {i} has dtype {values.dtype.str}, expected {spec['dtype']}")
-            columns[str(spec["name"])] = pd.Series(values)
+            block = spec.get("block")
+            if not isinstance(block, str) or not block.startswith(f"{prefix}.") or block not in arrays:
+                raise ValueError(f"column {i} names no block of this table")
+            by_block.setdefault(block, []).append((int(spec["row"]), i))
+            if arrays[block].dtype.str != spec["dtype"]:
+                raise ValueError(f"column {i} has dtype {arrays[block].dtype.str}, expected {spec['dtype']}")
         elif spec["kind"] == "text":
-            missing = arrays[f"{prefix}{i}.na.npy"]
-            if missing.dtype != np.bool_ or missing.shape != (n_rows,) or values.dtype.kind != "U":
+            values, missing = arrays[f"{prefix}{i}.npy"], arrays[f"{prefix}{i}.na.npy"]
+            if values.shape != (n_rows,) or missing.dtype != np.bool_ or missing.shape != (n_rows,) \
+                    or values.dtype.kind != "U":
                 raise ValueError(f"text column {i} is malformed")
             obj = values.astype(object)
             obj[missing] = None
-            columns[str(spec["name"])] = pd.Series(obj, dtype=spec["dtype"] if spec["dtype"] != "object" else object)
+            series = pd.Series(obj, dtype=spec["dtype"] if spec["dtype"] != "object" else object)
             if spec["dtype"] == "object":
-                columns[str(spec["name"])] = columns[str(spec["name"])].where(~missing, np.nan)
+                series = series.where(~missing, np.nan)
+            text.append((i, series.rename(names[i])))
         else:
             raise ValueError(f"column {i} has an unknown kind {spec['kind']!r}")
-    frame = pd.DataFrame(columns)
-    if list(frame.columns) != [str(s["name"]) for s in specs]:
-        raise ValueError("column names repeat")
-    return frame
+    pieces = []
+    for block, members in by_block.items():
+        values = arrays[block]
+        if values.ndim != 2 or values.shape[1] != n_rows:
+            raise ValueError(f"{block} has shape {values.shape}, expected (columns, {n_rows})")
+        rows = [r for r, _ in members]
+        if sorted(rows) != list(range(values.shape[0])):
+            raise ValueError(f"{block}: its columns do not name each of its {values.shape[0]} rows once")
+        # (rows, columns) as a transposed view: pandas keeps the block as it is, one array for all its columns
+        ordered = values if rows == list(range(len(rows))) else values[rows]
+        pieces.append(pd.DataFrame(ordered.T, columns=[names[i] for _, i in members], copy=False))
+    pieces.extend(series.to_frame() for _, series in text)
+    if not pieces:
+        return pd.DataFrame(index=pd.RangeIndex(n_rows))
+    frame = pieces[0] if len(pieces) == 1 else pd.concat(pieces, axis=1)
+    return frame if list(frame.columns) == names else frame[names]
 
 
 # ----------------------------------------------------------------------------- the cache
