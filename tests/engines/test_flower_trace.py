@@ -92,9 +92,9 @@ def test_a_server_apps_prepare_runs_once_in_a_thread_and_its_errors_are_ignored(
 
 def test_the_job_server_app_reaches_its_first_request_without_importing_once_prepared(jobs):
     """The ServerApp side of the lean path: importing the Flower engine and loading the job's server
-    app imports none of pandas/scikit-learn/scipy/pyarrow/torch; the job's own checks that do (its
-    selector's) run in :func:`start_prepare`, while the sites start for the naming hello, so between the
-    hello and the first step's request the server imports nothing heavy."""
+    app imports none of pandas/scikit-learn/scipy/pyarrow/torch, nor does the job's preparation
+    (:func:`start_prepare`: its step loop and its plan's checks, a named selector checked without building
+    it), nor anything between the hello and the first step's request."""
     from fedtab.job.apps import engine_config
 
     cfg = engine_config(jobs.plan(election={"freedom_degree": 0.5}, training={"rounds": 1, "local_epochs": 1}))
@@ -127,6 +127,5 @@ def test_the_job_server_app_reaches_its_first_request_without_importing_once_pre
                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report["loaded"] == [] and report["late"] == [], report
-    assert "sklearn" in report["prepared"]  # the plan's checks (its selector) are what prepare warms
+    assert report["loaded"] == [] and report["prepared"] == [] and report["late"] == [], report
     assert report["first"] and "ballot" in " ".join(report["first"])

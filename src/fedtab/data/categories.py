@@ -10,10 +10,12 @@ categories occur in its rows — not how often, nor in which rows.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a frame is encoded: the server names columns without it
+    import pandas as pd
 
 __all__ = ["category_key", "category_sets", "union_categories", "one_hot", "onehot_name"]
 
@@ -69,6 +71,8 @@ def one_hot(frame: pd.DataFrame, categories: Mapping[str, list[str]], other: str
     Raises:
         ValueError: a value outside the agreed list (the site did not report it).
     """
+    import pandas as pd
+
     parts = []
     for c in frame.columns:
         if c not in categories:

@@ -598,7 +598,7 @@ def make_server_app(workflow: Workflow | None = None) -> ServerApp:
         app = workflow_app(workflow) if workflow is not None else load_server_app(cfg.get(SERVER_APP_KEY))
         if trace is not None:
             trace.event("app_loaded")
-        # the app's own preparation (for a job: parsing its plan, which imports the selectors' libraries)
+        # the app's own preparation (for a job: importing its step loop and parsing its plan)
         # runs while the ClientApps start for the site-naming hello, not between its replies and the first step
         prepared = start_prepare(app, cfg)
         keys = str(cfg.get("site-keys", "") or "")

@@ -21,8 +21,9 @@ __all__ = ["SERVER_APP", "engine_config", "server_app"]
 
 
 def _prepare(run_config: Mapping[str, Any]) -> None:
-    """Parse the run's plan (its checks import what the job's first steps need: the selectors'
-    libraries): the engine runs this while the sites connect (:func:`~fedtab.engines.server_apps.server_app`)."""
+    """Import the job's step loop and parse the run's plan (no scikit-learn or pandas: a named selector is
+    checked against :mod:`fedtab.election.selector_specs`): the engine runs this while the sites connect
+    (:func:`~fedtab.engines.server_apps.server_app`)."""
     from . import workflow  # noqa: F401 - the step loop and its steps, imported here rather than after the hello
     from .spec import spec_from_plan
 

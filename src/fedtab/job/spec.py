@@ -100,7 +100,7 @@ class SiteSpec:
     sep: str | None = None  # None: sniffed from the file (",", ";", tab or "|")
     decimal: str | None = None  # None: sniffed ("," with a ";" or tab separator and decimal commas)
 
-    _constraints: ClassVar[dict] = {"selector": Checked(_late("election.selectors", "make_selector")),
+    _constraints: ClassVar[dict] = {"selector": Checked(_late("election.selector_specs", "check_selector")),
                                     "min_rows": _POSITIVE_INT, "sep": Options(SEPARATORS),
                                     "decimal": Options(DECIMALS)}
 
@@ -183,7 +183,7 @@ class ElectionSpec:
         "consensus": Checked(_late("election.evidence", "check_consensus")),
         "consensus_alpha": Checked(_late("election.evidence", "check_consensus_alpha")),
         "score_test_alpha": Interval(0, 1, "neither", text="a number in (0, 1)"),
-        "selector": Checked(_late("election.selectors", "make_selector")),
+        "selector": Checked(_late("election.selector_specs", "check_selector")),
         "fdr": Checked(lambda q: _late("election.score_test", "check_fdr")(q, "bh")),
         "fdr_method": Checked(lambda m: _late("election.score_test", "check_fdr")(0.05, m)),
         "modes": Checked(_each(_late("learn.personalise", "check_mode"))),

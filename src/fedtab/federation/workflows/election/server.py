@@ -94,7 +94,7 @@ def _described_from(reply: Message, features: list[str]) -> Message:
 
 
 def _selector_request(selector: Any) -> dict[str, Any]:
-    from fedtab.election.selectors import selector_spec
+    from fedtab.election.selector_specs import selector_wire_spec as selector_spec  # no scikit-learn for a named one
 
     if selector is None:
         return {}

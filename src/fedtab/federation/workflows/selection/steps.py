@@ -52,7 +52,7 @@ class Prepared:
 
 
 def prepare(federation: Federation, selector: Any) -> Prepared:
-    from fedtab.election.selectors import selector_spec
+    from fedtab.election.selector_specs import selector_wire_spec as selector_spec  # no scikit-learn for a named one
 
     meta = {} if selector is None else {"selector": selector_spec(selector)}
     raw: dict[str, tuple] = {}
