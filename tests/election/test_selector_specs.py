@@ -1,5 +1,6 @@
-"""The selector table the server checks specs against without scikit-learn (fedtab.election.selector_specs)
-stays the selector classes' own, and accepts and refuses what make_selector does (which checks by building: the two are written apart)."""
+"""The selector table the server checks specs against without scikit-learn (fedtab.election.selector_table,
+used by fedtab.election.selector_specs) stays the selector classes' own, and the light check accepts and
+refuses what make_selector, which checks with the same table and then builds, does."""
 
 from __future__ import annotations
 

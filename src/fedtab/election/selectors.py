@@ -33,6 +33,7 @@ import numpy as np
 from ..learn.models import STEP_OVERHEAD, Cost, count_param, driver
 from .lasso_cv import LassoCVSelector
 from .markov_blanket import MarkovBlanketSelector
+from .selector_table import resolve_selector
 from .selector_base import Selection, Selector, check_xy, is_regression, is_regression_target
 from .sequential_attention import SequentialAttentionSelector
 
@@ -372,13 +373,8 @@ def make_selector(spec: Any) -> Selector:
         params = spec.get("params", {}) or {}
         spec = spec.get("name")
     if isinstance(spec, str):
-        cls = SELECTORS.get(spec.replace("-", "_").lower())
-        if cls is None:
-            raise ValueError(f"unknown selector {spec!r}; known: {sorted(SELECTORS)}")
-        try:
-            return cls(**params)
-        except TypeError as exc:
-            raise ValueError(f"bad parameters for selector {spec!r}: {exc}") from None
+        name, given = resolve_selector(spec, params)  # the check the server makes without building it
+        return SELECTORS[name](**given)
     if hasattr(spec, "get_support") and hasattr(spec, "fit"):
         return SklearnSelector(spec)
     if callable(spec):
