@@ -144,7 +144,7 @@ def _frame(specs: Sequence[Mapping[str, Any]], arrays: Mapping[str, np.ndarray],
     if len(set(names)) != len(names):
         raise ValueError("column names repeat")
     by_block: dict[str, list[tuple[int, int]]] = {}  # block file -> [(row in block, column position)]
-    text: list[tuple[int, pd.Series]] = []
+    text: list[pd.Series] = []
     for i, spec in enumerate(specs):
         if spec["kind"] == "numeric":
             block = spec.get("block")
@@ -163,7 +163,7 @@ def _frame(specs: Sequence[Mapping[str, Any]], arrays: Mapping[str, np.ndarray],
             series = pd.Series(obj, dtype=spec["dtype"] if spec["dtype"] != "object" else object)
             if spec["dtype"] == "object":
                 series = series.where(~missing, np.nan)
-            text.append((i, series.rename(names[i])))
+            text.append(series.rename(names[i]))
         else:
             raise ValueError(f"column {i} has an unknown kind {spec['kind']!r}")
     pieces = []
@@ -177,7 +177,7 @@ def _frame(specs: Sequence[Mapping[str, Any]], arrays: Mapping[str, np.ndarray],
         # (rows, columns) as a transposed view: pandas keeps the block as it is, one array for all its columns
         ordered = values if rows == list(range(len(rows))) else values[rows]
         pieces.append(pd.DataFrame(ordered.T, columns=[names[i] for _, i in members], copy=False))
-    pieces.extend(series.to_frame() for _, series in text)
+    pieces.extend(series.to_frame() for series in text)
     if not pieces:
         return pd.DataFrame(index=pd.RangeIndex(n_rows))
     frame = pieces[0] if len(pieces) == 1 else pd.concat(pieces, axis=1)
